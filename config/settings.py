@@ -1,0 +1,174 @@
+"""Refund Desk settings. Everything comes from the environment; the defaults run one machine
+with no server installed (SQLite, an embedded Redis as the Celery broker, console email)."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int, env_number, env_str, env_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("REFUNDS_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "refunds",
+    "reviews",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Databases -------------------------------------------------------------------------------
+DATABASE_URL = env_url(
+    "DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}", schemes=("sqlite", "postgres", "postgresql")
+)
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # Web, worker and beat write the same file: WAL lets readers through, IMMEDIATE takes
+        # the write lock up front so two writers queue on busy_timeout instead of deadlocking.
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # Tests start real worker processes, which cannot see an in-memory database.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-db.sqlite3")}
+IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
+
+# Where LangGraph keeps checkpoints and the customer store. Empty means "beside the app
+# database": a SQLite file next to it, or the same PostgreSQL database (so a test database
+# gets test checkpoints).
+CHECKPOINT_URL = os.environ.get("CHECKPOINT_URL", "")
+if CHECKPOINT_URL:
+    CHECKPOINT_URL = env_url("CHECKPOINT_URL", "", schemes=("sqlite", "postgres", "postgresql"))
+CHECKPOINT_POOL_SIZE = env_int("CHECKPOINT_POOL_SIZE", 4, minimum=1)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "reviews:queue"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+# --- Email: Django's mail framework, console by default ---------------------------------------
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(DATA_DIR / "mail"))
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Refund Desk <refunds@example.com>")
+
+# --- The workflow ----------------------------------------------------------------------------
+REFUNDS_AGENT_LIMIT_CENTS = 2000  # support agents decide refunds up to $20.00
+REFUNDS_GATEWAY = env_str("REFUNDS_GATEWAY", "refunds.payments.DemoGateway")
+# One writer per thread: a lease is held this long and renewed at a third of it while a run goes.
+REFUNDS_LEASE_SECONDS = env_number("REFUNDS_LEASE_SECONDS", 30.0, minimum=1.0)
+# The sweep re-enqueues unfinished threads whose lease expired; after this many attempts without
+# progress the ticket is marked failed and shown to admins.
+REFUNDS_MAX_ATTEMPTS = env_int("REFUNDS_MAX_ATTEMPTS", 5, minimum=1)
+REFUNDS_SWEEP_SECONDS = env_number("REFUNDS_SWEEP_SECONDS", 5.0, minimum=0.5)
+# A ticket younger than this is left to the task that was enqueued for it.
+REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, minimum=0.0)
+# Fault injection for crash tests (see refunds/faults.py); unset in normal use.
+REFUNDS_CRASH_PLAN = env_str("REFUNDS_CRASH_PLAN", "")
+
+# --- Celery ----------------------------------------------------------------------------------
+EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"
+CELERY_BROKER_URL = env_url(
+    "CELERY_BROKER_URL",
+    f"redis+socket://{EMBEDDED_REDIS_SOCKET}",
+    schemes=("redis", "rediss", "redis+socket", "amqp", "amqps", "pyamqp"),
+)
+USES_EMBEDDED_BROKER = CELERY_BROKER_URL == f"redis+socket://{EMBEDDED_REDIS_SOCKET}"
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_VISIBILITY_TIMEOUT = env_int("CELERY_VISIBILITY_TIMEOUT", 360, minimum=1)
+if CELERY_TASK_TIME_LIMIT >= CELERY_VISIBILITY_TIMEOUT:
+    # Otherwise Redis hands a still-running task to a second worker.
+    raise ImproperlyConfigured("CELERY_TASK_TIME_LIMIT must be below CELERY_VISIBILITY_TIMEOUT")
+CELERY_TASK_ACKS_LATE = True  # a task is acked after it ran, so a crash redelivers it
+CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool child puts its task back
+CELERY_TASK_RETRY_ON_WORKER_LOST = True  # ... counted as a retry, so a poison task stops
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds one unacked task, not a batch
+CELERY_WORKER_LOST_WAIT = 2.0  # notice a dead pool child in 2 s instead of 10
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A web request that cannot reach the broker gives up fast; the sweep re-sends from the database.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    # Look for unacked messages of dead workers every 10 s, not every ~100 s.
+    "unacked_restore_interval": 10,
+    "unacked_restore_throttle": 1,
+}
+CELERY_BEAT_SCHEDULE = {
+    "recover-unfinished-threads": {
+        "task": "refunds.tasks.recover_tickets",
+        "schedule": REFUNDS_SWEEP_SECONDS,
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}},
+}

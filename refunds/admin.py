@@ -1,0 +1,93 @@
+from django.contrib import admin, messages
+from django.utils.html import format_html, format_html_join
+
+from refunds import runner, services
+from refunds.models import ApiToken, Charge, Decision, Email, Order, Ticket
+
+
+@admin.register(Order)
+class OrderAdmin(admin.ModelAdmin):
+    list_display = ["number", "customer_name", "promised_on", "delivered_on", "shipping_fee_cents"]
+    search_fields = ["number", "customer_name", "customer_email"]
+
+
+class DecisionInline(admin.TabularInline):
+    model = Decision
+    extra = 0
+    readonly_fields = ["interrupt_id", "reviewer", "answer", "reason", "decided_at", "applied_at"]
+    can_delete = False
+
+
+class ChargeInline(admin.TabularInline):
+    model = Charge
+    extra = 0
+    readonly_fields = ["idempotency_key", "amount_cents", "receipt", "created_at"]
+    can_delete = False
+
+
+@admin.register(Ticket)
+class TicketAdmin(admin.ModelAdmin):
+    list_display = ["id", "thread_id", "order", "status", "required_role", "attempts", "updated_at"]
+    list_filter = ["status", "required_role"]
+    search_fields = ["thread_id", "order__number"]
+    list_select_related = ["order"]
+    readonly_fields = [
+        "thread_id", "status", "next_nodes", "nodes_run", "pending_interrupt_id",
+        "pending_payload", "required_role", "amount_cents", "lease_owner", "lease_expires_at",
+        "attempts", "last_error", "created_at", "updated_at", "checkpoint_history",
+    ]
+    inlines = [DecisionInline, ChargeInline]
+    actions = ["retry_failed"]
+
+    @admin.display(description="Checkpoint history (newest first)")
+    def checkpoint_history(self, ticket: Ticket) -> str:
+        rows = (
+            (
+                snap.metadata.get("step") if snap.metadata else "",
+                ", ".join(snap.next) or "(end)",
+                ", ".join(snap.values.get("trail", [])),
+                snap.config["configurable"].get("checkpoint_id", ""),
+            )
+            for snap in runner.history(ticket)
+        )
+        body = format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>", rows
+        )
+        return format_html(
+            "<table><tr><th>step</th><th>next</th><th>nodes run</th><th>checkpoint</th></tr>"
+            "{}</table>",
+            body,
+        )
+
+    @admin.action(description="Retry the selected failed tickets")
+    def retry_failed(self, request, queryset) -> None:
+        retried = sum(services.ticket_retry(ticket=t) for t in queryset)
+        skipped = queryset.count() - retried
+        self.message_user(request, f"Put {retried} ticket(s) back in line.", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"{skipped} ticket(s) were not failed; left alone.",
+                              messages.WARNING)
+
+
+@admin.register(Decision)
+class DecisionAdmin(admin.ModelAdmin):
+    list_display = ["ticket", "answer", "reviewer", "decided_at", "applied_at"]
+    list_filter = ["answer"]
+    readonly_fields = ["ticket", "interrupt_id", "reviewer", "answer", "reason", "decided_at",
+                       "applied_at", "refused_reason"]
+
+
+@admin.register(Charge)
+class ChargeAdmin(admin.ModelAdmin):
+    list_display = ["receipt", "ticket", "amount_cents", "idempotency_key", "created_at"]
+    search_fields = ["receipt", "idempotency_key"]
+
+
+@admin.register(Email)
+class EmailAdmin(admin.ModelAdmin):
+    list_display = ["key", "to", "subject", "sent_at"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["user", "created_at"]

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class RefundsConfig(AppConfig):
+    name = "refunds"
+    verbose_name = "Refunds"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from refunds import checks, signals  # noqa: F401

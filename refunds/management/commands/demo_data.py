@@ -1,0 +1,67 @@
+from datetime import date, timedelta
+
+from django.contrib.auth.models import Group, User
+from django.core.management.base import BaseCommand
+
+from refunds.models import ApiToken, Order
+
+DEMO_PASSWORD = "refund-demo"  # demo use only, stated in README.md
+USERS = [
+    ("agent", "Support agents", False, False),
+    ("manager", "Managers", False, False),
+    ("admin", "Admins", True, True),
+]
+# number, customer, days late (negative: early), shipping fee in cents
+ORDERS = [
+    ("1042", "Ana Souza", 4, 699),
+    ("1043", "Ben Okafor", -1, 499),
+    ("1044", "Chloe Martin", 2, 1250),
+    ("1045", "Dev Patel", 6, 4800),
+    ("1046", "Eli Novak", 0, 899),
+    ("1047", "Farah Haddad", 3, 2000),
+    ("1048", "Gus Lindqvist", 9, 2001),
+    ("1049", "Hana Ito", 1, 15000),
+]
+
+
+class Command(BaseCommand):
+    help = "Load demo orders and the demo users agent, manager and admin (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--orders", type=int, default=0,
+                            help="also create this many extra late orders (for load runs)")
+
+    def handle(self, *args, orders: int = 0, **options):
+        promised = date(2026, 11, 2)
+        for number, name, late, fee in ORDERS:
+            Order.objects.update_or_create(
+                number=number,
+                defaults={
+                    "customer_name": name,
+                    "customer_email": f"{name.split()[0].lower()}@example.com",
+                    "promised_on": promised,
+                    "delivered_on": promised + timedelta(days=late),
+                    "shipping_fee_cents": fee,
+                },
+            )
+        for i in range(orders):
+            Order.objects.get_or_create(
+                number=f"L{i:06d}",
+                defaults={
+                    "customer_name": f"Load Customer {i}",
+                    "customer_email": f"load{i}@example.com",
+                    "promised_on": promised,
+                    "delivered_on": promised + timedelta(days=1 + i % 5),
+                    "shipping_fee_cents": 500 + (i * 37) % 1400,
+                },
+            )
+        for username, group, staff, superuser in USERS:
+            user, created = User.objects.get_or_create(username=username)
+            if created:
+                user.set_password(DEMO_PASSWORD)
+            user.is_staff, user.is_superuser = staff, superuser
+            user.save()
+            user.groups.add(Group.objects.get(name=group))
+            ApiToken.for_user(user)
+        self.stdout.write(f"Demo data ready: {len(ORDERS) + orders} orders; users agent, manager, "
+                          f"admin with password {DEMO_PASSWORD!r}.")

@@ -1,0 +1,134 @@
+"""Writes that views, the API, the admin and the sweep call. Tasks are enqueued on commit."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from refunds.models import Decision, Order, Ticket, may_decide
+
+log = logging.getLogger(__name__)
+NOTE_MAX = 2000
+REASON_MAX = 1000
+
+
+class RefundError(ValueError):
+    """Bad input or a request that no longer applies; the message is shown to the user."""
+
+
+class AlreadyDecided(RefundError):
+    pass
+
+
+def wake(ticket_id: int) -> None:
+    """Ask a worker to advance the thread. The broker only wakes workers: if it is down, the row
+    is already committed and the recovery sweep finds it, so a failed send is logged, not raised."""
+    from refunds.tasks import advance_ticket
+
+    try:
+        advance_ticket.delay(ticket_id)
+    except Exception:  # noqa: BLE001 - kombu raises several kinds for an unreachable broker
+        log.warning("could not enqueue ticket %s; the recovery sweep will pick it up", ticket_id,
+                    exc_info=True)
+
+
+def _enqueue_advance(ticket_id: int) -> None:
+    transaction.on_commit(lambda: wake(ticket_id))
+
+
+def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
+    number = (order_number or "").strip()
+    if not number:
+        raise RefundError("Enter an order number.")
+    if len(note or "") > NOTE_MAX:
+        raise RefundError(f"The note is too long ({len(note)} characters, at most {NOTE_MAX}).")
+    order = Order.objects.filter(number=number).first()
+    if order is None:
+        raise RefundError(f"There is no order {number}.")
+    with transaction.atomic():
+        ticket = Ticket.objects.create(
+            thread_id=f"refund-{order.number}-{uuid.uuid4().hex[:10]}",
+            order=order,
+            note=(note or "").strip(),
+            opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
+        )
+        _enqueue_advance(ticket.pk)
+    return ticket
+
+
+def ticket_decide(
+    *, ticket: Ticket, interrupt_id: str, answer: str, reason: str = "", reviewer
+) -> Decision:
+    """Record a reviewer's answer to one pending interrupt, then let a worker apply it."""
+    if not may_decide(reviewer, ticket.required_role):
+        raise PermissionDenied("Refunds over $20.00 are decided by a manager.")
+    if answer not in Decision.Answer.values:
+        raise RefundError("Choose approve or reject.")
+    reason = (reason or "").strip()
+    if answer == Decision.Answer.REJECT and not reason:
+        raise RefundError("Give a reason for the rejection; the customer will see it.")
+    if len(reason) > REASON_MAX:
+        raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
+    earlier = Decision.objects.filter(interrupt_id=interrupt_id).select_related("reviewer").first()
+    if earlier is not None:
+        raise AlreadyDecided(_already_decided_message(earlier))
+    if ticket.status != Ticket.Status.AWAITING_REVIEW or ticket.pending_interrupt_id != interrupt_id:
+        raise RefundError("This review is no longer pending; reload to see where the ticket is.")
+    try:
+        with transaction.atomic():
+            decision = Decision.objects.create(
+                ticket=ticket,
+                interrupt_id=interrupt_id,
+                reviewer=reviewer,
+                answer=answer,
+                reason=reason,
+            )
+            _enqueue_advance(ticket.pk)
+    except IntegrityError:  # two reviewers at once: the UNIQUE interrupt id picks one
+        earlier = Decision.objects.select_related("reviewer").get(interrupt_id=interrupt_id)
+        raise AlreadyDecided(_already_decided_message(earlier)) from None
+    return decision
+
+
+def _already_decided_message(decision: Decision) -> str:
+    when = timezone.localtime(decision.decided_at).strftime("%H:%M:%S")
+    verb = "approved" if decision.answer == Decision.Answer.APPROVE else "rejected"
+    return f"Already decided: {decision.reviewer.username} {verb} this refund at {when}."
+
+
+def tickets_recover() -> list[int]:
+    """Re-enqueue every thread with work left that no worker holds and no person waits on.
+
+    The broker is a wake-up signal, not the record: a lost message, a killed worker or a crash
+    between commit and enqueue all end here."""
+    now = timezone.now()
+    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    stalled = (
+        Ticket.objects.unfinished().leasable(now).filter(updated_at__lt=settled_before)
+    )
+    undecided = Ticket.objects.awaiting().leasable(now).filter(
+        decisions__applied_at__isnull=True,
+        decisions__refused_reason="",
+        decisions__decided_at__lt=settled_before,
+    )
+    ids = sorted(set(stalled.values_list("pk", flat=True)) | set(undecided.values_list("pk", flat=True)))
+    for ticket_id in ids:
+        wake(ticket_id)
+    return ids
+
+
+def ticket_retry(*, ticket: Ticket) -> bool:
+    """Admin action: put a failed ticket back in line with a fresh attempt budget."""
+    with transaction.atomic():
+        won = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.FAILED).update(
+            status=Ticket.Status.RUNNING, attempts=0, lease_owner="", lease_expires_at=None
+        )
+        if won:
+            _enqueue_advance(ticket.pk)
+    return bool(won)

@@ -1,0 +1,20 @@
+"""Thin Celery tasks: they take ids and call the runner. Safe to deliver twice."""
+
+from celery import shared_task
+
+from refunds import runner, services
+
+
+@shared_task(
+    acks_late=True,
+    reject_on_worker_lost=True,
+    retry_on_worker_lost=True,
+    max_retries=3,  # a task that kills its worker every time stops; the sweep takes over
+)
+def advance_ticket(ticket_id: int) -> str:
+    return runner.advance(ticket_id)
+
+
+@shared_task(ignore_result=True)
+def recover_tickets() -> int:
+    return len(services.tickets_recover())

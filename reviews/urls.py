@@ -1,0 +1,12 @@
+from django.urls import path
+
+from reviews import views
+
+app_name = "reviews"
+urlpatterns = [
+    path("", views.queue, name="queue"),
+    path("reviews/<int:ticket_id>/decide/", views.decide, name="decide"),
+    path("tickets/new/", views.ticket_new, name="ticket_new"),
+    path("tickets/<int:ticket_id>/", views.ticket_detail, name="ticket"),
+    path("account/token/", views.api_token, name="api_token"),
+]

@@ -1,0 +1,5 @@
+from django.conf import settings
+
+
+def test_tests_keep_their_data_apart_from_the_app():
+    assert settings.DATA_DIR.name == "test", settings.DATA_DIR
