@@ -91,6 +91,16 @@ def setup_persistence() -> None:
     store.setup()
 
 
+def close_persistence() -> None:
+    """Close this process's checkpoint connections (a test run drops its database after)."""
+    if _persistence.cache_info().currsize:
+        saver, store = _persistence(os.getpid())
+        for conn in {id(saver.conn): saver.conn, id(store.conn): store.conn}.values():
+            conn.close()  # one shared pool on PostgreSQL, two connections on SQLite
+    _persistence.cache_clear()
+    _compiled.cache_clear()
+
+
 @cache
 def _compiled(pid: int):
     saver, store = _persistence(pid)

@@ -86,6 +86,16 @@ def wait_for(predicate: Callable[[], object], *, timeout: float = 30, every: flo
 
 # --- the broker and real workers ---------------------------------------------------------------
 @pytest.fixture(scope="session")
+def django_db_setup(django_db_setup) -> Iterator[None]:
+    """pytest-django's test database; its checkpoint pool is closed before the database is
+    dropped (PostgreSQL refuses to drop a database that has sessions)."""
+    yield
+    from refunds import runner
+
+    runner.close_persistence()
+
+
+@pytest.fixture(scope="session")
 def broker() -> Iterator[str]:
     """The broker the workers use: the embedded Redis, started here, or the configured one."""
     proc = None
