@@ -190,3 +190,20 @@ def workers(broker, transactional_db, tmp_path) -> Iterator[Callable[..., Worker
     for worker in started:
         worker.stop()
     purge_broker()
+
+
+@pytest.fixture(autouse=True)
+def _forget_customers(request) -> None:
+    """The LangGraph store outlives Django's per-test flush (and the test run); empty it so an
+    earlier test's refunds do not flag this test's customer as a repeat refunder."""
+    if "transactional_db" not in request.fixturenames and "live_server" not in request.fixturenames:
+        return
+    request.getfixturevalue("transactional_db")
+    from refunds import runner
+
+    store = runner._persistence(os.getpid())[1]
+    if hasattr(store.conn, "execute") and not hasattr(store.conn, "connection"):  # SqliteStore
+        store.conn.execute("DELETE FROM store")
+    else:  # PostgresStore over a pool
+        with store.conn.connection() as conn:
+            conn.execute("DELETE FROM store")
