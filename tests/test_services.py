@@ -1,0 +1,339 @@
+"""Services: deciding a review, the recovery sweep's choice of tickets, an admin's retry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+
+from refunds import services
+from refunds.models import Decision, Ticket
+
+PENDING = "a" * 32
+OTHER = "b" * 32
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def woken(monkeypatch) -> list[int]:
+    """Ticket ids services asked a worker to advance (once their transaction commits)."""
+    ids: list[int] = []
+    monkeypatch.setattr(services, "wake", ids.append)
+    return ids
+
+
+@pytest.fixture
+def commit(django_capture_on_commit_callbacks):
+    """`with commit():` runs the on-commit callbacks registered inside it, as a commit would."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+def awaiting(order, *, role: str = "agent", interrupt_id: str = PENDING, **fields) -> Ticket:
+    return Ticket.objects.create(
+        thread_id=f"refund-{order.number}-{Ticket.objects.count()}", order=order,
+        status=Ticket.Status.AWAITING_REVIEW, required_role=role,
+        pending_interrupt_id=interrupt_id, pending_payload={"required_role": role}, **fields,
+    )
+
+
+def age(ticket: Ticket, seconds: float) -> None:
+    # QuerySet.update() leaves auto_now alone, so this sets how long ago the row last changed.
+    Ticket.objects.filter(pk=ticket.pk).update(updated_at=timezone.now() - timedelta(seconds=seconds))
+
+
+# --- ticket_decide -------------------------------------------------------------------------------
+def test_an_agent_approves_a_pending_review(agent, late_order, woken, commit):
+    ticket = awaiting(late_order)
+
+    with commit():
+        decision = services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                                          reviewer=agent)
+
+    assert decision.reviewer == agent and decision.answer == "approve"
+    assert decision.applied_at is None  # a worker applies it
+    assert woken == [ticket.pk]
+
+
+def test_a_rejection_keeps_its_reason(agent, late_order, woken, commit):
+    ticket = awaiting(late_order)
+    decision = services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject",
+                                      reason="  Voucher already sent  ", reviewer=agent)
+    assert decision.reason == "Voucher already sent"
+
+
+def test_a_manager_decides_a_manager_ticket(manager, big_order, woken, commit):
+    ticket = awaiting(big_order, role="manager")
+    with commit():
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=manager)
+    assert Decision.objects.get().reviewer == manager and woken == [ticket.pk]
+
+
+def test_an_admin_decides_any_ticket(admin_user, late_order, big_order):
+    for n, (order, role) in enumerate([(late_order, "agent"), (big_order, "manager")]):
+        ticket = awaiting(order, role=role, interrupt_id=str(n) * 32)
+        services.ticket_decide(ticket=ticket, interrupt_id=str(n) * 32, answer="approve",
+                               reviewer=admin_user)
+    assert Decision.objects.count() == 2
+
+
+def assert_nothing_written(woken) -> None:
+    assert Decision.objects.count() == 0
+    assert woken == []
+
+
+def test_it_refuses_an_unknown_answer(agent, late_order, woken, commit):
+    ticket = awaiting(late_order)
+    with commit(), pytest.raises(services.RefundError, match="Choose approve or reject"):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="maybe", reviewer=agent)
+    assert_nothing_written(woken)
+
+
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_it_refuses_a_rejection_without_a_reason(agent, late_order, woken, commit, reason):
+    ticket = awaiting(late_order)
+    with commit(), pytest.raises(services.RefundError, match="Give a reason"):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject", reason=reason,
+                               reviewer=agent)
+    assert_nothing_written(woken)
+
+
+def test_it_refuses_a_reason_that_is_too_long(agent, late_order, woken, commit):
+    ticket = awaiting(late_order)
+    with commit(), pytest.raises(services.RefundError, match="too long"):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject",
+                               reason="x" * (services.REASON_MAX + 1), reviewer=agent)
+    assert_nothing_written(woken)
+
+
+def test_it_refuses_an_interrupt_that_is_not_pending(agent, late_order, woken, commit):
+    ticket = awaiting(late_order, interrupt_id=OTHER)
+    with commit(), pytest.raises(services.RefundError, match="no longer pending"):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent)
+    assert_nothing_written(woken)
+
+
+def test_it_refuses_a_decision_on_a_ticket_that_no_longer_waits(agent, late_order, woken, commit):
+    ticket = awaiting(late_order)
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.RUNNING)
+    ticket.refresh_from_db()
+    with commit(), pytest.raises(services.RefundError, match="no longer pending"):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent)
+    assert_nothing_written(woken)
+
+
+def test_it_refuses_a_second_decision_naming_the_first_reviewer(agent, admin_user, late_order,
+                                                                 woken, commit):
+    ticket = awaiting(late_order)
+    with commit():
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=agent)
+    assert woken == [ticket.pk]
+
+    with commit(), pytest.raises(services.AlreadyDecided) as refused:
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no",
+                               reviewer=admin_user)
+
+    assert str(refused.value).startswith("Already decided: agent approved this refund at ")
+    assert Decision.objects.get().reviewer == agent
+    assert woken == [ticket.pk]  # no second wake
+
+
+def test_already_decided_wins_over_stale_once_the_ticket_moved_on(agent, admin_user, late_order):
+    ticket = awaiting(late_order)
+    services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no",
+                           reviewer=agent)
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REJECTED, pending_interrupt_id="")
+    ticket.refresh_from_db()
+
+    with pytest.raises(services.AlreadyDecided, match="agent rejected this refund"):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=admin_user)
+
+
+def test_a_manager_may_not_decide_an_agent_ticket(manager, late_order, woken, commit):
+    # Managers take escalations; the agent queue is the agents' (admins may decide anything).
+    ticket = awaiting(late_order, role="agent")
+    with commit(), pytest.raises(PermissionDenied):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=manager)
+    assert_nothing_written(woken)
+
+
+def test_an_agent_may_not_decide_a_manager_ticket(agent, big_order, woken, commit):
+    ticket = awaiting(big_order, role="manager")
+    with commit(), pytest.raises(PermissionDenied):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent)
+    assert_nothing_written(woken)
+
+
+def test_a_user_without_a_role_may_not_decide(late_order, woken, commit, django_user_model):
+    nobody = django_user_model.objects.create_user("nobody")
+    ticket = awaiting(late_order)
+    with commit(), pytest.raises(PermissionDenied):
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=nobody)
+    assert_nothing_written(woken)
+
+
+# --- tickets_recover -----------------------------------------------------------------------------
+@pytest.fixture
+def grace(settings) -> float:
+    settings.REFUNDS_SWEEP_GRACE_SECONDS = 5.0
+    return 5.0
+
+
+def running(order, *, lease_in: float | None = None, status=Ticket.Status.RUNNING) -> Ticket:
+    ticket = Ticket.objects.create(
+        thread_id=f"refund-{order.number}-{Ticket.objects.count()}", order=order, status=status,
+        lease_owner="w1" if lease_in is not None else "",
+        lease_expires_at=timezone.now() + timedelta(seconds=lease_in) if lease_in is not None else None,
+    )
+    return ticket
+
+
+def recover(monkeypatch) -> tuple[list[int], list[int]]:
+    woken: list[int] = []
+    monkeypatch.setattr(services, "wake", woken.append)
+    return services.tickets_recover(), woken
+
+
+def test_the_sweep_picks_a_stalled_ticket_whose_lease_expired(late_order, grace, monkeypatch):
+    ticket = running(late_order, lease_in=-1)
+    age(ticket, grace + 1)
+    assert recover(monkeypatch) == ([ticket.pk], [ticket.pk])
+
+
+def test_the_sweep_picks_a_new_ticket_that_was_never_leased(late_order, grace, monkeypatch):
+    ticket = running(late_order, status=Ticket.Status.NEW)
+    age(ticket, grace + 1)
+    assert recover(monkeypatch)[0] == [ticket.pk]
+
+
+def test_the_sweep_leaves_a_ticket_younger_than_the_grace(late_order, grace, monkeypatch):
+    running(late_order, status=Ticket.Status.NEW)
+    assert recover(monkeypatch) == ([], [])
+
+
+def test_the_sweep_leaves_a_ticket_with_a_live_lease(late_order, grace, monkeypatch):
+    ticket = running(late_order, lease_in=30)
+    age(ticket, grace + 60)
+    assert recover(monkeypatch) == ([], [])
+
+
+def test_the_sweep_leaves_a_ticket_that_waits_on_a_person(late_order, grace, monkeypatch):
+    ticket = awaiting(late_order)
+    age(ticket, grace + 60)
+    assert recover(monkeypatch) == ([], [])
+
+
+def test_the_sweep_picks_a_recorded_decision_that_was_never_applied(agent, late_order, grace,
+                                                                     monkeypatch):
+    ticket = awaiting(late_order)
+    decision = Decision.objects.create(ticket=ticket, interrupt_id=PENDING, reviewer=agent,
+                                       answer="approve")
+    Decision.objects.filter(pk=decision.pk).update(
+        decided_at=timezone.now() - timedelta(seconds=grace + 1)
+    )
+    assert recover(monkeypatch) == ([ticket.pk], [ticket.pk])
+
+
+def test_the_sweep_leaves_a_fresh_decision_to_its_own_task(agent, late_order, grace, monkeypatch):
+    ticket = awaiting(late_order)
+    Decision.objects.create(ticket=ticket, interrupt_id=PENDING, reviewer=agent, answer="approve")
+    assert recover(monkeypatch) == ([], [])
+
+
+@pytest.mark.parametrize("done", [{"applied_at": True}, {"refused_reason": "stale"}])
+def test_the_sweep_leaves_a_ticket_whose_decision_was_applied_or_refused(agent, late_order, grace,
+                                                                          monkeypatch, done):
+    ticket = awaiting(late_order)
+    decision = Decision.objects.create(ticket=ticket, interrupt_id=OTHER, reviewer=agent,
+                                       answer="approve")
+    fields = {k: (timezone.now() if v is True else v) for k, v in done.items()}
+    Decision.objects.filter(pk=decision.pk).update(
+        decided_at=timezone.now() - timedelta(seconds=grace + 60), **fields
+    )
+    assert recover(monkeypatch) == ([], [])
+
+
+def test_the_sweep_leaves_an_undecided_review_with_a_live_lease(agent, late_order, grace,
+                                                                 monkeypatch):
+    ticket = awaiting(late_order, lease_owner="w1",
+                      lease_expires_at=timezone.now() + timedelta(seconds=30))
+    decision = Decision.objects.create(ticket=ticket, interrupt_id=PENDING, reviewer=agent,
+                                       answer="approve")
+    Decision.objects.filter(pk=decision.pk).update(
+        decided_at=timezone.now() - timedelta(seconds=grace + 60)
+    )
+    assert recover(monkeypatch) == ([], [])
+
+
+@pytest.mark.parametrize("status", [*Ticket.FINAL, Ticket.Status.FAILED])
+def test_the_sweep_leaves_finished_and_failed_tickets(late_order, grace, monkeypatch, status):
+    ticket = running(late_order, status=status)
+    age(ticket, grace + 60)
+    assert recover(monkeypatch) == ([], [])
+
+
+def test_the_sweep_names_each_ticket_once(agent, late_order, grace, monkeypatch):
+    stalled = running(late_order, lease_in=-1)
+    age(stalled, grace + 1)
+    waiting = awaiting(late_order)
+    for interrupt_id in (PENDING, OTHER):  # two unapplied decisions join to two rows
+        decision = Decision.objects.create(ticket=waiting, interrupt_id=interrupt_id,
+                                           reviewer=agent, answer="approve")
+        Decision.objects.filter(pk=decision.pk).update(
+            decided_at=timezone.now() - timedelta(seconds=grace + 1)
+        )
+    ids, woken = recover(monkeypatch)
+    assert ids == woken == sorted([stalled.pk, waiting.pk])
+
+
+# --- ticket_retry --------------------------------------------------------------------------------
+def test_retry_puts_a_failed_ticket_back_in_line(late_order, woken, commit):
+    ticket = running(late_order, status=Ticket.Status.FAILED, lease_in=-1)
+    Ticket.objects.filter(pk=ticket.pk).update(attempts=6, last_error="boom")
+
+    with commit():
+        assert services.ticket_retry(ticket=ticket) is True
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.RUNNING
+    assert ticket.attempts == 0
+    assert ticket.lease_owner == "" and ticket.lease_expires_at is None
+    assert woken == [ticket.pk]
+
+
+@pytest.mark.parametrize(
+    "status", [Ticket.Status.NEW, Ticket.Status.RUNNING, Ticket.Status.AWAITING_REVIEW, *Ticket.FINAL]
+)
+def test_retry_leaves_a_ticket_that_has_not_failed(late_order, woken, commit, status):
+    ticket = running(late_order, status=status, lease_in=30)
+    Ticket.objects.filter(pk=ticket.pk).update(attempts=2)
+
+    with commit():
+        assert services.ticket_retry(ticket=ticket) is False
+
+    ticket.refresh_from_db()
+    assert ticket.status == status and ticket.attempts == 2 and ticket.lease_owner == "w1"
+    assert woken == []
+
+
+# --- ticket_open ---------------------------------------------------------------------------------
+def test_opening_a_ticket_enqueues_it_after_commit(agent, late_order, woken, commit):
+    with commit():
+        ticket = services.ticket_open(order_number=" 1042 ", note=" late ", opened_by=agent)
+    assert ticket.order == late_order and ticket.note == "late"
+    assert woken == [ticket.pk]
+
+
+def test_opening_a_ticket_for_an_unknown_order_writes_nothing(late_order, woken, commit):
+    with commit(), pytest.raises(services.RefundError, match="There is no order 9"):
+        services.ticket_open(order_number="9")
+    assert Ticket.objects.count() == 0 and woken == []
