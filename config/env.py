@@ -4,12 +4,37 @@ A bad value stops the process at start with a message that names the variable, i
 surfacing later as a confusing error deep inside a worker.
 """
 
+import math
 import os
+import sys
 
 from django.core.exceptions import ImproperlyConfigured
 
+_KIND_NAMES = {int: "an integer", float: "a number"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+class BadSetting(ImproperlyConfigured):
+    """A setting from the environment has a bad value; the message names the variable."""
+
+
+def exit_on_bad_setting() -> None:
+    """Report a BadSetting that stops the process as one line, not a stack trace into Django.
+
+    Only the uncaught case changes: code that catches ImproperlyConfigured still can."""
+    previous = sys.excepthook
+    if getattr(previous, "refund_desk", False):
+        return  # settings imported twice: one hook is enough
+
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, BadSetting):
+            sys.stderr.write(f"Refund Desk cannot start: {exc}\n")
+        else:
+            previous(exc_type, exc, tb)
+
+    hook.refund_desk = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def env_str(name: str, default: str) -> str:
@@ -25,19 +50,22 @@ def env_bool(name: str, default: bool) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ImproperlyConfigured(f"{name} must be one of true/false/1/0/yes/no, got {raw!r}")
+    raise BadSetting(f"{name} must be one of true/false/1/0/yes/no, got {raw!r}")
 
 
 def env_number(name: str, default: float, *, minimum: float, kind: type = float) -> float:
     raw = os.environ.get(name)
     if raw is None:
         return default
+    what = _KIND_NAMES.get(kind, kind.__name__)
     try:
         value = kind(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a {kind.__name__}, got {raw!r}") from None
+        raise BadSetting(f"{name} must be {what}, got {raw!r}") from None
+    if not math.isfinite(value):  # float() takes "nan" and "inf"; a lease of nan seconds is not
+        raise BadSetting(f"{name} must be {what}, got {raw!r}")
     if value < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
+        raise BadSetting(f"{name} must be at least {minimum}, got {raw!r}")
     return value
 
 
@@ -50,5 +78,7 @@ def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
     scheme = value.split("://", 1)[0] if "://" in value else ""
     if scheme not in schemes:
         allowed = ", ".join(f"{s}://" for s in schemes)
-        raise ImproperlyConfigured(f"{name} must start with one of {allowed}; got {value!r}")
+        # Name the scheme only: the rest of a database URL may hold a password.
+        got = f"a {scheme}:// URL" if scheme else "a value without a scheme"
+        raise BadSetting(f"{name} must start with one of {allowed}; got {got}")
     return value

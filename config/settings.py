@@ -5,9 +5,18 @@ import os
 from pathlib import Path
 
 import dj_database_url
-from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_number, env_str, env_url
+from config.env import (
+    BadSetting,
+    env_bool,
+    env_int,
+    env_number,
+    env_str,
+    env_url,
+    exit_on_bad_setting,
+)
+
+exit_on_bad_setting()  # a bad variable stops the process with one line naming it
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("REFUNDS_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -17,7 +26,7 @@ DEBUG = env_bool("DEBUG", True)
 SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+        raise BadSetting("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -138,7 +147,10 @@ CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_VISIBILITY_TIMEOUT = env_int("CELERY_VISIBILITY_TIMEOUT", 360, minimum=1)
 if CELERY_TASK_TIME_LIMIT >= CELERY_VISIBILITY_TIMEOUT:
     # Otherwise Redis hands a still-running task to a second worker.
-    raise ImproperlyConfigured("CELERY_TASK_TIME_LIMIT must be below CELERY_VISIBILITY_TIMEOUT")
+    raise BadSetting(
+        f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT} s) must be below "
+        f"CELERY_VISIBILITY_TIMEOUT ({CELERY_VISIBILITY_TIMEOUT} s)"
+    )
 CELERY_TASK_ACKS_LATE = True  # a task is acked after it ran, so a crash redelivers it
 CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool child puts its task back
 CELERY_TASK_RETRY_ON_WORKER_LOST = True  # ... counted as a retry, so a poison task stops

@@ -1,0 +1,182 @@
+"""Settings come from the environment through strict helpers; a bad value stops the process at
+start with one line that names the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import BadSetting, env_bool, env_int, env_number, env_str, env_url
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = "REFUNDS_TEST_SETTING"
+
+
+# --- the helpers ---------------------------------------------------------------------------------
+def test_env_str_reads_the_variable_or_the_default(monkeypatch):
+    monkeypatch.delenv(VAR, raising=False)
+    assert env_str(VAR, "fallback") == "fallback"
+    monkeypatch.setenv(VAR, "value")
+    assert env_str(VAR, "fallback") == "value"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("1", True), ("true", True), (" YES ", True), ("on", True),
+     ("0", False), ("False", False), ("no", False), ("off", False), ("", False)],
+)
+def test_env_bool_reads_the_usual_spellings(monkeypatch, raw, expected):
+    monkeypatch.setenv(VAR, raw)
+    assert env_bool(VAR, not expected) is expected
+
+
+def test_env_bool_falls_back_to_the_default(monkeypatch):
+    monkeypatch.delenv(VAR, raising=False)
+    assert env_bool(VAR, True) is True
+
+
+@pytest.mark.parametrize("raw", ["maybe", "2", "tru", "y"])
+def test_env_bool_refuses_anything_else_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv(VAR, raw)
+    with pytest.raises(ImproperlyConfigured, match=f"{VAR} must be one of true/false.*{raw!r}"):
+        env_bool(VAR, True)
+
+
+def test_env_number_reads_a_number_at_or_above_its_minimum(monkeypatch):
+    monkeypatch.setenv(VAR, "2.5")
+    assert env_number(VAR, 30.0, minimum=1.0) == 2.5
+    monkeypatch.setenv(VAR, "1")
+    assert env_number(VAR, 30.0, minimum=1.0) == 1.0
+    monkeypatch.delenv(VAR)
+    assert env_number(VAR, 30.0, minimum=1.0) == 30.0
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("abc", "must be a number"), ("", "must be a number"), ("nan", "must be a number"),
+     ("inf", "must be a number"), ("-inf", "must be a number"), ("0.5", "must be at least 1.0")],
+)
+def test_env_number_refuses_bad_values_naming_the_variable(monkeypatch, raw, message):
+    monkeypatch.setenv(VAR, raw)
+    with pytest.raises(ImproperlyConfigured, match=f"^{VAR} {message}, got {raw!r}$"):
+        env_number(VAR, 30.0, minimum=1.0)
+
+
+def test_env_int_reads_an_integer(monkeypatch):
+    monkeypatch.setenv(VAR, " 7 ")
+    assert env_int(VAR, 5, minimum=1) == 7
+    assert isinstance(env_int(VAR, 5, minimum=1), int)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("1.5", "must be an integer"), ("five", "must be an integer"), ("0", "must be at least 1")],
+)
+def test_env_int_refuses_bad_values_naming_the_variable(monkeypatch, raw, message):
+    monkeypatch.setenv(VAR, raw)
+    with pytest.raises(ImproperlyConfigured, match=f"^{VAR} {message}"):
+        env_int(VAR, 5, minimum=1)
+
+
+def test_env_url_reads_a_url_with_an_allowed_scheme(monkeypatch):
+    monkeypatch.setenv(VAR, " postgres://u:p@db/refunds ")
+    assert env_url(VAR, "sqlite:///x", schemes=("sqlite", "postgres")) == "postgres://u:p@db/refunds"
+    monkeypatch.delenv(VAR)
+    assert env_url(VAR, "sqlite:///x", schemes=("sqlite", "postgres")) == "sqlite:///x"
+
+
+@pytest.mark.parametrize(
+    ("raw", "got"),
+    [("mysql://u:secret@db/x", "a mysql:// URL"), ("/var/db.sqlite3", "a value without a scheme"),
+     ("", "a value without a scheme")],
+)
+def test_env_url_refuses_other_schemes_without_echoing_credentials(monkeypatch, raw, got):
+    monkeypatch.setenv(VAR, raw)
+    with pytest.raises(ImproperlyConfigured) as refused:
+        env_url(VAR, "sqlite:///x", schemes=("sqlite", "postgres"))
+    message = str(refused.value)
+    assert message == f"{VAR} must start with one of sqlite://, postgres://; got {got}"
+    assert "secret" not in message
+
+
+def test_a_bad_setting_is_an_improperly_configured():
+    assert issubclass(BadSetting, ImproperlyConfigured)
+
+
+# --- starting Django with a bad setting ----------------------------------------------------------
+def manage_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL"))
+             and k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**clean, "REFUNDS_DATA_DIR": str(tmp_path), **env},
+    )
+
+
+def test_django_starts_with_the_embedded_defaults(tmp_path):
+    result = manage_check(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REFUNDS_LEASE_SECONDS": "abc"}, "REFUNDS_LEASE_SECONDS must be a number, got 'abc'"),
+        ({"REFUNDS_MAX_ATTEMPTS": "0"}, "REFUNDS_MAX_ATTEMPTS must be at least 1"),
+        ({"DATABASE_URL": "mysql://u:secret@db/refunds"},
+         "DATABASE_URL must start with one of sqlite://, postgres://, postgresql://"),
+        ({"CHECKPOINT_URL": "redis://localhost"}, "CHECKPOINT_URL must start with one of"),
+        ({"CELERY_BROKER_URL": "sqs://queue"}, "CELERY_BROKER_URL must start with one of"),
+        ({"CELERY_TASK_TIME_LIMIT": "360"},
+         "CELERY_TASK_TIME_LIMIT (360 s) must be below CELERY_VISIBILITY_TIMEOUT (360 s)"),
+        ({"CELERY_TASK_TIME_LIMIT": "100", "CELERY_VISIBILITY_TIMEOUT": "60"},
+         "CELERY_TASK_TIME_LIMIT (100 s) must be below CELERY_VISIBILITY_TIMEOUT (60 s)"),
+        ({"DEBUG": "sometimes"}, "DEBUG must be one of true/false"),
+        ({"DEBUG": "false"}, "SECRET_KEY must be set when DEBUG is off"),
+    ],
+)
+def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, message):
+    result = manage_check(tmp_path, **env)
+
+    assert result.returncode != 0
+    assert result.stderr.startswith(f"Refund Desk cannot start: {message}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "secret" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("gateway", "check_id", "message"),
+    [("refunds.nowhere.Gateway", "refunds.E001", "cannot be imported"),
+     ("refunds.models.Order", "refunds.E002", "has no charge() method")],
+)
+def test_a_gateway_that_cannot_charge_fails_the_system_check(tmp_path, gateway, check_id, message):
+    result = manage_check(tmp_path, REFUNDS_GATEWAY=gateway)
+
+    assert result.returncode != 0
+    assert f"({check_id}) REFUNDS_GATEWAY='{gateway}' {message}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bad_setting_still_raises_for_code_that_imports_settings(tmp_path):
+    # Only the uncaught, process-ending case is shortened; an importer can still catch it.
+    code = (
+        "import django\n"
+        "from django.core.exceptions import ImproperlyConfigured\n"
+        "try:\n    django.setup()\n"
+        "except ImproperlyConfigured as exc:\n    print('caught:', exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
+             "REFUNDS_DATA_DIR": str(tmp_path), "REFUNDS_LEASE_SECONDS": "-1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "caught: REFUNDS_LEASE_SECONDS must be at least 1.0, got '-1'" in result.stdout
