@@ -1,0 +1,38 @@
+"""Create (or bring up to date) LangGraph's checkpoint and store tables.
+
+`manage.py migrate` already does this through a post_migrate hook; this command is for a
+checkpoint database of its own (CHECKPOINT_URL) or a deploy step that wants it spelled out.
+Run it from one process at deploy time, never from workers: PostgresSaver.setup() raced by two
+processes on an empty schema makes the loser fail.
+"""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from refunds import runner
+
+
+class Command(BaseCommand):
+    help = "Create the LangGraph checkpoint and store tables (idempotent; run once per deploy)."
+
+    def handle(self, *args, **options):
+        url = runner.checkpoint_url()
+        if not url.startswith("sqlite:"):
+            _check_reachable(url)  # the pool would only say "couldn't get a connection" after 30 s
+        runner.setup_persistence()
+        where = url if url.startswith("sqlite:") else "PostgreSQL " + _dbname(url)
+        self.stdout.write(f"Checkpoint and store tables are ready in {where}.")
+
+
+def _dbname(conninfo: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    return str(conninfo_to_dict(conninfo).get("dbname", "?"))
+
+
+def _check_reachable(conninfo: str) -> None:
+    import psycopg
+
+    try:
+        psycopg.connect(conninfo, connect_timeout=5).close()
+    except psycopg.OperationalError as exc:
+        raise CommandError(f"Cannot reach the checkpoint database: {exc}".strip()) from None

@@ -1,0 +1,83 @@
+"""PostgreSQL deployment: checkpoints beside the app data, tables created once at deploy."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from refunds import runner
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+on_postgres = pytest.mark.skipif(
+    not settings.IS_POSTGRES, reason="needs DATABASE_URL=postgres://... (PostgreSQL)"
+)
+
+
+def tables() -> set[str]:
+    with connection.cursor() as cursor:
+        return set(connection.introspection.table_names(cursor))
+
+
+@on_postgres
+def test_migrate_created_the_checkpoint_and_store_tables_in_the_app_database(db):
+    assert {"checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations",
+            "store", "store_migrations"} <= tables()
+
+
+@on_postgres
+def test_checkpoints_default_to_the_app_database(db):
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert not settings.CHECKPOINT_URL
+    assert conninfo_to_dict(runner.checkpoint_url())["dbname"] == connection.settings_dict["NAME"]
+
+
+@on_postgres
+def test_the_checkpointer_uses_a_connection_pool(db):
+    from psycopg_pool import ConnectionPool
+
+    saver, store = runner._persistence(os.getpid())
+    assert isinstance(saver.conn, ConnectionPool) and store.conn is saver.conn
+
+
+@on_postgres
+def test_setup_checkpoints_can_run_again_at_the_next_deploy(db, capsys):
+    call_command("setup_checkpoints")
+    call_command("setup_checkpoints")
+    assert "ready in PostgreSQL" in capsys.readouterr().out
+
+
+def test_workers_never_create_checkpoint_tables():
+    # Setup raced by workers starting together fails (measured); only migrate runs it.
+    callers = subprocess.run(
+        ["grep", "-rln", "setup_persistence\\|\\.setup()", "refunds", "reviews", "config"],
+        cwd=ROOT, capture_output=True, text=True,
+    ).stdout.split()
+    assert sorted(callers) == [
+        "refunds/management/commands/setup_checkpoints.py",
+        "refunds/runner.py",
+        "refunds/signals.py",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DATABASE_URL": "mysql://x@h/db"}, "DATABASE_URL must start with one of"),
+        ({"CHECKPOINT_URL": "redis://h/0"}, "CHECKPOINT_URL must start with one of"),
+        ({"CELERY_BROKER_URL": "sqs://"}, "CELERY_BROKER_URL must start with one of"),
+        ({"CHECKPOINT_POOL_SIZE": "0"}, "CHECKPOINT_POOL_SIZE must be at least 1"),
+    ],
+)
+def test_a_bad_scale_out_setting_stops_the_process_with_its_name(env, message, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
+             "REFUNDS_DATA_DIR": str(tmp_path), **env},
+    )
+    assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]
