@@ -1,0 +1,78 @@
+"""Start and kill real Celery processes: used by crashtest, the benchmarks and the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class CeleryProcess:
+    """`celery worker` or `celery beat` in its own session, so a kill takes its children too."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str]):
+        self.args, self.log, self.env = args, log, env
+        self.proc: subprocess.Popen | None = None
+
+    @classmethod
+    def worker(cls, name: str, log_dir: Path, env: dict[str, str], *, pool: str = "prefork",
+               concurrency: int = 1) -> CeleryProcess:
+        args = ["worker", "-l", "info", "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h",
+                "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        return cls(args, log_dir / f"{name}.log", env)
+
+    @classmethod
+    def beat(cls, log_dir: Path, env: dict[str, str]) -> CeleryProcess:
+        args = ["beat", "-l", "info", "--schedule", str(log_dir / "beat-schedule")]
+        return cls(args, log_dir / "beat.log", env)
+
+    def start(self, *, wait_ready: bool = False, timeout: float = 60) -> CeleryProcess:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "config", *self.args],
+                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if wait_ready:
+            deadline = time.monotonic() + timeout
+            while b"ready." not in self.log.read_bytes()[offset:]:
+                if not self.alive:
+                    raise RuntimeError(f"{self.log.name} exited:\n{self.output()[-3000:]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.log.name} not ready in {timeout}s")
+                time.sleep(0.05)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the whole process group: main process and pool children, no cleanup."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.alive:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
