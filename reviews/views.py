@@ -62,8 +62,10 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         return _decision_error(request, ticket, str(exc), status=409)
     except services.RefundError as exc:
         return _decision_error(request, ticket, str(exc), status=400)
-    verb = "Approved" if answer == "approve" else "Rejected"
-    text = f"{verb} the refund on order {ticket.order.number}; it is on its way."
+    if answer == "approve":
+        text = f"Approved the refund on order {ticket.order.number}; it is being paid out."
+    else:
+        text = f"Rejected the refund on order {ticket.order.number}."
     if request.htmx:
         response = render(request, "reviews/_decided_row.html", {"ticket": ticket, "text": text})
         return trigger_client_event(response, "queueChanged")
@@ -73,9 +75,14 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
 
 def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, status: int):
     if request.htmx:
-        context = {"ticket": ticket, "error": text, "may_decide": may_decide(request.user, ticket.required_role)}
-        response = render(request, "reviews/_review_row.html", context, status=status)
-        # htmx does not swap error responses by default; this one is meant to be shown.
+        context = {
+            "ticket": ticket,
+            "error": text,
+            "may_decide": may_decide(request.user, ticket.required_role),
+        }
+        response = render(request, "reviews/_decision_error.html", context, status=status)
+        # Swapped although it is a 4xx: base.html's htmx-config lets 400/403/409 through. The
+        # message also goes to #messages, since the queue's next poll replaces the row.
         response["HX-Retarget"] = f"#review-{ticket.pk}"
         response["HX-Reswap"] = "outerHTML"
         return response
