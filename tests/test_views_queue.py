@@ -1,0 +1,95 @@
+"""The review queue page, its polled fragments, and the open-ticket form it carries."""
+
+import pytest
+from django.urls import reverse
+
+from refunds.models import Ticket
+from tests.conftest import make_order
+from tests.reviewing import awaiting_review
+
+QUEUE = reverse("reviews:queue")
+
+
+@pytest.fixture
+def reviews(late_order, big_order):
+    """One review for agents ($6.99), one for managers ($48.00), one at the line ($20.00)."""
+    at_the_line = make_order("1047", late=2, fee_cents=2000, name="Cy Lin")
+    return {
+        "small": awaiting_review(late_order),
+        "big": awaiting_review(big_order),
+        "line": awaiting_review(at_the_line),
+    }
+
+
+def review_ids(response) -> set[int]:
+    return {t.pk for t in response.context["reviews"]}
+
+
+def test_it_shows_agents_only_reviews_up_to_twenty_dollars(client, agent, reviews):
+    client.force_login(agent)
+    response = client.get(QUEUE)
+    assert response.status_code == 200
+    assert review_ids(response) == {reviews["small"].pk, reviews["line"].pk}
+    assert b"$6.99" in response.content and b"$20.00" in response.content
+    assert b"$48.00" not in response.content
+
+
+def test_it_shows_managers_only_reviews_over_twenty_dollars(client, manager, reviews):
+    client.force_login(manager)
+    response = client.get(QUEUE)
+    assert review_ids(response) == {reviews["big"].pk}
+    assert b"$48.00" in response.content and b"$6.99" not in response.content
+
+
+def test_it_shows_admins_every_review(client, admin_user, reviews):
+    client.force_login(admin_user)
+    response = client.get(QUEUE)
+    assert review_ids(response) == {t.pk for t in reviews.values()}
+
+
+def test_it_leaves_out_tickets_that_wait_on_nobody(client, agent, late_order):
+    awaiting_review(late_order)
+    Ticket.objects.update(status=Ticket.Status.REFUNDED, pending_interrupt_id="")
+    client.force_login(agent)
+    response = client.get(QUEUE)
+    assert review_ids(response) == set()
+    assert b"Nothing waits on you" in response.content
+
+
+def test_it_gives_each_review_a_form_that_works_without_javascript(client, agent, reviews):
+    client.force_login(agent)
+    html = client.get(QUEUE).content.decode()
+    small = reviews["small"]
+    assert f'action="{reverse("reviews:decide", args=[small.pk])}"' in html
+    assert f'value="{small.pending_interrupt_id}"' in html
+    assert 'name="approve"' in html and 'name="reject"' in html
+
+
+def test_it_serves_only_the_rows_to_an_htmx_poll(client, agent, reviews):
+    client.force_login(agent)
+    response = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.startswith('<tbody id="queue-rows"')
+    assert "<html" not in html
+    assert f'id="review-{reviews["small"].pk}"' in html
+
+
+def test_it_serves_only_the_recent_tickets_to_an_htmx_poll(client, agent, late_order):
+    awaiting_review(late_order, opened_by=agent)
+    client.force_login(agent)
+    response = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "recent-tickets"})
+    html = response.content.decode()
+    assert html.startswith('<tbody id="recent-tickets"')
+    assert "order 1042" in html and "Awaiting review" in html
+
+
+def test_it_redirects_anonymous_users_to_log_in(client):
+    response = client.get(QUEUE)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_it_rejects_post(client, agent):
+    client.force_login(agent)
+    assert client.post(QUEUE).status_code == 405

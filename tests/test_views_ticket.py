@@ -1,0 +1,210 @@
+"""The ticket page (and its polled status fragment) and the open-ticket form."""
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from refunds import runner
+from refunds.models import Charge, Decision, Email, Ticket
+from tests.reviewing import awaiting_review
+
+NEW = reverse("reviews:ticket_new")
+POLL = {"HX-Request": "true", "HX-Target": "ticket-status"}
+
+
+def page(ticket: Ticket) -> str:
+    return reverse("reviews:ticket", args=[ticket.pk])
+
+
+def refunded(ticket: Ticket, reviewer) -> Ticket:
+    """What the runner leaves behind after an approval went through, without running it."""
+    Decision.objects.create(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
+                            reviewer=reviewer, answer="approve", reason="late indeed")
+    Charge.objects.create(ticket=ticket, idempotency_key=f"{ticket.thread_id}:charge_card",
+                          amount_cents=ticket.amount_cents, receipt="rcpt-test-1")
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status=Ticket.Status.REFUNDED, pending_interrupt_id="", pending_payload=None,
+        next_nodes=[], outcome_reason="Refunded $6.99.",
+        nodes_run=ticket.nodes_run + ["approve", "charge_card", "email"])
+    ticket.refresh_from_db()
+    return ticket
+
+
+# --- the ticket page ---------------------------------------------------------------------------
+def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
+    transactional_db, client, agent, late_order
+):
+    client.force_login(agent)
+    client.post(NEW, {"order_number": "1042", "note": "4 days late"})
+    ticket = Ticket.objects.get()
+    assert runner.advance(ticket.pk) == "awaiting_review"
+
+    html = client.get(page(ticket)).content.decode()
+    assert "Awaiting review" in html
+    assert "lookup → " in html and "triage" in html
+    assert "<strong>Refund $6.99</strong>" in html  # the review's markdown, rendered
+    assert "Customer says: 4 days late" in html
+    assert 'name="approve"' in html  # an agent decides $6.99
+    assert 'hx-trigger="every 2s"' in html  # and the page keeps itself current
+
+    ticket.refresh_from_db()
+    client.post(reverse("reviews:decide", args=[ticket.pk]),
+                {"interrupt_id": ticket.pending_interrupt_id, "approve": "1"})
+    html = client.get(page(ticket)).content.decode()
+    assert "Approved by <strong>agent</strong>" in html and "being applied" in html
+
+    assert runner.advance(ticket.pk) == "refunded"
+    charge, email = Charge.objects.get(), Email.objects.get()
+    html = client.get(page(ticket)).content.decode()
+    assert "Refunded" in html and "Refunded $6.99." in html
+    assert "approve → charge_card → email" in html
+    assert charge.receipt in html and "$6.99" in html
+    assert f"“{email.subject}” to ana@example.com" in html and "sent " in html
+    assert "Approved by <strong>agent</strong>" in html and "being applied" not in html
+    assert 'name="approve"' not in html
+    assert 'hx-trigger="every 2s"' not in html
+
+
+def test_it_shows_a_decline_by_policy_through_the_real_runner(
+    transactional_db, client, agent, on_time_order
+):
+    client.force_login(agent)
+    client.post(NEW, {"order_number": "1043"})
+    ticket = Ticket.objects.get()
+    assert runner.advance(ticket.pk) == "declined"
+
+    html = client.get(page(ticket)).content.decode()
+    assert "Declined by policy" in html and "arrived 1 day early" in html
+    assert "No decision yet" not in html  # nobody was asked
+    assert "No charge" in html and "No email" in html
+
+
+def test_it_shows_a_rejection_with_who_made_it_and_why(client, agent, manager, late_order):
+    ticket = awaiting_review(late_order)
+    Decision.objects.create(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
+                            reviewer=agent, answer="reject", reason="Signed for on time")
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REJECTED,
+                                               outcome_reason="Signed for on time")
+    client.force_login(manager)
+    html = client.get(page(ticket)).content.decode()
+    assert "Rejected by reviewer" in html
+    assert "Rejected by <strong>agent</strong>" in html and "Signed for on time" in html
+
+
+def test_it_shows_a_review_to_someone_who_may_not_decide_it(client, agent, big_order):
+    ticket = awaiting_review(big_order)
+    client.force_login(agent)
+    html = client.get(page(ticket)).content.decode()
+    assert "Awaiting review" in html
+    assert "A manager decides this refund." in html
+    assert 'name="approve"' not in html
+
+
+def test_it_serves_the_status_fragment_to_a_poll_while_the_ticket_moves(client, agent,
+                                                                        late_order):
+    ticket = awaiting_review(late_order)
+    client.force_login(agent)
+    response = client.get(page(ticket), headers=POLL)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.startswith('<div id="ticket-status"') and "<html" not in html
+    assert 'hx-trigger="every 2s"' in html
+
+
+def test_it_stops_the_poll_once_the_ticket_is_final(client, agent, late_order):
+    ticket = refunded(awaiting_review(late_order), agent)
+    client.force_login(agent)
+    response = client.get(page(ticket), headers=POLL)
+    assert response.status_code == 286  # htmx's "stop polling"
+    html = response.content.decode()
+    assert "Refunded" in html and "rcpt-test-1" in html
+    assert "hx-trigger" not in html
+
+
+def test_it_stops_the_poll_once_the_ticket_failed(client, agent, late_order):
+    ticket = awaiting_review(late_order)
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.FAILED,
+                                               last_error="RuntimeError: boom")
+    client.force_login(agent)
+    response = client.get(page(ticket), headers=POLL)
+    assert response.status_code == 286
+    assert "RuntimeError: boom" in response.content.decode()
+
+
+def test_it_redirects_anonymous_users_to_log_in(client, late_order):
+    ticket = awaiting_review(late_order)
+    for headers in ({}, POLL):
+        response = client.get(page(ticket), headers=headers)
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+
+
+def test_it_answers_404_for_an_unknown_ticket(client, agent):
+    client.force_login(agent)
+    assert client.get(reverse("reviews:ticket", args=[999])).status_code == 404
+
+
+def test_it_rejects_post(client, agent, late_order):
+    ticket = awaiting_review(late_order)
+    client.force_login(agent)
+    assert client.post(page(ticket)).status_code == 405
+
+
+# --- the open-ticket form ----------------------------------------------------------------------
+def test_it_shows_the_form(client, agent):
+    client.force_login(agent)
+    response = client.get(NEW)
+    assert response.status_code == 200
+    assert 'name="order_number"' in response.content.decode()
+
+
+def test_it_opens_a_ticket_and_shows_its_page(client, agent, late_order):
+    client.force_login(agent)
+    response = client.post(NEW, {"order_number": " 1042 ", "note": "4 days late"})
+    ticket = Ticket.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == page(ticket)
+    assert ticket.opened_by == agent and ticket.note == "4 days late"
+    assert ticket.status == Ticket.Status.NEW
+
+
+def test_it_opens_a_ticket_from_the_queue_with_htmx(client, agent, late_order):
+    client.force_login(agent)
+    response = client.post(NEW, {"order_number": "1042"}, headers={"HX-Request": "true"})
+    ticket = Ticket.objects.get()
+    assert response.status_code == 200
+    assert "ticketsChanged" in json.loads(response["HX-Trigger"])
+    html = response.content.decode()
+    assert html.startswith('<form id="ticket-form"')
+    assert f"ticket {ticket.pk}</a> for order 1042" in html
+    assert 'value=""' in html  # emptied for the next one
+
+
+@pytest.mark.parametrize("htmx", [False, True])
+def test_it_refuses_an_unknown_order(client, agent, late_order, htmx):
+    client.force_login(agent)
+    response = client.post(NEW, {"order_number": "9999", "note": "where is it"},
+                           headers={"HX-Request": "true"} if htmx else {})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "There is no order 9999." in html
+    assert 'value="9999"' in html and "where is it" in html  # what was typed is kept
+    assert not Ticket.objects.exists()
+
+
+@pytest.mark.parametrize("htmx", [False, True])
+def test_it_refuses_an_empty_order_number(client, agent, late_order, htmx):
+    client.force_login(agent)
+    response = client.post(NEW, {"order_number": "   "},
+                           headers={"HX-Request": "true"} if htmx else {})
+    assert response.status_code == 400
+    assert "Enter an order number." in response.content.decode()
+    assert not Ticket.objects.exists()
+
+
+def test_it_redirects_anonymous_users_from_the_form_to_log_in(client, late_order):
+    for response in (client.get(NEW), client.post(NEW, {"order_number": "1042"})):
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+    assert not Ticket.objects.exists()
