@@ -1,0 +1,158 @@
+"""runner.advance in-process: leases, exact resumes, the mirror. (Real processes: test_crash.py.)"""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from refunds import runner, services
+from refunds.models import Charge, Decision, Ticket
+
+
+@pytest.fixture
+def paused(transactional_db, agent, late_order) -> Ticket:
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def checkpoints(ticket: Ticket) -> int:
+    return len(runner.history(ticket))
+
+
+def test_advancing_a_paused_thread_again_runs_nothing(paused):
+    before = checkpoints(paused)
+    assert runner.advance(paused.pk) == "awaiting_review"
+    assert checkpoints(paused) == before
+    paused.refresh_from_db()
+    assert paused.attempts == 0 and paused.lease_owner == ""
+
+
+def test_a_thread_leased_by_another_worker_is_left_alone(paused, agent):
+    services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
+                           answer="approve", reviewer=agent)
+    Ticket.objects.filter(pk=paused.pk).update(
+        lease_owner="someone-else", lease_expires_at=timezone.now() + timedelta(seconds=30))
+    assert runner.advance(paused.pk) == "busy"
+    assert Charge.objects.count() == 0
+    assert Decision.objects.get().applied_at is None
+
+
+def test_an_expired_lease_is_taken_over(paused, agent):
+    services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
+                           answer="approve", reviewer=agent)
+    Ticket.objects.filter(pk=paused.pk).update(
+        lease_owner="dead-worker", lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert runner.advance(paused.pk) == "refunded"
+    assert Charge.objects.count() == 1
+
+
+def test_a_decision_for_an_interrupt_the_thread_no_longer_waits_on_is_refused(paused, agent):
+    stale = Decision.objects.create(ticket=paused, interrupt_id="not-pending-anymore",
+                                    reviewer=agent, answer="approve")
+    assert runner.advance(paused.pk) == "awaiting_review"
+    stale.refresh_from_db()
+    assert stale.applied_at is None
+    assert "no longer waits" in stale.refused_reason
+    assert Charge.objects.count() == 0
+
+
+def test_a_resume_is_keyed_by_interrupt_id_and_applied_once(paused, agent):
+    decision = services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
+                                      answer="approve", reviewer=agent)
+    assert runner.advance(paused.pk) == "refunded"
+    after = checkpoints(paused)
+    assert runner.advance(paused.pk) == "refunded"  # a second delivery is a no-op
+    assert checkpoints(paused) == after
+    decision.refresh_from_db()
+    assert decision.applied_at is not None
+    state = runner.snapshot(paused).values
+    assert state["decision"]["decision_id"] == decision.pk
+
+
+def test_a_crash_after_the_resume_landed_is_noticed_not_replayed(paused, agent):
+    decision = services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
+                                      answer="approve", reviewer=agent)
+    assert runner.advance(paused.pk) == "refunded"
+    Decision.objects.filter(pk=decision.pk).update(applied_at=None)  # the note was lost
+    Ticket.objects.filter(pk=paused.pk).update(status="running")  # and so was the mirror
+    assert runner.advance(paused.pk) == "refunded"
+    decision.refresh_from_db()
+    assert decision.applied_at is not None and decision.refused_reason == ""
+    assert Charge.objects.count() == 1
+
+
+def test_the_mirror_is_rebuilt_from_the_checkpoint(paused):
+    Ticket.objects.filter(pk=paused.pk).update(status="running", pending_interrupt_id="",
+                                               pending_payload=None)
+    runner.sync_mirror(paused)
+    paused.refresh_from_db()
+    assert paused.status == "awaiting_review"
+    assert paused.pending_interrupt_id == runner.snapshot(paused).interrupts[0].id
+    assert paused.pending_payload["required_role"] == "agent"
+
+
+def test_a_ticket_that_keeps_failing_is_marked_failed_after_the_cap(
+    transactional_db, agent, late_order, settings, monkeypatch
+):
+    settings.REFUNDS_MAX_ATTEMPTS = 2
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+
+    def broken(number):
+        raise ConnectionError("orders service unreachable")
+
+    monkeypatch.setattr(runner, "collaborators", _with(find_order=broken))
+    assert runner.advance(ticket.pk) == "error"
+    assert runner.advance(ticket.pk) == "error"
+    ticket.refresh_from_db()
+    assert ticket.status == "running" and "orders service unreachable" in ticket.last_error
+    assert runner.advance(ticket.pk) == "failed"
+    ticket.refresh_from_db()
+    assert ticket.status == "failed"
+    assert "gave up after 2 attempts" in ticket.last_error
+    assert runner.advance(ticket.pk) == "failed"  # a failed ticket waits for an admin
+
+
+def _with(**overrides):
+    original = runner.collaborators
+
+    def build(lease=None):
+        ctx = original(lease)
+        for name, value in overrides.items():
+            setattr(ctx, name, value)
+        return ctx
+
+    return build
+
+
+def test_an_unknown_ticket_is_reported_missing(transactional_db):
+    assert runner.advance(987654) == "missing"
+
+
+def test_the_lease_is_renewed_while_a_long_run_goes_on(
+    transactional_db, agent, late_order, settings, tmp_path
+):
+    import json
+    import threading
+    import time
+
+    from django.db import connection
+
+    settings.REFUNDS_LEASE_SECONDS = 0.6
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"*": {"point": "check_policy", "action": "sleep", "seconds": 2}}))
+    settings.REFUNDS_CRASH_PLAN = str(plan)
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    results = []
+
+    def run():
+        results.append(runner.advance(ticket.pk))
+        connection.close()
+
+    first = threading.Thread(target=run)
+    first.start()
+    time.sleep(1.2)  # twice the lease: only renewal keeps it
+    assert runner.advance(ticket.pk) == "busy"
+    first.join()
+    assert results == ["awaiting_review"]
