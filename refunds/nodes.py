@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date
 from typing import Literal
 
-from langgraph.errors import NodeError
+from langgraph.errors import GraphBubbleUp, NodeError
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
@@ -159,6 +159,12 @@ def route_decision(state: RefundState) -> Literal["charge_card", "__end__"]:
     return "charge_card" if state["decision"]["answer"] == "approve" else "__end__"
 
 
+class _LeaseLostBeforeCharge(LeaseLost, GraphBubbleUp):
+    """LeaseLost that LangGraph lets through: a GraphBubbleUp skips charge_card's error handler
+    and writes nothing to the thread, so the worker that now holds the lease finds charge_card
+    still to run, instead of a manager finding a failed charge that never was."""
+
+
 def charge_key(ticket_key: str) -> str:
     # Derived from the thread and the step, never random: a re-run returns the first charge.
     return f"{ticket_key}:charge_card"
@@ -169,7 +175,7 @@ def charge_card(state: RefundState, runtime: Runtime[Collaborators]) -> RefundSt
     key = state["ticket_key"]
     ctx.crash_point(key, "charge_card:before_gateway")
     if not ctx.still_owner():
-        raise LeaseLost(f"lease on {key} lost before the charge")
+        raise _LeaseLostBeforeCharge(f"lease on {key} lost before the charge")
     receipt = ctx.gateway.charge(
         idempotency_key=charge_key(key), amount_cents=state["amount_cents"], ticket_key=key
     )
