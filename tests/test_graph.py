@@ -44,7 +44,8 @@ class FakeGateway:
 
     def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
         self.calls.append(
-            {"idempotency_key": idempotency_key, "amount_cents": amount_cents, "ticket_key": ticket_key}
+            {"idempotency_key": idempotency_key, "amount_cents": amount_cents,
+             "ticket_key": ticket_key}
         )
         if self.errors:
             raise self.errors.pop(0)
@@ -82,7 +83,8 @@ class Desk:
 
     def start(self) -> dict:
         return self.graph.invoke(
-            {"ticket_key": TICKET, "order_number": "1042", "note": "4 days late", "flow_version": 1},
+            {"ticket_key": TICKET, "order_number": "1042", "note": "4 days late",
+             "flow_version": 1},
             self.config, context=self.context, durability="sync",
         )
 
@@ -410,7 +412,8 @@ def test_fraud_and_history_checks_run_in_the_same_step():
     desk = Desk(order_facts())
     desk.start()
 
-    steps = {tuple(sorted(s.next)): s.metadata["step"] for s in desk.graph.get_state_history(desk.config)}
+    history = desk.graph.get_state_history(desk.config)
+    steps = {tuple(sorted(s.next)): s.metadata["step"] for s in history}
 
     assert ("fraud_check", "history_check") in steps
     assert steps[("fraud_check", "history_check")] == steps[("lookup",)] + 1

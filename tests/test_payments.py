@@ -19,7 +19,8 @@ def ticket(late_order) -> Ticket:
 
 
 def test_it_charges_once_and_records_the_charge(ticket):
-    receipt = DemoGateway().charge(idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id)
+    receipt = DemoGateway().charge(idempotency_key=KEY, amount_cents=699,
+                                   ticket_key=ticket.thread_id)
 
     charge = Charge.objects.get()
     assert receipt.startswith("rcpt_") and charge.receipt == receipt

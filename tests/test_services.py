@@ -44,7 +44,8 @@ def awaiting(order, *, role: str = "agent", interrupt_id: str = PENDING, **field
 
 def age(ticket: Ticket, seconds: float) -> None:
     # QuerySet.update() leaves auto_now alone, so this sets how long ago the row last changed.
-    Ticket.objects.filter(pk=ticket.pk).update(updated_at=timezone.now() - timedelta(seconds=seconds))
+    then = timezone.now() - timedelta(seconds=seconds)
+    Ticket.objects.filter(pk=ticket.pk).update(updated_at=then)
 
 
 # --- ticket_decide -------------------------------------------------------------------------------
@@ -115,7 +116,8 @@ def test_it_refuses_a_reason_that_is_too_long(agent, late_order, woken, commit):
 def test_it_refuses_an_interrupt_that_is_not_pending(agent, late_order, woken, commit):
     ticket = awaiting(late_order, interrupt_id=OTHER)
     with commit(), pytest.raises(services.RefundError, match="no longer pending"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent)
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=agent)
     assert_nothing_written(woken)
 
 
@@ -124,7 +126,8 @@ def test_it_refuses_a_decision_on_a_ticket_that_no_longer_waits(agent, late_orde
     Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.RUNNING)
     ticket.refresh_from_db()
     with commit(), pytest.raises(services.RefundError, match="no longer pending"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent)
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=agent)
     assert_nothing_written(woken)
 
 
@@ -149,7 +152,9 @@ def test_already_decided_wins_over_stale_once_the_ticket_moved_on(agent, admin_u
     ticket = awaiting(late_order)
     services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no",
                            reviewer=agent)
-    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REJECTED, pending_interrupt_id="")
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status=Ticket.Status.REJECTED, pending_interrupt_id=""
+    )
     ticket.refresh_from_db()
 
     with pytest.raises(services.AlreadyDecided, match="agent rejected this refund"):
@@ -169,7 +174,8 @@ def test_a_manager_may_not_decide_an_agent_ticket(manager, late_order, woken, co
 def test_an_agent_may_not_decide_a_manager_ticket(agent, big_order, woken, commit):
     ticket = awaiting(big_order, role="manager")
     with commit(), pytest.raises(PermissionDenied):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent)
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=agent)
     assert_nothing_written(woken)
 
 
@@ -177,7 +183,8 @@ def test_a_user_without_a_role_may_not_decide(late_order, woken, commit, django_
     nobody = django_user_model.objects.create_user("nobody")
     ticket = awaiting(late_order)
     with commit(), pytest.raises(PermissionDenied):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=nobody)
+        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
+                               reviewer=nobody)
     assert_nothing_written(woken)
 
 
@@ -192,7 +199,9 @@ def running(order, *, lease_in: float | None = None, status=Ticket.Status.RUNNIN
     ticket = Ticket.objects.create(
         thread_id=f"refund-{order.number}-{Ticket.objects.count()}", order=order, status=status,
         lease_owner="w1" if lease_in is not None else "",
-        lease_expires_at=timezone.now() + timedelta(seconds=lease_in) if lease_in is not None else None,
+        lease_expires_at=(
+            timezone.now() + timedelta(seconds=lease_in) if lease_in is not None else None
+        ),
     )
     return ticket
 
@@ -311,7 +320,8 @@ def test_retry_puts_a_failed_ticket_back_in_line(late_order, woken, commit):
 
 
 @pytest.mark.parametrize(
-    "status", [Ticket.Status.NEW, Ticket.Status.RUNNING, Ticket.Status.AWAITING_REVIEW, *Ticket.FINAL]
+    "status",
+    [Ticket.Status.NEW, Ticket.Status.RUNNING, Ticket.Status.AWAITING_REVIEW, *Ticket.FINAL],
 )
 def test_retry_leaves_a_ticket_that_has_not_failed(late_order, woken, commit, status):
     ticket = running(late_order, status=status, lease_in=30)

@@ -85,7 +85,8 @@ def test_env_int_refuses_bad_values_naming_the_variable(monkeypatch, raw, messag
 
 def test_env_url_reads_a_url_with_an_allowed_scheme(monkeypatch):
     monkeypatch.setenv(VAR, " postgres://u:p@db/refunds ")
-    assert env_url(VAR, "sqlite:///x", schemes=("sqlite", "postgres")) == "postgres://u:p@db/refunds"
+    schemes = ("sqlite", "postgres")
+    assert env_url(VAR, "sqlite:///x", schemes=schemes) == "postgres://u:p@db/refunds"
     monkeypatch.delenv(VAR)
     assert env_url(VAR, "sqlite:///x", schemes=("sqlite", "postgres")) == "sqlite:///x"
 
