@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from refunds.models import Decision, Order, Ticket, may_decide
+from refunds.models import Decision, Order, Role, Ticket, may_decide
 
 log = logging.getLogger(__name__)
 NOTE_MAX = 2000
@@ -67,7 +67,7 @@ def ticket_decide(
 ) -> Decision:
     """Record a reviewer's answer to one pending interrupt, then let a worker apply it."""
     if not may_decide(reviewer, ticket.required_role):
-        raise PermissionDenied("Refunds over $20.00 are decided by a manager.")
+        raise PermissionDenied(_who_decides(ticket.required_role))
     if answer not in Decision.Answer.values:
         raise RefundError("Choose approve or reject.")
     reason = (reason or "").strip()
@@ -94,6 +94,14 @@ def ticket_decide(
         earlier = Decision.objects.select_related("reviewer").get(interrupt_id=interrupt_id)
         raise AlreadyDecided(_already_decided_message(earlier)) from None
     return decision
+
+
+def _who_decides(role: str) -> str:
+    if role == Role.MANAGER:
+        return "This refund is decided by a manager (it is over $20.00 or flagged by policy)."
+    if role == Role.AGENT:
+        return "This refund is decided by a support agent ($20.00 or less)."
+    return "This ticket is not waiting on a review."
 
 
 def _already_decided_message(decision: Decision) -> str:

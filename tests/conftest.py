@@ -207,3 +207,9 @@ def _forget_customers(request) -> None:
     else:  # PostgresStore over a pool
         with store.conn.connection() as conn:
             conn.execute("DELETE FROM store")
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings) -> None:
+    # The default hasher costs about half a second per persona; tests need no real hashing.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
