@@ -10,24 +10,69 @@ from django_htmx.http import HttpResponseStopPolling, trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from refunds import services
-from refunds.models import ApiToken, Ticket, may_decide, user_roles
+from refunds.models import (
+    ADMIN_GROUP,
+    ROLE_GROUPS,
+    ApiToken,
+    Decision,
+    Role,
+    Ticket,
+    may_decide,
+    user_roles,
+)
 
 RECENT = 10
 QUEUE_PAGE = 50
+TICKET_STATUS = "ticket-status"  # the ticket page's polled region, also a target of its form
 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
+def _with_pending_decisions(tickets: list[Ticket]) -> list[Ticket]:
+    """Note on each ticket the decision already recorded for its pending review, if any.
+
+    A decision is recorded at once but applied by a worker a moment later; until then the ticket
+    still awaits review, and showing its buttons again would invite a second answer (a 409)."""
+    waiting = [t for t in tickets if t.status == Ticket.Status.AWAITING_REVIEW]
+    by_interrupt = {
+        d.interrupt_id: d
+        for d in Decision.objects.filter(
+            interrupt_id__in=[t.pending_interrupt_id for t in waiting if t.pending_interrupt_id]
+        ).select_related("reviewer")
+    }
+    for ticket in tickets:
+        ticket.pending_decision = (
+            by_interrupt.get(ticket.pending_interrupt_id) if ticket in waiting else None
+        )
+    return tickets
+
+
 def _queue_context(request: HtmxHttpRequest) -> dict:
     reviewable = Ticket.objects.reviewable_by(request.user).select_related("order")
     return {
-        "reviews": reviewable.order_by("id")[:QUEUE_PAGE],
+        "reviews": _with_pending_decisions(list(reviewable.order_by("id")[:QUEUE_PAGE])),
         "review_count": reviewable.count(),
         "recent": Ticket.objects.filter(opened_by=request.user).select_related("order")[:RECENT],
         "roles": sorted(user_roles(request.user)),
+        "scope": _queue_scope(request.user),
     }
+
+
+def _queue_scope(user) -> str:
+    """One sentence on what this user's queue holds, so an empty queue is not a mystery."""
+    roles = user_roles(user)
+    agent, manager = ROLE_GROUPS[Role.AGENT] in roles, ROLE_GROUPS[Role.MANAGER] in roles
+    if user.is_superuser or ADMIN_GROUP in roles or (agent and manager):
+        return ("You see every pending review: support agents decide refunds of $20.00 or less, "
+                "managers the larger ones and those the policy flags.")
+    if agent:
+        return "You decide refunds of $20.00 or less; larger and flagged ones go to managers."
+    if manager:
+        return ("You decide refunds over $20.00 and those the policy flags; smaller ones go to "
+                "support agents.")
+    return "You are in no reviewer group, so no review waits on you; you can still open tickets."
 
 
 @require_GET
@@ -45,9 +90,10 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
-    """Approve and Reject are two named buttons of one form."""
-    ticket = get_object_or_404(Ticket, pk=ticket_id)
-    answer = "approve" if "approve" in request.POST else "reject" if "reject" in request.POST else ""
+    """Approve and Reject are two named buttons of one form, in a queue row or on the ticket
+    page; htmx gets back the region it targets, a plain POST a redirect to where it came from."""
+    ticket = get_object_or_404(Ticket.objects.select_related("order"), pk=ticket_id)
+    answer = next((a for a in ("approve", "reject") if a in request.POST), "")
     try:
         services.ticket_decide(
             ticket=ticket,
@@ -66,17 +112,22 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         text = f"Approved the refund on order {ticket.order.number}; it is being paid out."
     else:
         text = f"Rejected the refund on order {ticket.order.number}."
-    if request.htmx:
+    if request.htmx.target == TICKET_STATUS:
+        response = _ticket_status(request, ticket, flash=text)
+    elif request.htmx:
         response = render(request, "reviews/_decided_row.html", {"ticket": ticket, "text": text})
-        return trigger_client_event(response, "queueChanged")
-    messages.success(request, text)
-    return redirect("reviews:queue")
+    else:
+        messages.success(request, text)
+        return _back(request, ticket)
+    return trigger_client_event(response, "queueChanged")
 
 
 def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, status: int):
+    if request.htmx.target == TICKET_STATUS:
+        return _ticket_status(request, ticket, error=text, status=status)
     if request.htmx:
         context = {
-            "ticket": ticket,
+            "ticket": _with_pending_decisions([ticket])[0],
             "error": text,
             "may_decide": may_decide(request.user, ticket.required_role),
         }
@@ -88,7 +139,13 @@ def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, stat
         return response
     if status == 403:
         raise PermissionDenied(text)
-    messages.error(request, text)
+    messages.error(request, f"Order {ticket.order.number}: {text}")
+    return _back(request, ticket)
+
+
+def _back(request: HtmxHttpRequest, ticket: Ticket) -> HttpResponse:
+    if request.POST.get("back") == "ticket":
+        return redirect("reviews:ticket", ticket_id=ticket.pk)
     return redirect("reviews:queue")
 
 
@@ -106,31 +163,40 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
             return render(request, template, context, status=400)
         text = f"Opened ticket {ticket.pk} for order {ticket.order.number}."
         if request.htmx:
-            response = render(request, "reviews/_ticket_form.html", {"opened": ticket, "values": {}})
+            context = {"opened": ticket, "values": {}}
+            response = render(request, "reviews/_ticket_form.html", context)
             return trigger_client_event(response, "ticketsChanged")
         messages.success(request, text)
         return redirect("reviews:ticket", ticket_id=ticket.pk)
     return render(request, "reviews/ticket_new.html", {"values": values})
 
 
-@require_GET
-@login_required
-def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
-    ticket = get_object_or_404(Ticket.objects.select_related("order", "opened_by"), pk=ticket_id)
-    context = {
-        "ticket": ticket,
+def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
+    return {
+        "ticket": _with_pending_decisions([ticket])[0],
         "decisions": ticket.decisions.select_related("reviewer"),
         "charges": ticket.charges.all(),
         "emails": ticket.emails.all(),
         "may_decide": may_decide(request.user, ticket.required_role),
     }
-    if request.htmx.target == "ticket-status":
-        if ticket.is_final or ticket.status == Ticket.Status.FAILED:
-            response = render(request, "reviews/_ticket_status.html", context)
-            response.status_code = HttpResponseStopPolling.status_code
-            return response
-        return render(request, "reviews/_ticket_status.html", context)
-    return render(request, "reviews/ticket.html", context)
+
+
+def _ticket_status(request: HtmxHttpRequest, ticket: Ticket, *, status: int = 200,
+                   **extra) -> HttpResponse:
+    ticket.refresh_from_db()
+    context = _ticket_context(request, ticket) | extra
+    if status == 200 and (ticket.is_final or ticket.status == Ticket.Status.FAILED):
+        status = HttpResponseStopPolling.status_code  # nothing left to wait for
+    return render(request, "reviews/_ticket_status.html", context, status=status)
+
+
+@require_GET
+@login_required
+def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
+    ticket = get_object_or_404(Ticket.objects.select_related("order", "opened_by"), pk=ticket_id)
+    if request.htmx.target == TICKET_STATUS:
+        return _ticket_status(request, ticket)
+    return render(request, "reviews/ticket.html", _ticket_context(request, ticket))
 
 
 @require_http_methods(["GET", "POST"])

@@ -25,7 +25,7 @@ def review_markdown(text: str | None) -> SafeString:
     **bold**, so that is all this renders. Everything is escaped first: it quotes the customer."""
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text or "") if p.strip()]
     rendered = [
-        mark_safe(BOLD.sub(r"<strong>\1</strong>", str(conditional_escape(p))).replace("\n", "<br>"))
+        mark_safe(BOLD.sub(r"<strong>\1</strong>", conditional_escape(p)).replace("\n", "<br>"))
         for p in paragraphs
     ]
     return format_html_join("\n", "<p>{}</p>", ((p,) for p in rendered))
