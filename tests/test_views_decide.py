@@ -191,3 +191,55 @@ def test_it_shows_the_earlier_decision_without_javascript(client, agent, small):
     response = client.post(decide_url(small), form, follow=True)
     assert "Already decided: agent approved" in response.content.decode()
     assert Decision.objects.count() == 1
+
+
+def test_it_puts_a_decision_error_in_the_message_region_too(client, agent, small):
+    client.force_login(agent)
+    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
+                                               "reject": "1"}, headers=HTMX)
+    html = response.content.decode()
+    # The queue's next poll replaces the row; the message region keeps the error in view.
+    assert '<div id="messages" hx-swap-oob="true">' in html
+    assert "Order 1042: Give a reason for the rejection" in html
+
+
+# --- from the ticket page ----------------------------------------------------------------------
+TICKET_PAGE = {"HX-Request": "true", "HX-Target": "ticket-status"}
+
+
+def test_it_answers_the_ticket_page_with_its_status_region(client, agent, small):
+    client.force_login(agent)
+    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
+                                               "approve": "1", "back": "ticket"},
+                           headers=TICKET_PAGE)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.startswith('<div id="ticket-status"')
+    assert "Approved by <strong>agent</strong>" in html and "being applied" in html
+    assert 'name="approve"' not in html  # answered: no second chance to click
+    assert "Approved the refund on order 1042" in html  # the flash, out of band
+
+
+def test_it_shows_an_error_in_the_ticket_page_status_region(client, agent, small):
+    client.force_login(agent)
+    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
+                                               "reject": "1", "back": "ticket"},
+                           headers=TICKET_PAGE)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert html.startswith('<div id="ticket-status"')
+    assert "Give a reason for the rejection" in html and 'name="reject"' in html
+    assert unchanged(small)
+
+
+def test_it_sends_a_plain_post_from_the_ticket_page_back_there(client, agent, small):
+    client.force_login(agent)
+    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
+                                               "reject": "1", "back": "ticket"}, follow=True)
+    assert response.redirect_chain[-1][0] == reverse("reviews:ticket", args=[small.pk])
+    assert "Give a reason for the rejection" in response.content.decode()
+
+    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
+                                               "approve": "1", "back": "ticket"})
+    assert response["Location"] == reverse("reviews:ticket", args=[small.pk])
+    assert Decision.objects.get().answer == "approve"

@@ -93,3 +93,38 @@ def test_it_redirects_anonymous_users_to_log_in(client):
 def test_it_rejects_post(client, agent):
     client.force_login(agent)
     assert client.post(QUEUE).status_code == 405
+
+
+def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied(
+    client, agent, reviews
+):
+    small = reviews["small"]
+    client.force_login(agent)
+    client.post(reverse("reviews:decide", args=[small.pk]),
+                {"interrupt_id": small.pending_interrupt_id, "approve": "1"})
+    html = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
+    html = html.content.decode()
+    row = html[html.index(f'id="review-{small.pk}"'):]
+    row = row[: row.index("</tr>")]
+    assert "Approved by agent at" in row and "a worker is applying it" in row
+    assert 'name="approve"' not in row
+    assert f'id="review-{reviews["line"].pk}"' in html and 'name="approve"' in html
+
+
+@pytest.mark.parametrize(
+    ("persona", "says"),
+    [("agent", "You decide refunds of $20.00 or less"),
+     ("manager", "You decide refunds over $20.00"),
+     ("admin_user", "You see every pending review")],
+)
+def test_it_says_whose_reviews_the_queue_holds(client, request, persona, says):
+    client.force_login(request.getfixturevalue(persona))
+    assert says in client.get(QUEUE).content.decode()
+
+
+def test_it_tells_a_user_in_no_group_why_nothing_waits_on_them(client, django_user_model,
+                                                                reviews):
+    client.force_login(django_user_model.objects.create_user("temp", password="pw"))
+    response = client.get(QUEUE)
+    assert review_ids(response) == set()
+    assert "You are in no reviewer group" in response.content.decode()

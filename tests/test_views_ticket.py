@@ -53,6 +53,7 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
                 {"interrupt_id": ticket.pending_interrupt_id, "approve": "1"})
     html = client.get(page(ticket)).content.decode()
     assert "Approved by <strong>agent</strong>" in html and "being applied" in html
+    assert "Applying the decision" in html and 'name="approve"' not in html
 
     assert runner.advance(ticket.pk) == "refunded"
     charge, email = Charge.objects.get(), Email.objects.get()
@@ -85,7 +86,8 @@ def test_it_shows_a_rejection_with_who_made_it_and_why(client, agent, manager, l
     Decision.objects.create(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
                             reviewer=agent, answer="reject", reason="Signed for on time")
     Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REJECTED,
-                                               outcome_reason="Signed for on time")
+                                               outcome_reason="Signed for on time",
+                                               pending_interrupt_id="", pending_payload=None)
     client.force_login(manager)
     html = client.get(page(ticket)).content.decode()
     assert "Rejected by reviewer" in html
