@@ -1,0 +1,164 @@
+"""What the benchmark scripts share: their own databases and data folders, worker processes,
+percentiles, progress lines, machine info and the JSON results file.
+
+Benchmarks never touch var/ or a test database: every run gets a temporary REFUNDS_DATA_DIR and,
+on PostgreSQL, a database named bench_refunds (dropped and created again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PG_BASE = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432")
+PG_DB = "bench_refunds"
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")  # its own db number
+PACKAGES = ["django", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite",
+            "langgraph-checkpoint-postgres", "celery", "kombu", "redis", "psycopg", "psycopg-pool"]
+
+_started = time.monotonic()
+
+
+def say(text: str) -> None:
+    print(f"[{time.monotonic() - _started:7.1f}s] {text}", flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def fresh_postgres_db(name: str = PG_DB) -> str:
+    import psycopg
+
+    with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{PG_BASE}/{name}"
+
+
+def drop_postgres_db(name: str = PG_DB) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def redis_client(url: str):
+    import redis
+
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    return redis.Redis.from_url(url)
+
+
+def machine() -> dict:
+    info: dict = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": sys.version.split()[0],
+        "packages": {},
+    }
+    for name in PACKAGES:
+        try:
+            info["packages"][name] = version(name)
+        except PackageNotFoundError:
+            pass
+    try:
+        info["cpu_model"] = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+        info["memory_gb"] = round(mem_kb / 1024 / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+    try:
+        import psycopg
+
+        with psycopg.connect(f"{PG_BASE}/postgres", connect_timeout=3) as conn:
+            info["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+    except Exception:  # noqa: BLE001 - optional detail
+        pass
+    try:
+        info["redis"] = redis_client(REDIS_URL).info()["redis_version"]
+    except Exception:  # noqa: BLE001 - optional detail
+        pass
+    return info
+
+
+def write_results(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(payload, indent=2, default=str))
+    (RESULTS / f"{name}-latest.json").write_text(path.read_text())
+    return path
+
+
+class Worker:
+    """A `celery worker` process with one pool child, in its own session."""
+
+    def __init__(self, app: str, name: str, log_dir: Path, env: dict[str, str]):
+        self.app, self.name, self.env = app, name, env
+        self.log = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Worker:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", self.app, "worker", "-l", "info", "-c", "1",
+             "-n", f"{self.name}@%h", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
+            cwd=ROOT, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b"ready." in self.log.read_bytes():
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"worker {self.name} did not start in {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+    def errors(self) -> int:
+        text = self.log.read_text(errors="replace")
+        return text.count("Traceback") + text.count("] ERROR")
+
+
+def start_workers(app: str, count: int, log_dir: Path, env: dict[str, str], prefix: str):
+    workers = [Worker(app, f"{prefix}{n}", log_dir, env).start() for n in range(1, count + 1)]
+    for worker in workers:
+        worker.wait_ready()
+    return workers

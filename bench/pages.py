@@ -1,0 +1,225 @@
+"""Server time and SQL queries of the review queue and the ticket page, small data vs large.
+
+    .venv/bin/python bench/pages.py                          # 1,000 and 100,000 tickets, SQLite and PostgreSQL
+    .venv/bin/python bench/pages.py --backends sqlite --sizes 1000,20000 --requests 100
+
+Each (backend, size) gets a fresh database (a temporary SQLite file, or the bench_refunds
+PostgreSQL database) holding `size` tickets of which a tenth wait on a review; the finished ones
+carry their decision, charge and email rows. Pages are fetched with Django's test client (the
+whole server side: middleware, view, queries, templates) with DEBUG off; each page's query count
+must be the same at every size. Results land in bench/results/pages-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import drop_postgres_db, fresh_postgres_db, machine, pct, say, write_results  # noqa: E402
+
+PENDING_SHARE = 0.1
+ORDERS = 1000
+
+
+def prepare_environment(backend: str, data_dir: Path) -> None:
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_URL", "REFUNDS_CRASH_PLAN"):
+        os.environ.pop(name, None)
+    os.environ.update({
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "REFUNDS_DATA_DIR": str(data_dir),
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-only-secret-key-bench-only-secret-key",
+        "ALLOWED_HOSTS": "testserver",
+        "LOG_LEVEL": "ERROR",
+    })
+    if backend == "postgres":
+        os.environ["DATABASE_URL"] = fresh_postgres_db()
+
+
+def fill(size: int) -> dict:
+    """`size` tickets, a tenth pending, the rest finished with their rows. Returns sample ids."""
+    from datetime import date, timedelta
+
+    from django.contrib.auth.models import Group, User
+
+    from refunds.models import Charge, Decision, Email, Order, Ticket
+    from refunds.nodes import review_request
+
+    agent = User.objects.create_user("agent", password="x")
+    agent.groups.add(Group.objects.get_or_create(name="Support agents")[0])
+    manager = User.objects.create_user("manager", password="x")
+    manager.groups.add(Group.objects.get_or_create(name="Managers")[0])
+    promised = date(2026, 11, 2)
+    orders = Order.objects.bulk_create(
+        Order(number=f"P{i:05d}", customer_name=f"Customer {i}",
+              customer_email=f"customer{i}@example.com", promised_on=promised,
+              delivered_on=promised + timedelta(days=3), shipping_fee_cents=500 + (i * 37) % 4500)
+        for i in range(ORDERS)
+    )
+    pending_every = round(1 / PENDING_SHARE)
+    batch: list[Ticket] = []
+    for i in range(size):
+        order = orders[i % ORDERS]
+        fee = order.shipping_fee_cents
+        role = "manager" if fee > 2000 else "agent"
+        ticket = Ticket(thread_id=f"refund-{order.number}-{i:08x}", order=order, note="late",
+                        opened_by=agent if i % 3 == 0 else manager, amount_cents=fee,
+                        required_role=role, nodes_run=["lookup", "fraud_check", "history_check",
+                                                       "check_policy", "triage"])
+        if i % pending_every == 0:
+            facts = order.as_facts()
+            state = {"order": facts, "amount_cents": fee, "late_by_days": 3, "required_role": role,
+                     "note": "late", "notes": ["Order facts.", "Delivered 3 days late."]}
+            ticket.status = Ticket.Status.AWAITING_REVIEW
+            ticket.pending_interrupt_id = f"{i:032x}"
+            ticket.pending_payload = review_request(state)
+            ticket.next_nodes = ["approve"]
+        else:
+            ticket.status = Ticket.Status.REFUNDED
+            ticket.nodes_run += ["approve", "charge_card", "email"]
+            ticket.outcome_reason = "Refunded."
+        batch.append(ticket)
+        if len(batch) == 5000 or i == size - 1:
+            Ticket.objects.bulk_create(batch)
+            batch = []
+            say(f"    {i + 1:,}/{size:,} tickets")
+    refunded = Ticket.objects.filter(status=Ticket.Status.REFUNDED)
+    rows = list(refunded.values_list("pk", "amount_cents", "thread_id"))
+    for start in range(0, len(rows), 5000):
+        chunk = rows[start:start + 5000]
+        Decision.objects.bulk_create(Decision(ticket_id=pk, interrupt_id=f"d-{pk}", reviewer=agent,
+                                              answer="approve") for pk, _, _ in chunk)
+        Charge.objects.bulk_create(Charge(ticket_id=pk, idempotency_key=f"{key}:charge_card",
+                                          amount_cents=cents, receipt=f"rcpt_{pk:012d}")
+                                   for pk, cents, key in chunk)
+        Email.objects.bulk_create(Email(ticket_id=pk, key=f"{key}:email", to="c@example.com",
+                                        subject="Your refund", body="Refunded.")
+                                  for pk, _, key in chunk)
+    say(f"    {len(rows):,} finished tickets with their decision, charge and email")
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # fresh statistics, as autovacuum would have after a while
+    awaiting = Ticket.objects.awaiting()
+    return {
+        "agent": agent.pk,
+        "manager": manager.pk,
+        "pending_ticket": awaiting.filter(required_role="agent").order_by("-id").first().pk,
+        "refunded_ticket": refunded.order_by("-id").first().pk,
+        "pending": awaiting.count(),
+    }
+
+
+def measure(client, url: str, requests: int, headers: dict | None = None) -> dict:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(10):  # warm caches and the connection
+        assert client.get(url, headers=headers or {}).status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, headers=headers or {})
+    count = len(queries)  # now: the next request's request_started empties the query log
+    assert response.status_code == 200, response.status_code
+    times = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        client.get(url, headers=headers or {})
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return {"p50_ms": pct(times, 50), "p95_ms": pct(times, 95), "queries": count,
+            "bytes": len(response.content)}
+
+
+def run_one(backend: str, size: int, requests: int) -> dict:
+    data_dir = Path(tempfile.mkdtemp(prefix=f"bench-pages-{backend}-"))
+    prepare_environment(backend, data_dir)
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    call_command("migrate", verbosity=0)
+    label = f"{backend} {size:,}"
+    try:
+        say(f"{label}: filling")
+        ids = fill(size)
+        pages = {
+            "queue (agent)": ("agent", "/", None),
+            "queue (manager)": ("manager", "/", None),
+            "queue rows fragment (agent)": ("agent", "/", {"HX-Request": "true",
+                                                           "HX-Target": "queue-rows"}),
+            "ticket pending (agent)": ("agent", f"/tickets/{ids['pending_ticket']}/", None),
+            "ticket refunded (agent)": ("agent", f"/tickets/{ids['refunded_ticket']}/", None),
+        }
+        out: dict = {"backend": backend, "tickets": size, "pending": ids["pending"], "pages": {}}
+        for name, (user, url, headers) in pages.items():
+            client = Client()
+            client.force_login(User.objects.get(pk=ids[user]))
+            out["pages"][name] = figures = measure(client, url, requests, headers)
+            say(f"{label}: {name:<28} p50 {figures['p50_ms']:6.1f} ms  p95 "
+                f"{figures['p95_ms']:6.1f} ms  {figures['queries']} queries")
+        return out
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        if backend == "postgres":
+            drop_postgres_db()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--sizes", default="1000,100000")
+    parser.add_argument("--requests", type=int, default=200, help="timed requests per page")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        backend, size = args.one.split(":")
+        Path(args.out).write_text(json.dumps(run_one(backend, int(size), args.requests)))
+        return
+
+    info = machine()
+    say(f"pages: {args.backends} x {args.sizes} tickets, {args.requests} requests per page; "
+        f"{info.get('cpus')} CPUs, Python {info['python']}")
+    results = []
+    for backend in args.backends.split(","):
+        for size in map(int, args.sizes.split(",")):
+            with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                subprocess.run([sys.executable, __file__, "--one", f"{backend}:{size}", "--out",
+                                out.name, "--requests", str(args.requests)], check=True)
+                results.append(json.loads(Path(out.name).read_text()))
+    print()
+    constant = {}
+    for backend in args.backends.split(","):
+        runs = [r for r in results if r["backend"] == backend]
+        print(f"{backend}: " + "  vs  ".join(f"{r['tickets']:,} tickets ({r['pending']:,} pending)"
+                                             for r in runs))
+        for page in runs[0]["pages"]:
+            cells = "   ".join(f"p50 {r['pages'][page]['p50_ms']:6.1f} ms p95 "
+                               f"{r['pages'][page]['p95_ms']:6.1f} ms {r['pages'][page]['queries']:2d} q"
+                               for r in runs)
+            same = len({r["pages"][page]["queries"] for r in runs}) == 1
+            constant[f"{backend} {page}"] = same
+            print(f"  {page:<28} {cells}   queries constant: {'yes' if same else 'NO'}")
+    path = write_results("pages", {"command": " ".join(["python", *sys.argv]), "machine": info,
+                                   "settings": vars(args), "results": results,
+                                   "queries_constant": constant})
+    say(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

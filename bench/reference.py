@@ -1,0 +1,108 @@
+"""The two references the full stack is compared with, on the same graph and checkpointer:
+
+* bare LangGraph: `build_graph()` compiled with the checkpointer and store, run in one process
+  with durability "sync" and fake collaborators (invoke to the interrupt, then resume);
+* naive Celery glue (bench/naive_glue.py): two plain tasks doing the same from a worker.
+
+No Django here: this is what someone would write without Refund Desk.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from datetime import date, timedelta
+from typing import Any
+
+from refunds.graph import build_graph
+from refunds.state import Collaborators
+
+PROMISED = date(2026, 11, 2)
+
+
+def order_facts(number: str) -> dict:
+    """Deterministic orders: every one late, its own customer, fees on both sides of $20."""
+    i = int(number[1:])
+    return {
+        "number": number,
+        "customer_name": f"Customer {i}",
+        "customer_email": f"customer{i}@example.com",
+        "promised_on": PROMISED.isoformat(),
+        "delivered_on": (PROMISED + timedelta(days=3)).isoformat(),
+        "fee_cents": 500 + (i * 37) % 4500,
+    }
+
+
+class FakeGateway:
+    def __init__(self):
+        self.charges: dict[str, str] = {}
+
+    def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
+        return self.charges.setdefault(idempotency_key, f"rcpt_{len(self.charges):08d}")
+
+
+def fake_context() -> Collaborators:
+    def mailer(**_message: Any) -> None:
+        return None
+
+    return Collaborators(find_order=order_facts, gateway=FakeGateway(), mailer=mailer)
+
+
+def open_persistence(url: str) -> tuple[Any, Any]:
+    """A checkpointer and store as a LangGraph user opens them: same kinds and options as the
+    app's runner (SQLite in WAL, or one psycopg ConnectionPool for PostgreSQL)."""
+    if url.startswith("sqlite:///"):
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.store.sqlite import SqliteStore
+
+        path = url.removeprefix("sqlite:///")
+
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            return conn
+
+        return SqliteSaver(connect()), SqliteStore(connect())
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(
+        url, min_size=1, max_size=4, open=True,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+    )
+    return PostgresSaver(pool), PostgresStore(pool)
+
+
+def compiled(url: str):
+    saver, store = open_persistence(url)
+    return build_graph().compile(checkpointer=saver, store=store)
+
+
+def initial(thread_id: str, number: str) -> dict:
+    return {"ticket_key": thread_id, "order_number": number, "note": "late", "flow_version": 1}
+
+
+APPROVE = {"answer": "approve", "reason": "", "reviewer": "bench"}
+
+
+def run_bare(url: str, numbers: list[str], prefix: str) -> dict:
+    """Every ticket start to end in this process: invoke to the interrupt, then resume."""
+    graph = compiled(url)
+    ctx = fake_context()
+    started = time.perf_counter()
+    for number in numbers:
+        config = {"configurable": {"thread_id": f"{prefix}-{number}"}}
+        paused = graph.invoke(initial(f"{prefix}-{number}", number), config, context=ctx,
+                              durability="sync")
+        interrupt_id = paused["__interrupt__"][0].id
+        from langgraph.types import Command
+
+        done = graph.invoke(Command(resume={interrupt_id: APPROVE}), config, context=ctx,
+                            durability="sync")
+        assert done["outcome"] == "refunded", done
+    elapsed = time.perf_counter() - started
+    return {"tickets": len(numbers), "seconds": elapsed, "tickets_per_s": len(numbers) / elapsed}
