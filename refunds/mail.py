@@ -6,11 +6,11 @@ from django.core.mail import EmailMessage
 from django.db import IntegrityError
 from django.utils import timezone
 
-from refunds.models import Email, Ticket
+from refunds.models import Email, ticket_pk
 
 
 def send_once(*, key: str, ticket_key: str, to: str, subject: str, body: str) -> None:
-    ticket_id = Ticket.objects.values_list("pk", flat=True).get(thread_id=ticket_key)
+    ticket_id = ticket_pk(ticket_key)
     try:
         outbox, _ = Email.objects.get_or_create(
             key=key, defaults={"ticket_id": ticket_id, "to": to, "subject": subject, "body": body}

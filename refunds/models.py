@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
+from functools import lru_cache
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 
@@ -132,6 +133,10 @@ class Ticket(models.Model):
                 lease_owner=owner,
                 lease_expires_at=now + timedelta(seconds=seconds),
                 attempts=F("attempts") + 1,
+                status=Case(
+                    When(status=Ticket.Status.NEW, then=Value(Ticket.Status.RUNNING)),
+                    default=F("status"),
+                ),
                 updated_at=now,
             )
         )
@@ -160,6 +165,12 @@ def may_decide(user, required_role: str) -> bool:
     if user.is_superuser or ADMIN_GROUP in roles:
         return True
     return ROLE_GROUPS.get(required_role, "-") in roles if required_role else False
+
+
+@lru_cache(maxsize=4096)
+def ticket_pk(thread_id: str) -> int:
+    """The ticket of a thread; a thread never changes tickets, so the answer is cached."""
+    return Ticket.objects.values_list("pk", flat=True).get(thread_id=thread_id)
 
 
 class Decision(models.Model):

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError
 from django.utils.module_loading import import_string
 
-from refunds.models import Charge, Ticket
+from refunds.models import Charge, ticket_pk
 from refunds.payments_errors import GatewayError, PermanentGatewayError, RetryableGatewayError
 from refunds.state import Gateway
 
@@ -33,7 +33,7 @@ class DemoGateway:
     def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
         if amount_cents <= 0:
             raise PermanentGatewayError(f"cannot charge {amount_cents} cents")
-        ticket_id = Ticket.objects.values_list("pk", flat=True).get(thread_id=ticket_key)
+        ticket_id = ticket_pk(ticket_key)
         try:
             charge, _ = Charge.objects.get_or_create(
                 idempotency_key=idempotency_key,

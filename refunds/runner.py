@@ -209,7 +209,9 @@ class Lease:
             beat.join()
 
     def release(self, *, progressed: bool, error: str = "", **fields: Any) -> None:
-        update: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None, **fields}
+        update: dict[str, Any] = {
+            "lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now(), **fields
+        }
         if progressed:
             update |= {"attempts": 0, "last_error": ""}
         elif error:
@@ -268,27 +270,29 @@ def _settle_decisions(ticket: Ticket, snap: StateSnapshot) -> Decision | None:
     return chosen
 
 
-def _drive(ticket: Ticket, lease: Lease) -> None:
+def _drive(ticket: Ticket, lease: Lease) -> StateSnapshot:
+    """Run the thread until it waits on a person or ends; return its last snapshot."""
     ctx = collaborators(lease)
+    snap = snapshot(ticket)
+    if snap.metadata is not None and not snap.interrupts:
+        _settle_decisions(ticket, snap)  # after a crash: note a resume that landed, refuse the rest
     for _ in range(MAX_RUNS_PER_ADVANCE):
-        snap = snapshot(ticket)
         if never_started(snap):
             _run(ticket, initial_input(ticket), ctx)
-            continue
-        if snap.interrupts:
+        elif snap.interrupts:
             decision = _settle_decisions(ticket, snap)
             if decision is None:
-                return  # waiting on a person
+                return snap  # waiting on a person
             faults.crash_point(ticket.thread_id, "resume")
             answer = decision.as_resume_value() | {"decision_id": decision.pk}
             # Keyed by interrupt id: a repeated resume can never answer a later question.
             _run(ticket, Command(resume={decision.interrupt_id: answer}), ctx)
             Decision.objects.filter(pk=decision.pk).update(applied_at=timezone.now())
-            continue
-        _settle_decisions(ticket, snap)
-        if not has_work(snap):
-            return
-        _run(ticket, None, ctx)
+        elif has_work(snap):
+            _run(ticket, None, ctx)
+        else:
+            return snap
+        snap = snapshot(ticket)
     raise RuntimeError(f"thread {ticket.thread_id} did not settle in {MAX_RUNS_PER_ADVANCE} runs")
 
 
@@ -303,29 +307,27 @@ def advance(ticket_id: int) -> str:
     if not ticket.try_lease(owner, settings.REFUNDS_LEASE_SECONDS):
         return "busy"  # another worker is on it; it will pick up anything recorded meanwhile
     lease = Lease(ticket, owner)
-    ticket.refresh_from_db(fields=["attempts"])
-    if ticket.attempts > settings.REFUNDS_MAX_ATTEMPTS:
+    # What our UPDATE made it; a concurrent lease in between could only shift the cap by one.
+    attempts = ticket.attempts + 1
+    if attempts > settings.REFUNDS_MAX_ATTEMPTS:
         lease.release(
             progressed=False,
             status=Ticket.Status.FAILED,
             last_error=(ticket.last_error or "worker died")
-            + f" (gave up after {ticket.attempts - 1} attempts)",
+            + f" (gave up after {attempts - 1} attempts)",
         )
-        log.warning("ticket %s failed after %s attempts", ticket.pk, ticket.attempts - 1)
+        log.warning("ticket %s failed after %s attempts", ticket.pk, attempts - 1)
         return Ticket.Status.FAILED
-    if ticket.status == Ticket.Status.NEW:
-        Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.RUNNING)
     try:
         with lease.kept_alive():
-            _drive(ticket, lease)
+            snap = _drive(ticket, lease)
     except Exception as exc:
         log.exception("ticket %s: run failed", ticket.pk)
-        sync_mirror(ticket, owner)
-        lease.release(progressed=False, error=f"{type(exc).__name__}: {exc}")
+        fields = mirror_fields(snapshot(ticket))
+        lease.release(progressed=False, error=f"{type(exc).__name__}: {exc}", **fields)
         return "error"
-    fields = sync_mirror(ticket, owner)
-    lease.release(progressed=True)
+    fields = mirror_fields(snap)
+    lease.release(progressed=True, **fields)  # the mirror and the release in one UPDATE
     if Decision.objects.filter(ticket=ticket, applied_at=None, refused_reason="").exists():
         return advance(ticket_id)  # a decision landed while we held the lease
     return fields["status"]
-
