@@ -47,8 +47,17 @@ def test_an_agent_opens_approves_and_sees_a_refund_without_reloading(
 ):
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=WAIT_MS)  # expect() has its own 5 s default
     page = browser_page
-    workers("w1")
+    worker = workers("w1")
+    try:
+        _open_approve_and_watch(page, live_server, agent, expect)
+    except AssertionError as exc:
+        tickets = list(Ticket.objects.values("pk", "status", "last_error", "attempts"))
+        raise AssertionError(f"{exc}\ntickets: {tickets}\nworker log:\n{worker.output()[-4000:]}")
+
+
+def _open_approve_and_watch(page, live_server, agent, expect) -> None:
 
     page.goto(f"{live_server.url}/")
     expect(page).to_have_url(f"{live_server.url}/login/?next=/")
