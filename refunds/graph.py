@@ -30,6 +30,7 @@ def build_graph() -> StateGraph:
         error_handler=nodes.payment_failed,
     )
     g.add_node("email", nodes.email)
+    g.add_node("notify", nodes.notify)
 
     g.add_edge(START, "lookup")
     # Two edges out: the fraud and history checks run in the same step.
@@ -37,8 +38,9 @@ def build_graph() -> StateGraph:
     g.add_edge("lookup", "history_check")
     g.add_edge(["fraud_check", "history_check"], "check_policy")
     g.add_conditional_edges("check_policy", nodes.route_policy, ["decline", "triage"])
-    g.add_edge("decline", END)
-    g.add_conditional_edges("approve", nodes.route_decision, ["charge_card", END])
+    g.add_edge("decline", "notify")
+    g.add_conditional_edges("approve", nodes.route_decision, ["charge_card", "notify"])
+    g.add_edge("notify", END)
     g.add_edge("charge_card", "email")
     g.add_edge("email", END)
     return g

@@ -155,8 +155,8 @@ def approve(state: RefundState) -> RefundState:
     return update
 
 
-def route_decision(state: RefundState) -> Literal["charge_card", "__end__"]:
-    return "charge_card" if state["decision"]["answer"] == "approve" else "__end__"
+def route_decision(state: RefundState) -> Literal["charge_card", "notify"]:
+    return "charge_card" if state["decision"]["answer"] == "approve" else "notify"
 
 
 class _LeaseLostBeforeCharge(LeaseLost, GraphBubbleUp):
@@ -201,13 +201,38 @@ def payment_failed(state: RefundState, error: NodeError) -> Command[Literal["app
     )
 
 
+def email_key(ticket_key: str) -> str:
+    return f"{ticket_key}:email"  # one message per ticket, whatever the outcome
+
+
+def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
+    """Tell the customer why there is no refund (declined by policy or rejected by a reviewer)."""
+    ctx = runtime.context
+    key = state["ticket_key"]
+    order = state["order"]
+    ctx.crash_point(key, "notify:before_send")
+    ctx.mailer(
+        key=email_key(key),
+        ticket_key=key,
+        to=order["customer_email"],
+        subject=f"About your refund request for order {order['number']}",
+        body=(
+            f"Hello {order['customer_name']},\n\n"
+            f"We looked at your request about order {order['number']} and cannot refund "
+            f"the shipping fee. {state['outcome_reason']}\n\n"
+            "Reply to this message if something is not right.\n\nRefund Desk"
+        ),
+    )
+    return {"notes": [f"Told {order['customer_email']} why."], "trail": ["notify"]}
+
+
 def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     ctx = runtime.context
     key = state["ticket_key"]
     order = state["order"]
     ctx.crash_point(key, "email:before_send")
     ctx.mailer(
-        key=f"{key}:email",
+        key=email_key(key),
         ticket_key=key,
         to=order["customer_email"],
         subject=f"Your refund for order {order['number']}",

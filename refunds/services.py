@@ -72,7 +72,7 @@ def ticket_decide(
         raise RefundError("Choose approve or reject.")
     reason = (reason or "").strip()
     if answer == Decision.Answer.REJECT and not reason:
-        raise RefundError("Give a reason for the rejection; the customer will see it.")
+        raise RefundError("Give a reason for the rejection; the customer is sent it.")
     if len(reason) > REASON_MAX:
         raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
     earlier = Decision.objects.filter(interrupt_id=interrupt_id).select_related("reviewer").first()

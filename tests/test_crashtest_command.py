@@ -29,7 +29,7 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     assert summary["double_emails"] == 0
     assert summary["missing_charges"] == 0 and summary["charges_without_refund"] == 0
     assert summary["refunded"] + summary["declined"] + summary["rejected"] == 20
-    assert summary["emails_sent"] == summary["refunded"]
+    assert summary["emails_sent"] == 20  # one per ticket: a refund confirmation or why not
     assert "settled" in done.stderr  # progress is shown while it runs
 
 

@@ -57,7 +57,8 @@ class FakeMailer:
         self.sent: list[dict[str, Any]] = []
 
     def __call__(self, *, key: str, ticket_key: str, to: str, subject: str, body: str) -> None:
-        self.sent.append({"key": key, "ticket_key": ticket_key, "to": to, "subject": subject})
+        self.sent.append({"key": key, "ticket_key": ticket_key, "to": to, "subject": subject,
+                          "body": body})
 
 
 class Desk:
@@ -222,7 +223,9 @@ def test_an_on_time_order_is_declined_with_a_reason_and_no_review_or_charge():
     assert state.next == () and state.interrupts == ()
     assert state.values["outcome"] == "declined"
     assert "arrived on time" in state.values["outcome_reason"]
-    assert desk.gateway.calls == [] and desk.mailer.sent == []
+    assert desk.gateway.calls == []
+    assert [m["key"] for m in desk.mailer.sent] == [f"{TICKET}:email"]  # told why, once
+    assert "arrived on time" in desk.mailer.sent[0]["body"]
 
 
 def test_an_early_order_says_how_early_it_was():
@@ -231,7 +234,7 @@ def test_an_early_order_says_how_early_it_was():
     assert "arrived 2 days early" in desk.state().values["outcome_reason"]
 
 
-def test_a_rejected_refund_charges_nothing_and_mails_nothing():
+def test_a_rejected_refund_charges_nothing_and_tells_the_customer_why():
     desk = Desk(order_facts())
     desk.start()
 
@@ -241,7 +244,9 @@ def test_a_rejected_refund_charges_nothing_and_mails_nothing():
     assert desk.state().next == ()
     assert values["outcome"] == "rejected"
     assert values["outcome_reason"] == "Customer already got a voucher"
-    assert desk.gateway.calls == [] and desk.mailer.sent == []
+    assert desk.gateway.calls == []
+    assert len(desk.mailer.sent) == 1
+    assert "Customer already got a voucher" in desk.mailer.sent[0]["body"]
     assert desk.customer_records() == []
 
 

@@ -78,7 +78,7 @@ def test_it_shows_a_decline_by_policy_through_the_real_runner(
     html = client.get(page(ticket)).content.decode()
     assert "Declined by policy" in html and "arrived 1 day early" in html
     assert "No decision yet" not in html  # nobody was asked
-    assert "No charge" in html and "No email" in html
+    assert "No charge" in html and "About your refund request for order 1043" in html
 
 
 def test_it_shows_a_rejection_with_who_made_it_and_why(client, agent, manager, late_order):
