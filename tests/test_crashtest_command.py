@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from django.conf import settings
 
 from refunds.processes import ROOT
 
@@ -15,14 +16,15 @@ pytestmark = pytest.mark.slow
 def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     env = {**os.environ}
     env.pop("DATABASE_URL", None)  # crashtest makes its own database either way
+    backend = "postgres" if settings.IS_POSTGRES else "embedded"  # the configuration under test
     done = subprocess.run(
         [sys.executable, "manage.py", "crashtest", "--tickets", "20", "--kills", "10",
-         "--seed", "20261129"],
+         "--seed", "20261129", "--backend", backend],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    assert summary["tickets"] == 20
+    assert summary["tickets"] == 20 and summary["backend"] == backend
     assert summary["kills"] == 10, summary
     assert summary["lost"] == 0
     assert summary["double_charges"] == 0
