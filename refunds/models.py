@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
-from functools import lru_cache
 
 from django.conf import settings
 from django.db import models
@@ -167,9 +166,7 @@ def may_decide(user, required_role: str) -> bool:
     return ROLE_GROUPS.get(required_role, "-") in roles if required_role else False
 
 
-@lru_cache(maxsize=4096)
 def ticket_pk(thread_id: str) -> int:
-    """The ticket of a thread; a thread never changes tickets, so the answer is cached."""
     return Ticket.objects.values_list("pk", flat=True).get(thread_id=thread_id)
 
 

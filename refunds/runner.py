@@ -283,6 +283,11 @@ def _drive(ticket: Ticket, lease: Lease) -> StateSnapshot:
             decision = _settle_decisions(ticket, snap)
             if decision is None:
                 return snap  # waiting on a person
+            # The mirror stops saying "awaiting review" while the answer is applied, so the
+            # queue and the API do not show a review whose charge is already under way.
+            Ticket.objects.filter(pk=ticket.pk, lease_owner=lease.owner).update(
+                status=Ticket.Status.RUNNING, pending_interrupt_id="", pending_payload=None
+            )
             faults.crash_point(ticket.thread_id, "resume")
             answer = decision.as_resume_value() | {"decision_id": decision.pk}
             # Keyed by interrupt id: a repeated resume can never answer a later question.

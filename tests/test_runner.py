@@ -156,3 +156,34 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
     assert runner.advance(ticket.pk) == "busy"
     first.join()
     assert results == ["awaiting_review"]
+
+
+def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
+    paused, agent, settings, tmp_path
+):
+    import json
+    import threading
+
+    from django.db import connection
+
+    from tests.conftest import wait_for
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(
+        {"*": {"point": "charge_card:before_gateway", "action": "sleep", "seconds": 1.5}}))
+    settings.REFUNDS_CRASH_PLAN = str(plan)
+    services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
+                           answer="approve", reviewer=agent)
+
+    def run():
+        runner.advance(paused.pk)
+        connection.close()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    wait_for(lambda: (tmp_path / "plan.json.fired").exists(), what="the charge to start")
+    mid = Ticket.objects.get(pk=paused.pk)
+    assert mid.status == "running" and mid.pending_interrupt_id == ""
+    assert not Ticket.objects.reviewable_by(agent).filter(pk=paused.pk).exists()
+    worker.join()
+    assert Ticket.objects.get(pk=paused.pk).status == "refunded"
