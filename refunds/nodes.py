@@ -28,6 +28,10 @@ def money(cents: int) -> str:
     return f"${cents / 100:,.2f}"
 
 
+def days(n: int) -> str:
+    return f"{n} day{'' if n == 1 else 's'}"
+
+
 def customer_namespace(email: str) -> tuple[str, ...]:
     # Store namespace labels may not contain periods.
     return ("customers", email.lower().replace(".", "%2E"))
@@ -74,7 +78,7 @@ def check_policy(state: RefundState, runtime: Runtime[Collaborators]) -> RefundS
     order = state["order"]
     late = (date.fromisoformat(order["delivered_on"]) - date.fromisoformat(order["promised_on"])).days
     if late > 0:
-        note = f"Delivered {late} day{'s' if late != 1 else ''} late: shipping is refundable."
+        note = f"Delivered {days(late)} late: shipping is refundable."
     else:
         note = "Delivered on time: shipping is not refundable."
     return {"late_by_days": late, "notes": [note], "trail": ["check_policy"]}
@@ -86,7 +90,7 @@ def route_policy(state: RefundState) -> Literal["decline", "triage"]:
 
 def decline(state: RefundState) -> RefundState:
     early = -state["late_by_days"]
-    when = "on time" if early == 0 else f"{early} day{'s' if early != 1 else ''} early"
+    when = "on time" if early == 0 else f"{days(early)} early"
     reason = f"Your order arrived {when}, so the shipping fee isn't refundable."
     return {"outcome": "declined", "outcome_reason": reason, "trail": ["decline"]}
 
@@ -111,7 +115,7 @@ def review_request(state: RefundState) -> ReviewRequest:
         f"**Refund {money(state['amount_cents'])}** shipping on order **{order['number']}** "
         f"for {order['customer_name']} ({order['customer_email']}).",
         f"Promised {order['promised_on']}, delivered {order['delivered_on']}: "
-        f"{state['late_by_days']} days late.",
+        f"{days(state['late_by_days'])} late.",
     ]
     if state.get("payment_error"):
         lines.append(f"**The charge failed:** {state['payment_error']}. Approve to try again.")
@@ -239,7 +243,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         body=(
             f"Hello {order['customer_name']},\n\n"
             f"We refunded {money(state['amount_cents'])} in shipping for order {order['number']}, "
-            f"which arrived {state['late_by_days']} days late. Receipt: {state['receipt']}.\n\n"
+            f"which arrived {days(state['late_by_days'])} late. Receipt: {state['receipt']}.\n\n"
             "Refund Desk"
         ),
     )

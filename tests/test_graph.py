@@ -445,3 +445,13 @@ def test_the_drawn_graph_has_the_triage_to_approve_edge():
     assert {("lookup", "fraud_check"), ("lookup", "history_check"),
             ("check_policy", "decline"), ("check_policy", "triage"),
             ("approve", "charge_card"), ("charge_card", "email")} <= edges
+
+
+def test_a_one_day_delay_reads_as_one_day_everywhere():
+    desk = Desk(order_facts(late=1))
+    desk.start()
+    payload = desk.pending().value
+    assert "1 day late." in payload["description"] and "1 days" not in payload["description"]
+    desk.answer("approve")
+    body = desk.mailer.sent[0]["body"]
+    assert "arrived 1 day late" in body and "1 days" not in body
