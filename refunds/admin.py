@@ -2,7 +2,21 @@ from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
 from refunds import runner, services
-from refunds.models import ApiToken, Charge, Decision, Email, Order, Ticket
+from refunds.models import ADMIN_GROUP, ApiToken, Charge, Decision, Email, Order, Ticket, user_roles
+
+
+class ReadOnly:
+    """Rows written by the workflow (the mirror, the ledger, decisions, the outbox) are shown,
+    never edited by hand: the checkpoint and the gateway are the truth they record."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(Order)
@@ -11,14 +25,14 @@ class OrderAdmin(admin.ModelAdmin):
     search_fields = ["number", "customer_name", "customer_email"]
 
 
-class DecisionInline(admin.TabularInline):
+class DecisionInline(ReadOnly, admin.TabularInline):
     model = Decision
     extra = 0
     readonly_fields = ["interrupt_id", "reviewer", "answer", "reason", "decided_at", "applied_at"]
     can_delete = False
 
 
-class ChargeInline(admin.TabularInline):
+class ChargeInline(ReadOnly, admin.TabularInline):
     model = Charge
     extra = 0
     readonly_fields = ["idempotency_key", "amount_cents", "receipt", "created_at"]
@@ -26,7 +40,7 @@ class ChargeInline(admin.TabularInline):
 
 
 @admin.register(Ticket)
-class TicketAdmin(admin.ModelAdmin):
+class TicketAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["id", "thread_id", "order", "status", "required_role", "attempts", "updated_at"]
     list_filter = ["status", "required_role"]
     search_fields = ["thread_id", "order__number"]
@@ -59,7 +73,10 @@ class TicketAdmin(admin.ModelAdmin):
             body,
         )
 
-    @admin.action(description="Retry the selected failed tickets")
+    def has_retry_permission(self, request) -> bool:
+        return request.user.is_superuser or ADMIN_GROUP in user_roles(request.user)
+
+    @admin.action(description="Retry the selected failed tickets", permissions=["retry"])
     def retry_failed(self, request, queryset) -> None:
         retried = sum(services.ticket_retry(ticket=t) for t in queryset)
         skipped = queryset.count() - retried
@@ -70,7 +87,7 @@ class TicketAdmin(admin.ModelAdmin):
 
 
 @admin.register(Decision)
-class DecisionAdmin(admin.ModelAdmin):
+class DecisionAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["ticket", "answer", "reviewer", "decided_at", "applied_at"]
     list_filter = ["answer"]
     readonly_fields = ["ticket", "interrupt_id", "reviewer", "answer", "reason", "decided_at",
@@ -78,13 +95,13 @@ class DecisionAdmin(admin.ModelAdmin):
 
 
 @admin.register(Charge)
-class ChargeAdmin(admin.ModelAdmin):
+class ChargeAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["receipt", "ticket", "amount_cents", "idempotency_key", "created_at"]
     search_fields = ["receipt", "idempotency_key"]
 
 
 @admin.register(Email)
-class EmailAdmin(admin.ModelAdmin):
+class EmailAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["key", "to", "subject", "sent_at"]
 
 
