@@ -23,8 +23,18 @@ RESULTS = ROOT / "bench" / "results"
 PG_BASE = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432")
 PG_DB = "bench_refunds"
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")  # its own db number
-PACKAGES = ["django", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite",
-            "langgraph-checkpoint-postgres", "celery", "kombu", "redis", "psycopg", "psycopg-pool"]
+PACKAGES = [
+    "django",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "celery",
+    "kombu",
+    "redis",
+    "psycopg",
+    "psycopg-pool",
+]
 
 _started = time.monotonic()
 
@@ -122,10 +132,27 @@ class Worker:
     def start(self) -> Worker:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", self.app, "worker", "-l", "info", "-c", "1",
-             "-n", f"{self.name}@%h", "--without-gossip", "--without-mingle",
-             "--without-heartbeat"],
-            cwd=ROOT, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                self.app,
+                "worker",
+                "-l",
+                "info",
+                "-c",
+                "1",
+                "-n",
+                f"{self.name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         return self

@@ -1,6 +1,6 @@
 """Server time and SQL queries of the review queue and the ticket page, small data vs large.
 
-    .venv/bin/python bench/pages.py                          # 1,000 and 100,000 tickets, SQLite and PostgreSQL
+    .venv/bin/python bench/pages.py   # 1,000 and 100,000 tickets, SQLite and PostgreSQL
     .venv/bin/python bench/pages.py --backends sqlite --sizes 1000,20000 --requests 100
 
 Each (backend, size) gets a fresh database (a temporary SQLite file, or the bench_refunds
@@ -33,14 +33,16 @@ ORDERS = 1000
 def prepare_environment(backend: str, data_dir: Path) -> None:
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_URL", "REFUNDS_CRASH_PLAN"):
         os.environ.pop(name, None)
-    os.environ.update({
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "REFUNDS_DATA_DIR": str(data_dir),
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-only-secret-key-bench-only-secret-key",
-        "ALLOWED_HOSTS": "testserver",
-        "LOG_LEVEL": "ERROR",
-    })
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "REFUNDS_DATA_DIR": str(data_dir),
+            "DEBUG": "false",
+            "SECRET_KEY": "bench-only-secret-key-bench-only-secret-key",
+            "ALLOWED_HOSTS": "testserver",
+            "LOG_LEVEL": "ERROR",
+        }
+    )
     if backend == "postgres":
         os.environ["DATABASE_URL"] = fresh_postgres_db()
 
@@ -60,9 +62,14 @@ def fill(size: int) -> dict:
     manager.groups.add(Group.objects.get_or_create(name="Managers")[0])
     promised = date(2026, 11, 2)
     orders = Order.objects.bulk_create(
-        Order(number=f"P{i:05d}", customer_name=f"Customer {i}",
-              customer_email=f"customer{i}@example.com", promised_on=promised,
-              delivered_on=promised + timedelta(days=3), shipping_fee_cents=500 + (i * 37) % 4500)
+        Order(
+            number=f"P{i:05d}",
+            customer_name=f"Customer {i}",
+            customer_email=f"customer{i}@example.com",
+            promised_on=promised,
+            delivered_on=promised + timedelta(days=3),
+            shipping_fee_cents=500 + (i * 37) % 4500,
+        )
         for i in range(ORDERS)
     )
     pending_every = round(1 / PENDING_SHARE)
@@ -71,14 +78,25 @@ def fill(size: int) -> dict:
         order = orders[i % ORDERS]
         fee = order.shipping_fee_cents
         role = "manager" if fee > 2000 else "agent"
-        ticket = Ticket(thread_id=f"refund-{order.number}-{i:08x}", order=order, note="late",
-                        opened_by=agent if i % 3 == 0 else manager, amount_cents=fee,
-                        required_role=role, nodes_run=["lookup", "fraud_check", "history_check",
-                                                       "check_policy", "triage"])
+        ticket = Ticket(
+            thread_id=f"refund-{order.number}-{i:08x}",
+            order=order,
+            note="late",
+            opened_by=agent if i % 3 == 0 else manager,
+            amount_cents=fee,
+            required_role=role,
+            nodes_run=["lookup", "fraud_check", "history_check", "check_policy", "triage"],
+        )
         if i % pending_every == 0:
             facts = order.as_facts()
-            state = {"order": facts, "amount_cents": fee, "late_by_days": 3, "required_role": role,
-                     "note": "late", "notes": ["Order facts.", "Delivered 3 days late."]}
+            state = {
+                "order": facts,
+                "amount_cents": fee,
+                "late_by_days": 3,
+                "required_role": role,
+                "note": "late",
+                "notes": ["Order facts.", "Delivered 3 days late."],
+            }
             ticket.status = Ticket.Status.AWAITING_REVIEW
             ticket.pending_interrupt_id = f"{i:032x}"
             ticket.pending_payload = review_request(state)
@@ -95,15 +113,30 @@ def fill(size: int) -> dict:
     refunded = Ticket.objects.filter(status=Ticket.Status.REFUNDED)
     rows = list(refunded.values_list("pk", "amount_cents", "thread_id"))
     for start in range(0, len(rows), 5000):
-        chunk = rows[start:start + 5000]
-        Decision.objects.bulk_create(Decision(ticket_id=pk, interrupt_id=f"d-{pk}", reviewer=agent,
-                                              answer="approve") for pk, _, _ in chunk)
-        Charge.objects.bulk_create(Charge(ticket_id=pk, idempotency_key=f"{key}:charge_card",
-                                          amount_cents=cents, receipt=f"rcpt_{pk:012d}")
-                                   for pk, cents, key in chunk)
-        Email.objects.bulk_create(Email(ticket_id=pk, key=f"{key}:email", to="c@example.com",
-                                        subject="Your refund", body="Refunded.")
-                                  for pk, _, key in chunk)
+        chunk = rows[start : start + 5000]
+        Decision.objects.bulk_create(
+            Decision(ticket_id=pk, interrupt_id=f"d-{pk}", reviewer=agent, answer="approve")
+            for pk, _, _ in chunk
+        )
+        Charge.objects.bulk_create(
+            Charge(
+                ticket_id=pk,
+                idempotency_key=f"{key}:charge_card",
+                amount_cents=cents,
+                receipt=f"rcpt_{pk:012d}",
+            )
+            for pk, cents, key in chunk
+        )
+        Email.objects.bulk_create(
+            Email(
+                ticket_id=pk,
+                key=f"{key}:email",
+                to="c@example.com",
+                subject="Your refund",
+                body="Refunded.",
+            )
+            for pk, _, key in chunk
+        )
     say(f"    {len(rows):,} finished tickets with their decision, charge and email")
     from django.db import connection
 
@@ -135,8 +168,12 @@ def measure(client, url: str, requests: int, headers: dict | None = None) -> dic
         client.get(url, headers=headers or {})
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
-    return {"p50_ms": pct(times, 50), "p95_ms": pct(times, 95), "queries": count,
-            "bytes": len(response.content)}
+    return {
+        "p50_ms": pct(times, 50),
+        "p95_ms": pct(times, 95),
+        "queries": count,
+        "bytes": len(response.content),
+    }
 
 
 def run_one(backend: str, size: int, requests: int) -> dict:
@@ -157,8 +194,11 @@ def run_one(backend: str, size: int, requests: int) -> dict:
         pages = {
             "queue (agent)": ("agent", "/", None),
             "queue (manager)": ("manager", "/", None),
-            "queue rows fragment (agent)": ("agent", "/", {"HX-Request": "true",
-                                                           "HX-Target": "queue-rows"}),
+            "queue rows fragment (agent)": (
+                "agent",
+                "/",
+                {"HX-Request": "true", "HX-Target": "queue-rows"},
+            ),
             "ticket pending (agent)": ("agent", f"/tickets/{ids['pending_ticket']}/", None),
             "ticket refunded (agent)": ("agent", f"/tickets/{ids['refunded_ticket']}/", None),
         }
@@ -167,8 +207,10 @@ def run_one(backend: str, size: int, requests: int) -> dict:
             client = Client()
             client.force_login(User.objects.get(pk=ids[user]))
             out["pages"][name] = figures = measure(client, url, requests, headers)
-            say(f"{label}: {name:<28} p50 {figures['p50_ms']:6.1f} ms  p95 "
-                f"{figures['p95_ms']:6.1f} ms  {figures['queries']} queries")
+            say(
+                f"{label}: {name:<28} p50 {figures['p50_ms']:6.1f} ms  p95 "
+                f"{figures['p95_ms']:6.1f} ms  {figures['queries']} queries"
+            )
         return out
     finally:
         from django.db import connections
@@ -193,31 +235,55 @@ def main() -> None:
         return
 
     info = machine()
-    say(f"pages: {args.backends} x {args.sizes} tickets, {args.requests} requests per page; "
-        f"{info.get('cpus')} CPUs, Python {info['python']}")
+    say(
+        f"pages: {args.backends} x {args.sizes} tickets, {args.requests} requests per page; "
+        f"{info.get('cpus')} CPUs, Python {info['python']}"
+    )
     results = []
     for backend in args.backends.split(","):
         for size in map(int, args.sizes.split(",")):
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                subprocess.run([sys.executable, __file__, "--one", f"{backend}:{size}", "--out",
-                                out.name, "--requests", str(args.requests)], check=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--one",
+                        f"{backend}:{size}",
+                        "--out",
+                        out.name,
+                        "--requests",
+                        str(args.requests),
+                    ],
+                    check=True,
+                )
                 results.append(json.loads(Path(out.name).read_text()))
     print()
     constant = {}
     for backend in args.backends.split(","):
         runs = [r for r in results if r["backend"] == backend]
-        print(f"{backend}: " + "  vs  ".join(f"{r['tickets']:,} tickets ({r['pending']:,} pending)"
-                                             for r in runs))
+        print(
+            f"{backend}: "
+            + "  vs  ".join(f"{r['tickets']:,} tickets ({r['pending']:,} pending)" for r in runs)
+        )
         for page in runs[0]["pages"]:
-            cells = "   ".join(f"p50 {r['pages'][page]['p50_ms']:6.1f} ms p95 "
-                               f"{r['pages'][page]['p95_ms']:6.1f} ms {r['pages'][page]['queries']:2d} q"
-                               for r in runs)
+            cells = "   ".join(
+                f"p50 {r['pages'][page]['p50_ms']:6.1f} ms p95 "
+                f"{r['pages'][page]['p95_ms']:6.1f} ms {r['pages'][page]['queries']:2d} q"
+                for r in runs
+            )
             same = len({r["pages"][page]["queries"] for r in runs}) == 1
             constant[f"{backend} {page}"] = same
             print(f"  {page:<28} {cells}   queries constant: {'yes' if same else 'NO'}")
-    path = write_results("pages", {"command": " ".join(["python", *sys.argv]), "machine": info,
-                                   "settings": vars(args), "results": results,
-                                   "queries_constant": constant})
+    path = write_results(
+        "pages",
+        {
+            "command": " ".join(["python", *sys.argv]),
+            "machine": info,
+            "settings": vars(args),
+            "results": results,
+            "queries_constant": constant,
+        },
+    )
     say(f"wrote {path}")
 
 

@@ -71,7 +71,10 @@ def open_persistence(url: str) -> tuple[Any, Any]:
     from psycopg_pool import ConnectionPool
 
     pool = ConnectionPool(
-        url, min_size=1, max_size=4, open=True,
+        url,
+        min_size=1,
+        max_size=4,
+        open=True,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
     )
     return PostgresSaver(pool), PostgresStore(pool)
@@ -96,13 +99,15 @@ def run_bare(url: str, numbers: list[str], prefix: str) -> dict:
     started = time.perf_counter()
     for number in numbers:
         config = {"configurable": {"thread_id": f"{prefix}-{number}"}}
-        paused = graph.invoke(initial(f"{prefix}-{number}", number), config, context=ctx,
-                              durability="sync")
+        paused = graph.invoke(
+            initial(f"{prefix}-{number}", number), config, context=ctx, durability="sync"
+        )
         interrupt_id = paused["__interrupt__"][0].id
         from langgraph.types import Command
 
-        done = graph.invoke(Command(resume={interrupt_id: APPROVE}), config, context=ctx,
-                            durability="sync")
+        done = graph.invoke(
+            Command(resume={interrupt_id: APPROVE}), config, context=ctx, durability="sync"
+        )
         assert done["outcome"] == "refunded", done
     elapsed = time.perf_counter() - started
     return {"tickets": len(numbers), "seconds": elapsed, "tickets_per_s": len(numbers) / elapsed}

@@ -55,12 +55,14 @@ POLL = 0.05
 def prepare_environment(backend: str, data_dir: Path) -> None:
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_URL", "REFUNDS_CRASH_PLAN"):
         os.environ.pop(name, None)
-    os.environ.update({
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "REFUNDS_DATA_DIR": str(data_dir),
-        "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
-        "LOG_LEVEL": "WARNING",
-    })
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "REFUNDS_DATA_DIR": str(data_dir),
+            "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
     if backend == "postgres":
         os.environ["DATABASE_URL"] = fresh_postgres_db()
         os.environ["CELERY_BROKER_URL"] = REDIS_URL
@@ -82,8 +84,9 @@ def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> d
 
     client = redis_client(naive_glue.BROKER)
     client.delete(naive_glue.PAUSED, naive_glue.DONE)
-    workers = start_workers("bench.naive_glue", n_workers, data_dir / "logs", dict(os.environ),
-                            "naive")
+    workers = start_workers(
+        "bench.naive_glue", n_workers, data_dir / "logs", dict(os.environ), "naive"
+    )
     try:
         started = time.perf_counter()
         for number in numbers:
@@ -102,8 +105,12 @@ def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> d
     finally:
         for worker in workers:
             worker.stop()
-    return {"tickets": len(numbers), "seconds": elapsed, "tickets_per_s": len(numbers) / elapsed,
-            "worker_errors": sum(w.errors() for w in workers)}
+    return {
+        "tickets": len(numbers),
+        "seconds": elapsed,
+        "tickets_per_s": len(numbers) / elapsed,
+        "worker_errors": sum(w.errors() for w in workers),
+    }
 
 
 class Desk:
@@ -129,8 +136,12 @@ class Desk:
             pending = pending.filter(pk__in=ids)
         count = 0
         for ticket in pending.only("pk", "pending_interrupt_id", "required_role", "status"):
-            services.ticket_decide(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
-                                   answer="approve", reviewer=self.reviewer)
+            services.ticket_decide(
+                ticket=ticket,
+                interrupt_id=ticket.pending_interrupt_id,
+                answer="approve",
+                reviewer=self.reviewer,
+            )
             self.decided.add(ticket.pk)
             count += 1
         return count
@@ -163,15 +174,22 @@ def run_full(desk: Desk, numbers: list[str]) -> dict:
     charges = Charge.objects.filter(ticket_id__in=ids).count()
     emails = Email.objects.filter(ticket_id__in=ids, sent_at__isnull=False).count()
     assert charges == emails == len(ids), (charges, emails, len(ids))
-    return {"tickets": len(ids), "seconds": elapsed, "tickets_per_s": len(ids) / elapsed,
-            "charges": charges, "emails_sent": emails}
+    return {
+        "tickets": len(ids),
+        "seconds": elapsed,
+        "tickets_per_s": len(ids) / elapsed,
+        "charges": charges,
+        "emails_sent": emails,
+    }
 
 
 def latencies_ms(ids: list[int]) -> list[float]:
     """Decision recorded -> Ticket mirror says refunded, from the rows' own timestamps."""
     from refunds.models import Decision
 
-    rows = Decision.objects.filter(ticket_id__in=ids).values_list("decided_at", "ticket__updated_at")
+    rows = Decision.objects.filter(ticket_id__in=ids).values_list(
+        "decided_at", "ticket__updated_at"
+    )
     return sorted((done - decided).total_seconds() * 1000 for decided, done in rows)
 
 
@@ -181,33 +199,61 @@ def run_idle_latency(desk: Desk, numbers: list[str]) -> dict:
     wall: list[float] = []
     for number in numbers:
         (ticket_id,) = desk.open([number])
-        wait_until(lambda: Ticket.objects.filter(pk=ticket_id, status="awaiting_review").exists(),
-                   timeout=60, what="the review", every=POLL)
+        wait_until(
+            lambda ticket_id=ticket_id: Ticket.objects.filter(
+                pk=ticket_id, status="awaiting_review"
+            ).exists(),
+            timeout=60,
+            what="the review",
+            every=POLL,
+        )
         time.sleep(0.05)  # let the worker finish releasing its lease: an idle queue
         t0 = time.perf_counter()
         desk.decide_pending([ticket_id])
-        wait_until(lambda: desk.refunded([ticket_id]), timeout=60, what="the refund", every=POLL)
+        wait_until(
+            lambda ticket_id=ticket_id: desk.refunded([ticket_id]),
+            timeout=60,
+            what="the refund",
+            every=POLL,
+        )
         wall.append((time.perf_counter() - t0) * 1000)
-    rows = latencies_ms(desk.decided & set(Ticket.objects.filter(order__number__in=numbers)
-                                             .values_list("pk", flat=True)))
-    return {"decisions": len(rows), "p50_ms": pct(rows, 50), "p95_ms": pct(rows, 95),
-            "max_ms": max(rows), "polled_p50_ms": pct(sorted(wall), 50)}
+    rows = latencies_ms(
+        desk.decided
+        & set(Ticket.objects.filter(order__number__in=numbers).values_list("pk", flat=True))
+    )
+    return {
+        "decisions": len(rows),
+        "p50_ms": pct(rows, 50),
+        "p95_ms": pct(rows, 95),
+        "max_ms": max(rows),
+        "polled_p50_ms": pct(sorted(wall), 50),
+    }
 
 
 def run_burst_latency(desk: Desk, numbers: list[str]) -> dict:
     ids = desk.open(numbers)
     from refunds.models import Ticket
 
-    wait_until(lambda: Ticket.objects.awaiting().filter(pk__in=ids).count() == len(ids),
-               timeout=600, what="every burst ticket to wait on its review", every=0.05)
+    wait_until(
+        lambda: Ticket.objects.awaiting().filter(pk__in=ids).count() == len(ids),
+        timeout=600,
+        what="every burst ticket to wait on its review",
+        every=0.05,
+    )
     started = time.perf_counter()
     desk.decide_pending(ids)
     recorded = time.perf_counter() - started
     wait_until(lambda: desk.refunded(ids) == len(ids), timeout=600, what="the burst", every=POLL)
     drained = time.perf_counter() - started
     rows = latencies_ms(ids)
-    return {"decisions": len(rows), "p50_ms": pct(rows, 50), "p95_ms": pct(rows, 95),
-            "max_ms": max(rows), "seconds_to_record": recorded, "seconds_to_drain": drained}
+    return {
+        "decisions": len(rows),
+        "p50_ms": pct(rows, 50),
+        "p95_ms": pct(rows, 95),
+        "max_ms": max(rows),
+        "seconds_to_record": recorded,
+        "seconds_to_drain": drained,
+    }
 
 
 def checkpoint_sizes(prefix: str) -> dict:
@@ -224,19 +270,23 @@ def checkpoint_sizes(prefix: str) -> dict:
 
         queries = {
             "checkpoints": "SELECT count(*), coalesce(sum(pg_column_size(checkpoint) + "
-                           "pg_column_size(metadata)), 0) FROM checkpoints WHERE thread_id LIKE %s",
+            "pg_column_size(metadata)), 0) FROM checkpoints WHERE thread_id LIKE %s",
             "checkpoint_blobs": "SELECT count(*), coalesce(sum(pg_column_size(blob)), 0) "
-                                "FROM checkpoint_blobs WHERE thread_id LIKE %s",
+            "FROM checkpoint_blobs WHERE thread_id LIKE %s",
             "checkpoint_writes": "SELECT count(*), coalesce(sum(pg_column_size(blob)), 0) "
-                                 "FROM checkpoint_writes WHERE thread_id LIKE %s",
+            "FROM checkpoint_writes WHERE thread_id LIKE %s",
         }
         with psycopg.connect(runner.checkpoint_url()) as conn:
-            out = {t: tuple(map(int, conn.execute(q, (like,)).fetchone()))
-                   for t, q in queries.items()}
+            out = {
+                t: tuple(map(int, conn.execute(q, (like,)).fetchone())) for t, q in queries.items()
+            }
             on_disk = conn.execute(
                 "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['checkpoints', "
-                "'checkpoint_blobs', 'checkpoint_writes']) AS c").fetchone()[0]
-            all_threads = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints").fetchone()[0]
+                "'checkpoint_blobs', 'checkpoint_writes']) AS c"
+            ).fetchone()[0]
+            all_threads = conn.execute(
+                "SELECT count(DISTINCT thread_id) FROM checkpoints"
+            ).fetchone()[0]
         on_disk = int(on_disk)
     else:
         import sqlite3
@@ -246,13 +296,19 @@ def checkpoint_sizes(prefix: str) -> dict:
         out = {
             "checkpoints": conn.execute(
                 "SELECT count(*), coalesce(sum(length(checkpoint) + length(metadata)), 0) "
-                "FROM checkpoints WHERE thread_id LIKE ?", (like,)).fetchone(),
+                "FROM checkpoints WHERE thread_id LIKE ?",
+                (like,),
+            ).fetchone(),
             "writes": conn.execute(
                 "SELECT count(*), coalesce(sum(length(value)), 0) FROM writes "
-                "WHERE thread_id LIKE ?", (like,)).fetchone(),
+                "WHERE thread_id LIKE ?",
+                (like,),
+            ).fetchone(),
         }
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        all_threads = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints").fetchone()[0]
+        all_threads = conn.execute("SELECT count(DISTINCT thread_id) FROM checkpoints").fetchone()[
+            0
+        ]
         conn.close()
         on_disk = Path(path).stat().st_size
     rows = sum(r[0] for r in out.values())
@@ -261,8 +317,10 @@ def checkpoint_sizes(prefix: str) -> dict:
         "tickets": threads,
         "rows_per_ticket": rows / threads,
         "payload_bytes_per_ticket": payload / threads,
-        "by_table": {t: {"rows_per_ticket": r[0] / threads, "bytes_per_ticket": r[1] / threads}
-                     for t, r in out.items()},
+        "by_table": {
+            t: {"rows_per_ticket": r[0] / threads, "bytes_per_ticket": r[1] / threads}
+            for t, r in out.items()
+        },
         "on_disk_bytes_per_thread": on_disk / max(all_threads, 1),
         "threads_in_checkpointer": all_threads,
     }
@@ -277,9 +335,9 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     from django.conf import settings
     from django.core.management import call_command
 
+    from bench.reference import order_facts, run_bare
     from refunds import embedded_redis, runner
     from refunds.models import Order
-    from bench.reference import order_facts, run_bare
 
     call_command("migrate", verbosity=0)  # also creates the checkpoint and store tables, once
     redis_proc = None
@@ -295,9 +353,14 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     try:
         numbers = [f"F{i:05d}" for i in range(args.tickets + args.idle + args.burst)]
         Order.objects.bulk_create(
-            Order(number=f["number"], customer_name=f["customer_name"],
-                  customer_email=f["customer_email"], promised_on=f["promised_on"],
-                  delivered_on=f["delivered_on"], shipping_fee_cents=f["fee_cents"])
+            Order(
+                number=f["number"],
+                customer_name=f["customer_name"],
+                customer_email=f["customer_email"],
+                promised_on=f["promised_on"],
+                delivered_on=f["delivered_on"],
+                shipping_fee_cents=f["fee_cents"],
+            )
             for f in map(order_facts, numbers)
         )
         bare_numbers = [f"B{i:05d}" for i in range(args.tickets)]
@@ -318,13 +381,17 @@ def run_one(backend: str, n_workers: int, args) -> dict:
         say(f"{label}:   full {result['full']['tickets_per_s']:.1f} tickets/s")
 
         say(f"{label}: decision -> refunded on an idle queue, {i} decisions one at a time")
-        result["latency_idle"] = run_idle_latency(desk, numbers[t:t + i])
-        say(f"{label}:   idle p50 {result['latency_idle']['p50_ms']:.1f} ms, "
-            f"p95 {result['latency_idle']['p95_ms']:.1f} ms")
+        result["latency_idle"] = run_idle_latency(desk, numbers[t : t + i])
+        say(
+            f"{label}:   idle p50 {result['latency_idle']['p50_ms']:.1f} ms, "
+            f"p95 {result['latency_idle']['p95_ms']:.1f} ms"
+        )
         say(f"{label}: decision -> refunded under a burst of {args.burst} decisions")
-        result["latency_burst"] = run_burst_latency(desk, numbers[t + i:])
-        say(f"{label}:   burst p50 {result['latency_burst']['p50_ms']:.0f} ms, "
-            f"p95 {result['latency_burst']['p95_ms']:.0f} ms")
+        result["latency_burst"] = run_burst_latency(desk, numbers[t + i :])
+        say(
+            f"{label}:   burst p50 {result['latency_burst']['p50_ms']:.0f} ms, "
+            f"p95 {result['latency_burst']['p95_ms']:.0f} ms"
+        )
         result["checkpoints"] = checkpoint_sizes("refund-")
         result["full"]["worker_errors"] = sum(w.errors() for w in workers)
     finally:
@@ -353,8 +420,11 @@ def summarize(results: list[dict]) -> dict:
     ratios: dict = {}
     for r in results:
         full, bare, naive = (r[k]["tickets_per_s"] for k in ("full", "bare", "naive"))
-        ratios[r["config"]] = {"full_vs_bare": full / bare, "full_vs_naive": full / naive,
-                               "naive_vs_bare": naive / bare}
+        ratios[r["config"]] = {
+            "full_vs_bare": full / bare,
+            "full_vs_naive": full / naive,
+            "naive_vs_bare": naive / bare,
+        }
     by = {r["config"]: r for r in results}
     if "postgres:1" in by and "postgres:4" in by:
         for kind in ("full", "naive"):
@@ -366,17 +436,22 @@ def summarize(results: list[dict]) -> dict:
 
 def print_table(results: list[dict], ratios: dict) -> None:
     print()
-    print(f"{'config':<12} {'bare t/s':>9} {'naive t/s':>10} {'full t/s':>9} {'full/bare':>10} "
-          f"{'full/naive':>11} {'idle p50':>9} {'idle p95':>9} {'burst p50':>10} {'burst p95':>10} "
-          f"{'ckpt rows':>10} {'ckpt KB':>8}")
+    print(
+        f"{'config':<12} {'bare t/s':>9} {'naive t/s':>10} {'full t/s':>9} {'full/bare':>10} "
+        f"{'full/naive':>11} {'idle p50':>9} {'idle p95':>9} {'burst p50':>10} {'burst p95':>10} "
+        f"{'ckpt rows':>10} {'ckpt KB':>8}"
+    )
     for r in results:
         q = ratios[r["config"]]
         c = r["checkpoints"]
-        print(f"{r['config']:<12} {r['bare']['tickets_per_s']:9.1f} {r['naive']['tickets_per_s']:10.1f} "
-              f"{r['full']['tickets_per_s']:9.1f} {q['full_vs_bare']:10.2f} {q['full_vs_naive']:11.2f} "
-              f"{r['latency_idle']['p50_ms']:8.1f}ms {r['latency_idle']['p95_ms']:8.1f}ms "
-              f"{r['latency_burst']['p50_ms']:9.0f}ms {r['latency_burst']['p95_ms']:9.0f}ms "
-              f"{c['rows_per_ticket']:10.1f} {c['payload_bytes_per_ticket'] / 1024:8.1f}")
+        bare, naive, full = (r[k]["tickets_per_s"] for k in ("bare", "naive", "full"))
+        print(
+            f"{r['config']:<12} {bare:9.1f} {naive:10.1f} "
+            f"{full:9.1f} {q['full_vs_bare']:10.2f} {q['full_vs_naive']:11.2f} "
+            f"{r['latency_idle']['p50_ms']:8.1f}ms {r['latency_idle']['p95_ms']:8.1f}ms "
+            f"{r['latency_burst']['p50_ms']:9.0f}ms {r['latency_burst']['p95_ms']:9.0f}ms "
+            f"{c['rows_per_ticket']:10.1f} {c['payload_bytes_per_ticket'] / 1024:8.1f}"
+        )
     for name, value in ratios.items():
         if not isinstance(value, dict):
             print(f"{name}: {value:.2f}x")
@@ -384,8 +459,11 @@ def print_table(results: list[dict], ratios: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", default=DEFAULT_CONFIGS,
-                        help=f"backend:workers, comma-separated (default {DEFAULT_CONFIGS})")
+    parser.add_argument(
+        "--configs",
+        default=DEFAULT_CONFIGS,
+        help=f"backend:workers, comma-separated (default {DEFAULT_CONFIGS})",
+    )
     parser.add_argument("--tickets", type=int, default=200, help="tickets per throughput run")
     parser.add_argument("--idle", type=int, default=30, help="decisions timed one at a time")
     parser.add_argument("--burst", type=int, default=200, help="decisions in the burst")
@@ -401,22 +479,42 @@ def main() -> None:
 
     say(f"throughput: {args.configs}, {args.tickets} tickets, idle {args.idle}, burst {args.burst}")
     info = machine()
-    say(f"machine: {info.get('cpus')} CPUs ({info.get('cpu_model', '?')}), Python {info['python']}, "
-        f"PostgreSQL {info.get('postgresql', '-')}, Redis {info.get('redis', '-')}")
+    say(
+        f"machine: {info.get('cpus')} CPUs ({info.get('cpu_model', '?')}), "
+        f"Python {info['python']}, "
+        f"PostgreSQL {info.get('postgresql', '-')}, Redis {info.get('redis', '-')}"
+    )
     results = []
     for config in args.configs.split(","):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            command = [sys.executable, __file__, "--one", config, "--out", out.name,
-                       "--tickets", str(args.tickets), "--idle", str(args.idle),
-                       "--burst", str(args.burst)] + (["--keep"] if args.keep else [])
+            command = [
+                sys.executable,
+                __file__,
+                "--one",
+                config,
+                "--out",
+                out.name,
+                "--tickets",
+                str(args.tickets),
+                "--idle",
+                str(args.idle),
+                "--burst",
+                str(args.burst),
+            ] + (["--keep"] if args.keep else [])
             subprocess.run(command, check=True)
             results.append(json.loads(Path(out.name).read_text()))
     ratios = summarize(results)
     print_table(results, ratios)
-    path = write_results("throughput", {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": info, "settings": vars(args), "results": results, "ratios": ratios,
-    })
+    path = write_results(
+        "throughput",
+        {
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": info,
+            "settings": vars(args),
+            "results": results,
+            "ratios": ratios,
+        },
+    )
     say(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
 
 

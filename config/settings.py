@@ -74,7 +74,9 @@ TEMPLATES = [
 
 # --- Databases -------------------------------------------------------------------------------
 DATABASE_URL = env_url(
-    "DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}", schemes=("sqlite", "postgres", "postgresql")
+    "DATABASE_URL",
+    f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
+    schemes=("sqlite", "postgres", "postgresql"),
 )
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

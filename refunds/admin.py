@@ -46,9 +46,21 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
     search_fields = ["thread_id", "order__number"]
     list_select_related = ["order"]
     readonly_fields = [
-        "thread_id", "status", "next_nodes", "nodes_run", "pending_interrupt_id",
-        "pending_payload", "required_role", "amount_cents", "lease_owner", "lease_expires_at",
-        "attempts", "last_error", "created_at", "updated_at", "checkpoint_history",
+        "thread_id",
+        "status",
+        "next_nodes",
+        "nodes_run",
+        "pending_interrupt_id",
+        "pending_payload",
+        "required_role",
+        "amount_cents",
+        "lease_owner",
+        "lease_expires_at",
+        "attempts",
+        "last_error",
+        "created_at",
+        "updated_at",
+        "checkpoint_history",
     ]
     inlines = [DecisionInline, ChargeInline]
     actions = ["retry_failed"]
@@ -82,16 +94,25 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
         skipped = queryset.count() - retried
         self.message_user(request, f"Put {retried} ticket(s) back in line.", messages.SUCCESS)
         if skipped:
-            self.message_user(request, f"{skipped} ticket(s) were not failed; left alone.",
-                              messages.WARNING)
+            self.message_user(
+                request, f"{skipped} ticket(s) were not failed; left alone.", messages.WARNING
+            )
 
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["ticket", "answer", "reviewer", "decided_at", "applied_at"]
     list_filter = ["answer"]
-    readonly_fields = ["ticket", "interrupt_id", "reviewer", "answer", "reason", "decided_at",
-                       "applied_at", "refused_reason"]
+    readonly_fields = [
+        "ticket",
+        "interrupt_id",
+        "reviewer",
+        "answer",
+        "reason",
+        "decided_at",
+        "applied_at",
+        "refused_reason",
+    ]
 
 
 @admin.register(Charge)

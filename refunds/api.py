@@ -76,7 +76,11 @@ def ticket_json(ticket: Ticket) -> dict:
             else None
         ),
         "charges": [
-            {"receipt": c.receipt, "amount_cents": c.amount_cents, "created_at": c.created_at.isoformat()}
+            {
+                "receipt": c.receipt,
+                "amount_cents": c.amount_cents,
+                "created_at": c.created_at.isoformat(),
+            }
             for c in ticket.charges.all()
         ],
         "emails": [
@@ -114,8 +118,12 @@ def tickets(request: HttpRequest) -> JsonResponse:
     except services.RefundError as exc:
         return error(400, str(exc))
     return JsonResponse(
-        {"id": ticket.pk, "thread_id": ticket.thread_id, "status": ticket.status,
-         "url": request.build_absolute_uri(f"/api/tickets/{ticket.pk}/")},
+        {
+            "id": ticket.pk,
+            "thread_id": ticket.thread_id,
+            "status": ticket.status,
+            "url": request.build_absolute_uri(f"/api/tickets/{ticket.pk}/"),
+        },
         status=201,
     )
 
@@ -144,5 +152,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001
         checks["checkpoints"] = f"error: {exc}"
     healthy = all(v == "ok" for v in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "error", **checks},
-                        status=200 if healthy else 503)
+    return JsonResponse(
+        {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503
+    )

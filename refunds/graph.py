@@ -1,4 +1,4 @@
-"""build_graph(): the uncompiled refund workflow. Compiling with a checkpointer is runner.py's job."""
+"""build_graph(): the uncompiled refund workflow; runner.py compiles it with a checkpointer."""
 
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ def send_once(*, key: str, ticket_key: str, to: str, subject: str, body: str) ->
         outbox = Email.objects.get(key=key)
     if outbox.sent_at is not None:
         return
-    message = EmailMessage(outbox.subject, outbox.body, to=[outbox.to], headers={"X-Refund-Key": key})
+    message = EmailMessage(
+        outbox.subject, outbox.body, to=[outbox.to], headers={"X-Refund-Key": key}
+    )
     message.send()
     # A crash between send() and this UPDATE sends the message again on the re-run: SMTP has no
     # idempotency key. The window is one UPDATE wide; everything else about a re-run is a no-op.

@@ -112,6 +112,7 @@ class Ticket(models.Model):
         indexes = [
             models.Index(fields=["status", "required_role", "-id"], name="ticket_queue_idx"),
             models.Index(fields=["status", "lease_expires_at"], name="ticket_sweep_idx"),
+            models.Index(fields=["opened_by", "-id"], name="ticket_recent_idx"),
         ]
 
     def __str__(self) -> str:
@@ -232,12 +233,10 @@ class ApiToken(models.Model):
     key = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    @classmethod
-    def for_user(cls, user) -> ApiToken:
-        token, _ = cls.objects.get_or_create(
-            user=user, defaults={"key": secrets.token_hex(20)}
-        )
-        return token
-
     def __str__(self) -> str:
         return f"API token of {self.user}"
+
+    @classmethod
+    def for_user(cls, user) -> ApiToken:
+        token, _ = cls.objects.get_or_create(user=user, defaults={"key": secrets.token_hex(20)})
+        return token

@@ -76,7 +76,9 @@ def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> Refund
 def check_policy(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     runtime.context.crash_point(state["ticket_key"], "check_policy")
     order = state["order"]
-    late = (date.fromisoformat(order["delivered_on"]) - date.fromisoformat(order["promised_on"])).days
+    late = (
+        date.fromisoformat(order["delivered_on"]) - date.fromisoformat(order["promised_on"])
+    ).days
     if late > 0:
         note = f"Delivered {days(late)} late: shipping is refundable."
     else:
@@ -98,7 +100,9 @@ def decline(state: RefundState) -> RefundState:
 def triage(state: RefundState) -> Command[Literal["approve"]]:
     over = state["amount_cents"] > AGENT_LIMIT_CENTS
     role = "manager" if over or state.get("flags") else "agent"
-    why = "over $20.00" if over else ("flagged by policy" if role == "manager" else "$20.00 or less")
+    why = (
+        "over $20.00" if over else ("flagged by policy" if role == "manager" else "$20.00 or less")
+    )
     return Command(
         update={
             "required_role": role,

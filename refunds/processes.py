@@ -15,15 +15,35 @@ ROOT = Path(__file__).resolve().parent.parent
 class CeleryProcess:
     """`celery worker` or `celery beat` in its own session, so a kill takes its children too."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str]):
+    def __init__(self, args: list[str], log: Path, env: dict[str, str], name: str = ""):
         self.args, self.log, self.env = args, log, env
+        self.name = name or log.stem
         self.proc: subprocess.Popen | None = None
 
     @classmethod
-    def worker(cls, name: str, log_dir: Path, env: dict[str, str], *, pool: str = "prefork",
-               concurrency: int = 1) -> CeleryProcess:
-        args = ["worker", "-l", "info", "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    def worker(
+        cls,
+        name: str,
+        log_dir: Path,
+        env: dict[str, str],
+        *,
+        pool: str = "prefork",
+        concurrency: int = 1,
+    ) -> CeleryProcess:
+        args = [
+            "worker",
+            "-l",
+            "info",
+            "-P",
+            pool,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         return cls(args, log_dir / f"{name}.log", env)
 
     @classmethod
@@ -37,7 +57,10 @@ class CeleryProcess:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "config", *self.args],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         if wait_ready:

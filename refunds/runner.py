@@ -210,7 +210,10 @@ class Lease:
 
     def release(self, *, progressed: bool, error: str = "", **fields: Any) -> None:
         update: dict[str, Any] = {
-            "lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now(), **fields
+            "lease_owner": "",
+            "lease_expires_at": None,
+            "updated_at": timezone.now(),
+            **fields,
         }
         if progressed:
             update |= {"attempts": 0, "last_error": ""}

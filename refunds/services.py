@@ -34,8 +34,11 @@ def wake(ticket_id: int) -> None:
     try:
         advance_ticket.delay(ticket_id)
     except Exception:  # noqa: BLE001 - kombu raises several kinds for an unreachable broker
-        log.warning("could not enqueue ticket %s; the recovery sweep will pick it up", ticket_id,
-                    exc_info=True)
+        log.warning(
+            "could not enqueue ticket %s; the recovery sweep will pick it up",
+            ticket_id,
+            exc_info=True,
+        )
 
 
 def _enqueue_advance(ticket_id: int) -> None:
@@ -78,7 +81,10 @@ def ticket_decide(
     earlier = Decision.objects.filter(interrupt_id=interrupt_id).select_related("reviewer").first()
     if earlier is not None:
         raise AlreadyDecided(_already_decided_message(earlier))
-    if ticket.status != Ticket.Status.AWAITING_REVIEW or ticket.pending_interrupt_id != interrupt_id:
+    if (
+        ticket.status != Ticket.Status.AWAITING_REVIEW
+        or ticket.pending_interrupt_id != interrupt_id
+    ):
         raise RefundError("This review is no longer pending; reload to see where the ticket is.")
     try:
         with transaction.atomic():
@@ -117,15 +123,19 @@ def tickets_recover() -> list[int]:
     between commit and enqueue all end here."""
     now = timezone.now()
     settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
-    stalled = (
-        Ticket.objects.unfinished().leasable(now).filter(updated_at__lt=settled_before)
+    stalled = Ticket.objects.unfinished().leasable(now).filter(updated_at__lt=settled_before)
+    undecided = (
+        Ticket.objects.awaiting()
+        .leasable(now)
+        .filter(
+            decisions__applied_at__isnull=True,
+            decisions__refused_reason="",
+            decisions__decided_at__lt=settled_before,
+        )
     )
-    undecided = Ticket.objects.awaiting().leasable(now).filter(
-        decisions__applied_at__isnull=True,
-        decisions__refused_reason="",
-        decisions__decided_at__lt=settled_before,
+    ids = sorted(
+        set(stalled.values_list("pk", flat=True)) | set(undecided.values_list("pk", flat=True))
     )
-    ids = sorted(set(stalled.values_list("pk", flat=True)) | set(undecided.values_list("pk", flat=True)))
     for ticket_id in ids:
         wake(ticket_id)
     return ids

@@ -23,6 +23,7 @@ from refunds.models import (
 
 RECENT = 10
 QUEUE_PAGE = 50
+COUNT_CAP = 1000
 TICKET_STATUS = "ticket-status"  # the ticket page's polled region, also a target of its form
 
 
@@ -53,7 +54,9 @@ def _queue_context(request: HtmxHttpRequest) -> dict:
     reviewable = Ticket.objects.reviewable_by(request.user).select_related("order")
     return {
         "reviews": _with_pending_decisions(list(reviewable.order_by("id")[:QUEUE_PAGE])),
-        "review_count": reviewable.count(),
+        # Counted up to a cap: the page's cost must not grow with a backlog of 10,000 reviews.
+        "review_count": reviewable[: COUNT_CAP + 1].count(),
+        "count_cap": COUNT_CAP,
         "recent": Ticket.objects.filter(opened_by=request.user).select_related("order")[:RECENT],
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
@@ -65,13 +68,17 @@ def _queue_scope(user) -> str:
     roles = user_roles(user)
     agent, manager = ROLE_GROUPS[Role.AGENT] in roles, ROLE_GROUPS[Role.MANAGER] in roles
     if user.is_superuser or ADMIN_GROUP in roles or (agent and manager):
-        return ("You see every pending review: support agents decide refunds of $20.00 or less, "
-                "managers the larger ones and those the policy flags.")
+        return (
+            "You see every pending review: support agents decide refunds of $20.00 or less, "
+            "managers the larger ones and those the policy flags."
+        )
     if agent:
         return "You decide refunds of $20.00 or less; larger and flagged ones go to managers."
     if manager:
-        return ("You decide refunds over $20.00 and those the policy flags; smaller ones go to "
-                "support agents.")
+        return (
+            "You decide refunds over $20.00 and those the policy flags; smaller ones go to "
+            "support agents."
+        )
     return "You are in no reviewer group, so no review waits on you; you can still open tickets."
 
 
@@ -181,8 +188,9 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
     }
 
 
-def _ticket_status(request: HtmxHttpRequest, ticket: Ticket, *, status: int = 200,
-                   **extra) -> HttpResponse:
+def _ticket_status(
+    request: HtmxHttpRequest, ticket: Ticket, *, status: int = 200, **extra
+) -> HttpResponse:
     ticket.refresh_from_db()
     context = _ticket_context(request, ticket) | extra
     if status == 200 and (ticket.is_final or ticket.status == Ticket.Status.FAILED):

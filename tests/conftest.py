@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,8 +14,7 @@ from django.db import connection
 
 from refunds import embedded_redis
 from refunds.models import Order
-
-ROOT = Path(__file__).resolve().parent.parent
+from refunds.processes import CeleryProcess
 
 
 # --- personas and orders -----------------------------------------------------------------------
@@ -43,7 +39,9 @@ def admin_user(db) -> User:
     return _persona("admin", "Admins", is_staff=True, is_superuser=True)
 
 
-def make_order(number: str, *, late: int = 4, fee_cents: int = 699, name: str = "Ana Souza") -> Order:
+def make_order(
+    number: str, *, late: int = 4, fee_cents: int = 699, name: str = "Ana Souza"
+) -> Order:
     from datetime import date, timedelta
 
     promised = date(2026, 11, 2)
@@ -73,8 +71,13 @@ def on_time_order(db) -> Order:
 
 
 # --- waiting -----------------------------------------------------------------------------------
-def wait_for(predicate: Callable[[], object], *, timeout: float = 30, every: float = 0.1,
-             what: str = "condition"):
+def wait_for(
+    predicate: Callable[[], object],
+    *,
+    timeout: float = 30,
+    every: float = 0.1,
+    what: str = "condition",
+):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -99,7 +102,9 @@ def django_db_setup(django_db_setup) -> Iterator[None]:
 def broker() -> Iterator[str]:
     """The broker the workers use: the embedded Redis, started here, or the configured one."""
     proc = None
-    if settings.USES_EMBEDDED_BROKER and not embedded_redis.is_running(settings.EMBEDDED_REDIS_SOCKET):
+    if settings.USES_EMBEDDED_BROKER and not embedded_redis.is_running(
+        settings.EMBEDDED_REDIS_SOCKET
+    ):
         proc = embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET)
     yield settings.CELERY_BROKER_URL
     if proc is not None:
@@ -123,66 +128,33 @@ def database_url() -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-class Worker:
-    """A real `celery worker` process (its own session, so a kill takes the pool child too)."""
+def worker_process(
+    name: str,
+    log_dir: Path,
+    *,
+    pool: str = "prefork",
+    concurrency: int = 1,
+    env: dict[str, str] | None = None,
+) -> CeleryProcess:
+    """A real `celery worker` on the test database (its own session: a kill takes its child)."""
+    env = {**os.environ, "DATABASE_URL": database_url(), **(env or {})}
+    return CeleryProcess.worker(name, log_dir, env, pool=pool, concurrency=concurrency)
 
-    def __init__(self, name: str, log_dir: Path, *, pool: str = "prefork", concurrency: int = 1,
-                 env: dict[str, str] | None = None):
-        self.name, self.pool, self.concurrency = name, pool, concurrency
-        self.log = log_dir / f"{name}.log"
-        self.env = {**os.environ, "DATABASE_URL": database_url(), **(env or {})}
-        self.proc: subprocess.Popen | None = None
 
-    def start(self, *, wait: bool = True) -> Worker:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "info",
-             "-P", self.pool, "-c", str(self.concurrency), "-n", f"{self.name}@%h",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        if wait:
-            wait_for(lambda: b"ready." in self.log.read_bytes() or self.proc.poll() is not None,
-                     timeout=60, what=f"worker {self.name} to start")
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-        return self
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Kill the whole worker: main process and pool children, no cleanup."""
-        if self.alive:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.alive:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        elif self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # orphaned pool children, if any
-            except ProcessLookupError:
-                pass
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+def beat_process(log_dir: Path, env: dict[str, str] | None = None) -> CeleryProcess:
+    return CeleryProcess.beat(
+        log_dir, {**os.environ, "DATABASE_URL": database_url(), **(env or {})}
+    )
 
 
 @pytest.fixture
-def workers(broker, transactional_db, tmp_path) -> Iterator[Callable[..., Worker]]:
+def workers(broker, transactional_db, tmp_path) -> Iterator[Callable[..., CeleryProcess]]:
     """Start real workers on the test database: `workers("w1", env={...})`."""
     purge_broker()
-    started: list[Worker] = []
+    started: list[CeleryProcess] = []
 
-    def start(name: str = "w1", **kwargs) -> Worker:
-        worker = Worker(name, tmp_path, **kwargs).start()
+    def start(name: str = "w1", **kwargs) -> CeleryProcess:
+        worker = worker_process(name, tmp_path, **kwargs).start(wait_ready=True)
         started.append(worker)
         return worker
 

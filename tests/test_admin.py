@@ -12,8 +12,9 @@ def refunded(transactional_db, agent, late_order) -> Ticket:
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
     runner.advance(ticket.pk)
     ticket.refresh_from_db()
-    services.ticket_decide(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
-                           answer="approve", reviewer=agent)
+    services.ticket_decide(
+        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+    )
     runner.advance(ticket.pk)
     ticket.refresh_from_db()
     return ticket
@@ -38,21 +39,28 @@ def test_the_mirror_and_the_ledger_cannot_be_edited_by_hand(client, admin_user, 
     refunded.refresh_from_db()
     assert refunded.note != "edited"
     charge = refunded.charges.get()
-    assert client.post(reverse("admin:refunds_charge_delete", args=[charge.pk]),
-                       {"post": "yes"}).status_code == 403
+    assert (
+        client.post(
+            reverse("admin:refunds_charge_delete", args=[charge.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
     assert client.get(reverse("admin:refunds_decision_add")).status_code == 403
 
 
-def test_an_admin_puts_a_failed_ticket_back_in_line(client, admin_user, transactional_db,
-                                                   late_order, monkeypatch):
+def test_an_admin_puts_a_failed_ticket_back_in_line(
+    client, admin_user, transactional_db, late_order, monkeypatch
+):
     woken = []
     monkeypatch.setattr(services, "wake", woken.append)
     ticket = services.ticket_open(order_number="1042")
     Ticket.objects.filter(pk=ticket.pk).update(status="failed", attempts=6, last_error="boom")
     client.force_login(admin_user)
-    response = client.post(reverse("admin:refunds_ticket_changelist"),
-                           {"action": "retry_failed", "_selected_action": [ticket.pk]},
-                           follow=True)
+    response = client.post(
+        reverse("admin:refunds_ticket_changelist"),
+        {"action": "retry_failed", "_selected_action": [ticket.pk]},
+        follow=True,
+    )
     assert "Put 1 ticket(s) back in line." in response.content.decode()
     ticket.refresh_from_db()
     assert ticket.status == "running" and ticket.attempts == 0

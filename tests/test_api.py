@@ -62,8 +62,9 @@ def test_it_accepts_a_numeric_order_number(api, late_order):
     assert Ticket.objects.get().order == late_order
 
 
-def test_it_enqueues_the_ticket_on_commit(api, late_order, monkeypatch,
-                                          django_capture_on_commit_callbacks):
+def test_it_enqueues_the_ticket_on_commit(
+    api, late_order, monkeypatch, django_capture_on_commit_callbacks
+):
     woken = []
     monkeypatch.setattr("refunds.services.wake", woken.append)
     with django_capture_on_commit_callbacks(execute=True):
@@ -71,9 +72,9 @@ def test_it_enqueues_the_ticket_on_commit(api, late_order, monkeypatch,
     assert woken == [response.json()["id"]]
 
 
-def test_it_opens_a_ticket_even_when_the_broker_is_unreachable(api, late_order, caplog,
-                                                               monkeypatch,
-                                                               django_capture_on_commit_callbacks):
+def test_it_opens_a_ticket_even_when_the_broker_is_unreachable(
+    api, late_order, caplog, monkeypatch, django_capture_on_commit_callbacks
+):
     from kombu.exceptions import OperationalError
 
     from refunds.tasks import advance_ticket
@@ -240,8 +241,12 @@ def test_it_reads_back_a_new_ticket(api, late_order):
 def test_it_shows_the_pending_review_of_an_awaiting_ticket(api, late_order):
     payload = {"action_request": {"action": "refund", "args": {"order": "1042"}}, "config": {}}
     ticket = Ticket.objects.create(
-        thread_id="refund-1042-t", order=late_order, status=Ticket.Status.AWAITING_REVIEW,
-        required_role="agent", pending_interrupt_id="a" * 32, pending_payload=payload,
+        thread_id="refund-1042-t",
+        order=late_order,
+        status=Ticket.Status.AWAITING_REVIEW,
+        required_role="agent",
+        pending_interrupt_id="a" * 32,
+        pending_payload=payload,
         amount_cents=699,
     )
 
@@ -255,14 +260,29 @@ def test_it_shows_the_pending_review_of_an_awaiting_ticket(api, late_order):
 
 def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(api, manager, late_order):
     ticket = Ticket.objects.create(
-        thread_id="refund-1042-t", order=late_order, status=Ticket.Status.REFUNDED,
-        required_role="manager", pending_interrupt_id="", outcome_reason="Refunded $6.99.",
+        thread_id="refund-1042-t",
+        order=late_order,
+        status=Ticket.Status.REFUNDED,
+        required_role="manager",
+        pending_interrupt_id="",
+        outcome_reason="Refunded $6.99.",
     )
-    Decision.objects.create(ticket=ticket, interrupt_id="b" * 32, reviewer=manager,
-                            answer="approve", applied_at=timezone.now())
+    Decision.objects.create(
+        ticket=ticket,
+        interrupt_id="b" * 32,
+        reviewer=manager,
+        answer="approve",
+        applied_at=timezone.now(),
+    )
     Charge.objects.create(ticket=ticket, idempotency_key="k", amount_cents=699, receipt="rcpt_1")
-    Email.objects.create(ticket=ticket, key="e", to="ana@example.com", subject="Your refund",
-                         body="...", sent_at=timezone.now())
+    Email.objects.create(
+        ticket=ticket,
+        key="e",
+        to="ana@example.com",
+        subject="Your refund",
+        body="...",
+        sent_at=timezone.now(),
+    )
 
     body = api.get(f"{URL}{ticket.pk}/").json()
 
@@ -270,8 +290,12 @@ def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(api, mana
     assert body["pending_review"] is None
     assert body["outcome_reason"] == "Refunded $6.99."
     assert body["decision"] | {"decided_at": None} == {
-        "interrupt_id": "b" * 32, "answer": "approve", "reason": "", "reviewer": "manager",
-        "decided_at": None, "applied": True,
+        "interrupt_id": "b" * 32,
+        "answer": "approve",
+        "reason": "",
+        "reviewer": "manager",
+        "decided_at": None,
+        "applied": True,
     }
     assert [(c["receipt"], c["amount_cents"]) for c in body["charges"]] == [("rcpt_1", 699)]
     assert [(e["to"], e["subject"]) for e in body["emails"]] == [("ana@example.com", "Your refund")]
@@ -289,7 +313,8 @@ def test_it_reads_a_ticket_the_runner_advanced_to_its_review(api, db):
     assert body["status"] == "awaiting_review"
     assert body["required_role"] == "agent"
     assert body["pending_review"]["payload"]["action_request"]["args"] == {
-        "order": "2042", "amount_cents": 850
+        "order": "2042",
+        "amount_cents": 850,
     }
     assert body["pending_review"]["interrupt_id"] == Ticket.objects.get().pending_interrupt_id
     assert body["nodes_run"][-1] == "triage"

@@ -54,7 +54,9 @@ def test_an_agent_opens_approves_and_sees_a_refund_without_reloading(
         _open_approve_and_watch(page, live_server, agent, expect)
     except AssertionError as exc:
         tickets = list(Ticket.objects.values("pk", "status", "last_error", "attempts"))
-        raise AssertionError(f"{exc}\ntickets: {tickets}\nworker log:\n{worker.output()[-4000:]}")
+        raise AssertionError(
+            f"{exc}\ntickets: {tickets}\nworker log:\n{worker.output()[-4000:]}"
+        ) from exc
 
 
 def _open_approve_and_watch(page, live_server, agent, expect) -> None:

@@ -16,7 +16,7 @@ from django.db import connection
 
 from refunds import services
 from refunds.models import Charge, Decision, Email, Ticket
-from tests.conftest import wait_for
+from tests.conftest import beat_process, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +60,9 @@ def open_and_wait_for_review(order_number: str, who) -> Ticket:
 
 def approve(ticket: Ticket, reviewer) -> Decision:
     ticket.refresh_from_db()
-    return services.ticket_decide(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
-                                  answer="approve", reviewer=reviewer)
+    return services.ticket_decide(
+        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=reviewer
+    )
 
 
 def assert_refunded_once(ticket: Ticket) -> None:
@@ -107,7 +108,7 @@ def test_a_worker_killed_inside_charge_card_is_finished_by_a_second_worker_charg
 
 
 def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
-    workers, crash_plan, agent, late_order, tmp_path
+    workers, beat, crash_plan, agent, late_order
 ):
     """Bound: lease (2 s) + sweep interval (1 s) + grace (1 s) + one run; we allow 30 s."""
     env = crash_plan({"*": {"point": "check_policy", "times": 1, "action": "sleep", "seconds": 60}})
@@ -120,7 +121,7 @@ def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
 
     killed_at = time.monotonic()
     workers("survivor", env=env)
-    beat(tmp_path, env)
+    beat(env)
     wait_for(lambda: status(ticket) == "awaiting_review", timeout=30, what="recovery")
     recovered_in = time.monotonic() - killed_at
     assert recovered_in < 30
@@ -134,34 +135,17 @@ def crash_plan_fired(path: Path) -> list[str]:
     return fired(path)
 
 
-_beats: list = []
+@pytest.fixture
+def beat(tmp_path):
+    """A real `celery beat` running the recovery sweep on the test database."""
+    started = []
 
+    def start(env: dict[str, str]):
+        started.append(beat_process(tmp_path, env).start())
 
-def beat(tmp_path: Path, env: dict[str, str]):
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT, database_url
-
-    log = (tmp_path / "beat.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "info",
-         "--schedule", str(tmp_path / "beat-schedule")],
-        cwd=ROOT, env={**os.environ, "DATABASE_URL": database_url(), **env},
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    _beats.append(proc)
-    return proc
-
-
-@pytest.fixture(autouse=True)
-def _stop_beats():
-    yield
-    while _beats:
-        proc = _beats.pop()
+    yield start
+    for proc in started:
         proc.kill()
-        proc.wait()
 
 
 def test_two_deliveries_of_the_same_resume_at_once_charge_once(
@@ -169,8 +153,9 @@ def test_two_deliveries_of_the_same_resume_at_once_charge_once(
 ):
     # The first delivery stalls inside charge_card holding the lease, so the second one
     # arrives while the thread is being resumed: the lease makes it leave the thread alone.
-    env = crash_plan({"*": {"point": "charge_card:before_gateway", "times": 1,
-                            "action": "sleep", "seconds": 3}})
+    env = crash_plan(
+        {"*": {"point": "charge_card:before_gateway", "times": 1, "action": "sleep", "seconds": 3}}
+    )
     workers("w1", env=env)
     workers("w2", env=env)
     ticket = open_and_wait_for_review("1042", agent)
@@ -197,15 +182,21 @@ def test_two_reviewers_deciding_the_same_review_at_once_apply_one_decision(
         barrier.wait()
         try:
             results[reviewer.username] = services.ticket_decide(
-                ticket=Ticket.objects.get(pk=ticket.pk), interrupt_id=ticket.pending_interrupt_id,
-                answer=answer, reason="both at once", reviewer=reviewer)
+                ticket=Ticket.objects.get(pk=ticket.pk),
+                interrupt_id=ticket.pending_interrupt_id,
+                answer=answer,
+                reason="both at once",
+                reviewer=reviewer,
+            )
         except services.AlreadyDecided as exc:
             results[reviewer.username] = exc
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=decide, args=(agent, "approve")),
-               threading.Thread(target=decide, args=(admin_user, "reject"))]
+    threads = [
+        threading.Thread(target=decide, args=(agent, "approve")),
+        threading.Thread(target=decide, args=(admin_user, "reject")),
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -18,9 +18,24 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     env.pop("DATABASE_URL", None)  # crashtest makes its own database either way
     backend = "postgres" if settings.IS_POSTGRES else "embedded"  # the configuration under test
     done = subprocess.run(
-        [sys.executable, "manage.py", "crashtest", "--tickets", "20", "--kills", "10",
-         "--seed", "20261129", "--backend", backend],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "manage.py",
+            "crashtest",
+            "--tickets",
+            "20",
+            "--kills",
+            "10",
+            "--seed",
+            "20261129",
+            "--backend",
+            backend,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     summary = json.loads(done.stdout)
@@ -38,7 +53,10 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
 def test_crashtest_refuses_nonsense_counts_with_a_clear_message():
     done = subprocess.run(
         [sys.executable, "manage.py", "crashtest", "--tickets", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode != 0
     assert "--tickets must be at least 1" in done.stderr

@@ -41,8 +41,9 @@ def test_a_ticket_goes_from_opened_to_refunded_through_a_real_worker(
     assert ticket.decisions.get().applied_at is not None
 
 
-def test_an_on_time_order_is_declined_by_policy_without_a_review(workers, client, agent,
-                                                                 on_time_order):
+def test_an_on_time_order_is_declined_by_policy_without_a_review(
+    workers, client, agent, on_time_order
+):
     workers("w1")
     client.force_login(agent)
     client.post(reverse("reviews:ticket_new"), {"order_number": "1043"})

@@ -22,8 +22,13 @@ TICKET = "refund-1042-abc"
 PROMISED = date(2026, 11, 2)
 
 
-def order_facts(*, number: str = "1042", late: int = 4, fee_cents: int = 699,
-                email: str = "ana.souza@example.com") -> OrderFacts:
+def order_facts(
+    *,
+    number: str = "1042",
+    late: int = 4,
+    fee_cents: int = 699,
+    email: str = "ana.souza@example.com",
+) -> OrderFacts:
     return {
         "number": number,
         "customer_name": "Ana Souza",
@@ -44,8 +49,11 @@ class FakeGateway:
 
     def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
         self.calls.append(
-            {"idempotency_key": idempotency_key, "amount_cents": amount_cents,
-             "ticket_key": ticket_key}
+            {
+                "idempotency_key": idempotency_key,
+                "amount_cents": amount_cents,
+                "ticket_key": ticket_key,
+            }
         )
         if self.errors:
             raise self.errors.pop(0)
@@ -57,15 +65,21 @@ class FakeMailer:
         self.sent: list[dict[str, Any]] = []
 
     def __call__(self, *, key: str, ticket_key: str, to: str, subject: str, body: str) -> None:
-        self.sent.append({"key": key, "ticket_key": ticket_key, "to": to, "subject": subject,
-                          "body": body})
+        self.sent.append(
+            {"key": key, "ticket_key": ticket_key, "to": to, "subject": subject, "body": body}
+        )
 
 
 class Desk:
     """One compiled graph with its saver, store and fakes, plus the calls tests make on it."""
 
-    def __init__(self, order: OrderFacts | None, *, gateway: FakeGateway | None = None,
-                 still_owner=lambda: True):
+    def __init__(
+        self,
+        order: OrderFacts | None,
+        *,
+        gateway: FakeGateway | None = None,
+        still_owner=lambda: True,
+    ):
         self.order = order
         self.lookups: list[str] = []
         self.gateway = gateway or FakeGateway()
@@ -74,7 +88,9 @@ class Desk:
         self.graph = build_graph().compile(checkpointer=InMemorySaver(), store=self.store)
         self.config = {"configurable": {"thread_id": TICKET}}
         self.context = Collaborators(
-            find_order=self.find_order, gateway=self.gateway, mailer=self.mailer,
+            find_order=self.find_order,
+            gateway=self.gateway,
+            mailer=self.mailer,
             still_owner=still_owner,
         )
 
@@ -84,9 +100,15 @@ class Desk:
 
     def start(self) -> dict:
         return self.graph.invoke(
-            {"ticket_key": TICKET, "order_number": "1042", "note": "4 days late",
-             "flow_version": 1},
-            self.config, context=self.context, durability="sync",
+            {
+                "ticket_key": TICKET,
+                "order_number": "1042",
+                "note": "4 days late",
+                "flow_version": 1,
+            },
+            self.config,
+            context=self.context,
+            durability="sync",
         )
 
     def resume(self, resume: Any) -> dict:
@@ -95,8 +117,9 @@ class Desk:
         )
 
     def answer(self, answer: str, *, reason: str = "", reviewer: str = "agent") -> dict:
-        return self.resume({self.pending().id: {"answer": answer, "reason": reason,
-                                                 "reviewer": reviewer}})
+        return self.resume(
+            {self.pending().id: {"answer": answer, "reason": reason, "reviewer": reviewer}}
+        )
 
     def state(self):
         return self.graph.get_state(self.config)
@@ -114,7 +137,8 @@ class Desk:
 def fast_retries(monkeypatch):
     """The real charge retry policy (attempts, retried errors) without its back-off sleeps."""
     monkeypatch.setattr(
-        graph_module, "CHARGE_RETRY",
+        graph_module,
+        "CHARGE_RETRY",
         graph_module.CHARGE_RETRY._replace(initial_interval=0.0, max_interval=0.0, jitter=False),
     )
 
@@ -287,7 +311,8 @@ def test_the_review_payload_has_the_agent_inbox_shape_and_is_json():
 
     assert json.loads(json.dumps(payload)) == payload
     assert payload["action_request"] == {
-        "action": "refund", "args": {"order": "1042", "amount_cents": 699}
+        "action": "refund",
+        "args": {"order": "1042", "amount_cents": 699},
     }
     assert set(payload["config"]) == {"allow_accept", "allow_edit", "allow_respond", "allow_ignore"}
     assert all(isinstance(v, bool) for v in payload["config"].values())
@@ -429,8 +454,11 @@ def test_fraud_and_history_checks_stream_in_the_same_superstep():
     desk = Desk(order_facts())
     tasks_by_step: dict[int, set[str]] = {}
     for chunk in desk.graph.stream(
-        {"ticket_key": TICKET, "order_number": "1042"}, desk.config, context=desk.context,
-        durability="sync", stream_mode="debug",
+        {"ticket_key": TICKET, "order_number": "1042"},
+        desk.config,
+        context=desk.context,
+        durability="sync",
+        stream_mode="debug",
     ):
         if chunk["type"] == "task":
             tasks_by_step.setdefault(chunk["step"], set()).add(chunk["payload"]["name"])
@@ -442,9 +470,14 @@ def test_the_drawn_graph_has_the_triage_to_approve_edge():
     edges = {(e.source, e.target) for e in build_graph().compile().get_graph().edges}
     assert ("triage", "approve") in edges
     assert {t for s, t in edges if s == "triage"} == {"approve"}
-    assert {("lookup", "fraud_check"), ("lookup", "history_check"),
-            ("check_policy", "decline"), ("check_policy", "triage"),
-            ("approve", "charge_card"), ("charge_card", "email")} <= edges
+    assert {
+        ("lookup", "fraud_check"),
+        ("lookup", "history_check"),
+        ("check_policy", "decline"),
+        ("check_policy", "triage"),
+        ("approve", "charge_card"),
+        ("charge_card", "email"),
+    } <= edges
 
 
 def test_a_one_day_delay_reads_as_one_day_everywhere():

@@ -35,7 +35,8 @@ def test_it_answers_503_when_the_checkpoint_store_is_broken(client, db, monkeypa
 
     assert response.status_code == 503
     assert response.json() == {
-        "status": "error", "database": "ok",
+        "status": "error",
+        "database": "ok",
         "checkpoints": "error: unable to open database file",
     }
 

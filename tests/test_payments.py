@@ -19,8 +19,9 @@ def ticket(late_order) -> Ticket:
 
 
 def test_it_charges_once_and_records_the_charge(ticket):
-    receipt = DemoGateway().charge(idempotency_key=KEY, amount_cents=699,
-                                   ticket_key=ticket.thread_id)
+    receipt = DemoGateway().charge(
+        idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id
+    )
 
     charge = Charge.objects.get()
     assert receipt.startswith("rcpt_") and charge.receipt == receipt
@@ -39,8 +40,9 @@ def test_a_repeated_key_returns_the_first_receipt_without_a_second_charge(ticket
 def test_another_key_is_another_charge(ticket):
     gateway = DemoGateway()
     first = gateway.charge(idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id)
-    other = gateway.charge(idempotency_key=KEY + ":2", amount_cents=699,
-                           ticket_key=ticket.thread_id)
+    other = gateway.charge(
+        idempotency_key=KEY + ":2", amount_cents=699, ticket_key=ticket.thread_id
+    )
     assert first != other
     assert Charge.objects.count() == 2
 
@@ -81,10 +83,13 @@ def test_two_threads_charging_the_same_key_at_once_make_one_charge(transactional
     def charge() -> None:
         try:
             start.wait(timeout=10)
-            receipts.append(DemoGateway().charge(
-                idempotency_key="refund-1042-race:charge_card", amount_cents=699,
-                ticket_key=ticket.thread_id,
-            ))
+            receipts.append(
+                DemoGateway().charge(
+                    idempotency_key="refund-1042-race:charge_card",
+                    amount_cents=699,
+                    ticket_key=ticket.thread_id,
+                )
+            )
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:

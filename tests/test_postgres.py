@@ -24,8 +24,14 @@ def tables() -> set[str]:
 
 @on_postgres
 def test_migrate_created_the_checkpoint_and_store_tables_in_the_app_database(db):
-    assert {"checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations",
-            "store", "store_migrations"} <= tables()
+    assert {
+        "checkpoints",
+        "checkpoint_blobs",
+        "checkpoint_writes",
+        "checkpoint_migrations",
+        "store",
+        "store_migrations",
+    } <= tables()
 
 
 @on_postgres
@@ -55,7 +61,9 @@ def test_workers_never_create_checkpoint_tables():
     # Setup raced by workers starting together fails (measured); only migrate runs it.
     callers = subprocess.run(
         ["grep", "-rln", "setup_persistence\\|\\.setup()", "refunds", "reviews", "config"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     assert sorted(callers) == [
         "refunds/management/commands/setup_checkpoints.py",
@@ -76,8 +84,15 @@ def test_workers_never_create_checkpoint_tables():
 def test_a_bad_scale_out_setting_stops_the_process_with_its_name(env, message, tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
-             "REFUNDS_DATA_DIR": str(tmp_path), **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "REFUNDS_DATA_DIR": str(tmp_path),
+            **env,
+        },
     )
     assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]

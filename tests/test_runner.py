@@ -30,27 +30,32 @@ def test_advancing_a_paused_thread_again_runs_nothing(paused):
 
 
 def test_a_thread_leased_by_another_worker_is_left_alone(paused, agent):
-    services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
-                           answer="approve", reviewer=agent)
+    services.ticket_decide(
+        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+    )
     Ticket.objects.filter(pk=paused.pk).update(
-        lease_owner="someone-else", lease_expires_at=timezone.now() + timedelta(seconds=30))
+        lease_owner="someone-else", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
     assert runner.advance(paused.pk) == "busy"
     assert Charge.objects.count() == 0
     assert Decision.objects.get().applied_at is None
 
 
 def test_an_expired_lease_is_taken_over(paused, agent):
-    services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
-                           answer="approve", reviewer=agent)
+    services.ticket_decide(
+        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+    )
     Ticket.objects.filter(pk=paused.pk).update(
-        lease_owner="dead-worker", lease_expires_at=timezone.now() - timedelta(seconds=1))
+        lease_owner="dead-worker", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
     assert runner.advance(paused.pk) == "refunded"
     assert Charge.objects.count() == 1
 
 
 def test_a_decision_for_an_interrupt_the_thread_no_longer_waits_on_is_refused(paused, agent):
-    stale = Decision.objects.create(ticket=paused, interrupt_id="not-pending-anymore",
-                                    reviewer=agent, answer="approve")
+    stale = Decision.objects.create(
+        ticket=paused, interrupt_id="not-pending-anymore", reviewer=agent, answer="approve"
+    )
     assert runner.advance(paused.pk) == "awaiting_review"
     stale.refresh_from_db()
     assert stale.applied_at is None
@@ -59,8 +64,9 @@ def test_a_decision_for_an_interrupt_the_thread_no_longer_waits_on_is_refused(pa
 
 
 def test_a_resume_is_keyed_by_interrupt_id_and_applied_once(paused, agent):
-    decision = services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
-                                      answer="approve", reviewer=agent)
+    decision = services.ticket_decide(
+        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+    )
     assert runner.advance(paused.pk) == "refunded"
     after = checkpoints(paused)
     assert runner.advance(paused.pk) == "refunded"  # a second delivery is a no-op
@@ -72,8 +78,9 @@ def test_a_resume_is_keyed_by_interrupt_id_and_applied_once(paused, agent):
 
 
 def test_a_crash_after_the_resume_landed_is_noticed_not_replayed(paused, agent):
-    decision = services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
-                                      answer="approve", reviewer=agent)
+    decision = services.ticket_decide(
+        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+    )
     assert runner.advance(paused.pk) == "refunded"
     Decision.objects.filter(pk=decision.pk).update(applied_at=None)  # the note was lost
     Ticket.objects.filter(pk=paused.pk).update(status="running")  # and so was the mirror
@@ -84,8 +91,9 @@ def test_a_crash_after_the_resume_landed_is_noticed_not_replayed(paused, agent):
 
 
 def test_the_mirror_is_rebuilt_from_the_checkpoint(paused):
-    Ticket.objects.filter(pk=paused.pk).update(status="running", pending_interrupt_id="",
-                                               pending_payload=None)
+    Ticket.objects.filter(pk=paused.pk).update(
+        status="running", pending_interrupt_id="", pending_payload=None
+    )
     runner.sync_mirror(paused)
     paused.refresh_from_db()
     assert paused.status == "awaiting_review"
@@ -169,11 +177,15 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
     from tests.conftest import wait_for
 
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(
-        {"*": {"point": "charge_card:before_gateway", "action": "sleep", "seconds": 1.5}}))
+    plan.write_text(
+        json.dumps(
+            {"*": {"point": "charge_card:before_gateway", "action": "sleep", "seconds": 1.5}}
+        )
+    )
     settings.REFUNDS_CRASH_PLAN = str(plan)
-    services.ticket_decide(ticket=paused, interrupt_id=paused.pending_interrupt_id,
-                           answer="approve", reviewer=agent)
+    services.ticket_decide(
+        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+    )
 
     def run():
         runner.advance(paused.pk)

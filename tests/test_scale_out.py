@@ -19,7 +19,8 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not settings.IS_POSTGRES,
-        reason="scale-out runs on PostgreSQL: set DATABASE_URL=postgres://... (SQLite is one machine)",
+        reason="scale-out runs on PostgreSQL: set DATABASE_URL=postgres://... "
+        "(SQLite is one machine)",
     ),
 ]
 
@@ -46,7 +47,9 @@ def many_orders(count: int) -> list[Order]:
 def decide_whatever_is_pending(reviewer, decided: set[int]) -> None:
     for ticket in Ticket.objects.awaiting().exclude(pk__in=decided):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve",
+            ticket=ticket,
+            interrupt_id=ticket.pending_interrupt_id,
+            answer="approve",
             reviewer=reviewer,
         )
         decided.add(ticket.pk)
@@ -88,5 +91,7 @@ def test_four_workers_end_two_hundred_tickets_once_each(workers, admin_user):
     for worker in started:
         log = worker.output()
         assert "Traceback" not in log and " ERROR" not in log, log[-3000:]
-    ran = {w.name: len(re.findall(r"advance_ticket\[[^\]]+\] succeeded", w.output())) for w in started}
+    ran = {
+        w.name: len(re.findall(r"advance_ticket\[[^\]]+\] succeeded", w.output())) for w in started
+    }
     assert all(ran.values()), f"every worker should have taken tasks: {ran}"

@@ -36,9 +36,13 @@ def commit(django_capture_on_commit_callbacks):
 
 def awaiting(order, *, role: str = "agent", interrupt_id: str = PENDING, **fields) -> Ticket:
     return Ticket.objects.create(
-        thread_id=f"refund-{order.number}-{Ticket.objects.count()}", order=order,
-        status=Ticket.Status.AWAITING_REVIEW, required_role=role,
-        pending_interrupt_id=interrupt_id, pending_payload={"required_role": role}, **fields,
+        thread_id=f"refund-{order.number}-{Ticket.objects.count()}",
+        order=order,
+        status=Ticket.Status.AWAITING_REVIEW,
+        required_role=role,
+        pending_interrupt_id=interrupt_id,
+        pending_payload={"required_role": role},
+        **fields,
     )
 
 
@@ -53,8 +57,9 @@ def test_an_agent_approves_a_pending_review(agent, late_order, woken, commit):
     ticket = awaiting(late_order)
 
     with commit():
-        decision = services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                                          reviewer=agent)
+        decision = services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+        )
 
     assert decision.reviewer == agent and decision.answer == "approve"
     assert decision.applied_at is None  # a worker applies it
@@ -63,24 +68,31 @@ def test_an_agent_approves_a_pending_review(agent, late_order, woken, commit):
 
 def test_a_rejection_keeps_its_reason(agent, late_order, woken, commit):
     ticket = awaiting(late_order)
-    decision = services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject",
-                                      reason="  Voucher already sent  ", reviewer=agent)
+    decision = services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=PENDING,
+        answer="reject",
+        reason="  Voucher already sent  ",
+        reviewer=agent,
+    )
     assert decision.reason == "Voucher already sent"
 
 
 def test_a_manager_decides_a_manager_ticket(manager, big_order, woken, commit):
     ticket = awaiting(big_order, role="manager")
     with commit():
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=manager)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=manager
+        )
     assert Decision.objects.get().reviewer == manager and woken == [ticket.pk]
 
 
 def test_an_admin_decides_any_ticket(admin_user, late_order, big_order):
     for n, (order, role) in enumerate([(late_order, "agent"), (big_order, "manager")]):
         ticket = awaiting(order, role=role, interrupt_id=str(n) * 32)
-        services.ticket_decide(ticket=ticket, interrupt_id=str(n) * 32, answer="approve",
-                               reviewer=admin_user)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=str(n) * 32, answer="approve", reviewer=admin_user
+        )
     assert Decision.objects.count() == 2
 
 
@@ -100,24 +112,31 @@ def test_it_refuses_an_unknown_answer(agent, late_order, woken, commit):
 def test_it_refuses_a_rejection_without_a_reason(agent, late_order, woken, commit, reason):
     ticket = awaiting(late_order)
     with commit(), pytest.raises(services.RefundError, match="Give a reason"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject", reason=reason,
-                               reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="reject", reason=reason, reviewer=agent
+        )
     assert_nothing_written(woken)
 
 
 def test_it_refuses_a_reason_that_is_too_long(agent, late_order, woken, commit):
     ticket = awaiting(late_order)
     with commit(), pytest.raises(services.RefundError, match="too long"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject",
-                               reason="x" * (services.REASON_MAX + 1), reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket,
+            interrupt_id=PENDING,
+            answer="reject",
+            reason="x" * (services.REASON_MAX + 1),
+            reviewer=agent,
+        )
     assert_nothing_written(woken)
 
 
 def test_it_refuses_an_interrupt_that_is_not_pending(agent, late_order, woken, commit):
     ticket = awaiting(late_order, interrupt_id=OTHER)
     with commit(), pytest.raises(services.RefundError, match="no longer pending"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+        )
     assert_nothing_written(woken)
 
 
@@ -126,22 +145,26 @@ def test_it_refuses_a_decision_on_a_ticket_that_no_longer_waits(agent, late_orde
     Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.RUNNING)
     ticket.refresh_from_db()
     with commit(), pytest.raises(services.RefundError, match="no longer pending"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+        )
     assert_nothing_written(woken)
 
 
-def test_it_refuses_a_second_decision_naming_the_first_reviewer(agent, admin_user, late_order,
-                                                                 woken, commit):
+def test_it_refuses_a_second_decision_naming_the_first_reviewer(
+    agent, admin_user, late_order, woken, commit
+):
     ticket = awaiting(late_order)
     with commit():
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+        )
     assert woken == [ticket.pk]
 
     with commit(), pytest.raises(services.AlreadyDecided) as refused:
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no",
-                               reviewer=admin_user)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no", reviewer=admin_user
+        )
 
     assert str(refused.value).startswith("Already decided: agent approved this refund at ")
     assert Decision.objects.get().reviewer == agent
@@ -150,32 +173,36 @@ def test_it_refuses_a_second_decision_naming_the_first_reviewer(agent, admin_use
 
 def test_already_decided_wins_over_stale_once_the_ticket_moved_on(agent, admin_user, late_order):
     ticket = awaiting(late_order)
-    services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no",
-                           reviewer=agent)
+    services.ticket_decide(
+        ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no", reviewer=agent
+    )
     Ticket.objects.filter(pk=ticket.pk).update(
         status=Ticket.Status.REJECTED, pending_interrupt_id=""
     )
     ticket.refresh_from_db()
 
     with pytest.raises(services.AlreadyDecided, match="agent rejected this refund"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=admin_user)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=admin_user
+        )
 
 
 def test_a_manager_may_not_decide_an_agent_ticket(manager, late_order, woken, commit):
     # Managers take escalations; the agent queue is the agents' (admins may decide anything).
     ticket = awaiting(late_order, role="agent")
     with commit(), pytest.raises(PermissionDenied):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=manager)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=manager
+        )
     assert_nothing_written(woken)
 
 
 def test_an_agent_may_not_decide_a_manager_ticket(agent, big_order, woken, commit):
     ticket = awaiting(big_order, role="manager")
     with commit(), pytest.raises(PermissionDenied):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+        )
     assert_nothing_written(woken)
 
 
@@ -183,8 +210,9 @@ def test_a_user_without_a_role_may_not_decide(late_order, woken, commit, django_
     nobody = django_user_model.objects.create_user("nobody")
     ticket = awaiting(late_order)
     with commit(), pytest.raises(PermissionDenied):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="approve",
-                               reviewer=nobody)
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=nobody
+        )
     assert_nothing_written(woken)
 
 
@@ -197,7 +225,9 @@ def grace(settings) -> float:
 
 def running(order, *, lease_in: float | None = None, status=Ticket.Status.RUNNING) -> Ticket:
     ticket = Ticket.objects.create(
-        thread_id=f"refund-{order.number}-{Ticket.objects.count()}", order=order, status=status,
+        thread_id=f"refund-{order.number}-{Ticket.objects.count()}",
+        order=order,
+        status=status,
         lease_owner="w1" if lease_in is not None else "",
         lease_expires_at=(
             timezone.now() + timedelta(seconds=lease_in) if lease_in is not None else None
@@ -241,11 +271,13 @@ def test_the_sweep_leaves_a_ticket_that_waits_on_a_person(late_order, grace, mon
     assert recover(monkeypatch) == ([], [])
 
 
-def test_the_sweep_picks_a_recorded_decision_that_was_never_applied(agent, late_order, grace,
-                                                                     monkeypatch):
+def test_the_sweep_picks_a_recorded_decision_that_was_never_applied(
+    agent, late_order, grace, monkeypatch
+):
     ticket = awaiting(late_order)
-    decision = Decision.objects.create(ticket=ticket, interrupt_id=PENDING, reviewer=agent,
-                                       answer="approve")
+    decision = Decision.objects.create(
+        ticket=ticket, interrupt_id=PENDING, reviewer=agent, answer="approve"
+    )
     Decision.objects.filter(pk=decision.pk).update(
         decided_at=timezone.now() - timedelta(seconds=grace + 1)
     )
@@ -259,11 +291,13 @@ def test_the_sweep_leaves_a_fresh_decision_to_its_own_task(agent, late_order, gr
 
 
 @pytest.mark.parametrize("done", [{"applied_at": True}, {"refused_reason": "stale"}])
-def test_the_sweep_leaves_a_ticket_whose_decision_was_applied_or_refused(agent, late_order, grace,
-                                                                          monkeypatch, done):
+def test_the_sweep_leaves_a_ticket_whose_decision_was_applied_or_refused(
+    agent, late_order, grace, monkeypatch, done
+):
     ticket = awaiting(late_order)
-    decision = Decision.objects.create(ticket=ticket, interrupt_id=OTHER, reviewer=agent,
-                                       answer="approve")
+    decision = Decision.objects.create(
+        ticket=ticket, interrupt_id=OTHER, reviewer=agent, answer="approve"
+    )
     fields = {k: (timezone.now() if v is True else v) for k, v in done.items()}
     Decision.objects.filter(pk=decision.pk).update(
         decided_at=timezone.now() - timedelta(seconds=grace + 60), **fields
@@ -271,12 +305,15 @@ def test_the_sweep_leaves_a_ticket_whose_decision_was_applied_or_refused(agent, 
     assert recover(monkeypatch) == ([], [])
 
 
-def test_the_sweep_leaves_an_undecided_review_with_a_live_lease(agent, late_order, grace,
-                                                                 monkeypatch):
-    ticket = awaiting(late_order, lease_owner="w1",
-                      lease_expires_at=timezone.now() + timedelta(seconds=30))
-    decision = Decision.objects.create(ticket=ticket, interrupt_id=PENDING, reviewer=agent,
-                                       answer="approve")
+def test_the_sweep_leaves_an_undecided_review_with_a_live_lease(
+    agent, late_order, grace, monkeypatch
+):
+    ticket = awaiting(
+        late_order, lease_owner="w1", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+    decision = Decision.objects.create(
+        ticket=ticket, interrupt_id=PENDING, reviewer=agent, answer="approve"
+    )
     Decision.objects.filter(pk=decision.pk).update(
         decided_at=timezone.now() - timedelta(seconds=grace + 60)
     )
@@ -295,8 +332,9 @@ def test_the_sweep_names_each_ticket_once(agent, late_order, grace, monkeypatch)
     age(stalled, grace + 1)
     waiting = awaiting(late_order)
     for interrupt_id in (PENDING, OTHER):  # two unapplied decisions join to two rows
-        decision = Decision.objects.create(ticket=waiting, interrupt_id=interrupt_id,
-                                           reviewer=agent, answer="approve")
+        decision = Decision.objects.create(
+            ticket=waiting, interrupt_id=interrupt_id, reviewer=agent, answer="approve"
+        )
         Decision.objects.filter(pk=decision.pk).update(
             decided_at=timezone.now() - timedelta(seconds=grace + 1)
         )

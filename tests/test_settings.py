@@ -27,8 +27,17 @@ def test_env_str_reads_the_variable_or_the_default(monkeypatch):
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [("1", True), ("true", True), (" YES ", True), ("on", True),
-     ("0", False), ("False", False), ("no", False), ("off", False), ("", False)],
+    [
+        ("1", True),
+        ("true", True),
+        (" YES ", True),
+        ("on", True),
+        ("0", False),
+        ("False", False),
+        ("no", False),
+        ("off", False),
+        ("", False),
+    ],
 )
 def test_env_bool_reads_the_usual_spellings(monkeypatch, raw, expected):
     monkeypatch.setenv(VAR, raw)
@@ -58,8 +67,14 @@ def test_env_number_reads_a_number_at_or_above_its_minimum(monkeypatch):
 
 @pytest.mark.parametrize(
     ("raw", "message"),
-    [("abc", "must be a number"), ("", "must be a number"), ("nan", "must be a number"),
-     ("inf", "must be a number"), ("-inf", "must be a number"), ("0.5", "must be at least 1.0")],
+    [
+        ("abc", "must be a number"),
+        ("", "must be a number"),
+        ("nan", "must be a number"),
+        ("inf", "must be a number"),
+        ("-inf", "must be a number"),
+        ("0.5", "must be at least 1.0"),
+    ],
 )
 def test_env_number_refuses_bad_values_naming_the_variable(monkeypatch, raw, message):
     monkeypatch.setenv(VAR, raw)
@@ -93,8 +108,11 @@ def test_env_url_reads_a_url_with_an_allowed_scheme(monkeypatch):
 
 @pytest.mark.parametrize(
     ("raw", "got"),
-    [("mysql://u:secret@db/x", "a mysql:// URL"), ("/var/db.sqlite3", "a value without a scheme"),
-     ("", "a value without a scheme")],
+    [
+        ("mysql://u:secret@db/x", "a mysql:// URL"),
+        ("/var/db.sqlite3", "a value without a scheme"),
+        ("", "a value without a scheme"),
+    ],
 )
 def test_env_url_refuses_other_schemes_without_echoing_credentials(monkeypatch, raw, got):
     monkeypatch.setenv(VAR, raw)
@@ -111,12 +129,18 @@ def test_a_bad_setting_is_an_improperly_configured():
 
 # --- starting Django with a bad setting ----------------------------------------------------------
 def manage_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL"))
-             and k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL"))
+        and k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")
+    }
     return subprocess.run(
         [sys.executable, "manage.py", "check"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**clean, "REFUNDS_DATA_DIR": str(tmp_path), **env},
     )
 
@@ -132,14 +156,20 @@ def test_django_starts_with_the_embedded_defaults(tmp_path):
     [
         ({"REFUNDS_LEASE_SECONDS": "abc"}, "REFUNDS_LEASE_SECONDS must be a number, got 'abc'"),
         ({"REFUNDS_MAX_ATTEMPTS": "0"}, "REFUNDS_MAX_ATTEMPTS must be at least 1"),
-        ({"DATABASE_URL": "mysql://u:secret@db/refunds"},
-         "DATABASE_URL must start with one of sqlite://, postgres://, postgresql://"),
+        (
+            {"DATABASE_URL": "mysql://u:secret@db/refunds"},
+            "DATABASE_URL must start with one of sqlite://, postgres://, postgresql://",
+        ),
         ({"CHECKPOINT_URL": "redis://localhost"}, "CHECKPOINT_URL must start with one of"),
         ({"CELERY_BROKER_URL": "sqs://queue"}, "CELERY_BROKER_URL must start with one of"),
-        ({"CELERY_TASK_TIME_LIMIT": "360"},
-         "CELERY_TASK_TIME_LIMIT (360 s) must be below CELERY_VISIBILITY_TIMEOUT (360 s)"),
-        ({"CELERY_TASK_TIME_LIMIT": "100", "CELERY_VISIBILITY_TIMEOUT": "60"},
-         "CELERY_TASK_TIME_LIMIT (100 s) must be below CELERY_VISIBILITY_TIMEOUT (60 s)"),
+        (
+            {"CELERY_TASK_TIME_LIMIT": "360"},
+            "CELERY_TASK_TIME_LIMIT (360 s) must be below CELERY_VISIBILITY_TIMEOUT (360 s)",
+        ),
+        (
+            {"CELERY_TASK_TIME_LIMIT": "100", "CELERY_VISIBILITY_TIMEOUT": "60"},
+            "CELERY_TASK_TIME_LIMIT (100 s) must be below CELERY_VISIBILITY_TIMEOUT (60 s)",
+        ),
         ({"DEBUG": "sometimes"}, "DEBUG must be one of true/false"),
         ({"DEBUG": "false"}, "SECRET_KEY must be set when DEBUG is off"),
     ],
@@ -155,8 +185,10 @@ def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, messag
 
 @pytest.mark.parametrize(
     ("gateway", "check_id", "message"),
-    [("refunds.nowhere.Gateway", "refunds.E001", "cannot be imported"),
-     ("refunds.models.Order", "refunds.E002", "has no charge() method")],
+    [
+        ("refunds.nowhere.Gateway", "refunds.E001", "cannot be imported"),
+        ("refunds.models.Order", "refunds.E002", "has no charge() method"),
+    ],
 )
 def test_a_gateway_that_cannot_charge_fails_the_system_check(tmp_path, gateway, check_id, message):
     result = manage_check(tmp_path, REFUNDS_GATEWAY=gateway)
@@ -175,9 +207,17 @@ def test_a_bad_setting_still_raises_for_code_that_imports_settings(tmp_path):
         "except ImproperlyConfigured as exc:\n    print('caught:', exc)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings",
-             "REFUNDS_DATA_DIR": str(tmp_path), "REFUNDS_LEASE_SECONDS": "-1"},
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "REFUNDS_DATA_DIR": str(tmp_path),
+            "REFUNDS_LEASE_SECONDS": "-1",
+        },
     )
     assert result.returncode == 0, result.stderr
     assert "caught: REFUNDS_LEASE_SECONDS must be at least 1.0, got '-1'" in result.stdout

@@ -41,8 +41,9 @@ def test_it_rejects_get(client, agent, small):
 
 
 def test_it_redirects_anonymous_users_to_log_in(client, small):
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "approve": "1"})
+    response = client.post(
+        decide_url(small), {"interrupt_id": small.pending_interrupt_id, "approve": "1"}
+    )
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
     assert unchanged(small)
@@ -56,8 +57,9 @@ def test_it_answers_404_for_an_unknown_ticket(client, agent):
 
 def test_it_forbids_an_agent_to_decide_a_48_dollar_refund(client, agent, big):
     client.force_login(agent)
-    response = client.post(decide_url(big), {"interrupt_id": big.pending_interrupt_id,
-                                             "approve": "1"})
+    response = client.post(
+        decide_url(big), {"interrupt_id": big.pending_interrupt_id, "approve": "1"}
+    )
     assert response.status_code == 403
     assert unchanged(big)
     assert not Decision.objects.exists()
@@ -65,8 +67,9 @@ def test_it_forbids_an_agent_to_decide_a_48_dollar_refund(client, agent, big):
 
 def test_it_tells_an_htmx_agent_why_a_48_dollar_refund_is_not_theirs(client, agent, big):
     client.force_login(agent)
-    response = client.post(decide_url(big), {"interrupt_id": big.pending_interrupt_id,
-                                             "approve": "1"}, headers=HTMX)
+    response = client.post(
+        decide_url(big), {"interrupt_id": big.pending_interrupt_id, "approve": "1"}, headers=HTMX
+    )
     assert response.status_code == 403
     assert "decided by a manager" in response.content.decode()
     assert response["HX-Retarget"] == f"#review-{big.pk}"
@@ -76,21 +79,28 @@ def test_it_tells_an_htmx_agent_why_a_48_dollar_refund_is_not_theirs(client, age
 
 def test_it_lets_a_manager_approve_a_48_dollar_refund(client, manager, big):
     client.force_login(manager)
-    response = client.post(decide_url(big), {"interrupt_id": big.pending_interrupt_id,
-                                             "approve": "1"})
+    response = client.post(
+        decide_url(big), {"interrupt_id": big.pending_interrupt_id, "approve": "1"}
+    )
     assert response.status_code == 302
     assert Decision.objects.get().reviewer == manager
 
 
 def test_it_records_an_approval_and_redirects_to_the_queue(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "approve": "1", "reason": "  fair  "})
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1", "reason": "  fair  "},
+    )
     assert response.status_code == 302
     assert response["Location"] == reverse("reviews:queue")
     decision = Decision.objects.get()
     assert (decision.ticket, decision.reviewer, decision.answer, decision.reason) == (
-        small, agent, "approve", "fair")
+        small,
+        agent,
+        "approve",
+        "fair",
+    )
     assert decision.interrupt_id == small.pending_interrupt_id
     assert decision.applied_at is None  # a worker applies it
 
@@ -100,8 +110,11 @@ def test_it_records_an_approval_and_redirects_to_the_queue(client, agent, small)
 
 def test_it_answers_htmx_with_the_decided_row_and_a_queue_event(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "approve": "1"}, headers=HTMX)
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
+        headers=HTMX,
+    )
     assert response.status_code == 200
     assert "queueChanged" in json.loads(response["HX-Trigger"])
     html = response.content.decode()
@@ -113,8 +126,10 @@ def test_it_answers_htmx_with_the_decided_row_and_a_queue_event(client, agent, s
 
 def test_it_records_a_rejection_with_its_reason(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "reject": "1", "reason": "Delivered on time"})
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "reject": "1", "reason": "Delivered on time"},
+    )
     assert response.status_code == 302
     decision = Decision.objects.get()
     assert (decision.answer, decision.reason) == ("reject", "Delivered on time")
@@ -122,8 +137,11 @@ def test_it_records_a_rejection_with_its_reason(client, agent, small):
 
 def test_it_refuses_a_rejection_without_a_reason(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "reject": "1", "reason": "  "}, headers=HTMX)
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "reject": "1", "reason": "  "},
+        headers=HTMX,
+    )
     assert response.status_code == 400
     html = response.content.decode()
     assert "Give a reason for the rejection" in html
@@ -133,16 +151,18 @@ def test_it_refuses_a_rejection_without_a_reason(client, agent, small):
 
 def test_it_shows_the_missing_reason_on_the_queue_without_javascript(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "reject": "1"}, follow=True)
+    response = client.post(
+        decide_url(small), {"interrupt_id": small.pending_interrupt_id, "reject": "1"}, follow=True
+    )
     assert "Give a reason for the rejection" in response.content.decode()
     assert unchanged(small)
 
 
 def test_it_refuses_a_post_that_names_no_button(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id},
-                           headers=HTMX)
+    response = client.post(
+        decide_url(small), {"interrupt_id": small.pending_interrupt_id}, headers=HTMX
+    )
     assert response.status_code == 400
     assert "Choose approve or reject" in response.content.decode()
     assert unchanged(small)
@@ -151,8 +171,9 @@ def test_it_refuses_a_post_that_names_no_button(client, agent, small):
 @pytest.mark.parametrize("interrupt_id", ["", "0123456789abcdef", "stale-after-a-fork"])
 def test_it_refuses_an_interrupt_that_is_not_pending(client, agent, small, interrupt_id):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": interrupt_id, "approve": "1"},
-                           headers=HTMX)
+    response = client.post(
+        decide_url(small), {"interrupt_id": interrupt_id, "approve": "1"}, headers=HTMX
+    )
     assert response.status_code == 400
     assert "This review is no longer pending" in response.content.decode()
     assert unchanged(small)
@@ -161,23 +182,29 @@ def test_it_refuses_an_interrupt_that_is_not_pending(client, agent, small, inter
 def test_it_refuses_a_review_the_ticket_has_moved_past(client, agent, small):
     Ticket.objects.filter(pk=small.pk).update(status=Ticket.Status.RUNNING)
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "approve": "1"}, headers=HTMX)
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
+        headers=HTMX,
+    )
     assert response.status_code == 400
     assert "no longer pending" in response.content.decode()
     assert not Decision.objects.exists()
 
 
-def test_it_answers_409_to_a_second_decision_on_the_same_interrupt(client, agent, admin_user,
-                                                                   small):
+def test_it_answers_409_to_a_second_decision_on_the_same_interrupt(
+    client, agent, admin_user, small
+):
     client.force_login(agent)
     form = {"interrupt_id": small.pending_interrupt_id, "approve": "1"}
     assert client.post(decide_url(small), form).status_code == 302
 
     client.force_login(admin_user)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "reject": "1", "reason": "changed my mind"},
-                           headers=HTMX)
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "reject": "1", "reason": "changed my mind"},
+        headers=HTMX,
+    )
     assert response.status_code == 409
     html = response.content.decode()
     assert "Already decided: agent approved this refund at" in html
@@ -195,8 +222,9 @@ def test_it_shows_the_earlier_decision_without_javascript(client, agent, small):
 
 def test_it_puts_a_decision_error_in_the_message_region_too(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "reject": "1"}, headers=HTMX)
+    response = client.post(
+        decide_url(small), {"interrupt_id": small.pending_interrupt_id, "reject": "1"}, headers=HTMX
+    )
     html = response.content.decode()
     # The queue's next poll replaces the row; the message region keeps the error in view.
     assert '<div id="messages" hx-swap-oob="true">' in html
@@ -209,9 +237,11 @@ TICKET_PAGE = {"HX-Request": "true", "HX-Target": "ticket-status"}
 
 def test_it_answers_the_ticket_page_with_its_status_region(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "approve": "1", "back": "ticket"},
-                           headers=TICKET_PAGE)
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1", "back": "ticket"},
+        headers=TICKET_PAGE,
+    )
     assert response.status_code == 200
     html = response.content.decode()
     assert html.startswith('<div id="ticket-status"')
@@ -222,9 +252,11 @@ def test_it_answers_the_ticket_page_with_its_status_region(client, agent, small)
 
 def test_it_shows_an_error_in_the_ticket_page_status_region(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "reject": "1", "back": "ticket"},
-                           headers=TICKET_PAGE)
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "reject": "1", "back": "ticket"},
+        headers=TICKET_PAGE,
+    )
     assert response.status_code == 400
     html = response.content.decode()
     assert html.startswith('<div id="ticket-status"')
@@ -234,12 +266,17 @@ def test_it_shows_an_error_in_the_ticket_page_status_region(client, agent, small
 
 def test_it_sends_a_plain_post_from_the_ticket_page_back_there(client, agent, small):
     client.force_login(agent)
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "reject": "1", "back": "ticket"}, follow=True)
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "reject": "1", "back": "ticket"},
+        follow=True,
+    )
     assert response.redirect_chain[-1][0] == reverse("reviews:ticket", args=[small.pk])
     assert "Give a reason for the rejection" in response.content.decode()
 
-    response = client.post(decide_url(small), {"interrupt_id": small.pending_interrupt_id,
-                                               "approve": "1", "back": "ticket"})
+    response = client.post(
+        decide_url(small),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1", "back": "ticket"},
+    )
     assert response["Location"] == reverse("reviews:ticket", args=[small.pk])
     assert Decision.objects.get().answer == "approve"

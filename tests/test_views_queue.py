@@ -100,11 +100,13 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
 ):
     small = reviews["small"]
     client.force_login(agent)
-    client.post(reverse("reviews:decide", args=[small.pk]),
-                {"interrupt_id": small.pending_interrupt_id, "approve": "1"})
+    client.post(
+        reverse("reviews:decide", args=[small.pk]),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
+    )
     html = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
     html = html.content.decode()
-    row = html[html.index(f'id="review-{small.pk}"'):]
+    row = html[html.index(f'id="review-{small.pk}"') :]
     row = row[: row.index("</tr>")]
     assert "Approved by agent at" in row and "a worker is applying it" in row
     assert 'name="approve"' not in row
@@ -113,18 +115,37 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
 
 @pytest.mark.parametrize(
     ("persona", "says"),
-    [("agent", "You decide refunds of $20.00 or less"),
-     ("manager", "You decide refunds over $20.00"),
-     ("admin_user", "You see every pending review")],
+    [
+        ("agent", "You decide refunds of $20.00 or less"),
+        ("manager", "You decide refunds over $20.00"),
+        ("admin_user", "You see every pending review"),
+    ],
 )
 def test_it_says_whose_reviews_the_queue_holds(client, request, persona, says):
     client.force_login(request.getfixturevalue(persona))
     assert says in client.get(QUEUE).content.decode()
 
 
-def test_it_tells_a_user_in_no_group_why_nothing_waits_on_them(client, django_user_model,
-                                                                reviews):
+def test_it_tells_a_user_in_no_group_why_nothing_waits_on_them(client, django_user_model, reviews):
     client.force_login(django_user_model.objects.create_user("temp", password="pw"))
     response = client.get(QUEUE)
     assert review_ids(response) == set()
     assert "You are in no reviewer group" in response.content.decode()
+
+
+def test_it_says_how_many_more_reviews_wait_beyond_the_page_up_to_a_cap(
+    client, agent, late_order, monkeypatch
+):
+    from reviews import views
+
+    monkeypatch.setattr(views, "QUEUE_PAGE", 2)
+    monkeypatch.setattr(views, "COUNT_CAP", 4)
+    client.force_login(agent)
+    for _ in range(3):
+        awaiting_review(late_order)
+    assert "Showing the oldest 2 of 3 pending reviews." in client.get("/").content.decode()
+    awaiting_review(late_order)
+    assert "Showing the oldest 2 of 4 pending reviews." in client.get("/").content.decode()
+    awaiting_review(late_order)
+    html = client.get("/").content.decode()
+    assert "Showing the oldest 2 of more than 4 pending reviews." in html

@@ -19,14 +19,27 @@ def page(ticket: Ticket) -> str:
 
 def refunded(ticket: Ticket, reviewer) -> Ticket:
     """What the runner leaves behind after an approval went through, without running it."""
-    Decision.objects.create(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
-                            reviewer=reviewer, answer="approve", reason="late indeed")
-    Charge.objects.create(ticket=ticket, idempotency_key=f"{ticket.thread_id}:charge_card",
-                          amount_cents=ticket.amount_cents, receipt="rcpt-test-1")
+    Decision.objects.create(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=reviewer,
+        answer="approve",
+        reason="late indeed",
+    )
+    Charge.objects.create(
+        ticket=ticket,
+        idempotency_key=f"{ticket.thread_id}:charge_card",
+        amount_cents=ticket.amount_cents,
+        receipt="rcpt-test-1",
+    )
     Ticket.objects.filter(pk=ticket.pk).update(
-        status=Ticket.Status.REFUNDED, pending_interrupt_id="", pending_payload=None,
-        next_nodes=[], outcome_reason="Refunded $6.99.",
-        nodes_run=ticket.nodes_run + ["approve", "charge_card", "email"])
+        status=Ticket.Status.REFUNDED,
+        pending_interrupt_id="",
+        pending_payload=None,
+        next_nodes=[],
+        outcome_reason="Refunded $6.99.",
+        nodes_run=ticket.nodes_run + ["approve", "charge_card", "email"],
+    )
     ticket.refresh_from_db()
     return ticket
 
@@ -49,8 +62,10 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
     assert 'hx-trigger="every 2s"' in html  # and the page keeps itself current
 
     ticket.refresh_from_db()
-    client.post(reverse("reviews:decide", args=[ticket.pk]),
-                {"interrupt_id": ticket.pending_interrupt_id, "approve": "1"})
+    client.post(
+        reverse("reviews:decide", args=[ticket.pk]),
+        {"interrupt_id": ticket.pending_interrupt_id, "approve": "1"},
+    )
     html = client.get(page(ticket)).content.decode()
     assert "Approved by <strong>agent</strong>" in html and "being applied" in html
     assert "Applying the decision" in html and 'name="approve"' not in html
@@ -83,11 +98,19 @@ def test_it_shows_a_decline_by_policy_through_the_real_runner(
 
 def test_it_shows_a_rejection_with_who_made_it_and_why(client, agent, manager, late_order):
     ticket = awaiting_review(late_order)
-    Decision.objects.create(ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
-                            reviewer=agent, answer="reject", reason="Signed for on time")
-    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REJECTED,
-                                               outcome_reason="Signed for on time",
-                                               pending_interrupt_id="", pending_payload=None)
+    Decision.objects.create(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=agent,
+        answer="reject",
+        reason="Signed for on time",
+    )
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status=Ticket.Status.REJECTED,
+        outcome_reason="Signed for on time",
+        pending_interrupt_id="",
+        pending_payload=None,
+    )
     client.force_login(manager)
     html = client.get(page(ticket)).content.decode()
     assert "Rejected by reviewer" in html
@@ -103,8 +126,7 @@ def test_it_shows_a_review_to_someone_who_may_not_decide_it(client, agent, big_o
     assert 'name="approve"' not in html
 
 
-def test_it_serves_the_status_fragment_to_a_poll_while_the_ticket_moves(client, agent,
-                                                                        late_order):
+def test_it_serves_the_status_fragment_to_a_poll_while_the_ticket_moves(client, agent, late_order):
     ticket = awaiting_review(late_order)
     client.force_login(agent)
     response = client.get(page(ticket), headers=POLL)
@@ -126,8 +148,9 @@ def test_it_stops_the_poll_once_the_ticket_is_final(client, agent, late_order):
 
 def test_it_stops_the_poll_once_the_ticket_failed(client, agent, late_order):
     ticket = awaiting_review(late_order)
-    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.FAILED,
-                                               last_error="RuntimeError: boom")
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status=Ticket.Status.FAILED, last_error="RuntimeError: boom"
+    )
     client.force_login(agent)
     response = client.get(page(ticket), headers=POLL)
     assert response.status_code == 286
@@ -186,8 +209,11 @@ def test_it_opens_a_ticket_from_the_queue_with_htmx(client, agent, late_order):
 @pytest.mark.parametrize("htmx", [False, True])
 def test_it_refuses_an_unknown_order(client, agent, late_order, htmx):
     client.force_login(agent)
-    response = client.post(NEW, {"order_number": "9999", "note": "where is it"},
-                           headers={"HX-Request": "true"} if htmx else {})
+    response = client.post(
+        NEW,
+        {"order_number": "9999", "note": "where is it"},
+        headers={"HX-Request": "true"} if htmx else {},
+    )
     assert response.status_code == 400
     html = response.content.decode()
     assert "There is no order 9999." in html
@@ -198,8 +224,9 @@ def test_it_refuses_an_unknown_order(client, agent, late_order, htmx):
 @pytest.mark.parametrize("htmx", [False, True])
 def test_it_refuses_an_empty_order_number(client, agent, late_order, htmx):
     client.force_login(agent)
-    response = client.post(NEW, {"order_number": "   "},
-                           headers={"HX-Request": "true"} if htmx else {})
+    response = client.post(
+        NEW, {"order_number": "   "}, headers={"HX-Request": "true"} if htmx else {}
+    )
     assert response.status_code == 400
     assert "Enter an order number." in response.content.decode()
     assert not Ticket.objects.exists()

@@ -27,11 +27,24 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 CHILD_FLAG = "REFUNDS_CRASHTEST_CHILD"
-EARLY_POINTS = ["lookup", "fraud_check", "history_check", "check_policy", "after:lookup",
-                "after:check_policy"]
-LATE_POINTS = ["after:triage", "resume", "after:approve", "charge_card:before_gateway",
-               "charge_card:after_gateway", "after:charge_card", "email:before_send",
-               "email:after_send"]
+EARLY_POINTS = [
+    "lookup",
+    "fraud_check",
+    "history_check",
+    "check_policy",
+    "after:lookup",
+    "after:check_policy",
+]
+LATE_POINTS = [
+    "after:triage",
+    "resume",
+    "after:approve",
+    "charge_card:before_gateway",
+    "charge_card:after_gateway",
+    "after:charge_card",
+    "email:before_send",
+    "email:after_send",
+]
 FINAL = {"refunded", "declined", "rejected", "failed"}
 
 
@@ -43,14 +56,28 @@ class Command(BaseCommand):
         parser.add_argument("--kills", type=int, default=10)
         parser.add_argument("--seed", type=int, default=None)
         parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--backend", choices=["embedded", "postgres"], default="embedded",
-                            help="embedded: SQLite + embedded Redis; postgres: PostgreSQL + Redis")
-        parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/refunds_crashtest",
-                            help="with --backend postgres: a database this run may drop and recreate")
-        parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/13",
-                            help="with --backend postgres: a Redis database this run may flush")
-        parser.add_argument("--timeout", type=float, default=None,
-                            help="seconds to wait for every ticket to settle (default 60 + 2/ticket)")
+        parser.add_argument(
+            "--backend",
+            choices=["embedded", "postgres"],
+            default="embedded",
+            help="embedded: SQLite + embedded Redis; postgres: PostgreSQL + Redis",
+        )
+        parser.add_argument(
+            "--database-url",
+            default="postgres://postgres@127.0.0.1:5432/refunds_crashtest",
+            help="with --backend postgres: a database this run may drop and recreate",
+        )
+        parser.add_argument(
+            "--broker-url",
+            default="redis://127.0.0.1:6379/13",
+            help="with --backend postgres: a Redis database this run may flush",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=None,
+            help="seconds to wait for every ticket to settle (default 60 + 2/ticket)",
+        )
         parser.add_argument("--keep", action="store_true", help="keep the data folder and logs")
 
     def handle(self, *args, **opts):
@@ -90,9 +117,19 @@ class Command(BaseCommand):
         if opts["backend"] == "postgres":
             _recreate_postgres(opts["database_url"])
             env |= {"DATABASE_URL": opts["database_url"], "CELERY_BROKER_URL": opts["broker_url"]}
-        argv = ["crashtest", "--tickets", str(opts["tickets"]), "--kills", str(opts["kills"]),
-                "--seed", str(opts["seed"]), "--workers", str(opts["workers"]),
-                "--backend", opts["backend"]]
+        argv = [
+            "crashtest",
+            "--tickets",
+            str(opts["tickets"]),
+            "--kills",
+            str(opts["kills"]),
+            "--seed",
+            str(opts["seed"]),
+            "--workers",
+            str(opts["workers"]),
+            "--backend",
+            opts["backend"],
+        ]
         if opts["timeout"]:
             argv += ["--timeout", str(opts["timeout"])]
         try:
@@ -114,7 +151,9 @@ def _recreate_postgres(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     admin_url = url.rsplit("/", 1)[0] + "/postgres"
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
@@ -137,8 +176,9 @@ class Run:
         tickets = self._open_tickets()
         inside, outside = self._plan_kills(tickets)
         env = {**os.environ}
-        self.workers = [CeleryProcess.worker(f"crash{i}", self.logs, env)
-                        for i in range(self.opts["workers"])]
+        self.workers = [
+            CeleryProcess.worker(f"crash{i}", self.logs, env) for i in range(self.opts["workers"])
+        ]
         for w in self.workers:
             w.start(wait_ready=True)
         beat = CeleryProcess.beat(self.logs, env).start()
@@ -178,9 +218,11 @@ class Run:
             late = self.rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, 8])  # about 2 in 9 are not late
             fee = self.rng.choice([499, 699, 1250, 2000, 2001, 3500, 4800])
             order = Order.objects.create(
-                number=f"C{i:05d}", customer_name=f"Customer {i}",
+                number=f"C{i:05d}",
+                customer_name=f"Customer {i}",
                 customer_email=f"customer{i % max(5, self.opts['tickets'] // 3)}@example.com",
-                promised_on=promised, delivered_on=promised + timedelta(days=late),
+                promised_on=promised,
+                delivered_on=promised + timedelta(days=late),
                 shipping_fee_cents=fee,
             )
             ticket = services.ticket_open(order_number=order.number, note="crashtest")
@@ -213,7 +255,8 @@ class Run:
         while time.monotonic() < deadline:
             self._review()
             statuses = Counter(
-                Ticket.objects.filter(pk__in=tickets).values_list("status", flat=True))
+                Ticket.objects.filter(pk__in=tickets).values_list("status", flat=True)
+            )
             done = sum(n for s, n in statuses.items() if s in FINAL)
             if done == len(tickets) and not self._unapplied() and self.outside_kills >= outside:
                 return True
@@ -227,7 +270,8 @@ class Run:
                 self.progress.write(
                     f"crashtest: {done}/{len(tickets)} settled, kills {fired} inside + "
                     f"{self.outside_kills} outside; "
-                    + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items())))
+                    + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items()))
+                )
             time.sleep(0.1)
         return False
 
@@ -254,7 +298,8 @@ class Run:
             reject = ticket.pk in self.rejects
             try:
                 services.ticket_decide(
-                    ticket=ticket, interrupt_id=ticket.pending_interrupt_id,
+                    ticket=ticket,
+                    interrupt_id=ticket.pending_interrupt_id,
                     answer="reject" if reject else "approve",
                     reason="not covered (crashtest)" if reject else "",
                     reviewer=reviewers[ticket.required_role],
@@ -268,7 +313,9 @@ class Run:
         from refunds.models import Charge, Ticket
 
         statuses = Counter(Ticket.objects.filter(pk__in=tickets).values_list("status", flat=True))
-        charges = dict(Charge.objects.values_list("ticket").annotate(n=Count("id")).values_list("ticket", "n"))
+        charges = dict(
+            Charge.objects.values_list("ticket").annotate(n=Count("id")).values_list("ticket", "n")
+        )
         refunded = set(Ticket.objects.filter(status="refunded").values_list("pk", flat=True))
         sent = Counter(re.findall(r"^X-Refund-Key: (\S+)$", _mail_text(), flags=re.M))
         return {

@@ -28,8 +28,12 @@ class Command(BaseCommand):
     help = "Load demo orders and the demo users agent, manager and admin (idempotent)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--orders", type=int, default=0,
-                            help="also create this many extra late orders (for load runs)")
+        parser.add_argument(
+            "--orders",
+            type=int,
+            default=0,
+            help="also create this many extra late orders (for load runs)",
+        )
 
     def handle(self, *args, orders: int = 0, **options):
         promised = date(2026, 11, 2)
@@ -63,5 +67,7 @@ class Command(BaseCommand):
             user.save()
             user.groups.add(Group.objects.get(name=group))
             ApiToken.for_user(user)
-        self.stdout.write(f"Demo data ready: {len(ORDERS) + orders} orders; users agent, manager, "
-                          f"admin with password {DEMO_PASSWORD!r}.")
+        self.stdout.write(
+            f"Demo data ready: {len(ORDERS) + orders} orders; users agent, manager, "
+            f"admin with password {DEMO_PASSWORD!r}."
+        )

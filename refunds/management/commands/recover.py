@@ -8,5 +8,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         ids = services.tickets_recover()
-        self.stdout.write(f"Re-enqueued {len(ids)} ticket(s){': ' if ids else '.'}"
-                          + ", ".join(map(str, ids)))
+        self.stdout.write(
+            f"Re-enqueued {len(ids)} ticket(s){': ' if ids else '.'}" + ", ".join(map(str, ids))
+        )

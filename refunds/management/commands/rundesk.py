@@ -27,18 +27,52 @@ class Command(BaseCommand):
             else:
                 procs.append(("redis", embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET)))
         celery = [sys.executable, "-m", "celery", "-A", "config"]
-        procs.append(("worker", subprocess.Popen(
-            [*celery, "worker", "-l", "warning", "--concurrency", str(concurrency), "-n", "desk@%h"])))
-        procs.append(("beat", subprocess.Popen(
-            [*celery, "beat", "-l", "warning",
-             "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")])))
-        procs.append(("web", subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", addr, "--noreload"])))
-        self.stdout.write(self.style.SUCCESS(
-            f"\nRefund Desk is running at http://{addr}/\n"
-            "Log in as agent, manager or admin, password 'refund-demo' (demo use only).\n"
-            "Demo orders: 1042 ($6.99, late), 1043 (on time), 1045 ($48.00, late: manager).\n"
-            "Ctrl-C stops everything.\n"))
+        procs.append(
+            (
+                "worker",
+                subprocess.Popen(
+                    [
+                        *celery,
+                        "worker",
+                        "-l",
+                        "warning",
+                        "--concurrency",
+                        str(concurrency),
+                        "-n",
+                        "desk@%h",
+                    ]
+                ),
+            )
+        )
+        procs.append(
+            (
+                "beat",
+                subprocess.Popen(
+                    [
+                        *celery,
+                        "beat",
+                        "-l",
+                        "warning",
+                        "--schedule",
+                        str(settings.DATA_DIR / "celerybeat-schedule"),
+                    ]
+                ),
+            )
+        )
+        procs.append(
+            (
+                "web",
+                subprocess.Popen([sys.executable, "manage.py", "runserver", addr, "--noreload"]),
+            )
+        )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nRefund Desk is running at http://{addr}/\n"
+                "Log in as agent, manager or admin, password 'refund-demo' (demo use only).\n"
+                "Demo orders: 1042 ($6.99, late), 1043 (on time), 1045 ($48.00, late: manager).\n"
+                "Ctrl-C stops everything.\n"
+            )
+        )
         stop = False
 
         def _stop(*_):
