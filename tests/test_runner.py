@@ -199,3 +199,25 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
     assert not Ticket.objects.reviewable_by(agent).filter(pk=paused.pk).exists()
     worker.join()
     assert Ticket.objects.get(pk=paused.pk).status == "refunded"
+
+
+def test_every_run_is_durable_sync(transactional_db, agent, late_order, monkeypatch):
+    """A checkpoint on disk before the next step starts: a hard kill resumes at the step that
+    was running (under "async", 26 kills of 30 lost the record of finished steps)."""
+    compiled = runner.graph()
+    seen = []
+    real_stream = compiled.stream
+
+    def recording_stream(*args, **kwargs):
+        seen.append(kwargs.get("durability"))
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(compiled, "stream", recording_stream)
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    runner.advance(ticket.pk)
+    ticket.refresh_from_db()
+    services.ticket_decide(
+        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    assert seen == ["sync", "sync"]
