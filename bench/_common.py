@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from refunds.processes import CeleryProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -121,71 +121,11 @@ def write_results(name: str, payload: dict) -> Path:
     return path
 
 
-class Worker:
-    """A `celery worker` process with one pool child, in its own session."""
-
-    def __init__(self, app: str, name: str, log_dir: Path, env: dict[str, str]):
-        self.app, self.name, self.env = app, name, env
-        self.log = log_dir / f"{name}.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> Worker:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                self.app,
-                "worker",
-                "-l",
-                "info",
-                "-c",
-                "1",
-                "-n",
-                f"{self.name}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            cwd=ROOT,
-            env=self.env,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        return self
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if b"ready." in self.log.read_bytes():
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        raise RuntimeError(f"worker {self.name} did not start in {timeout}s")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-
-    def errors(self) -> int:
-        text = self.log.read_text(errors="replace")
-        return text.count("Traceback") + text.count("] ERROR")
-
-
 def start_workers(app: str, count: int, log_dir: Path, env: dict[str, str], prefix: str):
-    workers = [Worker(app, f"{prefix}{n}", log_dir, env).start() for n in range(1, count + 1)]
+    workers = [
+        CeleryProcess.worker(f"{prefix}{n}", log_dir, env, app=app).start()
+        for n in range(1, count + 1)
+    ]
     for worker in workers:
         worker.wait_ready()
     return workers

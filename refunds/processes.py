@@ -15,10 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 class CeleryProcess:
     """`celery worker` or `celery beat` in its own session, so a kill takes its children too."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str], name: str = ""):
-        self.args, self.log, self.env = args, log, env
+    def __init__(
+        self, args: list[str], log: Path, env: dict[str, str], name: str = "", app: str = "config"
+    ):
+        self.args, self.log, self.env, self.app = args, log, env, app
         self.name = name or log.stem
         self.proc: subprocess.Popen | None = None
+        self._log_offset = 0
 
     @classmethod
     def worker(
@@ -29,6 +32,7 @@ class CeleryProcess:
         *,
         pool: str = "prefork",
         concurrency: int = 1,
+        app: str = "config",
     ) -> CeleryProcess:
         args = [
             "worker",
@@ -44,7 +48,7 @@ class CeleryProcess:
             "--without-mingle",
             "--without-heartbeat",
         ]
-        return cls(args, log_dir / f"{name}.log", env)
+        return cls(args, log_dir / f"{name}.log", env, name=name, app=app)
 
     @classmethod
     def beat(cls, log_dir: Path, env: dict[str, str]) -> CeleryProcess:
@@ -53,10 +57,10 @@ class CeleryProcess:
 
     def start(self, *, wait_ready: bool = False, timeout: float = 60) -> CeleryProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        offset = self.log.stat().st_size if self.log.exists() else 0
+        self._log_offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "config", *self.args],
+                [sys.executable, "-m", "celery", "-A", self.app, *self.args],
                 cwd=ROOT,
                 env=self.env,
                 stdout=out,
@@ -64,14 +68,23 @@ class CeleryProcess:
                 start_new_session=True,
             )
         if wait_ready:
-            deadline = time.monotonic() + timeout
-            while b"ready." not in self.log.read_bytes()[offset:]:
-                if not self.alive:
-                    raise RuntimeError(f"{self.log.name} exited:\n{self.output()[-3000:]}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.log.name} not ready in {timeout}s")
-                time.sleep(0.05)
+            self.wait_ready(timeout)
         return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Wait for this start's "ready." line (a restarted worker appends to the same log)."""
+        deadline = time.monotonic() + timeout
+        while b"ready." not in self.log.read_bytes()[self._log_offset :]:
+            if not self.alive:
+                raise RuntimeError(f"{self.log.name} exited:\n{self.output()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.log.name} not ready in {timeout}s")
+            time.sleep(0.05)
+
+    def errors(self) -> int:
+        """Tracebacks and ERROR lines this process logged."""
+        text = self.output()
+        return text.count("Traceback") + text.count("] ERROR")
 
     @property
     def alive(self) -> bool:
