@@ -1,8 +1,23 @@
+from decimal import Decimal, InvalidOperation
+
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from refunds import runner, services
-from refunds.models import ADMIN_GROUP, ApiToken, Charge, Decision, Email, Order, Ticket, user_roles
+from refunds.models import (
+    ADMIN_GROUP,
+    ApiToken,
+    Charge,
+    Decision,
+    Email,
+    Fork,
+    Order,
+    Ticket,
+    user_roles,
+)
 
 
 class ReadOnly:
@@ -30,6 +45,22 @@ class DecisionInline(ReadOnly, admin.TabularInline):
     extra = 0
     readonly_fields = ["interrupt_id", "reviewer", "answer", "reason", "decided_at", "applied_at"]
     can_delete = False
+
+
+class ForkInline(ReadOnly, admin.TabularInline):
+    model = Fork
+    extra = 0
+    fields = readonly_fields = [
+        "created_at",
+        "by",
+        "previous_amount_cents",
+        "amount_cents",
+        "reason",
+        "from_checkpoint_id",
+        "applied_at",
+        "refused_reason",
+    ]
+    verbose_name = "fork (audit)"
 
 
 class ChargeInline(ReadOnly, admin.TabularInline):
@@ -60,9 +91,10 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
         "last_error",
         "created_at",
         "updated_at",
+        "fork_link",
         "checkpoint_history",
     ]
-    inlines = [DecisionInline, ChargeInline]
+    inlines = [DecisionInline, ForkInline, ChargeInline]
     actions = ["retry_failed"]
 
     @admin.display(description="Checkpoint history (newest first)")
@@ -83,6 +115,58 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
             "<table><tr><th>step</th><th>next</th><th>nodes run</th><th>checkpoint</th></tr>"
             "{}</table>",
             body,
+        )
+
+    @admin.display(description="Correct the amount")
+    def fork_link(self, ticket: Ticket) -> str:
+        if ticket.status not in services.FORKABLE or ticket.charges.exists():
+            return (
+                "Only a ticket awaiting review, rejected or failed, with no charge, can be forked."
+            )
+        url = reverse("admin:refunds_ticket_fork", args=[ticket.pk])
+        return format_html('<a class="button" href="{}">Fork with a corrected amount</a>', url)
+
+    def get_urls(self):
+        fork = self.admin_site.admin_view(self.fork_view)
+        return [
+            path("<int:ticket_id>/fork/", fork, name="refunds_ticket_fork"),
+            *super().get_urls(),
+        ]
+
+    def fork_view(self, request, ticket_id: int):
+        """Fork the thread from its checkpoint before triage with a corrected amount."""
+        if not self.has_retry_permission(request):
+            raise PermissionDenied("Only admins fork a thread.")
+        ticket = get_object_or_404(Ticket.objects.select_related("order"), pk=ticket_id)
+        values = {"amount": "", "reason": ""}
+        error = ""
+        if request.method == "POST":
+            values = {k: request.POST.get(k, "").strip() for k in values}
+            try:
+                cents = _cents(values["amount"])
+                services.ticket_fork(
+                    ticket=ticket, amount_cents=cents, reason=values["reason"], by=request.user
+                )
+            except (services.RefundError, PermissionDenied) as exc:
+                error = str(exc)
+            else:
+                self.message_user(
+                    request,
+                    f"Forked ticket {ticket.pk} with amount "
+                    f"${cents / 100:,.2f}; it is being triaged again.",
+                    messages.SUCCESS,
+                )
+                return redirect("admin:refunds_ticket_change", ticket.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Fork ticket {ticket.pk} with a corrected amount",
+            "ticket": ticket,
+            "values": values,
+            "error": error,
+            "opts": self.model._meta,
+        }
+        return render(
+            request, "admin/refunds/ticket/fork.html", context, status=400 if error else 200
         )
 
     def has_retry_permission(self, request) -> bool:
@@ -129,3 +213,14 @@ class EmailAdmin(ReadOnly, admin.ModelAdmin):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["user", "created_at"]
+
+
+def _cents(amount: str) -> int:
+    """'12.50' or '$12.50' -> 1250; anything else is a clear error."""
+    try:
+        value = Decimal(amount.removeprefix("$").replace(",", ""))
+    except InvalidOperation:
+        raise services.RefundError(f"{amount!r} is not an amount in dollars, like 12.50.") from None
+    if not value.is_finite() or value != value.quantize(Decimal("0.01")):
+        raise services.RefundError("Give the amount in dollars and cents, like 12.50.")
+    return int(value * 100)

@@ -198,6 +198,27 @@ class Decision(models.Model):
         return {"answer": self.answer, "reason": self.reason, "reviewer": self.reviewer.username}
 
 
+class Fork(models.Model):
+    """An admin's correction: the thread is forked from its checkpoint before triage with a
+    corrected amount. The row is the audit entry; a worker applies it under the lease."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="forks")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    amount_cents = models.PositiveIntegerField()
+    reason = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    from_checkpoint_id = models.CharField(max_length=64, blank=True)
+    previous_amount_cents = models.PositiveIntegerField(null=True, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    refused_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"Fork of {self.ticket} by {self.by} to ${self.amount_cents / 100:.2f}"
+
+
 class Charge(models.Model):
     """The money ledger. The UNIQUE idempotency key is what makes a repeated charge harmless."""
 

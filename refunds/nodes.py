@@ -210,7 +210,14 @@ def payment_failed(state: RefundState, error: NodeError) -> Command[Literal["app
 
 
 def email_key(ticket_key: str) -> str:
-    return f"{ticket_key}:email"  # one message per ticket, whatever the outcome
+    return f"{ticket_key}:email"  # the refund's confirmation: a ticket is refunded once
+
+
+def notify_key(state: RefundState) -> str:
+    # A fork (an admin's correction) may turn a rejection into a second review: each fork's
+    # outcome is its own message, a re-run of the same fork's notify is not.
+    forks = state.get("forks", 0)
+    return f"{state['ticket_key']}:notify" + (f":fork{forks}" if forks else "")
 
 
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
@@ -220,7 +227,7 @@ def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     order = state["order"]
     ctx.crash_point(key, "notify:before_send")
     ctx.mailer(
-        key=email_key(key),
+        key=notify_key(state),
         ticket_key=key,
         to=order["customer_email"],
         subject=f"About your refund request for order {order['number']}",

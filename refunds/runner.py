@@ -26,7 +26,7 @@ from psycopg.conninfo import make_conninfo
 from refunds import faults
 from refunds.graph import build_graph
 from refunds.mail import send_once
-from refunds.models import Decision, Order, Ticket
+from refunds.models import Charge, Decision, Fork, Order, Ticket
 from refunds.payments import get_gateway
 from refunds.state import FLOW_VERSION, Collaborators, RefundState
 
@@ -141,6 +141,7 @@ def mirror_fields(snap: StateSnapshot) -> dict:
         "amount_cents": values.get("amount_cents"),
         "pending_interrupt_id": "",
         "pending_payload": None,
+        "outcome_reason": values.get("outcome_reason", ""),
     }
     if snap.interrupts:
         pending = snap.interrupts[0]
@@ -273,9 +274,49 @@ def _settle_decisions(ticket: Ticket, snap: StateSnapshot) -> Decision | None:
     return chosen
 
 
+def _apply_forks(ticket: Ticket) -> None:
+    """Apply an admin's recorded fork: a new checkpoint branched from the one before triage,
+    with the corrected amount. Under the lease, like every other write to the thread."""
+    for fork in Fork.objects.filter(ticket=ticket, applied_at=None, refused_reason=""):
+        current = snapshot(ticket)
+        if (current.values or {}).get("fork_id") == fork.pk:  # a crash after update_state
+            Fork.objects.filter(pk=fork.pk).update(applied_at=timezone.now())
+            continue
+        base = next((s for s in history(ticket) if s.next == ("triage",)), None)
+        refusal = ""
+        if Charge.objects.filter(ticket=ticket).exists():
+            refusal = "Money moved before the fork could be applied; nothing was changed."
+        elif base is None:
+            refusal = "The thread never reached triage, so it has no amount to correct."
+        if refusal:
+            Fork.objects.filter(pk=fork.pk).update(refused_reason=refusal)
+            continue
+        previous = (current.values or {}).get("amount_cents")
+        update: RefundState = {
+            "amount_cents": fork.amount_cents,
+            "forks": base.values.get("forks", 0) + 1,
+            "fork_id": fork.pk,
+            "payment_error": "",
+            "notes": [
+                f"Forked by {fork.by.username}: amount set to ${fork.amount_cents / 100:,.2f}"
+                f" ({fork.reason})."
+            ],
+        }
+        # As if check_policy wrote it: its router sends the fork to triage, which re-decides
+        # who reviews the corrected amount. (triage routes by Command, which update_state
+        # cannot replay, so the fork starts one step earlier.)
+        graph().update_state(base.config, update, as_node="check_policy")
+        Fork.objects.filter(pk=fork.pk).update(
+            applied_at=timezone.now(),
+            from_checkpoint_id=base.config["configurable"]["checkpoint_id"],
+            previous_amount_cents=previous,
+        )
+
+
 def _drive(ticket: Ticket, lease: Lease) -> StateSnapshot:
     """Run the thread until it waits on a person or ends; return its last snapshot."""
     ctx = collaborators(lease)
+    _apply_forks(ticket)
     snap = snapshot(ticket)
     if snap.metadata is not None and not snap.interrupts:
         _settle_decisions(ticket, snap)  # after a crash: note a resume that landed, refuse the rest
@@ -336,6 +377,9 @@ def advance(ticket_id: int) -> str:
         return "error"
     fields = mirror_fields(snap)
     lease.release(progressed=True, **fields)  # the mirror and the release in one UPDATE
-    if Decision.objects.filter(ticket=ticket, applied_at=None, refused_reason="").exists():
-        return advance(ticket_id)  # a decision landed while we held the lease
+    if (
+        Decision.objects.filter(ticket=ticket, applied_at=None, refused_reason="").exists()
+        or Fork.objects.filter(ticket=ticket, applied_at=None, refused_reason="").exists()
+    ):
+        return advance(ticket_id)  # a decision or a fork landed while we held the lease
     return fields["status"]

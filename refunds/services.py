@@ -11,7 +11,16 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from refunds.models import Decision, Order, Role, Ticket, may_decide
+from refunds.models import (
+    ADMIN_GROUP,
+    Decision,
+    Fork,
+    Order,
+    Role,
+    Ticket,
+    may_decide,
+    user_roles,
+)
 
 log = logging.getLogger(__name__)
 NOTE_MAX = 2000
@@ -150,3 +159,46 @@ def ticket_retry(*, ticket: Ticket) -> bool:
         if won:
             _enqueue_advance(ticket.pk)
     return bool(won)
+
+
+FORKABLE = (Ticket.Status.AWAITING_REVIEW, Ticket.Status.REJECTED, Ticket.Status.FAILED)
+FORK_MAX_CENTS = 1_000_000
+
+
+def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
+    """Admin: fork the thread from its checkpoint before triage with a corrected amount. The
+    Fork row is the audit entry; a worker applies it under the lease, then the thread is triaged
+    and reviewed again (a new interrupt id, so answers to the old review are refused)."""
+    if not (by.is_superuser or ADMIN_GROUP in user_roles(by)):
+        raise PermissionDenied("Only admins fork a thread.")
+    if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
+        raise RefundError("The corrected amount must be a whole number of cents.")
+    if not 0 < amount_cents <= FORK_MAX_CENTS:
+        raise RefundError(
+            f"The corrected amount must be between $0.01 and ${FORK_MAX_CENTS // 100:,}."
+        )
+    reason = (reason or "").strip()
+    if not reason:
+        raise RefundError("Say why the thread is forked; the reason is kept with the audit entry.")
+    if len(reason) > REASON_MAX:
+        raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
+    charge = ticket.charges.first()
+    if charge is not None:
+        raise RefundError(
+            f"Money already moved for this ticket (receipt {charge.receipt}); "
+            "a fork cannot undo a charge."
+        )
+    if ticket.status not in FORKABLE:
+        raise RefundError(
+            "Only a ticket awaiting review, rejected or failed can be forked; "
+            f"this one is {ticket.get_status_display().lower()}."
+        )
+    with transaction.atomic():
+        moved = Ticket.objects.filter(pk=ticket.pk, status__in=FORKABLE).update(
+            status=Ticket.Status.RUNNING, attempts=0, last_error=""
+        )
+        if not moved:
+            raise RefundError("The ticket moved on meanwhile; reload it and try again.")
+        fork = Fork.objects.create(ticket=ticket, by=by, amount_cents=amount_cents, reason=reason)
+        _enqueue_advance(ticket.pk)
+    return fork

@@ -36,6 +36,8 @@ class RefundState(TypedDict, total=False):
     order_number: str
     note: str
     flow_version: int
+    forks: int  # how many times an admin forked this thread; part of the notify email's key
+    fork_id: int  # the Fork row applied last: a re-applied fork is noticed, not forked twice
     order: OrderFacts
     history: CustomerHistory
     late_by_days: int

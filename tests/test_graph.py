@@ -248,7 +248,7 @@ def test_an_on_time_order_is_declined_with_a_reason_and_no_review_or_charge():
     assert state.values["outcome"] == "declined"
     assert "arrived on time" in state.values["outcome_reason"]
     assert desk.gateway.calls == []
-    assert [m["key"] for m in desk.mailer.sent] == [f"{TICKET}:email"]  # told why, once
+    assert [m["key"] for m in desk.mailer.sent] == [f"{TICKET}:notify"]  # told why, once
     assert "arrived on time" in desk.mailer.sent[0]["body"]
 
 

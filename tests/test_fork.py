@@ -1,0 +1,135 @@
+"""Admins fork a thread from before triage with a corrected amount: audited, under the lease,
+and never once money has moved."""
+
+import pytest
+from django.urls import reverse
+
+from refunds import runner, services
+from refunds.models import Charge, Decision, Email, Fork, Ticket
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # the tests advance by hand
+
+
+def review(ticket: Ticket) -> Ticket:
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def decide(ticket: Ticket, reviewer, answer="approve", reason=""):
+    return services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer=answer,
+        reason=reason,
+        reviewer=reviewer,
+    )
+
+
+@pytest.fixture
+def rejected(transactional_db, agent, late_order) -> Ticket:
+    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    decide(ticket, agent, "reject", "fee looked wrong")
+    assert runner.advance(ticket.pk) == "rejected"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def test_a_rejected_ticket_forked_with_a_corrected_amount_is_reviewed_again_and_refunded(
+    rejected, admin_user, manager
+):
+    old_interrupt = rejected.pending_interrupt_id or Decision.objects.get().interrupt_id
+    fork = services.ticket_fork(
+        ticket=rejected, amount_cents=2500, reason="fee was $25.00", by=admin_user
+    )
+    assert Ticket.objects.get(pk=rejected.pk).status == "running"
+
+    ticket = review(rejected)
+    fork.refresh_from_db()
+    assert fork.applied_at is not None and fork.previous_amount_cents == 699
+    assert fork.from_checkpoint_id
+    assert ticket.amount_cents == 2500 and ticket.required_role == "manager"  # re-triaged
+    assert ticket.pending_interrupt_id != old_interrupt
+    assert ticket.outcome_reason == ""
+
+    decide(ticket, manager)
+    assert runner.advance(ticket.pk) == "refunded"
+    assert Charge.objects.get().amount_cents == 2500
+    subjects = sorted(Email.objects.values_list("subject", flat=True))
+    assert subjects == ["About your refund request for order 1042", "Your refund for order 1042"]
+
+
+def test_an_answer_to_the_review_a_fork_replaced_is_refused(
+    transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    old = ticket.pending_interrupt_id
+    services.ticket_fork(ticket=ticket, amount_cents=500, reason="partial refund", by=admin_user)
+    stale = Decision.objects.create(
+        ticket=ticket, interrupt_id=old, reviewer=agent, answer="approve"
+    )  # recorded just as the fork landed
+    ticket = review(ticket)
+    stale.refresh_from_db()
+    assert stale.applied_at is None and "no longer waits" in stale.refused_reason
+    assert ticket.pending_interrupt_id != old and ticket.amount_cents == 500
+    with pytest.raises(services.RefundError, match="Already decided|no longer pending"):
+        services.ticket_decide(
+            ticket=ticket, interrupt_id=old, answer="approve", reviewer=admin_user
+        )
+    assert Charge.objects.count() == 0
+
+
+def test_a_fork_is_refused_once_money_has_moved(transactional_db, agent, admin_user, late_order):
+    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    decide(ticket, agent)
+    runner.advance(ticket.pk)
+    ticket.refresh_from_db()
+    with pytest.raises(services.RefundError, match="Money already moved"):
+        services.ticket_fork(ticket=ticket, amount_cents=100, reason="oops", by=admin_user)
+    assert Fork.objects.count() == 0 and Ticket.objects.get(pk=ticket.pk).status == "refunded"
+
+
+@pytest.mark.parametrize(
+    ("amount", "reason", "message"),
+    [
+        (0, "x", "between"),
+        (-5, "x", "between"),
+        (10**7, "x", "between"),
+        (12.5, "x", "whole number"),
+        (True, "x", "whole number"),
+        (500, "  ", "Say why"),
+    ],
+)
+def test_bad_fork_input_is_refused_and_changes_nothing(
+    rejected, admin_user, amount, reason, message
+):
+    with pytest.raises(services.RefundError, match=message):
+        services.ticket_fork(ticket=rejected, amount_cents=amount, reason=reason, by=admin_user)
+    assert Fork.objects.count() == 0
+    assert Ticket.objects.get(pk=rejected.pk).status == "rejected"
+
+
+def test_only_admins_fork(rejected, manager):
+    from django.core.exceptions import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        services.ticket_fork(ticket=rejected, amount_cents=500, reason="x", by=manager)
+    assert Fork.objects.count() == 0
+
+
+def test_the_admin_fork_page_forks_and_explains_bad_amounts(client, rejected, admin_user):
+    client.force_login(admin_user)
+    url = reverse("admin:refunds_ticket_fork", args=[rejected.pk])
+    page = client.get(url)
+    assert page.status_code == 200 and "Corrected amount" in page.content.decode()
+    bad = client.post(url, {"amount": "twelve", "reason": "typo"})
+    assert bad.status_code == 400 and "is not an amount in dollars" in bad.content.decode()
+    assert Fork.objects.count() == 0
+    done = client.post(url, {"amount": "$12.50", "reason": "fee was $12.50"})
+    assert done.status_code == 302
+    assert Fork.objects.get().amount_cents == 1250
+    change = client.get(reverse("admin:refunds_ticket_change", args=[rejected.pk]))
+    assert "fee was $12.50" in change.content.decode()  # the audit entry shows on the ticket
