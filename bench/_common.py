@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from refunds.processes import CeleryProcess
+from refunds.processes import wait_for as wait_for  # the scripts import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -129,3 +130,14 @@ def start_workers(app: str, count: int, log_dir: Path, env: dict[str, str], pref
     for worker in workers:
         worker.wait_ready()
     return workers
+
+
+def prepare_environment(backend: str, data_dir: Path, **extra: str) -> None:
+    """Point this process at a fresh data folder (and a fresh PostgreSQL database)."""
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_URL", "REFUNDS_CRASH_PLAN"):
+        os.environ.pop(name, None)
+    os.environ.update(
+        {"DJANGO_SETTINGS_MODULE": "config.settings", "REFUNDS_DATA_DIR": str(data_dir), **extra}
+    )
+    if backend == "postgres":
+        os.environ["DATABASE_URL"] = fresh_postgres_db()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,27 +23,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import drop_postgres_db, fresh_postgres_db, machine, pct, say, write_results  # noqa: E402
+from bench._common import (  # noqa: E402
+    drop_postgres_db,
+    machine,
+    pct,
+    prepare_environment,
+    say,
+    write_results,
+)
 
 PENDING_SHARE = 0.1
 ORDERS = 1000
 
 
-def prepare_environment(backend: str, data_dir: Path) -> None:
-    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_URL", "REFUNDS_CRASH_PLAN"):
-        os.environ.pop(name, None)
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "REFUNDS_DATA_DIR": str(data_dir),
-            "DEBUG": "false",
-            "SECRET_KEY": "bench-only-secret-key-bench-only-secret-key",
-            "ALLOWED_HOSTS": "testserver",
-            "LOG_LEVEL": "ERROR",
-        }
+def prepare_pages_environment(backend: str, data_dir: Path) -> None:
+    prepare_environment(
+        backend,
+        data_dir,
+        DEBUG="false",
+        SECRET_KEY="bench-only-secret-key-bench-only-secret-key",
+        ALLOWED_HOSTS="testserver",
+        LOG_LEVEL="ERROR",
     )
-    if backend == "postgres":
-        os.environ["DATABASE_URL"] = fresh_postgres_db()
 
 
 def fill(size: int) -> dict:
@@ -178,7 +178,7 @@ def measure(client, url: str, requests: int, headers: dict | None = None) -> dic
 
 def run_one(backend: str, size: int, requests: int) -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix=f"bench-pages-{backend}-"))
-    prepare_environment(backend, data_dir)
+    prepare_pages_environment(backend, data_dir)
     import django
 
     django.setup()

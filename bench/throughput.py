@@ -36,12 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (  # noqa: E402
     REDIS_URL,
     drop_postgres_db,
-    fresh_postgres_db,
     machine,
     pct,
+    prepare_environment,
     redis_client,
     say,
     start_workers,
+    wait_for,
     write_results,
 )
 
@@ -52,30 +53,19 @@ POLL = 0.05
 
 
 # --- one configuration, in its own process -----------------------------------------------------
-def prepare_environment(backend: str, data_dir: Path) -> None:
-    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CHECKPOINT_URL", "REFUNDS_CRASH_PLAN"):
-        os.environ.pop(name, None)
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "REFUNDS_DATA_DIR": str(data_dir),
-            "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
-            "LOG_LEVEL": "WARNING",
-        }
+def prepare_throughput_environment(backend: str, data_dir: Path) -> None:
+    prepare_environment(
+        backend,
+        data_dir,
+        EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend",
+        LOG_LEVEL="WARNING",
     )
     if backend == "postgres":
-        os.environ["DATABASE_URL"] = fresh_postgres_db()
         os.environ["CELERY_BROKER_URL"] = REDIS_URL
 
 
 def wait_until(predicate, *, timeout: float, what: str, every: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+    return wait_for(predicate, timeout=timeout, what=what, every=every)
 
 
 def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> dict:
@@ -328,7 +318,7 @@ def checkpoint_sizes(prefix: str) -> dict:
 
 def run_one(backend: str, n_workers: int, args) -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix=f"bench-refunds-{backend}{n_workers}-"))
-    prepare_environment(backend, data_dir)
+    prepare_throughput_environment(backend, data_dir)
     import django
 
     django.setup()

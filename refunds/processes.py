@@ -112,3 +112,14 @@ class CeleryProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def wait_for(predicate, *, timeout: float = 30, every: float = 0.1, what: str = "condition"):
+    """Poll predicate until it returns something true; return it, or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from django.db import connection
 from refunds import embedded_redis
 from refunds.models import Order
 from refunds.processes import CeleryProcess
+from refunds.processes import wait_for as wait_for  # tests import it from here
 
 
 # --- personas and orders -----------------------------------------------------------------------
@@ -68,23 +68,6 @@ def big_order(db) -> Order:
 @pytest.fixture
 def on_time_order(db) -> Order:
     return make_order("1043", late=-1, fee_cents=499, name="Ben Okafor")
-
-
-# --- waiting -----------------------------------------------------------------------------------
-def wait_for(
-    predicate: Callable[[], object],
-    *,
-    timeout: float = 30,
-    every: float = 0.1,
-    what: str = "condition",
-):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 # --- the broker and real workers ---------------------------------------------------------------
