@@ -53,8 +53,8 @@ def fill(size: int) -> dict:
 
     from django.contrib.auth.models import Group, User
 
+    from refunds.flow.nodes import review_request
     from refunds.models import Charge, Decision, Email, Order, Ticket
-    from refunds.nodes import review_request
 
     agent = User.objects.create_user("agent", password="x")
     agent.groups.add(Group.objects.get_or_create(name="Support agents")[0])

@@ -14,8 +14,8 @@ import time
 from datetime import date, timedelta
 from typing import Any
 
-from refunds.graph import build_graph
-from refunds.state import Collaborators
+from refunds.flow.graph import build_graph
+from refunds.flow.state import Collaborators
 
 PROMISED = date(2026, 11, 2)
 

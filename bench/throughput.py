@@ -250,7 +250,7 @@ def checkpoint_sizes(prefix: str) -> dict:
     """Rows and bytes that the full stack's threads left in the checkpointer and store."""
     from django.conf import settings
 
-    from refunds import runner
+    from refunds import persistence
     from refunds.models import Ticket
 
     threads = Ticket.objects.count()
@@ -266,7 +266,7 @@ def checkpoint_sizes(prefix: str) -> dict:
             "checkpoint_writes": "SELECT count(*), coalesce(sum(pg_column_size(blob)), 0) "
             "FROM checkpoint_writes WHERE thread_id LIKE %s",
         }
-        with psycopg.connect(runner.checkpoint_url()) as conn:
+        with psycopg.connect(persistence.checkpoint_url()) as conn:
             out = {
                 t: tuple(map(int, conn.execute(q, (like,)).fetchone())) for t, q in queries.items()
             }
@@ -281,7 +281,7 @@ def checkpoint_sizes(prefix: str) -> dict:
     else:
         import sqlite3
 
-        path = runner.checkpoint_url().removeprefix("sqlite:///")
+        path = persistence.checkpoint_url().removeprefix("sqlite:///")
         conn = sqlite3.connect(path)
         out = {
             "checkpoints": conn.execute(
@@ -326,7 +326,8 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     from django.core.management import call_command
 
     from bench.reference import order_facts, run_bare
-    from refunds import embedded_redis, runner
+    from refunds import persistence
+    from refunds.devtools import embedded_redis
     from refunds.models import Order
 
     call_command("migrate", verbosity=0)  # also creates the checkpoint and store tables, once
@@ -336,7 +337,7 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     else:
         redis_client(settings.CELERY_BROKER_URL).flushdb()
     os.environ["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL  # for the naive glue
-    url = runner.checkpoint_url()
+    url = persistence.checkpoint_url()
     label = f"{backend}:{n_workers}"
     result: dict = {"config": label, "backend": backend, "workers": n_workers}
     workers = []
@@ -387,7 +388,7 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     finally:
         for worker in workers:
             worker.stop()
-        runner.close_persistence()
+        persistence.close_persistence()
         from django.db import connections
 
         connections.close_all()

@@ -78,7 +78,11 @@ DATABASE_URL = env_url(
     f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
     schemes=("sqlite", "postgres", "postgresql"),
 )
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+DATABASES = {
+    # Persistent connections are checked before reuse: after the database drops connections (a
+    # restart, a failover, pg_terminate_backend) a request gets a fresh one instead of a 500.
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # Web, worker and beat write the same file: WAL lets readers through, IMMEDIATE takes
@@ -91,6 +95,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests start real worker processes, which cannot see an in-memory database.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-db.sqlite3")}
 IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
+if IS_POSTGRES:
+    # An unreachable database answers in seconds, not after the operating system's TCP timeout.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 
 # Where LangGraph keeps checkpoints and the customer store. Empty means "beside the app
 # database": a SQLite file next to it, or the same PostgreSQL database (so a test database
@@ -122,6 +129,15 @@ STATIC_ROOT = DATA_DIR / "static"
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(DATA_DIR / "mail"))
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Refund Desk <refunds@example.com>")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+# Every step of an SMTP conversation gives up after this long: a hung mail server costs a retry,
+# not a worker (and bounds how long the outbox waits on a sender it cannot see).
+EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10.0, minimum=0.1)
 
 # --- The workflow ----------------------------------------------------------------------------
 REFUNDS_AGENT_LIMIT_CENTS = 2000  # support agents decide refunds up to $20.00
@@ -134,8 +150,17 @@ REFUNDS_MAX_ATTEMPTS = env_int("REFUNDS_MAX_ATTEMPTS", 5, minimum=1)
 REFUNDS_SWEEP_SECONDS = env_number("REFUNDS_SWEEP_SECONDS", 5.0, minimum=0.5)
 # A ticket younger than this is left to the task that was enqueued for it.
 REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, minimum=0.0)
-# Fault injection for crash tests (see refunds/faults.py); unset in normal use.
+REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments.HttpGateway
+REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
+
+# Fault injection for crash tests and `manage.py crashtest` (refunds/devtools/faults.py): a plan
+# file wraps the nodes, the gateway and the mail backend with crash points. Unset in normal use.
 REFUNDS_CRASH_PLAN = env_str("REFUNDS_CRASH_PLAN", "")
+if REFUNDS_CRASH_PLAN:
+    INSTALLED_APPS.append("refunds.devtools")
+    REFUNDS_CRASH_INNER = {"gateway": REFUNDS_GATEWAY, "email": EMAIL_BACKEND}
+    REFUNDS_GATEWAY = "refunds.devtools.faults.CrashingGateway"
+    EMAIL_BACKEND = "refunds.devtools.faults.CrashingEmailBackend"
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"

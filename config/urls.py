@@ -2,11 +2,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from refunds import api
+from refunds.api import views as api
 
 urlpatterns = [
     path("", include("reviews.urls")),
-    path("api/", include("refunds.api_urls")),
+    path("api/", include("refunds.api.urls")),
     path("healthz", api.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

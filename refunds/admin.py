@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from refunds import runner, services
+from refunds import persistence, services
 from refunds.models import (
     ADMIN_GROUP,
     ApiToken,
@@ -18,6 +18,7 @@ from refunds.models import (
     Ticket,
     user_roles,
 )
+from refunds.money import money_moved
 
 
 class ReadOnly:
@@ -66,7 +67,31 @@ class ForkInline(ReadOnly, admin.TabularInline):
 class ChargeInline(ReadOnly, admin.TabularInline):
     model = Charge
     extra = 0
-    readonly_fields = ["idempotency_key", "amount_cents", "receipt", "created_at"]
+    fields = readonly_fields = [
+        "idempotency_key",
+        "amount_cents",
+        "status",
+        "receipt",
+        "error",
+        "epoch",
+        "created_at",
+        "settled_at",
+    ]
+    can_delete = False
+
+
+class EmailInline(ReadOnly, admin.TabularInline):
+    model = Email
+    extra = 0
+    fields = readonly_fields = [
+        "key",
+        "to",
+        "subject",
+        "status",
+        "attempts",
+        "last_error",
+        "sent_at",
+    ]
     can_delete = False
 
 
@@ -87,6 +112,7 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
         "amount_cents",
         "lease_owner",
         "lease_expires_at",
+        "lease_epoch",
         "attempts",
         "last_error",
         "created_at",
@@ -94,7 +120,7 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
         "fork_link",
         "checkpoint_history",
     ]
-    inlines = [DecisionInline, ForkInline, ChargeInline]
+    inlines = [DecisionInline, ForkInline, ChargeInline, EmailInline]
     actions = ["retry_failed"]
 
     @admin.display(description="Checkpoint history (newest first)")
@@ -106,7 +132,7 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
                 ", ".join(snap.values.get("trail", [])),
                 snap.config["configurable"].get("checkpoint_id", ""),
             )
-            for snap in runner.history(ticket)
+            for snap in persistence.history(ticket.thread_id)
         )
         body = format_html_join(
             "", "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>", rows
@@ -119,7 +145,7 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
 
     @admin.display(description="Correct the amount")
     def fork_link(self, ticket: Ticket) -> str:
-        if ticket.status not in services.FORKABLE or ticket.charges.exists():
+        if ticket.status not in services.FORKABLE or money_moved(ticket):
             return (
                 "Only a ticket awaiting review, rejected or failed, with no charge, can be forked."
             )
@@ -201,13 +227,34 @@ class DecisionAdmin(ReadOnly, admin.ModelAdmin):
 
 @admin.register(Charge)
 class ChargeAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ["receipt", "ticket", "amount_cents", "idempotency_key", "created_at"]
+    list_display = ["idempotency_key", "ticket", "order", "amount_cents", "status", "receipt"]
+    list_filter = ["status"]
     search_fields = ["receipt", "idempotency_key"]
 
 
 @admin.register(Email)
 class EmailAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ["key", "to", "subject", "sent_at"]
+    list_display = ["key", "to", "subject", "status", "attempts", "last_error", "sent_at"]
+    list_filter = ["status"]
+    search_fields = ["key", "to"]
+    actions = ["resend"]
+
+    def has_resend_permission(self, request) -> bool:
+        return request.user.is_superuser or ADMIN_GROUP in user_roles(request.user)
+
+    @admin.action(description="Resend the selected undelivered emails", permissions=["resend"])
+    def resend(self, request, queryset) -> None:
+        queued, refused = 0, []
+        for email in queryset:
+            try:
+                services.email_resend(email_id=email.pk, by=request.user)
+                queued += 1
+            except (services.RefundError, PermissionDenied) as exc:
+                refused.append(f"{email.key}: {exc}")
+        if queued:
+            self.message_user(request, f"Sending {queued} email(s) again.", messages.SUCCESS)
+        for text in refused:
+            self.message_user(request, text, messages.WARNING)
 
 
 @admin.register(ApiToken)

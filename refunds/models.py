@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import secrets
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Case, F, Q, Value, When
-from django.utils import timezone
+from django.db.models import Exists, OuterRef, Q, Sum
+from django.db.models.functions import Now
 
 
 class Role(models.TextChoices):
@@ -31,7 +30,22 @@ class Order(models.Model):
     def __str__(self) -> str:
         return f"Order {self.number}"
 
-    def as_facts(self) -> dict:
+    def refunded_cents(self, *, excluding_ticket: int | None = None) -> int:
+        """What the ledger holds against this order: refunds paid, and charges under way."""
+        charges = Charge.objects.filter(order=self).holding_balance()
+        if excluding_ticket is not None:
+            charges = charges.exclude(ticket_id=excluding_ticket)
+        return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
+
+    def as_facts(self, *, for_ticket: int | None = None) -> dict:
+        earlier = (
+            Charge.objects.filter(order=self)
+            .holding_balance()
+            .exclude(ticket_id=for_ticket)
+            .order_by("-id")
+            .values_list("ticket_id", flat=True)
+            .first()
+        )
         return {
             "number": self.number,
             "customer_name": self.customer_name,
@@ -39,6 +53,8 @@ class Order(models.Model):
             "promised_on": self.promised_on.isoformat(),
             "delivered_on": self.delivered_on.isoformat(),
             "fee_cents": self.shipping_fee_cents,
+            "refunded_cents": self.refunded_cents(excluding_ticket=for_ticket),
+            "refunded_by_ticket": earlier,
         }
 
 
@@ -55,13 +71,32 @@ class TicketQuerySet(models.QuerySet):
             return qs
         return qs.filter(required_role__in=[r for r in Role if ROLE_GROUPS[r] in roles])
 
-    def unfinished(self) -> TicketQuerySet:
-        """Tickets whose thread may have work left that no person is waiting on."""
-        return self.filter(status__in=[Ticket.Status.NEW, Ticket.Status.RUNNING])
+    def open(self) -> TicketQuerySet:
+        """Tickets not yet in a final state (a failed one waits for an admin: still open)."""
+        return self.exclude(status__in=Ticket.FINAL)
 
-    def leasable(self, now) -> TicketQuerySet:
-        """Tickets no worker holds: never leased, or the lease ran out."""
-        return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+    def leasable(self) -> TicketQuerySet:
+        """Tickets no worker holds: never leased, or the lease ran out (on the database clock)."""
+        return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now()))
+
+    def needing_worker(self, settled_before=None) -> TicketQuerySet:
+        """Tickets a worker should advance now: work left, a recorded decision or fork not yet
+        applied, and no live lease. The one answer used by the sweep and by the end of a run;
+        the sweep passes `settled_before` to leave fresh work to the task sent for it."""
+        young = {} if settled_before is None else {"updated_at__lt": settled_before}
+        decided = {} if settled_before is None else {"decided_at__lt": settled_before}
+        forked = {} if settled_before is None else {"created_at__lt": settled_before}
+        unapplied_decision = Decision.objects.filter(
+            ticket=OuterRef("pk"), applied_at=None, refused_reason="", **decided
+        )
+        unapplied_fork = Fork.objects.filter(
+            ticket=OuterRef("pk"), applied_at=None, refused_reason="", **forked
+        )
+        return self.leasable().filter(
+            Q(status__in=[Ticket.Status.NEW, Ticket.Status.RUNNING], **young)
+            | (~Q(status=Ticket.Status.FAILED) & Exists(unapplied_decision))
+            | (~Q(status=Ticket.Status.FAILED) & Exists(unapplied_fork))
+        )
 
 
 class Ticket(models.Model):
@@ -78,6 +113,7 @@ class Ticket(models.Model):
         FAILED = "failed", "Failed"
 
     FINAL = (Status.REFUNDED, Status.DECLINED, Status.REJECTED)
+    OPEN = (Status.NEW, Status.RUNNING, Status.AWAITING_REVIEW, Status.FAILED)
 
     thread_id = models.CharField(max_length=64, unique=True)
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="tickets")
@@ -96,9 +132,11 @@ class Ticket(models.Model):
     required_role = models.CharField(max_length=10, choices=Role, blank=True, db_index=True)
     amount_cents = models.PositiveIntegerField(null=True, blank=True)
 
-    # One writer per thread: a lease taken with one conditional UPDATE.
+    # One writer per thread: a lease taken with one conditional UPDATE (refunds/lease.py). The
+    # epoch grows with every grant; each write a worker makes for the thread is conditional on it.
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_epoch = models.BigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
 
@@ -114,6 +152,15 @@ class Ticket(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="ticket_sweep_idx"),
             models.Index(fields=["opened_by", "-id"], name="ticket_recent_idx"),
         ]
+        constraints = [
+            # One open ticket per order, kept by the database: a helpdesk retrying a POST, or two
+            # people opening the same order at once, cannot start a second refund of it.
+            models.UniqueConstraint(
+                fields=["order"],
+                condition=Q(status__in=["new", "running", "awaiting_review", "failed"]),
+                name="one_open_ticket_per_order",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"Ticket {self.pk} ({self.thread_id})"
@@ -121,33 +168,6 @@ class Ticket(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in self.FINAL
-
-    # --- lease ---------------------------------------------------------------------------------
-    def try_lease(self, owner: str, seconds: float) -> bool:
-        """Take the thread's lease if nobody holds it; one UPDATE, so two workers never both win."""
-        now = timezone.now()
-        won = (
-            Ticket.objects.filter(pk=self.pk)
-            .leasable(now)
-            .update(
-                lease_owner=owner,
-                lease_expires_at=now + timedelta(seconds=seconds),
-                attempts=F("attempts") + 1,
-                status=Case(
-                    When(status=Ticket.Status.NEW, then=Value(Ticket.Status.RUNNING)),
-                    default=F("status"),
-                ),
-                updated_at=now,
-            )
-        )
-        return won == 1
-
-    def renew_lease(self, owner: str, seconds: float) -> bool:
-        expires = timezone.now() + timedelta(seconds=seconds)
-        return (
-            Ticket.objects.filter(pk=self.pk, lease_owner=owner).update(lease_expires_at=expires)
-            == 1
-        )
 
 
 def user_roles(user) -> set[str]:
@@ -219,32 +239,111 @@ class Fork(models.Model):
         return f"Fork of {self.ticket} by {self.by} to ${self.amount_cents / 100:.2f}"
 
 
+class ChargeQuerySet(models.QuerySet):
+    def holding_balance(self) -> ChargeQuerySet:
+        """Charges that count against an order's balance: paid, or under way (maybe paid)."""
+        return self.filter(status__in=[Charge.Status.PENDING, Charge.Status.SUCCEEDED])
+
+    def money_moved(self) -> ChargeQuerySet:
+        """Charges whose money moved, or may have (an outcome not yet known)."""
+        return self.holding_balance()
+
+
 class Charge(models.Model):
-    """The money ledger. The UNIQUE idempotency key is what makes a repeated charge harmless."""
+    """The money ledger, kept around any gateway by refunds/money.py. A row is written (pending,
+    with the writer's lease epoch) before the gateway is called and settled after; the UNIQUE key
+    makes a repeated call find the first one, and an unknown outcome is settled by a lookup."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Under way"
+        SUCCEEDED = "succeeded", "Paid"
+        REFUSED = "refused", "Refused"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="charges")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="charges")
     idempotency_key = models.CharField(max_length=150, unique=True)
     amount_cents = models.PositiveIntegerField()
-    receipt = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING)
+    receipt = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    error = models.TextField(blank=True)
+    epoch = models.BigIntegerField(
+        default=0
+    )  # the lease epoch of the run that last claimed the charge
     created_at = models.DateTimeField(auto_now_add=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ChargeQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["order", "status"], name="charge_balance_idx")]
 
     def __str__(self) -> str:
-        return f"{self.receipt}: ${self.amount_cents / 100:.2f}"
+        return f"{self.idempotency_key}: ${self.amount_cents / 100:.2f} {self.status}"
 
 
 class Email(models.Model):
-    """The outbox: one row per message key; sent_at says it went out."""
+    """The outbox: one row per message key. A sender claims the row (status "sending", with its
+    claim) before it calls the mail server and marks it sent after (refunds/mail.py)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Not sent yet"
+        SENDING = "sending", "Sending"
+        SENT = "sent", "Delivered to the mail server"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="emails")
     key = models.CharField(max_length=150, unique=True)
     to = models.EmailField()
     subject = models.CharField(max_length=200)
     body = models.TextField()
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING)
+    claimed_by = models.CharField(max_length=100, blank=True)  # "epoch:<n>" or "resend:<id>"
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.subject} -> {self.to}"
+
+    @property
+    def message_id(self) -> str:
+        # The same Message-ID on every attempt: a mail system that sees a message twice (the one
+        # window the outbox cannot close, see refunds/mail.py) can tell it is one message.
+        return f"<{self.key.replace(':', '.')}@refund-desk>"
+
+
+class DemoProcessorRefund(models.Model):
+    """What the demo payment processor (refunds.payments.DemoGateway) remembers: its side of the
+    story, apart from our ledger, keyed by the idempotency key like a real processor."""
+
+    idempotency_key = models.CharField(max_length=150, unique=True)
+    amount_cents = models.PositiveIntegerField()
+    receipt = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.idempotency_key}: {self.receipt}"
+
+
+class IdempotentRequest(models.Model):
+    """An API request made with an Idempotency-Key header, and the response it got: the same key
+    and body within 24 hours answer the same response; the same key with another body, a 422."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="one_response_per_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Idempotency-Key {self.key} of {self.user}"
 
 
 class ApiToken(models.Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from datetime import timedelta
@@ -11,16 +12,20 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from refunds.flow.words import dollars
 from refunds.models import (
     ADMIN_GROUP,
     Decision,
+    Email,
     Fork,
+    IdempotentRequest,
     Order,
     Role,
     Ticket,
     may_decide,
     user_roles,
 )
+from refunds.money import money_moved
 
 log = logging.getLogger(__name__)
 NOTE_MAX = 2000
@@ -35,7 +40,18 @@ class AlreadyDecided(RefundError):
     pass
 
 
-def wake(ticket_id: int) -> None:
+class TicketAlreadyOpen(RefundError):
+    """The order has an open ticket: at most one per order. `ticket` is that one."""
+
+    def __init__(self, ticket: Ticket):
+        self.ticket = ticket
+        super().__init__(
+            f"Order {ticket.order.number} already has an open ticket ({ticket.pk}, "
+            f"{ticket.get_status_display().lower()}); it is shown instead of a new one."
+        )
+
+
+def wake(ticket_id: int) -> bool:
     """Ask a worker to advance the thread. The broker only wakes workers: if it is down, the row
     is already committed and the recovery sweep finds it, so a failed send is logged, not raised."""
     from refunds.tasks import advance_ticket
@@ -48,6 +64,8 @@ def wake(ticket_id: int) -> None:
             ticket_id,
             exc_info=True,
         )
+        return False
+    return True
 
 
 def _enqueue_advance(ticket_id: int) -> None:
@@ -63,14 +81,23 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
     order = Order.objects.filter(number=number).first()
     if order is None:
         raise RefundError(f"There is no order {number}.")
-    with transaction.atomic():
-        ticket = Ticket.objects.create(
-            thread_id=f"refund-{order.number}-{uuid.uuid4().hex[:10]}",
-            order=order,
-            note=(note or "").strip(),
-            opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
-        )
-        _enqueue_advance(ticket.pk)
+    existing = Ticket.objects.open().filter(order=order).select_related("order").first()
+    if existing is not None:
+        raise TicketAlreadyOpen(existing)
+    try:
+        with transaction.atomic():
+            ticket = Ticket.objects.create(
+                thread_id=f"refund-{order.number}-{uuid.uuid4().hex[:10]}",
+                order=order,
+                note=(note or "").strip(),
+                opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
+            )
+            _enqueue_advance(ticket.pk)
+    except IntegrityError:  # two requests at once: the partial UNIQUE index let one through
+        existing = Ticket.objects.open().filter(order=order).select_related("order").first()
+        if existing is None:
+            raise
+        raise TicketAlreadyOpen(existing) from None
     return ticket
 
 
@@ -111,6 +138,42 @@ def ticket_decide(
     return decision
 
 
+class IdempotencyConflict(RefundError):
+    pass
+
+
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
+
+
+def idempotent(*, user, key: str, request_body: bytes, respond) -> tuple[int, dict]:
+    """Answer a request made with an Idempotency-Key: the first time, call `respond()` and keep
+    its (status, body); a retry with the same key and body gets the kept response, a retry with
+    another body an IdempotencyConflict. The key row and whatever `respond` writes commit in one
+    transaction, so two concurrent retries cannot both open a ticket: the second waits on the
+    key's UNIQUE index and then reads the first one's answer."""
+    digest = hashlib.sha256(request_body).hexdigest()
+    IdempotentRequest.objects.filter(created_at__lt=timezone.now() - IDEMPOTENCY_WINDOW).delete()
+    for _ in range(2):
+        earlier = IdempotentRequest.objects.filter(user=user, key=key).first()
+        if earlier is not None:
+            if earlier.request_hash != digest:
+                raise IdempotencyConflict(
+                    "This Idempotency-Key was used with a different request body in the last "
+                    "24 hours; use a new key for a new request."
+                )
+            return earlier.status_code, earlier.response
+        try:
+            with transaction.atomic():
+                status, body = respond()
+                IdempotentRequest.objects.create(
+                    user=user, key=key, request_hash=digest, status_code=status, response=body
+                )
+            return status, body
+        except IntegrityError:
+            continue  # a concurrent request with the same key won; read its answer
+    raise RefundError("The request could not be completed; try again.")
+
+
 def _who_decides(role: str) -> str:
     if role == Role.MANAGER:
         return "This refund is decided by a manager (it is over $20.00 or flagged by policy)."
@@ -130,24 +193,38 @@ def tickets_recover() -> list[int]:
 
     The broker is a wake-up signal, not the record: a lost message, a killed worker or a crash
     between commit and enqueue all end here."""
-    now = timezone.now()
-    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
-    stalled = Ticket.objects.unfinished().leasable(now).filter(updated_at__lt=settled_before)
-    undecided = (
-        Ticket.objects.awaiting()
-        .leasable(now)
-        .filter(
-            decisions__applied_at__isnull=True,
-            decisions__refused_reason="",
-            decisions__decided_at__lt=settled_before,
+    settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    ids = list(
+        Ticket.objects.needing_worker(settled_before=settled_before)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    sent = [ticket_id for ticket_id in ids if wake(ticket_id)]
+    if len(sent) < len(ids):
+        raise BrokerUnavailable(
+            f"the broker took {len(sent)} of {len(ids)} wake-ups; the rest wait for the next sweep"
         )
-    )
-    ids = sorted(
-        set(stalled.values_list("pk", flat=True)) | set(undecided.values_list("pk", flat=True))
-    )
-    for ticket_id in ids:
-        wake(ticket_id)
     return ids
+
+
+class BrokerUnavailable(RuntimeError):
+    pass
+
+
+def email_resend(*, email_id: int, by) -> None:
+    """Admin: send an undelivered email of a finished ticket again (through the outbox, once)."""
+    if not (by.is_superuser or ADMIN_GROUP in user_roles(by)):
+        raise PermissionDenied("Only admins resend emails.")
+    email = Email.objects.select_related("ticket").filter(pk=email_id).first()
+    if email is None:
+        raise RefundError("There is no such email.")
+    if email.status == Email.Status.SENT:
+        raise RefundError(f"That email was already delivered ({email.sent_at:%Y-%m-%d %H:%M}).")
+    if not email.ticket.is_final:
+        raise RefundError("The ticket is still running; its own run sends this email.")
+    from refunds.tasks import resend_email
+
+    transaction.on_commit(lambda: resend_email.delay(email.pk))
 
 
 def ticket_retry(*, ticket: Ticket) -> bool:
@@ -182,23 +259,38 @@ def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
         raise RefundError("Say why the thread is forked; the reason is kept with the audit entry.")
     if len(reason) > REASON_MAX:
         raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
-    charge = ticket.charges.first()
+    charge = money_moved(ticket)
     if charge is not None:
         raise RefundError(
             f"Money already moved for this ticket (receipt {charge.receipt}); "
             "a fork cannot undo a charge."
+        )
+    balance = max(ticket.order.shipping_fee_cents - ticket.order.refunded_cents(), 0)
+    if amount_cents > balance:
+        raise RefundError(
+            f"Order {ticket.order.number} has {dollars(balance)} left to refund of its "
+            f"{dollars(ticket.order.shipping_fee_cents)} shipping fee; a fork cannot ask for more."
         )
     if ticket.status not in FORKABLE:
         raise RefundError(
             "Only a ticket awaiting review, rejected or failed can be forked; "
             f"this one is {ticket.get_status_display().lower()}."
         )
-    with transaction.atomic():
-        moved = Ticket.objects.filter(pk=ticket.pk, status__in=FORKABLE).update(
-            status=Ticket.Status.RUNNING, attempts=0, last_error=""
-        )
-        if not moved:
-            raise RefundError("The ticket moved on meanwhile; reload it and try again.")
-        fork = Fork.objects.create(ticket=ticket, by=by, amount_cents=amount_cents, reason=reason)
-        _enqueue_advance(ticket.pk)
+    try:
+        with transaction.atomic():
+            moved = Ticket.objects.filter(pk=ticket.pk, status__in=FORKABLE).update(
+                status=Ticket.Status.RUNNING, attempts=0, last_error=""
+            )
+            if not moved:
+                raise RefundError("The ticket moved on meanwhile; reload it and try again.")
+            fork = Fork.objects.create(
+                ticket=ticket, by=by, amount_cents=amount_cents, reason=reason
+            )
+            _enqueue_advance(ticket.pk)
+    except IntegrityError:  # reopening it would make a second open ticket for the order
+        other = Ticket.objects.open().filter(order=ticket.order_id).exclude(pk=ticket.pk).first()
+        raise RefundError(
+            f"Order {ticket.order.number} has another open ticket ({other.pk if other else '?'});"
+            " finish that one first."
+        ) from None
     return fork

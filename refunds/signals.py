@@ -8,6 +8,6 @@ def create_checkpoint_tables(sender, using="default", **kwargs) -> None:
     # workers starting together on an empty schema would race each other's setup().
     if sender.name != "refunds":
         return
-    from refunds import runner
+    from refunds import persistence
 
-    runner.setup_persistence()
+    persistence.setup_persistence()

@@ -1,8 +1,8 @@
-"""Thin Celery tasks: they take ids and call the runner. Safe to deliver twice."""
+"""Thin Celery tasks: they take ids and call the runner or a service. Safe to deliver twice."""
 
 from celery import shared_task
 
-from refunds import runner, services
+from refunds import mail, runner, services
 
 
 @shared_task(
@@ -18,3 +18,9 @@ def advance_ticket(ticket_id: int) -> str:
 @shared_task(ignore_result=True)
 def recover_tickets() -> int:
     return len(services.tickets_recover())
+
+
+@shared_task(acks_late=True, autoretry_for=(Exception,), max_retries=5, retry_backoff=True)
+def resend_email(email_id: int) -> bool:
+    """An admin's Resend: through the outbox, so a repeated delivery of this task sends once."""
+    return mail.resend(email_id)

@@ -8,5 +8,10 @@ urlpatterns = [
     path("reviews/<int:ticket_id>/decide/", views.decide, name="decide"),
     path("tickets/new/", views.ticket_new, name="ticket_new"),
     path("tickets/<int:ticket_id>/", views.ticket_detail, name="ticket"),
+    path(
+        "tickets/<int:ticket_id>/emails/<int:email_id>/resend/",
+        views.email_resend,
+        name="email_resend",
+    ),
     path("account/token/", views.api_token, name="api_token"),
 ]

@@ -5,11 +5,16 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseStopPolling, trigger_client_event
+from django_htmx.http import (
+    HttpResponseClientRedirect,
+    HttpResponseStopPolling,
+    trigger_client_event,
+)
 from django_htmx.middleware import HtmxDetails
 
-from refunds import services
+from refunds import selectors, services
 from refunds.models import (
     ADMIN_GROUP,
     ROLE_GROUPS,
@@ -164,6 +169,12 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
         values = {k: request.POST.get(k, "") for k in values}
         try:
             ticket = services.ticket_open(opened_by=request.user, **values)
+        except services.TicketAlreadyOpen as exc:
+            messages.info(request, str(exc))
+            url = reverse("reviews:ticket", args=[exc.ticket.pk])
+            if request.htmx:
+                return HttpResponseClientRedirect(url)
+            return redirect(url)
         except services.RefundError as exc:
             context = {"error": str(exc), "values": values}
             template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
@@ -185,6 +196,8 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "charges": ticket.charges.all(),
         "emails": ticket.emails.all(),
         "may_decide": may_decide(request.user, ticket.required_role),
+        "earlier": selectors.earlier_tickets(ticket),
+        "is_admin": request.user.is_superuser or ADMIN_GROUP in user_roles(request.user),
     }
 
 
@@ -205,6 +218,23 @@ def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     if request.htmx.target == TICKET_STATUS:
         return _ticket_status(request, ticket)
     return render(request, "reviews/ticket.html", _ticket_context(request, ticket))
+
+
+@require_POST
+@login_required
+def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> HttpResponse:
+    """Admins: send an undelivered email of a finished ticket again (through the outbox)."""
+    ticket = get_object_or_404(Ticket, pk=ticket_id)
+    email = get_object_or_404(ticket.emails, pk=email_id)
+    try:
+        services.email_resend(email_id=email.pk, by=request.user)
+    except PermissionDenied:
+        raise
+    except services.RefundError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
+    return redirect("reviews:ticket", ticket_id=ticket.pk)
 
 
 @require_http_methods(["GET", "POST"])

@@ -11,10 +11,12 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection
 
-from refunds import embedded_redis
+from refunds.devtools import embedded_redis
+from refunds.devtools.fake_processor import FakeProcessor
+from refunds.devtools.processes import CeleryProcess
+from refunds.devtools.processes import wait_for as wait_for  # tests import it from here
+from refunds.devtools.smtp_sink import SmtpSink
 from refunds.models import Order
-from refunds.processes import CeleryProcess
-from refunds.processes import wait_for as wait_for  # tests import it from here
 
 
 # --- personas and orders -----------------------------------------------------------------------
@@ -76,9 +78,9 @@ def django_db_setup(django_db_setup) -> Iterator[None]:
     """pytest-django's test database; its checkpoint pool is closed before the database is
     dropped (PostgreSQL refuses to drop a database that has sessions)."""
     yield
-    from refunds import runner
+    from refunds import persistence
 
-    runner.close_persistence()
+    persistence.close_persistence()
 
 
 @pytest.fixture(scope="session")
@@ -130,14 +132,39 @@ def beat_process(log_dir: Path, env: dict[str, str] | None = None) -> CeleryProc
     )
 
 
+class Sinks:
+    """Where the workers' effects land: a real SMTP server and a payment processor over HTTP,
+    both counting what reaches them."""
+
+    def __init__(self) -> None:
+        self.smtp = SmtpSink().start()
+        self.gateway = FakeProcessor().start()
+
+    def env(self) -> dict[str, str]:
+        return self.smtp.env() | self.gateway.env()
+
+    def stop(self) -> None:
+        self.smtp.stop()
+        self.gateway.stop()
+
+
 @pytest.fixture
-def workers(broker, transactional_db, tmp_path) -> Iterator[Callable[..., CeleryProcess]]:
-    """Start real workers on the test database: `workers("w1", env={...})`."""
+def sinks() -> Iterator[Sinks]:
+    started = Sinks()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def workers(broker, transactional_db, tmp_path, sinks) -> Iterator[Callable[..., CeleryProcess]]:
+    """Start real workers on the test database, sending mail to `sinks.smtp` and money through
+    `sinks.gateway`: `workers("w1", env={...})`."""
     purge_broker()
     started: list[CeleryProcess] = []
 
-    def start(name: str = "w1", **kwargs) -> CeleryProcess:
-        worker = worker_process(name, tmp_path, **kwargs).start(wait_ready=True)
+    def start(name: str = "w1", *, env: dict[str, str] | None = None, **kwargs) -> CeleryProcess:
+        env = sinks.env() | (env or {})
+        worker = worker_process(name, tmp_path, env=env, **kwargs).start(wait_ready=True)
         started.append(worker)
         return worker
 
@@ -154,9 +181,9 @@ def _forget_customers(request) -> None:
     if "transactional_db" not in request.fixturenames and "live_server" not in request.fixturenames:
         return
     request.getfixturevalue("transactional_db")
-    from refunds import runner
+    from refunds import persistence
 
-    store = runner._persistence(os.getpid())[1]
+    store = persistence.store()
     if hasattr(store.conn, "execute") and not hasattr(store.conn, "connection"):  # SqliteStore
         store.conn.execute("DELETE FROM store")
     else:  # PostgresStore over a pool

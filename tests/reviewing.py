@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
+from refunds.flow.nodes import review_request
+from refunds.flow.state import AGENT_LIMIT_CENTS
 from refunds.models import Order, Ticket
-from refunds.nodes import review_request
-from refunds.state import AGENT_LIMIT_CENTS
 
 TRAIL_TO_REVIEW = ["lookup", "fraud_check", "history_check", "check_policy", "triage"]
 

@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from refunds import runner, services
+from refunds import persistence, runner, services
 from refunds.models import Ticket
 
 
@@ -26,7 +26,7 @@ def test_an_admin_sees_a_threads_checkpoint_history(client, admin_user, refunded
     html = response.content.decode()
     assert response.status_code == 200
     assert "Checkpoint history" in html
-    for snap in runner.history(refunded):
+    for snap in persistence.history(refunded.thread_id):
         assert snap.config["configurable"]["checkpoint_id"] in html
     assert f"{refunded.thread_id}:charge_card" in html  # the charge's idempotency key
 

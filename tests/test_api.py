@@ -274,7 +274,14 @@ def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(api, mana
         answer="approve",
         applied_at=timezone.now(),
     )
-    Charge.objects.create(ticket=ticket, idempotency_key="k", amount_cents=699, receipt="rcpt_1")
+    Charge.objects.create(
+        ticket=ticket,
+        order=late_order,
+        idempotency_key="k",
+        amount_cents=699,
+        receipt="rcpt_1",
+        status="succeeded",
+    )
     Email.objects.create(
         ticket=ticket,
         key="e",

@@ -1,27 +1,32 @@
-"""The promise: a card is never charged twice and no ticket is lost, whatever dies and when.
+"""The promise: an order is refunded once, the customer is told once, no ticket is lost, whatever
+dies, stalls or pauses, and when.
 
-Every test here kills or races real processes: celery workers started by the `workers` fixture,
-killed from inside (`os._exit` at a named point, see refunds/faults.py) or from outside (SIGKILL of
-the whole worker)."""
+Every test here kills, pauses or races real processes: celery workers started by the `workers`
+fixture, killed from inside (os._exit or SIGSTOP at a named point, see refunds/devtools/faults.py)
+or from outside (SIGKILL of the whole worker). Effects are counted where they land: refunds at a
+payment processor over HTTP, messages at a real SMTP server (`sinks`)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
-from pathlib import Path
+from collections import Counter
 
 import pytest
 from django.db import connection
 
-from refunds import services
-from refunds.models import Charge, Decision, Email, Ticket
+from refunds import persistence, services
+from refunds.devtools.faults import fired
+from refunds.models import Decision, Email, Ticket
 from tests.conftest import beat_process, wait_for
 
 pytestmark = pytest.mark.slow
 
-LEASE = "2"  # seconds: a dead worker's lease runs out quickly in these tests
-FAST = {"REFUNDS_LEASE_SECONDS": LEASE}
+LEASE = 2.0  # seconds: a dead or paused worker's lease runs out quickly in these tests
+FAST = {"REFUNDS_LEASE_SECONDS": str(LEASE)}
 
 
 @pytest.fixture
@@ -47,6 +52,19 @@ def sweep_now(settings):
     return run
 
 
+@pytest.fixture
+def beat(tmp_path):
+    """A real `celery beat` running the recovery sweep on the test database."""
+    started = []
+
+    def start(env: dict[str, str]):
+        started.append(beat_process(tmp_path, env).start())
+
+    yield start
+    for proc in started:
+        proc.kill()
+
+
 def status(ticket: Ticket) -> str:
     return Ticket.objects.values_list("status", flat=True).get(pk=ticket.pk)
 
@@ -65,14 +83,6 @@ def approve(ticket: Ticket, reviewer) -> Decision:
     )
 
 
-def assert_refunded_once(ticket: Ticket) -> None:
-    assert status(ticket) == "refunded"
-    assert Charge.objects.filter(ticket=ticket).count() == 1
-    assert Email.objects.filter(ticket=ticket).count() == 1
-    assert Email.objects.get(ticket=ticket).sent_at is not None
-    assert Decision.objects.get(ticket=ticket).applied_at is not None
-
-
 def settle(ticket: Ticket, sweep_now, *, timeout: float = 45) -> None:
     """Sweep until the ticket is final: what beat does every few seconds."""
 
@@ -85,26 +95,64 @@ def settle(ticket: Ticket, sweep_now, *, timeout: float = 45) -> None:
     wait_for(done, timeout=timeout, every=0.5, what=f"ticket {ticket.pk} to settle")
 
 
-@pytest.mark.parametrize("point", ["charge_card:after_gateway", "charge_card:before_gateway"])
-def test_a_worker_killed_inside_charge_card_is_finished_by_a_second_worker_charging_once(
-    workers, crash_plan, sweep_now, agent, late_order, point
+def branch_points(ticket: Ticket) -> list[str]:
+    """Checkpoints with more than one child: where the thread's history forked."""
+    parents = Counter(
+        snap.parent_config["configurable"]["checkpoint_id"]
+        for snap in persistence.history(ticket.thread_id)
+        if snap.parent_config
+    )
+    return [checkpoint for checkpoint, children in parents.items() if children > 1]
+
+
+def assert_refunded_once(ticket: Ticket, sinks) -> None:
+    """Counted where it lands: one refund at the processor, one confirmation at the mail
+    server, one line of checkpoint history."""
+    assert status(ticket) == "refunded"
+    assert [r["amount_cents"] for r in sinks.gateway.refunds_for(ticket.thread_id)] == [699]
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
+    assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
+    assert Decision.objects.get(ticket=ticket).applied_at is not None
+    assert branch_points(ticket) == []
+
+
+# --- kills -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("point", ["gateway:after", "gateway:before", "after:charge_card"])
+def test_a_worker_killed_around_the_charge_is_finished_by_a_second_worker_charging_once(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point
 ):
     first = workers("first", pool="solo")
     ticket = open_and_wait_for_review("1042", agent)
     env = crash_plan({ticket.thread_id: {"point": point, "times": 1}})
     first.stop()
-    first = workers("doomed", pool="solo", env=env)
-    approve(ticket, agent)
-    wait_for(lambda: not first.alive, timeout=30, what="the worker to die inside charge_card")
-    assert first.proc.returncode == 1
-    if point == "charge_card:after_gateway":
-        assert Charge.objects.filter(ticket=ticket).count() == 1  # the gateway took the money
-    else:
-        assert Charge.objects.filter(ticket=ticket).count() == 0
+    doomed = workers("doomed", pool="solo", env=env)
+    approve(ticket, admin_user)
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the charge")
+    assert doomed.proc.returncode == 1
+    charged = sinks.gateway.refunds_for(ticket.thread_id)
+    assert len(charged) == (0 if point == "gateway:before" else 1)
 
     workers("second", pool="solo", env=env)  # a brand-new process on the same thread
     settle(ticket, sweep_now)
-    assert_refunded_once(ticket)
+    assert_refunded_once(ticket, sinks)
+    if point == "gateway:after":
+        key = f"{ticket.thread_id}:charge_card:699"
+        assert sinks.gateway.charge_calls[key] == 1  # the second worker looked it up instead
+        assert sinks.gateway.lookup_calls[key] == 1
+
+
+@pytest.mark.parametrize("point", ["smtp:before", "email", "after:email"])
+def test_a_worker_killed_around_the_email_is_finished_by_a_second_worker_mailing_once(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point
+):
+    env = crash_plan({"*": {"point": point, "times": 1}})
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the email")
+    workers("second", pool="solo", env=env)
+    settle(ticket, sweep_now)
+    assert_refunded_once(ticket, sinks)
 
 
 def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
@@ -115,7 +163,7 @@ def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
     env |= {"REFUNDS_SWEEP_SECONDS": "1", "REFUNDS_SWEEP_GRACE_SECONDS": "1"}
     doomed = workers("doomed", env=env)
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
-    wait_for(lambda: any(crash_plan_fired(crash_plan.path)), what="the worker to be mid-thread")
+    wait_for(lambda: fired(crash_plan.path), what="the worker to be mid-thread")
     assert Ticket.objects.get(pk=ticket.pk).lease_owner  # it holds the lease while stalled
     doomed.kill()  # SIGKILL main process and pool child: no ack, no cleanup, lease left behind
 
@@ -123,55 +171,103 @@ def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
     workers("survivor", env=env)
     beat(env)
     wait_for(lambda: status(ticket) == "awaiting_review", timeout=30, what="recovery")
-    recovered_in = time.monotonic() - killed_at
-    assert recovered_in < 30
+    assert time.monotonic() - killed_at < 30
     ticket.refresh_from_db()
     assert ticket.nodes_run.count("lookup") == 1  # durability sync: finished steps are not redone
 
 
-def crash_plan_fired(path: Path) -> list[str]:
-    from refunds.faults import fired
-
-    return fired(path)
-
-
-@pytest.fixture
-def beat(tmp_path):
-    """A real `celery beat` running the recovery sweep on the test database."""
-    started = []
-
-    def start(env: dict[str, str]):
-        started.append(beat_process(tmp_path, env).start())
-
-    yield start
-    for proc in started:
-        proc.kill()
+# --- pauses: a process that wakes up after its lease was taken over changes nothing ------------
+def _paused_worker_pid(plan_path) -> int:
+    marker = wait_for(lambda: fired(plan_path), what="the worker to pause itself")[0]
+    return int(marker.rsplit("@", 1)[1])
 
 
+@pytest.mark.parametrize(
+    "point",
+    [
+        "charge_card",  # in the node, before the ledger: it wakes, sees its lease gone, stops
+        "gateway:before",  # past every check, at the gateway's door, holding the effect lock
+        "email",
+        "smtp:before",  # claimed the outbox row, about to talk to the mail server
+    ],
+)
+def test_a_worker_paused_past_its_lease_and_woken_after_a_takeover_changes_nothing(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point
+):
+    env = crash_plan({"*": {"point": point, "times": 1, "action": "stop"}})
+    workers("paused", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    pid = _paused_worker_pid(crash_plan.path)
+    time.sleep(LEASE + 0.5)  # the lease runs out while the process is stopped
+    workers("successor", env=env)
+    try:
+        if point in ("charge_card", "email"):
+            settle(ticket, sweep_now)  # the successor finishes the thread on its own
+        else:
+            # The paused process holds the effect's lock: its successor waits, it does not act.
+            wait_for(
+                lambda: sweep_now() is not None and "another process" in _last_error(ticket),
+                what="the successor to find the effect under way",
+            )
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    settle(ticket, sweep_now)
+    time.sleep(1)  # let the woken process finish whatever it still does
+    assert_refunded_once(ticket, sinks)
+    assert sum(sinks.gateway.charge_calls.values()) == 1  # not only one refund: one call
+
+
+def _last_error(ticket: Ticket) -> str:
+    return Ticket.objects.values_list("last_error", flat=True).get(pk=ticket.pk)
+
+
+def test_a_renewal_that_fails_stops_the_run_before_its_next_effect(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order
+):
+    # The run stalls in charge_card (before the ledger) while every renewal hits a database
+    # error: the lease counts as lost at once, and the run stops before the gateway.
+    env = crash_plan(
+        {
+            "*": [
+                {"point": "charge_card", "times": 1, "action": "sleep", "seconds": LEASE},
+                {"point": "renew", "times": 1, "action": "error"},
+            ]
+        }
+    )
+    first = workers("first", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    wait_for(lambda: "lease lost" in _last_error(ticket), what="the run to stop")
+    assert sinks.gateway.charge_calls == {}  # it stopped before the effect
+    assert "renewal failed: OperationalError" in first.output()
+    settle(ticket, sweep_now)
+    assert_refunded_once(ticket, sinks)
+
+
+# --- races -------------------------------------------------------------------------------------
 def test_two_deliveries_of_the_same_resume_at_once_charge_once(
-    workers, crash_plan, agent, late_order
+    workers, sinks, crash_plan, agent, admin_user, late_order
 ):
     # The first delivery stalls inside charge_card holding the lease, so the second one
     # arrives while the thread is being resumed: the lease makes it leave the thread alone.
-    env = crash_plan(
-        {"*": {"point": "charge_card:before_gateway", "times": 1, "action": "sleep", "seconds": 3}}
-    )
+    env = crash_plan({"*": {"point": "charge_card", "times": 1, "action": "sleep", "seconds": 3}})
     workers("w1", env=env)
     workers("w2", env=env)
     ticket = open_and_wait_for_review("1042", agent)
-    approve(ticket, agent)
-    wait_for(lambda: crash_plan_fired(crash_plan.path), what="the first delivery to stall")
+    approve(ticket, admin_user)
+    wait_for(lambda: fired(crash_plan.path), what="the first delivery to stall")
     from refunds.tasks import advance_ticket
 
     advance_ticket.delay(ticket.pk)
     advance_ticket.delay(ticket.pk)
     wait_for(lambda: status(ticket) == "refunded", timeout=30, what="the refund")
     time.sleep(1)  # let any straggling delivery finish
-    assert_refunded_once(ticket)
+    assert_refunded_once(ticket, sinks)
 
 
 def test_two_reviewers_deciding_the_same_review_at_once_apply_one_decision(
-    workers, agent, admin_user, late_order
+    workers, sinks, agent, admin_user, late_order
 ):
     workers("w1")
     ticket = open_and_wait_for_review("1042", agent)
@@ -205,27 +301,26 @@ def test_two_reviewers_deciding_the_same_review_at_once_apply_one_decision(
     losers = [r for r in results.values() if isinstance(r, services.AlreadyDecided)]
     assert len(losers) == 1, results
     assert "Already decided" in str(losers[0])
-    assert Decision.objects.filter(ticket=ticket).count() == 1
     winner = Decision.objects.get(ticket=ticket)
     final = "refunded" if winner.answer == "approve" else "rejected"
     wait_for(lambda: status(ticket) == final, what=final)
-    assert Charge.objects.filter(ticket=ticket).count() == (1 if final == "refunded" else 0)
+    assert len(sinks.gateway.refunds_for(ticket.thread_id)) == (1 if final == "refunded" else 0)
 
 
 def test_a_committed_decision_whose_enqueue_never_happened_is_applied_by_the_sweep(
-    workers, agent, late_order, monkeypatch, sweep_now
+    workers, sinks, agent, admin_user, late_order, monkeypatch, sweep_now
 ):
     workers("w1")
     ticket = open_and_wait_for_review("1042", agent)
     with monkeypatch.context() as m:
-        m.setattr(services, "wake", lambda ticket_id: None)  # the process died after COMMIT
-        approve(ticket, agent)
+        m.setattr(services, "wake", lambda ticket_id: True)  # the process died after COMMIT
+        approve(ticket, admin_user)
     time.sleep(1)
     assert status(ticket) == "awaiting_review"  # nothing woke a worker
 
     assert sweep_now() == [ticket.pk]
     wait_for(lambda: status(ticket) == "refunded", what="the sweep to apply the decision")
-    assert_refunded_once(ticket)
+    assert_refunded_once(ticket, sinks)
 
 
 def test_a_poison_ticket_that_kills_its_worker_every_time_ends_failed(
@@ -239,8 +334,75 @@ def test_a_poison_ticket_that_kills_its_worker_every_time_ends_failed(
     ticket.refresh_from_db()
     assert ticket.status == "failed"
     assert "gave up after 2 attempts" in ticket.last_error
-    assert len(crash_plan_fired(crash_plan.path)) == 2  # two deaths, then no third run
+    assert len(fired(crash_plan.path)) == 2  # two deaths, then no third run
     assert worker.alive  # the prefork parent survived its children's deaths
 
     assert services.ticket_retry(ticket=ticket)  # an admin puts it back in line
     assert status(ticket) == "running"
+
+
+# --- the gateway and the mail server misbehaving -----------------------------------------------
+def test_a_gateway_timeout_after_the_money_moved_is_found_by_lookup_and_refunded_once(
+    workers, sinks, agent, admin_user, late_order
+):
+    sinks.gateway.queue("timeout_after")
+    workers("w1")
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    wait_for(lambda: status(ticket) == "refunded", what="the refund")
+    assert_refunded_once(ticket, sinks)
+    key = f"{ticket.thread_id}:charge_card:699"
+    assert sinks.gateway.charge_calls[key] == 1 and sinks.gateway.lookup_calls[key] == 1
+
+
+def test_a_declined_charge_goes_to_a_manager_with_the_gateways_reason(
+    workers, sinks, agent, admin_user, late_order
+):
+    sinks.gateway.queue("decline")
+    workers("w1")
+    ticket = open_and_wait_for_review("1042", agent)
+    first_review = ticket.pending_interrupt_id
+    approve(ticket, admin_user)
+    wait_for(
+        lambda: Ticket.objects.get(pk=ticket.pk).pending_interrupt_id not in ("", first_review),
+        what="the second review",
+    )
+    ticket.refresh_from_db()
+    assert ticket.required_role == "manager"
+    assert "card_declined" in ticket.pending_payload["payment_error"]
+    assert "No money moved" in ticket.pending_payload["description"]
+    assert sinks.gateway.refunds_for(ticket.thread_id) == [] and sinks.smtp.count() == 0
+
+
+def test_a_mail_server_that_refuses_then_accepts_delivers_the_email_once(
+    workers, sinks, agent, admin_user, late_order
+):
+    sinks.smtp.refuse(1)
+    workers("w1")
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    wait_for(lambda: status(ticket) == "refunded", what="the refund")
+    assert sinks.smtp.refusals == 1
+    assert_refunded_once(ticket, sinks)
+    assert Email.objects.get(ticket=ticket).attempts == 2
+
+
+def test_a_mail_server_that_never_accepts_leaves_a_refund_and_resend_delivers_once(
+    workers, sinks, agent, admin_user, late_order
+):
+    sinks.smtp.refuse(-1)
+    workers("w1")
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    wait_for(lambda: status(ticket) == "refunded", timeout=60, what="the refund")
+    email = Email.objects.get(ticket=ticket)
+    assert email.status == "pending" and "451" in email.last_error  # not delivered, and why
+    assert sinks.smtp.count() == 0 and len(sinks.gateway.refunds_for(ticket.thread_id)) == 1
+
+    sinks.smtp.accept()
+    services.email_resend(email_id=email.pk, by=admin_user)
+    services.email_resend(email_id=email.pk, by=admin_user)  # a double click
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id) == 1, what="the resent email")
+    time.sleep(1)
+    assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
+    assert Email.objects.get(ticket=ticket).status == "sent"

@@ -14,7 +14,7 @@ def status_of(ticket_id: int) -> str:
 
 
 def test_a_ticket_goes_from_opened_to_refunded_through_a_real_worker(
-    workers, client, agent, late_order
+    workers, sinks, client, agent, admin_user, late_order
 ):
     workers("w1")
     client.force_login(agent)
@@ -27,6 +27,7 @@ def test_a_ticket_goes_from_opened_to_refunded_through_a_real_worker(
     assert ticket.required_role == "agent"
     assert ticket.pending_payload["action_request"]["args"]["amount_cents"] == 699
 
+    client.force_login(admin_user)
     response = client.post(
         reverse("reviews:decide", args=[ticket.pk]),
         {"interrupt_id": ticket.pending_interrupt_id, "approve": "1"},
@@ -34,15 +35,19 @@ def test_a_ticket_goes_from_opened_to_refunded_through_a_real_worker(
     assert response.status_code == 302
 
     wait_for(lambda: status_of(ticket.pk) == "refunded", what="the refund")
-    assert Charge.objects.filter(ticket=ticket).count() == 1
-    assert Email.objects.filter(ticket=ticket, sent_at__isnull=False).count() == 1
+    # Counted where the effects land: one refund at the processor, one message at the server.
+    refunds = sinks.gateway.refunds_for(ticket.thread_id)
+    assert [r["amount_cents"] for r in refunds] == [699]
+    assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
+    assert Charge.objects.get(ticket=ticket).receipt == refunds[0]["receipt"]
+    assert Email.objects.get(ticket=ticket).status == "sent"
     ticket.refresh_from_db()
     assert ticket.nodes_run[-3:] == ["approve", "charge_card", "email"]
     assert ticket.decisions.get().applied_at is not None
 
 
 def test_an_on_time_order_is_declined_by_policy_without_a_review(
-    workers, client, agent, on_time_order
+    workers, sinks, client, agent, on_time_order
 ):
     workers("w1")
     client.force_login(agent)
@@ -52,3 +57,6 @@ def test_an_on_time_order_is_declined_by_policy_without_a_review(
     ticket.refresh_from_db()
     assert "arrived 1 day early" in ticket.outcome_reason
     assert ticket.decisions.count() == 0 and ticket.charges.count() == 0
+    assert sinks.gateway.charge_calls == {}
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id) == 1, what="the email saying why")
+    assert sinks.smtp.keys() == {f"{ticket.thread_id}:notify": 1}

@@ -39,11 +39,11 @@ def rejected(transactional_db, agent, late_order) -> Ticket:
 
 
 def test_a_rejected_ticket_forked_with_a_corrected_amount_is_reviewed_again_and_refunded(
-    rejected, admin_user, manager
+    rejected, admin_user
 ):
     old_interrupt = rejected.pending_interrupt_id or Decision.objects.get().interrupt_id
     fork = services.ticket_fork(
-        ticket=rejected, amount_cents=2500, reason="fee was $25.00", by=admin_user
+        ticket=rejected, amount_cents=500, reason="only part of the fee", by=admin_user
     )
     assert Ticket.objects.get(pk=rejected.pk).status == "running"
 
@@ -51,13 +51,13 @@ def test_a_rejected_ticket_forked_with_a_corrected_amount_is_reviewed_again_and_
     fork.refresh_from_db()
     assert fork.applied_at is not None and fork.previous_amount_cents == 699
     assert fork.from_checkpoint_id
-    assert ticket.amount_cents == 2500 and ticket.required_role == "manager"  # re-triaged
+    assert ticket.amount_cents == 500 and ticket.required_role == "agent"  # re-triaged
     assert ticket.pending_interrupt_id != old_interrupt
     assert ticket.outcome_reason == ""
 
-    decide(ticket, manager)
+    decide(ticket, admin_user)
     assert runner.advance(ticket.pk) == "refunded"
-    assert Charge.objects.get().amount_cents == 2500
+    assert Charge.objects.get().amount_cents == 500
     subjects = sorted(Email.objects.values_list("subject", flat=True))
     assert subjects == ["About your refund request for order 1042", "Your refund for order 1042"]
 
@@ -112,6 +112,12 @@ def test_bad_fork_input_is_refused_and_changes_nothing(
     assert Ticket.objects.get(pk=rejected.pk).status == "rejected"
 
 
+def test_a_fork_asking_for_more_than_the_orders_balance_is_refused(rejected, admin_user):
+    with pytest.raises(services.RefundError, match=r"\$6.99 left to refund"):
+        services.ticket_fork(ticket=rejected, amount_cents=700, reason="typo", by=admin_user)
+    assert Fork.objects.count() == 0 and Ticket.objects.get().status == "rejected"
+
+
 def test_only_admins_fork(rejected, manager):
     from django.core.exceptions import PermissionDenied
 
@@ -128,8 +134,8 @@ def test_the_admin_fork_page_forks_and_explains_bad_amounts(client, rejected, ad
     bad = client.post(url, {"amount": "twelve", "reason": "typo"})
     assert bad.status_code == 400 and "is not an amount in dollars" in bad.content.decode()
     assert Fork.objects.count() == 0
-    done = client.post(url, {"amount": "$12.50", "reason": "fee was $12.50"})
+    done = client.post(url, {"amount": "$5.50", "reason": "fee was $5.50"})
     assert done.status_code == 302
-    assert Fork.objects.get().amount_cents == 1250
+    assert Fork.objects.get().amount_cents == 550
     change = client.get(reverse("admin:refunds_ticket_change", args=[rejected.pk]))
-    assert "fee was $12.50" in change.content.decode()  # the audit entry shows on the ticket
+    assert "fee was $5.50" in change.content.decode()  # the audit entry shows on the ticket

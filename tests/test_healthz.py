@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refunds import runner
+from refunds import persistence
 
 
 class BrokenCheckpointer:
@@ -29,7 +29,7 @@ def test_it_needs_no_login(client, db):
 
 
 def test_it_answers_503_when_the_checkpoint_store_is_broken(client, db, monkeypatch):
-    monkeypatch.setattr(runner, "graph", lambda: BrokenGraph())
+    monkeypatch.setattr(persistence, "checkpointer", lambda: BrokenGraph().checkpointer)
 
     response = client.get("/healthz")
 
@@ -45,7 +45,7 @@ def test_it_answers_503_when_the_checkpoint_store_cannot_even_open(client, db, m
     def cannot_open():
         raise RuntimeError("connection refused")
 
-    monkeypatch.setattr(runner, "graph", cannot_open)
+    monkeypatch.setattr(persistence, "checkpointer", cannot_open)
 
     response = client.get("/healthz")
 
@@ -54,7 +54,7 @@ def test_it_answers_503_when_the_checkpoint_store_cannot_even_open(client, db, m
 
 
 def test_it_answers_503_when_the_database_is_broken(client, db, monkeypatch):
-    from refunds import api
+    from refunds.api import views as api
 
     class BrokenConnection:
         def cursor(self):

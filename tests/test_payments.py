@@ -1,4 +1,5 @@
-"""The demo gateway keeps the promise of a real one: one charge per idempotency key."""
+"""Gateways keep the promise of a real processor: one refund per idempotency key, a lookup that
+tells whether a key was charged, and errors typed by what they mean for the money."""
 
 from __future__ import annotations
 
@@ -7,65 +8,61 @@ import threading
 import pytest
 from django.db import connection
 
-from refunds.models import Charge, Ticket
-from refunds.payments import DemoGateway, PermanentGatewayError, get_gateway
+from refunds.devtools.fake_processor import FakeProcessor
+from refunds.flow.errors import GatewayOutcomeUnknown
+from refunds.models import Charge, DemoProcessorRefund
+from refunds.payments import (
+    DemoGateway,
+    HttpGateway,
+    PermanentGatewayError,
+    RetryableGatewayError,
+    get_gateway,
+)
 
-KEY = "refund-1042-t:charge_card"
-
-
-@pytest.fixture
-def ticket(late_order) -> Ticket:
-    return Ticket.objects.create(thread_id="refund-1042-t", order=late_order)
-
-
-def test_it_charges_once_and_records_the_charge(ticket):
-    receipt = DemoGateway().charge(
-        idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id
-    )
-
-    charge = Charge.objects.get()
-    assert receipt.startswith("rcpt_") and charge.receipt == receipt
-    assert (charge.ticket, charge.idempotency_key, charge.amount_cents) == (ticket, KEY, 699)
+KEY = "refund-1042-t:charge_card:699"
 
 
-def test_a_repeated_key_returns_the_first_receipt_without_a_second_charge(ticket):
-    gateway = DemoGateway()
-    first = gateway.charge(idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id)
-    again = DemoGateway().charge(idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id)
-
-    assert again == first
-    assert Charge.objects.count() == 1
+def charge(gateway, key: str = KEY, amount: int = 699) -> str:
+    return gateway.charge(idempotency_key=key, amount_cents=amount, ticket_key="refund-1042-t")
 
 
-def test_another_key_is_another_charge(ticket):
-    gateway = DemoGateway()
-    first = gateway.charge(idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id)
-    other = gateway.charge(
-        idempotency_key=KEY + ":2", amount_cents=699, ticket_key=ticket.thread_id
-    )
-    assert first != other
-    assert Charge.objects.count() == 2
+# --- the demo gateway ----------------------------------------------------------------------------
+def test_the_demo_gateway_keeps_its_own_records_apart_from_our_ledger(db):
+    receipt = charge(DemoGateway())
+
+    assert receipt.startswith("rcpt_")
+    assert DemoProcessorRefund.objects.get().receipt == receipt
+    assert Charge.objects.count() == 0  # the ledger is refunds/money.py's, around any gateway
 
 
-def test_it_refuses_a_reused_key_with_another_amount(ticket):
-    gateway = DemoGateway()
-    gateway.charge(idempotency_key=KEY, amount_cents=699, ticket_key=ticket.thread_id)
+def test_a_repeated_key_returns_the_first_receipt_without_a_second_refund(db):
+    first = charge(DemoGateway())
+    assert charge(DemoGateway()) == first
+    assert DemoProcessorRefund.objects.count() == 1
 
+
+def test_the_demo_gateway_looks_a_key_up(db):
+    assert DemoGateway().lookup(KEY) is None
+    receipt = charge(DemoGateway())
+    assert DemoGateway().lookup(KEY) == receipt
+
+
+def test_another_key_is_another_refund(db):
+    assert charge(DemoGateway()) != charge(DemoGateway(), KEY + ":2")
+    assert DemoProcessorRefund.objects.count() == 2
+
+
+def test_it_refuses_a_reused_key_with_another_amount(db):
+    charge(DemoGateway())
     with pytest.raises(PermanentGatewayError, match="was used for 699 cents"):
-        gateway.charge(idempotency_key=KEY, amount_cents=700, ticket_key=ticket.thread_id)
-
-    assert list(Charge.objects.values_list("amount_cents", flat=True)) == [699]
+        charge(DemoGateway(), amount=700)
 
 
 @pytest.mark.parametrize("amount", [0, -1])
-def test_it_refuses_a_non_positive_amount(ticket, amount):
-    with pytest.raises(PermanentGatewayError, match=f"cannot charge {amount} cents"):
-        DemoGateway().charge(idempotency_key=KEY, amount_cents=amount, ticket_key=ticket.thread_id)
-    assert Charge.objects.count() == 0
-
-
-def test_a_permanent_error_is_marked_permanent():
-    assert PermanentGatewayError.permanent is True
+def test_it_refuses_a_non_positive_amount(db, amount):
+    with pytest.raises(PermanentGatewayError, match=f"cannot refund {amount} cents"):
+        charge(DemoGateway(), amount=amount)
+    assert DemoProcessorRefund.objects.count() == 0
 
 
 def test_the_gateway_comes_from_the_setting(settings):
@@ -73,29 +70,22 @@ def test_the_gateway_comes_from_the_setting(settings):
     assert isinstance(get_gateway(), DemoGateway)
 
 
-def test_two_threads_charging_the_same_key_at_once_make_one_charge(transactional_db, late_order):
-    ticket = Ticket.objects.create(thread_id="refund-1042-race", order=late_order)
+def test_four_threads_charging_the_same_key_at_once_make_one_refund(transactional_db):
     racers = 4
     start = threading.Barrier(racers)
     receipts: list[str] = []
     errors: list[BaseException] = []
 
-    def charge() -> None:
+    def race() -> None:
         try:
             start.wait(timeout=10)
-            receipts.append(
-                DemoGateway().charge(
-                    idempotency_key="refund-1042-race:charge_card",
-                    amount_cents=699,
-                    ticket_key=ticket.thread_id,
-                )
-            )
+            receipts.append(charge(DemoGateway()))
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:
             connection.close()  # each thread has its own connection
 
-    threads = [threading.Thread(target=charge) for _ in range(racers)]
+    threads = [threading.Thread(target=race) for _ in range(racers)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -103,5 +93,47 @@ def test_two_threads_charging_the_same_key_at_once_make_one_charge(transactional
 
     assert errors == []
     assert len(receipts) == racers and len(set(receipts)) == 1
-    assert Charge.objects.count() == 1
-    assert Charge.objects.get().receipt == receipts[0]
+    assert DemoProcessorRefund.objects.count() == 1
+
+
+# --- the HTTP gateway, against a real HTTP server ----------------------------------------------
+@pytest.fixture
+def processor():
+    server = FakeProcessor(answer_late_by=0.6).start()
+    yield server
+    server.stop()
+
+
+def http(processor: FakeProcessor) -> HttpGateway:
+    return HttpGateway(processor.url, timeout=0.3)
+
+
+def test_the_http_gateway_refunds_once_per_key(processor):
+    gateway = http(processor)
+    first = charge(gateway)
+    assert charge(gateway) == first
+    assert processor.charge_calls[KEY] == 2 and len(processor.refunds) == 1
+    assert gateway.lookup(KEY) == first
+    assert gateway.lookup("never-used") is None
+
+
+def test_a_decline_is_permanent_and_an_unavailable_processor_is_retryable(processor):
+    processor.queue("decline", "unavailable")
+    with pytest.raises(PermanentGatewayError, match="card_declined"):
+        charge(http(processor))
+    with pytest.raises(RetryableGatewayError):
+        charge(http(processor))
+    assert processor.refunds == {}
+
+
+@pytest.mark.parametrize("behaviour", ["timeout_after", "reset_after", "error_after"])
+def test_a_lost_answer_after_the_money_moved_is_an_unknown_outcome(processor, behaviour):
+    processor.queue(behaviour)
+    with pytest.raises(GatewayOutcomeUnknown):
+        charge(http(processor))
+    assert len(processor.refunds) == 1  # the money moved: only a lookup can tell
+
+
+def test_a_processor_that_is_not_listening_is_retryable():
+    with pytest.raises(RetryableGatewayError, match="unreachable"):
+        charge(HttpGateway("http://127.0.0.1:9", timeout=0.3))

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from refunds import runner
+from refunds import persistence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 on_postgres = pytest.mark.skipif(
@@ -39,14 +39,16 @@ def test_checkpoints_default_to_the_app_database(db):
     from psycopg.conninfo import conninfo_to_dict
 
     assert not settings.CHECKPOINT_URL
-    assert conninfo_to_dict(runner.checkpoint_url())["dbname"] == connection.settings_dict["NAME"]
+    assert (
+        conninfo_to_dict(persistence.checkpoint_url())["dbname"] == connection.settings_dict["NAME"]
+    )
 
 
 @on_postgres
 def test_the_checkpointer_uses_a_connection_pool(db):
     from psycopg_pool import ConnectionPool
 
-    saver, store = runner._persistence(os.getpid())
+    saver, store = persistence.checkpointer(), persistence.store()
     assert isinstance(saver.conn, ConnectionPool) and store.conn is saver.conn
 
 
@@ -67,7 +69,7 @@ def test_workers_never_create_checkpoint_tables():
     ).stdout.split()
     assert sorted(callers) == [
         "refunds/management/commands/setup_checkpoints.py",
-        "refunds/runner.py",
+        "refunds/persistence.py",
         "refunds/signals.py",
     ]
 

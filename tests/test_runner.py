@@ -5,8 +5,18 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from refunds import runner, services
+from refunds import mirror, persistence, runner, services
+from refunds.devtools import faults
 from refunds.models import Charge, Decision, Ticket
+
+
+@pytest.fixture
+def crash_points(settings, tmp_path):
+    """Crash points in this process (workers get them from REFUNDS_CRASH_PLAN at start)."""
+    faults.install()
+    plan = tmp_path / "plan.json"
+    settings.REFUNDS_CRASH_PLAN = str(plan)
+    return plan
 
 
 @pytest.fixture
@@ -18,7 +28,7 @@ def paused(transactional_db, agent, late_order) -> Ticket:
 
 
 def checkpoints(ticket: Ticket) -> int:
-    return len(runner.history(ticket))
+    return len(persistence.history(ticket.thread_id))
 
 
 def test_advancing_a_paused_thread_again_runs_nothing(paused):
@@ -73,7 +83,7 @@ def test_a_resume_is_keyed_by_interrupt_id_and_applied_once(paused, agent):
     assert checkpoints(paused) == after
     decision.refresh_from_db()
     assert decision.applied_at is not None
-    state = runner.snapshot(paused).values
+    state = persistence.snapshot(paused.thread_id).values
     assert state["decision"]["decision_id"] == decision.pk
 
 
@@ -94,10 +104,10 @@ def test_the_mirror_is_rebuilt_from_the_checkpoint(paused):
     Ticket.objects.filter(pk=paused.pk).update(
         status="running", pending_interrupt_id="", pending_payload=None
     )
-    runner.sync_mirror(paused)
+    mirror.rebuild(paused)
     paused.refresh_from_db()
     assert paused.status == "awaiting_review"
-    assert paused.pending_interrupt_id == runner.snapshot(paused).interrupts[0].id
+    assert paused.pending_interrupt_id == persistence.snapshot(paused.thread_id).interrupts[0].id
     assert paused.pending_payload["required_role"] == "agent"
 
 
@@ -125,8 +135,8 @@ def test_a_ticket_that_keeps_failing_is_marked_failed_after_the_cap(
 def _with(**overrides):
     original = runner.collaborators
 
-    def build(lease=None):
-        ctx = original(lease)
+    def build(ticket, lease):
+        ctx = original(ticket, lease)
         for name, value in overrides.items():
             setattr(ctx, name, value)
         return ctx
@@ -139,7 +149,7 @@ def test_an_unknown_ticket_is_reported_missing(transactional_db):
 
 
 def test_the_lease_is_renewed_while_a_long_run_goes_on(
-    transactional_db, agent, late_order, settings, tmp_path
+    transactional_db, agent, late_order, settings, crash_points
 ):
     import json
     import threading
@@ -148,9 +158,9 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
     from django.db import connection
 
     settings.REFUNDS_LEASE_SECONDS = 0.6
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"*": {"point": "check_policy", "action": "sleep", "seconds": 2}}))
-    settings.REFUNDS_CRASH_PLAN = str(plan)
+    crash_points.write_text(
+        json.dumps({"*": {"point": "check_policy", "action": "sleep", "seconds": 2}})
+    )
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
     results = []
 
@@ -167,7 +177,7 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
 
 
 def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
-    paused, agent, settings, tmp_path
+    paused, agent, crash_points
 ):
     import json
     import threading
@@ -176,13 +186,9 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
 
     from tests.conftest import wait_for
 
-    plan = tmp_path / "plan.json"
-    plan.write_text(
-        json.dumps(
-            {"*": {"point": "charge_card:before_gateway", "action": "sleep", "seconds": 1.5}}
-        )
+    crash_points.write_text(
+        json.dumps({"*": {"point": "charge_card", "action": "sleep", "seconds": 1.5}})
     )
-    settings.REFUNDS_CRASH_PLAN = str(plan)
     services.ticket_decide(
         ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
     )
@@ -193,7 +199,7 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
 
     worker = threading.Thread(target=run)
     worker.start()
-    wait_for(lambda: (tmp_path / "plan.json.fired").exists(), what="the charge to start")
+    wait_for(lambda: faults.fired(crash_points), what="the charge to start")
     mid = Ticket.objects.get(pk=paused.pk)
     assert mid.status == "running" and mid.pending_interrupt_id == ""
     assert not Ticket.objects.reviewable_by(agent).filter(pk=paused.pk).exists()
@@ -204,7 +210,7 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
 def test_every_run_is_durable_sync(transactional_db, agent, late_order, monkeypatch):
     """A checkpoint on disk before the next step starts: a hard kill resumes at the step that
     was running (under "async", 26 kills of 30 lost the record of finished steps)."""
-    compiled = runner.graph()
+    compiled = persistence.graph()
     seen = []
     real_stream = compiled.stream
 

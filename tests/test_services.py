@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from refunds import services
 from refunds.models import Decision, Ticket
+from tests.conftest import make_order
 
 PENDING = "a" * 32
 OTHER = "b" * 32
@@ -238,7 +239,7 @@ def running(order, *, lease_in: float | None = None, status=Ticket.Status.RUNNIN
 
 def recover(monkeypatch) -> tuple[list[int], list[int]]:
     woken: list[int] = []
-    monkeypatch.setattr(services, "wake", woken.append)
+    monkeypatch.setattr(services, "wake", lambda ticket_id: woken.append(ticket_id) or True)
     return services.tickets_recover(), woken
 
 
@@ -330,7 +331,7 @@ def test_the_sweep_leaves_finished_and_failed_tickets(late_order, grace, monkeyp
 def test_the_sweep_names_each_ticket_once(agent, late_order, grace, monkeypatch):
     stalled = running(late_order, lease_in=-1)
     age(stalled, grace + 1)
-    waiting = awaiting(late_order)
+    waiting = awaiting(make_order("2042"))
     for interrupt_id in (PENDING, OTHER):  # two unapplied decisions join to two rows
         decision = Decision.objects.create(
             ticket=waiting, interrupt_id=interrupt_id, reviewer=agent, answer="approve"

@@ -141,11 +141,11 @@ def test_it_says_how_many_more_reviews_wait_beyond_the_page_up_to_a_cap(
     monkeypatch.setattr(views, "QUEUE_PAGE", 2)
     monkeypatch.setattr(views, "COUNT_CAP", 4)
     client.force_login(agent)
-    for _ in range(3):
-        awaiting_review(late_order)
+    for n in range(3):
+        awaiting_review(make_order(f"20{n}"))
     assert "Showing the oldest 2 of 3 pending reviews." in client.get("/").content.decode()
-    awaiting_review(late_order)
+    awaiting_review(make_order("203"))
     assert "Showing the oldest 2 of 4 pending reviews." in client.get("/").content.decode()
-    awaiting_review(late_order)
+    awaiting_review(make_order("204"))
     html = client.get("/").content.decode()
     assert "Showing the oldest 2 of more than 4 pending reviews." in html

@@ -28,9 +28,11 @@ def refunded(ticket: Ticket, reviewer) -> Ticket:
     )
     Charge.objects.create(
         ticket=ticket,
-        idempotency_key=f"{ticket.thread_id}:charge_card",
+        order=ticket.order,
+        idempotency_key=f"{ticket.thread_id}:charge_card:{ticket.amount_cents}",
         amount_cents=ticket.amount_cents,
         receipt="rcpt-test-1",
+        status="succeeded",
     )
     Ticket.objects.filter(pk=ticket.pk).update(
         status=Ticket.Status.REFUNDED,
@@ -237,3 +239,53 @@ def test_it_redirects_anonymous_users_from_the_form_to_log_in(client, late_order
         assert response.status_code == 302
         assert response["Location"].startswith(reverse("login"))
     assert not Ticket.objects.exists()
+
+
+# --- earlier tickets, undelivered email, resend ---------------------------------------------------
+def test_the_review_card_shows_earlier_tickets_of_the_order_and_of_the_customer(
+    client, agent, late_order
+):
+    from tests.conftest import make_order
+
+    earlier = Ticket.objects.create(
+        thread_id="refund-1042-old", order=late_order, status="rejected"
+    )
+    other_order = make_order("1099", name="Ana Souza")
+    other = Ticket.objects.create(
+        thread_id="refund-1099-x", order=other_order, status="refunded", amount_cents=500
+    )
+    ticket = awaiting_review(late_order)
+    client.force_login(agent)
+    html = client.get(page(ticket)).content.decode()
+    assert "Earlier tickets for order 1042:" in html and f"ticket {earlier.pk}</a>" in html
+    assert "Other tickets of Ana Souza:" in html and "order 1099</a> (refunded, $5.00)" in html
+    assert f"/tickets/{other.pk}/" in html
+
+
+def undelivered(ticket: Ticket) -> Email:
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REFUNDED)
+    return Email.objects.create(
+        ticket=ticket,
+        key=f"{ticket.thread_id}:email",
+        to="ana@example.com",
+        subject="Your refund for order 1042",
+        body="...",
+        attempts=4,
+        last_error="the mail server deferred the message: 451 try later",
+    )
+
+
+def test_an_undelivered_email_shows_why_and_admins_get_a_resend_button(
+    client, agent, admin_user, late_order
+):
+    ticket = awaiting_review(late_order)
+    email = undelivered(ticket)
+    resend = reverse("reviews:email_resend", args=[ticket.pk, email.pk])
+    client.force_login(agent)
+    html = client.get(page(ticket)).content.decode()
+    assert "not delivered</strong>: the mail server deferred the message: 451" in html
+    assert resend not in html
+    assert client.post(resend).status_code == 403
+
+    client.force_login(admin_user)
+    assert resend in client.get(page(ticket)).content.decode()

@@ -4,14 +4,14 @@ from django import template
 from django.utils.html import conditional_escape, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from refunds.flow import words
+
 register = template.Library()
 
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
-@register.filter
-def dollars(cents: int | None) -> str:
-    return "" if cents is None else f"${cents / 100:,.2f}"
+register.filter("dollars", words.dollars)
 
 
 @register.filter

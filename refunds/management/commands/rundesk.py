@@ -9,7 +9,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from refunds import embedded_redis
+from refunds.devtools import embedded_redis
 
 
 class Command(BaseCommand):

@@ -8,17 +8,17 @@ processes on an empty schema makes the loser fail.
 
 from django.core.management.base import BaseCommand, CommandError
 
-from refunds import runner
+from refunds import persistence
 
 
 class Command(BaseCommand):
     help = "Create the LangGraph checkpoint and store tables (idempotent; run once per deploy)."
 
     def handle(self, *args, **options):
-        url = runner.checkpoint_url()
+        url = persistence.checkpoint_url()
         if not url.startswith("sqlite:"):
             _check_reachable(url)  # the pool would only say "couldn't get a connection" after 30 s
-        runner.setup_persistence()
+        persistence.setup_persistence()
         where = url if url.startswith("sqlite:") else "PostgreSQL " + _dbname(url)
         self.stdout.write(f"Checkpoint and store tables are ready in {where}.")
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 class CeleryProcess:
@@ -99,6 +99,14 @@ class CeleryProcess:
         except ProcessLookupError:
             pass
         self.proc.wait(timeout=30)
+
+    def signal(self, sig: int) -> None:
+        """Send a signal to the whole process group (SIGSTOP, SIGCONT) without waiting."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def stop(self, timeout: float = 20) -> None:
         if self.alive:

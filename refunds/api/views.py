@@ -12,7 +12,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from refunds import runner, services
+from refunds import persistence, services
 from refunds.models import ApiToken, Ticket
 
 
@@ -95,37 +95,64 @@ def ticket_json(ticket: Ticket) -> dict:
 @api_auth
 @require_http_methods(["POST"])
 def tickets(request: HttpRequest) -> JsonResponse:
+    """Open a ticket. With an `Idempotency-Key` header, a retry of the same request within 24
+    hours gets the first response back (and opens nothing); the same key with a different body
+    is refused with 422."""
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if not key:
+        status, body = _open_ticket(request)
+        return JsonResponse(body, status=status)
+    if len(key) > 255:
+        return error(400, "The Idempotency-Key header is longer than 255 characters.")
+    try:
+        status, body = services.idempotent(
+            user=request.user,
+            key=key,
+            request_body=request.body,
+            respond=lambda: _open_ticket(request),
+        )
+    except services.IdempotencyConflict as exc:
+        return error(422, str(exc))
+    response = JsonResponse(body, status=status)
+    response["Idempotency-Key"] = key
+    return response
+
+
+def _open_ticket(request: HttpRequest) -> tuple[int, dict]:
     try:
         body = json.loads(request.body or b"")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error(400, f"The body is not valid JSON: {exc}.")
+        return 400, {"error": f"The body is not valid JSON: {exc}."}
     if not isinstance(body, dict):
-        return error(400, "The body must be a JSON object.")
+        return 400, {"error": "The body must be a JSON object."}
     unknown = set(body) - {"order_number", "note"}
     if unknown:
-        return error(400, f"Unknown field(s): {', '.join(sorted(unknown))}.")
+        return 400, {"error": f"Unknown field(s): {', '.join(sorted(unknown))}."}
     order_number, note = body.get("order_number"), body.get("note", "")
     if order_number is None:
-        return error(400, "Missing field: order_number.")
+        return 400, {"error": "Missing field: order_number."}
     if not isinstance(order_number, str | int) or isinstance(order_number, bool):
-        return error(400, "order_number must be a string.")
+        return 400, {"error": "order_number must be a string."}
     if not isinstance(note, str):
-        return error(400, "note must be a string.")
+        return 400, {"error": "note must be a string."}
     try:
         ticket = services.ticket_open(
             order_number=str(order_number), note=note, opened_by=request.user
         )
+    except services.TicketAlreadyOpen as exc:
+        return 409, {"error": str(exc), "ticket": _ticket_ref(request, exc.ticket)}
     except services.RefundError as exc:
-        return error(400, str(exc))
-    return JsonResponse(
-        {
-            "id": ticket.pk,
-            "thread_id": ticket.thread_id,
-            "status": ticket.status,
-            "url": request.build_absolute_uri(f"/api/tickets/{ticket.pk}/"),
-        },
-        status=201,
-    )
+        return 400, {"error": str(exc)}
+    return 201, _ticket_ref(request, ticket)
+
+
+def _ticket_ref(request: HttpRequest, ticket: Ticket) -> dict:
+    return {
+        "id": ticket.pk,
+        "thread_id": ticket.thread_id,
+        "status": ticket.status,
+        "url": request.build_absolute_uri(f"/api/tickets/{ticket.pk}/"),
+    }
 
 
 @api_auth
@@ -147,7 +174,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001 - a health check reports, it does not raise
         checks["database"] = f"error: {exc}"
     try:
-        runner.graph().checkpointer.get_tuple({"configurable": {"thread_id": "healthz"}})
+        persistence.checkpointer().get_tuple({"configurable": {"thread_id": "healthz"}})
         checks["checkpoints"] = "ok"
     except Exception as exc:  # noqa: BLE001
         checks["checkpoints"] = f"error: {exc}"

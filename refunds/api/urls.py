@@ -1,6 +1,6 @@
 from django.urls import path
 
-from refunds import api
+from refunds.api import views as api
 
 app_name = "api"
 urlpatterns = [

@@ -6,30 +6,42 @@ from __future__ import annotations
 from datetime import date
 from typing import Literal
 
-from langgraph.errors import GraphBubbleUp, NodeError
 from langgraph.runtime import Runtime
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, RetryPolicy, interrupt
 
-from refunds.state import (
+from refunds.flow.errors import (
+    ChargeRefused,
+    MailRefused,
+    MailRetryable,
+    OrderNotFound,
+    RetryableGatewayError,
+)
+from refunds.flow.state import (
     AGENT_LIMIT_CENTS,
     Collaborators,
-    LeaseLost,
-    OrderNotFound,
     RefundState,
     ReviewAnswer,
     ReviewRequest,
 )
+from refunds.flow.words import days, dollars
 
 HISTORY_FLAG_AT = 3  # this many earlier refunds sends the next one to a manager
 FEE_FLAG_CENTS = 10_000  # a shipping fee above $100 is unusual enough for a second look
 
-
-def money(cents: int) -> str:
-    return f"${cents / 100:,.2f}"
-
-
-def days(n: int) -> str:
-    return f"{n} day{'' if n == 1 else 's'}"
+# Transient gateway errors are retried with the same key (harmless: the gateway answers a repeated
+# key with the first result); when the retries run out a manager hears that no money moved.
+CHARGE_RETRY = RetryPolicy(
+    max_attempts=3, initial_interval=0.2, max_interval=2.0, retry_on=RetryableGatewayError
+)
+# A mail server that refuses for a while is tried again with backoff; when the retries run out the
+# refund stands and the email shows as not delivered, with a Resend for admins.
+MAIL_RETRY = RetryPolicy(
+    max_attempts=4,
+    initial_interval=1.0,
+    backoff_factor=2.0,
+    max_interval=8.0,
+    retry_on=MailRetryable,
+)
 
 
 def customer_namespace(email: str) -> tuple[str, ...]:
@@ -37,31 +49,41 @@ def customer_namespace(email: str) -> tuple[str, ...]:
     return ("customers", email.lower().replace(".", "%2E"))
 
 
+def _attempt(runtime: Runtime) -> int:
+    info = runtime.execution_info
+    return info.node_attempt if info is not None else 1
+
+
 def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    ctx = runtime.context
-    ctx.crash_point(state["ticket_key"], "lookup")
-    order = ctx.find_order(state["order_number"])
+    order = runtime.context.find_order(state["order_number"])
     if order is None:
         raise OrderNotFound(f"order {state['order_number']} does not exist")
+    balance = max(order["fee_cents"] - order.get("refunded_cents", 0), 0)
+    notes = [f"Order {order['number']} for {order['customer_name']}."]
+    if order.get("refunded_cents"):
+        notes.append(
+            f"{dollars(order['refunded_cents'])} of the {dollars(order['fee_cents'])} fee was "
+            f"already refunded (ticket {order['refunded_by_ticket']}); "
+            f"{dollars(balance)} remains."
+        )
     return {
         "order": order,
-        "amount_cents": order["fee_cents"],
-        "notes": [f"Order {order['number']} for {order['customer_name']}."],
+        "balance_cents": balance,
+        "amount_cents": balance,
+        "notes": notes,
         "trail": ["lookup"],
     }
 
 
-def fraud_check(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    runtime.context.crash_point(state["ticket_key"], "fraud_check")
+def fraud_check(state: RefundState) -> RefundState:
     flags = []
     if state["order"]["fee_cents"] > FEE_FLAG_CENTS:
-        flags.append(f"Shipping fee {money(state['order']['fee_cents'])} is unusually high.")
+        flags.append(f"Shipping fee {dollars(state['order']['fee_cents'])} is unusually high.")
     return {"flags": flags, "trail": ["fraud_check"]}
 
 
 def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     """Reads what the desk knows about this customer from the cross-thread store."""
-    runtime.context.crash_point(state["ticket_key"], "history_check")
     refunds = []
     if runtime.store is not None:
         items = runtime.store.search(customer_namespace(state["order"]["customer_email"]))
@@ -73,27 +95,35 @@ def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> Refund
     return {"history": history, "flags": flags, "trail": ["history_check"]}
 
 
-def check_policy(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    runtime.context.crash_point(state["ticket_key"], "check_policy")
+def check_policy(state: RefundState) -> RefundState:
     order = state["order"]
     late = (
         date.fromisoformat(order["delivered_on"]) - date.fromisoformat(order["promised_on"])
     ).days
-    if late > 0:
-        note = f"Delivered {days(late)} late: shipping is refundable."
-    else:
+    if late <= 0:
         note = "Delivered on time: shipping is not refundable."
+    elif state["balance_cents"] <= 0:
+        note = f"Delivered {days(late)} late, but the fee was already refunded in full."
+    else:
+        note = f"Delivered {days(late)} late: shipping is refundable."
     return {"late_by_days": late, "notes": [note], "trail": ["check_policy"]}
 
 
 def route_policy(state: RefundState) -> Literal["decline", "triage"]:
-    return "triage" if state["late_by_days"] > 0 else "decline"
+    return "triage" if state["late_by_days"] > 0 and state["balance_cents"] > 0 else "decline"
 
 
 def decline(state: RefundState) -> RefundState:
-    early = -state["late_by_days"]
-    when = "on time" if early == 0 else f"{days(early)} early"
-    reason = f"Your order arrived {when}, so the shipping fee isn't refundable."
+    order = state["order"]
+    if state["late_by_days"] > 0:  # late, but nothing left to refund
+        reason = (
+            f"The shipping fee of order {order['number']} was already refunded in full "
+            f"({dollars(order['refunded_cents'])}, ticket {order['refunded_by_ticket']})."
+        )
+    else:
+        early = -state["late_by_days"]
+        when = "on time" if early == 0 else f"{days(early)} early"
+        reason = f"Your order arrived {when}, so the shipping fee isn't refundable."
     return {"outcome": "declined", "outcome_reason": reason, "trail": ["decline"]}
 
 
@@ -106,7 +136,7 @@ def triage(state: RefundState) -> Command[Literal["approve"]]:
     return Command(
         update={
             "required_role": role,
-            "notes": [f"Refund of {money(state['amount_cents'])} is {why}: {role} review."],
+            "notes": [f"Refund of {dollars(state['amount_cents'])} is {why}: {role} review."],
             "trail": ["triage"],
         },
         goto="approve",
@@ -116,13 +146,16 @@ def triage(state: RefundState) -> Command[Literal["approve"]]:
 def review_request(state: RefundState) -> ReviewRequest:
     order = state["order"]
     lines = [
-        f"**Refund {money(state['amount_cents'])}** shipping on order **{order['number']}** "
+        f"**Refund {dollars(state['amount_cents'])}** shipping on order **{order['number']}** "
         f"for {order['customer_name']} ({order['customer_email']}).",
         f"Promised {order['promised_on']}, delivered {order['delivered_on']}: "
         f"{days(state['late_by_days'])} late.",
     ]
     if state.get("payment_error"):
-        lines.append(f"**The charge failed:** {state['payment_error']}. Approve to try again.")
+        lines.append(
+            f"**The charge was refused:** {state['payment_error']}. No money moved. "
+            "Approve to try again, or reject."
+        )
     if state.get("note"):
         lines.append(f"Customer says: {state['note']}")
     return {
@@ -167,46 +200,63 @@ def route_decision(state: RefundState) -> Literal["charge_card", "notify"]:
     return "charge_card" if state["decision"]["answer"] == "approve" else "notify"
 
 
-class _LeaseLostBeforeCharge(LeaseLost, GraphBubbleUp):
-    """LeaseLost that LangGraph lets through: a GraphBubbleUp skips charge_card's error handler
-    and writes nothing to the thread, so the worker that now holds the lease finds charge_card
-    still to run, instead of a manager finding a failed charge that never was."""
+def charge_key(ticket_key: str, amount_cents: int) -> str:
+    # Derived from the thread, the step and the amount owed, never random: a re-run returns the
+    # first charge, and a corrected amount (a fork) gets a key of its own, never an old one.
+    return f"{ticket_key}:charge_card:{amount_cents}"
 
 
-def charge_key(ticket_key: str) -> str:
-    # Derived from the thread and the step, never random: a re-run returns the first charge.
-    return f"{ticket_key}:charge_card"
-
-
-def charge_card(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    ctx = runtime.context
-    key = state["ticket_key"]
-    ctx.crash_point(key, "charge_card:before_gateway")
-    if not ctx.still_owner():
-        raise _LeaseLostBeforeCharge(f"lease on {key} lost before the charge")
-    receipt = ctx.gateway.charge(
-        idempotency_key=charge_key(key), amount_cents=state["amount_cents"], ticket_key=key
-    )
-    ctx.crash_point(key, "charge_card:after_gateway")
-    return {
-        "receipt": receipt,
-        "payment_error": "",
-        "notes": [f"Charged {money(state['amount_cents'])}, receipt {receipt}."],
-        "trail": ["charge_card"],
-    }
-
-
-def payment_failed(state: RefundState, error: NodeError) -> Command[Literal["approve"]]:
-    """Retries are used up (or the error is permanent): a manager decides what happens next."""
+def charge_card(
+    state: RefundState, runtime: Runtime[Collaborators]
+) -> Command[Literal["email", "approve"]]:
+    """Move the money once. Only a definite "no" (a decline, the order's balance, the gateway down
+    through every retry with nothing charged) goes back to a manager; anything whose outcome is
+    not known propagates, stops the run, and is resolved by looking the key up on the next."""
+    amount = state["amount_cents"]
+    try:
+        receipt = runtime.context.pay(
+            key=charge_key(state["ticket_key"], amount), amount_cents=amount
+        )
+    except ChargeRefused as exc:
+        return _back_to_a_manager(str(exc))
+    except RetryableGatewayError as exc:
+        if _attempt(runtime) < CHARGE_RETRY.max_attempts:
+            raise  # the RetryPolicy runs the node again
+        return _back_to_a_manager(f"the gateway stayed unavailable ({exc})")
     return Command(
         update={
-            "payment_error": str(error.error),
+            "receipt": receipt,
+            "payment_error": "",
+            "notes": [f"Charged {dollars(amount)}, receipt {receipt}."],
+            "trail": ["charge_card"],
+        },
+        goto="email",
+    )
+
+
+def _back_to_a_manager(why: str) -> Command[Literal["approve"]]:
+    return Command(
+        update={
+            "payment_error": why,
             "required_role": "manager",
-            "notes": [f"Charge failed: {error.error}."],
+            "notes": [f"Charge refused: {why}. No money moved."],
             "trail": ["payment_failed"],
         },
         goto="approve",
     )
+
+
+def _deliver(runtime: Runtime[Collaborators], **message: str) -> str:
+    """Send through the outbox; return "" when delivered, else why not (after the retries)."""
+    try:
+        runtime.context.send_mail(**message)
+    except MailRefused as exc:
+        return str(exc)
+    except MailRetryable as exc:
+        if _attempt(runtime) < MAIL_RETRY.max_attempts:
+            raise  # the RetryPolicy runs the node again, with backoff
+        return str(exc)
+    return ""
 
 
 def email_key(ticket_key: str) -> str:
@@ -222,13 +272,10 @@ def notify_key(state: RefundState) -> str:
 
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     """Tell the customer why there is no refund (declined by policy or rejected by a reviewer)."""
-    ctx = runtime.context
-    key = state["ticket_key"]
     order = state["order"]
-    ctx.crash_point(key, "notify:before_send")
-    ctx.mailer(
+    error = _deliver(
+        runtime,
         key=notify_key(state),
-        ticket_key=key,
         to=order["customer_email"],
         subject=f"About your refund request for order {order['number']}",
         body=(
@@ -238,22 +285,23 @@ def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
             "Reply to this message if something is not right.\n\nRefund Desk"
         ),
     )
-    return {"notes": [f"Told {order['customer_email']} why."], "trail": ["notify"]}
+    note = f"Told {order['customer_email']} why." if not error else f"Email not delivered: {error}."
+    return {"email_delivered": not error, "notes": [note], "trail": ["notify"]}
 
 
 def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    ctx = runtime.context
-    key = state["ticket_key"]
+    """Confirm the refund. Paid means refunded: a mail server that never accepts leaves the
+    refund standing, with the email shown as not delivered."""
     order = state["order"]
-    ctx.crash_point(key, "email:before_send")
-    ctx.mailer(
-        key=email_key(key),
-        ticket_key=key,
+    amount = state["amount_cents"]
+    error = _deliver(
+        runtime,
+        key=email_key(state["ticket_key"]),
         to=order["customer_email"],
         subject=f"Your refund for order {order['number']}",
         body=(
             f"Hello {order['customer_name']},\n\n"
-            f"We refunded {money(state['amount_cents'])} in shipping for order {order['number']}, "
+            f"We refunded {dollars(amount)} in shipping for order {order['number']}, "
             f"which arrived {days(state['late_by_days'])} late. Receipt: {state['receipt']}.\n\n"
             "Refund Desk"
         ),
@@ -262,13 +310,18 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         # Keyed by the ticket, so a re-run writes the same record again, not a second one.
         runtime.store.put(
             customer_namespace(order["customer_email"]),
-            key,
-            {"amount_cents": state["amount_cents"], "order": order["number"]},
+            state["ticket_key"],
+            {"amount_cents": amount, "order": order["number"]},
         )
-    ctx.crash_point(key, "email:after_send")
+    note = (
+        f"Confirmation sent to {order['customer_email']}."
+        if not error
+        else f"Confirmation email not delivered: {error}."
+    )
     return {
         "outcome": "refunded",
-        "outcome_reason": f"Refunded {money(state['amount_cents'])}.",
-        "notes": [f"Confirmation sent to {order['customer_email']}."],
+        "outcome_reason": f"Refunded {dollars(amount)}.",
+        "email_delivered": not error,
+        "notes": [note],
         "trail": ["email"],
     }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, TypedDict
 
 FLOW_VERSION = 1
@@ -17,6 +18,9 @@ class OrderFacts(TypedDict):
     promised_on: str  # ISO dates: state is JSON, and so is the checkpoint
     delivered_on: str
     fee_cents: int
+    # What the ledger already refunded for this order (other tickets), and the last such ticket.
+    refunded_cents: int
+    refunded_by_ticket: int | None
 
 
 class CustomerHistory(TypedDict):
@@ -41,11 +45,13 @@ class RefundState(TypedDict, total=False):
     order: OrderFacts
     history: CustomerHistory
     late_by_days: int
+    balance_cents: int  # what is still refundable on the order when the ticket was checked
     amount_cents: int
     required_role: Literal["agent", "manager"]
     decision: ReviewAnswer
     receipt: str
     payment_error: str
+    email_delivered: bool
     outcome: Literal["refunded", "declined", "rejected"]
     outcome_reason: str
     # Written by parallel branches, so each has a reducer.
@@ -82,40 +88,24 @@ class ReviewRequest(TypedDict):
     payment_error: str
 
 
-class Gateway(Protocol):
-    def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
-        """Charge once per key; a repeated key returns the first receipt."""
+class Payer(Protocol):
+    def __call__(self, *, key: str, amount_cents: int) -> str:
+        """Move the money once per key and return the receipt. Raises ChargeRefused (a person
+        decides), RetryableGatewayError (try again), or anything else (the run stops)."""
         ...
 
 
 class Mailer(Protocol):
-    def __call__(self, *, key: str, ticket_key: str, to: str, subject: str, body: str) -> None:
-        """Send the message once per key."""
+    def __call__(self, *, key: str, to: str, subject: str, body: str) -> None:
+        """Deliver the message once per key. Raises MailRetryable or MailRefused."""
         ...
-
-
-def _no_fault(ticket_key: str, point: str) -> None:
-    return None
-
-
-def _always_owner() -> bool:
-    return True
 
 
 @dataclass
 class Collaborators:
-    """The runtime context: everything a node touches outside its state."""
+    """The runtime context: everything a node touches outside its state. The runner binds `pay`
+    and `send_mail` to the ticket and to the lease epoch of the run, so every effect is fenced."""
 
-    find_order: Any  # Callable[[str], OrderFacts | None]
-    gateway: Gateway
-    mailer: Mailer
-    crash_point: Any = field(default=_no_fault)  # Callable[[str, str], None]
-    still_owner: Any = field(default=_always_owner)  # Callable[[], bool]
-
-
-class LeaseLost(RuntimeError):
-    """Another worker took this thread's lease; stop before moving money."""
-
-
-class OrderNotFound(LookupError):
-    pass
+    find_order: Callable[[str], OrderFacts | None]
+    pay: Payer
+    send_mail: Mailer

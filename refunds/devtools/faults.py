@@ -1,0 +1,142 @@
+"""Fault injection for crash tests: kill, stall or stop this process at a named point of a thread.
+
+Installed only when REFUNDS_CRASH_PLAN is set (the tests and `manage.py crashtest` set it; see
+config/settings.py): it wraps every node, the payment gateway and the mail backend, and observes
+the runner's steps. The application itself never calls into this module.
+
+REFUNDS_CRASH_PLAN names a JSON file {"<thread_id or *>": {"point": "...", "times": N,
+"action": "exit" | "sleep" | "stop" | "error", "seconds": S}} (or a list of such entries, for
+several points of one thread). Points:
+
+- "<node>": at the start of that node's body (lookup, fraud_check, ..., charge_card, email);
+- "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
+- "gateway:before", "gateway:after": around the gateway's charge call;
+- "smtp:before", "smtp:after": around the mail server conversation;
+- "renew": in the lease renewal ("error" makes the renewal fail with a database error).
+
+Actions: "exit" is os._exit(1), what an OOM kill or a pulled plug looks like; "sleep" stalls for
+`seconds` while holding the lease; "stop" sends this process SIGSTOP (the test sends SIGCONT
+later); "error" raises a database OperationalError. Each firing leaves a marker file beside the
+plan ("<thread>@<point>@<n>@<pid>"), so times=1 fires once; times=-1 fires every time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import OperationalError
+from django.utils.module_loading import import_string
+
+
+def _plan() -> dict:
+    try:
+        return json.loads(Path(settings.REFUNDS_CRASH_PLAN).read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def crash_point(thread_id: str, point: str) -> None:
+    if not settings.REFUNDS_CRASH_PLAN:
+        return
+    plan = _plan()
+    entries = plan.get(thread_id) or plan.get("*") or []
+    entries = entries if isinstance(entries, list) else [entries]
+    entry = next((e for e in entries if e.get("point") == point), None)
+    if entry is None:
+        return
+    times = int(entry.get("times", 1))
+    markers = Path(settings.REFUNDS_CRASH_PLAN + ".fired")
+    markers.mkdir(exist_ok=True)
+    fired_before = len(list(markers.glob(f"{thread_id}@{point}@*")))
+    if 0 <= times <= fired_before:
+        return
+    (markers / f"{thread_id}@{point}@{fired_before}@{os.getpid()}").touch()
+    action = entry.get("action", "exit")
+    if action == "sleep":
+        time.sleep(float(entry.get("seconds", 30)))
+    elif action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif action == "error":
+        raise OperationalError(f"injected database error at {point}")
+    else:
+        os._exit(1)
+
+
+def fired(plan_path: str | Path) -> list[str]:
+    """The markers left by firings: '<thread>@<point>@<n>@<pid>'."""
+    markers = Path(str(plan_path) + ".fired")
+    return sorted(p.name for p in markers.glob("*")) if markers.exists() else []
+
+
+def wrap_node(name: str, fn):
+    @functools.wraps(fn)
+    def with_crash_point(state, *args, **kwargs):
+        crash_point(state["ticket_key"], name)
+        return fn(state, *args, **kwargs)
+
+    return with_crash_point
+
+
+class CrashingGateway:
+    """The configured gateway, with crash points around its charge call."""
+
+    def __init__(self):
+        self.inner = import_string(settings.REFUNDS_CRASH_INNER["gateway"])()
+
+    def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
+        crash_point(ticket_key, "gateway:before")
+        receipt = self.inner.charge(
+            idempotency_key=idempotency_key, amount_cents=amount_cents, ticket_key=ticket_key
+        )
+        crash_point(ticket_key, "gateway:after")
+        return receipt
+
+    def lookup(self, idempotency_key: str) -> str | None:
+        return self.inner.lookup(idempotency_key)
+
+
+class CrashingEmailBackend:
+    """The configured mail backend, with crash points around the SMTP conversation."""
+
+    def __init__(self, fail_silently: bool = False, **kwargs):
+        backend = import_string(settings.REFUNDS_CRASH_INNER["email"])
+        self.inner = backend(fail_silently=fail_silently, **kwargs)
+
+    def open(self):
+        return self.inner.open()
+
+    def close(self):
+        return self.inner.close()
+
+    def send_messages(self, messages) -> int:
+        thread_id = str(messages[0].extra_headers.get("X-Refund-Key", "")).split(":")[0]
+        crash_point(thread_id, "smtp:before")
+        sent = self.inner.send_messages(messages)
+        crash_point(thread_id, "smtp:after")
+        return sent
+
+
+def install() -> None:
+    """Hook the crash points in (called by the devtools app when a crash plan is set)."""
+    from refunds import lease, persistence, runner
+
+    persistence.node_wrapper = wrap_node
+    persistence._compiled.cache_clear()
+    if crash_point not in runner.step_hooks:
+        runner.step_hooks.append(crash_point)
+    real_renew = lease.Lease.renew
+    if getattr(real_renew, "crash_point", False):
+        return
+
+    def renew(self):
+        crash_point(self.thread_id, "renew")
+        return real_renew(self)
+
+    renew.crash_point = True  # type: ignore[attr-defined]
+    lease.Lease.renew = renew  # type: ignore[method-assign]

@@ -1,0 +1,44 @@
+"""build_graph(): the uncompiled refund workflow; refunds/persistence.py compiles it with a
+checkpointer. `wrap` lets tests and crashtest put a hook around every node (crash points); the
+app never passes one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from langgraph.graph import END, START, StateGraph
+
+from refunds.flow import nodes
+from refunds.flow.state import Collaborators, RefundState
+
+NodeWrapper = Callable[[str, Callable], Callable]
+
+
+def build_graph(wrap: NodeWrapper | None = None) -> StateGraph:
+    def node(name: str) -> Callable:
+        fn = getattr(nodes, name)
+        return wrap(name, fn) if wrap else fn
+
+    g = StateGraph(RefundState, context_schema=Collaborators)
+    g.add_node("lookup", node("lookup"))
+    g.add_node("fraud_check", node("fraud_check"))
+    g.add_node("history_check", node("history_check"))
+    g.add_node("check_policy", node("check_policy"))
+    g.add_node("decline", node("decline"))
+    g.add_node("triage", node("triage"))
+    g.add_node("approve", node("approve"))
+    g.add_node("charge_card", node("charge_card"), retry_policy=nodes.CHARGE_RETRY)
+    g.add_node("email", node("email"), retry_policy=nodes.MAIL_RETRY)
+    g.add_node("notify", node("notify"), retry_policy=nodes.MAIL_RETRY)
+
+    g.add_edge(START, "lookup")
+    # Two edges out: the fraud and history checks run in the same step.
+    g.add_edge("lookup", "fraud_check")
+    g.add_edge("lookup", "history_check")
+    g.add_edge(["fraud_check", "history_check"], "check_policy")
+    g.add_conditional_edges("check_policy", nodes.route_policy, ["decline", "triage"])
+    g.add_edge("decline", "notify")
+    g.add_conditional_edges("approve", nodes.route_decision, ["charge_card", "notify"])
+    g.add_edge("notify", END)
+    g.add_edge("email", END)
+    return g

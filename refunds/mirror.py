@@ -1,0 +1,60 @@
+"""The Ticket row mirrors its thread: status, next nodes, the pending interrupt and its payload.
+The checkpointer is the source of truth; the mirror is what the queue, the API and the sweep read,
+rebuilt from a snapshot and written only while the writer's lease epoch holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from langgraph.types import StateSnapshot
+
+from refunds import persistence
+from refunds.flow.state import RefundState
+from refunds.models import Ticket
+
+
+def has_work(snap: StateSnapshot) -> bool:
+    # After a hard kill `next` alone can be empty although the run is unfinished: read tasks too.
+    return bool(snap.next or snap.tasks)
+
+
+def never_started(snap: StateSnapshot) -> bool:
+    return snap.metadata is None
+
+
+def fields(snap: StateSnapshot) -> dict[str, Any]:
+    values: RefundState = snap.values or {}
+    result: dict[str, Any] = {
+        "nodes_run": list(values.get("trail", [])),
+        "next_nodes": list(snap.next),
+        "amount_cents": values.get("amount_cents"),
+        "pending_interrupt_id": "",
+        "pending_payload": None,
+        "outcome_reason": values.get("outcome_reason", ""),
+    }
+    if snap.interrupts:
+        pending = snap.interrupts[0]
+        result |= {
+            "status": Ticket.Status.AWAITING_REVIEW,
+            "pending_interrupt_id": pending.id,
+            "pending_payload": pending.value,
+            "required_role": pending.value.get("required_role", ""),
+        }
+    elif never_started(snap):
+        result["status"] = Ticket.Status.NEW
+    elif has_work(snap):
+        result["status"] = Ticket.Status.RUNNING
+    else:
+        result["status"] = values.get("outcome", Ticket.Status.FAILED)
+    return result
+
+
+def rebuild(ticket: Ticket, *, epoch: int | None = None) -> dict[str, Any]:
+    """Rebuild the Ticket row from the checkpoint; with an epoch, only while it holds."""
+    result = fields(persistence.snapshot(ticket.thread_id))
+    qs = Ticket.objects.filter(pk=ticket.pk)
+    if epoch is not None:
+        qs = qs.filter(lease_epoch=epoch)
+    qs.update(**result, updated_at=timezone.now())
+    return result

@@ -1,0 +1,150 @@
+"""The ledger around any gateway (refunds/money.py): once per key, never past the order's
+balance, only while the run's epoch holds, and an unknown outcome resolved by a lookup. Counted
+at a real HTTP processor, not only in our rows."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db.models import F
+from langgraph.errors import GraphDrained
+
+from refunds import lease as leases
+from refunds import money
+from refunds.devtools.fake_processor import FakeProcessor
+from refunds.flow.errors import (
+    EffectBusy,
+    OverBalance,
+    PaymentOutcomeUnknown,
+    PermanentGatewayError,
+)
+from refunds.locks import effect_lock
+from refunds.models import Charge, Ticket
+from refunds.payments import HttpGateway
+from tests.conftest import make_order
+
+
+@pytest.fixture
+def processor():
+    server = FakeProcessor(answer_late_by=0.6).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def ticket(db, late_order) -> Ticket:
+    return Ticket.objects.create(thread_id="refund-1042-m", order=late_order)
+
+
+def held(ticket: Ticket) -> leases.Lease:
+    lease = leases.grant(ticket)
+    assert lease is not None
+    return lease
+
+
+def pay(processor, ticket, lease, *, amount=699, key=None, timeout=0.3) -> str:
+    return money.pay(
+        gateway=HttpGateway(processor.url, timeout=timeout),
+        ticket_id=ticket.pk,
+        order_id=ticket.order_id,
+        lease=lease,
+        key=key or f"{ticket.thread_id}:charge_card:{amount}",
+        amount_cents=amount,
+    )
+
+
+def test_a_charge_is_recorded_paid_and_a_repeat_does_not_call_the_gateway(processor, ticket):
+    lease = held(ticket)
+    receipt = pay(processor, ticket, lease)
+    assert pay(processor, ticket, lease) == receipt
+    charge = Charge.objects.get()
+    assert (charge.status, charge.receipt, charge.epoch) == ("succeeded", receipt, lease.epoch)
+    assert sum(processor.charge_calls.values()) == 1
+
+
+def test_a_charge_past_the_orders_balance_is_refused_before_the_gateway(processor, ticket):
+    with pytest.raises(OverBalance, match=r"\$6.99 left to refund of its \$6.99 fee"):
+        pay(processor, ticket, held(ticket), amount=700)
+    assert processor.charge_calls == {} and Charge.objects.count() == 0
+
+
+def test_an_earlier_ticket_of_the_order_uses_up_its_balance(processor, late_order):
+    first = Ticket.objects.create(thread_id="refund-1042-a", order=late_order, status="refunded")
+    pay(processor, first, held(first), amount=500)
+    second = Ticket.objects.create(thread_id="refund-1042-b", order=late_order)
+    lease = held(second)
+    with pytest.raises(OverBalance, match=r"\$1.99 left"):
+        pay(processor, second, lease, amount=699)
+    assert pay(processor, second, lease, amount=199)
+    assert late_order.refunded_cents() == 699
+
+
+def test_a_worker_whose_epoch_was_taken_over_never_calls_the_gateway(processor, ticket):
+    lease = held(ticket)
+    Ticket.objects.filter(pk=ticket.pk).update(lease_epoch=F("lease_epoch") + 1)  # a successor
+    with pytest.raises(GraphDrained, match="no longer holds"):
+        pay(processor, ticket, lease)
+    assert processor.charge_calls == {} and Charge.objects.count() == 0
+
+
+def test_a_process_that_stalled_past_its_lease_stops_before_the_gateway(processor, ticket):
+    lease = held(ticket)
+    lease.confirmed_at = time.monotonic() - lease.seconds  # what a long SIGSTOP looks like
+    with pytest.raises(GraphDrained, match="stalled"):
+        pay(processor, ticket, lease)
+    assert processor.charge_calls == {}
+
+
+def test_a_lost_answer_after_the_money_moved_is_found_by_lookup_not_charged_again(
+    processor, ticket
+):
+    processor.queue("timeout_after")
+    receipt = pay(processor, ticket, held(ticket))
+    assert receipt == processor.refunds[f"{ticket.thread_id}:charge_card:699"]["receipt"]
+    assert sum(processor.charge_calls.values()) == 1 and sum(processor.lookup_calls.values()) == 1
+    assert Charge.objects.get().status == "succeeded"
+
+
+def test_an_unknown_outcome_whose_lookup_fails_stays_pending_until_a_lookup_answers(
+    processor, ticket, monkeypatch
+):
+    processor.queue("reset_after")
+    monkeypatch.setattr(HttpGateway, "lookup", lambda self, key: (_ for _ in ()).throw(OSError()))
+    with pytest.raises(PaymentOutcomeUnknown):
+        pay(processor, ticket, held(ticket))
+    assert Charge.objects.get().status == "pending"  # money may have moved: it holds the balance
+    assert money.money_moved(ticket) is not None
+    monkeypatch.undo()
+
+    Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=None)  # the next run
+    receipt = pay(processor, ticket, held(ticket))
+
+    assert sum(processor.charge_calls.values()) == 1  # looked up, not charged again
+    assert Charge.objects.get().receipt == receipt
+
+
+def test_a_decline_frees_the_balance_and_a_later_approval_tries_again(processor, ticket):
+    processor.queue("decline")
+    lease = held(ticket)
+    with pytest.raises(PermanentGatewayError):
+        pay(processor, ticket, lease)
+    assert Charge.objects.get().status == "refused" and money.money_moved(ticket) is None
+    assert pay(processor, ticket, lease)
+    assert Charge.objects.get().status == "succeeded"
+
+
+def test_a_charge_another_process_is_making_is_left_to_it(processor, ticket):
+    key = f"{ticket.thread_id}:charge_card:699"
+    with effect_lock(key) as mine:
+        assert mine
+        with pytest.raises(EffectBusy):
+            pay(processor, ticket, held(ticket))
+    assert processor.charge_calls == {}
+
+
+def test_a_second_order_is_its_own_balance(processor, db):
+    order = make_order("5000", fee_cents=300)
+    ticket = Ticket.objects.create(thread_id="refund-5000-x", order=order)
+    assert pay(processor, ticket, held(ticket), amount=300)
+    assert money.refundable_cents(order) == 0
