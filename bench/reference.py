@@ -30,6 +30,8 @@ def order_facts(number: str) -> dict:
         "promised_on": PROMISED.isoformat(),
         "delivered_on": (PROMISED + timedelta(days=3)).isoformat(),
         "fee_cents": 500 + (i * 37) % 4500,
+        "refunded_cents": 0,
+        "refunded_by_ticket": None,
     }
 
 
@@ -37,15 +39,15 @@ class FakeGateway:
     def __init__(self):
         self.charges: dict[str, str] = {}
 
-    def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
-        return self.charges.setdefault(idempotency_key, f"rcpt_{len(self.charges):08d}")
+    def __call__(self, *, key: str, amount_cents: int) -> str:
+        return self.charges.setdefault(key, f"rcpt_{len(self.charges):08d}")
 
 
 def fake_context() -> Collaborators:
     def mailer(**_message: Any) -> None:
         return None
 
-    return Collaborators(find_order=order_facts, gateway=FakeGateway(), mailer=mailer)
+    return Collaborators(find_order=order_facts, pay=FakeGateway(), send_mail=mailer)
 
 
 def open_persistence(url: str) -> tuple[Any, Any]:

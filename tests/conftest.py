@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,30 @@ def _forget_customers(request) -> None:
 def _fast_passwords(settings) -> None:
     # The default hasher costs about half a second per persona; tests need no real hashing.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@contextmanager
+def held_elsewhere(key: str) -> Iterator[None]:
+    """Hold the effect lock for `key` from another thread (its own database session, as another
+    process would)."""
+    from refunds.locks import effect_lock
+
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with effect_lock(key) as held:
+                assert held
+                taken.set()
+                done.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(10)
+    try:
+        yield
+    finally:
+        done.set()
+        holder.join()

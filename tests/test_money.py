@@ -19,10 +19,9 @@ from refunds.flow.errors import (
     PaymentOutcomeUnknown,
     PermanentGatewayError,
 )
-from refunds.locks import effect_lock
 from refunds.models import Charge, Ticket
 from refunds.payments import HttpGateway
-from tests.conftest import make_order
+from tests.conftest import held_elsewhere, make_order
 
 
 @pytest.fixture
@@ -134,10 +133,10 @@ def test_a_decline_frees_the_balance_and_a_later_approval_tries_again(processor,
     assert Charge.objects.get().status == "succeeded"
 
 
-def test_a_charge_another_process_is_making_is_left_to_it(processor, ticket):
+def test_a_charge_another_process_is_making_is_left_to_it(processor, transactional_db, late_order):
+    ticket = Ticket.objects.create(thread_id="refund-1042-m", order=late_order)
     key = f"{ticket.thread_id}:charge_card:699"
-    with effect_lock(key) as mine:
-        assert mine
+    with held_elsewhere(key):
         with pytest.raises(EffectBusy):
             pay(processor, ticket, held(ticket))
     assert processor.charge_calls == {}
