@@ -406,3 +406,24 @@ def test_a_mail_server_that_never_accepts_leaves_a_refund_and_resend_delivers_on
     time.sleep(1)
     assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
     assert Email.objects.get(ticket=ticket).status == "sent"
+
+
+def test_the_one_window_left_a_kill_after_the_server_accepted_sends_a_second_identical_copy(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order
+):
+    """README.md names this window of "mail once": a process killed after the mail server
+    accepted the message and before the outbox marked it sent. The next epoch sends it again,
+    with the same Message-ID, and the ticket is refunded. If this test ever sees one copy, the
+    window closed and the README should say so."""
+    env = crash_plan({"*": {"point": "smtp:after", "times": 1}})
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die after the SMTP 250")
+    workers("second", pool="solo", env=env)
+    settle(ticket, sweep_now)
+    assert status(ticket) == "refunded"
+    copies = [d for d in sinks.smtp.delivered if d.key == f"{ticket.thread_id}:email"]
+    assert len(copies) == 2
+    assert copies[0].message_id == copies[1].message_id
+    assert len(sinks.gateway.refunds_for(ticket.thread_id)) == 1

@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from refunds import services
-from refunds.models import Decision, Ticket
+from refunds.models import Decision, Fork, Ticket
 from tests.conftest import make_order
 
 PENDING = "a" * 32
@@ -282,6 +282,18 @@ def test_the_sweep_picks_a_recorded_decision_that_was_never_applied(
     Decision.objects.filter(pk=decision.pk).update(
         decided_at=timezone.now() - timedelta(seconds=grace + 1)
     )
+    assert recover(monkeypatch) == ([ticket.pk], [ticket.pk])
+
+
+def test_the_sweep_picks_a_fork_that_landed_while_a_worker_held_the_lease(
+    admin_user, late_order, grace, monkeypatch
+):
+    # The worker's release wrote "awaiting review" over the fork's "running": only the unapplied
+    # Fork row says there is work left.
+    ticket = awaiting(late_order)
+    fork = Fork.objects.create(ticket=ticket, by=admin_user, amount_cents=500, reason="partial")
+    Fork.objects.filter(pk=fork.pk).update(created_at=timezone.now() - timedelta(seconds=grace + 1))
+    age(ticket, grace + 60)
     assert recover(monkeypatch) == ([ticket.pk], [ticket.pk])
 
 

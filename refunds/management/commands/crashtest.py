@@ -52,8 +52,12 @@ LATE_POINTS = [
     "after:charge_card",
     "email",
     "smtp:before",
-    "smtp:after",
+    "after:email",
 ]
+# Not planned: "smtp:after", a kill after the mail server accepted the message and before the
+# outbox marked it sent. That is the one window no SMTP server lets us close (README.md, "Mail
+# once"); tests/test_crash.py pins what happens there. A random outside kill can still land in
+# it, about a millisecond per message, and is then counted in emails_delivered_twice.
 FINAL = {"refunded", "declined", "rejected", "failed"}
 # Any of these not 0 fails the run.
 BROKEN_PROMISES = (
