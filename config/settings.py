@@ -150,6 +150,9 @@ REFUNDS_MAX_ATTEMPTS = env_int("REFUNDS_MAX_ATTEMPTS", 5, minimum=1)
 REFUNDS_SWEEP_SECONDS = env_number("REFUNDS_SWEEP_SECONDS", 5.0, minimum=0.5)
 # A ticket younger than this is left to the task that was enqueued for it.
 REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, minimum=0.0)
+# A wake-up the sweep sent and no worker took is sent again after this long (it may have been
+# lost with the broker); until then the queue holds one message per ticket, not one per sweep.
+REFUNDS_REWAKE_SECONDS = env_number("REFUNDS_REWAKE_SECONDS", 30.0, minimum=0.0)
 REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments.HttpGateway
 REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
 
@@ -201,6 +204,8 @@ CELERY_BEAT_SCHEDULE = {
     "recover-unfinished-threads": {
         "task": "refunds.tasks.recover_tickets",
         "schedule": REFUNDS_SWEEP_SECONDS,
+        # A sweep still queued when the next one is due is dropped, not run late in a pile.
+        "options": {"expires": REFUNDS_SWEEP_SECONDS},
     },
 }
 

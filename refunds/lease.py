@@ -167,7 +167,7 @@ def grant(ticket: Ticket, owner: str | None = None) -> Lease | None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE refunds_ticket SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
-            f"lease_expires_at = {_sql_now_plus()}, attempts = attempts + 1, "
+            f"lease_expires_at = {_sql_now_plus()}, attempts = attempts + 1, woken_at = NULL, "
             "status = CASE WHEN status = 'new' THEN 'running' ELSE status END, "
             f"updated_at = {_sql_now()} "
             "WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < "

@@ -137,6 +137,9 @@ class Ticket(models.Model):
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_epoch = models.BigIntegerField(default=0)
+    # When the sweep last sent a wake-up that no worker has taken yet (a grant clears it): the
+    # sweep does not pile a second message behind the first while the queue is backed up.
+    woken_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
 

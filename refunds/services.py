@@ -10,6 +10,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from refunds.flow.words import dollars
@@ -193,13 +194,19 @@ def tickets_recover() -> list[int]:
 
     The broker is a wake-up signal, not the record: a lost message, a killed worker or a crash
     between commit and enqueue all end here."""
-    settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    now = timezone.now()
+    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    rewake_before = now - timedelta(seconds=settings.REFUNDS_REWAKE_SECONDS)
     ids = list(
         Ticket.objects.needing_worker(settled_before=settled_before)
+        # A wake-up the sweep sent that no worker took yet is still in the queue (a backlog):
+        # another copy would only lengthen it. Sent again only if it may have been lost.
+        .filter(Q(woken_at__isnull=True) | Q(woken_at__lt=rewake_before))
         .order_by("pk")
         .values_list("pk", flat=True)
     )
     sent = [ticket_id for ticket_id in ids if wake(ticket_id)]
+    Ticket.objects.filter(pk__in=sent).update(woken_at=now)
     if len(sent) < len(ids):
         raise BrokerUnavailable(
             f"the broker took {len(sent)} of {len(ids)} wake-ups; the rest wait for the next sweep"

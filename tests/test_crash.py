@@ -45,6 +45,7 @@ def crash_plan(tmp_path):
 def sweep_now(settings):
     """Run the recovery sweep from the test, as beat would, with no grace period."""
     settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
+    settings.REFUNDS_REWAKE_SECONDS = 1
 
     def run() -> list[int]:
         return services.tickets_recover()

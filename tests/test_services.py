@@ -297,6 +297,27 @@ def test_the_sweep_picks_a_fork_that_landed_while_a_worker_held_the_lease(
     assert recover(monkeypatch) == ([ticket.pk], [ticket.pk])
 
 
+def test_the_sweep_sends_one_wake_up_per_ticket_until_a_worker_takes_it(
+    late_order, grace, monkeypatch, settings
+):
+    """A backed-up queue must not grow by one copy of every waiting ticket per sweep."""
+    from refunds import lease
+
+    settings.REFUNDS_REWAKE_SECONDS = 30
+    ticket = running(late_order, lease_in=-1)
+    age(ticket, grace + 1)
+    assert recover(monkeypatch)[1] == [ticket.pk]
+    assert recover(monkeypatch)[1] == []  # its wake-up is still queued
+    granted = lease.grant(ticket)  # a worker took it (and then died: the lease lapses)
+    Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=timezone.now())
+    age(ticket, grace + 1)
+    assert granted and recover(monkeypatch)[1] == [ticket.pk]
+    Ticket.objects.filter(pk=ticket.pk).update(
+        woken_at=timezone.now() - timedelta(seconds=31)
+    )  # a wake-up nobody took in 30 s may have been lost with the broker
+    assert recover(monkeypatch)[1] == [ticket.pk]
+
+
 def test_the_sweep_leaves_a_fresh_decision_to_its_own_task(agent, late_order, grace, monkeypatch):
     ticket = awaiting(late_order)
     Decision.objects.create(ticket=ticket, interrupt_id=PENDING, reviewer=agent, answer="approve")

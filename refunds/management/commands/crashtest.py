@@ -138,6 +138,7 @@ class Command(BaseCommand):
             "REFUNDS_LEASE_SECONDS": str(LEASE_SECONDS),
             "REFUNDS_SWEEP_SECONDS": "1",
             "REFUNDS_SWEEP_GRACE_SECONDS": "2",
+            "REFUNDS_REWAKE_SECONDS": "10",
             "REFUNDS_CRASH_PLAN": str(data / "crash-plan.json"),
             "EMAIL_TIMEOUT": "3",
             "LOG_LEVEL": "WARNING",
