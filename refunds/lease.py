@@ -52,7 +52,7 @@ def _sql_now_plus() -> str:
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
 
 
-@dataclass
+@dataclass(eq=False)
 class Lease:
     """A granted lease: who holds the thread, with which epoch, until when (locally)."""
 
@@ -65,6 +65,16 @@ class Lease:
     # Monotonic time at which the last successful grant or renewal was *sent*: the database set
     # the expiry at or after that moment, so the lease surely holds until it plus `seconds`.
     confirmed_at: float
+    # What the ticket row said at the grant: enough to resume it without reading the checkpoint
+    # when the mirror is exact (the previous run released cleanly: `trusted`).
+    order_id: int = 0
+    status: str = ""
+    pending_interrupt_id: str = ""
+    last_error: str = ""
+    trusted: bool = False
+    order_number: str = ""
+    note: str = ""
+    has_forks: bool = False
     lost_reason: str = ""
     _controls: list[RunControl] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -118,35 +128,15 @@ class Lease:
             self.confirmed_at = sent
         return won
 
-    def _renew_loop(self, stop: threading.Event) -> None:
-        try:
-            _bound_statement_time(self.seconds / 6)
-            while not stop.wait(self.seconds / 3):
-                if not self.holds():
-                    return  # fell behind: holds() marked it lost
-                try:
-                    renewed = self.renew()
-                except Exception as exc:  # noqa: BLE001 - any failure to renew is a lost lease
-                    self.lose(f"renewal failed: {type(exc).__name__}: {exc}")
-                    return
-                if not renewed:
-                    self.lose("another worker took the thread over")
-                    return
-        finally:
-            connection.close()
-
     @contextmanager
     def kept_alive(self) -> Iterator[Lease]:
-        stop = threading.Event()
-        beat = threading.Thread(
-            target=self._renew_loop, args=(stop,), daemon=True, name="lease-renew"
-        )
-        beat.start()
+        """Renewed by this process's keeper thread while the block runs."""
+        keeper = _keeper()
+        keeper.hold(self)
         try:
             yield self
         finally:
-            stop.set()
-            beat.join()
+            keeper.drop(self)
 
     # --- release ---------------------------------------------------------------------------------
     def release(self, **fields: Any) -> bool:
@@ -157,10 +147,131 @@ class Lease:
         qs = Ticket.objects.filter(pk=self.ticket_id, lease_epoch=self.epoch)
         return bool(_with_reconnect(lambda: qs.update(**update)))
 
+    def release_with_mirror(self, fields: dict[str, Any]) -> bool:
+        """The end of a run that went well: write the mirror, mark it exact at this epoch and
+        give the thread back, in one UPDATE. True when a decision or a fork landed meanwhile
+        (the same statement tells), so the caller goes round again."""
+        update = {
+            "lease_owner": "",
+            "lease_expires_at": None,
+            "updated_at": timezone.now(),
+            "attempts": 0,
+            "last_error": "",
+            "mirror_epoch": self.epoch,
+            **fields,
+        }
+        sets, params = [], []
+        for name, value in update.items():
+            column = Ticket._meta.get_field(name)
+            sets.append(f"{connection.ops.quote_name(column.column)} = %s")
+            params.append(column.get_db_prep_save(value, connection))
+        sql = (
+            f"UPDATE refunds_ticket SET {', '.join(sets)} WHERE id = %s AND lease_epoch = %s "
+            "RETURNING (EXISTS (SELECT 1 FROM refunds_decision d WHERE d.ticket_id = "
+            "refunds_ticket.id AND d.applied_at IS NULL AND d.refused_reason = '') OR EXISTS "
+            "(SELECT 1 FROM refunds_fork f WHERE f.ticket_id = refunds_ticket.id "
+            "AND f.applied_at IS NULL AND f.refused_reason = ''))"
+        )
 
-def grant(ticket: Ticket, owner: str | None = None) -> Lease | None:
-    """Take the thread's lease if nobody holds it, raising its epoch: one UPDATE, so two workers
-    never both win. None when another worker holds it."""
+        def write():
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [*params, self.ticket_id, self.epoch])
+                return cursor.fetchone()
+
+        row = _with_reconnect(write)
+        return bool(row and row[0])
+
+
+class _Keeper:
+    """One renewal thread per process, on a connection of its own, for every lease the process
+    holds: a run costs no thread start and no connection open for its renewals."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.leases: set[Lease] = set()
+        self.lock = threading.Lock()
+        self.changed = threading.Event()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="lease-keeper")
+        self.thread.start()
+
+    def hold(self, lease: Lease) -> None:
+        with self.lock:
+            self.leases.add(lease)
+        self.changed.set()
+
+    def drop(self, lease: Lease) -> None:
+        with self.lock:
+            self.leases.discard(lease)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.changed.set()
+        self.thread.join(timeout=10)
+
+    def _due(self) -> float | None:
+        with self.lock:
+            return min(
+                (lease.confirmed_at + lease.seconds / 3 for lease in self.leases), default=None
+            )
+
+    def _loop(self) -> None:
+        bounded_to = None
+        try:
+            while not self.stopping:
+                due = self._due()
+                self.changed.wait(None if due is None else max(due - time.monotonic(), 0))
+                self.changed.clear()
+                with self.lock:
+                    leases = list(self.leases)
+                for lease in leases:
+                    if time.monotonic() < lease.confirmed_at + lease.seconds / 3:
+                        continue
+                    if not lease.holds():  # fell behind (a stall): holds() marked it lost
+                        self.drop(lease)
+                        continue
+                    try:
+                        if bounded_to is None or connection.connection is not bounded_to:
+                            _bound_statement_time(lease.seconds / 6)
+                            bounded_to = connection.connection
+                        renewed = lease.renew()
+                    except Exception as exc:  # noqa: BLE001 - any failure is a lost lease
+                        lease.lose(f"renewal failed: {type(exc).__name__}: {exc}")
+                        self.drop(lease)
+                        connection.close()
+                        continue
+                    if not renewed:
+                        lease.lose("another worker took the thread over")
+                        self.drop(lease)
+        finally:
+            connection.close()
+
+
+_the_keeper: _Keeper | None = None
+_keeper_lock = threading.Lock()
+
+
+def _keeper() -> _Keeper:
+    global _the_keeper
+    with _keeper_lock:
+        if _the_keeper is None or _the_keeper.pid != os.getpid():  # none yet, or a forked child
+            _the_keeper = _Keeper()
+        return _the_keeper
+
+
+def stop_keeper() -> None:
+    """Stop this process's renewal thread and close its connection (tests drop the database)."""
+    global _the_keeper
+    with _keeper_lock:
+        keeper, _the_keeper = _the_keeper, None
+    if keeper is not None and keeper.pid == os.getpid():
+        keeper.stop()
+
+
+def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
+    """Take the thread's lease if nobody holds it and the ticket is not finished, raising its
+    epoch: one UPDATE, so two workers never both win. None when that UPDATE changed nothing."""
+    ticket_id = ticket if isinstance(ticket, int) else ticket.pk
     owner = owner or worker_name()
     seconds = settings.REFUNDS_LEASE_SECONDS
     sent = time.monotonic()
@@ -170,22 +281,36 @@ def grant(ticket: Ticket, owner: str | None = None) -> Lease | None:
             f"lease_expires_at = {_sql_now_plus()}, attempts = attempts + 1, woken_at = NULL, "
             "status = CASE WHEN status = 'new' THEN 'running' ELSE status END, "
             f"updated_at = {_sql_now()} "
-            "WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < "
-            f"{_sql_now()}) RETURNING lease_epoch, attempts",
-            [owner, seconds, ticket.pk],
+            "WHERE id = %s AND status NOT IN ('refunded', 'declined', 'rejected', 'failed') "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {_sql_now()}) "
+            "RETURNING lease_epoch, attempts, thread_id, order_id, status, pending_interrupt_id, "
+            "mirror_epoch, last_error, note, "
+            "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "
+            "EXISTS (SELECT 1 FROM refunds_fork f WHERE f.ticket_id = refunds_ticket.id "
+            "AND f.applied_at IS NULL AND f.refused_reason = '')",
+            [owner, seconds, ticket_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    epoch, attempts = row
+    (epoch, attempts, thread_id, order_id, status, pending, mirror_epoch, last_error) = row[:8]
+    note, order_number, has_forks = row[8:]
     return Lease(
-        ticket_id=ticket.pk,
-        thread_id=ticket.thread_id,
+        ticket_id=ticket_id,
+        thread_id=thread_id,
         owner=owner,
         epoch=epoch,
         attempts=attempts,
         seconds=seconds,
         confirmed_at=sent,
+        order_id=order_id,
+        status=status,
+        pending_interrupt_id=pending,
+        last_error=last_error,
+        trusted=mirror_epoch == epoch - 1,
+        order_number=order_number,
+        note=note,
+        has_forks=bool(has_forks),
     )
 
 

@@ -28,8 +28,8 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.mail import EmailMessage
-from django.db import IntegrityError, InterfaceError, OperationalError, connection
+from django.core.mail import EmailMessage, get_connection
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from langgraph.errors import GraphDrained
@@ -86,12 +86,11 @@ def resend(email_id: int) -> bool:
 
 
 def _ensure_row(*, ticket_id: int, key: str, to: str, subject: str, body: str) -> None:
-    if Email.objects.filter(key=key).exists():
-        return
-    try:
-        Email.objects.create(ticket_id=ticket_id, key=key, to=to, subject=subject, body=body)
-    except IntegrityError:
-        pass  # written by a run before this one (or a concurrent one that will lose the claim)
+    # INSERT .. ON CONFLICT DO NOTHING: a row written by a run before this one stays as it is.
+    Email.objects.bulk_create(
+        [Email(ticket_id=ticket_id, key=key, to=to, subject=subject, body=body)],
+        ignore_conflicts=True,
+    )
 
 
 def _claim(key: str, claim: str, holds: Q) -> bool:
@@ -123,9 +122,15 @@ def _deliver(key: str, claim: str) -> None:
         to=[email.to],
         headers={"X-Refund-Key": key, "Message-ID": email.message_id},
     )
+    # The connection is opened here and closed after the row is marked: the mark follows the
+    # server's "250 accepted" at once, not after the QUIT round trip, which keeps the one window
+    # of "mail once" (accepted, not yet marked) as short as a single UPDATE.
+    backend = get_connection()
     try:
-        message.send()
+        backend.open()
+        backend.send_messages([message])
     except Exception as exc:
+        backend_close(backend)
         error = _classify(exc)
         if error is None:
             raise
@@ -143,6 +148,14 @@ def _deliver(key: str, claim: str) -> None:
         sent_at=Now(),
         last_error="",
     )
+    backend_close(backend)
+
+
+def backend_close(backend) -> None:
+    try:
+        backend.close()
+    except Exception:  # noqa: BLE001 - the message went out (or not) before; QUIT is courtesy
+        log.debug("closing the mail connection failed", exc_info=True)
 
 
 def _classify(exc: Exception) -> MailRetryable | MailRefused | None:

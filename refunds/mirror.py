@@ -4,6 +4,7 @@ rebuilt from a snapshot and written only while the writer's lease epoch holds.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
@@ -14,16 +15,61 @@ from refunds.flow.state import RefundState
 from refunds.models import Ticket
 
 
-def has_work(snap: StateSnapshot) -> bool:
+@dataclass(frozen=True)
+class Outcome:
+    """Where a thread stands after a run, read from the run's own stream events; the same
+    attributes as LangGraph's StateSnapshot, so the mirror is built the same way from either."""
+
+    values: dict
+    next: tuple[str, ...]
+    tasks: tuple
+    interrupts: tuple
+    metadata: dict | None
+
+
+class RunEvents:
+    """Reads a run's stream (modes "updates" and "checkpoints") as it goes: the last checkpoint
+    and the interrupts the run stopped on are where the thread stands, with no read of the
+    checkpointer after the run."""
+
+    MODES = ["updates", "checkpoints"]
+
+    def __init__(self) -> None:
+        self.last: dict | None = None
+        self.interrupts: tuple = ()
+
+    def see(self, mode: str, chunk: Any) -> list[str]:
+        """Take one stream item; return the nodes it says finished."""
+        if mode == "checkpoints":
+            self.last = chunk
+            return []
+        if "__interrupt__" in chunk:
+            self.interrupts = tuple(chunk["__interrupt__"])
+            return []
+        return list(chunk)
+
+    def outcome(self) -> Outcome | None:
+        if self.last is None:
+            return None
+        return Outcome(
+            values=self.last["values"],
+            next=tuple(self.last["next"]),
+            tasks=tuple(self.last["tasks"]),
+            interrupts=self.interrupts,
+            metadata=self.last["metadata"],
+        )
+
+
+def has_work(snap: StateSnapshot | Outcome) -> bool:
     # After a hard kill `next` alone can be empty although the run is unfinished: read tasks too.
     return bool(snap.next or snap.tasks)
 
 
-def never_started(snap: StateSnapshot) -> bool:
+def never_started(snap: StateSnapshot | Outcome) -> bool:
     return snap.metadata is None
 
 
-def fields(snap: StateSnapshot) -> dict[str, Any]:
+def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
     values: RefundState = snap.values or {}
     result: dict[str, Any] = {
         "nodes_run": list(values.get("trail", [])),

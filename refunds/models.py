@@ -4,7 +4,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Exists, OuterRef, Q, Sum
+from django.db.models import Exists, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now
 
 
@@ -38,13 +38,11 @@ class Order(models.Model):
         return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
 
     def as_facts(self, *, for_ticket: int | None = None) -> dict:
-        earlier = (
+        held = (
             Charge.objects.filter(order=self)
             .holding_balance()
             .exclude(ticket_id=for_ticket)
-            .order_by("-id")
-            .values_list("ticket_id", flat=True)
-            .first()
+            .aggregate(total=Sum("amount_cents"), last=Max("ticket_id"))
         )
         return {
             "number": self.number,
@@ -53,8 +51,8 @@ class Order(models.Model):
             "promised_on": self.promised_on.isoformat(),
             "delivered_on": self.delivered_on.isoformat(),
             "fee_cents": self.shipping_fee_cents,
-            "refunded_cents": self.refunded_cents(excluding_ticket=for_ticket),
-            "refunded_by_ticket": earlier,
+            "refunded_cents": held["total"] or 0,
+            "refunded_by_ticket": held["last"],
         }
 
 
@@ -140,6 +138,9 @@ class Ticket(models.Model):
     # When the sweep last sent a wake-up that no worker has taken yet (a grant clears it): the
     # sweep does not pile a second message behind the first while the queue is backed up.
     woken_at = models.DateTimeField(null=True, blank=True)
+    # The epoch whose run wrote the mirror as it released the lease: when the next grant's epoch
+    # follows it, nobody crashed in between and the mirror is exact (runner.py trusts it).
+    mirror_epoch = models.BigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
 

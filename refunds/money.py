@@ -151,9 +151,10 @@ def _settle(row: Charge, *, receipt: str | None = None, refused: str = "") -> st
     return receipt or ""
 
 
-def money_moved(ticket: Ticket) -> Charge | None:
+def money_moved(ticket: Ticket | int) -> Charge | None:
     """The ticket's charge whose money moved, or may have; None when none did."""
-    return Charge.objects.filter(ticket=ticket).money_moved().order_by("id").first()
+    ticket_id = ticket if isinstance(ticket, int) else ticket.pk
+    return Charge.objects.filter(ticket_id=ticket_id).money_moved().order_by("id").first()
 
 
 def refundable_cents(order: Order) -> int:

@@ -78,10 +78,7 @@ class FencedSqliteSaver(SqliteSaver):
                 if fence is not None and transaction:
                     # A write: it opens the transaction and takes SQLite's write lock, so the
                     # check and the rows that follow commit together or not at all.
-                    cur.execute(
-                        f"UPDATE {FENCE_TABLE} SET epoch = epoch WHERE thread_id = ? AND epoch = ?",
-                        fence,
-                    )
+                    cur.execute(_HOLD_SQL.replace("%s", "?"), fence)
                     if cur.rowcount != 1:
                         raise FenceLost(f"thread {fence[0]}: epoch {fence[1]} no longer holds")
                 yield cur
@@ -122,10 +119,7 @@ class FencedPostgresSaver(PostgresSaver):
             conn.transaction(),
             conn.cursor(binary=True, row_factory=dict_row) as cur,
         ):
-            cur.execute(
-                f"UPDATE {FENCE_TABLE} SET epoch = epoch WHERE thread_id = %s AND epoch = %s",
-                fence,
-            )
+            cur.execute(_HOLD_SQL, fence)
             if cur.rowcount != 1:
                 raise FenceLost(f"thread {fence[0]}: epoch {fence[1]} no longer holds")
             yield cur
@@ -144,6 +138,15 @@ class FencedPostgresSaver(PostgresSaver):
         return row is not None
 
 
+# In the transaction of every checkpoint write: the fence is ours (raised to our epoch if an
+# older one held it, or written if the thread has none); a newer epoch changes nothing and the
+# write is refused. Taking it over from an older epoch without an explicit claim is safe: a grant
+# after a lapsed lease (the only way an older writer can still be alive) claims before it reads.
+_HOLD_SQL = (
+    f"INSERT INTO {FENCE_TABLE} (thread_id, epoch) VALUES (%s, %s) "
+    f"ON CONFLICT (thread_id) DO UPDATE SET epoch = excluded.epoch "
+    f"WHERE {FENCE_TABLE}.epoch <= excluded.epoch"
+)
 # Raise the fence to this epoch unless a newer one holds it; a row comes back when it holds.
 _CLAIM_SQL = (
     f"INSERT INTO {FENCE_TABLE} (thread_id, epoch) VALUES (%s, %s) "

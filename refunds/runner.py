@@ -1,15 +1,27 @@
 """advance(): the only code that runs, resumes, forks or updates a thread.
 
-It takes the ticket's lease (one writer per thread, with a fencing epoch), raises the thread's
-checkpoint fence to that epoch, applies a recorded fork or decision if the thread waits on it, runs
-until the next interrupt or the end with durability "sync", and writes the mirror in the same
-UPDATE that releases the lease. Every write on the way is conditional on the epoch.
+It takes the ticket's lease (one writer per thread, with a fencing epoch), applies a recorded fork
+or decision if the thread waits on it, runs until the next interrupt or the end, and writes the
+mirror in the same UPDATE that releases the lease. Every write on the way is conditional on the
+epoch.
+
+What it reads, and why so little: the checkpointer is the truth, but the mirror is exact whenever
+the previous run released the lease cleanly (the release wrote `mirror_epoch`). Then a new ticket
+starts without a snapshot, a decision resumes its interrupt straight from the mirror, and the new
+mirror is built from the run's own stream events. The checkpointer is read only when the mirror
+cannot be trusted: after a crash (a lease that lapsed), a fork, a retry.
+
+Durability: the first leg (lookup to the review, or to the decline) has no effects and runs with
+durability "exit", stopped before any node with an effect; a kill inside it re-runs only pure
+nodes (tests/test_crash.py). Every run that can reach `charge_card`, `email` or `notify` is
+"sync": each step's checkpoint is on disk before the next step starts.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -18,7 +30,7 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F
 from django.utils import timezone
 from langgraph.errors import GraphDrained
-from langgraph.types import Command, StateSnapshot
+from langgraph.types import Command
 
 from refunds import lease as leases
 from refunds import mail, mirror, money, persistence
@@ -31,6 +43,7 @@ from refunds.persistence import FenceLost, graph, snapshot, thread_config
 
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
+EFFECT_NODES = ["charge_card", "email", "notify"]  # the first leg stops before these
 # Observers of a run: called with (thread_id, event), event being "resume" or "after:<node>" once
 # that node's checkpoint is on disk. Metrics and the crash tests' kill points hang here.
 step_hooks: list[Callable[[str, str], None]] = []
@@ -38,24 +51,20 @@ step_hooks: list[Callable[[str, str], None]] = []
 
 def advance(ticket_id: int) -> str:
     """Move one thread as far as it goes. Safe to call any number of times, from any worker."""
-    ticket = Ticket.objects.select_related("order").filter(pk=ticket_id).first()
-    if ticket is None:
-        return "missing"
-    if ticket.is_final or ticket.status == Ticket.Status.FAILED:
-        return ticket.status
-    lease = leases.grant(ticket)
+    lease = leases.grant(ticket_id)
     if lease is None:
-        return "busy"  # another worker is on it; it picks up anything recorded meanwhile
+        status = Ticket.objects.filter(pk=ticket_id).values_list("status", flat=True).first()
+        if status is None:
+            return "missing"
+        return status if status in (*Ticket.FINAL, Ticket.Status.FAILED) else "busy"
     if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
-        return _give_up(ticket, lease)
+        return _give_up(lease)
     try:
         with lease.kept_alive():
-            if not persistence.checkpointer().claim_fence(ticket.thread_id, lease.epoch):
-                raise FenceLost(f"a newer epoch than {lease.epoch} holds {ticket.thread_id}")
-            fields = _drive(ticket, lease)
+            fields = _drive(lease)
     except (GraphDrained, FenceLost) as exc:
         # Another worker holds the thread now (or soon will): leave everything to it.
-        log.warning("ticket %s: run stopped, lease lost: %s", ticket.pk, exc)
+        log.warning("ticket %s: run stopped, lease lost: %s", ticket_id, exc)
         lease.release(last_error=f"lease lost: {exc}"[:2000])
         return "lease lost"
     except EffectBusy as exc:
@@ -64,15 +73,16 @@ def advance(ticket_id: int) -> str:
         lease.release(attempts=F("attempts") - 1, last_error=str(exc))
         return "busy"
     except Exception as exc:
-        log.exception("ticket %s: run failed", ticket.pk)
+        log.exception("ticket %s: run failed", ticket_id)
         # No checkpoint read here: after a database blip that read would hang on a dead
         # connection and keep the lease for its full length. The next run rebuilds the mirror.
         _release_after_error(lease, f"{type(exc).__name__}: {exc}")
         return "error"
-    lease.release(attempts=0, last_error="", **fields)  # the mirror and the release in one UPDATE
-    if Ticket.objects.filter(pk=ticket_id).needing_worker().exists():
-        return advance(ticket_id)  # a decision or a fork landed while we held the lease
-    return fields["status"]
+    # The mirror and the release in one UPDATE, which also says whether a decision or a fork
+    # landed while we held the lease.
+    if lease.release_with_mirror(fields):
+        return advance(ticket_id)
+    return fields.get("status", lease.status)
 
 
 def _release_after_error(lease: leases.Lease, error: str) -> None:
@@ -83,14 +93,14 @@ def _release_after_error(lease: leases.Lease, error: str) -> None:
         log.exception("ticket %s: could not release the lease; it lapses", lease.ticket_id)
 
 
-def _give_up(ticket: Ticket, lease: leases.Lease) -> str:
+def _give_up(lease: leases.Lease) -> str:
     """The attempt cap: `failed` only when no money moved. Paid means refunded."""
     tries = lease.attempts - 1
-    error = (ticket.last_error or "worker died") + f" (gave up after {tries} attempts)"
-    charge = money.money_moved(ticket)
+    error = (lease.last_error or "worker died") + f" (gave up after {tries} attempts)"
+    charge = money.money_moved(lease.ticket_id)
     if charge is None:
         lease.release(status=Ticket.Status.FAILED, last_error=error)
-        log.warning("ticket %s failed after %s attempts", ticket.pk, tries)
+        log.warning("ticket %s failed after %s attempts", lease.ticket_id, tries)
         return Ticket.Status.FAILED
     if charge.status == Charge.Status.SUCCEEDED:
         lease.release(
@@ -106,21 +116,21 @@ def _give_up(ticket: Ticket, lease: leases.Lease) -> str:
 
 
 # --- running a thread --------------------------------------------------------------------------
-def collaborators(ticket: Ticket, lease: leases.Lease) -> Collaborators:
+def collaborators(lease: leases.Lease) -> Collaborators:
     def find_order(number: str):
         order = Order.objects.filter(number=number).first()
-        return order.as_facts(for_ticket=ticket.pk) if order else None
+        return order.as_facts(for_ticket=lease.ticket_id) if order else None
 
     return Collaborators(
         find_order=find_order,
         pay=partial(
             money.pay,
             gateway=get_gateway(),
-            ticket_id=ticket.pk,
-            order_id=ticket.order_id,
+            ticket_id=lease.ticket_id,
+            order_id=lease.order_id,
             lease=lease,
         ),
-        send_mail=partial(mail.send_once, ticket_id=ticket.pk, lease=lease),
+        send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
     )
 
 
@@ -129,26 +139,35 @@ def _emit(thread_id: str, event: str) -> None:
         hook(thread_id, event)
 
 
-def _run(ticket: Ticket, graph_input: Any, ctx: Collaborators, lease: leases.Lease) -> None:
-    config = thread_config(ticket.thread_id, fence=lease.epoch)
-    for update in graph().stream(
+def _run(lease: leases.Lease, graph_input: Any, ctx: Collaborators, *, first_leg: bool = False):
+    """One graph run; returns where the thread stands, from the run's own events."""
+    config = thread_config(lease.thread_id, fence=lease.epoch)
+    options: dict[str, Any] = {"durability": "sync"}
+    if first_leg:
+        # Nothing before the review has an effect: one checkpoint at the end is enough, and the
+        # run stops before any node that has one.
+        options = {"durability": "exit", "interrupt_before": EFFECT_NODES}
+    events = mirror.RunEvents()
+    for mode, chunk in graph().stream(
         graph_input,
         config,
         context=ctx,
-        durability="sync",
-        stream_mode="updates",
+        stream_mode=mirror.RunEvents.MODES,
         control=lease.control(),
+        **options,
     ):
-        # Between nodes: the step's checkpoint is on disk before the next one starts.
-        for node in update:
-            _emit(ticket.thread_id, f"after:{node}")
+        # Between nodes (under "sync" the step's checkpoint is on disk before the next).
+        for node in events.see(mode, chunk):
+            _emit(lease.thread_id, f"after:{node}")
+    # Nothing ran (nothing was left to run): ask the checkpointer.
+    return events.outcome() or snapshot(lease.thread_id)
 
 
-def initial_input(ticket: Ticket) -> RefundState:
+def initial_input(lease: leases.Lease) -> RefundState:
     return {
-        "ticket_key": ticket.thread_id,
-        "order_number": ticket.order.number,
-        "note": ticket.note,
+        "ticket_key": lease.thread_id,
+        "order_number": lease.order_number,
+        "note": lease.note,
         "flow_version": FLOW_VERSION,
     }
 
@@ -157,12 +176,12 @@ def _fenced(qs, lease: leases.Lease):
     return qs.filter(ticket__lease_epoch=lease.epoch)
 
 
-def _settle_decisions(ticket: Ticket, snap: StateSnapshot, lease: leases.Lease) -> Decision | None:
+def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | None):
     """Return the recorded decision the thread waits on, if any; close out the others."""
-    pending = {i.id for i in snap.interrupts}
-    answered = (snap.values or {}).get("decision", {}).get("decision_id")
     chosen = None
-    for decision in Decision.objects.filter(ticket=ticket, applied_at=None, refused_reason=""):
+    for decision in Decision.objects.filter(
+        ticket_id=lease.ticket_id, applied_at=None, refused_reason=""
+    ).select_related("reviewer"):
         one = _fenced(Decision.objects.filter(pk=decision.pk), lease)
         if decision.interrupt_id in pending and chosen is None:
             chosen = decision
@@ -173,21 +192,27 @@ def _settle_decisions(ticket: Ticket, snap: StateSnapshot, lease: leases.Lease) 
     return chosen
 
 
-def _apply_forks(ticket: Ticket, lease: leases.Lease) -> None:
+def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
     """Apply an admin's recorded fork: a new checkpoint branched from the one before triage,
     with the corrected amount. Under the lease and its fence, like every other write."""
-    for fork in Fork.objects.filter(ticket=ticket, applied_at=None, refused_reason=""):
+    for fork in forks:
         one = _fenced(Fork.objects.filter(pk=fork.pk), lease)
-        current = snapshot(ticket.thread_id)
+        current = snapshot(lease.thread_id)
         if (current.values or {}).get("fork_id") == fork.pk:  # a crash after update_state
             one.update(applied_at=timezone.now())
             continue
+        # The latest checkpoint from which triage can run again: before triage, or paused at
+        # the review (the first leg keeps only that one, under durability "exit").
         base = next(
-            (s for s in persistence.history(ticket.thread_id) if s.next == ("triage",)), None
+            (
+                s
+                for s in persistence.history(lease.thread_id)
+                if s.next in (("triage",), ("approve",))
+            ),
+            None,
         )
         refusal = ""
-        charge = money.money_moved(ticket)
-        if charge is not None:
+        if money.money_moved(lease.ticket_id) is not None:
             refusal = "Money moved before the fork could be applied; nothing was changed."
         elif base is None:
             refusal = "The thread never reached triage, so it has no amount to correct."
@@ -207,8 +232,9 @@ def _apply_forks(ticket: Ticket, lease: leases.Lease) -> None:
         }
         config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
         # As if check_policy wrote it: its router sends the fork to triage, which re-decides
-        # who reviews the corrected amount. (triage routes by Command, which update_state
-        # cannot replay, so the fork starts one step earlier.)
+        # who reviews the corrected amount, and the review asks again (a new interrupt id).
+        # (triage routes by Command, which update_state cannot replay, so the fork is written
+        # as the step before it.)
         graph().update_state(config, update, as_node="check_policy")
         one.update(
             applied_at=timezone.now(),
@@ -217,35 +243,79 @@ def _apply_forks(ticket: Ticket, lease: leases.Lease) -> None:
         )
 
 
-def _drive(ticket: Ticket, lease: leases.Lease) -> dict[str, Any]:
-    """Run the thread until it waits on a person or ends; return its mirror fields."""
-    ctx = collaborators(ticket, lease)
-    _apply_forks(ticket, lease)
-    snap = snapshot(ticket.thread_id)
-    if snap.metadata is not None and not snap.interrupts:
-        _settle_decisions(ticket, snap, lease)  # after a crash: note a landed resume, refuse rest
+def _drive(lease: leases.Lease) -> dict[str, Any]:
+    """Run the thread until it waits on a person or ends; return its mirror fields (empty when
+    nothing changed)."""
+    ctx = collaborators(lease)
+    forks = []
+    if lease.has_forks:  # the grant's UPDATE said so
+        forks = list(
+            Fork.objects.filter(ticket_id=lease.ticket_id, applied_at=None, refused_reason="")
+            .select_related("by")
+            .order_by("created_at")
+        )
+    state: Any = None  # None: the first grant ever, the thread never ran, nothing to read
+    as_mirrored = False  # the state is the mirror's own: nothing to write back unless it moves
+    if lease.trusted and not forks and lease.epoch == 1:
+        pass
+    elif lease.trusted and not forks and lease.pending_interrupt_id:
+        state, as_mirrored = _waiting_on(lease), True  # the mirror knows the interrupt exactly
+    else:
+        # The checkpointer is the truth; raise the fence first, so a paused writer of an older
+        # epoch cannot add a checkpoint after we read.
+        if not persistence.checkpointer().claim_fence(lease.thread_id, lease.epoch):
+            raise FenceLost(f"a newer epoch than {lease.epoch} holds {lease.thread_id}")
+        _apply_forks(lease, forks)
+        state = snapshot(lease.thread_id)
+        if state.metadata is not None and not state.interrupts:
+            answered = (state.values or {}).get("decision", {}).get("decision_id")
+            _settle_decisions(lease, set(), answered)  # after a crash: note a landed resume
     for _ in range(MAX_RUNS_PER_ADVANCE):
-        if mirror.never_started(snap):
-            _run(ticket, initial_input(ticket), ctx, lease)
-        elif snap.interrupts:
-            decision = _settle_decisions(ticket, snap, lease)
+        if state is None or mirror.never_started(state):
+            state = _run(lease, initial_input(lease), ctx, first_leg=True)
+            if state.interrupts:
+                # The review was never shown, so no answer can be waiting: the release's own
+                # UPDATE tells if one landed since.
+                return mirror.fields(state)
+            as_mirrored = False
+            continue
+        elif state.interrupts:
+            answered = (state.values or {}).get("decision", {}).get("decision_id")
+            decision = _settle_decisions(lease, {i.id for i in state.interrupts}, answered)
             if decision is None:
-                return mirror.fields(snap)  # waiting on a person
+                return {} if as_mirrored else mirror.fields(state)  # waiting on a person
             # The mirror stops saying "awaiting review" while the answer is applied, so the
             # queue and the API do not show a review whose charge is already under way.
-            Ticket.objects.filter(pk=ticket.pk, lease_epoch=lease.epoch).update(
+            Ticket.objects.filter(pk=lease.ticket_id, lease_epoch=lease.epoch).update(
                 status=Ticket.Status.RUNNING, pending_interrupt_id="", pending_payload=None
             )
-            _emit(ticket.thread_id, "resume")
+            _emit(lease.thread_id, "resume")
             answer = decision.as_resume_value() | {"decision_id": decision.pk}
             # Keyed by interrupt id: a repeated resume can never answer a later question.
-            _run(ticket, Command(resume={decision.interrupt_id: answer}), ctx, lease)
+            state = _run(lease, Command(resume={decision.interrupt_id: answer}), ctx)
             _fenced(Decision.objects.filter(pk=decision.pk), lease).update(
                 applied_at=timezone.now()
             )
-        elif mirror.has_work(snap):
-            _run(ticket, None, ctx, lease)
+        elif mirror.has_work(state):
+            state = _run(lease, None, ctx)
         else:
-            return mirror.fields(snap)
-        snap = snapshot(ticket.thread_id)
-    raise RuntimeError(f"thread {ticket.thread_id} did not settle in {MAX_RUNS_PER_ADVANCE} runs")
+            return mirror.fields(state)
+        as_mirrored = False
+    raise RuntimeError(f"thread {lease.thread_id} did not settle in {MAX_RUNS_PER_ADVANCE} runs")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    id: str
+
+
+def _waiting_on(lease: leases.Lease) -> mirror.Outcome:
+    """The thread as the mirror knows it: paused on one interrupt. Enough to resume it; the
+    resume's own events rebuild the mirror."""
+    return mirror.Outcome(
+        values={},
+        next=("approve",),
+        tasks=(),
+        interrupts=(_Pending(lease.pending_interrupt_id),),
+        metadata={},
+    )

@@ -80,8 +80,9 @@ def django_db_setup(django_db_setup) -> Iterator[None]:
     """pytest-django's test database; its checkpoint pool is closed before the database is
     dropped (PostgreSQL refuses to drop a database that has sessions)."""
     yield
-    from refunds import persistence
+    from refunds import lease, persistence
 
+    lease.stop_keeper()
     persistence.close_persistence()
 
 

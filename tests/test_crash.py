@@ -174,7 +174,34 @@ def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
     wait_for(lambda: status(ticket) == "awaiting_review", timeout=30, what="recovery")
     assert time.monotonic() - killed_at < 30
     ticket.refresh_from_db()
-    assert ticket.nodes_run.count("lookup") == 1  # durability sync: finished steps are not redone
+    assert ticket.nodes_run.count("lookup") == 1  # the first leg ran again, from a clean slate
+
+
+@pytest.mark.parametrize("point", ["fraud_check", "after:lookup", "check_policy", "approve"])
+def test_a_kill_in_the_first_leg_reruns_only_pure_nodes_and_reaches_the_same_review(
+    workers, sinks, crash_plan, sweep_now, agent, late_order, point
+):
+    """The first leg (lookup to the review) runs under durability "exit": a kill inside it keeps
+    nothing, and the next worker runs lookup, the checks, the policy and triage again. None of
+    them has an effect: nothing reaches the processor or the mail server, and the review is the
+    one an undisturbed run shows."""
+    env = crash_plan({"*": {"point": point, "times": 1}})
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die in the first leg")
+    assert persistence.history(ticket.thread_id) == []  # "exit": nothing was kept
+    workers("second", pool="solo", env=env)
+    wait_for(
+        lambda: sweep_now() is not None and status(ticket) == "awaiting_review",
+        what="the review",
+    )
+    ticket.refresh_from_db()
+    assert ticket.nodes_run == ["lookup", "fraud_check", "history_check", "check_policy", "triage"]
+    payload = ticket.pending_payload
+    assert (payload["amount_cents"], payload["required_role"]) == (699, "agent")
+    assert "**Refund $6.99** shipping on order **1042**" in payload["description"]
+    assert sinks.gateway.charge_calls == {} and sinks.smtp.count() == 0
+    assert len(persistence.history(ticket.thread_id)) == 1  # one checkpoint for the whole leg
 
 
 # --- pauses: a process that wakes up after its lease was taken over changes nothing ------------

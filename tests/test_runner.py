@@ -135,8 +135,8 @@ def test_a_ticket_that_keeps_failing_is_marked_failed_after_the_cap(
 def _with(**overrides):
     original = runner.collaborators
 
-    def build(ticket, lease):
-        ctx = original(ticket, lease)
+    def build(lease):
+        ctx = original(lease)
         for name, value in overrides.items():
             setattr(ctx, name, value)
         return ctx
@@ -207,15 +207,18 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
     assert Ticket.objects.get(pk=paused.pk).status == "refunded"
 
 
-def test_every_run_is_durable_sync(transactional_db, agent, late_order, monkeypatch):
-    """A checkpoint on disk before the next step starts: a hard kill resumes at the step that
-    was running (under "async", 26 kills of 30 lost the record of finished steps)."""
+def test_every_run_that_can_reach_an_effect_is_durable_sync(
+    transactional_db, agent, late_order, monkeypatch
+):
+    """A checkpoint on disk before the next step starts wherever money or mail can follow (under
+    "async", 26 kills of 30 lost the record of finished steps). The first leg, which has no
+    effects, runs under "exit" and stops before any node that has one."""
     compiled = persistence.graph()
     seen = []
     real_stream = compiled.stream
 
     def recording_stream(*args, **kwargs):
-        seen.append(kwargs.get("durability"))
+        seen.append((kwargs.get("durability"), kwargs.get("interrupt_before")))
         return real_stream(*args, **kwargs)
 
     monkeypatch.setattr(compiled, "stream", recording_stream)
@@ -226,4 +229,21 @@ def test_every_run_is_durable_sync(transactional_db, agent, late_order, monkeypa
         ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
     )
     assert runner.advance(ticket.pk) == "refunded"
-    assert seen == ["sync", "sync"]
+    assert seen == [("exit", ["charge_card", "email", "notify"]), ("sync", None)]
+
+
+def test_a_declined_ticket_stops_before_the_email_then_sends_it_under_sync(
+    transactional_db, agent, on_time_order, monkeypatch
+):
+    compiled = persistence.graph()
+    seen = []
+    real_stream = compiled.stream
+
+    def recording_stream(*args, **kwargs):
+        seen.append(kwargs.get("durability"))
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(compiled, "stream", recording_stream)
+    ticket = services.ticket_open(order_number="1043", opened_by=agent)
+    assert runner.advance(ticket.pk) == "declined"
+    assert seen == ["exit", "sync"]  # lookup .. decline, then notify

@@ -189,6 +189,7 @@ class Run:
         self.rejects: set[str] = set()  # order numbers, chosen up front: the seed fixes outcomes
         self.asks_again: set[str] = set()  # orders that get a second ticket once settled
         self.asked_again: set[str] = set()
+        self.events: list[tuple[float, str]] = []  # (time, what) of outside kills and pauses
 
     def execute(self) -> dict:
         from refunds.devtools.fake_processor import FakeProcessor
@@ -332,6 +333,7 @@ class Run:
             return
         worker = self.rng.choice(running)
         worker.kill()  # SIGKILL main process and pool child from outside, at a random moment
+        self.events.append((time.time(), f"SIGKILL {worker.name}"))
         self.outside_kills += 1
         worker.start()
 
@@ -341,6 +343,7 @@ class Run:
             return
         worker = self.rng.choice(running)
         worker.signal(signal.SIGSTOP)  # the whole worker, mid-whatever, past its lease
+        self.events.append((time.time(), f"SIGSTOP {worker.name}"))
         self.pauses += 1
         self.paused.append((now + LEASE_SECONDS + self.rng.uniform(0.5, 3.0), worker))
 
@@ -393,6 +396,21 @@ class Run:
             except services.RefundError:
                 pass  # the mirror moved on since we read it; the next pass sees the new state
 
+    def _explain_duplicates(self) -> list[dict]:
+        """For every message delivered twice: when, and what happened from outside around the
+        first copy (an outside SIGKILL right after it is the one window of mail once)."""
+        out = []
+        for key in self.smtp.delivered_twice():
+            times = sorted(d.at for d in self.smtp.delivered if d.key == key)
+            out.append(
+                {
+                    "key": key,
+                    "seconds_apart": round(times[1] - times[0], 3),
+                    "around_the_first": _explain(times[0], times[1], self.events),
+                }
+            )
+        return out
+
     def _summary(self, plan: dict, settled: bool, seconds: float) -> dict:
         from refunds.models import Ticket
 
@@ -437,6 +455,7 @@ class Run:
             "customers_never_told": sum(
                 1 for t in tickets if t.status in FINAL - {"failed"} and t.thread_id not in told
             ),
+            "deliveries_twice": self._explain_duplicates(),
             "gateway_charge_calls": sum(self.gateway.charge_calls.values()),
             "gateway_lookups": sum(self.gateway.lookup_calls.values()),
             "second_tickets": len(self.asked_again),
@@ -446,6 +465,11 @@ class Run:
             "backend": self.opts["backend"],
             "workers": self.opts["workers"],
         }
+
+
+def _explain(first: float, second: float, events: list[tuple[float, str]]) -> str:
+    before = [(t, what) for t, what in events if first - 1 <= t <= second]
+    return "; ".join(f"{what} {t - first:+.3f}s" for t, what in before) or "no outside event"
 
 
 def _markers() -> list[str]:
