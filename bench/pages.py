@@ -33,7 +33,6 @@ from bench._common import (  # noqa: E402
 )
 
 PENDING_SHARE = 0.1
-ORDERS = 1000
 
 
 def prepare_pages_environment(backend: str, data_dir: Path) -> None:
@@ -70,12 +69,12 @@ def fill(size: int) -> dict:
             delivered_on=promised + timedelta(days=3),
             shipping_fee_cents=500 + (i * 37) % 4500,
         )
-        for i in range(ORDERS)
+        for i in range(size)  # one order per ticket: an order has at most one open ticket
     )
     pending_every = round(1 / PENDING_SHARE)
     batch: list[Ticket] = []
     for i in range(size):
-        order = orders[i % ORDERS]
+        order = orders[i]
         fee = order.shipping_fee_cents
         role = "manager" if fee > 2000 else "agent"
         ticket = Ticket(
@@ -111,21 +110,23 @@ def fill(size: int) -> dict:
             batch = []
             say(f"    {i + 1:,}/{size:,} tickets")
     refunded = Ticket.objects.filter(status=Ticket.Status.REFUNDED)
-    rows = list(refunded.values_list("pk", "amount_cents", "thread_id"))
+    rows = list(refunded.values_list("pk", "amount_cents", "thread_id", "order_id"))
     for start in range(0, len(rows), 5000):
         chunk = rows[start : start + 5000]
         Decision.objects.bulk_create(
             Decision(ticket_id=pk, interrupt_id=f"d-{pk}", reviewer=agent, answer="approve")
-            for pk, _, _ in chunk
+            for pk, _, _, _ in chunk
         )
         Charge.objects.bulk_create(
             Charge(
                 ticket_id=pk,
-                idempotency_key=f"{key}:charge_card",
+                order_id=order_id,
+                idempotency_key=f"{key}:charge_card:{cents}",
                 amount_cents=cents,
                 receipt=f"rcpt_{pk:012d}",
+                status="succeeded",
             )
-            for pk, cents, key in chunk
+            for pk, cents, key, order_id in chunk
         )
         Email.objects.bulk_create(
             Email(
@@ -135,7 +136,7 @@ def fill(size: int) -> dict:
                 subject="Your refund",
                 body="Refunded.",
             )
-            for pk, _, key in chunk
+            for pk, _, key, _ in chunk
         )
     say(f"    {len(rows):,} finished tickets with their decision, charge and email")
     from django.db import connection

@@ -6,9 +6,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from refunds import persistence, services
+from refunds import permissions, persistence, services
 from refunds.models import (
-    ADMIN_GROUP,
     ApiToken,
     Charge,
     Decision,
@@ -16,7 +15,6 @@ from refunds.models import (
     Fork,
     Order,
     Ticket,
-    user_roles,
 )
 from refunds.money import money_moved
 
@@ -196,11 +194,11 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
         )
 
     def has_retry_permission(self, request) -> bool:
-        return request.user.is_superuser or ADMIN_GROUP in user_roles(request.user)
+        return permissions.is_admin(request.user)
 
     @admin.action(description="Retry the selected failed tickets", permissions=["retry"])
     def retry_failed(self, request, queryset) -> None:
-        retried = sum(services.ticket_retry(ticket=t) for t in queryset)
+        retried = sum(services.ticket_retry(ticket=t, by=request.user) for t in queryset)
         skipped = queryset.count() - retried
         self.message_user(request, f"Put {retried} ticket(s) back in line.", messages.SUCCESS)
         if skipped:
@@ -240,7 +238,7 @@ class EmailAdmin(ReadOnly, admin.ModelAdmin):
     actions = ["resend"]
 
     def has_resend_permission(self, request) -> bool:
-        return request.user.is_superuser or ADMIN_GROUP in user_roles(request.user)
+        return permissions.is_admin(request.user)
 
     @admin.action(description="Resend the selected undelivered emails", permissions=["resend"])
     def resend(self, request, queryset) -> None:

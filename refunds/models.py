@@ -61,14 +61,6 @@ class TicketQuerySet(models.QuerySet):
         """Tickets paused on an interrupt that a person must answer."""
         return self.filter(status=Ticket.Status.AWAITING_REVIEW)
 
-    def reviewable_by(self, user) -> TicketQuerySet:
-        """Pending reviews this user may decide: agents up to $20, managers above, admins all."""
-        qs = self.awaiting()
-        roles = user_roles(user)
-        if ADMIN_GROUP in roles or user.is_superuser:
-            return qs
-        return qs.filter(required_role__in=[r for r in Role if ROLE_GROUPS[r] in roles])
-
     def open(self) -> TicketQuerySet:
         """Tickets not yet in a final state (a failed one waits for an admin: still open)."""
         return self.exclude(status__in=Ticket.FINAL)
@@ -182,17 +174,6 @@ def user_roles(user) -> set[str]:
         cached = set(user.groups.values_list("name", flat=True))
         user._refund_roles = cached
     return cached
-
-
-def may_decide(user, required_role: str) -> bool:
-    roles = user_roles(user)
-    if user.is_superuser or ADMIN_GROUP in roles:
-        return True
-    return ROLE_GROUPS.get(required_role, "-") in roles if required_role else False
-
-
-def ticket_pk(thread_id: str) -> int:
-    return Ticket.objects.values_list("pk", flat=True).get(thread_id=thread_id)
 
 
 class Decision(models.Model):
@@ -364,3 +345,42 @@ class ApiToken(models.Model):
     def for_user(cls, user) -> ApiToken:
         token, _ = cls.objects.get_or_create(user=user, defaults={"key": secrets.token_hex(20)})
         return token
+
+
+class AuditEvent(models.Model):
+    """One append-only record per action taken on a ticket, by a person or by the desk itself:
+    who, when, what they saw, what they answered, and the checkpoint the thread reached after.
+    Written through refunds.audit.record(); never edited or deleted."""
+
+    class Action(models.TextChoices):
+        OPEN = "open", "Opened"
+        CLAIM = "claim", "Claimed"
+        UNCLAIM = "unclaim", "Unclaimed"
+        ESCALATE = "escalate", "Escalated"
+        APPROVE = "approve", "Approved"
+        REJECT = "reject", "Rejected"
+        EDIT = "edit", "Edited the amount"
+        FORK = "fork", "Forked"
+        RETRY = "retry", "Retried"
+        RESEND = "resend", "Resent an email"
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )  # None: the desk itself (a timer, the sweep)
+    action = models.CharField(max_length=20, choices=Action)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    seen = models.JSONField(default=dict, blank=True)  # what the actor was shown
+    answer = models.JSONField(default=dict, blank=True)  # what they answered or changed
+    checkpoint_id = models.CharField(max_length=64, blank=True)  # where the thread got after
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["ticket", "at"], name="audit_ticket_idx")]
+
+    def __str__(self) -> str:
+        who = self.actor or "the desk"
+        return (
+            f"{self.get_action_display()} by {who} on {self.ticket_id} at {self.at:%Y-%m-%d %H:%M}"
+        )

@@ -13,18 +13,16 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from refunds import audit, permissions
 from refunds.flow.words import dollars
 from refunds.models import (
-    ADMIN_GROUP,
+    AuditEvent,
     Decision,
     Email,
     Fork,
     IdempotentRequest,
     Order,
-    Role,
     Ticket,
-    may_decide,
-    user_roles,
 )
 from refunds.money import money_moved
 
@@ -93,6 +91,7 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
                 note=(note or "").strip(),
                 opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
             )
+            audit.record(ticket, AuditEvent.Action.OPEN, actor=opened_by, note=ticket.note)
             _enqueue_advance(ticket.pk)
     except IntegrityError:  # two requests at once: the partial UNIQUE index let one through
         existing = Ticket.objects.open().filter(order=order).select_related("order").first()
@@ -106,8 +105,9 @@ def ticket_decide(
     *, ticket: Ticket, interrupt_id: str, answer: str, reason: str = "", reviewer
 ) -> Decision:
     """Record a reviewer's answer to one pending interrupt, then let a worker apply it."""
-    if not may_decide(reviewer, ticket.required_role):
-        raise PermissionDenied(_who_decides(ticket.required_role))
+    refusal = permissions.decision_refusal(reviewer, ticket)
+    if refusal:
+        raise PermissionDenied(refusal)
     if answer not in Decision.Answer.values:
         raise RefundError("Choose approve or reject.")
     reason = (reason or "").strip()
@@ -131,6 +131,13 @@ def ticket_decide(
                 reviewer=reviewer,
                 answer=answer,
                 reason=reason,
+            )
+            audit.record(
+                ticket,
+                answer,
+                actor=reviewer,
+                seen={"interrupt_id": interrupt_id, "review": ticket.pending_payload},
+                answer={"answer": answer, "reason": reason},
             )
             _enqueue_advance(ticket.pk)
     except IntegrityError:  # two reviewers at once: the UNIQUE interrupt id picks one
@@ -175,14 +182,6 @@ def idempotent(*, user, key: str, request_body: bytes, respond) -> tuple[int, di
     raise RefundError("The request could not be completed; try again.")
 
 
-def _who_decides(role: str) -> str:
-    if role == Role.MANAGER:
-        return "This refund is decided by a manager (it is over $20.00 or flagged by policy)."
-    if role == Role.AGENT:
-        return "This refund is decided by a support agent ($20.00 or less)."
-    return "This ticket is not waiting on a review."
-
-
 def _already_decided_message(decision: Decision) -> str:
     when = timezone.localtime(decision.decided_at).strftime("%H:%M:%S")
     verb = "approved" if decision.answer == Decision.Answer.APPROVE else "rejected"
@@ -220,7 +219,7 @@ class BrokerUnavailable(RuntimeError):
 
 def email_resend(*, email_id: int, by) -> None:
     """Admin: send an undelivered email of a finished ticket again (through the outbox, once)."""
-    if not (by.is_superuser or ADMIN_GROUP in user_roles(by)):
+    if not permissions.is_admin(by):
         raise PermissionDenied("Only admins resend emails.")
     email = Email.objects.select_related("ticket").filter(pk=email_id).first()
     if email is None:
@@ -231,16 +230,26 @@ def email_resend(*, email_id: int, by) -> None:
         raise RefundError("The ticket is still running; its own run sends this email.")
     from refunds.tasks import resend_email
 
-    transaction.on_commit(lambda: resend_email.delay(email.pk))
+    with transaction.atomic():
+        audit.record(
+            email.ticket,
+            AuditEvent.Action.RESEND,
+            actor=by,
+            seen={"key": email.key, "last_error": email.last_error},
+        )
+        transaction.on_commit(lambda: resend_email.delay(email.pk))
 
 
-def ticket_retry(*, ticket: Ticket) -> bool:
+def ticket_retry(*, ticket: Ticket, by=None) -> bool:
     """Admin action: put a failed ticket back in line with a fresh attempt budget."""
     with transaction.atomic():
         won = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.FAILED).update(
             status=Ticket.Status.RUNNING, attempts=0, lease_owner="", lease_expires_at=None
         )
         if won:
+            audit.record(
+                ticket, AuditEvent.Action.RETRY, actor=by, seen={"error": ticket.last_error}
+            )
             _enqueue_advance(ticket.pk)
     return bool(won)
 
@@ -253,7 +262,7 @@ def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
     """Admin: fork the thread from its checkpoint before triage with a corrected amount. The
     Fork row is the audit entry; a worker applies it under the lease, then the thread is triaged
     and reviewed again (a new interrupt id, so answers to the old review are refused)."""
-    if not (by.is_superuser or ADMIN_GROUP in user_roles(by)):
+    if not permissions.is_admin(by):
         raise PermissionDenied("Only admins fork a thread.")
     if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
         raise RefundError("The corrected amount must be a whole number of cents.")
@@ -292,6 +301,14 @@ def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
                 raise RefundError("The ticket moved on meanwhile; reload it and try again.")
             fork = Fork.objects.create(
                 ticket=ticket, by=by, amount_cents=amount_cents, reason=reason
+            )
+            audit.record(
+                ticket,
+                AuditEvent.Action.FORK,
+                actor=by,
+                seen={"amount_cents": ticket.amount_cents, "status": ticket.status},
+                answer={"amount_cents": amount_cents},
+                note=reason,
             )
             _enqueue_advance(ticket.pk)
     except IntegrityError:  # reopening it would make a second open ticket for the order

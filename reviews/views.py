@@ -14,15 +14,11 @@ from django_htmx.http import (
 )
 from django_htmx.middleware import HtmxDetails
 
-from refunds import selectors, services
+from refunds import permissions, selectors, services
 from refunds.models import (
-    ADMIN_GROUP,
-    ROLE_GROUPS,
     ApiToken,
     Decision,
-    Role,
     Ticket,
-    may_decide,
     user_roles,
 )
 
@@ -56,13 +52,15 @@ def _with_pending_decisions(tickets: list[Ticket]) -> list[Ticket]:
 
 
 def _queue_context(request: HtmxHttpRequest) -> dict:
-    reviewable = Ticket.objects.reviewable_by(request.user).select_related("order")
+    reviewable = permissions.reviewable(request.user).select_related("order")
     return {
         "reviews": _with_pending_decisions(list(reviewable.order_by("id")[:QUEUE_PAGE])),
         # Counted up to a cap: the page's cost must not grow with a backlog of 10,000 reviews.
         "review_count": reviewable[: COUNT_CAP + 1].count(),
         "count_cap": COUNT_CAP,
-        "recent": Ticket.objects.filter(opened_by=request.user).select_related("order")[:RECENT],
+        "recent": permissions.visible(request.user)
+        .filter(opened_by=request.user)
+        .select_related("order")[:RECENT],
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
     }
@@ -70,9 +68,8 @@ def _queue_context(request: HtmxHttpRequest) -> dict:
 
 def _queue_scope(user) -> str:
     """One sentence on what this user's queue holds, so an empty queue is not a mystery."""
-    roles = user_roles(user)
-    agent, manager = ROLE_GROUPS[Role.AGENT] in roles, ROLE_GROUPS[Role.MANAGER] in roles
-    if user.is_superuser or ADMIN_GROUP in roles or (agent and manager):
+    agent, manager = permissions.is_agent(user), permissions.is_manager(user)
+    if permissions.is_admin(user) or (agent and manager):
         return (
             "You see every pending review: support agents decide refunds of $20.00 or less, "
             "managers the larger ones and those the policy flags."
@@ -104,7 +101,9 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
 def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     """Approve and Reject are two named buttons of one form, in a queue row or on the ticket
     page; htmx gets back the region it targets, a plain POST a redirect to where it came from."""
-    ticket = get_object_or_404(Ticket.objects.select_related("order"), pk=ticket_id)
+    ticket = get_object_or_404(
+        permissions.visible(request.user).select_related("order"), pk=ticket_id
+    )
     answer = next((a for a in ("approve", "reject") if a in request.POST), "")
     try:
         services.ticket_decide(
@@ -141,7 +140,7 @@ def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, stat
         context = {
             "ticket": _with_pending_decisions([ticket])[0],
             "error": text,
-            "may_decide": may_decide(request.user, ticket.required_role),
+            "may_decide": not permissions.decision_refusal(request.user, ticket),
         }
         response = render(request, "reviews/_decision_error.html", context, status=status)
         # Swapped although it is a 4xx: base.html's htmx-config lets 400/403/409 through. The
@@ -195,9 +194,9 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "decisions": ticket.decisions.select_related("reviewer"),
         "charges": ticket.charges.all(),
         "emails": ticket.emails.all(),
-        "may_decide": may_decide(request.user, ticket.required_role),
+        "may_decide": not permissions.decision_refusal(request.user, ticket),
         "earlier": selectors.earlier_tickets(ticket),
-        "is_admin": request.user.is_superuser or ADMIN_GROUP in user_roles(request.user),
+        "is_admin": permissions.is_admin(request.user),
     }
 
 
@@ -214,7 +213,9 @@ def _ticket_status(
 @require_GET
 @login_required
 def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
-    ticket = get_object_or_404(Ticket.objects.select_related("order", "opened_by"), pk=ticket_id)
+    ticket = get_object_or_404(
+        permissions.visible(request.user).select_related("order", "opened_by"), pk=ticket_id
+    )
     if request.htmx.target == TICKET_STATUS:
         return _ticket_status(request, ticket)
     return render(request, "reviews/ticket.html", _ticket_context(request, ticket))
@@ -224,7 +225,7 @@ def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
 @login_required
 def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> HttpResponse:
     """Admins: send an undelivered email of a finished ticket again (through the outbox)."""
-    ticket = get_object_or_404(Ticket, pk=ticket_id)
+    ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
     email = get_object_or_404(ticket.emails, pk=email_id)
     try:
         services.email_resend(email_id=email.pk, by=request.user)

@@ -258,10 +258,13 @@ def test_it_shows_the_pending_review_of_an_awaiting_ticket(api, late_order):
     assert body["pending_review"] == {"interrupt_id": "a" * 32, "payload": payload}
 
 
-def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(api, manager, late_order):
+def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(
+    api, agent, manager, late_order
+):
     ticket = Ticket.objects.create(
         thread_id="refund-1042-t",
         order=late_order,
+        opened_by=agent,
         status=Ticket.Status.REFUNDED,
         required_role="manager",
         pending_interrupt_id="",

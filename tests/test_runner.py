@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from refunds import mirror, persistence, runner, services
+from refunds import mirror, permissions, persistence, runner, services
 from refunds.devtools import faults
 from refunds.models import Charge, Decision, Ticket
 
@@ -202,7 +202,7 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
     wait_for(lambda: faults.fired(crash_points), what="the charge to start")
     mid = Ticket.objects.get(pk=paused.pk)
     assert mid.status == "running" and mid.pending_interrupt_id == ""
-    assert not Ticket.objects.reviewable_by(agent).filter(pk=paused.pk).exists()
+    assert not permissions.reviewable(agent).filter(pk=paused.pk).exists()
     worker.join()
     assert Ticket.objects.get(pk=paused.pk).status == "refunded"
 

@@ -419,3 +419,45 @@ def test_opening_a_ticket_for_an_unknown_order_writes_nothing(late_order, woken,
     with commit(), pytest.raises(services.RefundError, match="There is no order 9"):
         services.ticket_open(order_number="9")
     assert Ticket.objects.count() == 0 and woken == []
+
+
+# --- the audit trail ------------------------------------------------------------------------------
+def test_opening_deciding_forking_retrying_and_resending_each_leave_one_audit_event(
+    agent, admin_user, late_order, monkeypatch
+):
+    from refunds.models import AuditEvent, Email
+
+    monkeypatch.setattr(services, "wake", lambda ticket_id: True)
+    ticket = services.ticket_open(order_number="1042", note="late", opened_by=agent)
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status="awaiting_review",
+        pending_interrupt_id=PENDING,
+        required_role="agent",
+        pending_payload={"required_role": "agent", "amount_cents": 699},
+    )
+    ticket.refresh_from_db()
+    services.ticket_decide(
+        ticket=ticket, interrupt_id=PENDING, answer="reject", reason="voucher", reviewer=agent
+    )
+    Ticket.objects.filter(pk=ticket.pk).update(status="failed")
+    services.ticket_retry(ticket=ticket, by=admin_user)
+    Ticket.objects.filter(pk=ticket.pk).update(status="rejected")
+    services.ticket_fork(
+        ticket=Ticket.objects.get(pk=ticket.pk), amount_cents=500, reason="part", by=admin_user
+    )
+    Ticket.objects.filter(pk=ticket.pk).update(status="refunded")
+    email = Email.objects.create(ticket=ticket, key="k", to="a@example.com", subject="s", body="b")
+    monkeypatch.setattr("refunds.tasks.resend_email.delay", lambda email_id: None)
+    services.email_resend(email_id=email.pk, by=admin_user)
+
+    events = list(AuditEvent.objects.filter(ticket=ticket).values_list("action", "actor__username"))
+    assert events == [
+        ("open", "agent"),
+        ("reject", "agent"),
+        ("retry", "admin"),
+        ("fork", "admin"),
+        ("resend", "admin"),
+    ]
+    reject = AuditEvent.objects.get(ticket=ticket, action="reject")
+    assert reject.seen["interrupt_id"] == PENDING and reject.seen["review"]["amount_cents"] == 699
+    assert reject.answer == {"answer": "reject", "reason": "voucher"}

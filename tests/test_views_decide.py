@@ -30,8 +30,9 @@ def small(late_order) -> Ticket:
 
 
 @pytest.fixture
-def big(big_order) -> Ticket:
-    return awaiting_review(big_order)
+def big(big_order, agent) -> Ticket:
+    # Opened by the agent: they may read it (and see it escalated), not decide it.
+    return awaiting_review(big_order, opened_by=agent)
 
 
 def test_it_rejects_get(client, agent, small):

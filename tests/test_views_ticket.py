@@ -120,7 +120,7 @@ def test_it_shows_a_rejection_with_who_made_it_and_why(client, agent, manager, l
 
 
 def test_it_shows_a_review_to_someone_who_may_not_decide_it(client, agent, big_order):
-    ticket = awaiting_review(big_order)
+    ticket = awaiting_review(big_order, opened_by=agent)
     client.force_login(agent)
     html = client.get(page(ticket)).content.decode()
     assert "Awaiting review" in html

@@ -12,7 +12,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from refunds import persistence, services
+from refunds import permissions, persistence, services
 from refunds.models import ApiToken, Ticket
 
 
@@ -158,7 +158,8 @@ def _ticket_ref(request: HttpRequest, ticket: Ticket) -> dict:
 @api_auth
 @require_GET
 def ticket_detail(request: HttpRequest, ticket_id: int) -> JsonResponse:
-    ticket = Ticket.objects.select_related("order").filter(pk=ticket_id).first()
+    # A ticket outside the caller's scope is as absent as one that does not exist.
+    ticket = permissions.visible(request.user).select_related("order").filter(pk=ticket_id).first()
     if ticket is None:
         return error(404, f"There is no ticket {ticket_id}.")
     return JsonResponse(ticket_json(ticket))
