@@ -122,6 +122,25 @@ def write_results(name: str, payload: dict) -> Path:
     return path
 
 
+def group_cpu_seconds(workers) -> float:
+    """CPU time (user + system) used so far by the worker processes: each worker runs in its own
+    process group (main process and pool children), read from /proc. Measured on the workers,
+    so the figure is the system's, not the benchmark driver's polling."""
+    tick = os.sysconf("SC_CLK_TCK")
+    groups = {w.proc.pid for w in workers if w.proc is not None}
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is the state; pgrp is field 5 of stat (index 2 here), utime/stime 14/15,
+        # and cutime/cstime 16/17 count children that already exited (a recycled pool child).
+        if int(fields[2]) in groups:
+            total += sum(int(v) for v in fields[11:15])
+    return total / tick
+
+
 def start_workers(app: str, count: int, log_dir: Path, env: dict[str, str], prefix: str):
     workers = [
         CeleryProcess.worker(f"{prefix}{n}", log_dir, env, app=app).start()

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (  # noqa: E402
     REDIS_URL,
     drop_postgres_db,
+    group_cpu_seconds,
     machine,
     pct,
     prepare_environment,
@@ -79,6 +80,7 @@ def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> d
         "bench.naive_glue", n_workers, data_dir / "logs", dict(os.environ), "naive"
     )
     try:
+        cpu_before = group_cpu_seconds(workers)
         started = time.perf_counter()
         for number in numbers:
             naive_glue.start.delay(f"naive-{number}", number)
@@ -93,6 +95,7 @@ def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> d
             if not paused:
                 time.sleep(POLL)
         elapsed = time.perf_counter() - started
+        cpu = group_cpu_seconds(workers) - cpu_before
     finally:
         for worker in workers:
             worker.stop()
@@ -100,6 +103,7 @@ def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> d
         "tickets": len(numbers),
         "seconds": elapsed,
         "tickets_per_s": len(numbers) / elapsed,
+        "worker_cpu_ms_per_ticket": cpu * 1000 / len(numbers),
         "worker_errors": sum(w.errors() for w in workers),
     }
 
@@ -147,9 +151,10 @@ class Desk:
         return Ticket.objects.filter(pk__in=ids, status=Ticket.Status.REFUNDED).count()
 
 
-def run_full(desk: Desk, numbers: list[str]) -> dict:
+def run_full(desk: Desk, numbers: list[str], workers) -> dict:
     from refunds.models import Charge, Email
 
+    cpu_before = group_cpu_seconds(workers)
     started = time.perf_counter()
     ids = desk.open(numbers)
     deadline, last_note = time.monotonic() + 600, time.monotonic()
@@ -162,6 +167,7 @@ def run_full(desk: Desk, numbers: list[str]) -> dict:
             say(f"    full stack: {done}/{len(ids)} refunded")
             last_note = time.monotonic()
     elapsed = time.perf_counter() - started
+    cpu = group_cpu_seconds(workers) - cpu_before
     charges = Charge.objects.filter(ticket_id__in=ids).count()
     emails = Email.objects.filter(ticket_id__in=ids, sent_at__isnull=False).count()
     assert charges == emails == len(ids), (charges, emails, len(ids))
@@ -169,6 +175,7 @@ def run_full(desk: Desk, numbers: list[str]) -> dict:
         "tickets": len(ids),
         "seconds": elapsed,
         "tickets_per_s": len(ids) / elapsed,
+        "worker_cpu_ms_per_ticket": cpu * 1000 / len(ids),
         "charges": charges,
         "emails_sent": emails,
     }
@@ -369,7 +376,7 @@ def run_one(backend: str, n_workers: int, args) -> dict:
         workers = start_workers("config", n_workers, data_dir / "logs", dict(os.environ), "desk")
         desk = Desk()
         t, i = args.tickets, args.idle
-        result["full"] = run_full(desk, numbers[:t])
+        result["full"] = run_full(desk, numbers[:t], workers)
         say(f"{label}:   full {result['full']['tickets_per_s']:.1f} tickets/s")
 
         say(f"{label}: decision -> refunded on an idle queue, {i} decisions one at a time")
@@ -443,6 +450,19 @@ def print_table(results: list[dict], ratios: dict) -> None:
             f"{r['latency_idle']['p50_ms']:8.1f}ms {r['latency_idle']['p95_ms']:8.1f}ms "
             f"{r['latency_burst']['p50_ms']:9.0f}ms {r['latency_burst']['p95_ms']:9.0f}ms "
             f"{c['rows_per_ticket']:10.1f} {c['payload_bytes_per_ticket'] / 1024:8.1f}"
+        )
+    print()
+    print(
+        f"{'config':<12} {'CPU ms/ticket: bare':>20} {'naive workers':>14} {'full workers':>13} "
+        f"{'bare/full':>10} {'naive/full':>11}"
+    )
+    for r in results:
+        bare = r["bare"]["cpu_ms_per_ticket"]
+        naive = r["naive"]["worker_cpu_ms_per_ticket"]
+        full = r["full"]["worker_cpu_ms_per_ticket"]
+        print(
+            f"{r['config']:<12} {bare:20.1f} {naive:14.1f} {full:13.1f} "
+            f"{bare / full:10.2f} {naive / full:11.2f}"
         )
     for name, value in ratios.items():
         if not isinstance(value, dict):
