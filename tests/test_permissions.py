@@ -40,7 +40,7 @@ def test_each_role_reads_its_scope_on_the_page_and_in_the_api(
     by_id = {t.pk: name for name, t in tickets.items()}
     assert {by_id[t.pk] for t in permissions.visible(user)} == sees
     client.force_login(user)
-    api = {"HTTP_AUTHORIZATION": f"Token {ApiToken.for_user(user).key}"}
+    api = {"HTTP_AUTHORIZATION": f"Token {ApiToken.issue(user)[1]}"}
     for name, ticket in tickets.items():
         page = client.get(f"/tickets/{ticket.pk}/")
         body = client.get(f"/api/tickets/{ticket.pk}/", **api)

@@ -1,0 +1,120 @@
+"""Bar charts as SVG, drawn on the server: no chart library, no CDN, no script, no inline style
+(colours come from classes in static/desk.css, so the page keeps its Content-Security-Policy).
+The SVG scales to its container through its viewBox, so a chart reads at 390 px as at 1280."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+WIDTH, HEIGHT = 640, 260
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 16, 34
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    css: str  # class of its bars: "bar-a", "bar-b", ...
+    values: Sequence[float]
+
+
+def _nice_max(value: float) -> float:
+    """A round number at or above value, for the top of the axis."""
+    if value <= 0:
+        return 1.0
+    step = 10 ** (len(str(int(value))) - 1)
+    for factor in (1, 2, 2.5, 5, 10):
+        if value <= step * factor:
+            return step * factor
+    return value
+
+
+def bar_chart(
+    title: str,
+    labels: Sequence[str],
+    series: Sequence[Series],
+    *,
+    fmt: Callable[[float], str] = lambda v: f"{v:g}",
+    stacked: bool = True,
+) -> SafeString:
+    """Bars per label, several series stacked. Each bar has a <title> (a tooltip and what a
+    screen reader says); the figure has a text summary in aria-label."""
+    count = len(labels)
+    totals = [sum(s.values[i] for s in series) for i in range(count)]
+    top = _nice_max(
+        max(totals, default=0)
+        if stacked
+        else max((max(s.values, default=0) for s in series), default=0)
+    )
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    slot = plot_w / max(count, 1)
+    bar_w = max(slot * 0.7, 1)
+    parts: list[str] = []
+    for tick in range(5):
+        value = top * tick / 4
+        y = TOP + plot_h - plot_h * tick / 4
+        parts.append(
+            format_html(
+                '<line class="grid" x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}"/>'
+                '<text class="axis" x="{}" y="{:.1f}" text-anchor="end">{}</text>',
+                LEFT,
+                WIDTH - RIGHT,
+                y,
+                y,
+                LEFT - 6,
+                y + 4,
+                fmt(value),
+            )
+        )
+    every = max(1, round(count / 7))  # at most about 7 labels, so they never overlap
+    for i, label in enumerate(labels):
+        x = LEFT + slot * i + (slot - bar_w) / 2
+        base = TOP + plot_h
+        for s in series:
+            value = s.values[i]
+            if value <= 0:
+                continue
+            h = plot_h * value / top
+            base -= h
+            parts.append(
+                format_html(
+                    '<rect class="bar {}" x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}">'
+                    "<title>{}: {} {}</title></rect>",
+                    s.css,
+                    x,
+                    base,
+                    bar_w,
+                    h,
+                    label,
+                    fmt(value),
+                    s.name,
+                )
+            )
+        if i % every == 0 or i == count - 1:
+            parts.append(
+                format_html(
+                    '<text class="axis" x="{:.1f}" y="{}" text-anchor="middle">{}</text>',
+                    LEFT + slot * i + slot / 2,
+                    HEIGHT - 12,
+                    label,
+                )
+            )
+    summary = "; ".join(f"{s.name}: {fmt(sum(s.values))} in total" for s in series)
+    svg = format_html(
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+        "<title>{}</title>{}</svg>",
+        WIDTH,
+        HEIGHT,
+        f"{title}. {summary}",
+        title,
+        mark_safe("".join(parts)),  # noqa: S308 - every part was built by format_html
+    )
+    legend = format_html_join(
+        "",
+        '<li><span class="swatch {}"></span>{}</li>',
+        ((s.css, s.name) for s in series),
+    )
+    return format_html('{}<ul class="legend">{}</ul>', svg, legend)
