@@ -64,6 +64,8 @@ def mask(text: str) -> str:
     """`text` with URL credentials and known secret values replaced by asterisks."""
     if not text:
         return text
+    if type(text) is not str:  # a SafeString, or a lazy object that passes for a str
+        text = str(text)
     text = USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
     for secret in _secret_values():
         if secret in text:

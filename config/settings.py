@@ -329,6 +329,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TicketStatusEnum": "refunds.models.Ticket.Status",
+        "ChargeStatusEnum": "refunds.models.Charge.Status",
+        "EmailStatusEnum": "refunds.models.Email.Status",
+    },
 }
 
 # --- Webhooks (webhooks/) --------------------------------------------------------------------

@@ -3,6 +3,7 @@ browser session with its CSRF token. A key acts with its user's rights (refunds/
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from refunds.models import ApiToken
@@ -32,3 +33,24 @@ class TokenAuthentication(authentication.BaseAuthentication):
 
 class SessionAuthentication(authentication.SessionAuthentication):
     """The browser session; unsafe methods need the CSRF token (X-CSRFToken header)."""
+
+
+class TokenScheme(OpenApiAuthenticationExtension):
+    target_class = "refunds.api.auth.TokenAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A user's key from /account/token/, as `Bearer <key>` (or `Token "
+            "<key>`); it acts with that user's rights.",
+        }
+
+
+class SessionScheme(OpenApiAuthenticationExtension):
+    target_class = "refunds.api.auth.SessionAuthentication"
+    name = "session"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "cookie", "name": "sessionid"}
