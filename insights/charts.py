@@ -21,6 +21,10 @@ class Series:
     values: Sequence[float]
 
 
+def _n(number: float) -> str:
+    return f"{number:.1f}"
+
+
 def _nice_max(value: float) -> float:
     """A round number at or above value, for the top of the axis."""
     if value <= 0:
@@ -58,14 +62,14 @@ def bar_chart(
         y = TOP + plot_h - plot_h * tick / 4
         parts.append(
             format_html(
-                '<line class="grid" x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}"/>'
-                '<text class="axis" x="{}" y="{:.1f}" text-anchor="end">{}</text>',
+                '<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
+                '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
                 LEFT,
                 WIDTH - RIGHT,
-                y,
-                y,
+                _n(y),
+                _n(y),
                 LEFT - 6,
-                y + 4,
+                _n(y + 4),
                 fmt(value),
             )
         )
@@ -81,13 +85,13 @@ def bar_chart(
             base -= h
             parts.append(
                 format_html(
-                    '<rect class="bar {}" x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}">'
+                    '<rect class="bar {}" x="{}" y="{}" width="{}" height="{}">'
                     "<title>{}: {} {}</title></rect>",
                     s.css,
-                    x,
-                    base,
-                    bar_w,
-                    h,
+                    _n(x),
+                    _n(base),
+                    _n(bar_w),
+                    _n(h),
                     label,
                     fmt(value),
                     s.name,
@@ -96,8 +100,8 @@ def bar_chart(
         if i % every == 0 or i == count - 1:
             parts.append(
                 format_html(
-                    '<text class="axis" x="{:.1f}" y="{}" text-anchor="middle">{}</text>',
-                    LEFT + slot * i + slot / 2,
+                    '<text class="axis" x="{}" y="{}" text-anchor="middle">{}</text>',
+                    _n(LEFT + slot * i + slot / 2),
                     HEIGHT - 12,
                     label,
                 )
