@@ -6,7 +6,6 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from refunds.models import Charge, Decision, Ticket

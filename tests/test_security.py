@@ -279,7 +279,7 @@ def test_a_lockout_is_per_address(agent, settings):
     assert colleague.post("/login/", {"username": "agent", "password": "pw"}).status_code == 302
 
 
-# --- API keys --------------------------------------------------------------------------------------
+# --- API keys ------------------------------------------------------------------------------------
 def test_an_api_key_is_kept_as_its_hash_and_shown_once(client, agent):
     client.force_login(agent)
     made = client.post("/account/token/")
