@@ -67,9 +67,7 @@ def test_the_dashboard_plots_the_desk_from_the_database(client, manager, history
         css == "bar-bad" for css, _ in bars
     )
     assert any(css == "bar-a" for css, _ in bars)  # the waiting review
-    assert (
-        "$40.50" in html
-    )  # refunded in total over the period: 5 + 6 + 7 + 8 + 9 + 10 ... - see below
+    assert "$45.00" in html  # refunded over the period: $5 + $6 + $7 + $8 + $9 + $10
     assert " style=" not in html
 
 
