@@ -4,14 +4,17 @@ The SVG scales to its container through its viewBox, so a chart reads at 390 px 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-WIDTH, HEIGHT = 640, 260
-LEFT, RIGHT, TOP, BOTTOM = 56, 12, 16, 34
+# A small drawing with large type: scaled down to a 390 px phone (about 330 px of chart) the
+# 15-unit text is still 10 px; at desk width it grows with the box.
+WIDTH, HEIGHT = 480, 250
+LEFT, RIGHT, TOP, BOTTOM = 62, 10, 14, 34
 
 
 @dataclass(frozen=True)
@@ -43,16 +46,16 @@ def bar_chart(
     *,
     fmt: Callable[[float], str] = lambda v: f"{v:g}",
     stacked: bool = True,
+    whole: bool = False,
 ) -> SafeString:
     """Bars per label, several series stacked. Each bar has a <title> (a tooltip and what a
     screen reader says); the figure has a text summary in aria-label."""
     count = len(labels)
     totals = [sum(s.values[i] for s in series) for i in range(count)]
-    top = _nice_max(
-        max(totals, default=0)
-        if stacked
-        else max((max(s.values, default=0) for s in series), default=0)
-    )
+    highest = max(totals, default=0) if stacked else max(max(s.values, default=0) for s in series)
+    top = _nice_max(highest)
+    if whole:  # counts: whole-number ticks (0, 1, 2, 3, 4 rather than steps of 0.25)
+        top = max(4, math.ceil(top / 4) * 4)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(count, 1)
     bar_w = max(slot * 0.7, 1)
@@ -73,7 +76,7 @@ def bar_chart(
                 fmt(value),
             )
         )
-    every = max(1, round(count / 7))  # at most about 7 labels, so they never overlap
+    every = max(1, math.ceil(count / 5))  # at most 5 labels, so they never overlap
     for i, label in enumerate(labels):
         x = LEFT + slot * i + (slot - bar_w) / 2
         base = TOP + plot_h
@@ -97,19 +100,21 @@ def bar_chart(
                     s.name,
                 )
             )
-        if i % every == 0 or i == count - 1:
+        if (count - 1 - i) % every == 0:  # counted from the right: today is always labelled
             parts.append(
                 format_html(
-                    '<text class="axis" x="{}" y="{}" text-anchor="middle">{}</text>',
-                    _n(LEFT + slot * i + slot / 2),
+                    '<text class="axis" x="{}" y="{}" text-anchor="{}">{}</text>',
+                    _n(LEFT + slot * i + slot / 2 if i < count - 1 else WIDTH - RIGHT),
                     HEIGHT - 12,
+                    "middle" if i < count - 1 else "end",  # the last one stays inside
                     label,
                 )
             )
     summary = "; ".join(f"{s.name}: {fmt(sum(s.values))} in total" for s in series)
     svg = format_html(
-        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-        "<title>{}</title>{}</svg>",
+        '<figcaption>{}</figcaption><svg class="chart" viewBox="0 0 {} {}" role="img" '
+        'aria-label="{}"><title>{}</title>{}</svg>',
+        title,
         WIDTH,
         HEIGHT,
         f"{title}. {summary}",

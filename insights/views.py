@@ -52,7 +52,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "Reviews waiting at the end of each day",
                 labels,
                 [charts.Series("reviews waiting", "bar-a", waiting)],
-                fmt=lambda v: f"{v:g}",
+                whole=True,
             ),
             charts.bar_chart(
                 "Time to decision (median minutes, by day decided)",
@@ -76,6 +76,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                     ),
                     charts.Series("rejected", "bar-bad", ended[Ticket.Status.REJECTED]),
                 ],
+                whole=True,
             ),
         ],
     }
