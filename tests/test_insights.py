@@ -133,3 +133,43 @@ def test_metrics_count_what_a_run_does_in_this_process(client, admin_user, late_
     count = "refund_desk_advance_duration_seconds_count"
     assert metric(after, count) == metric(before, count) + 1
     assert metric(after, "refund_desk_reviews_waiting", role="agent") == 1
+
+
+@pytest.mark.slow
+def test_metrics_move_when_a_worker_refunds_a_ticket(
+    client, admin_user, agent, workers, late_order
+):
+    """A real Celery worker (its own processes, prometheus multiprocess files) runs the ticket to
+    its review and, after the approval, to refunded; the web's /metrics sees what it counted."""
+    from refunds import services
+    from tests.conftest import wait_for
+
+    client.force_login(admin_user)
+    before = client.get("/metrics").content.decode()
+    workers("w1")
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    wait_for(lambda: Ticket.objects.get(pk=ticket.pk).status == "awaiting_review", what="review")
+    waiting = client.get("/metrics").content.decode()
+    assert metric(waiting, "refund_desk_reviews_waiting", role="agent") == 1
+
+    ticket.refresh_from_db()
+    services.ticket_decide(
+        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+    )
+    wait_for(lambda: Ticket.objects.get(pk=ticket.pk).status == "refunded", what="refunded")
+
+    after = client.get("/metrics").content.decode()
+    assert metric(after, "refund_desk_reviews_waiting", role="agent") == 0
+    assert metric(after, "refund_desk_decisions_total", answer="approve") == 1
+    latency = "refund_desk_decision_to_refunded_seconds_count"
+    assert metric(after, latency) == metric(before, latency) + 1
+    refunded = "refund_desk_advances_total"
+    assert (
+        metric(after, refunded, outcome="refunded")
+        >= metric(before, refunded, outcome="refunded") + 1
+    )
+    assert (
+        metric(after, refunded, outcome="awaiting_review")
+        >= metric(before, refunded, outcome="awaiting_review") + 1
+    )
+    assert metric(after, "refund_desk_tickets", status="refunded") == 1
