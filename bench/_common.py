@@ -22,7 +22,7 @@ from refunds.devtools.processes import wait_for as wait_for  # the scripts impor
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 PG_BASE = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432")
-PG_DB = "bench_refunds"
+PG_DB = os.environ.get("BENCH_PG_DB", "bench_refunds")  # a database the run may drop
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")  # its own db number
 PACKAGES = [
     "django",

@@ -43,6 +43,20 @@ class FakeGateway:
         return self.charges.setdefault(key, f"rcpt_{len(self.charges):08d}")
 
 
+class MemoryGateway:
+    """The full stack's gateway in the benchmarks: the same nothing the bare graph's fake does
+    (a dict in the worker process), so the comparison measures Refund Desk's own bookkeeping
+    (lease, fence, ledger, outbox, mirror), not a payment processor's database."""
+
+    charges: dict[str, str] = {}
+
+    def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
+        return self.charges.setdefault(idempotency_key, f"rcpt_{len(self.charges):08d}")
+
+    def lookup(self, idempotency_key: str) -> str | None:
+        return self.charges.get(idempotency_key)
+
+
 def fake_context() -> Collaborators:
     def mailer(**_message: Any) -> None:
         return None
@@ -59,14 +73,15 @@ def open_persistence(url: str) -> tuple[Any, Any]:
 
         path = url.removeprefix("sqlite:///")
 
-        def connect() -> sqlite3.Connection:
-            conn = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
+        def connect(autocommit: dict) -> sqlite3.Connection:
+            # As SqliteSaver expects (its own transactions); the store wants autocommit.
+            conn = sqlite3.connect(path, check_same_thread=False, timeout=30, **autocommit)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA synchronous=NORMAL")
             return conn
 
-        return SqliteSaver(connect()), SqliteStore(connect())
+        return SqliteSaver(connect({})), SqliteStore(connect({"isolation_level": None}))
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.store.postgres import PostgresStore
     from psycopg.rows import dict_row

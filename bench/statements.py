@@ -49,6 +49,7 @@ def measure(backend: str, tickets: int) -> dict:
         backend,
         data_dir,
         EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend",
+        REFUNDS_GATEWAY="bench.reference.MemoryGateway",
         LOG_LEVEL="ERROR",
     )
     import django

@@ -58,6 +58,7 @@ def prepare_throughput_environment(backend: str, data_dir: Path) -> None:
         backend,
         data_dir,
         EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend",
+        REFUNDS_GATEWAY="bench.reference.MemoryGateway",
         LOG_LEVEL="WARNING",
     )
     if backend == "postgres":

@@ -250,13 +250,12 @@ REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments
 REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
 
 # Fault injection for crash tests and `manage.py crashtest` (refunds/devtools/faults.py): a plan
-# file wraps the nodes, the gateway and the mail backend with crash points. Unset in normal use.
+# file puts crash points in the nodes, around the gateway and in mail delivery. Unset normally.
 REFUNDS_CRASH_PLAN = env_str("REFUNDS_CRASH_PLAN", "")
 if REFUNDS_CRASH_PLAN:
     INSTALLED_APPS.append("refunds.devtools")
-    REFUNDS_CRASH_INNER = {"gateway": REFUNDS_GATEWAY, "email": EMAIL_BACKEND}
+    REFUNDS_CRASH_INNER = {"gateway": REFUNDS_GATEWAY}
     REFUNDS_GATEWAY = "refunds.devtools.faults.CrashingGateway"
-    EMAIL_BACKEND = "refunds.devtools.faults.CrashingEmailBackend"
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"

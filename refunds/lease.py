@@ -30,6 +30,7 @@ from django.utils import timezone
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
+from refunds import sql
 from refunds.models import Ticket
 
 log = logging.getLogger(__name__)
@@ -37,19 +38,6 @@ log = logging.getLogger(__name__)
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def _sql_now() -> str:
-    if connection.vendor == "postgresql":
-        return "now()"
-    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
-
-
-def _sql_now_plus() -> str:
-    """The database clock plus %s seconds."""
-    if connection.vendor == "postgresql":
-        return "now() + make_interval(secs => %s)"
-    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
 
 
 @dataclass(eq=False)
@@ -119,7 +107,7 @@ class Lease:
         sent = time.monotonic()
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE refunds_ticket SET lease_expires_at = {_sql_now_plus()} "
+                f"UPDATE refunds_ticket SET lease_expires_at = {sql.now_plus()} "
                 "WHERE id = %s AND lease_epoch = %s AND lease_owner = %s",
                 [self.seconds, self.ticket_id, self.epoch, self.owner],
             )
@@ -278,11 +266,11 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE refunds_ticket SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
-            f"lease_expires_at = {_sql_now_plus()}, attempts = attempts + 1, woken_at = NULL, "
+            f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "
             "status = CASE WHEN status = 'new' THEN 'running' ELSE status END, "
-            f"updated_at = {_sql_now()} "
+            f"updated_at = {sql.now()} "
             "WHERE id = %s AND status NOT IN ('refunded', 'declined', 'rejected', 'failed') "
-            f"AND (lease_expires_at IS NULL OR lease_expires_at < {_sql_now()}) "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {sql.now()}) "
             "RETURNING lease_epoch, attempts, thread_id, order_id, status, pending_interrupt_id, "
             "mirror_epoch, last_error, note, "
             "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "

@@ -1,40 +1,48 @@
 """Customer email through Django's mail framework, once, through the outbox table.
 
 send_once(), for a run that holds the thread's lease:
-1. Write the outbox row if it is not there (one row per message key).
-2. Hold the effect lock for the key (refunds/locks.py): a process paused mid-send keeps it, so
+1. Hold the effect lock for the key (refunds/locks.py): a process paused mid-send keeps it, so
    its successor waits instead of sending a second copy.
-3. Claim the row with one conditional UPDATE: status "sending", claimed by this lease epoch, only
-   while that epoch holds the ticket. A worker that lost its epoch never sends.
-4. Call the mail server (EMAIL_TIMEOUT bounds every step of the conversation).
-5. Mark the row sent; a dropped database connection is reopened and the mark retried, so a blip
-   between 4 and 5 does not leave a delivered message looking unsent.
+2. Write the outbox row if it is not there and claim it, in one statement: status "sending",
+   claimed by this lease epoch, only while that epoch holds the ticket. A worker that lost its
+   epoch never sends.
+3. Talk to the mail server (EMAIL_TIMEOUT bounds every step of the conversation). The row's
+   "sent" mark is written in a transaction opened before the final "." of the message and
+   committed as soon as the server accepts it; a refusal rolls it back.
+4. If the database went away just then, the mark is written again on a fresh connection.
 
-What "once" means: at most once per lease epoch. One window remains, and no SMTP server can close
-it: a process killed after the server accepted the message and before step 5 committed. The next
-epoch finds the row still "sending" and sends again. Every copy carries the same Message-ID, so a
-mail system that de-duplicates can tell. On PostgreSQL a claim younger than the send window (the
-longest a live sender can still be talking to the server) is left alone even when its lock is
-free: a database blip drops the advisory lock while its holder may still be sending.
+What "once" means: at most once per lease epoch. One window remains, and no SMTP server lets us
+close it: a process killed after the server accepted the message and before the mark's COMMIT
+(a fraction of a millisecond: the write lock is already held). The next epoch finds the row
+still "sending" and sends again, with the same Message-ID, so a mail system that de-duplicates
+can tell. tests/test_crash.py pins this behaviour.
+
+On PostgreSQL a claim younger than the send window (the longest a live sender can still be
+talking to the server) is left alone even when its lock is free: a database blip drops the
+advisory lock while its holder may still be sending.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import smtplib
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
-from django.db import InterfaceError, OperationalError, connection
+from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
+from django.core.mail.message import sanitize_address
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from langgraph.errors import GraphDrained
 
-from refunds import metrics
+from refunds import metrics, sql
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -53,21 +61,53 @@ def send_window() -> timedelta:
 
 def send_once(*, ticket_id: int, lease: Lease, key: str, to: str, subject: str, body: str) -> None:
     lease.check()
-    _ensure_row(ticket_id=ticket_id, key=key, to=to, subject=subject, body=body)
     claim = f"epoch:{lease.epoch}"
     with effect_lock(key) as held:
         if not held:
             raise EffectBusy(f"another process is sending {key}")
         lease.check()
-        claimed = _claim(key, claim, Q(ticket__lease_epoch=lease.epoch))
-        if not claimed:
-            row = Email.objects.filter(key=key).values("status", "claimed_by").get()
-            if row["status"] == Email.Status.SENT:
+        row = _claim_for_run(
+            ticket_id=ticket_id, epoch=lease.epoch, key=key, to=to, subject=subject, body=body
+        )
+        if row is None:
+            status, claimed_by = Email.objects.filter(key=key).values_list(
+                "status", "claimed_by"
+            ).first() or ("", "")
+            if status == Email.Status.SENT:
                 return
             if not Ticket.objects.filter(pk=ticket_id, lease_epoch=lease.epoch).exists():
                 raise GraphDrained(f"lease epoch {lease.epoch} of ticket {ticket_id} lost")
-            raise EffectBusy(f"{key} was claimed by {row['claimed_by']} moments ago")
-        _deliver(key, claim)
+            raise EffectBusy(f"{key} was claimed by {claimed_by} moments ago")
+        _deliver(key, claim, *row)
+
+
+def _claim_for_run(
+    *, ticket_id: int, epoch: int, key: str, to: str, subject: str, body: str
+) -> tuple[str, str, str] | None:
+    """Write the outbox row if it is not there and claim it for this epoch, in one statement:
+    only while the epoch holds the ticket, and only if nobody sent the message, nobody else is
+    (or may still be) sending it. Returns the row's (to, subject, body) when it is ours."""
+    claim = f"epoch:{epoch}"
+    holds = "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)"
+    return sql.fetchone(
+        'INSERT INTO refunds_email (ticket_id, "key", "to", subject, body, status, claimed_by, '
+        "claimed_at, attempts, last_error, created_at) "
+        f"SELECT %s, %s, %s, %s, %s, 'sending', %s, {sql.now()}, 1, '', {sql.now()} "
+        f"WHERE {holds} "
+        "ON CONFLICT (\"key\") DO UPDATE SET status = 'sending', "
+        "claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, "
+        "attempts = refunds_email.attempts + 1 "
+        "WHERE refunds_email.status <> 'sent' AND (refunds_email.status = 'pending' "
+        "OR refunds_email.claimed_by = excluded.claimed_by OR refunds_email.claimed_at IS NULL "
+        f"OR refunds_email.claimed_at < {sql.now_minus()}) AND {holds} "
+        'RETURNING "to", subject, body',
+        [
+            *(ticket_id, key, to, subject, body, claim),
+            *(ticket_id, epoch),
+            send_window().total_seconds(),
+            *(ticket_id, epoch),
+        ],
+    )
 
 
 def resend(email_id: int) -> bool:
@@ -82,21 +122,13 @@ def resend(email_id: int) -> bool:
             raise EffectBusy(f"another process is sending {email.key}")
         if not _claim(email.key, claim, Q(ticket__status__in=Ticket.FINAL)):
             return Email.objects.filter(pk=email_id, status=Email.Status.SENT).exists()
-        _deliver(email.key, claim)
+        _deliver(email.key, claim, email.to, email.subject, email.body)
     return True
 
 
-def _ensure_row(*, ticket_id: int, key: str, to: str, subject: str, body: str) -> None:
-    # INSERT .. ON CONFLICT DO NOTHING: a row written by a run before this one stays as it is.
-    Email.objects.bulk_create(
-        [Email(ticket_id=ticket_id, key=key, to=to, subject=subject, body=body)],
-        ignore_conflicts=True,
-    )
-
-
 def _claim(key: str, claim: str, holds: Q) -> bool:
-    """One conditional UPDATE: the row becomes ours to send, if nobody sent it, nobody else is
-    (or may still be) sending it, and our right to send (`holds`) stands."""
+    """For a Resend: one conditional UPDATE, the row becomes ours to send if nobody sent it,
+    nobody else is (or may still be) sending it, and our right to send (`holds`) stands."""
     free = (
         Q(status=Email.Status.PENDING)
         | Q(claimed_by=claim)
@@ -115,21 +147,31 @@ def _claim(key: str, claim: str, holds: Q) -> bool:
     )
 
 
-def _deliver(key: str, claim: str) -> None:
-    email = Email.objects.get(key=key)
+# Observers of a delivery: called with (key, event), event "connect" before the conversation and
+# "accepted" once the server took the message, before its mark commits. Metrics and the crash
+# tests' kill points hang here.
+delivery_hooks: list[Callable[[str, str], None]] = []
+
+
+def _emit(key: str, event: str) -> None:
+    for hook in delivery_hooks:
+        hook(key, event)
+
+
+def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
     message = EmailMessage(
-        email.subject,
-        email.body,
-        to=[email.to],
-        headers={"X-Refund-Key": key, "Message-ID": email.message_id},
+        subject, body, to=[to], headers={"X-Refund-Key": key, "Message-ID": message_id(key)}
     )
-    # The connection is opened here and closed after the row is marked: the mark follows the
-    # server's "250 accepted" at once, not after the QUIT round trip, which keeps the one window
-    # of "mail once" (accepted, not yet marked) as short as a single UPDATE.
     backend = get_connection()
     try:
+        _emit(key, "connect")
         backend.open()
-        backend.send_messages([message])
+        if isinstance(backend, SmtpBackend):
+            _send_smtp(backend.connection, message, key)
+        else:  # console, file, locmem: no server to acknowledge anything
+            backend.send_messages([message])
+            _emit(key, "accepted")
+            _mark_sent(key)
     except Exception as exc:
         backend_close(backend)
         error = _classify(exc)
@@ -146,13 +188,70 @@ def _deliver(key: str, claim: str) -> None:
             last_error=str(error)[:2000],
         )
         raise error from exc
-    _write(
-        Email.objects.filter(key=key).exclude(status=Email.Status.SENT),
-        status=Email.Status.SENT,
-        sent_at=Now(),
-        last_error="",
-    )
     backend_close(backend)
+
+
+def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str) -> None:
+    """smtplib's sendmail, with the outbox mark held open around the end of the message.
+
+    The row is marked sent in a transaction begun *before* the final "." goes to the server
+    (on SQLite that waits for the write lock here, not after the server said yes), and committed
+    the moment the server accepts; a refusal rolls the mark back. So the one window of mail
+    once, a kill after the server's 250 and before the mark is durable, is as wide as a COMMIT."""
+    encoding = message.encoding or settings.DEFAULT_CHARSET
+    sender = sanitize_address(message.from_email, encoding)
+    recipients = [sanitize_address(addr, encoding) for addr in message.recipients()]
+    conn.ehlo_or_helo_if_needed()
+    code, answer = conn.mail(sender)
+    if code != 250:
+        conn.rset()
+        raise smtplib.SMTPSenderRefused(code, answer, sender)
+    refused = {}
+    for recipient in recipients:
+        code, answer = conn.rcpt(recipient)
+        if code not in (250, 251):
+            refused[recipient] = (code, answer)
+    if len(refused) == len(recipients):
+        conn.rset()
+        raise smtplib.SMTPRecipientsRefused(refused)
+    code, answer = conn.docmd("data")
+    if code != 354:
+        conn.rset()
+        raise smtplib.SMTPDataError(code, answer)
+    data = re.sub(rb"(?m)^\.", b"..", message.message().as_bytes(linesep="\r\n"))
+    if not data.endswith(b"\r\n"):
+        data += b"\r\n"
+    conn.send(data)
+    try:
+        with transaction.atomic():
+            _mark_sent_now(key)
+            conn.send(b".\r\n")
+            code, answer = conn.getreply()
+            if code != 250:
+                raise smtplib.SMTPDataError(code, answer)
+            _emit(key, "accepted")
+    except (OperationalError, InterfaceError):
+        # The server has the message but the mark did not commit (the database went away):
+        # record it again on a fresh connection, as any fact.
+        if code != 250:
+            raise
+        _mark_sent(key)
+
+
+def _mark_sent_now(key: str) -> None:
+    sql.execute(
+        f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
+        "WHERE \"key\" = %s AND status <> 'sent'",
+        [key],
+    )
+
+
+def _mark_sent(key: str) -> None:
+    _write_sql(
+        f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
+        "WHERE \"key\" = %s AND status <> 'sent'",
+        [key],
+    )
 
 
 def backend_close(backend) -> None:
@@ -179,12 +278,25 @@ def _classify(exc: Exception) -> MailRetryable | MailRefused | None:
     return None
 
 
-def _write(qs, **fields) -> None:
+def message_id(key: str) -> str:
+    # The same Message-ID on every attempt: a mail system that sees a message twice (the one
+    # window the outbox cannot close) can tell it is one message.
+    return f"<{key.replace(':', '.')}@refund-desk>"
+
+
+def _write_sql(statement: str, params: list) -> None:
+    _write(None, statement=(statement, params))
+
+
+def _write(qs, *, statement: tuple[str, list] | None = None, **fields) -> None:
     """An UPDATE that records a fact: retried on a fresh connection if the database dropped ours
     (a blip after the server accepted the message must not make it look unsent)."""
     for attempt in range(10):
         try:
-            qs.update(**fields)
+            if statement is not None:
+                sql.execute(*statement)
+            else:
+                qs.update(**fields)
             return
         except (OperationalError, InterfaceError):
             if attempt == 9 or connection.in_atomic_block:

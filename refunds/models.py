@@ -38,6 +38,36 @@ class Order(models.Model):
             charges = charges.exclude(ticket_id=excluding_ticket)
         return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
 
+    @classmethod
+    def facts(cls, number: str, *, for_ticket: int | None = None) -> dict | None:
+        """What lookup reads, in one statement: the order and what the ledger holds for it
+        (paid or under way) from tickets other than `for_ticket`."""
+        from refunds import sql
+
+        held = (
+            "FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN ('pending', "
+            "'succeeded') AND c.ticket_id <> %s"
+        )
+        row = sql.fetchone(
+            "SELECT o.number, o.customer_name, o.customer_email, o.promised_on, o.delivered_on, "
+            f"o.shipping_fee_cents, (SELECT coalesce(sum(c.amount_cents), 0) {held}), "
+            f"(SELECT max(c.ticket_id) {held}) FROM refunds_order o WHERE o.number = %s",
+            [for_ticket or 0, for_ticket or 0, number],
+        )
+        if row is None:
+            return None
+        promised, delivered = (d if isinstance(d, str) else d.isoformat() for d in row[3:5])
+        return {
+            "number": row[0],
+            "customer_name": row[1],
+            "customer_email": row[2],
+            "promised_on": promised,
+            "delivered_on": delivered,
+            "fee_cents": row[5],
+            "refunded_cents": row[6],
+            "refunded_by_ticket": row[7],
+        }
+
     def as_facts(self, *, for_ticket: int | None = None) -> dict:
         held = (
             Charge.objects.filter(order=self)
@@ -291,12 +321,6 @@ class Email(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} -> {self.to}"
-
-    @property
-    def message_id(self) -> str:
-        # The same Message-ID on every attempt: a mail system that sees a message twice (the one
-        # window the outbox cannot close, see refunds/mail.py) can tell it is one message.
-        return f"<{self.key.replace(':', '.')}@refund-desk>"
 
 
 class DemoProcessorRefund(models.Model):

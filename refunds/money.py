@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import Sum
-from django.utils import timezone
 from langgraph.errors import GraphDrained
 
+from refunds import sql
 from refunds.flow.errors import (
     EffectBusy,
     OverBalance,
@@ -74,50 +74,60 @@ def pay(
         return _settle(row, receipt=receipt)
 
 
+@dataclass
+class _Row:
+    pk: int
+    receipt: str | None
+
+
 def _reserve(
     ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int
-) -> tuple[Charge, str]:
+) -> tuple[_Row, str]:
     """The key's ledger row, claimed for this epoch, and what is known of it: "paid", "new" (no
-    call made yet) or "unknown" (a call was made and its answer was never recorded)."""
+    call made yet) or "unknown" (a call was made and its answer was never recorded).
+
+    Two statements in one transaction: everything needed read at once, with the order locked
+    (two tickets of one order never check its balance at the same time; on SQLite the IMMEDIATE
+    transaction holds the write lock), then the row written."""
     with transaction.atomic():
-        # Lock the order: two tickets of one order never check the balance at the same time.
-        # (On SQLite the transaction itself holds the write lock: IMMEDIATE mode.)
-        order = Order.objects.select_for_update().get(pk=order_id)
-        if not Ticket.objects.filter(pk=ticket_id, lease_epoch=epoch).exists():
-            raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
-        row = Charge.objects.select_for_update().filter(idempotency_key=key).first()
-        if row is not None and row.status == Charge.Status.SUCCEEDED:
-            return row, "paid"
-        if row is not None and row.status == Charge.Status.PENDING:
-            Charge.objects.filter(pk=row.pk).update(epoch=epoch)
-            return row, "unknown"
-        held = (
-            Charge.objects.filter(order=order)
-            .holding_balance()
-            .exclude(idempotency_key=key)
-            .aggregate(total=Sum("amount_cents"))["total"]
-            or 0
+        found = sql.fetchone(
+            "SELECT t.lease_epoch, o.shipping_fee_cents, o.number, "
+            "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
+            "o.id AND c.status IN ('pending', 'succeeded') AND c.idempotency_key <> %s), "
+            "k.id, k.status, k.receipt "
+            "FROM refunds_ticket t JOIN refunds_order o ON o.id = t.order_id "
+            "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
+            "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else ""),
+            [key, key, ticket_id, order_id],
         )
-        balance = order.shipping_fee_cents - held
+        current_epoch, fee, number, held, row_id, status, receipt = found
+        if current_epoch != epoch:
+            raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
+        if status == Charge.Status.SUCCEEDED:
+            return _Row(row_id, receipt), "paid"
+        if status == Charge.Status.PENDING:
+            sql.execute("UPDATE refunds_charge SET epoch = %s WHERE id = %s", [epoch, row_id])
+            return _Row(row_id, None), "unknown"
+        balance = fee - held
         if amount_cents > balance:
             raise OverBalance(
-                f"order {order.number} has {dollars(max(balance, 0))} left to refund of its "
-                f"{dollars(order.shipping_fee_cents)} fee; {dollars(amount_cents)} is more"
+                f"order {number} has {dollars(max(balance, 0))} left to refund of its "
+                f"{dollars(fee)} fee; {dollars(amount_cents)} is more"
             )
-        if row is None:
-            row = Charge.objects.create(
-                ticket_id=ticket_id,
-                order=order,
-                idempotency_key=key,
-                amount_cents=amount_cents,
-                epoch=epoch,
+        if row_id is None:
+            (row_id,) = sql.fetchone(
+                "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
+                "status, error, epoch, created_at) "
+                f"VALUES (%s, %s, %s, %s, 'pending', '', %s, {sql.now()}) RETURNING id",
+                [ticket_id, order_id, key, amount_cents, epoch],
             )
         else:  # refused before (a decline); a manager approved trying again
-            Charge.objects.filter(pk=row.pk).update(
-                status=Charge.Status.PENDING, epoch=epoch, error="", settled_at=None
+            sql.execute(
+                "UPDATE refunds_charge SET status = 'pending', epoch = %s, error = '', "
+                "settled_at = NULL WHERE id = %s",
+                [epoch, row_id],
             )
-            row.status, row.error = Charge.Status.PENDING, ""
-    return row, "new"
+    return _Row(row_id, None), "new"
 
 
 def _look_up(gateway: Gateway, key: str) -> str | None:
@@ -129,18 +139,20 @@ def _look_up(gateway: Gateway, key: str) -> str | None:
         ) from exc
 
 
-def _settle(row: Charge, *, receipt: str | None = None, refused: str = "") -> str:
+def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
     """Record the gateway's answer. A fact, so it is written whatever the lease says, and
     retried on a fresh connection if the database dropped ours meanwhile."""
-    fields = {"settled_at": timezone.now()}
     if receipt:
-        fields |= {"status": Charge.Status.SUCCEEDED, "receipt": receipt, "error": ""}
+        statement = "status = 'succeeded', receipt = %s, error = ''"
+        params = [receipt]
     else:
-        fields |= {"status": Charge.Status.REFUSED, "error": refused[:2000]}
+        statement, params = "status = 'refused', error = %s", [refused[:2000]]
     for attempt in range(10):
         try:
-            Charge.objects.filter(pk=row.pk).exclude(status=Charge.Status.SUCCEEDED).update(
-                **fields
+            sql.execute(
+                f"UPDATE refunds_charge SET {statement}, settled_at = {sql.now()} "
+                "WHERE id = %s AND status <> 'succeeded'",
+                [*params, row.pk],
             )
             break
         except (OperationalError, InterfaceError):

@@ -26,6 +26,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres import _internal as pg_internal
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
+from psycopg import errors as pg_errors
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
@@ -94,6 +95,16 @@ class FencedSqliteSaver(SqliteSaver):
         with _fenced(config):
             return super().put_writes(config, writes, task_id, task_path)
 
+    def get_next_version(self, current, channel):
+        """Channel versions as small integers. SqliteSaver's own are 49-character strings (a
+        counter and a random part), and every checkpoint repeats one per channel and per node
+        that saw it: more than half of a checkpoint's bytes. The random part serves savers that
+        key stored values by version (PostgresSaver's blobs); this one stores values inline.
+        A thread begun with string versions keeps them: LangGraph compares versions."""
+        if isinstance(current, str):
+            return super().get_next_version(current, channel)
+        return (current or 0) + 1
+
     def claim_fence(self, thread_id: str, epoch: int) -> bool:
         with self.lock:
             self.setup()
@@ -103,8 +114,11 @@ class FencedSqliteSaver(SqliteSaver):
 
 
 class FencedPostgresSaver(PostgresSaver):
-    """PostgresSaver whose writes run in one transaction with the fence check (the base class
-    pipelines statements in autocommit, so a `put_writes` is not atomic on its own)."""
+    """PostgresSaver whose writes run in one transaction with the fence check, pipelined: the
+    check, the blobs and the checkpoint (or the writes) go to the server in one round trip. (The
+    base class pipelines statements in autocommit, so a `put_writes` is not atomic on its own.)
+    A fence that does not hold makes the check divide by zero, which aborts the transaction
+    and the statements queued behind it."""
 
     @contextmanager
     def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
@@ -113,16 +127,18 @@ class FencedPostgresSaver(PostgresSaver):
             with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        with (
-            self.lock,
-            pg_internal.get_connection(self.conn) as conn,
-            conn.transaction(),
-            conn.cursor(binary=True, row_factory=dict_row) as cur,
-        ):
-            cur.execute(_HOLD_SQL, fence)
-            if cur.rowcount != 1:
-                raise FenceLost(f"thread {fence[0]}: epoch {fence[1]} no longer holds")
-            yield cur
+        try:
+            with (
+                self.lock,
+                pg_internal.get_connection(self.conn) as conn,
+                conn.pipeline(),
+                conn.transaction(),
+                conn.cursor(binary=True, row_factory=dict_row) as cur,
+            ):
+                cur.execute(_HOLD_OR_FAIL_SQL, fence)
+                yield cur
+        except pg_errors.DivisionByZero:
+            raise FenceLost(f"thread {fence[0]}: epoch {fence[1]} no longer holds") from None
 
     def put(self, config, checkpoint, metadata, new_versions):
         with _fenced(config):
@@ -146,6 +162,10 @@ _HOLD_SQL = (
     f"INSERT INTO {FENCE_TABLE} (thread_id, epoch) VALUES (%s, %s) "
     f"ON CONFLICT (thread_id) DO UPDATE SET epoch = excluded.epoch "
     f"WHERE {FENCE_TABLE}.epoch <= excluded.epoch"
+)
+# PostgreSQL, pipelined: the same, failing the transaction when the fence is not ours.
+_HOLD_OR_FAIL_SQL = (
+    f"WITH held AS ({_HOLD_SQL} RETURNING 1) SELECT 1 / (SELECT count(*) FROM held)::int"
 )
 # Raise the fence to this epoch unless a newer one holds it; a row comes back when it holds.
 _CLAIM_SQL = (

@@ -35,7 +35,7 @@ from langgraph.types import Command
 
 from config.logs import bound
 from refunds import lease as leases
-from refunds import mail, metrics, mirror, money, persistence
+from refunds import mail, metrics, mirror, money, persistence, sql
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
@@ -145,8 +145,7 @@ def _give_up(lease: leases.Lease) -> str:
 # --- running a thread --------------------------------------------------------------------------
 def collaborators(lease: leases.Lease) -> Collaborators:
     def find_order(number: str):
-        order = Order.objects.filter(number=number).first()
-        return order.as_facts(for_ticket=lease.ticket_id) if order else None
+        return Order.facts(number, for_ticket=lease.ticket_id)
 
     return Collaborators(
         find_order=find_order,
@@ -313,15 +312,19 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
                 return {} if as_mirrored else mirror.fields(state)  # waiting on a person
             # The mirror stops saying "awaiting review" while the answer is applied, so the
             # queue and the API do not show a review whose charge is already under way.
-            Ticket.objects.filter(pk=lease.ticket_id, lease_epoch=lease.epoch).update(
-                status=Ticket.Status.RUNNING, pending_interrupt_id="", pending_payload=None
+            sql.execute(
+                "UPDATE refunds_ticket SET status = 'running', pending_interrupt_id = '', "
+                "pending_payload = NULL WHERE id = %s AND lease_epoch = %s",
+                [lease.ticket_id, lease.epoch],
             )
             _emit(lease.thread_id, "resume")
             answer = decision.as_resume_value() | {"decision_id": decision.pk}
             # Keyed by interrupt id: a repeated resume can never answer a later question.
             state = _run(lease, Command(resume={decision.interrupt_id: answer}), ctx)
-            _fenced(Decision.objects.filter(pk=decision.pk), lease).update(
-                applied_at=timezone.now()
+            sql.execute(
+                f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "
+                "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
+                [decision.pk, lease.ticket_id, lease.epoch],
             )
         elif mirror.has_work(state):
             state = _run(lease, None, ctx)

@@ -54,7 +54,7 @@ def test_a_worker_whose_epoch_was_taken_over_never_sends(ticket):
     with pytest.raises(GraphDrained, match="lost"):
         send(ticket, lease)
     assert django_mail.outbox == []
-    assert Email.objects.get().status == "pending"
+    assert not Email.objects.exclude(status="pending").exists()  # nothing claimed, or sent
 
 
 def test_a_message_another_process_is_sending_is_left_to_it(transactional_db, late_order):
@@ -151,3 +151,33 @@ def test_on_postgresql_a_young_claim_is_left_to_its_sender_even_with_its_lock_fr
     with pytest.raises(EffectBusy):
         send(ticket, leases.grant(ticket))
     assert django_mail.outbox == []
+
+
+@pytest.fixture
+def smtp(settings):
+    from refunds.devtools.smtp_sink import SmtpSink
+
+    sink = SmtpSink().start()
+    for name, value in sink.env().items():
+        setattr(settings, name, int(value) if name == "EMAIL_PORT" else value)
+    yield sink
+    sink.stop()
+
+
+def test_through_a_real_smtp_server_the_message_is_marked_sent_once_accepted(ticket, smtp):
+    lease = leases.grant(ticket)
+    send(ticket, lease)
+    send(ticket, lease)  # a re-run of the node: the row says sent, nothing goes out
+    assert smtp.keys() == {"refund-1042-mail:email": 1}
+    assert smtp.delivered[0].message_id == "<refund-1042-mail.email@refund-desk>"
+    assert Email.objects.get().status == "sent"
+
+
+@pytest.mark.parametrize(("code", "kind"), [(451, MailRetryable), (550, MailRefused)])
+def test_a_refusal_at_the_end_of_the_message_rolls_the_mark_back(ticket, smtp, code, kind):
+    smtp.refuse(1, code=code)
+    with pytest.raises(kind):
+        send(ticket, leases.grant(ticket))
+    row = Email.objects.get()
+    assert row.status == "pending" and str(code) in row.last_error
+    assert smtp.count() == 0

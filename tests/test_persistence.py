@@ -134,3 +134,51 @@ def test_a_write_with_an_old_epoch_is_refused_and_writes_nothing(transactional_d
     config["configurable"]["fence"] = 3
     saver.put_writes(config, [("notes", "current")], task_id="current-task")
     assert rows_per_task(thread) == Counter({"current-task": 1})
+
+
+def test_a_thread_begun_with_sqlitesavers_string_versions_finishes_with_them(transactional_db):
+    """Channel versions are small integers for new threads; a thread paused before that change
+    (49-character string versions) must resume and finish: LangGraph compares versions."""
+    if settings.IS_POSTGRES:
+        pytest.skip("PostgresSaver keeps its own versions")
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+
+    from bench.reference import APPROVE, fake_context, initial
+    from refunds.flow.graph import build_graph
+
+    thread = f"old-{uuid.uuid4().hex}"
+    config = {"configurable": {"thread_id": thread}}
+    path = persistence.checkpoint_url().removeprefix("sqlite:///")
+    old_saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+    old = build_graph().compile(checkpointer=old_saver)
+    paused = old.invoke(
+        initial(thread, "B00001"), config, context=fake_context(), durability="sync"
+    )
+    stored = persistence.checkpointer().get_tuple(config).checkpoint["channel_versions"]
+    assert all(isinstance(v, str) for v in stored.values())
+
+    new = persistence.graph()
+    done = new.invoke(
+        Command(resume={paused["__interrupt__"][0].id: APPROVE}),
+        config,
+        context=fake_context(),
+        durability="sync",
+    )
+    assert done["outcome"] == "refunded"
+    latest = persistence.checkpointer().get_tuple(config).checkpoint["channel_versions"]
+    assert all(isinstance(v, str) for v in latest.values())
+
+
+def test_new_threads_get_small_integer_versions(transactional_db):
+    if settings.IS_POSTGRES:
+        pytest.skip("PostgresSaver keeps its own versions")
+    from bench.reference import fake_context, initial
+
+    thread = f"new-{uuid.uuid4().hex}"
+    config = {"configurable": {"thread_id": thread}}
+    persistence.graph().invoke(
+        initial(thread, "B00002"), config, context=fake_context(), durability="sync"
+    )
+    stored = persistence.checkpointer().get_tuple(config).checkpoint["channel_versions"]
+    assert stored and all(isinstance(v, int) for v in stored.values())

@@ -1,8 +1,8 @@
 """Fault injection for crash tests: kill, stall or stop this process at a named point of a thread.
 
 Installed only when REFUNDS_CRASH_PLAN is set (the tests and `manage.py crashtest` set it; see
-config/settings.py): it wraps every node, the payment gateway and the mail backend, and observes
-the runner's steps. The application itself never calls into this module.
+config/settings.py): it wraps every node and the payment gateway, and observes the runner's steps
+and the outbox's deliveries. The application itself never calls into this module.
 
 REFUNDS_CRASH_PLAN names a JSON file {"<thread_id or *>": {"point": "...", "times": N,
 "action": "exit" | "sleep" | "stop" | "error", "seconds": S}} (or a list of such entries, for
@@ -11,7 +11,8 @@ several points of one thread). Points:
 - "<node>": at the start of that node's body (lookup, fraud_check, ..., charge_card, email);
 - "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
 - "gateway:before", "gateway:after": around the gateway's charge call;
-- "smtp:before", "smtp:after": around the mail server conversation;
+- "smtp:before": before the mail server conversation; "smtp:after": the server accepted the
+  message and its outbox mark has not committed yet (the one window of "mail once");
 - "renew": in the lease renewal ("error" makes the renewal fail with a database error).
 
 Actions: "exit" is os._exit(1), what an OOM kill or a pulled plug looks like; "sleep" stalls for
@@ -101,32 +102,18 @@ class CrashingGateway:
         return self.inner.lookup(idempotency_key)
 
 
-class CrashingEmailBackend:
-    """The configured mail backend, with crash points around the SMTP conversation."""
-
-    def __init__(self, fail_silently: bool = False, **kwargs):
-        backend = import_string(settings.REFUNDS_CRASH_INNER["email"])
-        self.inner = backend(fail_silently=fail_silently, **kwargs)
-
-    def open(self):
-        return self.inner.open()
-
-    def close(self):
-        return self.inner.close()
-
-    def send_messages(self, messages) -> int:
-        thread_id = str(messages[0].extra_headers.get("X-Refund-Key", "")).split(":")[0]
-        crash_point(thread_id, "smtp:before")
-        sent = self.inner.send_messages(messages)
-        crash_point(thread_id, "smtp:after")
-        return sent
+def _delivery_point(key: str, event: str) -> None:
+    point = {"connect": "smtp:before", "accepted": "smtp:after"}[event]
+    crash_point(key.split(":")[0], point)
 
 
 def install() -> None:
     """Hook the crash points in (called by the devtools app when a crash plan is set)."""
-    from refunds import lease, persistence, runner
+    from refunds import lease, mail, persistence, runner
 
     persistence.node_wrapper = wrap_node
+    if _delivery_point not in mail.delivery_hooks:
+        mail.delivery_hooks.append(_delivery_point)
     persistence._compiled.cache_clear()
     if crash_point not in runner.step_hooks:
         runner.step_hooks.append(crash_point)

@@ -1,0 +1,47 @@
+"""The few hot statements of a run are written in SQL: one round trip each, no query building.
+These helpers keep them short and the same on SQLite and PostgreSQL (both have RETURNING and
+ON CONFLICT); everything else uses the ORM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def now() -> str:
+    """The database's clock, in the form Django stores datetimes (SQLite: text, UTC)."""
+    if is_postgres():
+        return "now()"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+
+
+def now_plus() -> str:
+    """The database's clock plus %s seconds (one parameter)."""
+    if is_postgres():
+        return "now() + make_interval(secs => %s)"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
+
+
+def now_minus() -> str:
+    """The database's clock minus %s seconds (one parameter)."""
+    if is_postgres():
+        return "now() - make_interval(secs => %s)"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '-' || %s || ' seconds')"
+
+
+def fetchone(sql: str, params: list[Any]) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def execute(sql: str, params: list[Any]) -> int:
+    """Run a statement; the number of rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
