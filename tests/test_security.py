@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
-from django.http import HttpResponse
 from django.test import Client
 from django.urls import include, path
 
@@ -321,7 +320,3 @@ def test_a_user_in_no_group_has_a_key_that_reads_nothing(db, late_order):
     Ticket.objects.create(thread_id="t", order=late_order)
     api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(nobody)[1]}"})
     assert api.get("/api/tickets/").json()["count"] == 0
-
-
-def _unused(request) -> HttpResponse:  # keeps ruff from flagging HttpResponse
-    return HttpResponse()
