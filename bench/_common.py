@@ -158,5 +158,7 @@ def prepare_environment(backend: str, data_dir: Path, **extra: str) -> None:
     os.environ.update(
         {"DJANGO_SETTINGS_MODULE": "config.settings", "REFUNDS_DATA_DIR": str(data_dir), **extra}
     )
+    # DEBUG is off outside the demo, which needs a key (a throwaway one: bench data only).
+    os.environ.setdefault("SECRET_KEY", "bench-only-" + "b" * 50)
     if backend == "postgres":
         os.environ["DATABASE_URL"] = fresh_postgres_db()

@@ -7,6 +7,7 @@ surfacing later as a confusing error deep inside a worker.
 import math
 import os
 import sys
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -30,11 +31,28 @@ def exit_on_bad_setting() -> None:
     def hook(exc_type, exc, tb):
         if issubclass(exc_type, BadSetting):
             sys.stderr.write(f"Refund Desk cannot start: {exc}\n")
+        elif _is_database_unreachable(exc):
+            from config.masking import mask
+
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            sys.stderr.write(
+                f"Refund Desk cannot reach its database (DATABASE_URL): {mask(first)}\n"
+            )
         else:
             previous(exc_type, exc, tb)
 
     hook.refund_desk = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def _is_database_unreachable(exc: BaseException) -> bool:
+    """An OperationalError from the database driver that ends a command (migrate against a
+    PostgreSQL that is down): one line, not a traceback through Django and psycopg."""
+    try:
+        from django.db.utils import OperationalError
+    except ImportError:  # pragma: no cover - Django is a dependency
+        return False
+    return isinstance(exc, OperationalError)
 
 
 def env_str(name: str, default: str) -> str:
@@ -82,3 +100,41 @@ def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
         got = f"a {scheme}:// URL" if scheme else "a value without a scheme"
         raise BadSetting(f"{name} must start with one of {allowed}; got {got}")
     return value
+
+
+def env_choice(name: str, default: str, *, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().upper() if all(c.isupper() for c in choices) else raw.strip()
+    if value not in choices:
+        raise BadSetting(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def writable_dir(name: str, path: str) -> Path:
+    """A folder the process can write to, created if missing; anything else stops the start."""
+    folder = Path(path).expanduser().resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadSetting(f"{name} ({folder}) cannot be created: {exc.strerror}") from None
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise BadSetting(f"{name} ({folder}) is not a folder this process can write to")
+    return folder
+
+
+def sqlite_file(name: str, path: str) -> None:
+    """A SQLite database must live in a folder that exists: SQLite creates the file, not the
+    folder, and says only "unable to open database file" much later."""
+    if not path or path == ":memory:":
+        return
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        raise BadSetting(f"{name} names a SQLite file in a folder that does not exist: {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadSetting(f"{name} names a SQLite file in a folder this process cannot write to")

@@ -1,7 +1,13 @@
 """Refund Desk settings. Everything comes from the environment; the defaults run one machine
-with no server installed (SQLite, an embedded Redis as the Celery broker, console email)."""
+with no server installed (SQLite, an embedded Redis as the Celery broker, console email).
+
+Two modes. The demo (`REFUNDS_DEMO=true`, set by bin/run) turns DEBUG on and may load the demo
+users. Anything else is production: DEBUG off unless asked for, SECRET_KEY required, no demo
+users ever (demo_data refuses), and the HTTPS settings `check --deploy` names come from the
+environment (HTTPS=true turns them all on)."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -9,27 +15,58 @@ import dj_database_url
 from config.env import (
     BadSetting,
     env_bool,
+    env_choice,
     env_int,
+    env_list,
     env_number,
     env_str,
     env_url,
     exit_on_bad_setting,
+    sqlite_file,
+    writable_dir,
 )
 
 exit_on_bad_setting()  # a bad variable stops the process with one line naming it
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(env_str("REFUNDS_DATA_DIR", str(BASE_DIR / "var"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+DATA_DIR = writable_dir("REFUNDS_DATA_DIR", env_str("REFUNDS_DATA_DIR", str(BASE_DIR / "var")))
 
-DEBUG = env_bool("DEBUG", True)
+# --- Demo or production -----------------------------------------------------------------------
+DEMO = env_bool("REFUNDS_DEMO", False)
+DEBUG = env_bool("DEBUG", DEMO)
+if DEMO and not DEBUG:
+    raise BadSetting("REFUNDS_DEMO=true needs DEBUG on: the demo (demo users) is never production")
 SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise BadSetting("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
-ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
-CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+# --- HTTPS (what `manage.py check --deploy` asks for; HTTPS=true sets them all) ---------------
+HTTPS = env_bool("HTTPS", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Behind a proxy that ends TLS: the header it sets, e.g. X-Forwarded-Proto (value "https").
+_proxy_header = env_str("SECURE_PROXY_SSL_HEADER", "")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
+)
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+# 1,000 form fields and 2.5 MB bodies are Django's defaults; the API allows far less (see API_).
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 200
+PERMISSIONS_POLICY = (
+    "accelerometer=(), camera=(), geolocation=(), gyroscope=(), magnetometer=(), "
+    "microphone=(), payment=(), usb=(), interest-cohort=()"
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -37,14 +74,26 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
     "refunds",
     "reviews",
+    "webhooks",
+    "insights",
 ]
 
 MIDDLEWARE = [
+    "config.logs.request_id_middleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "config.middleware.permissions_policy_middleware",
+    "csp.middleware.CSPMiddleware",
+    "refunds.api.errors.api_guard_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -52,7 +101,39 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
+
+# --- Content-Security-Policy (django-csp): nothing inline, nothing from elsewhere ---------------
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
+
+# --- Login throttling and lockout (django-axes) ---------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_number("LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.1))
+# Locked per user name and address pair: one attacker cannot lock a colleague out from elsewhere,
+# and many names from one address are still throttled by the API's and the login's limits.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+AXES_IPWARE_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -84,6 +165,7 @@ DATABASES = {
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    sqlite_file("DATABASE_URL", DATABASES["default"]["NAME"])
     DATABASES["default"]["OPTIONS"] = {
         # Web, worker and beat write the same file: WAL lets readers through, IMMEDIATE takes
         # the write lock up front so two writers queue on busy_timeout instead of deadlocking.
@@ -105,6 +187,8 @@ if IS_POSTGRES:
 CHECKPOINT_URL = os.environ.get("CHECKPOINT_URL", "")
 if CHECKPOINT_URL:
     CHECKPOINT_URL = env_url("CHECKPOINT_URL", "", schemes=("sqlite", "postgres", "postgresql"))
+    if CHECKPOINT_URL.startswith("sqlite"):
+        sqlite_file("CHECKPOINT_URL", dj_database_url.parse(CHECKPOINT_URL)["NAME"])
 CHECKPOINT_POOL_SIZE = env_int("CHECKPOINT_POOL_SIZE", 4, minimum=1)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -124,6 +208,15 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise serves from here after collectstatic
+# WhiteNoise serves static files from gunicorn, in the demo as in production: compressed copies
+# made by collectstatic, or straight from the source folders when collectstatic was not run.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_MAX_AGE = 3600
 
 # --- Email: Django's mail framework, console by default ---------------------------------------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -208,10 +301,77 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# --- The JSON API (Django REST framework, refunds/api/) --------------------------------------
+API_RATE_PER_IP = env_str("API_RATE_PER_IP", "300/minute")  # every /api/ request, before auth
+API_RATE_PER_TOKEN = env_str("API_RATE_PER_TOKEN", "120/minute")  # per user, after auth
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "refunds.api.auth.TokenAuthentication",
+        "refunds.api.auth.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["refunds.api.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_THROTTLE_CLASSES": ["refunds.api.throttles.PerTokenThrottle"],
+    "EXCEPTION_HANDLER": "refunds.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "NUM_PROXIES": env_int("TRUSTED_PROXY_COUNT", 0, minimum=0),
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "STRICT_JSON": True,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Refund Desk API",
+    "DESCRIPTION": "Open refund tickets and follow them to the end. See README.md, JSON API.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TicketStatusEnum": "refunds.models.Ticket.Status",
+        "ChargeStatusEnum": "refunds.models.Charge.Status",
+        "EmailStatusEnum": "refunds.models.Email.Status",
+    },
+}
+
+# --- Webhooks (webhooks/) --------------------------------------------------------------------
+WEBHOOK_TIMEOUT = env_number("WEBHOOK_TIMEOUT", 5.0, minimum=0.1)
+WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+WEBHOOK_RETRY_BASE_SECONDS = env_number("WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.0)
+WEBHOOK_SWEEP_SECONDS = env_number("WEBHOOK_SWEEP_SECONDS", 2.0, minimum=0.2)
+CELERY_BEAT_SCHEDULE["deliver-webhooks"] = {
+    "task": "webhooks.tasks.deliver_webhooks",
+    "schedule": WEBHOOK_SWEEP_SECONDS,
+    "options": {"expires": WEBHOOK_SWEEP_SECONDS},
+}
+
+# --- Health and metrics ----------------------------------------------------------------------
+READYZ_TIMEOUT_SECONDS = env_number("READYZ_TIMEOUT_SECONDS", 1.0, minimum=0.1)
+# /metrics answers admins' sessions and `Authorization: Bearer <METRICS_TOKEN>` (a scraper).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# Counters and histograms from every process on this machine (gunicorn and Celery children)
+# are summed from files in this folder (prometheus_client's multiprocess mode).
+PROMETHEUS_MULTIPROC_DIR = writable_dir(
+    "PROMETHEUS_MULTIPROC_DIR", env_str("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))
+)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
+
+# --- Errors and logs: secrets masked everywhere (config/masking.py) ---------------------------
+DEFAULT_EXCEPTION_REPORTER = "config.masking.SafeReporter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.masking.SafeFilter"
+LOG_LEVEL = env_choice(
+    "LOG_LEVEL", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+)
+LOG_FORMAT = env_choice("LOG_FORMAT", "json", choices=("json", "text"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}},
+    "formatters": {
+        "json": {"()": "config.logs.JsonFormatter"},
+        "text": {"()": "config.logs.TextFormatter", "format": "%(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"httpx": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

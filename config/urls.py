@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from refunds.api import views as api
+from refunds import health
 
 urlpatterns = [
     path("", include("reviews.urls")),
     path("api/", include("refunds.api.urls")),
-    path("healthz", api.healthz, name="healthz"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("", include("insights.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -42,7 +42,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from langgraph.errors import GraphDrained
 
-from refunds import sql
+from refunds import metrics, sql
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -177,6 +177,9 @@ def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
         error = _classify(exc)
         if error is None:
             raise
+        metrics.MAIL_FAILURES.labels(
+            kind="refused" if isinstance(error, MailRefused) else "retryable"
+        ).inc()
         _write(
             Email.objects.filter(key=key, claimed_by=claim).exclude(status=Email.Status.SENT),
             status=Email.Status.PENDING,

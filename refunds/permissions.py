@@ -69,3 +69,8 @@ def decision_refusal(user, ticket: Ticket) -> str:
     if role == Role.AGENT:
         return "This refund is decided by a support agent ($20.00 or less)."
     return "This ticket is not waiting on a review."
+
+
+def can_read_insights(user) -> bool:
+    """The dashboard and its plots: managers and admins (they answer for the whole desk)."""
+    return is_admin(user) or is_manager(user)

@@ -20,6 +20,7 @@ nodes (tests/test_crash.py). Every run that can reach `charge_card`, `email` or 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -32,8 +33,9 @@ from django.utils import timezone
 from langgraph.errors import GraphDrained
 from langgraph.types import Command
 
+from config.logs import bound
 from refunds import lease as leases
-from refunds import mail, mirror, money, persistence, sql
+from refunds import mail, metrics, mirror, money, persistence, sql
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
@@ -51,6 +53,15 @@ step_hooks: list[Callable[[str, str], None]] = []
 
 def advance(ticket_id: int) -> str:
     """Move one thread as far as it goes. Safe to call any number of times, from any worker."""
+    started = time.monotonic()
+    with bound(ticket_id=ticket_id):
+        outcome = _advance(ticket_id)
+    metrics.ADVANCES.labels(outcome=outcome).inc()
+    metrics.ADVANCE_SECONDS.observe(time.monotonic() - started)
+    return outcome
+
+
+def _advance(ticket_id: int) -> str:
     lease = leases.grant(ticket_id)
     if lease is None:
         status = Ticket.objects.filter(pk=ticket_id).values_list("status", flat=True).first()
@@ -60,7 +71,7 @@ def advance(ticket_id: int) -> str:
     if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
         return _give_up(lease)
     try:
-        with lease.kept_alive():
+        with lease.kept_alive(), bound(thread_id=lease.thread_id):
             fields = _drive(lease)
     except (GraphDrained, FenceLost) as exc:
         # Another worker holds the thread now (or soon will): leave everything to it.
@@ -81,8 +92,23 @@ def advance(ticket_id: int) -> str:
     # The mirror and the release in one UPDATE, which also says whether a decision or a fork
     # landed while we held the lease.
     if lease.release_with_mirror(fields):
-        return advance(ticket_id)
+        return _advance(ticket_id)
+    if fields.get("status") == Ticket.Status.REFUNDED:
+        _refunded(lease.ticket_id)
     return fields.get("status", lease.status)
+
+
+def _refunded(ticket_id: int) -> None:
+    """This run's release made the ticket refunded: how long since a person approved it."""
+    decided = (
+        Decision.objects.filter(ticket_id=ticket_id, answer=Decision.Answer.APPROVE)
+        .order_by("-decided_at")
+        .values_list("decided_at", flat=True)
+        .first()
+    )
+    if decided is not None:
+        waited = (timezone.now() - decided).total_seconds()
+        metrics.DECISION_TO_REFUNDED_SECONDS.observe(max(waited, 0.0))
 
 
 def _release_after_error(lease: leases.Lease, error: str) -> None:
@@ -100,6 +126,7 @@ def _give_up(lease: leases.Lease) -> str:
     charge = money.money_moved(lease.ticket_id)
     if charge is None:
         lease.release(status=Ticket.Status.FAILED, last_error=error)
+        metrics.FAILURES.inc()
         log.warning("ticket %s failed after %s attempts", lease.ticket_id, tries)
         return Ticket.Status.FAILED
     if charge.status == Charge.Status.SUCCEEDED:

@@ -208,13 +208,16 @@ def tickets_recover() -> list[int]:
     Ticket.objects.filter(pk__in=sent).update(woken_at=now)
     if len(sent) < len(ids):
         raise BrokerUnavailable(
-            f"the broker took {len(sent)} of {len(ids)} wake-ups; the rest wait for the next sweep"
+            f"the broker took {len(sent)} of {len(ids)} wake-ups; the rest wait for the next sweep",
+            sent=len(sent),
         )
     return ids
 
 
 class BrokerUnavailable(RuntimeError):
-    pass
+    def __init__(self, message: str, *, sent: int = 0):
+        super().__init__(message)
+        self.sent = sent
 
 
 def email_resend(*, email_id: int, by) -> None:

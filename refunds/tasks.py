@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from refunds import mail, runner, services
+from refunds import mail, metrics, runner, services
 
 
 @shared_task(
@@ -17,7 +17,13 @@ def advance_ticket(ticket_id: int) -> str:
 
 @shared_task(ignore_result=True)
 def recover_tickets() -> int:
-    return len(services.tickets_recover())
+    try:
+        ids = services.tickets_recover()
+    except services.BrokerUnavailable as exc:
+        metrics.SWEEP_REENQUEUED.inc(exc.sent)
+        raise
+    metrics.SWEEP_REENQUEUED.inc(len(ids))
+    return len(ids)
 
 
 @shared_task(acks_late=True, autoretry_for=(Exception,), max_retries=5, retry_backoff=True)

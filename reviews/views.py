@@ -241,11 +241,12 @@ def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> Htt
 @require_http_methods(["GET", "POST"])
 @login_required
 def api_token(request: HtmxHttpRequest) -> HttpResponse:
+    """Make (or replace) the user's API key. Only its hash is stored, so the key is shown in the
+    answer to the POST that made it, once, and never again."""
     token = ApiToken.objects.filter(user=request.user).first()
+    key = ""
     if request.method == "POST":
-        if token:
-            token.delete()
-        token = ApiToken.for_user(request.user)
-        messages.success(request, "A new API token was created; the old one no longer works.")
-        return redirect("reviews:api_token")
-    return render(request, "reviews/api_token.html", {"token": token})
+        token, key = ApiToken.issue(request.user)
+    response = render(request, "reviews/api_token.html", {"token": token, "key": key})
+    response["Cache-Control"] = "no-store"  # the key must not stay in a cache
+    return response

@@ -28,7 +28,7 @@ def fast_passwords(settings):
 
 @pytest.fixture
 def token(agent) -> str:
-    return ApiToken.for_user(agent).key
+    return ApiToken.issue(agent)[1]
 
 
 @pytest.fixture
@@ -131,7 +131,8 @@ def test_a_note_of_exactly_the_limit_is_accepted(api, late_order):
 def test_it_refuses_a_request_without_a_token(client, late_order):
     response = post_json(client, {"order_number": "1042"})
     assert response.status_code == 401
-    assert "Authorization: Token" in response.json()["error"]
+    assert "Authorization: Bearer <key>" in response.json()["error"]
+    assert response["WWW-Authenticate"] == 'Bearer realm="api"'
     assert Ticket.objects.count() == 0
 
 
@@ -139,13 +140,25 @@ def test_it_refuses_a_bad_token(late_order, token):
     client = Client(headers={"Authorization": "Token not-a-real-key"})
     response = post_json(client, {"order_number": "1042"})
     assert response.status_code == 401
-    assert response.json() == {"error": "Invalid API token."}
+    assert response.json() == {
+        "status": 401,
+        "code": "not_authenticated",
+        "error": "Invalid API token.",
+    }
     assert Ticket.objects.count() == 0
 
 
+@pytest.mark.parametrize("scheme", ["Bearer", "Token", "bearer"])
+def test_it_accepts_the_key_as_bearer_or_token(late_order, token, scheme):
+    client = Client(headers={"Authorization": f"{scheme} {token}"})
+    assert post_json(client, {"order_number": "1042"}).status_code == 201
+
+
 def test_it_refuses_a_good_key_under_another_scheme(late_order, token):
-    client = Client(headers={"Authorization": f"Bearer {token}"})
-    assert post_json(client, {"order_number": "1042"}).status_code == 401
+    client = Client(headers={"Authorization": f"Basic {token}"})
+    response = post_json(client, {"order_number": "1042"})
+    assert response.status_code == 401
+    assert "Unknown authorization scheme" in response.json()["error"]
 
 
 def test_it_refuses_the_token_of_an_inactive_user(agent, late_order, token):
@@ -200,11 +213,17 @@ def test_it_refuses_a_read_without_a_token(client, late_order):
 def test_it_answers_404_for_an_unknown_ticket(api):
     response = api.get(f"{URL}424242/")
     assert response.status_code == 404
-    assert response.json() == {"error": "There is no ticket 424242."}
+    assert response.json() == {
+        "status": 404,
+        "code": "not_found",
+        "error": "There is no ticket 424242.",
+    }
 
 
-def test_it_rejects_get_on_the_collection(api):
-    assert api.get(URL).status_code == 405
+def test_it_rejects_put_on_the_collection(api):
+    response = api.put(URL, data="{}", content_type="application/json")
+    assert response.status_code == 405
+    assert response.json()["code"] == "method_not_allowed"
 
 
 def test_it_rejects_post_on_a_ticket(api, late_order):

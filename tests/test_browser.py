@@ -19,6 +19,20 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 WAIT_MS = 30_000  # a worker start, a graph run and a 2 s poll, with room for a slow machine
+# Installed before any page script (through DevTools, so the page's own CSP does not apply to
+# it): every Content-Security-Policy violation the page causes is kept for the test to read.
+WATCH_CSP = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  const where = `${e.sourceFile}:${e.lineNumber}`;
+  window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${where}`);
+});
+"""
+
+
+def csp_problems(page, console: list[str]) -> list[str]:
+    found = list(page.evaluate("window.__cspViolations || []"))
+    return found + [m for m in console if "Content Security Policy" in m or "Refused to" in m]
 
 
 @pytest.fixture
@@ -37,6 +51,9 @@ def browser_page(monkeypatch) -> Iterator:
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(WAIT_MS)
+            page.add_init_script(WATCH_CSP)
+            page.console_messages_seen = []  # type: ignore[attr-defined]
+            page.on("console", lambda m: page.console_messages_seen.append(m.text))
             yield page
         finally:
             browser.close()
@@ -95,3 +112,76 @@ def _open_approve_and_watch(page, live_server, agent, expect) -> None:
     expect(status.locator("#ticket-status-pill")).to_have_text("Refunded")
     expect(status).to_contain_text("Approved by agent")
     expect(status).to_contain_text("approve → charge_card → email")
+    # Every page above ran under the strict CSP (no inline script or style) without a violation.
+    assert "unsafe-inline" not in (page.evaluate("document.contentType") or "")
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+def test_the_dashboard_and_the_api_docs_under_the_csp_at_phone_and_desk_widths(
+    browser_page, live_server, manager, late_order
+):
+    """Screenshots for a person to look at (var/test/screenshots/), and no CSP violation."""
+    from django.conf import settings
+    from playwright.sync_api import expect
+
+    _make_history(manager)
+    shots = settings.DATA_DIR / "screenshots"
+    shots.mkdir(exist_ok=True)
+    page = browser_page
+    page.goto(f"{live_server.url}/login/")
+    page.get_by_label("Username").fill("manager")
+    page.get_by_label("Password").fill("pw")
+    page.get_by_role("button", name="Log in").click()
+    for width in (390, 1280):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/dashboard/")
+        expect(page.get_by_role("heading", name="How the desk is doing")).to_be_visible()
+        assert page.locator("svg.chart").count() == 4
+        # The charts fit the screen: nothing wider than the viewport.
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.screenshot(path=str(shots / f"dashboard-{width}.png"), full_page=True)
+        page.goto(f"{live_server.url}/api/docs/")
+        expect(page.get_by_text("Refund Desk API").first).to_be_visible()
+        expect(page.get_by_text("/api/tickets/{ticket_id}/").first).to_be_visible()
+        page.screenshot(path=str(shots / f"api-docs-{width}.png"), full_page=True)
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+def _make_history(manager) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from refunds.models import Charge, Decision
+    from tests.conftest import make_order
+    from tests.reviewing import awaiting_review
+
+    now = timezone.now()
+    for day in range(12):
+        order = make_order(f"80{day:02d}", fee_cents=400 + (day * 337) % 2600)
+        status = ["refunded", "refunded", "declined", "refunded", "rejected"][day % 5]
+        ticket = Ticket.objects.create(thread_id=f"b{day}", order=order, status=status)
+        when = now - timedelta(days=day, hours=day % 3)
+        Ticket.objects.filter(pk=ticket.pk).update(
+            created_at=when - timedelta(minutes=20 + 7 * day), updated_at=when
+        )
+        if status != "declined":
+            decision = Decision.objects.create(
+                ticket=ticket,
+                interrupt_id=f"b{day}",
+                reviewer=manager,
+                answer="approve" if status == "refunded" else "reject",
+            )
+            Decision.objects.filter(pk=decision.pk).update(decided_at=when - timedelta(minutes=2))
+        if status == "refunded":
+            Charge.objects.create(
+                ticket=ticket,
+                order=order,
+                idempotency_key=f"b{day}",
+                amount_cents=order.shipping_fee_cents,
+                status="succeeded",
+                receipt=f"rb{day}",
+                settled_at=when,
+            )
+    for n in range(3):
+        awaiting_review(make_order(f"81{n}", fee_cents=900 + 2000 * n))

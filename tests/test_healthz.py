@@ -1,74 +1,116 @@
-"""GET /healthz: 200 when the database and the checkpoint store answer, 503 with a reason if not."""
+"""/healthz says the process lives and nothing more; /readyz checks the database, the checkpoint
+store and the broker, each with a short timeout, and tells only admins which one failed."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from refunds import persistence
+from refunds import health, persistence
 
 
-class BrokenCheckpointer:
-    def get_tuple(self, config):
-        raise OSError("unable to open database file")
-
-
-class BrokenGraph:
-    checkpointer = BrokenCheckpointer()
-
-
-def test_it_answers_200_when_the_database_and_checkpoints_answer(client, db):
+def test_healthz_answers_ok_with_no_details(client, db):
     response = client.get("/healthz")
-
     assert response.status_code == 200
-    assert response["Content-Type"] == "application/json"
-    assert response.json() == {"status": "ok", "database": "ok", "checkpoints": "ok"}
+    assert response.json() == {"status": "ok"}
 
 
-def test_it_needs_no_login(client, db):
-    assert client.get("/healthz").status_code == 200  # load balancers have no session
+def test_healthz_does_not_touch_the_database(client, db, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert client.get("/healthz").status_code == 200
 
 
-def test_it_answers_503_when_the_checkpoint_store_is_broken(client, db, monkeypatch):
-    monkeypatch.setattr(persistence, "checkpointer", lambda: BrokenGraph().checkpointer)
+@pytest.fixture
+def broker_up(monkeypatch):
+    monkeypatch.setitem(health.CHECKS, "broker", lambda: None)
 
-    response = client.get("/healthz")
 
-    assert response.status_code == 503
-    assert response.json() == {
-        "status": "error",
-        "database": "ok",
-        "checkpoints": "error: unable to open database file",
+def test_readyz_answers_200_when_everything_answers(client, db, broker_up):
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}  # no details for an anonymous caller
+
+
+def test_readyz_shows_admins_each_check(client, admin_user, broker_up):
+    client.force_login(admin_user)
+    checks = client.get("/readyz").json()["checks"]
+    assert {name: c["ok"] for name, c in checks.items()} == {
+        "database": True,
+        "checkpoints": True,
+        "broker": True,
     }
 
 
-def test_it_answers_503_when_the_checkpoint_store_cannot_even_open(client, db, monkeypatch):
-    def cannot_open():
-        raise RuntimeError("connection refused")
+def test_readyz_answers_503_without_details_when_the_checkpoints_fail(
+    client, db, monkeypatch, broker_up
+):
+    def broken():
+        raise OSError("unable to open database file at postgres://u:hunter22@db/x")
 
-    monkeypatch.setattr(persistence, "checkpointer", cannot_open)
-
-    response = client.get("/healthz")
-
+    monkeypatch.setattr(persistence, "checkpointer", broken)
+    response = client.get("/readyz")
     assert response.status_code == 503
-    assert response.json()["checkpoints"] == "error: connection refused"
+    assert response.json() == {"status": "unavailable"}
+    assert b"hunter22" not in response.content and b"unable" not in response.content
 
 
-def test_it_answers_503_when_the_database_is_broken(client, db, monkeypatch):
-    from refunds.api import views as api
+def test_readyz_tells_admins_why_with_secrets_masked(client, admin_user, monkeypatch, broker_up):
+    def broken():
+        raise OSError("could not connect to postgres://u:hunter22@db/x")
 
-    class BrokenConnection:
-        def cursor(self):
-            raise OSError("database is locked")
-
-    monkeypatch.setattr(api, "connection", BrokenConnection())
-
-    response = client.get("/healthz")
-
+    monkeypatch.setattr(persistence, "checkpointer", broken)
+    client.force_login(admin_user)
+    response = client.get("/readyz")
     assert response.status_code == 503
-    assert response.json()["database"] == "error: database is locked"
-    assert response.json()["checkpoints"] == "ok"
+    error = response.json()["checks"]["checkpoints"]["error"]
+    assert error.startswith("OSError: could not connect to postgres://")
+    assert "hunter22" not in error
 
 
+def test_readyz_gives_up_on_a_check_that_hangs(client, db, monkeypatch, settings, broker_up):
+    settings.READYZ_TIMEOUT_SECONDS = 0.5
+    monkeypatch.setitem(health.CHECKS, "database", lambda: time.sleep(5))
+    started = time.monotonic()
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert time.monotonic() - started < 1.5
+
+
+def test_readyz_answers_503_within_3_s_when_the_broker_is_down(client, admin_user, settings):
+    # A port nothing listens on: the broker refuses, as a stopped Redis does.
+    from refunds.devtools.smtp_sink import free_port
+
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
+    client.force_login(admin_user)
+    started = time.monotonic()
+    response = client.get("/readyz")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 503
+    assert elapsed < 3, elapsed
+    checks = response.json()["checks"]
+    assert checks["broker"]["ok"] is False
+    assert checks["database"]["ok"] is True and checks["checkpoints"]["ok"] is True
+
+
+def test_readyz_answers_503_within_3_s_when_the_broker_does_not_answer(client, db, settings):
+    # A listening socket that never speaks: the check's own timeout has to end it.
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    try:
+        settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        started = time.monotonic()
+        response = client.get("/readyz")
+        assert response.status_code == 503
+        assert time.monotonic() - started < 3
+    finally:
+        silent.close()
+
+
+@pytest.mark.parametrize("url", ["/healthz", "/readyz"])
 @pytest.mark.parametrize("method", ["post", "put", "delete"])
-def test_it_rejects_other_methods(client, db, method):
-    assert getattr(client, method)("/healthz").status_code == 405
+def test_health_rejects_other_methods(client, db, url, method):
+    assert getattr(client, method)(url).status_code == 405

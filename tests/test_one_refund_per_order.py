@@ -25,7 +25,7 @@ def status_of(ticket_id: int) -> str:
 
 @pytest.fixture
 def token(agent) -> str:
-    return ApiToken.for_user(agent).key
+    return ApiToken.issue(agent)[1]
 
 
 def post(token: str, body: dict, **headers):

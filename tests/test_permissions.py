@@ -40,12 +40,40 @@ def test_each_role_reads_its_scope_on_the_page_and_in_the_api(
     by_id = {t.pk: name for name, t in tickets.items()}
     assert {by_id[t.pk] for t in permissions.visible(user)} == sees
     client.force_login(user)
-    api = {"HTTP_AUTHORIZATION": f"Token {ApiToken.for_user(user).key}"}
+    api = {"HTTP_AUTHORIZATION": f"Token {ApiToken.issue(user)[1]}"}
     for name, ticket in tickets.items():
         page = client.get(f"/tickets/{ticket.pk}/")
         body = client.get(f"/api/tickets/{ticket.pk}/", **api)
         expected = 200 if name in sees else 404
         assert (page.status_code, body.status_code) == (expected, expected), (persona, name)
+
+
+@pytest.mark.parametrize("persona", ["agent", "manager", "admin_user", "nobody"])
+@pytest.mark.parametrize("scheme", ["Bearer", "Token"])
+def test_the_api_list_holds_exactly_what_the_pages_show(request, client, tickets, persona, scheme):
+    user = request.getfixturevalue(persona)
+    client.force_login(user)
+    api = {"HTTP_AUTHORIZATION": f"{scheme} {ApiToken.issue(user)[1]}"}
+    listed = {t["id"] for t in client.get("/api/tickets/", **api).json()["results"]}
+    shown = {t.pk for t in tickets.values() if client.get(f"/tickets/{t.pk}/").status_code == 200}
+    assert listed == shown == {t.pk for t in permissions.visible(user)}
+
+
+def test_a_token_acts_with_its_users_rights_not_the_sessions(client, agent, admin_user, tickets):
+    client.force_login(admin_user)  # an admin's browser, sending an agent's key
+    api = {"HTTP_AUTHORIZATION": f"Bearer {ApiToken.issue(agent)[1]}"}
+    assert client.get(f"/api/tickets/{tickets['big'].pk}/", **api).status_code == 404
+    assert client.get(f"/tickets/{tickets['big'].pk}/").status_code == 200  # the session's own
+
+
+@pytest.mark.parametrize(
+    ("persona", "dashboard", "metrics"),
+    [("agent", 403, 401), ("manager", 200, 401), ("admin_user", 200, 200), ("nobody", 403, 401)],
+)
+def test_who_reads_the_dashboard_and_the_metrics(request, client, db, persona, dashboard, metrics):
+    client.force_login(request.getfixturevalue(persona))
+    assert client.get("/dashboard/").status_code == dashboard
+    assert client.get("/metrics").status_code == metrics
 
 
 def test_an_agent_cannot_decide_a_managers_review_and_is_told_who_does(agent, tickets):

@@ -128,27 +128,43 @@ def test_a_bad_setting_is_an_improperly_configured():
 
 
 # --- starting Django with a bad setting ----------------------------------------------------------
-def manage_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def manage_check(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     clean = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL"))
-        and k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE")
+        and k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE", "PROMETHEUS_MULTIPROC_DIR")
     }
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", *(args or ("check",))],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**clean, "REFUNDS_DATA_DIR": str(tmp_path), **env},
+        # The demo unless a test says otherwise: most settings are the same in both modes.
+        env={**clean, "REFUNDS_DATA_DIR": str(tmp_path), "REFUNDS_DEMO": "true", **env},
     )
 
 
-def test_django_starts_with_the_embedded_defaults(tmp_path):
-    result = manage_check(tmp_path)
+def test_the_demo_starts_on_the_embedded_defaults(tmp_path):
+    result = manage_check(tmp_path, REFUNDS_DEMO="true")
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
+
+
+PRODUCTION = {
+    "REFUNDS_DEMO": "false",
+    "DEBUG": "false",
+    "SECRET_KEY": "prod-" + "x1y2z3" * 10,
+    "ALLOWED_HOSTS": "desk.example.com",
+    "HTTPS": "true",
+    "SECURE_HSTS_PRELOAD": "true",
+}
+
+
+def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
+    result = manage_check(tmp_path, **PRODUCTION)
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize(
@@ -171,7 +187,27 @@ def test_django_starts_with_the_embedded_defaults(tmp_path):
             "CELERY_TASK_TIME_LIMIT (100 s) must be below CELERY_VISIBILITY_TIMEOUT (60 s)",
         ),
         ({"DEBUG": "sometimes"}, "DEBUG must be one of true/false"),
-        ({"DEBUG": "false"}, "SECRET_KEY must be set when DEBUG is off"),
+        ({"REFUNDS_DEMO": "perhaps"}, "REFUNDS_DEMO must be one of true/false"),
+        ({"REFUNDS_DEMO": "false", "DEBUG": "false"}, "SECRET_KEY must be set when DEBUG is off"),
+        ({"REFUNDS_DEMO": "false"}, "SECRET_KEY must be set when DEBUG is off"),  # off by default
+        (
+            {"REFUNDS_DEMO": "true", "DEBUG": "false"},
+            "REFUNDS_DEMO=true needs DEBUG on",
+        ),
+        ({"REFUNDS_DEMO": "true", "LOG_LEVEL": "verbose"}, "LOG_LEVEL must be one of DEBUG, INFO"),
+        (
+            {"REFUNDS_DEMO": "true", "REFUNDS_DATA_DIR": "/etc/hostname/var"},
+            "REFUNDS_DATA_DIR (/etc/hostname/var) cannot be created",
+        ),
+        (
+            {"REFUNDS_DEMO": "true", "DATABASE_URL": "sqlite:////no/such/folder/db.sqlite3"},
+            "DATABASE_URL names a SQLite file in a folder that does not exist: /no/such/folder",
+        ),
+        (
+            {"REFUNDS_DEMO": "true", "CHECKPOINT_URL": "sqlite:////no/such/folder/cp.sqlite3"},
+            "CHECKPOINT_URL names a SQLite file in a folder that does not exist",
+        ),
+        ({"REFUNDS_DEMO": "true", "API_MAX_BODY_BYTES": "ten"}, "API_MAX_BODY_BYTES must be"),
     ],
 )
 def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, message):
@@ -183,6 +219,20 @@ def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, messag
     assert "secret" not in result.stderr
 
 
+def test_an_unreachable_postgresql_stops_migrate_with_one_line_and_no_password(tmp_path):
+    from refunds.devtools.smtp_sink import free_port
+
+    url = f"postgres://refunds:hunter22@127.0.0.1:{free_port()}/refunds"
+    result = manage_check(tmp_path, "migrate", REFUNDS_DEMO="true", DATABASE_URL=url)
+
+    assert result.returncode != 0
+    assert result.stderr.startswith("Refund Desk cannot reach its database (DATABASE_URL): "), (
+        result.stderr
+    )
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "hunter22" not in result.stderr and "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("gateway", "check_id", "message"),
     [
@@ -191,7 +241,7 @@ def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, messag
     ],
 )
 def test_a_gateway_that_cannot_charge_fails_the_system_check(tmp_path, gateway, check_id, message):
-    result = manage_check(tmp_path, REFUNDS_GATEWAY=gateway)
+    result = manage_check(tmp_path, REFUNDS_GATEWAY=gateway, REFUNDS_DEMO="true")
 
     assert result.returncode != 0
     assert f"({check_id}) REFUNDS_GATEWAY='{gateway}' {message}" in result.stderr

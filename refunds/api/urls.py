@@ -1,9 +1,14 @@
-from django.urls import path
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from refunds.api import views as api
 
 app_name = "api"
 urlpatterns = [
-    path("tickets/", api.tickets, name="tickets"),
-    path("tickets/<int:ticket_id>/", api.ticket_detail, name="ticket"),
+    # With or without the trailing slash: a POST to /api/tickets must not become a redirect
+    # (which drops the body) or, under DEBUG, a 500.
+    re_path(r"^tickets/?$", api.tickets, name="tickets"),
+    re_path(r"^tickets/(?P<ticket_id>[0-9]{1,18})/?$", api.ticket_detail, name="ticket"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
 ]

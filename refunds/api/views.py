@@ -1,185 +1,157 @@
-"""A small JSON API for integrations (a helpdesk): open a ticket, read where it is."""
+"""The JSON API for integrations (a helpdesk), on Django REST framework: open a ticket, list and
+read tickets. Who may read what is refunds.permissions.visible(), as on the pages."""
 
 from __future__ import annotations
 
-import json
-from functools import wraps
+from django.db.models import Prefetch
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import api_view
+from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
 
-from django.contrib.auth.models import AnonymousUser
-from django.db import connection
-from django.http import HttpRequest, JsonResponse
-from django.middleware.csrf import CsrfViewMiddleware
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods
+from refunds import permissions, services
+from refunds.api.errors import Conflict, Unprocessable, body
+from refunds.api.serializers import NON_FIELD, Error, TicketOpen, TicketOut, TicketRef
+from refunds.models import Decision, Ticket
 
-from refunds import permissions, persistence, services
-from refunds.models import ApiToken, Ticket
-
-
-def error(status: int, message: str) -> JsonResponse:
-    return JsonResponse({"error": message}, status=status)
-
-
-def api_auth(view):
-    """A per-user token (`Authorization: Token <key>`) or the browser session with its CSRF."""
-
-    @csrf_exempt
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs):
-        header = request.headers.get("Authorization", "")
-        if header:
-            scheme, _, key = header.partition(" ")
-            token = ApiToken.objects.select_related("user").filter(key=key.strip()).first()
-            if scheme.lower() != "token" or token is None or not token.user.is_active:
-                return error(401, "Invalid API token.")
-            request.user = token.user
-        elif not request.user.is_authenticated:
-            request.user = AnonymousUser()
-            return error(401, "Authentication required: send 'Authorization: Token <key>'.")
-        elif request.method not in ("GET", "HEAD", "OPTIONS"):
-            rejected = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
-            if rejected is not None:
-                return error(403, "CSRF check failed; send the X-CSRFToken header.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
+IDEMPOTENCY_KEY_MAX = 255
 
 
-def ticket_json(ticket: Ticket) -> dict:
-    decision = ticket.decisions.select_related("reviewer").order_by("-decided_at").first()
-    return {
-        "id": ticket.pk,
-        "thread_id": ticket.thread_id,
-        "order_number": ticket.order.number,
-        "note": ticket.note,
-        "status": ticket.status,
-        "required_role": ticket.required_role or None,
-        "amount_cents": ticket.amount_cents,
-        "nodes_run": ticket.nodes_run,
-        "outcome_reason": ticket.outcome_reason,
-        "last_error": ticket.last_error,
-        "pending_review": (
-            {"interrupt_id": ticket.pending_interrupt_id, "payload": ticket.pending_payload}
-            if ticket.status == Ticket.Status.AWAITING_REVIEW
-            else None
-        ),
-        "decision": (
-            {
-                "interrupt_id": decision.interrupt_id,
-                "answer": decision.answer,
-                "reason": decision.reason,
-                "reviewer": decision.reviewer.username,
-                "decided_at": decision.decided_at.isoformat(),
-                "applied": decision.applied_at is not None,
-            }
-            if decision
-            else None
-        ),
-        "charges": [
-            {
-                "receipt": c.receipt,
-                "amount_cents": c.amount_cents,
-                "created_at": c.created_at.isoformat(),
-            }
-            for c in ticket.charges.all()
-        ],
-        "emails": [
-            {"to": e.to, "subject": e.subject, "sent_at": e.sent_at and e.sent_at.isoformat()}
-            for e in ticket.emails.all()
-        ],
-        "created_at": ticket.created_at.isoformat(),
-        "updated_at": ticket.updated_at.isoformat(),
-    }
+class TicketPages(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
 
 
-@api_auth
-@require_http_methods(["POST"])
-def tickets(request: HttpRequest) -> JsonResponse:
-    """Open a ticket. With an `Idempotency-Key` header, a retry of the same request within 24
-    hours gets the first response back (and opens nothing); the same key with a different body
-    is refused with 422."""
+def _errors(*codes: int) -> dict:
+    return {code: OpenApiResponse(Error) for code in codes}
+
+
+def _with_details(tickets):
+    return tickets.select_related("order").prefetch_related(
+        "charges",
+        "emails",
+        Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")),
+    )
+
+
+class TicketFilter(serializers.Serializer):
+    status = serializers.ChoiceField(choices=Ticket.Status.choices, required=False)
+    order_number = serializers.CharField(required=False, max_length=32)
+    required_role = serializers.ChoiceField(choices=["agent", "manager"], required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+
+
+LIST_PARAMETERS = [
+    OpenApiParameter("status", OpenApiTypes.STR, enum=Ticket.Status.values),
+    OpenApiParameter("order_number", OpenApiTypes.STR),
+    OpenApiParameter("required_role", OpenApiTypes.STR, enum=["agent", "manager"]),
+    OpenApiParameter("created_after", OpenApiTypes.DATETIME),
+    OpenApiParameter("created_before", OpenApiTypes.DATETIME),
+]
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    location=OpenApiParameter.HEADER,
+    description="Any string up to 255 characters, unique per request: the same key and body "
+    "within 24 hours answer the first response again; the same key with another body, 422.",
+)
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="tickets_list",
+    summary="List the tickets you may read, newest first",
+    parameters=LIST_PARAMETERS,
+    responses={200: TicketOut(many=True), **_errors(400, 401, 429)},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="tickets_open",
+    summary="Open a refund ticket for an order",
+    request=TicketOpen,
+    parameters=[IDEMPOTENCY_HEADER],
+    responses={201: TicketRef, **_errors(400, 401, 403, 409, 413, 415, 422, 429)},
+)
+@api_view(["GET", "POST"])
+def tickets(request: Request) -> Response:
+    if request.method == "GET":
+        return _list(request)
     key = request.headers.get("Idempotency-Key", "").strip()
     if not key:
-        status, body = _open_ticket(request)
-        return JsonResponse(body, status=status)
-    if len(key) > 255:
-        return error(400, "The Idempotency-Key header is longer than 255 characters.")
+        return _open(request)
+    if len(key) > IDEMPOTENCY_KEY_MAX:
+        raise serializers.ValidationError(
+            f"The Idempotency-Key header is longer than {IDEMPOTENCY_KEY_MAX} characters."
+        )
+    raw = request._request.body  # hashed as sent; read before DRF parses it
+
+    def respond() -> tuple[int, dict]:
+        response = _open(request, raise_conflict=False)
+        return response.status_code, response.data
+
     try:
-        status, body = services.idempotent(
-            user=request.user,
-            key=key,
-            request_body=request.body,
-            respond=lambda: _open_ticket(request),
+        status, data = services.idempotent(
+            user=request.user, key=key, request_body=raw, respond=respond
         )
     except services.IdempotencyConflict as exc:
-        return error(422, str(exc))
-    response = JsonResponse(body, status=status)
-    response["Idempotency-Key"] = key
-    return response
+        raise Unprocessable(str(exc)) from None
+    return Response(data, status=status, headers={"Idempotency-Key": key})
 
 
-def _open_ticket(request: HttpRequest) -> tuple[int, dict]:
+def _open(request: Request, *, raise_conflict: bool = True) -> Response:
+    if not request._request.body:
+        raise ParseError("The body is not valid JSON: it is empty.")
+    if not isinstance(request.data, dict):
+        raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
+    form = TicketOpen(data=request.data)
+    form.is_valid(raise_exception=True)
     try:
-        body = json.loads(request.body or b"")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return 400, {"error": f"The body is not valid JSON: {exc}."}
-    if not isinstance(body, dict):
-        return 400, {"error": "The body must be a JSON object."}
-    unknown = set(body) - {"order_number", "note"}
-    if unknown:
-        return 400, {"error": f"Unknown field(s): {', '.join(sorted(unknown))}."}
-    order_number, note = body.get("order_number"), body.get("note", "")
-    if order_number is None:
-        return 400, {"error": "Missing field: order_number."}
-    if not isinstance(order_number, str | int) or isinstance(order_number, bool):
-        return 400, {"error": "order_number must be a string."}
-    if not isinstance(note, str):
-        return 400, {"error": "note must be a string."}
-    try:
-        ticket = services.ticket_open(
-            order_number=str(order_number), note=note, opened_by=request.user
-        )
+        ticket = services.ticket_open(opened_by=request.user, **form.validated_data)
     except services.TicketAlreadyOpen as exc:
-        return 409, {"error": str(exc), "ticket": _ticket_ref(request, exc.ticket)}
+        ref = TicketRef(exc.ticket, context={"request": request}).data
+        if raise_conflict:
+            raise Conflict(str(exc), ticket=ref) from None
+        return Response(body(409, str(exc), ticket=ref), status=409)
     except services.RefundError as exc:
-        return 400, {"error": str(exc)}
-    return 201, _ticket_ref(request, ticket)
+        raise serializers.ValidationError(str(exc)) from None
+    return Response(TicketRef(ticket, context={"request": request}).data, status=201)
 
 
-def _ticket_ref(request: HttpRequest, ticket: Ticket) -> dict:
-    return {
-        "id": ticket.pk,
-        "thread_id": ticket.thread_id,
-        "status": ticket.status,
-        "url": request.build_absolute_uri(f"/api/tickets/{ticket.pk}/"),
-    }
+def _list(request: Request) -> Response:
+    query = TicketFilter(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    wanted = query.validated_data
+    found = permissions.visible(request.user).order_by("-id")
+    if "status" in wanted:
+        found = found.filter(status=wanted["status"])
+    if "order_number" in wanted:
+        found = found.filter(order__number=wanted["order_number"])
+    if "required_role" in wanted:
+        found = found.filter(required_role=wanted["required_role"])
+    if "created_after" in wanted:
+        found = found.filter(created_at__gte=wanted["created_after"])
+    if "created_before" in wanted:
+        found = found.filter(created_at__lt=wanted["created_before"])
+    pages = TicketPages()
+    page = pages.paginate_queryset(_with_details(found), request)
+    return pages.get_paginated_response(TicketOut(page, many=True).data)
 
 
-@api_auth
-@require_GET
-def ticket_detail(request: HttpRequest, ticket_id: int) -> JsonResponse:
+@extend_schema(
+    operation_id="tickets_read",
+    summary="Read one ticket: status, pending review, decision, charges, emails",
+    responses={200: TicketOut, **_errors(401, 404, 429)},
+)
+@api_view(["GET"])
+def ticket_detail(request: Request, ticket_id: int) -> Response:
     # A ticket outside the caller's scope is as absent as one that does not exist.
-    ticket = permissions.visible(request.user).select_related("order").filter(pk=ticket_id).first()
+    ticket = _with_details(permissions.visible(request.user)).filter(pk=ticket_id).first()
     if ticket is None:
-        return error(404, f"There is no ticket {ticket_id}.")
-    return JsonResponse(ticket_json(ticket))
-
-
-@require_GET
-def healthz(request: HttpRequest) -> JsonResponse:
-    checks = {}
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        checks["database"] = "ok"
-    except Exception as exc:  # noqa: BLE001 - a health check reports, it does not raise
-        checks["database"] = f"error: {exc}"
-    try:
-        persistence.checkpointer().get_tuple({"configurable": {"thread_id": "healthz"}})
-        checks["checkpoints"] = "ok"
-    except Exception as exc:  # noqa: BLE001
-        checks["checkpoints"] = f"error: {exc}"
-    healthy = all(v == "ok" for v in checks.values())
-    return JsonResponse(
-        {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503
-    )
+        raise NotFound(f"There is no ticket {ticket_id}.")
+    return Response(TicketOut(ticket).data)

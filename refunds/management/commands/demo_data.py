@@ -1,9 +1,10 @@
 from datetime import date, timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from refunds.models import ApiToken, Order
+from refunds.models import Order
 
 DEMO_PASSWORD = "refund-demo"  # demo use only, stated in README.md
 USERS = [
@@ -36,6 +37,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, orders: int = 0, **options):
+        if not (settings.DEMO and settings.DEBUG):
+            # Demo users with a published password must never exist where DEBUG is off.
+            raise CommandError(
+                "demo_data runs only in the demo (REFUNDS_DEMO=true, as bin/run sets); "
+                "this is production, so no demo users are made."
+            )
         promised = date(2026, 11, 2)
         for number, name, late, fee in ORDERS:
             Order.objects.update_or_create(
@@ -66,7 +73,6 @@ class Command(BaseCommand):
             user.is_staff, user.is_superuser = staff, superuser
             user.save()
             user.groups.add(Group.objects.get(name=group))
-            ApiToken.for_user(user)
         self.stdout.write(
             f"Demo data ready: {len(ORDERS) + orders} orders; users agent, manager, "
             f"admin with password {DEMO_PASSWORD!r}."

@@ -1,0 +1,77 @@
+"""Logs as JSON lines, one object per record, carrying the request id, the ticket id and the
+thread id of whatever the process is doing, and masked like error pages (config/masking.py).
+
+The ids live in context variables: the request middleware sets `request_id`, the runner sets
+`ticket_id` and `thread_id` for the length of a run (`bound(...)`), and every record logged
+meanwhile, by any library, carries them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+from config.masking import mask
+
+CONTEXT: ContextVar[dict[str, Any]] = ContextVar("refund_desk_log_context", default={})  # noqa: B039
+STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+@contextmanager
+def bound(**fields: Any) -> Iterator[None]:
+    """Add fields to every log record made inside the block (in this thread or task)."""
+    token = CONTEXT.set({**CONTEXT.get(), **{k: v for k, v in fields.items() if v is not None}})
+    try:
+        yield
+    finally:
+        CONTEXT.reset(token)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": mask(record.getMessage()),
+        }
+        entry.update(CONTEXT.get())
+        for key, value in vars(record).items():
+            if key not in STANDARD and not key.startswith("_") and key not in entry:
+                entry[key] = value if isinstance(value, int | float | bool) else mask(str(value))
+        if record.exc_info:
+            entry["exception"] = mask(self.formatException(record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """For a person at a terminal (LOG_FORMAT=text): the same fields, masked, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        context = " ".join(f"{k}={v}" for k, v in CONTEXT.get().items())
+        line = super().format(record)
+        return mask(f"{line} {context}".rstrip())
+
+
+def request_id_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
+    """Give every request an id (the proxy's X-Request-ID when it sends a sane one), log lines
+    made while it runs carry it, and the response names it."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        given = request.headers.get("X-Request-ID", "")
+        request_id = given if 0 < len(given) <= 64 and given.isprintable() else uuid.uuid4().hex
+        request.request_id = request_id  # type: ignore[attr-defined]
+        with bound(request_id=request_id):
+            response = get_response(request)
+        response["X-Request-ID"] = request_id
+        return response
+
+    return middleware

@@ -1,0 +1,84 @@
+"""What the dashboard plots, read from the database: one query per chart, grouped by UTC day."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import UTC, date, datetime, timedelta
+
+from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from refunds.models import Charge, Decision, Ticket
+
+
+def day_range(days: int, today: date | None = None) -> list[date]:
+    today = today or timezone.now().date()
+    return [today - timedelta(days=days - 1 - i) for i in range(days)]
+
+
+def _end_of(day: date) -> datetime:
+    return datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+
+
+def waiting_reviews(days: list[date]) -> list[int]:
+    """Reviews waiting at the end of each day: from the ticket's opening (it reaches its review
+    within seconds) to its first decision, or still waiting now."""
+    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    decided = Decision.objects.filter(ticket=OuterRef("pk"))
+    rows = (
+        Ticket.objects.filter(
+            Q(status=Ticket.Status.AWAITING_REVIEW)
+            | Q(Exists(decided), created_at__lt=_end_of(days[-1]))
+        )
+        .annotate(first_decision=Min("decisions__decided_at"))
+        .filter(Q(first_decision__isnull=True) | Q(first_decision__gte=start))
+        .values_list("created_at", "first_decision")
+    )
+    spans = list(rows)
+    counts = []
+    for day in days:
+        end = _end_of(day)
+        counts.append(
+            sum(1 for opened, first in spans if opened < end and (first is None or first >= end))
+        )
+    return counts
+
+
+def time_to_decision(days: list[date]) -> list[float]:
+    """Median minutes from opening to the first decision, for decisions made each day."""
+    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    firsts = (
+        Ticket.objects.annotate(first_decision=Min("decisions__decided_at"))
+        .filter(first_decision__gte=start)
+        .values_list("created_at", "first_decision")
+    )
+    by_day: dict[date, list[float]] = {}
+    for opened, first in firsts:
+        by_day.setdefault(first.date(), []).append((first - opened).total_seconds() / 60)
+    return [round(statistics.median(by_day[d]), 1) if d in by_day else 0.0 for d in days]
+
+
+def refunded_dollars(days: list[date]) -> list[float]:
+    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    rows = (
+        Charge.objects.filter(status=Charge.Status.SUCCEEDED, settled_at__gte=start)
+        .annotate(day=TruncDate("settled_at"))
+        .values("day")
+        .annotate(cents=Sum("amount_cents"))
+    )
+    found = {row["day"]: row["cents"] / 100 for row in rows}
+    return [found.get(d, 0.0) for d in days]
+
+
+def outcomes(days: list[date]) -> dict[str, list[int]]:
+    """Tickets that ended each day, by how: refunded, declined by policy, rejected."""
+    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    rows = (
+        Ticket.objects.filter(status__in=Ticket.FINAL, updated_at__gte=start)
+        .annotate(day=TruncDate("updated_at"))
+        .values("day", "status")
+        .annotate(n=Count("id"))
+    )
+    found = {(row["day"], row["status"]): row["n"] for row in rows}
+    return {status: [found.get((d, status), 0) for d in days] for status in Ticket.FINAL}

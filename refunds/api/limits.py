@@ -1,0 +1,54 @@
+"""Rate limits for the API: requests counted per key in fixed windows, in the database.
+
+One atomic upsert per request (`INSERT .. ON CONFLICT DO UPDATE .. RETURNING count`, on SQLite and
+PostgreSQL alike), so every web process shares the count and two requests at once cannot both be
+the last one allowed. The database is already there on every deployment, the embedded demo
+included: no other service to run or to lose."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from django.db import connection
+
+PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Rate:
+    limit: int
+    seconds: int
+
+    @classmethod
+    def parse(cls, text: str) -> Rate:
+        """'120/minute', '10/s', '1000/hour'."""
+        count, _, period = text.partition("/")
+        return cls(int(count), PERIODS[period.strip()[:1].lower()])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    count: int
+    retry_after: int  # seconds until the window ends
+
+
+def hit(key: str, rate: Rate, *, now: float | None = None) -> Verdict:
+    """Count one request under `key`; allowed while the window's count stays within the rate."""
+    now = time.time() if now is None else now
+    window = int(now // rate.seconds) * rate.seconds
+    expires = window + rate.seconds
+    table = connection.ops.quote_name("refunds_ratecounter")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (key, window_start, count, expires) VALUES (%s, %s, 1, %s) "
+            f"ON CONFLICT (key, window_start) DO UPDATE SET count = {table}.count + 1 "
+            "RETURNING count",
+            [key, window, expires],
+        )
+        count = cursor.fetchone()[0]
+        if count == 1:  # a new window for this key: forget windows that ended
+            cursor.execute(f"DELETE FROM {table} WHERE expires < %s", [int(now) - 60])
+    return Verdict(count <= rate.limit, count, max(math.ceil(expires - now), 1))

@@ -1,0 +1,179 @@
+"""What the API reads and writes, as DRF serializers: request validation, and the response
+shapes that the OpenAPI schema (/api/schema/) publishes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.settings import api_settings
+
+from refunds.models import Charge, Decision, Email, Ticket
+from refunds.services import NOTE_MAX
+
+NON_FIELD = api_settings.NON_FIELD_ERRORS_KEY
+
+
+class OrderNumberField(serializers.Field):
+    """An order number as a string, or as a whole number (helpdesks send either)."""
+
+    default_error_messages = {
+        "required": "Missing field: order_number",
+        "null": "Missing field: order_number",
+        "invalid": "order_number must be a string",
+        "too_long": "order_number is too long (at most 32 characters)",
+    }
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, bool) or not isinstance(data, str | int):
+            self.fail("invalid")
+        text = str(data)
+        if len(text) > 32:
+            self.fail("too_long")
+        return text
+
+    def to_representation(self, value: str) -> str:
+        return value
+
+
+extend_schema_field({"oneOf": [{"type": "string", "maxLength": 32}, {"type": "integer"}]})(
+    OrderNumberField
+)
+
+
+class TicketOpen(serializers.Serializer):
+    """Open a refund ticket for an order."""
+
+    order_number = OrderNumberField(help_text="The order to refund the shipping fee of.")
+    note = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=NOTE_MAX,
+        default="",
+        help_text="What the customer said.",
+        error_messages={
+            "invalid": "note must be a string",
+            "null": "note must be a string",
+            "max_length": f"The note is too long (at most {NOTE_MAX} characters)",
+        },
+    )
+
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
+            )
+        return super().to_internal_value(data)
+
+    def validate_note(self, value: Any) -> str:
+        if not isinstance(self.initial_data.get("note", ""), str):
+            raise serializers.ValidationError("note must be a string")
+        return value
+
+
+class TicketRef(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Ticket
+        fields = ["id", "thread_id", "status", "url"]
+
+    def get_url(self, ticket: Ticket) -> str:
+        request = self.context.get("request")
+        path = f"/api/tickets/{ticket.pk}/"
+        return request.build_absolute_uri(path) if request else path
+
+
+class PendingReview(serializers.Serializer):
+    interrupt_id = serializers.CharField()
+    payload = serializers.JSONField(help_text="LangChain Agent Inbox shape: action_request, ...")
+
+
+class DecisionOut(serializers.ModelSerializer):
+    reviewer = serializers.CharField(source="reviewer.username")
+    applied = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Decision
+        fields = ["interrupt_id", "answer", "reason", "reviewer", "decided_at", "applied"]
+
+    def get_applied(self, decision: Decision) -> bool:
+        return decision.applied_at is not None
+
+
+class ChargeOut(serializers.ModelSerializer):
+    class Meta:
+        model = Charge
+        fields = ["receipt", "amount_cents", "status", "created_at"]
+
+
+class EmailOut(serializers.ModelSerializer):
+    class Meta:
+        model = Email
+        fields = ["to", "subject", "status", "sent_at"]
+
+
+class TicketOut(serializers.ModelSerializer):
+    order_number = serializers.CharField(source="order.number")
+    required_role = serializers.SerializerMethodField()
+    nodes_run = serializers.ListField(child=serializers.CharField())
+    pending_review = serializers.SerializerMethodField()
+    decision = serializers.SerializerMethodField()
+    charges = ChargeOut(many=True)
+    emails = EmailOut(many=True)
+
+    class Meta:
+        model = Ticket
+        fields = [
+            "id",
+            "thread_id",
+            "order_number",
+            "note",
+            "status",
+            "required_role",
+            "amount_cents",
+            "nodes_run",
+            "outcome_reason",
+            "last_error",
+            "pending_review",
+            "decision",
+            "charges",
+            "emails",
+            "created_at",
+            "updated_at",
+        ]
+
+    @extend_schema_field(serializers.ChoiceField(choices=["agent", "manager"], allow_null=True))
+    def get_required_role(self, ticket: Ticket) -> str | None:
+        return ticket.required_role or None
+
+    @extend_schema_field(PendingReview(allow_null=True))
+    def get_pending_review(self, ticket: Ticket) -> dict | None:
+        if ticket.status != Ticket.Status.AWAITING_REVIEW:
+            return None
+        return {"interrupt_id": ticket.pending_interrupt_id, "payload": ticket.pending_payload}
+
+    @extend_schema_field(DecisionOut(allow_null=True))
+    def get_decision(self, ticket: Ticket) -> dict | None:
+        decisions = sorted(ticket.decisions.all(), key=lambda d: d.decided_at)
+        return DecisionOut(decisions[-1]).data if decisions else None
+
+
+class Error(serializers.Serializer):
+    """The one error shape, for every status."""
+
+    status = serializers.IntegerField()
+    code = serializers.CharField()
+    error = serializers.CharField(help_text="What went wrong, in words for a person.")
+    ticket = TicketRef(required=False, help_text="On 409: the order's open ticket.")
+
+
+# "fields" cannot be a class attribute of a serializer (it is the serializer's own field map).
+Error._declared_fields["fields"] = serializers.DictField(
+    required=False, help_text="On 400: the messages of each bad field."
+)

@@ -1,0 +1,97 @@
+"""/healthz and /readyz, for load balancers and orchestrators.
+
+- /healthz: liveness. The process answers HTTP; nothing else is checked and nothing is said.
+- /readyz: readiness. The database, the checkpoint store and the broker each answer within
+  READYZ_TIMEOUT_SECONDS (checked at once, each in its own thread, so the whole answer comes in
+  about that long even when PostgreSQL or Redis hangs); 200 or 503. Only admins see which check
+  failed and why (masked): an anonymous caller learns nothing about the insides."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from config.masking import mask
+from refunds import permissions, persistence
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def check_database() -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    finally:
+        connection.close()  # this thread's own connection
+
+
+def check_checkpoints() -> None:
+    persistence.checkpointer().get_tuple({"configurable": {"thread_id": "readyz"}})
+
+
+def check_broker() -> None:
+    from kombu import Connection
+
+    timeout = settings.READYZ_TIMEOUT_SECONDS
+    options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    with Connection(
+        settings.CELERY_BROKER_URL, connect_timeout=timeout, transport_options=options
+    ) as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
+        client = getattr(conn.default_channel, "client", None)
+        if client is not None:  # Redis: a round trip, not only an open socket
+            client.ping()
+
+
+CHECKS = {"database": check_database, "checkpoints": check_checkpoints, "broker": check_broker}
+
+
+def run_checks() -> dict[str, dict[str, Any]]:
+    timeout = settings.READYZ_TIMEOUT_SECONDS
+    pool = ThreadPoolExecutor(max_workers=len(CHECKS), thread_name_prefix="readyz")
+    started = time.monotonic()
+    futures = {name: pool.submit(check) for name, check in CHECKS.items()}
+    results: dict[str, dict[str, Any]] = {}
+    for name, future in futures.items():
+        left = max(timeout - (time.monotonic() - started), 0.01)
+        try:
+            future.result(timeout=left)
+            results[name] = {"ok": True}
+        except FutureTimeout:
+            results[name] = {"ok": False, "error": f"no answer in {timeout:g} s"}
+        except Exception as exc:  # noqa: BLE001 - a health check reports, it does not raise
+            first = (str(exc).strip().splitlines() or [""])[0]
+            results[name] = {"ok": False, "error": mask(f"{type(exc).__name__}: {first}")[:300]}
+        results[name]["ms"] = round((time.monotonic() - started) * 1000)
+    pool.shutdown(wait=False, cancel_futures=True)  # a hung check finishes in its own time
+    return results
+
+
+def _is_admin(request: HttpRequest) -> bool:
+    try:
+        return permissions.is_admin(request.user)
+    except Exception:  # noqa: BLE001 - the session lives in the database, which may be down
+        return False
+
+
+@never_cache
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    results = run_checks()
+    ready = all(r["ok"] for r in results.values())
+    answer: dict[str, Any] = {"status": "ok" if ready else "unavailable"}
+    if _is_admin(request):
+        answer["checks"] = results
+    return JsonResponse(answer, status=200 if ready else 503)

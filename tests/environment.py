@@ -1,0 +1,6 @@
+"""Loaded before Django (`-p tests.environment` in pyproject.toml): tests run as production does,
+DEBUG off, so they need a SECRET_KEY; worker processes the tests start inherit it."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "tests-only-" + "k" * 50)

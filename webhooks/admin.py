@@ -1,0 +1,151 @@
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from refunds import permissions
+from webhooks import delivery as outbox
+from webhooks.models import Attempt, Delivery, Endpoint
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(admin.ModelAdmin):
+    list_display = ["url", "description", "active", "created_at"]
+    list_filter = ["active"]
+    readonly_fields = ["signing_secret", "created_at"]
+    fields = ["url", "description", "statuses", "active", "signing_secret", "created_at"]
+
+    @admin.display(description="Signing secret")
+    def signing_secret(self, endpoint: Endpoint) -> str:
+        if not endpoint.pk:
+            return "Made when you save; give it to the receiver to check signatures."
+        return format_html("<code>{}</code>", endpoint.secret)
+
+    def has_module_permission(self, request) -> bool:
+        return permissions.is_admin(request.user)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return permissions.is_admin(request.user)
+
+    def has_add_permission(self, request) -> bool:
+        return permissions.is_admin(request.user)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return permissions.is_admin(request.user)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return permissions.is_admin(request.user)
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ["at", "status_code", "error", "response_body", "duration_ms"]
+    verbose_name = "attempt"
+    verbose_name_plural = "delivery log"
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    list_display = [
+        "event_id",
+        "ticket",
+        "to_status",
+        "endpoint",
+        "status",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+    ]
+    list_filter = ["status", "endpoint"]
+    list_select_related = ["event", "endpoint"]
+    readonly_fields = [
+        "event_id",
+        "ticket",
+        "to_status",
+        "endpoint",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+        "last_status_code",
+        "last_error",
+        "send_again_button",
+    ]
+    fields = readonly_fields
+    inlines = [AttemptInline]
+    actions = ["send_again"]
+
+    @admin.display(description="Event id")
+    def event_id(self, delivery: Delivery) -> str:
+        return delivery.event.event_id
+
+    @admin.display(description="Ticket")
+    def ticket(self, delivery: Delivery) -> int:
+        return delivery.event.ticket_id
+
+    @admin.display(description="Status sent")
+    def to_status(self, delivery: Delivery) -> str:
+        return delivery.event.to_status
+
+    @admin.display(description="Send again")
+    def send_again_button(self, delivery: Delivery) -> str:
+        url = reverse("admin:webhooks_delivery_send_again", args=[delivery.pk])
+        return format_html('<a class="button" href="{}">Send again</a>', url)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_module_permission(self, request) -> bool:
+        return permissions.is_admin(request.user)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return permissions.is_admin(request.user)
+
+    def has_send_again_permission(self, request) -> bool:
+        return permissions.is_admin(request.user)
+
+    @admin.action(description="Send the selected deliveries again", permissions=["send_again"])
+    def send_again(self, request, queryset) -> None:
+        count = outbox.send_again(list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, f"{count} delivery(ies) will be sent again.", messages.SUCCESS)
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.send_again_view)
+        return [
+            path("<int:delivery_id>/send-again/", view, name="webhooks_delivery_send_again"),
+            *super().get_urls(),
+        ]
+
+    def send_again_view(self, request, delivery_id: int):
+        """A confirmation page (GET) and its POST: a link never changes anything by itself."""
+        if not self.has_send_again_permission(request):
+            raise PermissionDenied("Only admins send webhooks again.")
+        delivery = get_object_or_404(
+            Delivery.objects.select_related("event", "endpoint"), pk=delivery_id
+        )
+        if request.method == "POST":
+            outbox.send_again([delivery.pk])
+            self.message_user(request, f"{delivery} will be sent again.", messages.SUCCESS)
+            return redirect("admin:webhooks_delivery_change", delivery.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Send {delivery.event.event_id} to {delivery.endpoint} again?",
+            "delivery": delivery,
+            "opts": self.model._meta,
+        }
+        return render(request, "admin/webhooks/delivery/send_again.html", context)

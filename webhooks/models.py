@@ -1,0 +1,118 @@
+"""Webhooks for helpdesks: endpoints an admin registers, the events (one per ticket status
+change, written by a database trigger in the same transaction as the change), and the outbox of
+deliveries (one per event and endpoint) with a log of every attempt."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+
+from refunds.models import Ticket
+
+
+def new_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+class Endpoint(models.Model):
+    url = models.URLField(
+        max_length=500, help_text="Where events are POSTed (https in production)."
+    )
+    description = models.CharField(max_length=200, blank=True)
+    secret = models.CharField(
+        max_length=100,
+        default=new_secret,
+        editable=False,
+        help_text="Signs every delivery (HMAC-SHA256); give it to the receiver.",
+    )
+    statuses = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Only these statuses, e.g. ["refunded", "declined"]; empty for every change.',
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.description or self.url
+
+    def wants(self, status: str) -> bool:
+        return not self.statuses or status in self.statuses
+
+
+class Event(models.Model):
+    """A ticket's status changed (or a ticket was opened: from_status empty). Inserted by the
+    trigger in migration 0001 on every INSERT of a ticket and every UPDATE that changes its
+    status, whichever code path made it (the runner's raw UPDATEs included)."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="+")
+    from_status = models.CharField(max_length=20, blank=True)
+    to_status = models.CharField(max_length=20)
+    amount_cents = models.PositiveIntegerField(null=True, blank=True)
+    required_role = models.CharField(max_length=10, blank=True)
+    created_at = models.DateTimeField()
+    fanned_out = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["fanned_out", "id"], name="webhook_event_fanout_idx")]
+
+    def __str__(self) -> str:
+        change = f"{self.from_status or '-'} -> {self.to_status}"
+        return f"{self.event_id}: ticket {self.ticket_id} {change}"
+
+    @property
+    def event_id(self) -> str:
+        """Stable across every attempt and every endpoint: receivers de-duplicate by it."""
+        return f"evt_{self.pk}"
+
+
+class Delivery(models.Model):
+    """One event for one endpoint: the outbox row, claimed with a conditional UPDATE, retried
+    with backoff until the endpoint answers 2xx or the attempts run out."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting to be sent"
+        SENDING = "sending", "Sending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed (attempts ran out)"
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(auto_now_add=True)
+    claimed_by = models.CharField(max_length=64, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["event", "endpoint"], name="one_delivery_per_endpoint")
+        ]
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="webhook_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event.event_id} to {self.endpoint}"
+
+
+class Attempt(models.Model):
+    """The delivery log: one row per POST, whatever came of it."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="log")
+    at = models.DateTimeField(auto_now_add=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    response_body = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.status_code or self.error[:40]}"
