@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "reviews",
     "webhooks",
     "insights",
+    "ops",
 ]
 
 MIDDLEWARE = [

@@ -46,6 +46,7 @@ from refunds.persistence import FenceLost, graph, snapshot, thread_config
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
 EFFECT_NODES = ["charge_card", "email", "notify"]  # the first leg stops before these
+FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
 # Observers of a run: called with (thread_id, event), event being "resume" or "after:<node>" once
 # that node's checkpoint is on disk. Metrics and the crash tests' kill points hang here.
 step_hooks: list[Callable[[str, str], None]] = []
@@ -227,19 +228,23 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         if (current.values or {}).get("fork_id") == fork.pk:  # a crash after update_state
             one.update(applied_at=timezone.now())
             continue
-        # The latest checkpoint from which triage can run again: before triage, or paused at
-        # the review (the first leg keeps only that one, under durability "exit").
+        # The checkpoint the admin chose, or else the latest from which triage can run again:
+        # before triage, or paused at the review (the first leg keeps only that one, under
+        # durability "exit"). Either way one before the charge.
         base = next(
             (
                 s
                 for s in persistence.history(lease.thread_id)
-                if s.next in (("triage",), ("approve",))
+                if s.next in FORKABLE_AT
+                and fork.from_checkpoint_id in ("", s.config["configurable"]["checkpoint_id"])
             ),
             None,
         )
         refusal = ""
         if money.money_moved(lease.ticket_id) is not None:
             refusal = "Money moved before the fork could be applied; nothing was changed."
+        elif base is None and fork.from_checkpoint_id:
+            refusal = "That checkpoint is not one before the charge (or was pruned)."
         elif base is None:
             refusal = "The thread never reached triage, so it has no amount to correct."
         if refusal:
@@ -248,7 +253,9 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         previous = (current.values or {}).get("amount_cents")
         update: RefundState = {
             "amount_cents": fork.amount_cents,
-            "forks": base.values.get("forks", 0) + 1,
+            # Counted over every branch: a fork from an older checkpoint gets a new number, so
+            # its notify email has a key of its own.
+            "forks": max(base.values.get("forks", 0), (current.values or {}).get("forks", 0)) + 1,
             "fork_id": fork.pk,
             "payment_error": "",
             "notes": [
@@ -259,8 +266,10 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
         # As if check_policy wrote it: its router sends the fork to triage, which re-decides
         # who reviews the corrected amount, and the review asks again (a new interrupt id).
-        # (triage routes by Command, which update_state cannot replay, so the fork is written
-        # as the step before it.)
+        # This works from the approval checkpoint too: the update branches off it with next =
+        # triage. (triage routes by Command, which update_state cannot replay, so the fork is
+        # written as the step before it; resuming the approval with an "edit" answer instead
+        # would keep the old reviewer's role for an amount that may now need a manager.)
         graph().update_state(config, update, as_node="check_policy")
         one.update(
             applied_at=timezone.now(),
