@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from refunds import persistence
 from refunds.flow.nodes import customer_namespace
+from refunds.flow.words import node_words
 from refunds.models import Email, Ticket
 
 LIMIT = 100
@@ -20,7 +21,7 @@ def failed_threads() -> list[Ticket]:
         snap = persistence.snapshot(ticket.thread_id)
         ticket.last_checkpoint = {
             "step": (snap.metadata or {}).get("step"),
-            "next": list(snap.next),
+            "next": [node_words(n) for n in snap.next],
             "id": (snap.config or {}).get("configurable", {}).get("checkpoint_id", ""),
             "at": snap.created_at,
         }
