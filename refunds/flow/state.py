@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, TypedDict
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
 FLOW_VERSION = 1
 AGENT_LIMIT_CENTS = 2000  # support agents approve refunds up to $20.00; above goes to managers
@@ -26,6 +27,15 @@ class OrderFacts(TypedDict):
 class CustomerHistory(TypedDict):
     refunds: int
     total_cents: int
+    recent: NotRequired[int]  # of those, refunded in the last RECENT_DAYS days
+
+
+class CustomerRefund(TypedDict):
+    """One refund in the customer's memory (the store, namespace ("customers", email))."""
+
+    amount_cents: int
+    order: str
+    refunded_on: NotRequired[str]  # ISO date; records written before it existed lack it
 
 
 class ReviewAnswer(TypedDict, total=False):
@@ -109,3 +119,6 @@ class Collaborators:
     find_order: Callable[[str], OrderFacts | None]
     pay: Payer
     send_mail: Mailer
+    # Today's date as the desk's clock says it: the customer memory's 30-day window and the date
+    # a refund is remembered under. A function, so tests can move the clock.
+    today: Callable[[], date] = field(default=date.today)
