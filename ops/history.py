@@ -31,7 +31,6 @@ LABELS = {
     "order_number": "Order number",
     "note": "Customer's note",
     "flow_version": "Flow version",
-    "tracking": "Carrier tracking",
 }
 HIDDEN = {
     "order_number",
@@ -166,6 +165,14 @@ def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]
         if h.get("total_cents"):
             text += f" ({dollars(h['total_cents'])})"
         changes.append(Change("Customer history", "—", text))
+    tracking = after.get("tracking")
+    if tracking and tracking != before.get("tracking"):
+        text = (
+            f"delivered {_show_date(tracking['delivered_on'])}"
+            if tracking.get("delivered_on")
+            else tracking.get("error", tracking.get("status", ""))
+        )
+        changes.append(Change("Carrier tracking", "—", text))
     decision = after.get("decision")
     if decision and decision != before.get("decision"):
         verb = "approved" if decision.get("answer") == "approve" else "rejected"

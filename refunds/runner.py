@@ -36,6 +36,7 @@ from langgraph.types import Command
 from config.logs import bound
 from refunds import lease as leases
 from refunds import mail, metrics, mirror, money, persistence, sql
+from refunds.carriers import get_carrier
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
@@ -158,6 +159,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
             lease=lease,
         ),
         send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
+        track=carrier.track if (carrier := get_carrier()) is not None else None,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
@@ -38,6 +38,14 @@ class CustomerRefund(TypedDict):
     refunded_on: NotRequired[str]  # ISO date; records written before it existed lack it
 
 
+class Tracking(TypedDict, total=False):
+    """What the carrier's tracking lookup said (refunds/flow/tracking.py)."""
+
+    status: Literal["found", "unavailable"]
+    delivered_on: str
+    error: str
+
+
 class ReviewAnswer(TypedDict, total=False):
     answer: Literal["approve", "reject"]
     reason: str
@@ -54,6 +62,7 @@ class RefundState(TypedDict, total=False):
     fork_id: int  # the Fork row applied last: a re-applied fork is noticed, not forked twice
     order: OrderFacts
     history: CustomerHistory
+    tracking: Tracking  # only when a carrier is configured (REFUNDS_CARRIER)
     late_by_days: int
     balance_cents: int  # what is still refundable on the order when the ticket was checked
     amount_cents: int
@@ -122,3 +131,5 @@ class Collaborators:
     # Today's date as the desk's clock says it: the customer memory's 30-day window and the date
     # a refund is remembered under. A function, so tests can move the clock.
     today: Callable[[], date] = field(default=date.today)
+    # The carrier's tracking lookup (async: it is cut off by a node timeout); None: no carrier.
+    track: Callable[[str], Awaitable[dict[str, Any]]] | None = None
