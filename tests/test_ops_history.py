@@ -218,3 +218,27 @@ def test_every_admin_page_is_refused_to_agents_and_to_users_in_no_group(
     for url in posts:
         assert client.post(url, {}).status_code == 403, url
     assert "Failed" not in client.get(reverse("reviews:queue")).content.decode()
+
+
+def test_a_thread_with_hundreds_of_checkpoints_is_paged_and_quick(
+    client, transactional_db, agent, admin_user, late_order
+):
+    import time
+
+    from refunds import persistence
+
+    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    config = persistence.thread_config(ticket.thread_id)
+    for n in range(300):  # an admin's notes, one checkpoint each
+        persistence.graph().update_state(config, {"notes": [f"note {n}"]}, as_node="triage")
+    client.force_login(admin_user)
+    url = reverse("ops:history", args=[ticket.pk])
+    started = time.monotonic()
+    first = client.get(url).content.decode()
+    took = time.monotonic() - started
+    assert 'id="checkpoint-count">301<' in first and first.count('class="checkpoint ') == 20
+    assert "note 299" in first and "note 250" not in first
+    assert took < 3, took
+    older = re.search(r'href="([^"]+before=[^"]+)" rel="next"', first).group(1)
+    second = client.get(older.replace("&amp;", "&")).content.decode()
+    assert "note 279" in second and "note 299" not in second
