@@ -37,6 +37,7 @@ from config.logs import bound
 from refunds import lease as leases
 from refunds import mail, metrics, mirror, money, persistence, sql
 from refunds.carriers import get_carrier
+from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
@@ -291,11 +292,14 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             .select_related("by")
             .order_by("created_at")
         )
+    # A thread stamped with an older state shape is read from the checkpointer, so its values
+    # can be carried to the current shape with the run's first command.
+    old_shape = lease.flow_version < FLOW_VERSION
     state: Any = None  # None: the first grant ever, the thread never ran, nothing to read
     as_mirrored = False  # the state is the mirror's own: nothing to write back unless it moves
     if lease.trusted and not forks and lease.epoch == 1:
         pass
-    elif lease.trusted and not forks and lease.pending_interrupt_id:
+    elif lease.trusted and not forks and lease.pending_interrupt_id and not old_shape:
         state, as_mirrored = _waiting_on(lease), True  # the mirror knows the interrupt exactly
     else:
         # The checkpointer is the truth; raise the fence first, so a paused writer of an older
@@ -330,15 +334,19 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             )
             _emit(lease.thread_id, "resume")
             answer = decision.as_resume_value() | {"decision_id": decision.pk}
-            # Keyed by interrupt id: a repeated resume can never answer a later question.
-            state = _run(lease, Command(resume={decision.interrupt_id: answer}), ctx)
+            # Keyed by interrupt id: a repeated resume can never answer a later question. A
+            # state of an older shape is upgraded in the same command, before approve runs on.
+            upgrade = versions.upgrade(state.values) if old_shape else {}
+            command = Command(resume={decision.interrupt_id: answer}, update=upgrade or None)
+            state = _run(lease, command, ctx)
             sql.execute(
                 f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "
                 "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
                 [decision.pk, lease.ticket_id, lease.epoch],
             )
         elif mirror.has_work(state):
-            state = _run(lease, None, ctx)
+            upgrade = versions.upgrade(state.values) if old_shape else {}
+            state = _run(lease, Command(update=upgrade) if upgrade else None, ctx)
         else:
             return mirror.fields(state)
         as_mirrored = False

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 1
+FLOW_VERSION = 2  # bump with a state-shape change; see refunds/flow/versions.py
 AGENT_LIMIT_CENTS = 2000  # support agents approve refunds up to $20.00; above goes to managers
 
 
