@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString, mark_safe
 from refunds import persistence
 from refunds.flow.words import node_words
 
-BOX_W, BOX_H, ROW_H, COL_W, PAD = 190, 40, 66, 210, 14
+BOX_W, BOX_H, ROW_H, COL_W, PAD = 250, 40, 66, 270, 14
 
 
 @dataclass(frozen=True)

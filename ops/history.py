@@ -33,6 +33,8 @@ LABELS = {
     "flow_version": "Flow version",
 }
 HIDDEN = {
+    "forks",
+    "tracking",
     "order_number",
     "ticket_key",
     "fork_id",
