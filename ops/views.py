@@ -110,7 +110,12 @@ def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
     if form.is_valid():
         base = _fork_base(ticket, form.cleaned_data["checkpoint"])
         cents = form.cleaned_data["amount"]
-        if base is None:
+        if ticket.status not in services.FORKABLE or money_moved(ticket) is not None:
+            error = (
+                "Only a ticket awaiting review, rejected or failed, with no money moved, can be "
+                f"forked; this one is {ticket.get_status_display().lower()}."
+            )
+        elif base is None:
             error = "A fork starts from a checkpoint before the charge: pick one in the history."
         elif cents == (base.values or {}).get("amount_cents") or cents == ticket.amount_cents:
             error = f"The amount is already {dollars(cents)} there; a fork must change it."

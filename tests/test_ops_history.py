@@ -242,3 +242,19 @@ def test_a_thread_with_hundreds_of_checkpoints_is_paged_and_quick(
     older = re.search(r'href="([^"]+before=[^"]+)" rel="next"', first).group(1)
     second = client.get(older.replace("&amp;", "&")).content.decode()
     assert "note 279" in second and "note 299" not in second
+
+
+def test_the_fork_page_refuses_a_ticket_whose_money_moved(client, refunded, admin_user):
+    from refunds import persistence
+
+    checkpoint = next(
+        s.config["configurable"]["checkpoint_id"]
+        for s in persistence.history(refunded.thread_id)
+        if s.next == ("approve",)
+    )
+    client.force_login(admin_user)
+    url = reverse("ops:fork", args=[refunded.pk])
+    form = {"checkpoint": checkpoint, "amount": "5", "reason": "x", "preview": "1"}
+    answer = client.post(url, form)
+    assert answer.status_code == 400 and "no money moved" in answer.content.decode()
+    assert "What happens" not in answer.content.decode() and Fork.objects.count() == 0
