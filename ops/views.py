@@ -90,8 +90,8 @@ def _preview(ticket: Ticket, base, cents: int) -> dict:
             f"{node_words('triage')}: {dollars(cents)} goes to {role}.",
             f"{node_words('approve')}: a new review; the review now pending is withdrawn and an "
             "answer to it is refused.",
-            f"On approval, {node_words('charge_card').lower()}: {dollars(cents)}, then "
-            f"{node_words('email').lower()}. On rejection, the customer is told why.",
+            f"On approval, the refund of {dollars(cents)} is charged, then the customer gets "
+            "the confirmation email. On rejection, the customer is told why.",
         ],
         "key": charge_key(ticket.thread_id, cents),
         "old_key": charge_key(ticket.thread_id, values.get("amount_cents") or 0),

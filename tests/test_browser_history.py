@@ -68,4 +68,13 @@ def test_the_history_of_a_forked_ticket_shows_its_branches(
             f" > {width}).slice(0, 5).map(e => e.tagName + '.' + e.className)"
         )
         assert page.evaluate("document.documentElement.scrollWidth") <= width, wide
+    # Fork again from the newest checkpoint: previewed first, in words and with its charge key.
+    page.locator("li.checkpoint.head").get_by_role("link", name="Fork from here…").click()
+    page.get_by_label("Corrected refund amount").fill("$4")
+    page.get_by_label("Why").fill("the customer asked for $4.00 only")
+    page.get_by_role("button", name="Preview").click()
+    expect(page.locator("#fork-preview")).to_contain_text(f"{ticket.thread_id}:charge_card:400")
+    page.screenshot(path=str(shots / "fork-preview-1280.png"), full_page=True)
+    page.get_by_role("button", name="Apply the fork").click()
+    expect(page.locator("#messages")).to_contain_text("with $4.00")
     assert csp_problems(page, page.console_messages_seen) == []

@@ -258,3 +258,10 @@ def test_the_fork_page_refuses_a_ticket_whose_money_moved(client, refunded, admi
     answer = client.post(url, form)
     assert answer.status_code == 400 and "no money moved" in answer.content.decode()
     assert "What happens" not in answer.content.decode() and Fork.objects.count() == 0
+
+
+def test_the_history_of_a_ticket_that_never_ran_says_so(client, db, agent, admin_user, late_order):
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    assert "No checkpoints" in html and 'id="checkpoint-count">0<' in html
