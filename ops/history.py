@@ -75,7 +75,7 @@ class Entry:
     size: int
     is_head: bool = False
     forkable: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -280,6 +280,7 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
                 size=tree.size.get(cid, 0),
                 is_head=cid == tree.head,
                 forkable=snap.next in FORKABLE_AT,
+                errors=[f"{node_words(t.name)}: {t.error}" for t in snap.tasks if t.error],
             )
         )
     return {
