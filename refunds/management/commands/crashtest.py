@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from datetime import date, timedelta
@@ -350,7 +351,13 @@ class Run:
         worker.signal(signal.SIGSTOP)  # the whole worker, mid-whatever, past its lease
         self.events.append((time.time(), f"SIGSTOP {worker.name}"))
         self.pauses += 1
-        self.paused.append((now + LEASE_SECONDS + self.rng.uniform(0.5, 3.0), worker))
+        pause = LEASE_SECONDS + self.rng.uniform(0.5, 3.0)
+        self.paused.append((now + pause, worker))
+        # SIGCONT comes from a timer, not from this loop: a worker stopped inside a write
+        # transaction holds SQLite's write lock, and this loop may be waiting on that very lock.
+        wake = threading.Timer(pause, worker.signal, (signal.SIGCONT,))
+        wake.daemon = True
+        wake.start()
 
     def _settled_asks(self) -> set[str]:
         from refunds.models import Ticket
