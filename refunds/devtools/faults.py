@@ -112,6 +112,8 @@ def _delivery_point(key: str, event: str) -> None:
 def _record_sender(key: str) -> None:
     """Which process (and process group: one Celery worker) opened a conversation for `key`,
     and when, so a crash test can tell whose kill a message delivered twice follows."""
+    if not settings.REFUNDS_CRASH_PLAN:
+        return
     line = f"{time.time():.6f} {os.getpid()} {os.getpgid(0)} {key}\n"
     with open(settings.REFUNDS_CRASH_PLAN + ".senders", "a") as senders:
         senders.write(line)
