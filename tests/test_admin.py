@@ -9,7 +9,7 @@ from refunds.models import Ticket
 
 @pytest.fixture
 def refunded(transactional_db, agent, late_order) -> Ticket:
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    ticket = services.ticket_open(order_number="1042")
     runner.advance(ticket.pk)
     ticket.refresh_from_db()
     services.ticket_decide(

@@ -143,9 +143,9 @@ def test_it_says_how_many_more_reviews_wait_beyond_the_page_up_to_a_cap(
     client.force_login(agent)
     for n in range(3):
         awaiting_review(make_order(f"20{n}"))
-    assert "Showing the oldest 2 of 3 pending reviews." in client.get("/").content.decode()
+    assert "the oldest 2 of 3 pending reviews." in client.get("/").content.decode()
     awaiting_review(make_order("203"))
-    assert "Showing the oldest 2 of 4 pending reviews." in client.get("/").content.decode()
+    assert "the oldest 2 of 4 pending reviews." in client.get("/").content.decode()
     awaiting_review(make_order("204"))
     html = client.get("/").content.decode()
-    assert "Showing the oldest 2 of more than 4 pending reviews." in html
+    assert "the oldest 2 of more than 4 pending reviews." in html
