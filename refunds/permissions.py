@@ -109,6 +109,8 @@ def escalation_refusal(user, ticket: Ticket) -> str:
         return refusal
     if ticket.review_role == Role.MANAGER:
         return "This review is already with managers."
+    if is_manager(user) and not is_admin(user):
+        return "You are a manager: decide it yourself, or leave it in the agents' queue."
     return ""
 
 
