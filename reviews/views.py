@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from django.conf import settings
 from django.contrib import messages
@@ -501,21 +501,22 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
         raise PermissionDenied("The audit trail is for managers and admins.")
     _, events = _audit_filters(request)
     writer = csv.writer(_Echo())
-    header = ["at_utc", "ticket", "order", "action", "who", "amount", "answer", "note"]
+    header = ["at_utc", "ticket", "order", "action", "who", "amount", "answer", "reason", "note"]
 
     def rows():
         yield writer.writerow(header)
         for e in events.iterator(chunk_size=500):
             yield writer.writerow(
                 [
-                    e.at.astimezone(timezone.UTC).isoformat(timespec="seconds"),
+                    e.at.astimezone(UTC).isoformat(timespec="seconds"),
                     e.ticket_id,
                     e.ticket.order.number,
                     e.get_action_display(),
                     e.actor.username if e.actor else "the desk",
                     dollars(e.answer.get("amount_cents") or e.ticket.amount_cents),
                     e.answer.get("answer", "") or e.answer.get("to", ""),
-                    _csv_safe(e.note or e.answer.get("reason", "")),
+                    _csv_safe(e.answer.get("reason", "")),
+                    _csv_safe(e.note),
                 ]
             )
 
