@@ -10,6 +10,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from refunds import services
 from refunds.models import Decision, Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
@@ -93,7 +94,7 @@ def test_a_manager_lowers_an_amount_and_approves(browser, live_server, manager, 
     page = page_for(browser, live_server, manager)
     page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
     page.get_by_label("Amount to refund").fill("30.00")
-    page.get_by_role("button", name="Approve", exact=True).click()
+    page.get_by_role("button", name="Approve the amount above").click()
     expect(page.locator("#messages")).to_contain_text(
         "Approved $30.00 (instead of $48.00) on order 1045"
     )
@@ -141,6 +142,12 @@ def test_every_desk_page_fits_a_phone_and_a_desk_and_the_queue_buttons_are_on_sc
     Ticket.objects.create(
         thread_id="done-1", order=make_order("1001"), status="refunded", amount_cents=699
     )
+    # A shift under way: the agent holds one review, a colleague another, a third went up.
+    services.review_claim(ticket=small, by=agent)
+    held = awaiting_review(make_order("1051", fee_cents=899, name="Gus Roy"))
+    services.review_claim(ticket=held, by=colleague)
+    up = awaiting_review(make_order("1050", fee_cents=1200, name="Eve Ng"))
+    services.ticket_escalate(ticket=up, by=colleague, note="Customer disputes the delivery date.")
     folder = shots()
     for width in (390, 1280):
         for user in (agent, manager):
