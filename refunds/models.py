@@ -215,6 +215,10 @@ class Ticket(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="ticket_sweep_idx"),
             models.Index(fields=["opened_by", "-id"], name="ticket_recent_idx"),
             models.Index(fields=["status", "review_since"], name="ticket_review_age_idx"),
+            # The tickets page sorts by amount and filters by age at 100,000 tickets.
+            models.Index(fields=["amount_cents", "id"], name="ticket_amount_idx"),
+            models.Index(fields=["status", "amount_cents", "id"], name="ticket_status_amount_idx"),
+            models.Index(fields=["created_at"], name="ticket_created_idx"),
         ]
         constraints = [
             # One open ticket per order, kept by the database: a helpdesk retrying a POST, or two

@@ -8,7 +8,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -35,7 +34,7 @@ from reviews import forms
 
 RECENT = 10
 QUEUE_PAGE = 25
-TICKETS_PAGE = 50
+TICKETS_PAGE = 25
 AUDIT_PAGE = 50
 COUNT_CAP = 1000
 TICKET_STATUS = "ticket-status"  # the ticket page's polled region, also a target of its form
@@ -478,14 +477,21 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     if not permissions.can_read_audit(request.user):
         raise PermissionDenied("The audit trail is for managers and admins.")
     search, events = _audit_filters(request)
-    page = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
+    total = events[: COUNT_CAP + 1].count()  # capped: the trail only grows
+    pages = max((min(total, COUNT_CAP) + AUDIT_PAGE - 1) // AUDIT_PAGE, 1)
+    page = min(_page_number(request), pages)
     query = request.GET.copy()
     query.pop("page", None)
-    return render(
-        request,
-        "reviews/audit.html",
-        {"search": search, "page_obj": page, "query": query.urlencode()},
-    )
+    context = {
+        "search": search,
+        "events": list(events[(page - 1) * AUDIT_PAGE : page * AUDIT_PAGE]),
+        "total": total,
+        "count_cap": COUNT_CAP,
+        "page": page,
+        "pages": pages,
+        "query": query.urlencode(),
+    }
+    return render(request, "reviews/audit.html", context)
 
 
 class _Echo:

@@ -52,9 +52,9 @@ def test_the_audit_page_filters_by_action_and_person(client, agent, colleague, m
     decided(agent, colleague, manager)
     client.force_login(manager)
     page = client.get(reverse("reviews:audit"), {"action": "claim"})
-    assert [e.action for e in page.context["page_obj"]] == ["claim"]
+    assert [e.action for e in page.context["events"]] == ["claim"]
     page = client.get(reverse("reviews:audit"), {"actor": "bea"})
-    assert {e.action for e in page.context["page_obj"]} == {"claim", "reject"}
+    assert {e.action for e in page.context["events"]} == {"claim", "reject"}
     page = client.get(reverse("reviews:audit"), {"actor": "nobody"})
     assert "Nothing recorded matches" in page.content.decode()
 
