@@ -354,6 +354,7 @@ SPECTACULAR_SETTINGS = {
         "TicketStatusEnum": "refunds.models.Ticket.Status",
         "ChargeStatusEnum": "refunds.models.Charge.Status",
         "EmailStatusEnum": "refunds.models.Email.Status",
+        "DecisionAnswerEnum": "refunds.models.Decision.Answer",
     },
 }
 

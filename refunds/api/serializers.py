@@ -186,7 +186,7 @@ class DecisionIn(serializers.Serializer):
         max_length=64, help_text="The pending review's interrupt id (review.interrupt_id)."
     )
     answer = serializers.ChoiceField(
-        choices=["approve", "reject"], help_text="approve, or reject (with a reason)."
+        choices=Decision.Answer.choices, help_text="approve, or reject (with a reason)."
     )
     reason = serializers.CharField(
         required=False, allow_blank=True, default="", help_text="For the customer (to reject)."
