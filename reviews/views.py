@@ -148,7 +148,10 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx.target == "queue-rows":
         if request.GET.get("v") == context["version"]:
             return HttpResponse(status=204)
-        return render(request, "reviews/_queue_rows.html", context)
+        response = render(request, "reviews/_queue_rows.html", context)
+        # The rows changed: the recent tickets beside them refresh now too, not on their own
+        # clock, so a review in the queue never sits beside a ticket still shown as "Running".
+        return trigger_client_event(response, "ticketsChanged")
     if request.htmx.target == "recent-tickets":
         return render(request, "reviews/_recent_tickets.html", context)
     return render(request, "reviews/queue.html", context)

@@ -214,3 +214,22 @@ def test_the_queue_pages_through_a_long_backlog(client, agent, db, monkeypatch):
     last = client.get(f"{QUEUE}?page=3")
     assert [t.pk for t in last.context["reviews"]] == [made[4].pk]
     assert client.get(f"{QUEUE}?page=99").context["page"] == 3
+
+
+def test_changed_rows_refresh_the_recent_tickets_with_them(client, agent, reviews):
+    client.force_login(agent)
+    poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
+    response = client.get(f"{QUEUE}?v=stale", headers=poll)
+    assert response.status_code == 200 and "ticketsChanged" in response["HX-Trigger"]
+
+
+def test_an_agent_sees_their_ticket_escalated_not_just_awaiting_review(
+    client, agent, colleague, late_order
+):
+    from refunds import services
+
+    ticket = awaiting_review(late_order, opened_by=agent)
+    services.ticket_escalate(ticket=ticket, by=colleague, note="unusual")
+    client.force_login(agent)
+    html = client.get(QUEUE).content.decode()
+    assert f'data-ticket="{ticket.pk}">Escalated to managers</span>' in html
