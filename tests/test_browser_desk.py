@@ -119,9 +119,9 @@ def test_two_reviewers_race_for_one_review_and_one_is_told_it_is_taken(
         expect(button).to_be_visible()
     for button in buttons:
         button.click(no_wait_after=True)  # both clicks sent before either answer is back
-    winner = Ticket.objects.get(pk=ticket.pk).claimed_by
     for page in pages:
         expect(page.locator(f"#review-{ticket.pk}")).not_to_contain_text("Assign to me")
+    winner = Ticket.objects.get(pk=ticket.pk).claimed_by
     texts = [p.locator(f"#review-{ticket.pk}").inner_text() for p in pages]
     taken = [t for t in texts if "Already taken" in t or "Being looked at" in t]
     assert len(taken) == 1, texts
