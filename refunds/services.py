@@ -14,6 +14,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from refunds import audit, permissions
+from refunds.clock import local_words
 from refunds.flow.words import dollars
 from refunds.models import (
     AuditEvent,
@@ -123,7 +124,7 @@ def _taken_message(ticket_id: int) -> str:
     row = Ticket.objects.select_related("claimed_by", "order").get(pk=ticket_id)
     holder = row.claim_holder()
     who = holder.username if holder else "a colleague"
-    until = timezone.localtime(row.claim_expires_at).strftime("%H:%M") if holder else ""
+    until = local_words(row.claim_expires_at) if holder else ""
     return f"Already taken: {who} is looking at the review of order {row.order.number}" + (
         f" (their claim lapses at {until} if they leave it)." if until else "."
     )
@@ -484,7 +485,7 @@ def idempotent(*, user, key: str, request_body: bytes, respond) -> tuple[int, di
 
 
 def _already_decided_message(decision: Decision) -> str:
-    when = timezone.localtime(decision.decided_at).strftime("%H:%M:%S")
+    when = local_words(decision.decided_at)
     verb = "approved" if decision.answer == Decision.Answer.APPROVE else "rejected"
     return f"Already decided: {decision.reviewer.username} {verb} this refund at {when}."
 

@@ -5,6 +5,7 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from refunds.clock import local_words
 from refunds.flow import words
 
 register = template.Library()
@@ -38,11 +39,8 @@ def when(value) -> SafeString:
     "Dec 1, 14:05 CET", in a <time> element carrying the exact instant."""
     if not value:
         return mark_safe("")
-    local = timezone.localtime(value)
     return format_html(
-        '<time datetime="{}">{}</time>',
-        value.isoformat(timespec="seconds"),
-        f"{local:%b} {local.day}, {local:%H:%M} {local.tzname()}",
+        '<time datetime="{}">{}</time>', value.isoformat(timespec="seconds"), local_words(value)
     )
 
 
