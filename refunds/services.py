@@ -599,8 +599,13 @@ def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
         )
     try:
         with transaction.atomic():
+            # A claim on the old review ends with it: the fork's review starts unclaimed.
             moved = Ticket.objects.filter(pk=ticket.pk, status__in=FORKABLE).update(
-                status=Ticket.Status.RUNNING, attempts=0, last_error=""
+                status=Ticket.Status.RUNNING,
+                attempts=0,
+                last_error="",
+                claimed_by=None,
+                claim_expires_at=None,
             )
             if not moved:
                 raise RefundError("The ticket moved on meanwhile; reload it and try again.")
