@@ -45,14 +45,29 @@ def exit_on_bad_setting() -> None:
     sys.excepthook = hook
 
 
+# What drivers say when a connection cannot be made at all (as opposed to an error on a live one,
+# such as SQLite's "database is locked", which keeps its traceback).
+_UNREACHABLE = (
+    "unable to open database file",
+    "connection failed",
+    "could not connect",
+    "could not translate host name",
+    "connection refused",
+    "timeout expired",
+    "password authentication failed",
+    "does not exist",
+)
+
+
 def _is_database_unreachable(exc: BaseException) -> bool:
-    """An OperationalError from the database driver that ends a command (migrate against a
-    PostgreSQL that is down): one line, not a traceback through Django and psycopg."""
+    """An OperationalError from connecting to the database that ends a command (migrate against
+    a PostgreSQL that is down): one line, not a traceback through Django and psycopg."""
     try:
         from django.db.utils import OperationalError
     except ImportError:  # pragma: no cover - Django is a dependency
         return False
-    return isinstance(exc, OperationalError)
+    text = str(exc).lower()
+    return isinstance(exc, OperationalError) and any(marker in text for marker in _UNREACHABLE)
 
 
 def env_str(name: str, default: str) -> str:

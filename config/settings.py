@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "reviews",
     "webhooks",
     "insights",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -251,6 +252,11 @@ REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, min
 REFUNDS_REWAKE_SECONDS = env_number("REFUNDS_REWAKE_SECONDS", 30.0, minimum=0.0)
 REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments.HttpGateway
 REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
+# The carrier's tracking lookup (refunds/carriers.py), a step beside the fraud check; empty: none.
+# Each attempt is cut off after the timeout; after the attempts a person checks the delivery.
+REFUNDS_CARRIER = env_str("REFUNDS_CARRIER", "")
+REFUNDS_CARRIER_TIMEOUT = env_number("REFUNDS_CARRIER_TIMEOUT", 5.0, minimum=0.01)
+REFUNDS_CARRIER_ATTEMPTS = env_int("REFUNDS_CARRIER_ATTEMPTS", 2, minimum=1)
 
 # Fault injection for crash tests and `manage.py crashtest` (refunds/devtools/faults.py): a plan
 # file puts crash points in the nodes, around the gateway and in mail delivery. Unset normally.

@@ -180,8 +180,10 @@ class TicketAdmin(Dollars, ReadOnly, admin.ModelAdmin):
             "", "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>", rows
         )
         return format_html(
+            '<p><a href="{}">The readable history, with branches and forks</a></p>'
             "<table><tr><th>step</th><th>next</th><th>nodes run</th><th>checkpoint</th></tr>"
             "{}</table>",
+            reverse("ops:history", args=[ticket.pk]),
             body,
         )
 

@@ -63,6 +63,7 @@ class Lease:
     order_number: str = ""
     note: str = ""
     has_forks: bool = False
+    flow_version: int = 0  # the state shape the thread was stamped with (refunds/flow/versions.py)
     lost_reason: str = ""
     _controls: list[RunControl] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -287,14 +288,14 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
             "mirror_epoch, last_error, note, "
             "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "
             "EXISTS (SELECT 1 FROM refunds_fork f WHERE f.ticket_id = refunds_ticket.id "
-            "AND f.applied_at IS NULL AND f.refused_reason = '')",
+            "AND f.applied_at IS NULL AND f.refused_reason = ''), flow_version",
             [owner, seconds, ticket_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
     (epoch, attempts, thread_id, order_id, status, pending, mirror_epoch, last_error) = row[:8]
-    note, order_number, has_forks = row[8:]
+    note, order_number, has_forks, flow_version = row[8:]
     return Lease(
         ticket_id=ticket_id,
         thread_id=thread_id,
@@ -311,6 +312,7 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
         order_number=order_number,
         note=note,
         has_forks=bool(has_forks),
+        flow_version=flow_version,
     )
 
 

@@ -167,7 +167,7 @@ def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
         _emit(key, "connect")
         backend.open()
         if isinstance(backend, SmtpBackend):
-            _send_smtp(backend.connection, message, key)
+            _send_smtp(backend.connection, message, key, claim)
         else:  # console, file, locmem: no server to acknowledge anything
             backend.send_messages([message])
             _emit(key, "accepted")
@@ -191,7 +191,7 @@ def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
     backend_close(backend)
 
 
-def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str) -> None:
+def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str, claim: str) -> None:
     """smtplib's sendmail, with the outbox mark held open around the end of the message.
 
     The row is marked sent in a transaction begun *before* the final "." goes to the server
@@ -222,27 +222,48 @@ def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str) -> None:
     if not data.endswith(b"\r\n"):
         data += b"\r\n"
     conn.send(data)
-    try:
-        with transaction.atomic():
-            _mark_sent_now(key)
-            conn.send(b".\r\n")
-            code, answer = conn.getreply()
-            if code != 250:
-                raise smtplib.SMTPDataError(code, answer)
-            _emit(key, "accepted")
-    except (OperationalError, InterfaceError):
-        # The server has the message but the mark did not commit (the database went away):
-        # record it again on a fresh connection, as any fact.
-        if code != 250:
-            raise
-        _mark_sent(key)
+    for attempt in range(5):
+        ended = False  # whether the final "." went to the server
+        try:
+            with transaction.atomic():
+                if not _mark_sent_now(key, claim):
+                    conn.close()  # mid-DATA: dropping the connection discards the message
+                    raise EffectBusy(f"{key} is no longer claimed by {claim}")
+                ended = True
+                conn.send(b".\r\n")
+                code, answer = conn.getreply()
+                if code != 250:
+                    raise smtplib.SMTPDataError(code, answer)
+                _emit(key, "accepted")
+            return
+        except (OperationalError, InterfaceError):
+            if ended:
+                # The server has the message (or refused it) but the mark did not commit (the
+                # database went away): record the fact again on a fresh connection.
+                if code != 250:
+                    raise
+                _mark_sent(key)
+                return
+            # The database went away before the final ".": nothing is delivered yet and the row
+            # is still ours (a claim younger than the send window is left to its sender), so the
+            # mark is taken again on a fresh connection.
+            if attempt == 4 or connection.in_atomic_block:
+                conn.close()
+                raise
+            log.warning("outbox: database connection lost before the end of the message")
+            connection.close()
+            time.sleep(0.2 * (attempt + 1))
 
 
-def _mark_sent_now(key: str) -> None:
-    sql.execute(
-        f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
-        "WHERE \"key\" = %s AND status <> 'sent'",
-        [key],
+def _mark_sent_now(key: str, claim: str) -> bool:
+    """The sent mark, only while the row is still claimed by this sender: it holds the row's
+    write lock until the server has answered the final "."."""
+    return bool(
+        sql.execute(
+            f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
+            "WHERE \"key\" = %s AND status = 'sending' AND claimed_by = %s",
+            [key, claim],
+        )
     )
 
 

@@ -80,6 +80,8 @@ def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
         "pending_payload": None,
         "outcome_reason": values.get("outcome_reason", ""),
     }
+    if values.get("flow_version"):
+        result["flow_version"] = values["flow_version"]
     if snap.interrupts:
         pending = snap.interrupts[0]
         result |= {

@@ -31,6 +31,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from refunds.flow.graph import NodeWrapper, build_graph
+from refunds.flow.tracking import TrackingOptions
 
 FENCE_TABLE = "refunds_thread_fence"
 _FENCE: ContextVar[tuple[str, int] | None] = ContextVar("refunds_fence", default=None)
@@ -261,14 +262,23 @@ def close_persistence() -> None:
     _compiled.cache_clear()
 
 
+def tracking_options() -> TrackingOptions | None:
+    """The carrier's tracking step, when a carrier is configured (REFUNDS_CARRIER)."""
+    if not settings.REFUNDS_CARRIER:
+        return None
+    return TrackingOptions(
+        timeout=settings.REFUNDS_CARRIER_TIMEOUT, attempts=settings.REFUNDS_CARRIER_ATTEMPTS
+    )
+
+
 @cache
-def _compiled(pid: int, wrapper: Callable | None):
+def _compiled(pid: int, wrapper: Callable | None, tracking: TrackingOptions | None = None):
     saver, the_store = _persistence(pid)
-    return build_graph(wrap=wrapper).compile(checkpointer=saver, store=the_store)
+    return build_graph(wrap=wrapper, tracking=tracking).compile(checkpointer=saver, store=the_store)
 
 
 def graph():
-    return _compiled(os.getpid(), node_wrapper)
+    return _compiled(os.getpid(), node_wrapper, tracking_options())
 
 
 def thread_config(thread_id: str, **extra: Any) -> dict:

@@ -36,6 +36,8 @@ from langgraph.types import Command
 from config.logs import bound
 from refunds import lease as leases
 from refunds import mail, metrics, mirror, money, persistence, sql
+from refunds.carriers import get_carrier
+from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
@@ -46,6 +48,7 @@ from refunds.persistence import FenceLost, graph, snapshot, thread_config
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
 EFFECT_NODES = ["charge_card", "email", "notify"]  # the first leg stops before these
+FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
 # Observers of a run: called with (thread_id, event), event being "resume" or "after:<node>" once
 # that node's checkpoint is on disk. Metrics and the crash tests' kill points hang here.
 step_hooks: list[Callable[[str, str], None]] = []
@@ -157,6 +160,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
             lease=lease,
         ),
         send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
+        track=carrier.track if (carrier := get_carrier()) is not None else None,
     )
 
 
@@ -227,19 +231,23 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         if (current.values or {}).get("fork_id") == fork.pk:  # a crash after update_state
             one.update(applied_at=timezone.now())
             continue
-        # The latest checkpoint from which triage can run again: before triage, or paused at
-        # the review (the first leg keeps only that one, under durability "exit").
+        # The checkpoint the admin chose, or else the latest from which triage can run again:
+        # before triage, or paused at the review (the first leg keeps only that one, under
+        # durability "exit"). Either way one before the charge.
         base = next(
             (
                 s
                 for s in persistence.history(lease.thread_id)
-                if s.next in (("triage",), ("approve",))
+                if s.next in FORKABLE_AT
+                and fork.from_checkpoint_id in ("", s.config["configurable"]["checkpoint_id"])
             ),
             None,
         )
         refusal = ""
         if money.money_moved(lease.ticket_id) is not None:
             refusal = "Money moved before the fork could be applied; nothing was changed."
+        elif base is None and fork.from_checkpoint_id:
+            refusal = "That checkpoint is not one before the charge (or was pruned)."
         elif base is None:
             refusal = "The thread never reached triage, so it has no amount to correct."
         if refusal:
@@ -248,7 +256,9 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         previous = (current.values or {}).get("amount_cents")
         update: RefundState = {
             "amount_cents": fork.amount_cents,
-            "forks": base.values.get("forks", 0) + 1,
+            # Counted over every branch: a fork from an older checkpoint gets a new number, so
+            # its notify email has a key of its own.
+            "forks": max(base.values.get("forks", 0), (current.values or {}).get("forks", 0)) + 1,
             "fork_id": fork.pk,
             "payment_error": "",
             "notes": [
@@ -259,8 +269,10 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
         # As if check_policy wrote it: its router sends the fork to triage, which re-decides
         # who reviews the corrected amount, and the review asks again (a new interrupt id).
-        # (triage routes by Command, which update_state cannot replay, so the fork is written
-        # as the step before it.)
+        # This works from the approval checkpoint too: the update branches off it with next =
+        # triage. (triage routes by Command, which update_state cannot replay, so the fork is
+        # written as the step before it; resuming the approval with an "edit" answer instead
+        # would keep the old reviewer's role for an amount that may now need a manager.)
         graph().update_state(config, update, as_node="check_policy")
         one.update(
             applied_at=timezone.now(),
@@ -280,11 +292,14 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             .select_related("by")
             .order_by("created_at")
         )
+    # A thread stamped with an older state shape is read from the checkpointer, so its values
+    # can be carried to the current shape with the run's first command.
+    old_shape = lease.flow_version < FLOW_VERSION
     state: Any = None  # None: the first grant ever, the thread never ran, nothing to read
     as_mirrored = False  # the state is the mirror's own: nothing to write back unless it moves
     if lease.trusted and not forks and lease.epoch == 1:
         pass
-    elif lease.trusted and not forks and lease.pending_interrupt_id:
+    elif lease.trusted and not forks and lease.pending_interrupt_id and not old_shape:
         state, as_mirrored = _waiting_on(lease), True  # the mirror knows the interrupt exactly
     else:
         # The checkpointer is the truth; raise the fence first, so a paused writer of an older
@@ -319,15 +334,19 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             )
             _emit(lease.thread_id, "resume")
             answer = decision.as_resume_value() | {"decision_id": decision.pk}
-            # Keyed by interrupt id: a repeated resume can never answer a later question.
-            state = _run(lease, Command(resume={decision.interrupt_id: answer}), ctx)
+            # Keyed by interrupt id: a repeated resume can never answer a later question. A
+            # state of an older shape is upgraded in the same command, before approve runs on.
+            upgrade = versions.upgrade(state.values) if old_shape else {}
+            command = Command(resume={decision.interrupt_id: answer}, update=upgrade or None)
+            state = _run(lease, command, ctx)
             sql.execute(
                 f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "
                 "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
                 [decision.pk, lease.ticket_id, lease.epoch],
             )
         elif mirror.has_work(state):
-            state = _run(lease, None, ctx)
+            upgrade = versions.upgrade(state.values) if old_shape else {}
+            state = _run(lease, Command(update=upgrade) if upgrade else None, ctx)
         else:
             return mirror.fields(state)
         as_mirrored = False

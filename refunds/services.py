@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from refunds import audit, permissions
 from refunds.clock import local_words
+from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
 from refunds.models import (
     AuditEvent,
@@ -92,6 +93,7 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
                 order=order,
                 note=(note or "").strip(),
                 opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
+                flow_version=FLOW_VERSION,  # the shape its thread starts with (see flow/state.py)
             )
             audit.record(ticket, AuditEvent.Action.OPEN, actor=opened_by, note=ticket.note)
             _enqueue_advance(ticket.pk)
@@ -563,10 +565,13 @@ FORKABLE = (Ticket.Status.AWAITING_REVIEW, Ticket.Status.REJECTED, Ticket.Status
 FORK_MAX_CENTS = 1_000_000
 
 
-def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
-    """Admin: fork the thread from its checkpoint before triage with a corrected amount. The
-    Fork row is the audit entry; a worker applies it under the lease, then the thread is triaged
-    and reviewed again (a new interrupt id, so answers to the old review are refused)."""
+def ticket_fork(
+    *, ticket: Ticket, amount_cents: int, reason: str, by, from_checkpoint_id: str = ""
+) -> Fork:
+    """Admin: fork the thread with a corrected amount, from the checkpoint named (any before the
+    charge: paused before triage or at the review) or else the latest such. The Fork row is the
+    audit entry; a worker applies it under the lease, then the thread is triaged and reviewed
+    again (a new interrupt id, so answers to the old review are refused)."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins fork a thread.")
     if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
@@ -574,6 +579,10 @@ def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
     if not 0 < amount_cents <= FORK_MAX_CENTS:
         raise RefundError(
             f"The corrected amount must be between $0.01 and ${FORK_MAX_CENTS // 100:,}."
+        )
+    if amount_cents == ticket.amount_cents:
+        raise RefundError(
+            f"The ticket's amount is already {dollars(amount_cents)}; a fork must change it."
         )
     reason = (reason or "").strip()
     if not reason:
@@ -610,14 +619,18 @@ def ticket_fork(*, ticket: Ticket, amount_cents: int, reason: str, by) -> Fork:
             if not moved:
                 raise RefundError("The ticket moved on meanwhile; reload it and try again.")
             fork = Fork.objects.create(
-                ticket=ticket, by=by, amount_cents=amount_cents, reason=reason
+                ticket=ticket,
+                by=by,
+                amount_cents=amount_cents,
+                reason=reason,
+                from_checkpoint_id=from_checkpoint_id,
             )
             audit.record(
                 ticket,
                 AuditEvent.Action.FORK,
                 actor=by,
                 seen={"amount_cents": ticket.amount_cents, "status": ticket.status},
-                answer={"amount_cents": amount_cents},
+                answer={"amount_cents": amount_cents, "from_checkpoint_id": from_checkpoint_id},
                 note=reason,
             )
             _enqueue_advance(ticket.pk)

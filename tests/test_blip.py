@@ -56,14 +56,21 @@ def post_decision(session: requests.Session, live_server, ticket: Ticket) -> req
     )
 
 
+@pytest.mark.parametrize(
+    "slow_at",
+    [
+        "end",  # the blip lands while the server answers the final ".": the mark must not commit
+        "recipient",  # it lands before the message ends: the mark is taken on a fresh connection
+    ],
+)
 def test_a_blip_while_the_mail_is_sent_delivers_once_and_the_ticket_moves_on(
-    workers, sinks, live_server, agent, admin_user, late_order
+    workers, sinks, live_server, agent, admin_user, late_order, slow_at
 ):
     workers("w1", env={"REFUNDS_LEASE_SECONDS": "30"})
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
     wait_for(lambda: status(ticket) == "awaiting_review", what="the review")
     ticket.refresh_from_db()
-    sinks.smtp.slow(2.0)  # the worker will be inside the SMTP conversation for two seconds
+    sinks.smtp.slow(2.0, at=slow_at)  # the worker will be inside the SMTP conversation for 2 s
     reviewer = browser(live_server, admin_user)
     assert post_decision(reviewer, live_server, ticket).status_code == 302
 

@@ -224,7 +224,7 @@ def test_a_customer_with_three_earlier_refunds_is_flagged_for_a_manager_even_und
 
     payload = desk.pending().value
     assert payload["required_role"] == "manager"
-    assert payload["history"] == {"refunds": 3, "total_cents": 900}
+    assert payload["history"] == {"refunds": 3, "total_cents": 900, "recent": 0}
     assert any("3 refunds" in flag for flag in payload["flags"])
 
 
@@ -240,7 +240,7 @@ def test_two_earlier_refunds_show_in_the_review_but_do_not_flag():
 
     payload = desk.pending().value
     assert payload["required_role"] == "agent"
-    assert payload["history"] == {"refunds": 2, "total_cents": 600}
+    assert payload["history"] == {"refunds": 2, "total_cents": 600, "recent": 0}
 
 
 def test_an_on_time_order_is_declined_with_a_reason_and_no_review_or_charge():

@@ -271,3 +271,20 @@ def test_a_bad_setting_still_raises_for_code_that_imports_settings(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "caught: REFUNDS_LEASE_SECONDS must be at least 1.0, got '-1'" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("message", "one_line"),
+    [
+        ('connection failed: connection to server at "127.0.0.1", port 1 failed', True),
+        ("unable to open database file", True),
+        ("database is locked", False),  # a live database under contention: keep the traceback
+        ("deadlock detected", False),
+    ],
+)
+def test_only_a_database_that_cannot_be_reached_is_reported_in_one_line(message, one_line):
+    from django.db.utils import OperationalError
+
+    from config.env import _is_database_unreachable
+
+    assert _is_database_unreachable(OperationalError(message)) is one_line

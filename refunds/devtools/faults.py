@@ -104,7 +104,29 @@ class CrashingGateway:
 
 def _delivery_point(key: str, event: str) -> None:
     point = {"connect": "smtp:before", "accepted": "smtp:after"}[event]
+    if event == "connect":
+        _record_sender(key)
     crash_point(key.split(":")[0], point)
+
+
+def _record_sender(key: str) -> None:
+    """Which process (and process group: one Celery worker) opened a conversation for `key`,
+    and when, so a crash test can tell whose kill a message delivered twice follows."""
+    line = f"{time.time():.6f} {os.getpid()} {os.getpgid(0)} {key}\n"
+    with open(settings.REFUNDS_CRASH_PLAN + ".senders", "a") as senders:
+        senders.write(line)
+
+
+def senders(plan_path: str | Path) -> list[tuple[float, int, int, str]]:
+    """(time, pid, process group, key) of every mail conversation opened, oldest first."""
+    path = Path(str(plan_path) + ".senders")
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        at, pid, group, key = line.split(" ", 3)
+        rows.append((float(at), int(pid), int(group), key))
+    return sorted(rows)
 
 
 def install() -> None:

@@ -40,10 +40,20 @@ class SmtpSink:
         self._refuse_next = 0
         self._refuse_code = 451
         self._delay = 0.0
+        self._rcpt_delay = 0.0
         self._lock = threading.Lock()
         self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
 
     # --- aiosmtpd handler -----------------------------------------------------------------------
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options) -> str:  # noqa: N802
+        with self._lock:
+            delay = self._rcpt_delay
+        if delay:
+            await asyncio.sleep(delay)
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 OK"
+
     async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802 - aiosmtpd's name
         with self._lock:
             delay, refuse = self._delay, self._refuse_next != 0
@@ -79,9 +89,16 @@ class SmtpSink:
         with self._lock:
             self._refuse_next = 0
 
-    def slow(self, seconds: float) -> None:
+    def slow(self, seconds: float, *, at: str = "end") -> None:
+        """Answer slowly: at the "end" of the message (after its final "."), or at each
+        "recipient" (before the message is sent at all)."""
+        if at not in ("end", "recipient"):
+            raise ValueError(f"slow at 'end' or 'recipient', not {at!r}")
         with self._lock:
-            self._delay = seconds
+            if at == "end":
+                self._delay = seconds
+            else:
+                self._rcpt_delay = seconds
 
     def start(self) -> SmtpSink:
         self._controller.start()

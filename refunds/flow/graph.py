@@ -10,11 +10,17 @@ from langgraph.graph import END, START, StateGraph
 
 from refunds.flow import nodes
 from refunds.flow.state import Collaborators, RefundState
+from refunds.flow.tracking import TrackingOptions, make_node
 
 NodeWrapper = Callable[[str, Callable], Callable]
 
 
-def build_graph(wrap: NodeWrapper | None = None) -> StateGraph:
+def build_graph(
+    wrap: NodeWrapper | None = None, tracking: TrackingOptions | None = None
+) -> StateGraph:
+    """`tracking`: add the carrier's tracking lookup beside the fraud and history checks (a
+    desk with a carrier configured); None leaves it out."""
+
     def node(name: str) -> Callable:
         fn = getattr(nodes, name)
         return wrap(name, fn) if wrap else fn
@@ -35,7 +41,13 @@ def build_graph(wrap: NodeWrapper | None = None) -> StateGraph:
     # Two edges out: the fraud and history checks run in the same step.
     g.add_edge("lookup", "fraud_check")
     g.add_edge("lookup", "history_check")
-    g.add_edge(["fraud_check", "history_check"], "check_policy")
+    if tracking is None:
+        g.add_edge(["fraud_check", "history_check"], "check_policy")
+    else:
+        fn = make_node(tracking)
+        g.add_node("carrier_tracking", wrap("carrier_tracking", fn) if wrap else fn)
+        g.add_edge("lookup", "carrier_tracking")
+        g.add_edge(["fraud_check", "history_check", "carrier_tracking"], "check_policy")
     g.add_conditional_edges("check_policy", nodes.route_policy, ["decline", "triage"])
     g.add_edge("decline", "notify")
     g.add_conditional_edges("approve", nodes.route_decision, ["charge_card", "notify"])

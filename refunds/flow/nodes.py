@@ -3,7 +3,7 @@ context. No Django imports: the graph runs against fakes in memory for tests."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from typing import Literal
 
 from langgraph.runtime import Runtime
@@ -19,6 +19,7 @@ from refunds.flow.errors import (
 from refunds.flow.state import (
     AGENT_LIMIT_CENTS,
     Collaborators,
+    CustomerHistory,
     RefundState,
     ReviewAnswer,
     ReviewRequest,
@@ -26,6 +27,8 @@ from refunds.flow.state import (
 from refunds.flow.words import days, dollars
 
 HISTORY_FLAG_AT = 3  # this many earlier refunds sends the next one to a manager
+RECENT_DAYS = 30
+RECENT_FLAG_AT = 2  # two refunds in the last 30 days: the third goes to a manager
 FEE_FLAG_CENTS = 10_000  # a shipping fee above $100 is unusual enough for a second look
 
 # Transient gateway errors are retried with the same key (harmless: the gateway answers a repeated
@@ -86,11 +89,24 @@ def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> Refund
     """Reads what the desk knows about this customer from the cross-thread store."""
     refunds = []
     if runtime.store is not None:
-        items = runtime.store.search(customer_namespace(state["order"]["customer_email"]))
+        items = runtime.store.search(
+            customer_namespace(state["order"]["customer_email"]), limit=1000
+        )
         refunds = [i.value for i in items if i.key != state["ticket_key"]]
-    history = {"refunds": len(refunds), "total_cents": sum(r["amount_cents"] for r in refunds)}
+    since = (runtime.context.today() - timedelta(days=RECENT_DAYS)).isoformat()
+    recent = [r for r in refunds if r.get("refunded_on", "") >= since]
+    history: CustomerHistory = {
+        "refunds": len(refunds),
+        "total_cents": sum(r["amount_cents"] for r in refunds),
+        "recent": len(recent),
+    }
     flags = []
-    if history["refunds"] >= HISTORY_FLAG_AT:
+    if len(recent) >= RECENT_FLAG_AT:
+        flags.append(
+            f"This would be the customer's refund number {len(recent) + 1} within "
+            f"{RECENT_DAYS} days ({dollars(sum(r['amount_cents'] for r in recent))} so far)."
+        )
+    elif history["refunds"] >= HISTORY_FLAG_AT:
         flags.append(f"Customer already had {history['refunds']} refunds.")
     return {"history": history, "flags": flags, "trail": ["history_check"]}
 
@@ -321,7 +337,11 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         runtime.store.put(
             customer_namespace(order["customer_email"]),
             state["ticket_key"],
-            {"amount_cents": amount, "order": order["number"]},
+            {
+                "amount_cents": amount,
+                "order": order["number"],
+                "refunded_on": runtime.context.today().isoformat(),
+            },
         )
     note = (
         f"Confirmation sent to {order['customer_email']}."

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, TypedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 1
+FLOW_VERSION = 2  # bump with a state-shape change; see refunds/flow/versions.py
 AGENT_LIMIT_CENTS = 2000  # support agents approve refunds up to $20.00; above goes to managers
 
 
@@ -26,6 +27,23 @@ class OrderFacts(TypedDict):
 class CustomerHistory(TypedDict):
     refunds: int
     total_cents: int
+    recent: NotRequired[int]  # of those, refunded in the last RECENT_DAYS days
+
+
+class CustomerRefund(TypedDict):
+    """One refund in the customer's memory (the store, namespace ("customers", email))."""
+
+    amount_cents: int
+    order: str
+    refunded_on: NotRequired[str]  # ISO date; records written before it existed lack it
+
+
+class Tracking(TypedDict, total=False):
+    """What the carrier's tracking lookup said (refunds/flow/tracking.py)."""
+
+    status: Literal["found", "unavailable"]
+    delivered_on: str
+    error: str
 
 
 class ReviewAnswer(TypedDict, total=False):
@@ -45,6 +63,7 @@ class RefundState(TypedDict, total=False):
     fork_id: int  # the Fork row applied last: a re-applied fork is noticed, not forked twice
     order: OrderFacts
     history: CustomerHistory
+    tracking: Tracking  # only when a carrier is configured (REFUNDS_CARRIER)
     late_by_days: int
     balance_cents: int  # what is still refundable on the order when the ticket was checked
     amount_cents: int
@@ -110,3 +129,8 @@ class Collaborators:
     find_order: Callable[[str], OrderFacts | None]
     pay: Payer
     send_mail: Mailer
+    # Today's date as the desk's clock says it: the customer memory's 30-day window and the date
+    # a refund is remembered under. A function, so tests can move the clock.
+    today: Callable[[], date] = field(default=date.today)
+    # The carrier's tracking lookup (async: it is cut off by a node timeout); None: no carrier.
+    track: Callable[[str], Awaitable[dict[str, Any]]] | None = None

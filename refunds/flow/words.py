@@ -11,3 +11,26 @@ def dollars(cents: int | None) -> str:
 
 def days(n: int) -> str:
     return f"{n} day{'' if n == 1 else 's'}"
+
+
+# What each node does, for people reading a thread's history (and the diagram's labels).
+NODE_WORDS = {
+    "__start__": "Ticket opened",
+    "__end__": "Finished",
+    "lookup": "Looked up the order",
+    "fraud_check": "Checked for fraud signals",
+    "history_check": "Read the customer's earlier refunds",
+    "check_policy": "Checked the late-delivery policy",
+    "decline": "Declined by policy",
+    "triage": "Chose who reviews",
+    "approve": "Review by a person",
+    "charge_card": "Charged the refund",
+    "payment_failed": "Charge refused, back to a manager",
+    "carrier_tracking": "Asked the carrier for tracking",
+    "email": "Emailed the confirmation",
+    "notify": "Told the customer why not",
+}
+
+
+def node_words(name: str) -> str:
+    return NODE_WORDS.get(name, name.replace("_", " ").capitalize())

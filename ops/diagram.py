@@ -1,0 +1,116 @@
+"""The workflow drawn on the server as SVG, from LangGraph's own `get_graph()` nodes and edges:
+no script and no inline style (the Content-Security-Policy allows neither); classes only, styled
+in ops.css. The thread's path and its current position are classes too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+from refunds import persistence
+from refunds.flow.words import node_words
+
+BOX_W, BOX_H, ROW_H, COL_W, PAD = 250, 40, 66, 270, 14
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    conditional: bool
+
+
+def structure() -> tuple[list[str], list[Edge]]:
+    drawn = persistence.graph().get_graph()
+    nodes = list(drawn.nodes)
+    edges = [Edge(e.source, e.target, bool(e.conditional)) for e in drawn.edges]
+    return nodes, edges
+
+
+def levels(nodes: list[str], edges: list[Edge]) -> dict[str, int]:
+    """Longest path from the start, ignoring edges that go back (charge refused -> approve)."""
+    out: dict[str, list[str]] = {n: [] for n in nodes}
+    for e in edges:
+        out.setdefault(e.source, []).append(e.target)
+    level = {n: 0 for n in nodes}
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(n: str) -> None:  # topological order, back edges skipped
+        state[n] = 1
+        for m in out.get(n, []):
+            if state.get(m) is None:
+                visit(m)
+        state[n] = 2
+        order.append(n)
+
+    for n in nodes:
+        if state.get(n) is None:
+            visit(n)
+    position = {n: i for i, n in enumerate(reversed(order))}
+    for n in reversed(order):
+        for m in out.get(n, []):
+            if position[m] > position[n]:
+                level[m] = max(level[m], level[n] + 1)
+    return level
+
+
+def svg(path: list[str], current: list[str]) -> SafeString:
+    nodes, edges = structure()
+    level = levels(nodes, edges)
+    rows: dict[int, list[str]] = {}
+    for n in nodes:
+        rows.setdefault(level[n], []).append(n)
+    width = max(len(r) for r in rows.values()) * COL_W + 2 * PAD
+    height = (max(rows) + 1) * ROW_H + 2 * PAD
+    where: dict[str, tuple[float, float]] = {}
+    for lvl, names in rows.items():
+        offset = (width - len(names) * COL_W) / 2
+        for i, n in enumerate(names):
+            where[n] = (offset + i * COL_W + COL_W / 2, PAD + lvl * ROW_H + BOX_H / 2)
+    visited = set(path) | {"__start__"}
+    if path and not current:
+        visited.add("__end__")
+    parts = [
+        f'<svg class="flow" viewBox="0 0 {width:.0f} {height:.0f}" role="img" '
+        'aria-label="The refund workflow; the path this thread took is highlighted">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
+        'class="arrowhead"/></marker></defs>',
+    ]
+    for e in edges:
+        (x1, y1), (x2, y2) = where[e.source], where[e.target]
+        on_path = e.source in visited and e.target in visited
+        cls = "edge" + (" conditional" if e.conditional else "") + (" on-path" if on_path else "")
+        if y2 > y1:
+            parts.append(
+                f'<line class="{cls}" x1="{x1:.0f}" y1="{y1 + BOX_H / 2:.0f}" x2="{x2:.0f}" '
+                f'y2="{y2 - BOX_H / 2:.0f}" marker-end="url(#arrow)"/>'
+            )
+        else:  # a way back up: a curve beside the boxes
+            side = x1 + BOX_W / 2
+            parts.append(
+                f'<path class="{cls} back" d="M {side:.0f} {y1:.0f} C {side + 40:.0f} {y1:.0f}, '
+                f'{x2 + BOX_W / 2 + 40:.0f} {y2:.0f}, {x2 + BOX_W / 2:.0f} {y2:.0f}" '
+                'marker-end="url(#arrow)"/>'
+            )
+    for n in nodes:
+        x, y = where[n]
+        cls = "node"
+        if n in visited:
+            cls += " visited"
+        if n in current:
+            cls += " current"
+        if n.startswith("__"):
+            cls += " terminal"
+        label = "Start" if n == "__start__" else "End" if n == "__end__" else node_words(n)
+        parts.append(
+            f'<g class="{cls}"><title>{escape(n)}</title>'
+            f'<rect x="{x - BOX_W / 2:.0f}" y="{y - BOX_H / 2:.0f}" width="{BOX_W}" '
+            f'height="{BOX_H}" rx="8"/>'
+            f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(label)}</text></g>'
+        )
+    parts.append("</svg>")
+    return mark_safe("".join(parts))  # noqa: S308 - every label is escaped above

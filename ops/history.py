@@ -1,0 +1,301 @@
+"""A thread's checkpoint history in words: what ran, what changed (in dollars and dates), what
+waits, and who caused it (a decision, a fork). Branches after a fork are told apart from the
+checkpointer's parent links, read in one statement, so a page costs its own checkpoints only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from django.utils import timezone
+
+from ops import storage
+from refunds import persistence
+from refunds.flow.words import days, dollars, node_words
+from refunds.models import Decision, Fork, Ticket
+from refunds.runner import FORKABLE_AT
+
+PAGE_SIZE = 20
+LABELS = {
+    "amount_cents": "Refund amount",
+    "balance_cents": "Refundable balance",
+    "late_by_days": "Late by",
+    "required_role": "Reviewed by",
+    "receipt": "Receipt",
+    "payment_error": "Charge error",
+    "email_delivered": "Email delivered",
+    "outcome": "Outcome",
+    "outcome_reason": "Why",
+    "forks": "Forks so far",
+    "order_number": "Order number",
+    "note": "Customer's note",
+    "flow_version": "Flow version",
+}
+HIDDEN = {
+    "forks",
+    "tracking",
+    "order_number",
+    "ticket_key",
+    "fork_id",
+    "trail",
+    "notes",
+    "flags",
+    "decision",
+    "order",
+    "history",
+}
+
+
+@dataclass
+class Change:
+    label: str
+    before: str
+    after: str
+
+
+@dataclass
+class Entry:
+    checkpoint_id: str
+    step: int | None
+    at: datetime | None
+    source: str
+    ran: list[str]
+    changes: list[Change]
+    added_notes: list[str]
+    added_flags: list[str]
+    waiting: list[str]
+    interrupts: list[dict[str, Any]]
+    decision: Decision | None
+    fork: Fork | None
+    branch: int
+    current_branch: bool
+    branched_from_step: int | None
+    fork_point: bool
+    size: int
+    is_head: bool = False
+    forkable: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Branches:
+    number: dict[str, int]  # checkpoint id -> branch number (1: the original)
+    current: int
+    children: dict[str, int]
+    parent: dict[str, str | None]
+    size: dict[str, int]
+    head: str | None
+
+    @property
+    def count(self) -> int:
+        return max(self.number.values(), default=0)
+
+
+def branches(rows: list[storage.Row]) -> Branches:
+    parent = {r.checkpoint_id: r.parent_id for r in rows}
+    children: dict[str, int] = {}
+    for r in rows:
+        if r.parent_id:
+            children[r.parent_id] = children.get(r.parent_id, 0) + 1
+    leaves = [r.checkpoint_id for r in rows if r.checkpoint_id not in children]
+    number: dict[str, int] = {}
+    for n, leaf in enumerate(sorted(leaves), start=1):  # oldest leaf first: branch 1 is original
+        node: str | None = leaf
+        while node is not None and node not in number and node in parent:
+            number[node] = n
+            node = parent[node]
+    head = max(parent) if parent else None
+    return Branches(
+        number=number,
+        current=number.get(head, 1) if head else 1,
+        children=children,
+        parent=parent,
+        size={r.checkpoint_id: r.bytes for r in rows},
+        head=head,
+    )
+
+
+def _when(snapshot) -> datetime | None:
+    if not snapshot.created_at:
+        return None
+    return timezone.localtime(datetime.fromisoformat(snapshot.created_at))
+
+
+def _show(key: str, value: Any) -> str:
+    if value is None or value == "":
+        return "—"
+    if key.endswith("_cents"):
+        return dollars(value)
+    if key == "late_by_days":
+        return days(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _show_date(iso: str) -> str:
+    try:
+        return date.fromisoformat(iso).strftime("%b %-d, %Y")
+    except (TypeError, ValueError):
+        return str(iso)
+
+
+def describe_order(order: dict) -> str:
+    return (
+        f"Order {order['number']} for {order['customer_name']} ({order['customer_email']}): "
+        f"shipping fee {dollars(order['fee_cents'])}, promised {_show_date(order['promised_on'])}"
+        f", delivered {_show_date(order['delivered_on'])}"
+    )
+
+
+def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]:
+    """What changed between two states, in words; and the notes and flags added."""
+    changes = []
+    for key in after:
+        if key in HIDDEN or before.get(key) == after.get(key):
+            continue
+        was = _show(key, before.get(key)) if key in before else "—"
+        now = _show(key, after.get(key))
+        if was != now:
+            changes.append(Change(LABELS.get(key, key.replace("_", " ")), was, now))
+    if after.get("order") and after.get("order") != before.get("order"):
+        changes.insert(0, Change("Order", "—", describe_order(after["order"])))
+    if after.get("history") and after.get("history") != before.get("history"):
+        h = after["history"]
+        text = f"{h['refunds']} earlier refund{'' if h['refunds'] == 1 else 's'}"
+        if h.get("total_cents"):
+            text += f" ({dollars(h['total_cents'])})"
+        changes.append(Change("Customer history", "—", text))
+    tracking = after.get("tracking")
+    if tracking and tracking != before.get("tracking"):
+        text = (
+            f"delivered {_show_date(tracking['delivered_on'])}"
+            if tracking.get("delivered_on")
+            else tracking.get("error", tracking.get("status", ""))
+        )
+        changes.append(Change("Carrier tracking", "—", text))
+    decision = after.get("decision")
+    if decision and decision != before.get("decision"):
+        verb = "approved" if decision.get("answer") == "approve" else "rejected"
+        text = f"{verb} by {decision.get('reviewer', 'a reviewer')}"
+        if decision.get("reason"):
+            text += f": “{decision['reason']}”"
+        changes.append(Change("Decision", "—", text))
+    return changes, _added(before, after, "notes"), _added(before, after, "flags")
+
+
+def _added(before: dict, after: dict, key: str) -> list[str]:
+    old, new = list(before.get(key) or []), list(after.get(key) or [])
+    return new[len(old) :] if new[: len(old)] == old else new
+
+
+def _ran(snapshot, parent, before: dict, after: dict) -> list[str]:
+    source = (snapshot.metadata or {}).get("source")
+    if source == "input":
+        return ["Ticket opened"]
+    if source == "update":
+        if after.get("fork_id") and after.get("fork_id") != before.get("fork_id"):
+            return ["An admin forked the thread with a correction"]
+        return ["An admin updated the state"]
+    trail = _added(before, after, "trail")
+    if trail:
+        return [node_words(n) for n in trail]
+    if parent is not None and parent.next:
+        return [node_words(n) for n in parent.next]
+    return ["Started" if (snapshot.metadata or {}).get("step") == -1 else "—"]
+
+
+def _interrupts(snapshot, answers: dict[str, Decision]) -> list[dict[str, Any]]:
+    out = []
+    for interrupt in snapshot.interrupts or ():
+        value = interrupt.value if isinstance(interrupt.value, dict) else {}
+        out.append(
+            {
+                "id": interrupt.id,
+                "description": value.get("description", str(interrupt.value)),
+                "role": value.get("required_role", ""),
+                "amount_cents": value.get("amount_cents"),
+                "answer": answers.get(interrupt.id),
+            }
+        )
+    return out
+
+
+def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) -> dict[str, Any]:
+    """One page of the thread's history, newest first, starting below checkpoint `before`."""
+    graph = persistence.graph()
+    config = persistence.thread_config(ticket.thread_id)
+    rows = storage.checkpoint_rows(ticket.thread_id)
+    tree = branches(rows)
+    kwargs: dict[str, Any] = {"limit": size + 1}
+    if before:
+        kwargs["before"] = {"configurable": {"checkpoint_id": before}}
+    snaps = list(graph.get_state_history(config, **kwargs))
+    more = len(snaps) > size
+    snaps = snaps[:size]
+    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snaps}
+    decisions = {d.pk: d for d in ticket.decisions.select_related("reviewer")}
+    answers = {d.interrupt_id: d for d in decisions.values()}
+    forks = {f.pk: f for f in ticket.forks.select_related("by")}
+    entries = []
+    for snap in snaps:
+        cid = snap.config["configurable"]["checkpoint_id"]
+        parent_id = (snap.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        parent = by_id.get(parent_id) if parent_id else None
+        if parent is None and parent_id and parent_id in tree.parent:
+            parent = graph.get_state(
+                {"configurable": {**config["configurable"], "checkpoint_id": parent_id}}
+            )
+            by_id[parent_id] = parent
+        before_values = dict(parent.values) if parent is not None else {}
+        after = dict(snap.values or {})
+        changes, notes, flags = diff(before_values, after)
+        decision_id = (after.get("decision") or {}).get("decision_id")
+        fork_id = after.get("fork_id")
+        branch = tree.number.get(cid, 1)
+        parent_branch = tree.number.get(parent_id) if parent_id else None
+        entries.append(
+            Entry(
+                checkpoint_id=cid,
+                step=(snap.metadata or {}).get("step"),
+                at=_when(snap),
+                source=(snap.metadata or {}).get("source", ""),
+                ran=_ran(snap, parent, before_values, after),
+                changes=changes,
+                added_notes=notes,
+                added_flags=flags,
+                waiting=[node_words(n) for n in snap.next],
+                interrupts=_interrupts(snap, answers),
+                decision=decisions.get(decision_id)
+                if decision_id != (before_values.get("decision") or {}).get("decision_id")
+                else None,
+                fork=forks.get(fork_id) if fork_id != before_values.get("fork_id") else None,
+                branch=branch,
+                current_branch=branch == tree.current,
+                branched_from_step=(parent.metadata or {}).get("step")
+                if parent is not None and parent_branch is not None and parent_branch != branch
+                else None,
+                fork_point=tree.children.get(cid, 0) > 1,
+                size=tree.size.get(cid, 0),
+                is_head=cid == tree.head,
+                forkable=snap.next in FORKABLE_AT,
+                errors=[f"{node_words(t.name)}: {t.error}" for t in snap.tasks if t.error],
+            )
+        )
+    return {
+        "entries": entries,
+        "more": more,
+        "next_before": entries[-1].checkpoint_id if more and entries else None,
+        "total": len(rows),
+        "branch_count": tree.count,
+        "current_branch": tree.current,
+        "bytes": storage.thread_bytes(ticket.thread_id, rows),
+        "tree": tree,
+    }
+
+
+def path(ticket: Ticket) -> tuple[list[str], list[str]]:
+    """The nodes the thread's current branch ran, and where it stands now."""
+    snap = persistence.snapshot(ticket.thread_id)
+    return list((snap.values or {}).get("trail", [])), list(snap.next)

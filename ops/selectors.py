@@ -1,0 +1,54 @@
+"""Reads the admins' pages share (and the navigation's counts)."""
+
+from __future__ import annotations
+
+from refunds import persistence
+from refunds.flow.nodes import customer_namespace
+from refunds.flow.words import node_words
+from refunds.models import Email, Ticket
+
+LIMIT = 100
+
+
+def failed_threads() -> list[Ticket]:
+    """Failed tickets, newest first, each with where its thread stopped (its last checkpoint)."""
+    tickets = list(
+        Ticket.objects.filter(status=Ticket.Status.FAILED)
+        .select_related("order")
+        .order_by("-updated_at")[:LIMIT]
+    )
+    for ticket in tickets:
+        snap = persistence.snapshot(ticket.thread_id)
+        ticket.last_checkpoint = {
+            "step": (snap.metadata or {}).get("step"),
+            "next": [node_words(n) for n in snap.next],
+            "id": (snap.config or {}).get("configurable", {}).get("checkpoint_id", ""),
+            "at": snap.created_at,
+        }
+    return tickets
+
+
+def undelivered() -> list[Email]:
+    """Emails of finished tickets that never reached the mail server, oldest first."""
+    return list(
+        Email.objects.filter(ticket__status__in=Ticket.FINAL)
+        .exclude(status=Email.Status.SENT)
+        .select_related("ticket", "ticket__order")
+        .order_by("created_at")[:LIMIT]
+    )
+
+
+def counts() -> dict[str, int]:
+    return {
+        "failed": Ticket.objects.filter(status=Ticket.Status.FAILED).count(),
+        "undelivered": Email.objects.filter(ticket__status__in=Ticket.FINAL)
+        .exclude(status=Email.Status.SENT)
+        .count(),
+    }
+
+
+def customer_memory(email: str) -> list[dict]:
+    """The customer's refunds as the workflow's store remembers them, newest first."""
+    items = persistence.store().search(customer_namespace(email), limit=LIMIT)
+    records = [{"ticket_key": i.key, **i.value} for i in items]
+    return sorted(records, key=lambda r: r.get("refunded_on", ""), reverse=True)

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from ops import views
+
+app_name = "ops"
+urlpatterns = [
+    path("tickets/<int:ticket_id>/history/", views.thread_history, name="history"),
+    path("tickets/<int:ticket_id>/fork/", views.thread_fork, name="fork"),
+    path("ops/failed/", views.failed, name="failed"),
+    path("ops/failed/<int:ticket_id>/retry/", views.retry, name="retry"),
+    path("ops/undelivered/", views.undelivered, name="undelivered"),
+    path("ops/undelivered/<int:email_id>/resend/", views.resend, name="resend"),
+    path("customers/<str:email>/", views.customer, name="customer"),
+]

@@ -1,0 +1,205 @@
+"""Admins' pages: a thread's history (time travel, fork), the failed and undelivered queues, and
+what the desk remembers about a customer. Managers read; only admins act; agents and users in
+no desk group are refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from ops import diagram, forms, history, selectors
+from ops.models import PrunedThread
+from refunds import permissions, persistence, services
+from refunds.flow.nodes import charge_key
+from refunds.flow.state import AGENT_LIMIT_CENTS
+from refunds.flow.words import dollars, node_words
+from refunds.models import AuditEvent, Email, Ticket
+from refunds.money import money_moved
+from refunds.runner import FORKABLE_AT
+
+
+def readers_only(view: Callable) -> Callable:
+    """Admins and managers; everyone else gets a 403."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not permissions.can_read_insights(request.user):
+            raise PermissionDenied("Only admins and managers see thread histories and queues.")
+        return view(request, *args, **kwargs)
+
+    return login_required(wrapper)
+
+
+def admins_only(view: Callable) -> Callable:
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not permissions.is_admin(request.user):
+            raise PermissionDenied("Only admins do this.")
+        return view(request, *args, **kwargs)
+
+    return login_required(wrapper)
+
+
+@require_GET
+@readers_only
+def thread_history(request: HttpRequest, ticket_id: int) -> HttpResponse:
+    ticket = get_object_or_404(Ticket.objects.select_related("order"), pk=ticket_id)
+    before = request.GET.get("before") or None
+    data = history.page(ticket, before=before)
+    trail, current = history.path(ticket)
+    context = {
+        "ticket": ticket,
+        "page": data,
+        "before": before,
+        "diagram": diagram.svg(trail, current),
+        "current_words": [node_words(n) for n in current],
+        "audit": ticket.audit_events.select_related("actor"),
+        "pruned": PrunedThread.objects.filter(ticket=ticket).first(),
+        "is_admin": permissions.is_admin(request.user),
+        "may_fork": permissions.is_admin(request.user)
+        and ticket.status in services.FORKABLE
+        and money_moved(ticket) is None,
+    }
+    return render(request, "ops/history.html", context)
+
+
+def _fork_base(ticket: Ticket, checkpoint_id: str):
+    """The chosen checkpoint, if a fork may start there (before the charge)."""
+    for snap in persistence.history(ticket.thread_id):
+        if snap.config["configurable"]["checkpoint_id"] == checkpoint_id:
+            return snap if snap.next in FORKABLE_AT else None
+    return None
+
+
+def _preview(ticket: Ticket, base, cents: int) -> dict:
+    values = base.values or {}
+    over = cents > AGENT_LIMIT_CENTS
+    role = "a manager" if over or values.get("flags") else "a support agent"
+    return {
+        "from_step": (base.metadata or {}).get("step"),
+        "from_amount": values.get("amount_cents"),
+        "amount": cents,
+        "steps": [
+            f"{node_words('triage')}: {dollars(cents)} goes to {role}.",
+            f"{node_words('approve')}: a new review; the review now pending is withdrawn and an "
+            "answer to it is refused.",
+            f"On approval, the refund of {dollars(cents)} is charged, then the customer gets "
+            "the confirmation email. On rejection, the customer is told why.",
+        ],
+        "key": charge_key(ticket.thread_id, cents),
+        "old_key": charge_key(ticket.thread_id, values.get("amount_cents") or 0),
+    }
+
+
+@require_http_methods(["GET", "POST"])
+@admins_only
+def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
+    """Preview first (the "preview" button), then apply (the "apply" button): one form."""
+    ticket = get_object_or_404(Ticket.objects.select_related("order"), pk=ticket_id)
+    data = request.POST if request.method == "POST" else None
+    initial = {"checkpoint": request.GET.get("checkpoint", "")}
+    form = forms.ForkForm(data, initial=initial)
+    preview, error, status = None, "", 200
+    if form.is_valid():
+        base = _fork_base(ticket, form.cleaned_data["checkpoint"])
+        cents = form.cleaned_data["amount"]
+        if ticket.status not in services.FORKABLE or money_moved(ticket) is not None:
+            error = (
+                "Only a ticket awaiting review, rejected or failed, with no money moved, can be "
+                f"forked; this one is {ticket.get_status_display().lower()}."
+            )
+        elif base is None:
+            error = "A fork starts from a checkpoint before the charge: pick one in the history."
+        elif cents == (base.values or {}).get("amount_cents") or cents == ticket.amount_cents:
+            error = f"The amount is already {dollars(cents)} there; a fork must change it."
+        elif "apply" in request.POST:
+            try:
+                services.ticket_fork(
+                    ticket=ticket,
+                    amount_cents=cents,
+                    reason=form.cleaned_data["reason"],
+                    by=request.user,
+                    from_checkpoint_id=form.cleaned_data["checkpoint"],
+                )
+            except services.RefundError as exc:
+                error = str(exc)
+            else:
+                messages.success(
+                    request,
+                    f"Forked ticket {ticket.pk} at step {(base.metadata or {}).get('step')} "
+                    f"with {dollars(cents)}; a worker applies it and the refund is reviewed again.",
+                )
+                return redirect("ops:history", ticket_id=ticket.pk)
+        else:
+            preview = _preview(ticket, base, cents)
+    elif data is not None:
+        status = 400
+    if error:
+        status = 400
+    context = {"ticket": ticket, "form": form, "preview": preview, "error": error}
+    return render(request, "ops/fork.html", context, status=status)
+
+
+@require_GET
+@readers_only
+def failed(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "ops/failed.html",
+        {"tickets": selectors.failed_threads(), "is_admin": permissions.is_admin(request.user)},
+    )
+
+
+@require_POST
+@admins_only
+def retry(request: HttpRequest, ticket_id: int) -> HttpResponse:
+    ticket = get_object_or_404(Ticket, pk=ticket_id)
+    if services.ticket_retry(ticket=ticket, by=request.user):
+        messages.success(request, f"Ticket {ticket.pk} is back in line; a worker takes it up.")
+    else:
+        messages.error(request, f"Ticket {ticket.pk} is not failed any more; nothing done.")
+    return redirect("ops:failed")
+
+
+@require_GET
+@readers_only
+def undelivered(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "ops/undelivered.html",
+        {"emails": selectors.undelivered(), "is_admin": permissions.is_admin(request.user)},
+    )
+
+
+@require_POST
+@admins_only
+def resend(request: HttpRequest, email_id: int) -> HttpResponse:
+    email = get_object_or_404(Email, pk=email_id)
+    try:
+        services.email_resend(email_id=email.pk, by=request.user)
+    except services.RefundError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
+    return redirect("ops:undelivered")
+
+
+@require_GET
+@readers_only
+def customer(request: HttpRequest, email: str) -> HttpResponse:
+    context = {
+        "email": email,
+        "memory": selectors.customer_memory(email),
+        "tickets": Ticket.objects.filter(order__customer_email__iexact=email)
+        .select_related("order")
+        .order_by("-id")[:50],
+        "audit_actions": AuditEvent.Action,
+    }
+    return render(request, "ops/customer.html", context)

@@ -1,0 +1,103 @@
+"""The carrier's tracking lookup: a slow outside service, cut off by LangGraph's node `timeout`,
+retried, and when it never answers, handed to a person by the node's `error_handler` instead of
+failing the run. No Django imports.
+
+Why a small async graph inside a sync node: node timeouts need async nodes (sync Python cannot be
+cancelled in-process; a sync `invoke` of a node with a timeout fails at once with a ValueError).
+The refund graph itself runs synchronously on our fenced savers (FencedSqliteSaver and
+FencedPostgresSaver implement the sync methods only, and the fence lives there), and its effect
+nodes are sync. So the outer node `carrier_tracking` is sync and runs this one-node async graph
+with `ainvoke`, on a thread of its own (a fresh event loop, and no config of the outer run leaks
+in: the inner graph has no checkpointer and writes nothing anywhere)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from langgraph.errors import NodeError, NodeTimeoutError
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import RetryPolicy
+
+from refunds.flow.state import Collaborators, RefundState, Tracking
+
+
+@dataclass(frozen=True)
+class TrackingOptions:
+    timeout: float = 5.0  # seconds per attempt
+    attempts: int = 2
+
+
+class _Lookup(TypedDict, total=False):
+    order_number: str
+    tracking: Tracking
+
+
+async def ask_carrier(state: _Lookup, runtime: Runtime[Collaborators]) -> _Lookup:
+    assert runtime.context.track is not None
+    answer = await runtime.context.track(state["order_number"])
+    return {"tracking": {"status": "found", **answer}}
+
+
+def carrier_failed(state: _Lookup, error: NodeError) -> _Lookup:
+    """After the retries: no answer is not a failure of the refund; a person looks instead."""
+    if isinstance(error.error, NodeTimeoutError):
+        why = "the carrier did not answer in time"
+    else:
+        why = f"the carrier's lookup failed ({type(error.error).__name__}: {error.error})"
+    return {"tracking": {"status": "unavailable", "error": why}}
+
+
+def build_lookup(options: TrackingOptions):
+    g = StateGraph(_Lookup, context_schema=Collaborators)
+    g.add_node(
+        "ask_carrier",
+        ask_carrier,
+        timeout=options.timeout,
+        retry_policy=RetryPolicy(
+            max_attempts=options.attempts,
+            initial_interval=0.05,
+            max_interval=1.0,
+            retry_on=(NodeTimeoutError, ConnectionError, OSError),
+        ),
+        error_handler=carrier_failed,
+    )
+    g.add_edge(START, "ask_carrier")
+    g.add_edge("ask_carrier", END)
+    return g.compile(checkpointer=False)
+
+
+def make_node(options: TrackingOptions):
+    lookup = build_lookup(options)
+
+    def carrier_tracking(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
+        if runtime.context.track is None:
+            return {"trail": ["carrier_tracking"]}
+
+        def run() -> dict[str, Any]:
+            return asyncio.run(
+                lookup.ainvoke({"order_number": state["order_number"]}, context=runtime.context)
+            )
+
+        with ThreadPoolExecutor(1) as pool:  # a thread of its own: a fresh loop, a clean context
+            tracking: Tracking = pool.submit(run).result()["tracking"]
+        update: RefundState = {"tracking": tracking, "trail": ["carrier_tracking"]}
+        if tracking["status"] == "unavailable":
+            update["flags"] = [
+                f"No tracking: {tracking['error']}. A manager checks the delivery date."
+            ]
+        elif tracking.get("delivered_on") and tracking["delivered_on"] != state["order"].get(
+            "delivered_on"
+        ):
+            update["flags"] = [
+                f"The carrier says delivered on {tracking['delivered_on']}, the order says "
+                f"{state['order']['delivered_on']}."
+            ]
+        else:
+            update["notes"] = ["The carrier's tracking confirms the delivery date."]
+        return update
+
+    return carrier_tracking

@@ -1,0 +1,80 @@
+"""The history page of a forked ticket in a real browser (Debian's chromium): the old branch and
+the new one are both visible, at phone and desk widths, under the strict CSP."""
+
+from __future__ import annotations
+
+import pytest
+
+from refunds import runner, services
+from refunds.models import Ticket
+from tests import test_browser
+from tests.test_browser import csp_problems
+
+browser_page = test_browser.browser_page  # the fixture: Debian's chromium, the CSP watched
+
+pytestmark = [pytest.mark.browser]
+
+
+def forked_ticket(agent, admin_user) -> Ticket:
+    ticket = services.ticket_open(order_number="1042", opened_by=agent, note="arrived late")
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="reject",
+        reason="the fee on the order looks wrong",
+        reviewer=admin_user,
+    )
+    assert runner.advance(ticket.pk) == "rejected"
+    ticket.refresh_from_db()
+    services.ticket_fork(
+        ticket=ticket, amount_cents=500, reason="the customer paid $5.00", by=admin_user
+    )
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    return Ticket.objects.get(pk=ticket.pk)
+
+
+def test_the_history_of_a_forked_ticket_shows_its_branches(
+    browser_page, live_server, agent, admin_user, late_order, monkeypatch
+):
+    from django.conf import settings
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # advanced here
+    ticket = forked_ticket(agent, admin_user)
+    shots = settings.DATA_DIR / "screenshots"
+    shots.mkdir(exist_ok=True)
+    page = browser_page
+    page.goto(f"{live_server.url}/login/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("pw")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("link", name="Failed")).to_be_visible()
+    for width in (390, 1280):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/tickets/{ticket.pk}/history/")
+        expect(page.get_by_role("heading", name=f"History of ticket {ticket.pk}")).to_be_visible()
+        expect(page.locator("#branch-count")).to_contain_text("2 (branch 2 is current")
+        old = page.locator("li.checkpoint.old-branch").first
+        expect(old).to_be_visible()
+        expect(old.locator(".branch-badge")).to_have_text("Branch 1 · replaced")
+        expect(page.locator("li.checkpoint.head .branch-badge")).to_have_text("Branch 2 · current")
+        expect(page.get_by_text("Branches off step").first).to_be_visible()
+        expect(page.locator("svg.flow .node.current")).to_have_count(1)
+        page.screenshot(path=str(shots / f"history-{width}.png"), full_page=True)
+        wide = page.evaluate(
+            "[...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right"
+            f" > {width}).slice(0, 5).map(e => e.tagName + '.' + e.className)"
+        )
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, wide
+    # Fork again from the newest checkpoint: previewed first, in words and with its charge key.
+    page.locator("li.checkpoint.head").get_by_role("link", name="Fork from here…").click()
+    page.get_by_label("Corrected refund amount").fill("$4")
+    page.get_by_label("Why").fill("the customer asked for $4.00 only")
+    page.get_by_role("button", name="Preview").click()
+    expect(page.locator("#fork-preview")).to_contain_text(f"{ticket.thread_id}:charge_card:400")
+    page.screenshot(path=str(shots / "fork-preview-1280.png"), full_page=True)
+    page.get_by_role("button", name="Apply the fork").click()
+    expect(page.locator("#messages")).to_contain_text("with $4.00")
+    assert csp_problems(page, page.console_messages_seen) == []

@@ -1,0 +1,267 @@
+"""The thread history page: every checkpoint in words and dollars, what caused it, branches after
+a fork, the diagram; and a fork from any checkpoint before the charge, previewed first."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from refunds import runner, services
+from refunds.models import Charge, DemoProcessorRefund, Fork, Ticket
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # the tests advance by hand
+
+
+def review(ticket: Ticket) -> Ticket:
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def decide(ticket: Ticket, reviewer, answer="approve", reason=""):
+    return services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer=answer,
+        reason=reason,
+        reviewer=reviewer,
+    )
+
+
+@pytest.fixture
+def refunded(transactional_db, agent, manager, admin_user, late_order) -> Ticket:
+    ticket = review(services.ticket_open(order_number="1042"))
+    decide(ticket, admin_user, reason="late by four days")
+    assert runner.advance(ticket.pk) == "refunded"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def approval_checkpoint(client, ticket: Ticket) -> str:
+    page = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    found = re.search(r"fork/\?checkpoint=([0-9a-f-]+)", page)
+    assert found, "no checkpoint offers a fork"
+    return found.group(1)
+
+
+def fork_through_the_page(client, ticket: Ticket, amount: str, reason: str = "fee was wrong"):
+    checkpoint = approval_checkpoint(client, ticket)
+    url = reverse("ops:fork", args=[ticket.pk])
+    form = {"checkpoint": checkpoint, "amount": amount, "reason": reason}
+    preview = client.post(url, form | {"preview": "1"})
+    return checkpoint, preview, client.post(url, form | {"apply": "1"})
+
+
+def test_the_history_of_a_finished_thread_reads_in_words_and_dollars(client, refunded, admin_user):
+    client.force_login(admin_user)
+    page = client.get(reverse("ops:history", args=[refunded.pk]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    for words in (
+        "Looked up the order",
+        "Checked the late-delivery policy",
+        "Chose who reviews",
+        "Charged the refund",
+        "Emailed the confirmation",
+        "Refund amount",
+        "$6.99",
+        "Nov 2, 2026",  # the promised date, as a date
+        "4 days",
+        "approved by admin",
+        "Caused by the decision of <strong>admin</strong>",
+        "Waiting on a support agent",
+        "UTC",  # times are labelled with their zone
+    ):
+        assert words in html, words
+    assert "699" not in re.sub(r"<code>.*?</code>", "", html)  # no cents
+    assert '"amount_cents"' not in html  # no JSON
+    assert 'id="branch-count">1<' in html
+    assert '<svg class="flow"' in html and "node visited" in html
+    assert "style=" not in html and "<script>" not in html  # the CSP allows neither
+
+
+def test_managers_read_the_history_but_may_not_fork(client, refunded, manager):
+    client.force_login(manager)
+    html = client.get(reverse("ops:history", args=[refunded.pk])).content.decode()
+    assert "Charged the refund" in html and "Fork from here" not in html
+    assert client.get(reverse("ops:fork", args=[refunded.pk])).status_code == 403
+
+
+def test_a_fork_with_a_corrected_fee_charges_the_corrected_amount_once_and_never_the_old(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    old_interrupt = ticket.pending_interrupt_id
+    client.force_login(admin_user)
+    checkpoint, preview, applied = fork_through_the_page(client, ticket, "$5")
+    shown = preview.content.decode()
+    assert preview.status_code == 200 and "What happens" in shown
+    assert "Chose who reviews" in shown and f"{ticket.thread_id}:charge_card:500" in shown
+    assert applied.status_code == 302
+    fork = Fork.objects.get()
+    assert fork.amount_cents == 500 and fork.from_checkpoint_id == checkpoint
+
+    ticket = review(ticket)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    assert "withdrawn by a fork" in html  # the review the fork replaced
+    assert ticket.amount_cents == 500 and ticket.pending_interrupt_id != old_interrupt
+    decide(ticket, agent)
+    assert runner.advance(ticket.pk) == "refunded"
+    assert runner.advance(ticket.pk) == "refunded"  # a second run charges nothing
+    assert list(Charge.objects.values_list("amount_cents", flat=True)) == [500]
+    assert list(DemoProcessorRefund.objects.values_list("amount_cents", flat=True)) == [500]
+    assert not Charge.objects.filter(idempotency_key__endswith=":699").exists()
+
+
+def test_the_history_of_a_forked_thread_shows_both_branches(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    decide(ticket, admin_user, "reject", "fee looked wrong")
+    assert runner.advance(ticket.pk) == "rejected"
+    client.force_login(admin_user)
+    fork_through_the_page(client, ticket, "5.00", "partial refund")
+    ticket = review(ticket)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    assert 'id="branch-count">2 (branch 2 is current' in html
+    assert "Branch 1 · replaced" in html and "Branch 2 · current" in html
+    assert "Fork point" in html and "Branches off step" in html
+    assert "An admin forked the thread with a correction" in html
+    assert "Forked by <strong>admin</strong>: amount $6.99 → $5.00" in html
+    assert "rejected by admin" in html  # the old branch, as it ended
+
+
+def test_a_fork_to_the_same_amount_is_refused(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    client.force_login(admin_user)
+    _, preview, applied = fork_through_the_page(client, ticket, "6.99")
+    assert preview.status_code == 400 and "already $6.99" in preview.content.decode()
+    assert applied.status_code == 400 and Fork.objects.count() == 0
+    with pytest.raises(services.RefundError, match="already"):
+        services.ticket_fork(ticket=ticket, amount_cents=699, reason="same", by=admin_user)
+
+
+@pytest.mark.parametrize(
+    ("typed", "cents"), [("$20", 2000), ("20", 2000), ("$1,000.50", 100050), ("5.5", 550)]
+)
+def test_dollar_amounts_are_read_as_people_write_them(typed, cents):
+    from ops.forms import parse_dollars
+
+    assert parse_dollars(typed) == cents
+
+
+@pytest.mark.parametrize("typed", ["twenty", "20.005", "-5", "$", "2 0"])
+def test_amounts_that_are_not_dollars_are_refused_clearly(typed):
+    from django import forms
+
+    from ops.forms import parse_dollars
+
+    with pytest.raises(forms.ValidationError, match="not an amount in dollars"):
+        parse_dollars(typed)
+
+
+def test_a_decision_on_the_review_a_fork_replaced_is_refused(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    stale = ticket.pending_interrupt_id
+    client.force_login(admin_user)
+    fork_through_the_page(client, ticket, "5")
+    ticket = review(ticket)
+    with pytest.raises(services.RefundError, match="no longer pending"):
+        services.ticket_decide(ticket=ticket, interrupt_id=stale, answer="approve", reviewer=agent)
+    assert Charge.objects.count() == 0
+
+
+def test_a_fork_from_an_old_branch_checkpoint_after_money_moved_is_refused(
+    client, refunded, admin_user
+):
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[refunded.pk])).content.decode()
+    assert "Fork from here" not in html  # money moved: no fork is offered
+    with pytest.raises(services.RefundError, match="Money already moved"):
+        services.ticket_fork(ticket=refunded, amount_cents=100, reason="x", by=admin_user)
+
+
+@pytest.mark.parametrize("persona", ["agent", "nobody"])
+def test_every_admin_page_is_refused_to_agents_and_to_users_in_no_group(
+    client, refunded, persona, django_user_model
+):
+    user = (
+        django_user_model.objects.get(username="agent")
+        if persona == "agent"
+        else django_user_model.objects.create_user("nobody", password="pw")
+    )
+    client.force_login(user)
+    email = refunded.emails.first()
+    gets = [
+        reverse("ops:history", args=[refunded.pk]),
+        reverse("ops:fork", args=[refunded.pk]),
+        reverse("ops:failed"),
+        reverse("ops:undelivered"),
+        reverse("ops:customer", args=["ana@example.com"]),
+    ]
+    posts = [
+        reverse("ops:fork", args=[refunded.pk]),
+        reverse("ops:retry", args=[refunded.pk]),
+        reverse("ops:resend", args=[email.pk]),
+    ]
+    for url in gets:
+        assert client.get(url).status_code == 403, url
+    for url in posts:
+        assert client.post(url, {}).status_code == 403, url
+    assert "Failed" not in client.get(reverse("reviews:queue")).content.decode()
+
+
+def test_a_thread_with_hundreds_of_checkpoints_is_paged_and_quick(
+    client, transactional_db, agent, admin_user, late_order
+):
+    import time
+
+    from refunds import persistence
+
+    ticket = review(services.ticket_open(order_number="1042"))
+    config = persistence.thread_config(ticket.thread_id)
+    for n in range(300):  # an admin's notes, one checkpoint each
+        persistence.graph().update_state(config, {"notes": [f"note {n}"]}, as_node="triage")
+    client.force_login(admin_user)
+    url = reverse("ops:history", args=[ticket.pk])
+    started = time.monotonic()
+    first = client.get(url).content.decode()
+    took = time.monotonic() - started
+    assert 'id="checkpoint-count">301<' in first and first.count('class="checkpoint ') == 20
+    assert "note 299" in first and "note 250" not in first
+    assert took < 3, took
+    older = re.search(r'href="([^"]+before=[^"]+)" rel="next"', first).group(1)
+    second = client.get(older.replace("&amp;", "&")).content.decode()
+    assert "note 279" in second and "note 299" not in second
+
+
+def test_the_fork_page_refuses_a_ticket_whose_money_moved(client, refunded, admin_user):
+    from refunds import persistence
+
+    checkpoint = next(
+        s.config["configurable"]["checkpoint_id"]
+        for s in persistence.history(refunded.thread_id)
+        if s.next == ("approve",)
+    )
+    client.force_login(admin_user)
+    url = reverse("ops:fork", args=[refunded.pk])
+    form = {"checkpoint": checkpoint, "amount": "5", "reason": "x", "preview": "1"}
+    answer = client.post(url, form)
+    assert answer.status_code == 400 and "no money moved" in answer.content.decode()
+    assert "What happens" not in answer.content.decode() and Fork.objects.count() == 0
+
+
+def test_the_history_of_a_ticket_that_never_ran_says_so(client, db, agent, admin_user, late_order):
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    assert "No checkpoints" in html and 'id="checkpoint-count">0<' in html

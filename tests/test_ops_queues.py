@@ -1,0 +1,88 @@
+"""The failed and undelivered queues: a Retry goes on under the lease from the last checkpoint,
+a Resend delivers once; both counted in the admins' navigation."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import mail as django_mail
+from django.urls import reverse
+
+from refunds import mail, runner, services
+from refunds.models import Charge, Email, Ticket
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # the tests advance by hand
+
+
+@pytest.fixture
+def failed(transactional_db, agent, admin_user, late_order) -> Ticket:
+    """Approved, then the worker gave up before applying it (as after repeated crashes)."""
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        reviewer=admin_user,
+    )
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status="failed", attempts=6, last_error="OperationalError: database is locked"
+    )
+    return ticket
+
+
+def test_a_failed_thread_is_listed_counted_and_retried_to_its_end(client, failed, admin_user):
+    client.force_login(admin_user)
+    page = client.get(reverse("ops:failed")).content.decode()
+    assert "database is locked" in page and "step 4" in page and "Review by a person" in page
+    assert '<span class="count count-bad">1</span>' in page  # the navigation's count
+    done = client.post(reverse("ops:retry", args=[failed.pk]), follow=True)
+    assert "back in line" in done.content.decode()
+    failed.refresh_from_db()
+    assert (failed.status, failed.attempts) == ("running", 0)
+    assert runner.advance(failed.pk) == "refunded"
+    assert Charge.objects.get().amount_cents == 699
+    again = client.post(reverse("ops:retry", args=[failed.pk]), follow=True)
+    assert "not failed any more" in again.content.decode()
+    assert failed.audit_events.filter(action="retry").count() == 1
+
+
+def test_managers_see_the_failed_queue_without_a_retry(client, failed, manager):
+    client.force_login(manager)
+    page = client.get(reverse("ops:failed")).content.decode()
+    assert "database is locked" in page and "Retry</button>" not in page
+    assert client.post(reverse("ops:retry", args=[failed.pk])).status_code == 403
+
+
+def test_an_undelivered_email_is_listed_and_resent_once(
+    client, db, admin_user, late_order, monkeypatch, django_capture_on_commit_callbacks
+):
+    from refunds import tasks
+
+    monkeypatch.setattr(tasks.resend_email, "delay", lambda email_id: mail.resend(email_id))
+    ticket = Ticket.objects.create(thread_id="refund-1042-x", order=late_order, status="refunded")
+    email = Email.objects.create(
+        ticket=ticket,
+        key="refund-1042-x:email",
+        to="ana@example.com",
+        subject="Your refund for order 1042",
+        body="We refunded $6.99.",
+        attempts=4,
+        last_error="mail server unreachable",
+    )
+    client.force_login(admin_user)
+    page = client.get(reverse("ops:undelivered")).content.decode()
+    assert "mail server unreachable" in page and '<span class="count count-warn">1</span>' in page
+    url = reverse("ops:resend", args=[email.pk])
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = client.post(url, follow=True)
+    assert "already delivered" in second.content.decode()
+    assert len(django_mail.outbox) == 1
+    email.refresh_from_db()
+    assert email.status == "sent"
+    assert "Every email was delivered" in client.get(reverse("ops:undelivered")).content.decode()

@@ -1,0 +1,104 @@
+"""Schema versions: a thread paused under one state shape resumes under the next, carried across
+by the upgrade sent with the resume (refunds/flow/versions.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from refunds import persistence, runner, services
+from refunds.flow import versions
+from refunds.models import Charge, Decision, Ticket
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    monkeypatch.setattr(services, "wake", lambda ticket_id: None)
+
+
+@pytest.fixture
+def restore_graph():
+    yield
+    persistence.node_wrapper = None
+    persistence._compiled.cache_clear()
+
+
+def paused(agent) -> Ticket:
+    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    return Ticket.objects.get(pk=ticket.pk)
+
+
+def approve(ticket: Ticket, reviewer) -> Decision:
+    return services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        reviewer=reviewer,
+    )
+
+
+def requires_currency(name: str, fn):
+    """Version N+1's nodes: the email reads the order's currency, which version N lacks."""
+    if name != "email":
+        return fn
+
+    @functools.wraps(fn)
+    def email(state, *args, **kwargs):
+        assert state["order"]["currency"] == "USD", "a state of the old shape reached new code"
+        return fn(state, *args, **kwargs)
+
+    return email
+
+
+def test_a_thread_paused_under_version_n_resumes_to_its_end_under_n_plus_1(
+    transactional_db, agent, admin_user, late_order, monkeypatch, restore_graph
+):
+    n = versions.FLOW_VERSION
+    ticket = paused(agent)
+    assert ticket.flow_version == n
+    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == n
+    decision = approve(ticket, admin_user)
+
+    # The release of version N+1: the order facts gain a currency, and an upgrade says how a
+    # state of version N gets one.
+    monkeypatch.setattr(runner, "FLOW_VERSION", n + 1)
+    monkeypatch.setattr(versions, "FLOW_VERSION", n + 1)
+    monkeypatch.setitem(
+        versions.UPGRADES, n, lambda v: {"order": {**v["order"], "currency": "USD"}}
+    )
+    persistence.node_wrapper = requires_currency
+
+    assert runner.advance(ticket.pk) == "refunded"
+    decision.refresh_from_db()
+    assert decision.applied_at is not None and decision.refused_reason == ""  # the same review
+    state = persistence.snapshot(ticket.thread_id).values
+    assert state["flow_version"] == n + 1 and state["order"]["currency"] == "USD"
+    assert Ticket.objects.get(pk=ticket.pk).flow_version == n + 1
+    assert list(Charge.objects.values_list("amount_cents", flat=True)) == [699]
+
+
+def test_without_the_upgrade_the_new_shape_would_not_resume(
+    transactional_db, agent, admin_user, late_order, restore_graph
+):
+    ticket = paused(agent)
+    approve(ticket, admin_user)
+    persistence.node_wrapper = requires_currency  # new code, no version bump, no upgrade
+    assert runner.advance(ticket.pk) == "error"
+    assert "currency" in Ticket.objects.get(pk=ticket.pk).last_error
+
+
+def test_a_version_1_thread_is_stamped_with_the_current_version_when_it_resumes(
+    transactional_db, agent, admin_user, late_order, monkeypatch
+):
+    monkeypatch.setattr(runner, "FLOW_VERSION", 1)
+    ticket = paused(agent)
+    Ticket.objects.filter(pk=ticket.pk).update(flow_version=1)  # as opened before version 2
+    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == 1
+    monkeypatch.undo()
+    ticket.refresh_from_db()
+    approve(ticket, admin_user)
+    assert runner.advance(ticket.pk) == "refunded"
+    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == versions.FLOW_VERSION
+    assert Ticket.objects.get(pk=ticket.pk).flow_version == versions.FLOW_VERSION
