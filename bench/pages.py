@@ -1,4 +1,5 @@
-"""Server time and SQL queries of the review queue and the ticket page, small data vs large.
+"""Server time and SQL queries of the review desk's pages (queue, ticket, tickets search, audit),
+small data vs large.
 
     .venv/bin/python bench/pages.py   # 1,000 and 100,000 tickets, SQLite and PostgreSQL
     .venv/bin/python bench/pages.py --backends sqlite --sizes 1000,20000 --requests 100
@@ -51,9 +52,10 @@ def fill(size: int) -> dict:
     from datetime import date, timedelta
 
     from django.contrib.auth.models import Group, User
+    from django.utils import timezone
 
     from refunds.flow.nodes import review_request
-    from refunds.models import Charge, Decision, Email, Order, Ticket
+    from refunds.models import AuditEvent, Charge, Decision, Email, Order, Ticket
 
     agent = User.objects.create_user("agent", password="x")
     agent.groups.add(Group.objects.get_or_create(name="Support agents")[0])
@@ -97,6 +99,7 @@ def fill(size: int) -> dict:
                 "notes": ["Order facts.", "Delivered 3 days late."],
             }
             ticket.status = Ticket.Status.AWAITING_REVIEW
+            ticket.review_since = timezone.now() - timedelta(minutes=i % 90)
             ticket.pending_interrupt_id = f"{i:032x}"
             ticket.pending_payload = review_request(state)
             ticket.next_nodes = ["approve"]
@@ -128,6 +131,10 @@ def fill(size: int) -> dict:
             )
             for pk, cents, key, order_id in chunk
         )
+        AuditEvent.objects.bulk_create(
+            AuditEvent(ticket_id=pk, actor=agent, action="approve", answer={"answer": "approve"})
+            for pk, _, _, _ in chunk
+        )
         Email.objects.bulk_create(
             Email(
                 ticket_id=pk,
@@ -148,7 +155,7 @@ def fill(size: int) -> dict:
         "agent": agent.pk,
         "manager": manager.pk,
         "pending_ticket": awaiting.filter(required_role="agent").order_by("-id").first().pk,
-        "refunded_ticket": refunded.order_by("-id").first().pk,
+        "refunded_ticket": refunded.filter(required_role="agent").order_by("-id").first().pk,
         "pending": awaiting.count(),
     }
 
@@ -202,6 +209,15 @@ def run_one(backend: str, size: int, requests: int) -> dict:
             ),
             "ticket pending (agent)": ("agent", f"/tickets/{ids['pending_ticket']}/", None),
             "ticket refunded (agent)": ("agent", f"/tickets/{ids['refunded_ticket']}/", None),
+            "tickets page (agent)": ("agent", "/tickets/", None),
+            "tickets page 3 (manager)": ("manager", "/tickets/?page=3", None),
+            "tickets filtered (manager)": (
+                "manager",
+                "/tickets/?status=awaiting_review&sort=amount_high&min_amount=10",
+                None,
+            ),
+            "tickets search order (manager)": ("manager", "/tickets/?q=P00042", None),
+            "audit page (manager)": ("manager", "/audit/", None),
         }
         out: dict = {"backend": backend, "tickets": size, "pending": ids["pending"], "pages": {}}
         for name, (user, url, headers) in pages.items():

@@ -20,3 +20,23 @@ def permissions_policy_middleware(get_response: Callable[[HttpRequest], HttpResp
         return response
 
     return middleware
+
+
+def reviewer_time_zone_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
+    """Times on the desk's pages in the reviewer's own time zone: their browser names it in the
+    `tz` cookie (static/desk.js); an unknown or missing name leaves settings.TIME_ZONE."""
+    from zoneinfo import ZoneInfo, available_timezones
+
+    from django.utils import timezone
+
+    known = available_timezones()
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        name = request.COOKIES.get("tz", "")
+        if name in known:
+            timezone.activate(ZoneInfo(name))
+        else:
+            timezone.deactivate()
+        return get_response(request)
+
+    return middleware

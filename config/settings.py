@@ -102,6 +102,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "config.middleware.reviewer_time_zone_middleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
@@ -202,7 +203,9 @@ LOGIN_REDIRECT_URL = "reviews:queue"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The desk shows times in each reviewer's own time zone (their browser tells it, desk.js); this
+# one until it has.
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
@@ -307,6 +310,25 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# --- The review desk -------------------------------------------------------------------------
+# "Assign to me" holds a review this long; after it the claim lapses and anyone may take it.
+REFUNDS_CLAIM_SECONDS = env_number("REFUNDS_CLAIM_SECONDS", 600.0, minimum=5.0)
+# A review waiting longer than WARN is highlighted in the queue; past ESCALATE an agent-level one
+# goes to managers and managers get a reminder email. The beat checks every TIMER_SECONDS.
+REFUNDS_REVIEW_WARN_MINUTES = env_number("REFUNDS_REVIEW_WARN_MINUTES", 15.0, minimum=0.1)
+REFUNDS_REVIEW_ESCALATE_MINUTES = env_number("REFUNDS_REVIEW_ESCALATE_MINUTES", 60.0, minimum=0.1)
+if REFUNDS_REVIEW_ESCALATE_MINUTES <= REFUNDS_REVIEW_WARN_MINUTES:
+    raise BadSetting(
+        "REFUNDS_REVIEW_ESCALATE_MINUTES must be above REFUNDS_REVIEW_WARN_MINUTES "
+        f"({REFUNDS_REVIEW_ESCALATE_MINUTES:g} <= {REFUNDS_REVIEW_WARN_MINUTES:g})"
+    )
+REFUNDS_TIMER_SECONDS = env_number("REFUNDS_TIMER_SECONDS", 60.0, minimum=1.0)
+CELERY_BEAT_SCHEDULE["review-escalation-timers"] = {
+    "task": "refunds.tasks.escalate_overdue_reviews",
+    "schedule": REFUNDS_TIMER_SECONDS,
+    "options": {"expires": REFUNDS_TIMER_SECONDS},
+}
+
 # --- The JSON API (Django REST framework, refunds/api/) --------------------------------------
 API_RATE_PER_IP = env_str("API_RATE_PER_IP", "300/minute")  # every /api/ request, before auth
 API_RATE_PER_TOKEN = env_str("API_RATE_PER_TOKEN", "120/minute")  # per user, after auth
@@ -338,6 +360,7 @@ SPECTACULAR_SETTINGS = {
         "TicketStatusEnum": "refunds.models.Ticket.Status",
         "ChargeStatusEnum": "refunds.models.Charge.Status",
         "EmailStatusEnum": "refunds.models.Email.Status",
+        "DecisionAnswerEnum": "refunds.models.Decision.Answer",
     },
 }
 

@@ -7,8 +7,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from refunds import permissions, persistence, services
+from refunds.flow.words import dollars
 from refunds.models import (
     ApiToken,
+    CannedReason,
     Charge,
     Decision,
     Email,
@@ -17,6 +19,25 @@ from refunds.models import (
     Ticket,
 )
 from refunds.money import money_moved
+
+
+def _money(field: str, label: str):
+    """A cents field shown in dollars, sortable by the field."""
+
+    @admin.display(description=label, ordering=field)
+    def show(self, obj) -> str:
+        return dollars(getattr(obj, field))
+
+    show.__name__ = f"{field}_dollars"
+    return show
+
+
+class Dollars:
+    """Amounts in dollars everywhere in the admin, as on the desk ($6.99, never 699)."""
+
+    shipping_fee = _money("shipping_fee_cents", "Shipping fee")
+    amount = _money("amount_cents", "Amount")
+    previous_amount = _money("previous_amount_cents", "Previous amount")
 
 
 class ReadOnly:
@@ -34,26 +55,35 @@ class ReadOnly:
 
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
-    list_display = ["number", "customer_name", "promised_on", "delivered_on", "shipping_fee_cents"]
+class OrderAdmin(Dollars, admin.ModelAdmin):
+    list_display = ["number", "customer_name", "promised_on", "delivered_on", "shipping_fee"]
     search_fields = ["number", "customer_name", "customer_email"]
 
 
-class DecisionInline(ReadOnly, admin.TabularInline):
+class DecisionInline(Dollars, ReadOnly, admin.TabularInline):
     model = Decision
     extra = 0
-    readonly_fields = ["interrupt_id", "reviewer", "answer", "reason", "decided_at", "applied_at"]
+    fields = readonly_fields = [
+        "interrupt_id",
+        "reviewer",
+        "answer",
+        "amount",
+        "reason",
+        "note",
+        "decided_at",
+        "applied_at",
+    ]
     can_delete = False
 
 
-class ForkInline(ReadOnly, admin.TabularInline):
+class ForkInline(Dollars, ReadOnly, admin.TabularInline):
     model = Fork
     extra = 0
     fields = readonly_fields = [
         "created_at",
         "by",
-        "previous_amount_cents",
-        "amount_cents",
+        "previous_amount",
+        "amount",
         "reason",
         "from_checkpoint_id",
         "applied_at",
@@ -62,12 +92,12 @@ class ForkInline(ReadOnly, admin.TabularInline):
     verbose_name = "fork (audit)"
 
 
-class ChargeInline(ReadOnly, admin.TabularInline):
+class ChargeInline(Dollars, ReadOnly, admin.TabularInline):
     model = Charge
     extra = 0
     fields = readonly_fields = [
         "idempotency_key",
-        "amount_cents",
+        "amount",
         "status",
         "receipt",
         "error",
@@ -94,8 +124,17 @@ class EmailInline(ReadOnly, admin.TabularInline):
 
 
 @admin.register(Ticket)
-class TicketAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ["id", "thread_id", "order", "status", "required_role", "attempts", "updated_at"]
+class TicketAdmin(Dollars, ReadOnly, admin.ModelAdmin):
+    list_display = [
+        "id",
+        "thread_id",
+        "order",
+        "status",
+        "required_role",
+        "amount",
+        "attempts",
+        "updated_at",
+    ]
     list_filter = ["status", "required_role"]
     search_fields = ["thread_id", "order__number"]
     list_select_related = ["order"]
@@ -107,7 +146,12 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
         "pending_interrupt_id",
         "pending_payload",
         "required_role",
-        "amount_cents",
+        "amount",
+        "claimed_by",
+        "claim_expires_at",
+        "escalated_for",
+        "escalation_note",
+        "review_since",
         "lease_owner",
         "lease_expires_at",
         "lease_epoch",
@@ -210,15 +254,17 @@ class TicketAdmin(ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(Decision)
-class DecisionAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ["ticket", "answer", "reviewer", "decided_at", "applied_at"]
+class DecisionAdmin(Dollars, ReadOnly, admin.ModelAdmin):
+    list_display = ["ticket", "answer", "amount", "reviewer", "decided_at", "applied_at"]
     list_filter = ["answer"]
     readonly_fields = [
         "ticket",
         "interrupt_id",
         "reviewer",
         "answer",
+        "amount",
         "reason",
+        "note",
         "decided_at",
         "applied_at",
         "refused_reason",
@@ -226,8 +272,8 @@ class DecisionAdmin(ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(Charge)
-class ChargeAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ["idempotency_key", "ticket", "order", "amount_cents", "status", "receipt"]
+class ChargeAdmin(Dollars, ReadOnly, admin.ModelAdmin):
+    list_display = ["idempotency_key", "ticket", "order", "amount", "status", "receipt"]
     list_filter = ["status"]
     search_fields = ["receipt", "idempotency_key"]
 
@@ -281,3 +327,12 @@ def _cents(amount: str) -> int:
     if not value.is_finite() or value != value.quantize(Decimal("0.01")):
         raise services.RefundError("Give the amount in dollars and cents, like 12.50.")
     return int(value * 100)
+
+
+@admin.register(CannedReason)
+class CannedReasonAdmin(admin.ModelAdmin):
+    """The replies reviewers pick when they reject; the text is emailed to the customer."""
+
+    list_display = ["title", "text", "active", "position"]
+    list_editable = ["active", "position"]
+    search_fields = ["title", "text"]

@@ -154,6 +154,18 @@ class Lease:
             column = Ticket._meta.get_field(name)
             sets.append(f"{connection.ops.quote_name(column.column)} = %s")
             params.append(column.get_db_prep_save(value, connection))
+        if fields.get("pending_interrupt_id"):
+            # The review's clock starts when its interrupt first shows, and keeps running while
+            # the same one waits (the desk's escalation timers count from it).
+            sets.append(
+                "review_since = CASE WHEN pending_interrupt_id = %s AND review_since IS NOT NULL "
+                "THEN review_since ELSE %s END"
+            )
+            review_since = Ticket._meta.get_field("review_since")
+            params += [
+                fields["pending_interrupt_id"],
+                review_since.get_db_prep_save(update["updated_at"], connection),
+            ]
         sql = (
             f"UPDATE refunds_ticket SET {', '.join(sets)} WHERE id = %s AND lease_epoch = %s "
             "RETURNING (EXISTS (SELECT 1 FROM refunds_decision d WHERE d.ticket_id = "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from langgraph.types import StateSnapshot
 
@@ -104,5 +105,17 @@ def rebuild(ticket: Ticket, *, epoch: int | None = None) -> dict[str, Any]:
     qs = Ticket.objects.filter(pk=ticket.pk)
     if epoch is not None:
         qs = qs.filter(lease_epoch=epoch)
-    qs.update(**result, updated_at=timezone.now())
+    now = timezone.now()
+    clock = {}
+    if result["pending_interrupt_id"]:
+        # A rebuilt review keeps its age if the same interrupt still waits.
+        clock["review_since"] = Case(
+            When(
+                pending_interrupt_id=result["pending_interrupt_id"],
+                review_since__isnull=False,
+                then=F("review_since"),
+            ),
+            default=Value(now),
+        )
+    qs.update(**result, **clock, updated_at=now)
     return result

@@ -5,7 +5,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Exists, Max, OuterRef, Q, Sum
+from django.db.models import Exists, F, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now
 
 
@@ -92,6 +92,26 @@ class TicketQuerySet(models.QuerySet):
         """Tickets paused on an interrupt that a person must answer."""
         return self.filter(status=Ticket.Status.AWAITING_REVIEW)
 
+    def escalated(self) -> TicketQuerySet:
+        """Reviews an agent (or the escalation timer) sent up to managers: escalated for the
+        interrupt that is pending now, so a later review of the same ticket starts afresh."""
+        return self.exclude(escalated_for="").filter(escalated_for=F("pending_interrupt_id"))
+
+    def for_managers(self) -> TicketQuerySet:
+        """Awaiting reviews a manager owns: over $20.00, flagged, or escalated."""
+        return self.awaiting().filter(
+            Q(required_role=Role.MANAGER)
+            | (~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
+        )
+
+    def for_agents(self) -> TicketQuerySet:
+        """Awaiting reviews support agents own: $20.00 or less and not escalated."""
+        return (
+            self.awaiting()
+            .filter(required_role=Role.AGENT)
+            .exclude(~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
+        )
+
     def open(self) -> TicketQuerySet:
         """Tickets not yet in a final state (a failed one waits for an admin: still open)."""
         return self.exclude(status__in=Ticket.FINAL)
@@ -167,6 +187,22 @@ class Ticket(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
 
+    # The review desk. A claim is taken and released with one conditional UPDATE
+    # (services.review_claim); it lapses at claim_expires_at, on the database clock.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    # The interrupt id an agent (or the timer) escalated to managers; it only counts while that
+    # interrupt is pending, so a fork's new review starts at its own level again.
+    escalated_for = models.CharField(max_length=64, blank=True)
+    escalation_note = models.TextField(blank=True)
+    # When the pending review appeared (written with the mirror, kept while the same interrupt
+    # waits): the escalation timers and the queue's ages count from here.
+    review_since = models.DateTimeField(null=True, blank=True)
+    # The interrupt managers were last reminded of: one reminder per overdue review.
+    reminded_for = models.CharField(max_length=64, blank=True)
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -178,6 +214,11 @@ class Ticket(models.Model):
             models.Index(fields=["status", "required_role", "-id"], name="ticket_queue_idx"),
             models.Index(fields=["status", "lease_expires_at"], name="ticket_sweep_idx"),
             models.Index(fields=["opened_by", "-id"], name="ticket_recent_idx"),
+            models.Index(fields=["status", "review_since"], name="ticket_review_age_idx"),
+            # The tickets page sorts by amount and filters by age at 100,000 tickets.
+            models.Index(fields=["amount_cents", "id"], name="ticket_amount_idx"),
+            models.Index(fields=["status", "amount_cents", "id"], name="ticket_status_amount_idx"),
+            models.Index(fields=["created_at"], name="ticket_created_idx"),
         ]
         constraints = [
             # One open ticket per order, kept by the database: a helpdesk retrying a POST, or two
@@ -195,6 +236,25 @@ class Ticket(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in self.FINAL
+
+    @property
+    def is_escalated(self) -> bool:
+        return bool(self.escalated_for) and self.escalated_for == self.pending_interrupt_id
+
+    @property
+    def review_role(self) -> str:
+        """Who owns the pending review: its triage level, or managers once escalated."""
+        return Role.MANAGER if self.is_escalated else self.required_role
+
+    def claim_holder(self, now=None):
+        """The user whose claim on this review is live, or None."""
+        from django.utils import timezone
+
+        if self.claimed_by_id is None or self.claim_expires_at is None:
+            return None
+        if self.claim_expires_at <= (now or timezone.now()):
+            return None
+        return self.claimed_by
 
 
 def user_roles(user) -> set[str]:
@@ -219,7 +279,9 @@ class Decision(models.Model):
     interrupt_id = models.CharField(max_length=64, unique=True)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     answer = models.CharField(max_length=10, choices=Answer)
-    reason = models.TextField(blank=True)
+    reason = models.TextField(blank=True)  # for the customer: their email quotes it
+    note = models.TextField(blank=True)  # internal: stays on the desk, never in the thread
+    amount_cents = models.PositiveIntegerField(null=True, blank=True)  # a manager's lower amount
     decided_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
@@ -231,7 +293,28 @@ class Decision(models.Model):
         return f"{self.get_answer_display()} by {self.reviewer} on {self.ticket}"
 
     def as_resume_value(self) -> dict:
-        return {"answer": self.answer, "reason": self.reason, "reviewer": self.reviewer.username}
+        # The internal note is left out on purpose: what enters the thread can reach the
+        # customer's email, the note must not.
+        value = {"answer": self.answer, "reason": self.reason, "reviewer": self.reviewer.username}
+        if self.amount_cents is not None:
+            value["amount_cents"] = self.amount_cents  # an "edit": the amount to pay instead
+        return value
+
+
+class CannedReason(models.Model):
+    """A reply for the customer that admins keep (Django admin); reviewers pick one when they
+    reject, and may add words of their own."""
+
+    title = models.CharField(max_length=80, unique=True)
+    text = models.TextField()
+    active = models.BooleanField(default=True)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["position", "title"]
+
+    def __str__(self) -> str:
+        return self.title
 
 
 class Fork(models.Model):

@@ -8,7 +8,12 @@ no desk group sees nothing and decides nothing.
   agent's scope (not escalated to managers: required role empty or "agent") and those they
   opened.
 - Deciding a review: `reviewable()` and `decision_refusal()`; the $20.00 limit is
-  refunds.flow.state.AGENT_LIMIT_CENTS, applied by the graph's triage.
+  refunds.flow.state.AGENT_LIMIT_CENTS, applied by the graph's triage. Agents decide agent-level
+  reviews that are not escalated; managers decide manager-level and escalated ones, and may cover
+  agent-level ones; admins decide any. Nobody decides a ticket they opened (four-eyes). While a
+  colleague's claim is live only they decide (services.ticket_decide checks it in its UPDATE).
+- Lowering the amount ("edit"): managers and admins. Escalating: whoever may decide an
+  agent-level review that is not escalated yet. The audit page and its export: managers, admins.
 """
 
 from __future__ import annotations
@@ -48,27 +53,70 @@ def can_view(user, ticket: Ticket) -> bool:
     return visible(user).filter(pk=ticket.pk).exists()
 
 
-def reviewable(user) -> TicketQuerySet:
-    """Pending reviews this user may decide."""
-    waiting = Ticket.objects.awaiting()
+def reviewable(user, *, cover: bool = False) -> TicketQuerySet:
+    """Pending reviews this user may decide: their queue. With `cover`, a manager's queue also
+    holds the agents' reviews. Tickets the user opened are left out (four-eyes)."""
+    tickets = Ticket.objects
     if is_admin(user):
-        return waiting
-    roles = [role for role in Role if ROLE_GROUPS[role] in user_roles(user)]
-    return waiting.filter(required_role__in=roles)
+        waiting = tickets.awaiting()
+    elif is_manager(user):
+        waiting = tickets.awaiting() if cover else tickets.for_managers()
+        if is_agent(user):
+            waiting = tickets.awaiting()
+    elif is_agent(user):
+        waiting = tickets.for_agents()
+    else:
+        return tickets.none()
+    return waiting.exclude(opened_by=user) if user.is_authenticated else waiting
+
+
+FOUR_EYES = "You opened this ticket, so a colleague decides it (four-eyes)."
 
 
 def decision_refusal(user, ticket: Ticket) -> str:
     """Why this user may not decide this ticket's review, in words for them; "" when they may."""
-    if is_admin(user):
+    if ticket.status != Ticket.Status.AWAITING_REVIEW:
+        return "This ticket is not waiting on a review."
+    if not is_desk_user(user):
+        return "You are in no reviewer group, so you decide no refunds."
+    role = ticket.review_role
+    # Managers cover agent-level reviews.
+    if is_admin(user) or is_manager(user) or (role == Role.AGENT and is_agent(user)):
+        if ticket.opened_by_id is not None and ticket.opened_by_id == user.pk:
+            return FOUR_EYES
         return ""
-    role = ticket.required_role
-    if role and ROLE_GROUPS.get(role, "-") in user_roles(user):
-        return ""
+    if ticket.is_escalated:
+        return "This refund was escalated to managers; a manager decides it."
     if role == Role.MANAGER:
         return "This refund is decided by a manager (it is over $20.00 or flagged by policy)."
-    if role == Role.AGENT:
-        return "This refund is decided by a support agent ($20.00 or less)."
-    return "This ticket is not waiting on a review."
+    return "This refund is decided by a support agent ($20.00 or less)."
+
+
+def edit_refusal(user, ticket: Ticket) -> str:
+    """Why this user may not lower the amount before approving; "" when they may."""
+    refusal = decision_refusal(user, ticket)
+    if refusal:
+        return refusal
+    if not (is_admin(user) or is_manager(user)):
+        return "Only a manager lowers an amount; approve it as it is, or escalate it."
+    return ""
+
+
+def escalation_refusal(user, ticket: Ticket) -> str:
+    """Why this user may not escalate this review to managers; "" when they may."""
+    refusal = decision_refusal(user, ticket)
+    if refusal:
+        return refusal
+    if ticket.review_role == Role.MANAGER:
+        return "This review is already with managers."
+    if is_manager(user) and not is_admin(user):
+        return "You are a manager: decide it yourself, or leave it in the agents' queue."
+    return ""
+
+
+def can_read_audit(user) -> bool:
+    """The audit page and its CSV export: managers and admins."""
+    return is_admin(user) or is_manager(user)
 
 
 def can_read_insights(user) -> bool:

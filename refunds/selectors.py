@@ -19,3 +19,78 @@ def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:
             )[:EARLIER_LIMIT]
         ),
     }
+
+
+def ticket_search(
+    tickets,
+    *,
+    user,
+    q: str = "",
+    status: str = "",
+    role: str = "",
+    opened_after=None,
+    opened_before=None,
+    min_cents: int | None = None,
+    max_cents: int | None = None,
+    mine: bool = False,
+    decided: bool = False,
+    order_by: tuple[str, ...] = ("-id",),
+):
+    """Tickets matching the tickets page's search and filters, from `tickets` (the user's
+    visible ones). A number is a ticket id or an order number; an address, a customer's email;
+    other words, part of the customer's name."""
+    from django.db.models import Q
+
+    from refunds.models import Decision
+
+    q = (q or "").strip()
+    if q:
+        number = q.lstrip("#")
+        if number.isdigit():
+            match = Q(order__number=number)
+            if len(number) <= 18:
+                match |= Q(pk=int(number))
+        elif "@" in q:
+            match = Q(order__customer_email__iexact=q)
+        else:
+            match = Q(order__customer_name__icontains=q) | Q(order__number__iexact=q)
+        tickets = tickets.filter(match)
+    if status:
+        tickets = tickets.filter(status=status)
+    if role == "escalated":
+        tickets = tickets.escalated()
+    elif role:
+        tickets = tickets.filter(required_role=role)
+    if opened_after is not None:
+        tickets = tickets.filter(created_at__gte=opened_after)
+    if opened_before is not None:
+        tickets = tickets.filter(created_at__lt=opened_before)
+    if min_cents is not None:
+        tickets = tickets.filter(amount_cents__gte=min_cents)
+    if max_cents is not None:
+        tickets = tickets.filter(amount_cents__lte=max_cents)
+    if mine:
+        tickets = tickets.filter(opened_by=user)
+    if decided:
+        tickets = tickets.filter(pk__in=Decision.objects.filter(reviewer=user).values("ticket_id"))
+    return tickets.order_by(*order_by)
+
+
+def audit_events(
+    *, action: str = "", actor: str = "", ticket: int | None = None, since=None, until=None
+):
+    """The audit trail, newest first, filtered as the audit page asks."""
+    from refunds.models import AuditEvent
+
+    events = AuditEvent.objects.select_related("actor", "ticket__order").order_by("-at", "-id")
+    if action:
+        events = events.filter(action=action)
+    if actor:
+        events = events.filter(actor__username=actor)
+    if ticket:
+        events = events.filter(ticket_id=ticket)
+    if since:
+        events = events.filter(at__date__gte=since)
+    if until:
+        events = events.filter(at__date__lte=until)
+    return events

@@ -30,3 +30,10 @@ def recover_tickets() -> int:
 def resend_email(email_id: int) -> bool:
     """An admin's Resend: through the outbox, so a repeated delivery of this task sends once."""
     return mail.resend(email_id)
+
+
+@shared_task(ignore_result=True)
+def escalate_overdue_reviews() -> int:
+    """The review desk's escalation timers: safe to run twice (conditional UPDATEs)."""
+    done = services.reviews_escalate_overdue()
+    return len(done["escalated"]) + len(done["reminded"])

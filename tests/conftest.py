@@ -34,6 +34,12 @@ def agent(db) -> User:
 
 
 @pytest.fixture
+def colleague(db) -> User:
+    """A second support agent: four-eyes means someone other than the opener decides."""
+    return _persona("bea", "Support agents")
+
+
+@pytest.fixture
 def manager(db) -> User:
     return _persona("manager", "Managers")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+from django.utils import timezone
+
 from refunds.flow.nodes import review_request
 from refunds.flow.state import AGENT_LIMIT_CENTS
 from refunds.models import Order, Ticket
@@ -41,4 +43,5 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
         pending_payload=payload,
         required_role=role,
         amount_cents=amount,
+        review_since=timezone.now(),
     )

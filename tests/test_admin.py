@@ -9,7 +9,7 @@ from refunds.models import Ticket
 
 @pytest.fixture
 def refunded(transactional_db, agent, late_order) -> Ticket:
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    ticket = services.ticket_open(order_number="1042")
     runner.advance(ticket.pk)
     ticket.refresh_from_db()
     services.ticket_decide(
@@ -65,3 +65,25 @@ def test_an_admin_puts_a_failed_ticket_back_in_line(
     ticket.refresh_from_db()
     assert ticket.status == "running" and ticket.attempts == 0
     assert woken[-1] == ticket.pk
+
+
+def test_admin_lists_amounts_in_dollars_and_keeps_canned_reasons(client, admin_user, big_order):
+    from tests.reviewing import awaiting_review
+
+    awaiting_review(big_order)
+    client.force_login(admin_user)
+    for name in ("admin:refunds_order_changelist", "admin:refunds_ticket_changelist"):
+        html = client.get(reverse(name)).content.decode()
+        assert "$48.00" in html and ">4800<" not in html, name
+    response = client.post(
+        reverse("admin:refunds_cannedreason_add"),
+        {
+            "title": "Voucher",
+            "text": "We sent you a voucher instead.",
+            "active": "on",
+            "position": 0,
+        },
+    )
+    assert response.status_code == 302
+    client.force_login(admin_user)
+    assert "Voucher" in client.get("/").content.decode()  # offered in the queue's rows

@@ -60,13 +60,19 @@ def browser_page(monkeypatch) -> Iterator:
 
 
 def test_an_agent_opens_approves_and_sees_a_refund_without_reloading(
-    browser_page, live_server, workers, agent, late_order
+    browser_page, live_server, workers, agent, colleague, late_order
 ):
     from playwright.sync_api import expect
+
+    from refunds import services
+    from tests.conftest import make_order
 
     expect.set_options(timeout=WAIT_MS)  # expect() has its own 5 s default
     page = browser_page
     worker = workers("w1")
+    make_order("1044", fee_cents=350, name="Bo Kim")
+    # A colleague's ticket: the agent decides it (four-eyes keeps them off their own).
+    services.ticket_open(order_number="1044", opened_by=colleague)
     try:
         _open_approve_and_watch(page, live_server, agent, expect)
     except AssertionError as exc:
@@ -90,26 +96,29 @@ def _open_approve_and_watch(page, live_server, agent, expect) -> None:
     page.get_by_label("What did the customer say?").fill("It arrived 4 days late")
     page.get_by_role("button", name="Open ticket").click()
     expect(page.locator("#ticket-form")).to_contain_text("for order 1042")
-    ticket = Ticket.objects.get()
+    mine = Ticket.objects.get(order__number="1042")
+    ticket = Ticket.objects.get(order__number="1044")
 
-    # The worker runs the graph to the review; the queue's poll brings the row in.
+    # The worker runs the graph to the review; the queue's poll brings the colleague's row in,
+    # and the agent's own ticket waits for someone else (its recent-tickets poll says so).
     row = page.locator(f"#review-{ticket.pk}")
-    expect(row).to_contain_text("$6.99")
-    expect(row).to_contain_text("Ana Souza")
+    expect(row).to_contain_text("$3.50")
+    expect(row).to_contain_text("Bo Kim")
+    expect(page.locator(f"#recent-tickets [data-ticket='{mine.pk}']")).to_have_text(
+        "Awaiting review"
+    )
+    assert page.locator(f"#review-{mine.pk}").count() == 0
     row.get_by_role("button", name="Approve").click()
-    expect(page.locator("#messages")).to_contain_text("Approved the refund on order 1042")
-
-    # The worker applies the decision; the recent-tickets poll shows the outcome.
-    expect(page.locator(f"#recent-tickets [data-ticket='{ticket.pk}']")).to_have_text("Refunded")
+    expect(page.locator("#messages")).to_contain_text("Approved the refund on order 1044")
     assert page.evaluate("window.sameDocument") is True
 
+    # The worker applies the decision; the ticket page's poll shows the outcome.
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    status = page.locator("#ticket-status")
+    expect(status.locator("#ticket-status-pill")).to_have_text("Refunded")
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
     assert ticket.charges.count() == 1 and ticket.decisions.get().reviewer == agent
-
-    page.get_by_role("link", name=f"#{ticket.pk} · order 1042").click()
-    status = page.locator("#ticket-status")
-    expect(status.locator("#ticket-status-pill")).to_have_text("Refunded")
     expect(status).to_contain_text("Approved by agent")
     expect(status).to_contain_text("approve → charge_card → email")
     # Every page above ran under the strict CSP (no inline script or style) without a violation.

@@ -31,7 +31,7 @@ def decide(ticket: Ticket, reviewer, answer="approve", reason=""):
 
 @pytest.fixture
 def rejected(transactional_db, agent, late_order) -> Ticket:
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     decide(ticket, agent, "reject", "fee looked wrong")
     assert runner.advance(ticket.pk) == "rejected"
     ticket.refresh_from_db()
@@ -65,7 +65,7 @@ def test_a_rejected_ticket_forked_with_a_corrected_amount_is_reviewed_again_and_
 def test_an_answer_to_the_review_a_fork_replaced_is_refused(
     transactional_db, agent, admin_user, late_order
 ):
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     old = ticket.pending_interrupt_id
     services.ticket_fork(ticket=ticket, amount_cents=500, reason="partial refund", by=admin_user)
     stale = Decision.objects.create(
@@ -83,7 +83,7 @@ def test_an_answer_to_the_review_a_fork_replaced_is_refused(
 
 
 def test_a_fork_is_refused_once_money_has_moved(transactional_db, agent, admin_user, late_order):
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     decide(ticket, agent)
     runner.advance(ticket.pk)
     ticket.refresh_from_db()

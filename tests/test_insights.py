@@ -147,7 +147,7 @@ def test_metrics_move_when_a_worker_refunds_a_ticket(
     client.force_login(admin_user)
     before = client.get("/metrics").content.decode()
     workers("w1")
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    ticket = services.ticket_open(order_number="1042")
     wait_for(lambda: Ticket.objects.get(pk=ticket.pk).status == "awaiting_review", what="review")
     waiting = client.get("/metrics").content.decode()
     assert metric(waiting, "refund_desk_reviews_waiting", role="agent") == 1

@@ -35,7 +35,7 @@ def decide(ticket: Ticket, reviewer, answer="approve", reason=""):
 
 @pytest.fixture
 def refunded(transactional_db, agent, manager, admin_user, late_order) -> Ticket:
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     decide(ticket, admin_user, reason="late by four days")
     assert runner.advance(ticket.pk) == "refunded"
     ticket.refresh_from_db()
@@ -95,7 +95,7 @@ def test_managers_read_the_history_but_may_not_fork(client, refunded, manager):
 def test_a_fork_with_a_corrected_fee_charges_the_corrected_amount_once_and_never_the_old(
     client, transactional_db, agent, admin_user, late_order
 ):
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     old_interrupt = ticket.pending_interrupt_id
     client.force_login(admin_user)
     checkpoint, preview, applied = fork_through_the_page(client, ticket, "$5")
@@ -121,7 +121,7 @@ def test_a_fork_with_a_corrected_fee_charges_the_corrected_amount_once_and_never
 def test_the_history_of_a_forked_thread_shows_both_branches(
     client, transactional_db, agent, admin_user, late_order
 ):
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     decide(ticket, admin_user, "reject", "fee looked wrong")
     assert runner.advance(ticket.pk) == "rejected"
     client.force_login(admin_user)
@@ -139,7 +139,7 @@ def test_the_history_of_a_forked_thread_shows_both_branches(
 def test_a_fork_to_the_same_amount_is_refused(
     client, transactional_db, agent, admin_user, late_order
 ):
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     client.force_login(admin_user)
     _, preview, applied = fork_through_the_page(client, ticket, "6.99")
     assert preview.status_code == 400 and "already $6.99" in preview.content.decode()
@@ -170,7 +170,7 @@ def test_amounts_that_are_not_dollars_are_refused_clearly(typed):
 def test_a_decision_on_the_review_a_fork_replaced_is_refused(
     client, transactional_db, agent, admin_user, late_order
 ):
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     stale = ticket.pending_interrupt_id
     client.force_login(admin_user)
     fork_through_the_page(client, ticket, "5")
@@ -227,7 +227,7 @@ def test_a_thread_with_hundreds_of_checkpoints_is_paged_and_quick(
 
     from refunds import persistence
 
-    ticket = review(services.ticket_open(order_number="1042", opened_by=agent))
+    ticket = review(services.ticket_open(order_number="1042"))
     config = persistence.thread_config(ticket.thread_id)
     for n in range(300):  # an admin's notes, one checkpoint each
         persistence.graph().update_state(config, {"notes": [f"note {n}"]}, as_node="triage")

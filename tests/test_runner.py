@@ -21,7 +21,7 @@ def crash_points(settings, tmp_path):
 
 @pytest.fixture
 def paused(transactional_db, agent, late_order) -> Ticket:
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    ticket = services.ticket_open(order_number="1042")
     assert runner.advance(ticket.pk) == "awaiting_review"
     ticket.refresh_from_db()
     return ticket
@@ -115,7 +115,7 @@ def test_a_ticket_that_keeps_failing_is_marked_failed_after_the_cap(
     transactional_db, agent, late_order, settings, monkeypatch
 ):
     settings.REFUNDS_MAX_ATTEMPTS = 2
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    ticket = services.ticket_open(order_number="1042")
 
     def broken(number):
         raise ConnectionError("orders service unreachable")
@@ -161,7 +161,7 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
     crash_points.write_text(
         json.dumps({"*": {"point": "check_policy", "action": "sleep", "seconds": 2}})
     )
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    ticket = services.ticket_open(order_number="1042")
     results = []
 
     def run():
@@ -222,7 +222,7 @@ def test_every_run_that_can_reach_an_effect_is_durable_sync(
         return real_stream(*args, **kwargs)
 
     monkeypatch.setattr(compiled, "stream", recording_stream)
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
+    ticket = services.ticket_open(order_number="1042")
     runner.advance(ticket.pk)
     ticket.refresh_from_db()
     services.ticket_decide(
@@ -244,6 +244,6 @@ def test_a_declined_ticket_stops_before_the_email_then_sends_it_under_sync(
         return real_stream(*args, **kwargs)
 
     monkeypatch.setattr(compiled, "stream", recording_stream)
-    ticket = services.ticket_open(order_number="1043", opened_by=agent)
+    ticket = services.ticket_open(order_number="1043")
     assert runner.advance(ticket.pk) == "declined"
     assert seen == ["exit", "sync"]  # lookup .. decline, then notify

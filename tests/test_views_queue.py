@@ -143,9 +143,93 @@ def test_it_says_how_many_more_reviews_wait_beyond_the_page_up_to_a_cap(
     client.force_login(agent)
     for n in range(3):
         awaiting_review(make_order(f"20{n}"))
-    assert "Showing the oldest 2 of 3 pending reviews." in client.get("/").content.decode()
+    assert "the oldest 2 of 3 pending reviews." in client.get("/").content.decode()
     awaiting_review(make_order("203"))
-    assert "Showing the oldest 2 of 4 pending reviews." in client.get("/").content.decode()
+    assert "the oldest 2 of 4 pending reviews." in client.get("/").content.decode()
     awaiting_review(make_order("204"))
     html = client.get("/").content.decode()
-    assert "Showing the oldest 2 of more than 4 pending reviews." in html
+    assert "the oldest 2 of more than 4 pending reviews." in html
+
+
+def test_a_poll_that_shows_the_current_rows_gets_204_and_a_change_gets_the_rows(
+    client, agent, colleague, reviews
+):
+    client.force_login(agent)
+    page = client.get(QUEUE)
+    version = page.context["version"]
+    assert f"?v={version}" in page.content.decode()
+    poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
+    unchanged = client.get(f"{QUEUE}?v={version}", headers=poll)
+    assert unchanged.status_code == 204 and unchanged.content == b""
+    assert "HX-Request" in unchanged["Vary"]
+
+    client.force_login(colleague)
+    client.post(reverse("reviews:claim", args=[reviews["small"].pk]), {"claim": "1"})
+    client.force_login(agent)
+    changed = client.get(f"{QUEUE}?v={version}", headers=poll)
+    assert changed.status_code == 200
+    assert "Being looked at by <strong>bea</strong>" in changed.content.decode()
+    assert "HX-Request" in changed["Vary"]
+
+
+def test_the_page_title_counts_the_reviews_waiting(client, agent, reviews):
+    client.force_login(agent)
+    assert "<title>(2) Review queue · Refund Desk</title>" in client.get(QUEUE).content.decode()
+    poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
+    assert "<title>(2) Review queue" in client.get(QUEUE, headers=poll).content.decode()
+
+
+def test_a_flagged_refund_is_impossible_to_miss(client, manager, db):
+    flagged = awaiting_review(make_order("1090", fee_cents=15000, name="Flo Rida"))
+    flagged.pending_payload["flags"] = ["Shipping fee $150.00 is unusually high."]
+    Ticket.objects.filter(pk=flagged.pk).update(pending_payload=flagged.pending_payload)
+    client.force_login(manager)
+    html = client.get(QUEUE).content.decode()
+    assert 'class="review flagged' in html and "⚑ Flagged" in html
+    assert "Shipping fee $150.00 is unusually high." in html
+
+
+def test_every_control_in_a_row_has_a_label(client, agent, reviews):
+    import re
+
+    client.force_login(agent)
+    html = client.get(QUEUE).content.decode()
+    for control in re.findall(r"<(?:textarea|select|input)\b[^>]*>", html):
+        if 'type="hidden"' in control:
+            continue
+        found = re.search(r'id="([^"]+)"', control)
+        labelled = "aria-label=" in control or (found and f'for="{found[1]}"' in html)
+        assert labelled, control
+
+
+def test_the_queue_pages_through_a_long_backlog(client, agent, db, monkeypatch):
+    from reviews import views
+
+    monkeypatch.setattr(views, "QUEUE_PAGE", 2)
+    made = [awaiting_review(make_order(f"30{n}")) for n in range(5)]
+    client.force_login(agent)
+    first = client.get(QUEUE)
+    assert [t.pk for t in first.context["reviews"]] == [made[0].pk, made[1].pk]  # oldest first
+    assert "Page 1 of 3" in first.content.decode()
+    last = client.get(f"{QUEUE}?page=3")
+    assert [t.pk for t in last.context["reviews"]] == [made[4].pk]
+    assert client.get(f"{QUEUE}?page=99").context["page"] == 3
+
+
+def test_changed_rows_refresh_the_recent_tickets_with_them(client, agent, reviews):
+    client.force_login(agent)
+    poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
+    response = client.get(f"{QUEUE}?v=stale", headers=poll)
+    assert response.status_code == 200 and "ticketsChanged" in response["HX-Trigger"]
+
+
+def test_an_agent_sees_their_ticket_escalated_not_just_awaiting_review(
+    client, agent, colleague, late_order
+):
+    from refunds import services
+
+    ticket = awaiting_review(late_order, opened_by=agent)
+    services.ticket_escalate(ticket=ticket, by=colleague, note="unusual")
+    client.force_login(agent)
+    html = client.get(QUEUE).content.decode()
+    assert f'data-ticket="{ticket.pk}">Escalated to managers</span>' in html

@@ -48,7 +48,7 @@ def refunded(ticket: Ticket, reviewer) -> Ticket:
 
 # --- the ticket page ---------------------------------------------------------------------------
 def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
-    transactional_db, client, agent, late_order
+    transactional_db, client, agent, colleague, late_order
 ):
     client.force_login(agent)
     client.post(NEW, {"order_number": "1042", "note": "4 days late"})
@@ -60,7 +60,10 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
     assert "lookup → " in html and "triage" in html
     assert "<strong>Refund $6.99</strong>" in html  # the review's markdown, rendered
     assert "Customer says: 4 days late" in html
-    assert 'name="approve"' in html  # an agent decides $6.99
+    assert 'name="approve"' not in html and "four-eyes" in html  # not the one who opened it
+    client.force_login(colleague)
+    html = client.get(page(ticket)).content.decode()
+    assert 'name="approve"' in html  # another agent decides $6.99
     assert 'hx-trigger="every 2s"' in html  # and the page keeps itself current
 
     ticket.refresh_from_db()
@@ -69,7 +72,7 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
         {"interrupt_id": ticket.pending_interrupt_id, "approve": "1"},
     )
     html = client.get(page(ticket)).content.decode()
-    assert "Approved by <strong>agent</strong>" in html and "being applied" in html
+    assert "Approved by <strong>bea</strong>" in html and "being applied" in html
     assert "Applying the decision" in html and 'name="approve"' not in html
 
     assert runner.advance(ticket.pk) == "refunded"
@@ -79,7 +82,7 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
     assert "approve → charge_card → email" in html
     assert charge.receipt in html and "$6.99" in html
     assert f"“{email.subject}” to ana@example.com" in html and "sent " in html
-    assert "Approved by <strong>agent</strong>" in html and "being applied" not in html
+    assert "Approved by <strong>bea</strong>" in html and "being applied" not in html
     assert 'name="approve"' not in html
     assert 'hx-trigger="every 2s"' not in html
 
@@ -124,7 +127,7 @@ def test_it_shows_a_review_to_someone_who_may_not_decide_it(client, agent, big_o
     client.force_login(agent)
     html = client.get(page(ticket)).content.decode()
     assert "Awaiting review" in html
-    assert "A manager decides this refund." in html
+    assert "This refund is decided by a manager" in html
     assert 'name="approve"' not in html
 
 

@@ -177,3 +177,45 @@ class Error(serializers.Serializer):
 Error._declared_fields["fields"] = serializers.DictField(
     required=False, help_text="On 400: the messages of each bad field."
 )
+
+
+class DecisionIn(serializers.Serializer):
+    """Answer a ticket's pending review, as a reviewer does on the desk."""
+
+    interrupt_id = serializers.CharField(
+        max_length=64, help_text="The pending review's interrupt id (review.interrupt_id)."
+    )
+    answer = serializers.ChoiceField(
+        choices=Decision.Answer.choices, help_text="approve, or reject (with a reason)."
+    )
+    reason = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="For the customer (to reject)."
+    )
+    note = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Internal; never emailed."
+    )
+    amount_cents = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1,
+        help_text="Managers: approve this lower amount instead (an edit).",
+    )
+
+
+class DecisionMade(serializers.ModelSerializer):
+    """The decision recorded: a worker applies it."""
+
+    reviewer = serializers.CharField(source="reviewer.username")
+
+    class Meta:
+        model = Decision
+        fields = [
+            "id",
+            "interrupt_id",
+            "answer",
+            "reason",
+            "amount_cents",
+            "reviewer",
+            "decided_at",
+        ]

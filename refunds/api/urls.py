@@ -9,6 +9,11 @@ urlpatterns = [
     # (which drops the body) or, under DEBUG, a 500.
     re_path(r"^tickets/?$", api.tickets, name="tickets"),
     re_path(r"^tickets/(?P<ticket_id>[0-9]{1,18})/?$", api.ticket_detail, name="ticket"),
+    re_path(
+        r"^tickets/(?P<ticket_id>[0-9]{1,18})/decision/?$",
+        api.ticket_decision,
+        name="ticket_decision",
+    ),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
 ]

@@ -3,19 +3,29 @@ read tickets. Who may read what is refunds.permissions.visible(), as on the page
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.exceptions import PermissionDenied as Forbidden
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from refunds import permissions, services
 from refunds.api.errors import Conflict, Unprocessable, body
-from refunds.api.serializers import NON_FIELD, Error, TicketOpen, TicketOut, TicketRef
+from refunds.api.serializers import (
+    NON_FIELD,
+    DecisionIn,
+    DecisionMade,
+    Error,
+    TicketOpen,
+    TicketOut,
+    TicketRef,
+)
 from refunds.models import Decision, Ticket
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -155,3 +165,31 @@ def ticket_detail(request: Request, ticket_id: int) -> Response:
     if ticket is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
     return Response(TicketOut(ticket).data)
+
+
+@extend_schema(
+    operation_id="tickets_decide",
+    summary="Answer a ticket's pending review (approve, reject, or approve a lower amount)",
+    request=DecisionIn,
+    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 429)},
+)
+@api_view(["POST"])
+def ticket_decision(request: Request, ticket_id: int) -> Response:
+    """The same rules as the desk's pages (refunds.services.ticket_decide): role, cover,
+    four-eyes, a colleague's live claim, one answer per review."""
+    ticket = permissions.visible(request.user).select_related("order").filter(pk=ticket_id).first()
+    if ticket is None:
+        raise NotFound(f"There is no ticket {ticket_id}.")
+    form = DecisionIn(data=request.data)
+    form.is_valid(raise_exception=True)
+    try:
+        decision = services.ticket_decide(
+            ticket=ticket, reviewer=request.user, **form.validated_data
+        )
+    except PermissionDenied as exc:
+        raise Forbidden(str(exc)) from None
+    except (services.AlreadyDecided, services.ClaimTaken) as exc:
+        return Response(body(409, str(exc)), status=409)
+    except services.RefundError as exc:
+        raise serializers.ValidationError(str(exc)) from None
+    return Response(DecisionMade(decision).data, status=201)

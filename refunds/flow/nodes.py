@@ -181,7 +181,7 @@ def review_request(state: RefundState) -> ReviewRequest:
         },
         "config": {
             "allow_accept": True,
-            "allow_edit": False,
+            "allow_edit": state["required_role"] == "manager",  # a manager may pay less
             "allow_respond": True,
             "allow_ignore": False,
         },
@@ -207,6 +207,16 @@ def approve(state: RefundState) -> RefundState:
     if answer.get("reason"):
         note += f": {answer['reason']}"
     update: RefundState = {"decision": answer, "notes": [note + "."], "trail": ["approve"]}
+    edited = answer.get("amount_cents")
+    if answer["answer"] == "approve" and edited is not None:
+        # An "edit" answer: pay less than asked. Only ever less (the desk checks it, and so does
+        # the graph); charge_key includes the amount, so the lower charge has a key of its own.
+        if not isinstance(edited, int) or not 0 < edited <= state["amount_cents"]:
+            raise ValueError(f"an edited amount must be between 1 and {state['amount_cents']}")
+        update["amount_cents"] = edited
+        update["notes"] = [
+            f"{note}, lowered from {dollars(state['amount_cents'])} to {dollars(edited)}."
+        ]
     if answer["answer"] == "reject":
         update |= {"outcome": "rejected", "outcome_reason": answer.get("reason", "")}
     return update

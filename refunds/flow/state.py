@@ -51,6 +51,7 @@ class ReviewAnswer(TypedDict, total=False):
     reason: str
     reviewer: str
     decision_id: int
+    amount_cents: int  # an "edit": a manager approves a lower amount
 
 
 class RefundState(TypedDict, total=False):

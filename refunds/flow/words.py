@@ -3,7 +3,10 @@ the admin and emails. No Django imports."""
 
 
 def dollars(cents: int | None) -> str:
-    return "" if cents is None else f"${cents / 100:,.2f}"
+    # Templates hand it "" for a missing value (a payload the worker already cleared).
+    if isinstance(cents, bool) or not isinstance(cents, int | float):
+        return ""
+    return f"${cents / 100:,.2f}"
 
 
 def days(n: int) -> str:

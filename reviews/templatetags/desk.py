@@ -1,9 +1,11 @@
 import re
 
 from django import template
-from django.utils.html import conditional_escape, format_html_join
+from django.utils import timezone
+from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from refunds.clock import local_words
 from refunds.flow import words
 
 register = template.Library()
@@ -29,3 +31,76 @@ def review_markdown(text: str | None) -> SafeString:
         for p in paragraphs
     ]
     return format_html_join("\n", "<p>{}</p>", ((p,) for p in rendered))
+
+
+@register.filter
+def when(value) -> SafeString:
+    """One format for every time on the desk, in the reviewer's time zone, labelled with it:
+    "Dec 1, 14:05 CET", in a <time> element carrying the exact instant."""
+    if not value:
+        return mark_safe("")
+    return format_html(
+        '<time datetime="{}">{}</time>', value.isoformat(timespec="seconds"), local_words(value)
+    )
+
+
+@register.filter
+def waited(since, now=None) -> str:
+    """How long a review has waited, in words: "4 min", "2 h 05 min", "3 days"."""
+    if not since:
+        return ""
+    minutes = max(int(((now or timezone.now()) - since).total_seconds() // 60), 0)
+    if minutes < 60:
+        return f"{minutes} min"
+    if minutes < 48 * 60:
+        return f"{minutes // 60} h {minutes % 60:02d} min"
+    return f"{minutes // (24 * 60)} days"
+
+
+@register.filter
+def is_late(since, warn_after) -> bool:
+    return bool(since and warn_after and timezone.now() - since > warn_after)
+
+
+@register.filter
+def audit_words(event) -> str:
+    """An audit event as a sentence for the ticket's timeline."""
+    who = event.actor.username if event.actor else "The desk"
+    answer, seen = event.answer or {}, event.seen or {}
+    amount = words.dollars((seen.get("review") or {}).get("amount_cents"))
+    action = event.action
+    if action == "open":
+        return f"{who} opened the ticket" + (f": “{event.note}”" if event.note else ".")
+    if action == "claim":
+        return f"{who} took the review (assigned to them)."
+    if action == "unclaim":
+        return f"{who} put the review back in the queue."
+    if action == "escalate":
+        text = "sent the review to managers" if event.actor else "escalated the review to managers"
+        return f"{who} {text}" + (f": “{event.note}”" if event.note else ".")
+    if action == "approve":
+        return f"{who} approved {amount or 'the refund'}."
+    if action == "edit":
+        return (
+            f"{who} lowered the amount from {words.dollars(answer.get('asked_cents'))} to "
+            f"{words.dollars(answer.get('amount_cents'))} and approved it."
+        )
+    if action == "reject":
+        return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
+    if action == "fork":
+        return (
+            f"{who} forked the thread with amount {words.dollars(answer.get('amount_cents'))}"
+            + (f": “{event.note}”" if event.note else ".")
+        )
+    if action == "retry":
+        return f"{who} retried the failed thread."
+    if action == "resend":
+        return f"{who} sent the email again."
+    return f"{who}: {event.get_action_display()}."
+
+
+@register.filter
+def reads_audit(user) -> bool:
+    from refunds.permissions import can_read_audit
+
+    return can_read_audit(user)

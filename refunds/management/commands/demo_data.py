@@ -9,6 +9,8 @@ from refunds.models import Order
 DEMO_PASSWORD = "refund-demo"  # demo use only, stated in README.md
 USERS = [
     ("agent", "Support agents", False, False),
+    # A second agent: four-eyes means whoever opened a ticket never decides it.
+    ("agent2", "Support agents", False, False),
     ("manager", "Managers", False, False),
     ("admin", "Admins", True, True),
 ]
@@ -26,7 +28,7 @@ ORDERS = [
 
 
 class Command(BaseCommand):
-    help = "Load demo orders and the demo users agent, manager and admin (idempotent)."
+    help = "Load demo orders and the demo users agent, agent2, manager, admin (idempotent)."
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -71,9 +73,11 @@ class Command(BaseCommand):
             if created:
                 user.set_password(DEMO_PASSWORD)
             user.is_staff, user.is_superuser = staff, superuser
+            if not user.email:
+                user.email = f"{username}@example.com"  # managers get the overdue reminders
             user.save()
             user.groups.add(Group.objects.get(name=group))
         self.stdout.write(
             f"Demo data ready: {len(ORDERS) + orders} orders; users agent, manager, "
-            f"admin with password {DEMO_PASSWORD!r}."
+            f"admin (and agent2) with password {DEMO_PASSWORD!r}."
         )

@@ -1,0 +1,121 @@
+"""POST bodies and search queries of the desk's pages, parsed by Django forms."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from django import forms
+
+from refunds.models import AuditEvent, CannedReason, Role, Ticket
+
+
+def cents(amount: str) -> int | None:
+    """Dollars as typed ("12.50", "$12.50") to cents; None when empty; ValueError when not money."""
+    text = (amount or "").strip().removeprefix("$").replace(",", "")
+    if not text:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise ValueError(f"“{amount}” is not an amount in dollars, like 12.50.") from None
+    if value != value.quantize(Decimal("0.01")) or not value.is_finite():
+        raise ValueError("Give the amount in dollars and cents, like 12.50.")
+    return int(value * 100)
+
+
+class DecideForm(forms.Form):
+    interrupt_id = forms.CharField(max_length=64, required=False)
+    reason = forms.CharField(required=False, strip=True)
+    note = forms.CharField(required=False, strip=True)
+    canned = forms.ModelChoiceField(CannedReason.objects.filter(active=True), required=False)
+    amount = forms.CharField(required=False, max_length=20)
+
+    def answer(self, post) -> str:
+        """The button pressed: one of approve, reject, escalate; "" for none; "both" for two."""
+        pressed = [a for a in ("approve", "reject", "escalate") if a in post]
+        if len(pressed) > 1:
+            return "both"
+        return pressed[0] if pressed else ""
+
+
+class BulkForm(forms.Form):
+    pick = forms.MultipleChoiceField(required=False)  # "<ticket id>:<interrupt id>"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["pick"].valid_value = lambda value: True  # checked in clean_pick
+
+    def clean_pick(self) -> list[tuple[int, str]]:
+        picks = []
+        for raw in self.cleaned_data["pick"][:200]:
+            pk, _, interrupt_id = raw.partition(":")
+            if pk.isdigit() and interrupt_id:
+                picks.append((int(pk), interrupt_id[:64]))
+        return picks
+
+
+SORTS = {
+    "newest": ("-id",),
+    "oldest": ("id",),
+    "amount_high": ("-amount_cents", "-id"),
+    "amount_low": ("amount_cents", "id"),
+}
+AGES = {"1h": 1, "24h": 24, "7d": 24 * 7, "30d": 24 * 30}
+
+
+class TicketSearch(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    status = forms.ChoiceField(choices=[("", "Any status"), *Ticket.Status.choices], required=False)
+    role = forms.ChoiceField(
+        choices=[("", "Any reviewer"), *Role.choices, ("escalated", "Escalated")],
+        required=False,
+        label="Reviewed by",
+    )
+    age = forms.ChoiceField(
+        choices=[
+            ("", "Any age"),
+            ("1h", "Opened in the last hour"),
+            ("24h", "Last 24 hours"),
+            ("7d", "Last 7 days"),
+            ("30d", "Last 30 days"),
+            ("older", "Older than 30 days"),
+        ],
+        required=False,
+        label="Opened",
+    )
+    min_amount = forms.CharField(required=False, max_length=12, label="From $")
+    max_amount = forms.CharField(required=False, max_length=12, label="To $")
+    mine = forms.BooleanField(required=False, label="Opened by me")
+    decided = forms.BooleanField(required=False, label="Decided by me")
+    sort = forms.ChoiceField(
+        choices=[
+            ("newest", "Newest first"),
+            ("oldest", "Oldest first"),
+            ("amount_high", "Largest amount"),
+            ("amount_low", "Smallest amount"),
+        ],
+        required=False,
+        label="Sort",
+    )
+
+    def clean_min_amount(self):
+        return self._money("min_amount")
+
+    def clean_max_amount(self):
+        return self._money("max_amount")
+
+    def _money(self, name):
+        try:
+            return cents(self.cleaned_data.get(name, ""))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class AuditSearch(forms.Form):
+    action = forms.ChoiceField(
+        choices=[("", "Any action"), *AuditEvent.Action.choices], required=False
+    )
+    actor = forms.CharField(required=False, max_length=150, label="Who (user name)")
+    ticket = forms.IntegerField(required=False, min_value=1, label="Ticket")
+    since = forms.DateField(required=False, label="From (date)")
+    until = forms.DateField(required=False, label="To (date)")
