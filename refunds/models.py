@@ -6,7 +6,7 @@ import secrets
 from django.conf import settings
 from django.db import models
 from django.db.models import Exists, F, Max, OuterRef, Q, Sum
-from django.db.models.functions import Now
+from django.db.models.functions import Now, Upper
 
 
 class Role(models.TextChoices):
@@ -27,6 +27,14 @@ class Order(models.Model):
     promised_on = models.DateField()
     delivered_on = models.DateField()
     shipping_fee_cents = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [
+            # Case-insensitive lookups (a customer's other tickets, the tickets page's search)
+            # use these instead of reading every order.
+            models.Index(Upper("customer_email"), name="order_email_upper_idx"),
+            models.Index(Upper("number"), name="order_number_upper_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"Order {self.number}"

@@ -41,7 +41,7 @@ def ticket_search(
     other words, part of the customer's name."""
     from django.db.models import Q
 
-    from refunds.models import Decision
+    from refunds.models import Decision, Order
 
     q = (q or "").strip()
     if q:
@@ -52,8 +52,10 @@ def ticket_search(
                 match |= Q(pk=int(number))
         elif "@" in q:
             match = Q(order__customer_email__iexact=q)
-        else:
-            match = Q(order__customer_name__icontains=q) | Q(order__number__iexact=q)
+        elif Order.objects.filter(number__iexact=q).exists():  # an order number like "P00042"
+            match = Q(order__number__iexact=q)
+        else:  # part of a name: the one search that reads every order
+            match = Q(order__customer_name__icontains=q)
         tickets = tickets.filter(match)
     if status:
         tickets = tickets.filter(status=status)
