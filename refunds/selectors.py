@@ -14,11 +14,22 @@ def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:
     return {
         "order": list(others.filter(order_id=ticket.order_id)[:EARLIER_LIMIT]),
         "customer": list(
-            others.filter(order__customer_email__iexact=ticket.order.customer_email).exclude(
-                order_id=ticket.order_id
-            )[:EARLIER_LIMIT]
+            _same_email(others, ticket.order.customer_email).exclude(order_id=ticket.order_id)[
+                :EARLIER_LIMIT
+            ]
         ),
     }
+
+
+def _same_email(tickets, email: str):
+    """Tickets whose order's customer email is `email`, whatever its case, through the
+    UPPER(customer_email) index (Django's iexact is a LIKE on SQLite, which cannot use it)."""
+    from django.db.models import Value
+    from django.db.models.functions import Upper
+
+    return tickets.alias(email_upper=Upper("order__customer_email")).filter(
+        email_upper=Upper(Value(email))
+    )
 
 
 def ticket_search(
@@ -39,24 +50,26 @@ def ticket_search(
     """Tickets matching the tickets page's search and filters, from `tickets` (the user's
     visible ones). A number is a ticket id or an order number; an address, a customer's email;
     other words, part of the customer's name."""
-    from django.db.models import Q
+    from django.db.models import Q, Value
+    from django.db.models.functions import Upper
 
     from refunds.models import Decision, Order
 
     q = (q or "").strip()
     if q:
         number = q.lstrip("#")
+        upper_number = Order.objects.alias(upper=Upper("number")).filter(upper=Upper(Value(q)))
         if number.isdigit():
             match = Q(order__number=number)
             if len(number) <= 18:
                 match |= Q(pk=int(number))
+            tickets = tickets.filter(match)
         elif "@" in q:
-            match = Q(order__customer_email__iexact=q)
-        elif Order.objects.filter(number__iexact=q).exists():  # an order number like "P00042"
-            match = Q(order__number__iexact=q)
+            tickets = _same_email(tickets, q)
+        elif upper_number.exists():  # an order number like "P00042", in any case
+            tickets = tickets.filter(order__number__in=upper_number.values("number"))
         else:  # part of a name: the one search that reads every order
-            match = Q(order__customer_name__icontains=q)
-        tickets = tickets.filter(match)
+            tickets = tickets.filter(order__customer_name__icontains=q)
     if status:
         tickets = tickets.filter(status=status)
     if role == "escalated":

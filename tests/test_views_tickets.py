@@ -39,6 +39,7 @@ def some(db, agent, manager):
     [
         ("q=5002", {"5002"}),  # an order number
         ("q=dev@example.com", {"5002"}),  # a customer's email
+        ("q=DEV@Example.com", {"5002"}),  # in any case (through the UPPER(email) index)
         ("q=souza", {"5001"}),  # part of a name
         ("q=nobody-like-this", set()),
         ("status=refunded", {"5003"}),
@@ -55,6 +56,15 @@ def test_it_finds_tickets_by_search_and_filters(client, agent, manager, some, qu
     response = client.get(f"{TICKETS}?{query}")
     assert response.status_code == 200
     assert shown(response) == expected
+
+
+def test_an_order_number_that_is_not_digits_is_found_in_any_case(client, manager, some):
+    awaiting_review(make_order("ab-77", fee_cents=500, name="Eve Ng"))
+    awaiting_review(make_order("5009", fee_cents=500, name="Gabe Ross"))
+    client.force_login(manager)
+
+    assert shown(client.get(f"{TICKETS}?q=AB-77")) == {"ab-77"}
+    assert shown(client.get(f"{TICKETS}?q=ab")) == {"5009"}  # no such order: part of a name
 
 
 def test_it_finds_a_ticket_by_its_id_and_what_i_decided(client, manager, some):
