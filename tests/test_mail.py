@@ -181,3 +181,20 @@ def test_a_refusal_at_the_end_of_the_message_rolls_the_mark_back(ticket, smtp, c
     row = Email.objects.get()
     assert row.status == "pending" and str(code) in row.last_error
     assert smtp.count() == 0
+
+
+def test_a_sender_whose_claim_was_taken_during_the_conversation_never_ends_the_message(
+    ticket, smtp, monkeypatch
+):
+    """The final "." goes out only while the row is still this sender's: a claim taken over
+    mid-conversation (a successor after the send window) leaves nothing at the server."""
+
+    def taken_over(key: str, event: str) -> None:
+        if event == "connect":
+            Email.objects.filter(key=key).update(claimed_by="epoch:999")
+
+    monkeypatch.setattr(mail, "delivery_hooks", [taken_over])
+    with pytest.raises(EffectBusy):
+        send(ticket, leases.grant(ticket))
+    assert smtp.count() == 0
+    assert Email.objects.get().status == "sending"  # still the successor's to send
