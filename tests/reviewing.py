@@ -45,3 +45,25 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
         amount_cents=amount,
         review_since=timezone.now(),
     )
+
+
+def advance_to_review(ticket: Ticket) -> Ticket:
+    """Run a new ticket in this process up to its review, and read the mirror it left."""
+    from refunds import runner
+
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def decide(ticket: Ticket, reviewer, answer: str = "approve", reason: str = ""):
+    """Answer the ticket's pending review as `reviewer`, through the service the pages use."""
+    from refunds import services
+
+    return services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer=answer,
+        reason=reason,
+        reviewer=reviewer,
+    )

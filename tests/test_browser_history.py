@@ -8,6 +8,7 @@ import pytest
 from refunds import runner, services
 from refunds.models import Ticket
 from tests import test_browser
+from tests.reviewing import advance_to_review, decide
 from tests.test_browser import csp_problems
 
 browser_page = test_browser.browser_page  # the fixture: Debian's chromium, the CSP watched
@@ -17,15 +18,8 @@ pytestmark = [pytest.mark.browser]
 
 def forked_ticket(agent, admin_user) -> Ticket:
     ticket = services.ticket_open(order_number="1042", opened_by=agent, note="arrived late")
-    assert runner.advance(ticket.pk) == "awaiting_review"
-    ticket.refresh_from_db()
-    services.ticket_decide(
-        ticket=ticket,
-        interrupt_id=ticket.pending_interrupt_id,
-        answer="reject",
-        reason="the fee on the order looks wrong",
-        reviewer=admin_user,
-    )
+    ticket = advance_to_review(ticket)
+    decide(ticket, admin_user, "reject", "the fee on the order looks wrong")
     assert runner.advance(ticket.pk) == "rejected"
     ticket.refresh_from_db()
     services.ticket_fork(

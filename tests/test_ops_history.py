@@ -10,27 +10,13 @@ from django.urls import reverse
 
 from refunds import runner, services
 from refunds.models import Charge, DemoProcessorRefund, Fork, Ticket
+from tests.reviewing import advance_to_review as review
+from tests.reviewing import decide
 
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
     monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # the tests advance by hand
-
-
-def review(ticket: Ticket) -> Ticket:
-    assert runner.advance(ticket.pk) == "awaiting_review"
-    ticket.refresh_from_db()
-    return ticket
-
-
-def decide(ticket: Ticket, reviewer, answer="approve", reason=""):
-    return services.ticket_decide(
-        ticket=ticket,
-        interrupt_id=ticket.pending_interrupt_id,
-        answer=answer,
-        reason=reason,
-        reviewer=reviewer,
-    )
 
 
 @pytest.fixture

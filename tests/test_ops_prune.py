@@ -13,6 +13,7 @@ from ops import storage
 from ops.models import PrunedThread
 from refunds import persistence, runner, services
 from refunds.models import AuditEvent, Ticket
+from tests.reviewing import advance_to_review, decide
 
 
 @pytest.fixture(autouse=True)
@@ -23,15 +24,8 @@ def no_broker(monkeypatch):
 @pytest.fixture
 def refunded(transactional_db, agent, admin_user, late_order) -> Ticket:
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
-    assert runner.advance(ticket.pk) == "awaiting_review"
-    ticket.refresh_from_db()
-    services.ticket_decide(
-        ticket=ticket,
-        interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
-        reason="four days late",
-        reviewer=admin_user,
-    )
+    ticket = advance_to_review(ticket)
+    decide(ticket, admin_user, "approve", "four days late")
     assert runner.advance(ticket.pk) == "refunded"
     return Ticket.objects.get(pk=ticket.pk)
 

@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from refunds import mail, runner, services
 from refunds.models import Charge, Email, Ticket
+from tests.reviewing import advance_to_review, decide
 
 
 @pytest.fixture(autouse=True)
@@ -20,14 +21,8 @@ def no_broker(monkeypatch):
 def failed(transactional_db, agent, admin_user, late_order) -> Ticket:
     """Approved, then the worker gave up before applying it (as after repeated crashes)."""
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
-    assert runner.advance(ticket.pk) == "awaiting_review"
-    ticket.refresh_from_db()
-    services.ticket_decide(
-        ticket=ticket,
-        interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
-        reviewer=admin_user,
-    )
+    ticket = advance_to_review(ticket)
+    decide(ticket, admin_user, "approve")
     Ticket.objects.filter(pk=ticket.pk).update(
         status="failed", attempts=6, last_error="OperationalError: database is locked"
     )
