@@ -13,6 +13,7 @@ each other on an empty schema.
 from __future__ import annotations
 
 import os
+import select
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,9 +27,11 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres import _internal as pg_internal
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
+from psycopg import OperationalError
 from psycopg import errors as pg_errors
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
 
 from refunds.flow.graph import NodeWrapper, build_graph
 from refunds.flow.tracking import TrackingOptions
@@ -116,10 +119,14 @@ class FencedSqliteSaver(SqliteSaver):
 
 class FencedPostgresSaver(PostgresSaver):
     """PostgresSaver whose writes run in one transaction with the fence check, pipelined: the
-    check, the blobs and the checkpoint (or the writes) go to the server in one round trip. (The
-    base class pipelines statements in autocommit, so a `put_writes` is not atomic on its own.)
-    A fence that does not hold makes the check divide by zero, which aborts the transaction
-    and the statements queued behind it."""
+    check, the blobs and the checkpoint (or the writes) go to the server in one round trip.
+
+    No BEGIN/COMMIT: in pipeline mode everything the server receives before the one Sync (sent
+    when the pipeline closes) is a single implicit transaction, committed at the Sync or rolled
+    back whole if any statement failed (PostgreSQL's protocol docs, "Pipelining";
+    tests/test_postgres.py checks it). psycopg's `conn.transaction()` inside a pipeline would
+    add two more Syncs, each a round trip. A fence that does not hold makes the check divide by
+    zero, which aborts the transaction and the statements queued behind it."""
 
     @contextmanager
     def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
@@ -133,7 +140,6 @@ class FencedPostgresSaver(PostgresSaver):
                 self.lock,
                 pg_internal.get_connection(self.conn) as conn,
                 conn.pipeline(),
-                conn.transaction(),
                 conn.cursor(binary=True, row_factory=dict_row) as cur,
             ):
                 cur.execute(_HOLD_OR_FAIL_SQL, fence)
@@ -216,7 +222,6 @@ def _persistence(pid: int) -> tuple[Any, Any]:
             SqliteStore(_open_sqlite(path, autocommit=True)),
         )
     from langgraph.store.postgres import PostgresStore
-    from psycopg_pool import ConnectionPool
 
     pool = ConnectionPool(
         url,
@@ -225,10 +230,23 @@ def _persistence(pid: int) -> tuple[Any, Any]:
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         # A connection the database dropped (a restart, pg_terminate_backend) is noticed and
         # replaced when it is taken from the pool, not handed to a run.
-        check=ConnectionPool.check_connection,
+        check=_check_without_round_trip,
         open=True,
     )
     return FencedPostgresSaver(pool), PostgresStore(pool)
+
+
+def _check_without_round_trip(conn: Any) -> None:
+    """The pool's check on every checkout, without the round trip of psycopg's own (an empty
+    query, ten or more per advance). An idle connection has nothing to read unless the server
+    sent something unasked: its goodbye before it closed the connection (a restart,
+    pg_terminate_backend) or the end of the stream. Only then is the real check run, which
+    raises for a dead connection, so the pool replaces it."""
+    if conn.closed or conn.broken:
+        raise OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
 
 
 def checkpointer() -> FencedSqliteSaver | FencedPostgresSaver:

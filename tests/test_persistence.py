@@ -41,8 +41,11 @@ WRITER = textwrap.dedent(
         saver = FencedSqliteSaver(_open_sqlite(path, autocommit=True))
     else:
         saver = persistence.checkpointer()
+    # Fenced, as every run writes: the check and the rows in one transaction (on PostgreSQL an
+    # implicit one, ended by the pipeline's single Sync).
+    saver.claim_fence(sys.argv[2], 1)
     config = {"configurable": {"thread_id": sys.argv[2], "checkpoint_ns": "",
-                               "checkpoint_id": "c1"}}
+                               "checkpoint_id": "c1", "fence": 1}}
     n = 0
     while True:
         saver.put_writes(config, [("notes", "x" * 20)] * ROWS, task_id=f"task-{n}")
@@ -182,3 +185,32 @@ def test_new_threads_get_small_integer_versions(transactional_db):
     )
     stored = persistence.checkpointer().get_tuple(config).checkpoint["channel_versions"]
     assert stored and all(isinstance(v, int) for v in stored.values())
+
+
+@pytest.mark.skipif(
+    "postgres" not in os.environ.get("DATABASE_URL", ""), reason="PostgresSaver's pipeline"
+)
+def test_a_fenced_put_whose_last_statement_fails_leaves_none_of_its_rows(transactional_db):
+    """The fence check, the blobs and the checkpoint row are one transaction: the pipeline's
+    single Sync ends it. Here the last statement fails (PostgreSQL's jsonb refuses a NUL
+    character) after the fence and the blobs went through; nothing of the call may stay."""
+    import psycopg
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = persistence.checkpointer()
+    thread = f"atomic-put-{uuid.uuid4().hex}"
+    assert saver.claim_fence(thread, 1)
+    checkpoint = empty_checkpoint()
+    version = saver.get_next_version(None, None)
+    # "notes" is a list: stored in checkpoint_blobs; "note" is a string: inline in the row.
+    checkpoint["channel_values"] = {"notes": ["kept?"], "note": "bad \x00 byte"}
+    checkpoint["channel_versions"] = {"notes": version, "note": version}
+    config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "fence": 1}}
+    with pytest.raises(psycopg.Error):
+        saver.put(config, checkpoint, {"source": "input", "step": -1}, {"notes": version})
+    with saver.conn.connection() as conn:
+        blobs = conn.execute(
+            "SELECT count(*) AS n FROM checkpoint_blobs WHERE thread_id = %s", (thread,)
+        ).fetchone()["n"]
+    assert blobs == 0
+    assert saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}) is None

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from django.conf import settings
@@ -98,3 +99,27 @@ def test_a_bad_scale_out_setting_stops_the_process_with_its_name(env, message, t
         },
     )
     assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]
+
+
+@on_postgres
+def test_a_pooled_connection_the_server_dropped_is_replaced_before_a_run_gets_it(db):
+    """The pool checks each connection it hands out without a round trip (refunds/persistence.py
+    `_check_without_round_trip`); a connection the server terminated while it sat in the pool is
+    still caught and replaced, so the next checkpoint read succeeds."""
+    saver = persistence.checkpointer()
+    pool = saver.conn
+    with pool.connection() as conn:
+        pid = conn.info.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the goodbye reaches the pooled socket
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+            if cursor.fetchone()[0] == 0:
+                break
+        time.sleep(0.02)
+    for _ in range(pool.get_stats()["pool_size"] + 1):  # every connection the pool holds
+        assert saver.get_tuple({"configurable": {"thread_id": "none", "checkpoint_ns": ""}}) is None
+    with pool.connection() as conn:
+        assert conn.info.backend_pid != pid
