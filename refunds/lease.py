@@ -22,11 +22,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
@@ -136,10 +138,11 @@ class Lease:
         qs = Ticket.objects.filter(pk=self.ticket_id, lease_epoch=self.epoch)
         return bool(_with_reconnect(lambda: qs.update(**update)))
 
-    def release_with_mirror(self, fields: dict[str, Any]) -> bool:
+    def release_with_mirror(self, fields: dict[str, Any]) -> Released:
         """The end of a run that went well: write the mirror, mark it exact at this epoch and
-        give the thread back, in one UPDATE. True when a decision or a fork landed meanwhile
-        (the same statement tells), so the caller goes round again."""
+        give the thread back, in one UPDATE. The same statement tells whether a decision or a
+        fork landed meanwhile (the caller goes round again) and, for a ticket it made refunded,
+        when a person approved it (the latency metric)."""
         update = {
             "lease_owner": "",
             "lease_expires_at": None,
@@ -166,12 +169,18 @@ class Lease:
                 fields["pending_interrupt_id"],
                 review_since.get_db_prep_save(update["updated_at"], connection),
             ]
+        approved_at = "NULL"
+        if fields.get("status") == Ticket.Status.REFUNDED:
+            approved_at = (
+                "(SELECT max(d.decided_at) FROM refunds_decision d WHERE d.ticket_id = "
+                "refunds_ticket.id AND d.answer = 'approve')"
+            )
         sql = (
             f"UPDATE refunds_ticket SET {', '.join(sets)} WHERE id = %s AND lease_epoch = %s "
             "RETURNING (EXISTS (SELECT 1 FROM refunds_decision d WHERE d.ticket_id = "
             "refunds_ticket.id AND d.applied_at IS NULL AND d.refused_reason = '') OR EXISTS "
             "(SELECT 1 FROM refunds_fork f WHERE f.ticket_id = refunds_ticket.id "
-            "AND f.applied_at IS NULL AND f.refused_reason = ''))"
+            f"AND f.applied_at IS NULL AND f.refused_reason = '')), {approved_at}"
         )
 
         def write():
@@ -180,7 +189,24 @@ class Lease:
                 return cursor.fetchone()
 
         row = _with_reconnect(write)
-        return bool(row and row[0])
+        if row is None:
+            return Released(written=False, news=False, approved_at=None)
+        return Released(written=True, news=bool(row[0]), approved_at=_as_datetime(row[1]))
+
+
+@dataclass(frozen=True)
+class Released:
+    written: bool  # False: the epoch no longer held, nothing was written
+    news: bool  # a decision or a fork landed while the lease was held
+    approved_at: datetime | None  # set for a ticket this release made refunded
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    """A timestamp read with raw SQL: PostgreSQL gives a datetime, SQLite the text Django stored
+    (UTC)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return parse_datetime(value).replace(tzinfo=UTC)
 
 
 class _Keeper:

@@ -301,12 +301,17 @@ class Decision(models.Model):
         return f"{self.get_answer_display()} by {self.reviewer} on {self.ticket}"
 
     def as_resume_value(self) -> dict:
-        # The internal note is left out on purpose: what enters the thread can reach the
-        # customer's email, the note must not.
-        value = {"answer": self.answer, "reason": self.reason, "reviewer": self.reviewer.username}
-        if self.amount_cents is not None:
-            value["amount_cents"] = self.amount_cents  # an "edit": the amount to pay instead
-        return value
+        return resume_value(self.answer, self.reason, self.reviewer.username, self.amount_cents)
+
+
+def resume_value(answer: str, reason: str, reviewer: str, amount_cents: int | None) -> dict:
+    """What a decision sends into the thread with `Command(resume=...)`. The internal note is
+    left out on purpose: what enters the thread can reach the customer's email, the note must
+    not."""
+    value = {"answer": answer, "reason": reason, "reviewer": reviewer}
+    if amount_cents is not None:
+        value["amount_cents"] = amount_cents  # an "edit": the amount to pay instead
+    return value
 
 
 class CannedReason(models.Model):

@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F
 from django.utils import timezone
@@ -41,7 +42,7 @@ from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
-from refunds.models import Charge, Decision, Fork, Order, Ticket
+from refunds.models import Charge, Decision, Fork, Order, Ticket, resume_value
 from refunds.payments import get_gateway
 from refunds.persistence import FenceLost, graph, snapshot, thread_config
 
@@ -94,24 +95,13 @@ def _advance(ticket_id: int) -> str:
         return "error"
     # The mirror and the release in one UPDATE, which also says whether a decision or a fork
     # landed while we held the lease.
-    if lease.release_with_mirror(fields):
+    released = lease.release_with_mirror(fields)
+    if released.news:
         return _advance(ticket_id)
-    if fields.get("status") == Ticket.Status.REFUNDED:
-        _refunded(lease.ticket_id)
-    return fields.get("status", lease.status)
-
-
-def _refunded(ticket_id: int) -> None:
-    """This run's release made the ticket refunded: how long since a person approved it."""
-    decided = (
-        Decision.objects.filter(ticket_id=ticket_id, answer=Decision.Answer.APPROVE)
-        .order_by("-decided_at")
-        .values_list("decided_at", flat=True)
-        .first()
-    )
-    if decided is not None:
-        waited = (timezone.now() - decided).total_seconds()
+    if released.approved_at is not None:  # this release made it refunded
+        waited = (timezone.now() - released.approved_at).total_seconds()
         metrics.DECISION_TO_REFUNDED_SECONDS.observe(max(waited, 0.0))
+    return fields.get("status", lease.status)
 
 
 def _release_after_error(lease: leases.Lease, error: str) -> None:
@@ -206,18 +196,38 @@ def _fenced(qs, lease: leases.Lease):
     return qs.filter(ticket__lease_epoch=lease.epoch)
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """A recorded decision, as the resume needs it."""
+
+    pk: int
+    interrupt_id: str
+    value: dict
+
+
+def _open_decisions(ticket_id: int) -> list[tuple]:
+    users = get_user_model()._meta.db_table
+    return sql.fetchall(
+        "SELECT d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username "
+        f"FROM refunds_decision d JOIN {users} u ON u.id = d.reviewer_id "
+        "WHERE d.ticket_id = %s AND d.applied_at IS NULL AND d.refused_reason = '' ORDER BY d.id",
+        [ticket_id],
+    )
+
+
 def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | None):
     """Return the recorded decision the thread waits on, if any; close out the others."""
     chosen = None
-    for decision in Decision.objects.filter(
-        ticket_id=lease.ticket_id, applied_at=None, refused_reason=""
-    ).select_related("reviewer"):
-        one = _fenced(Decision.objects.filter(pk=decision.pk), lease)
-        if decision.interrupt_id in pending and chosen is None:
-            chosen = decision
-        elif decision.pk == answered:  # a crash after the resume landed, before we noted it
+    for pk, interrupt_id, answer, reason, amount_cents, reviewer in _open_decisions(
+        lease.ticket_id
+    ):
+        one = _fenced(Decision.objects.filter(pk=pk), lease)
+        if interrupt_id in pending and chosen is None:
+            value = resume_value(answer, reason, reviewer, amount_cents)
+            chosen = _Answer(pk, interrupt_id, value)
+        elif pk == answered:  # a crash after the resume landed, before we noted it
             one.update(applied_at=timezone.now())
-        elif decision.interrupt_id not in pending:
+        elif interrupt_id not in pending:
             one.update(refused_reason="The thread no longer waits on this review.")
     return chosen
 
@@ -333,7 +343,7 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
                 [lease.ticket_id, lease.epoch],
             )
             _emit(lease.thread_id, "resume")
-            answer = decision.as_resume_value() | {"decision_id": decision.pk}
+            answer = decision.value | {"decision_id": decision.pk}
             # Keyed by interrupt id: a repeated resume can never answer a later question. A
             # state of an older shape is upgraded in the same command, before approve runs on.
             upgrade = versions.upgrade(state.values) if old_shape else {}
