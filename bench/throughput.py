@@ -215,17 +215,40 @@ def run_idle_latency(desk: Desk, numbers: list[str]) -> dict:
             every=POLL,
         )
         wall.append((time.perf_counter() - t0) * 1000)
-    rows = latencies_ms(
-        desk.decided
-        & set(Ticket.objects.filter(order__number__in=numbers).values_list("pk", flat=True))
+    idle_ids = desk.decided & set(
+        Ticket.objects.filter(order__number__in=numbers).values_list("pk", flat=True)
     )
+    rows = latencies_ms(idle_ids)
     return {
         "decisions": len(rows),
         "p50_ms": pct(rows, 50),
         "p95_ms": pct(rows, 95),
         "max_ms": max(rows),
         "polled_p50_ms": pct(sorted(wall), 50),
+        "where_p50_ms": idle_breakdown(idle_ids),
     }
+
+
+def idle_breakdown(ids: set[int]) -> dict:
+    """Where an idle decision's time goes, from the rows' own timestamps (p50 of each leg):
+    decision recorded -> ledger row written (the broker hop, the grant, the resume up to the
+    charge), -> email marked sent (the charge, its checkpoint, the email), -> mirror refunded
+    (the email's checkpoint, notify, the release)."""
+    from refunds.models import Charge, Decision, Email, Ticket
+
+    def stamps(model, field: str, **where) -> dict:
+        return dict(model.objects.filter(**where).values_list("ticket_id", field))
+
+    decided = stamps(Decision, "decided_at", ticket_id__in=ids)
+    charged = stamps(Charge, "created_at", ticket_id__in=ids)
+    sent = stamps(Email, "sent_at", ticket_id__in=ids, key__endswith=":email")
+    done = dict(Ticket.objects.filter(pk__in=ids).values_list("pk", "updated_at"))
+    legs: dict[str, list[float]] = {"to the charge": [], "to the email": [], "to the release": []}
+    for ticket_id in set(decided) & set(charged) & set(sent) & set(done):
+        marks = [decided[ticket_id], charged[ticket_id], sent[ticket_id], done[ticket_id]]
+        for leg, (a, b) in zip(legs, zip(marks, marks[1:], strict=False), strict=True):
+            legs[leg].append((b - a).total_seconds() * 1000)
+    return {leg: pct(sorted(values), 50) for leg, values in legs.items() if values}
 
 
 def run_burst_latency(desk: Desk, numbers: list[str]) -> dict:
@@ -385,6 +408,8 @@ def run_one(backend: str, n_workers: int, args) -> dict:
             f"{label}:   idle p50 {result['latency_idle']['p50_ms']:.1f} ms, "
             f"p95 {result['latency_idle']['p95_ms']:.1f} ms"
         )
+        legs = result["latency_idle"]["where_p50_ms"]
+        say(f"{label}:   idle p50 by leg: " + ", ".join(f"{k} {v:.1f} ms" for k, v in legs.items()))
         say(f"{label}: decision -> refunded under a burst of {args.burst} decisions")
         result["latency_burst"] = run_burst_latency(desk, numbers[t + i :])
         say(

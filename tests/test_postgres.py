@@ -123,3 +123,68 @@ def test_a_pooled_connection_the_server_dropped_is_replaced_before_a_run_gets_it
         assert saver.get_tuple({"configurable": {"thread_id": "none", "checkpoint_ns": ""}}) is None
     with pool.connection() as conn:
         assert conn.info.backend_pid != pid
+
+
+def sessions_opened() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+@on_postgres
+@pytest.mark.slow
+def test_a_worker_keeps_its_database_connection_from_task_to_task(workers, admin_user):
+    """Celery's Django fixup would open a new connection for every task (CELERY_DB_REUSE_MAX);
+    a worker that ran ten advances opened a handful of sessions, not one per task, and still
+    goes on after the server dropped its connections (Django's health check before reuse)."""
+    from datetime import date, timedelta
+
+    from refunds import services
+    from refunds.models import Order, Ticket
+    from tests.reviewing import decide
+
+    workers("w1")
+    promised = date(2026, 11, 2)
+    numbers = []
+    for i in range(6):
+        order = Order.objects.create(
+            number=f"R{i:03d}",
+            customer_name=f"Customer {i}",
+            customer_email=f"reuse{i}@example.com",
+            promised_on=promised,
+            delivered_on=promised + timedelta(days=3),
+            shipping_fee_cents=900,
+        )
+        numbers.append(order.number)
+    first = services.ticket_open(order_number=numbers[0])
+    wait_for_status([first], "awaiting_review")  # the worker's connections are open now
+    before = sessions_opened()
+    tickets = [services.ticket_open(order_number=number) for number in numbers[1:]]
+    wait_for_status(tickets, "awaiting_review")
+    for ticket in Ticket.objects.filter(pk__in=[t.pk for t in tickets]):
+        decide(ticket, admin_user)
+    wait_for_status(tickets, "refunded")
+    opened = sessions_opened() - before
+    assert opened <= 3, f"{opened} sessions for 10 tasks: the worker reconnects per task"
+
+    with connection.cursor() as cursor:  # the server drops every connection but this one
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    first.refresh_from_db()
+    decide(first, admin_user)
+    wait_for_status([first], "refunded")
+    assert Ticket.objects.get(pk=first.pk).last_error == ""
+
+
+def wait_for_status(tickets, status: str) -> None:
+    from refunds.devtools.processes import wait_for
+    from refunds.models import Ticket
+
+    ids = [t.pk for t in tickets]
+    wait_for(
+        lambda: Ticket.objects.filter(pk__in=ids, status=status).count() == len(ids),
+        what=f"{len(ids)} ticket(s) {status}",
+        timeout=60,
+    )
