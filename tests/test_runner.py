@@ -247,3 +247,29 @@ def test_a_declined_ticket_stops_before_the_email_then_sends_it_under_sync(
     ticket = services.ticket_open(order_number="1043")
     assert runner.advance(ticket.pk) == "declined"
     assert seen == ["exit", "sync"]  # lookup .. decline, then notify
+
+
+def test_a_task_boundary_keeps_the_database_connection(transactional_db):
+    """What a worker runs around every task: Celery's Django fixup (which closes the connection
+    unless CELERY_DB_REUSE_MAX is set) and our `recycle_connections` (Django's CONN_MAX_AGE rules).
+    The connection opened for one task serves the next, on SQLite as on PostgreSQL."""
+    from celery.fixups.django import DjangoWorkerFixup
+    from django.db import connection
+
+    from config.celery_app import app, recycle_connections
+
+    fixup = DjangoWorkerFixup(app)
+    connection.ensure_connection()
+    opened = connection.connection
+    for _ in range(3):  # task_prerun, then task_postrun
+        fixup.on_task_prerun(sender=runner_task())
+        recycle_connections()
+        fixup.on_task_postrun(sender=runner_task())
+        recycle_connections()
+    assert connection.connection is opened
+
+
+def runner_task():
+    from refunds.tasks import advance_ticket
+
+    return advance_ticket
