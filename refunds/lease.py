@@ -189,14 +189,13 @@ class Lease:
                 return cursor.fetchone()
 
         row = _with_reconnect(write)
-        if row is None:
-            return Released(written=False, news=False, approved_at=None)
-        return Released(written=True, news=bool(row[0]), approved_at=_as_datetime(row[1]))
+        if row is None:  # the epoch no longer held: nothing was written
+            return Released(news=False, approved_at=None)
+        return Released(news=bool(row[0]), approved_at=_as_datetime(row[1]))
 
 
 @dataclass(frozen=True)
 class Released:
-    written: bool  # False: the epoch no longer held, nothing was written
     news: bool  # a decision or a fork landed while the lease was held
     approved_at: datetime | None  # set for a ticket this release made refunded
 

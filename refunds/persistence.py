@@ -124,7 +124,7 @@ class FencedPostgresSaver(PostgresSaver):
     No BEGIN/COMMIT: in pipeline mode everything the server receives before the one Sync (sent
     when the pipeline closes) is a single implicit transaction, committed at the Sync or rolled
     back whole if any statement failed (PostgreSQL's protocol docs, "Pipelining";
-    tests/test_postgres.py checks it). psycopg's `conn.transaction()` inside a pipeline would
+    tests/test_persistence.py checks it). psycopg's `conn.transaction()` inside a pipeline would
     add two more Syncs, each a round trip. A fence that does not hold makes the check divide by
     zero, which aborts the transaction and the statements queued behind it."""
 
