@@ -16,8 +16,8 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from refunds.devtools.processes import CeleryProcess
-from refunds.devtools.processes import wait_for as wait_for  # the scripts import it from here
+from devtools.processes import CeleryProcess
+from devtools.processes import wait_for as wait_for  # the scripts import it from here
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

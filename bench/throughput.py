@@ -357,8 +357,8 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     from django.core.management import call_command
 
     from bench.reference import order_facts, run_bare
+    from core import embedded_redis
     from refunds import persistence
-    from refunds.devtools import embedded_redis
     from refunds.models import Order
 
     call_command("migrate", verbosity=0)  # also creates the checkpoint and store tables, once

@@ -32,7 +32,7 @@ def exit_on_bad_setting() -> None:
         if issubclass(exc_type, BadSetting):
             sys.stderr.write(f"Refund Desk cannot start: {exc}\n")
         elif _is_database_unreachable(exc):
-            from config.masking import mask
+            from core.masking import mask
 
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             sys.stderr.write(

@@ -6,11 +6,13 @@ users. Anything else is production: DEBUG off unless asked for, SECRET_KEY requi
 users ever (demo_data refuses), and the HTTPS settings `check --deploy` names come from the
 environment (HTTPS=true turns them all on)."""
 
+import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
     BadSetting,
@@ -89,7 +91,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "config.logs.request_id_middleware",
+    "core.logs.request_id_middleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.middleware.permissions_policy_middleware",
@@ -257,13 +259,18 @@ REFUNDS_CARRIER = env_str("REFUNDS_CARRIER", "")
 REFUNDS_CARRIER_TIMEOUT = env_number("REFUNDS_CARRIER_TIMEOUT", 5.0, minimum=0.01)
 REFUNDS_CARRIER_ATTEMPTS = env_int("REFUNDS_CARRIER_ATTEMPTS", 2, minimum=1)
 
-# Fault injection for crash tests and `manage.py crashtest` (refunds/devtools/faults.py): a plan
-# file puts crash points in the nodes, around the gateway and in mail delivery. Unset normally.
+# devtools/ (crash points, worker processes, the SMTP sink, the fake processor, `manage.py
+# crashtest`) sits beside the app in a checkout and is not installed with it: where it is missing,
+# its app is simply absent. Fault injection: a plan file (devtools/faults.py) puts crash points in
+# the nodes, around the gateway and in mail delivery; tests and crashtest set it, nothing else.
+if importlib.util.find_spec("devtools") is not None:
+    INSTALLED_APPS.append("devtools")
 REFUNDS_CRASH_PLAN = env_str("REFUNDS_CRASH_PLAN", "")
 if REFUNDS_CRASH_PLAN:
-    INSTALLED_APPS.append("refunds.devtools")
+    if "devtools" not in INSTALLED_APPS:
+        raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")
     REFUNDS_CRASH_INNER = {"gateway": REFUNDS_GATEWAY}
-    REFUNDS_GATEWAY = "refunds.devtools.faults.CrashingGateway"
+    REFUNDS_GATEWAY = "devtools.faults.CrashingGateway"
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"
@@ -391,8 +398,8 @@ PROMETHEUS_MULTIPROC_DIR = writable_dir(
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
 
 # --- Errors and logs: secrets masked everywhere (config/masking.py) ---------------------------
-DEFAULT_EXCEPTION_REPORTER = "config.masking.SafeReporter"
-DEFAULT_EXCEPTION_REPORTER_FILTER = "config.masking.SafeFilter"
+DEFAULT_EXCEPTION_REPORTER = "core.masking.SafeReporter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "core.masking.SafeFilter"
 LOG_LEVEL = env_choice(
     "LOG_LEVEL", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 )
@@ -401,8 +408,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "config.logs.JsonFormatter"},
-        "text": {"()": "config.logs.TextFormatter", "format": "%(levelname)s %(name)s %(message)s"},
+        "json": {"()": "core.logs.JsonFormatter"},
+        "text": {"()": "core.logs.TextFormatter", "format": "%(levelname)s %(name)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

@@ -19,7 +19,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from config.masking import mask
+from core.masking import mask
 from refunds import permissions, persistence
 
 

@@ -32,7 +32,7 @@ from django.utils.dateparse import parse_datetime
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
-from refunds import sql
+from core import sql
 from refunds.models import Ticket
 
 log = logging.getLogger(__name__)

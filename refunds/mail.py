@@ -42,7 +42,8 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from langgraph.errors import GraphDrained
 
-from refunds import metrics, sql
+from core import sql
+from refunds import metrics
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock

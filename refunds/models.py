@@ -50,7 +50,7 @@ class Order(models.Model):
     def facts(cls, number: str, *, for_ticket: int | None = None) -> dict | None:
         """What lookup reads, in one statement: the order and what the ledger holds for it
         (paid or under way) from tickets other than `for_ticket`."""
-        from refunds import sql
+        from core import sql
 
         held = (
             "FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN ('pending', "

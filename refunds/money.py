@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from django.db import InterfaceError, OperationalError, connection, transaction
 from langgraph.errors import GraphDrained
 
-from refunds import sql
+from core import sql
 from refunds.flow.errors import (
     EffectBusy,
     OverBalance,

@@ -85,7 +85,7 @@ class HttpGateway:
     `POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>` to look one up.
 
     Set REFUNDS_GATEWAY=refunds.payments.HttpGateway and REFUNDS_GATEWAY_URL. The tests run it
-    against refunds.devtools.fake_processor, a real HTTP server that counts what it is asked."""
+    against devtools.fake_processor, a real HTTP server that counts what it is asked."""
 
     def __init__(self, base_url: str | None = None, timeout: float | None = None):
         self.base_url = (base_url or settings.REFUNDS_GATEWAY_URL).rstrip("/")

@@ -38,7 +38,7 @@ from refunds.flow.tracking import TrackingOptions
 
 FENCE_TABLE = "refunds_thread_fence"
 _FENCE: ContextVar[tuple[str, int] | None] = ContextVar("refunds_fence", default=None)
-# Set by refunds.devtools (tests and crashtest only): wraps every node, for crash points.
+# Set by devtools (tests and crashtest only): wraps every node, for crash points.
 node_wrapper: NodeWrapper | None = None
 
 

@@ -34,9 +34,10 @@ from django.utils import timezone
 from langgraph.errors import GraphDrained
 from langgraph.types import Command
 
-from config.logs import bound
+from core import sql
+from core.logs import bound
 from refunds import lease as leases
-from refunds import mail, metrics, mirror, money, persistence, sql
+from refunds import mail, metrics, mirror, money, persistence
 from refunds.carriers import get_carrier
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy

@@ -13,8 +13,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core.clock import local_words
 from refunds import audit, permissions
-from refunds.clock import local_words
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
 from refunds.models import (

@@ -13,11 +13,11 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection
 
-from refunds.devtools import embedded_redis
-from refunds.devtools.fake_processor import FakeProcessor
-from refunds.devtools.processes import CeleryProcess
-from refunds.devtools.processes import wait_for as wait_for  # tests import it from here
-from refunds.devtools.smtp_sink import SmtpSink
+from core import embedded_redis
+from devtools.fake_processor import FakeProcessor
+from devtools.processes import CeleryProcess
+from devtools.processes import wait_for as wait_for  # tests import it from here
+from devtools.smtp_sink import SmtpSink
 from refunds.models import Order
 
 

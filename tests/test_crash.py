@@ -2,7 +2,7 @@
 dies, stalls or pauses, and when.
 
 Every test here kills, pauses or races real processes: celery workers started by the `workers`
-fixture, killed from inside (os._exit or SIGSTOP at a named point, see refunds/devtools/faults.py)
+fixture, killed from inside (os._exit or SIGSTOP at a named point, see devtools/faults.py)
 or from outside (SIGKILL of the whole worker). Effects are counted where they land: refunds at a
 payment processor over HTTP, messages at a real SMTP server (`sinks`)."""
 
@@ -18,8 +18,8 @@ from collections import Counter
 import pytest
 from django.db import connection
 
+from devtools.faults import fired
 from refunds import persistence, services
-from refunds.devtools.faults import fired
 from refunds.models import Decision, Email, Ticket
 from tests.conftest import beat_process, wait_for
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from django.conf import settings
 
-from refunds.devtools.processes import ROOT
+from devtools.processes import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -79,7 +79,7 @@ def test_readyz_gives_up_on_a_check_that_hangs(client, db, monkeypatch, settings
 
 def test_readyz_answers_503_within_3_s_when_the_broker_is_down(client, admin_user, settings):
     # A port nothing listens on: the broker refuses, as a stopped Redis does.
-    from refunds.devtools.smtp_sink import free_port
+    from devtools.smtp_sink import free_port
 
     settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
     client.force_login(admin_user)

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from refunds.devtools.processes import ROOT
+from devtools.processes import ROOT
 
 
 def test_the_code_passes_ruff_check():

@@ -155,7 +155,7 @@ def test_on_postgresql_a_young_claim_is_left_to_its_sender_even_with_its_lock_fr
 
 @pytest.fixture
 def smtp(settings):
-    from refunds.devtools.smtp_sink import SmtpSink
+    from devtools.smtp_sink import SmtpSink
 
     sink = SmtpSink().start()
     for name, value in sink.env().items():

@@ -10,9 +10,9 @@ import pytest
 from django.db.models import F
 from langgraph.errors import GraphDrained
 
+from devtools.fake_processor import FakeProcessor
 from refunds import lease as leases
 from refunds import money
-from refunds.devtools.fake_processor import FakeProcessor
 from refunds.flow.errors import (
     EffectBusy,
     OverBalance,

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection
 
-from refunds.devtools.fake_processor import FakeProcessor
+from devtools.fake_processor import FakeProcessor
 from refunds.flow.errors import GatewayOutcomeUnknown
 from refunds.models import Charge, DemoProcessorRefund
 from refunds.payments import (

@@ -21,8 +21,8 @@ from collections import Counter
 import pytest
 from django.conf import settings
 
+from devtools.processes import ROOT
 from refunds import persistence
-from refunds.devtools.processes import ROOT
 from tests.conftest import database_url
 
 ROWS = 20_000  # writes per call: a call takes long enough to be killed in the middle

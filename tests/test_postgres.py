@@ -179,7 +179,7 @@ def test_a_worker_keeps_its_database_connection_from_task_to_task(workers, admin
 
 
 def wait_for_status(tickets, status: str) -> None:
-    from refunds.devtools.processes import wait_for
+    from devtools.processes import wait_for
     from refunds.models import Ticket
 
     ids = [t.pk for t in tickets]

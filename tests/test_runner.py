@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from devtools import faults
 from refunds import mirror, permissions, persistence, runner, services
-from refunds.devtools import faults
 from refunds.models import Charge, Decision, Ticket
 
 

@@ -155,7 +155,7 @@ def test_production_error_pages_are_plain(db, settings):
 
 def test_log_lines_are_json_with_request_id_and_masked(db, settings, capsys):
     settings.ROOT_URLCONF = __name__
-    from config.logs import JsonFormatter
+    from core.logs import JsonFormatter
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
@@ -175,7 +175,7 @@ def test_log_lines_are_json_with_request_id_and_masked(db, settings, capsys):
 
 
 def test_the_runner_logs_carry_ticket_and_thread_ids(db, late_order, caplog):
-    from config.logs import CONTEXT
+    from core.logs import CONTEXT
     from refunds import runner
 
     seen = []

@@ -220,7 +220,7 @@ def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, messag
 
 
 def test_an_unreachable_postgresql_stops_migrate_with_one_line_and_no_password(tmp_path):
-    from refunds.devtools.smtp_sink import free_port
+    from devtools.smtp_sink import free_port
 
     url = f"postgres://refunds:hunter22@127.0.0.1:{free_port()}/refunds"
     result = manage_check(tmp_path, "migrate", REFUNDS_DEMO="true", DATABASE_URL=url)

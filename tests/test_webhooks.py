@@ -15,8 +15,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from devtools.smtp_sink import free_port
 from refunds import lease, runner, services
-from refunds.devtools.smtp_sink import free_port
 from refunds.models import Ticket
 from webhooks import delivery, signing
 from webhooks.models import Attempt, Delivery, Endpoint, Event

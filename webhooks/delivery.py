@@ -22,8 +22,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from config.logs import bound
-from config.masking import mask
+from core.logs import bound
+from core.masking import mask
 from refunds import metrics
 from webhooks import signing
 from webhooks.models import Attempt, Delivery, Endpoint, Event

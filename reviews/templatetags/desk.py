@@ -5,7 +5,7 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from refunds.clock import local_words
+from core.clock import local_words
 from refunds.flow import words
 
 register = template.Library()

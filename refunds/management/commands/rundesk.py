@@ -15,7 +15,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from refunds.devtools import embedded_redis
+from core import embedded_redis
 
 
 class Command(BaseCommand):

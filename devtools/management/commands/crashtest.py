@@ -3,7 +3,7 @@ wrong where it lands: refunds at a payment processor over HTTP, messages at a re
 
 Kills come from inside (os._exit at a named point of a thread: in every node, between nodes,
 during a resume, around the gateway call and the SMTP conversation; planned per ticket through
-refunds/devtools/faults.py) and from outside (SIGKILL of a whole worker, main process and pool
+devtools/faults.py) and from outside (SIGKILL of a whole worker, main process and pool
 child, at random moments, then a restart). Pauses SIGSTOP a whole worker for longer than the lease
 and SIGCONT it after another worker may have taken its thread over. Some orders get a second
 ticket once their first one is settled (a helpdesk asking again). Reviewers approve (and
@@ -197,9 +197,9 @@ class Run:
         self.events: list[tuple[float, str]] = []  # (time, what) of outside kills and pauses
 
     def execute(self) -> dict:
-        from refunds.devtools.fake_processor import FakeProcessor
-        from refunds.devtools.processes import CeleryProcess
-        from refunds.devtools.smtp_sink import SmtpSink
+        from devtools.fake_processor import FakeProcessor
+        from devtools.processes import CeleryProcess
+        from devtools.smtp_sink import SmtpSink
 
         started = time.monotonic()
         call_command("migrate", verbosity=0)
@@ -230,7 +230,7 @@ class Run:
         return self._summary(inside, settled, time.monotonic() - started)
 
     def _start_broker(self):
-        from refunds.devtools import embedded_redis
+        from core import embedded_redis
 
         if settings.USES_EMBEDDED_BROKER:
             return embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET)
@@ -411,7 +411,7 @@ class Run:
     def _explain_duplicates(self) -> list[dict]:
         """For every message delivered twice: when, and what happened from outside around the
         first copy (an outside SIGKILL right after it is the one window of mail once)."""
-        from refunds.devtools.faults import senders
+        from devtools.faults import senders
 
         opened = senders(settings.REFUNDS_CRASH_PLAN)
         out = []
@@ -508,6 +508,6 @@ def _explain(first: float, second: float, events: list[tuple[float, str]]) -> st
 
 
 def _markers() -> list[str]:
-    from refunds.devtools.faults import fired
+    from devtools.faults import fired
 
     return fired(settings.REFUNDS_CRASH_PLAN)

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from config.masking import mask
+from core.masking import mask
 
 CONTEXT: ContextVar[dict[str, Any]] = ContextVar("refund_desk_log_context", default={})  # noqa: B039
 STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}

@@ -16,7 +16,7 @@ import urllib.parse
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from refunds.devtools.smtp_sink import free_port
+from devtools.smtp_sink import free_port
 
 
 class FakeProcessor:

@@ -1,0 +1,1 @@
+"""Below everything, no Django app: logs, masking, the one date-time formatter, the hot SQL."""
