@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "axes",
     "refunds",
+    "api",
     "reviews",
     "webhooks",
     "insights",
@@ -96,7 +97,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.middleware.permissions_policy_middleware",
     "csp.middleware.CSPMiddleware",
-    "refunds.api.errors.api_guard_middleware",
+    "api.errors.api_guard_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -340,20 +341,20 @@ CELERY_BEAT_SCHEDULE["review-escalation-timers"] = {
     "options": {"expires": REFUNDS_TIMER_SECONDS},
 }
 
-# --- The JSON API (Django REST framework, refunds/api/) --------------------------------------
+# --- The JSON API (Django REST framework, api/) --------------------------------------
 API_RATE_PER_IP = env_str("API_RATE_PER_IP", "300/minute")  # every /api/ request, before auth
 API_RATE_PER_TOKEN = env_str("API_RATE_PER_TOKEN", "120/minute")  # per user, after auth
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "refunds.api.auth.TokenAuthentication",
-        "refunds.api.auth.SessionAuthentication",
+        "api.auth.TokenAuthentication",
+        "api.auth.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["refunds.api.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_THROTTLE_CLASSES": ["refunds.api.throttles.PerTokenThrottle"],
-    "EXCEPTION_HANDLER": "refunds.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.PerTokenThrottle"],
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "NUM_PROXIES": env_int("TRUSTED_PROXY_COUNT", 0, minimum=0),
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

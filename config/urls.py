@@ -6,7 +6,7 @@ from refunds import health
 
 urlpatterns = [
     path("", include("reviews.urls")),
-    path("api/", include("refunds.api.urls")),
+    path("api/", include("api.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", include("insights.urls")),

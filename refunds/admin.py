@@ -9,7 +9,6 @@ from django.utils.html import format_html, format_html_join
 from refunds import permissions, persistence, services
 from refunds.flow.words import dollars
 from refunds.models import (
-    ApiToken,
     CannedReason,
     Charge,
     Decision,
@@ -301,21 +300,6 @@ class EmailAdmin(ReadOnly, admin.ModelAdmin):
             self.message_user(request, f"Sending {queued} email(s) again.", messages.SUCCESS)
         for text in refused:
             self.message_user(request, text, messages.WARNING)
-
-
-@admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens are listed and can be revoked (deleted); never made or edited here: a user makes
-    their own at /account/token/ and sees the key once. Only its hash is stored."""
-
-    list_display = ["user", "hint", "created_at"]
-    fields = readonly_fields = ["user", "hint", "created_at"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 def _cents(amount: str) -> int:

@@ -12,8 +12,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from api.models import ApiToken
 from refunds import runner
-from refunds.models import ApiToken, Charge, Decision, Email, Ticket
+from refunds.models import Charge, Decision, Email, Ticket
 from refunds.services import NOTE_MAX
 from tests.conftest import make_order
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from refunds.models import ApiToken, RateCounter, Ticket
+from api.models import ApiToken, RateCounter
+from refunds.models import Ticket
 
 URL = "/api/tickets/"
 SHAPE = {"status", "code", "error"}
@@ -178,7 +179,7 @@ def test_one_address_past_its_rate_answers_429_even_with_bad_tokens(db, settings
 
 
 def test_the_counter_window_resets(db):
-    from refunds.api import limits
+    from api import limits
 
     rate = limits.Rate.parse("2/minute")
     assert [limits.hit("k", rate, now=120.0).allowed for _ in range(3)] == [True, True, False]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from refunds.models import ApiToken, Ticket
+from api.models import ApiToken
+from refunds.models import Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 

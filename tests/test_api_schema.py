@@ -8,7 +8,7 @@ import re
 import yaml
 from openapi_spec_validator import validate
 
-from refunds.api import urls as api_urls
+from api import urls as api_urls
 
 
 def schema(client) -> dict:

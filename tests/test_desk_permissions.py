@@ -8,7 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from refunds.models import ApiToken, AuditEvent, Decision, Ticket
+from api.models import ApiToken
+from refunds.models import AuditEvent, Decision, Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 

@@ -12,8 +12,9 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+from api.models import ApiToken, IdempotentRequest
 from refunds import services
-from refunds.models import ApiToken, IdempotentRequest, Ticket
+from refunds.models import Ticket
 from tests.conftest import wait_for
 
 URL = "/api/tickets/"

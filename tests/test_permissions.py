@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
+from api.models import ApiToken
 from refunds import permissions
-from refunds.models import ApiToken, Ticket
+from refunds.models import Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 

@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import include, path
 
-from refunds.models import ApiToken, hash_token
+from api.models import ApiToken, hash_token
 
 ROOT = Path(__file__).resolve().parent.parent
 DB_PASSWORD = "db-Pass-2741"
@@ -305,12 +305,10 @@ def test_admins_cannot_add_or_edit_tokens(client, admin_user, agent):
     ApiToken.issue(agent)
     token = ApiToken.objects.get()
     client.force_login(admin_user)
-    assert client.get("/admin/refunds/apitoken/add/").status_code == 403
-    page = client.get(f"/admin/refunds/apitoken/{token.pk}/change/")
+    assert client.get("/admin/api/apitoken/add/").status_code == 403
+    page = client.get(f"/admin/api/apitoken/{token.pk}/change/")
     assert page.status_code == 200 and b'name="key_hash"' not in page.content
-    assert (
-        client.post(f"/admin/refunds/apitoken/{token.pk}/change/", {"hint": "x"}).status_code == 403
-    )
+    assert client.post(f"/admin/api/apitoken/{token.pk}/change/", {"hint": "x"}).status_code == 403
 
 
 def test_a_user_in_no_group_has_a_key_that_reads_nothing(db, late_order):

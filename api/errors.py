@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from refunds.api import limits
+from api import limits
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/"

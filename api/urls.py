@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from refunds.api import views as api
+from api import views as api
 
 app_name = "api"
 urlpatterns = [

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from django.db import connection
 
+from api.models import RateCounter
+
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -40,7 +42,7 @@ def hit(key: str, rate: Rate, *, now: float | None = None) -> Verdict:
     now = time.time() if now is None else now
     window = int(now // rate.seconds) * rate.seconds
     expires = window + rate.seconds
-    table = connection.ops.quote_name("refunds_ratecounter")
+    table = connection.ops.quote_name(RateCounter._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (key, window_start, count, expires) VALUES (%s, %s, 1, %s) "

@@ -15,9 +15,9 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from refunds import permissions, services
-from refunds.api.errors import Conflict, Unprocessable, body
-from refunds.api.serializers import (
+from api import idempotency
+from api.errors import Conflict, Unprocessable, body
+from api.serializers import (
     NON_FIELD,
     DecisionIn,
     DecisionMade,
@@ -26,6 +26,7 @@ from refunds.api.serializers import (
     TicketOut,
     TicketRef,
 )
+from refunds import permissions, services
 from refunds.models import Decision, Ticket
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -106,10 +107,10 @@ def tickets(request: Request) -> Response:
         return response.status_code, response.data
 
     try:
-        status, data = services.idempotent(
+        status, data = idempotency.idempotent(
             user=request.user, key=key, request_body=raw, respond=respond
         )
-    except services.IdempotencyConflict as exc:
+    except idempotency.IdempotencyConflict as exc:
         raise Unprocessable(str(exc)) from None
     return Response(data, status=status, headers={"Idempotency-Key": key})
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from refunds.models import ApiToken
+from api.models import ApiToken
 
 SCHEMES = ("bearer", "token")
 
@@ -36,7 +36,7 @@ class SessionAuthentication(authentication.SessionAuthentication):
 
 
 class TokenScheme(OpenApiAuthenticationExtension):
-    target_class = "refunds.api.auth.TokenAuthentication"
+    target_class = "api.auth.TokenAuthentication"
     name = "apiKey"
 
     def get_security_definition(self, auto_schema):
@@ -49,7 +49,7 @@ class TokenScheme(OpenApiAuthenticationExtension):
 
 
 class SessionScheme(OpenApiAuthenticationExtension):
-    target_class = "refunds.api.auth.SessionAuthentication"
+    target_class = "api.auth.SessionAuthentication"
     name = "session"
 
     def get_security_definition(self, auto_schema):

@@ -1,12 +1,12 @@
 """Per-user (per-token) API rate limit, after authentication; the per-address limit runs before
-it, in refunds.api.errors.api_guard_middleware, so bad tokens are counted too."""
+it, in api.errors.api_guard_middleware, so bad tokens are counted too."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from rest_framework.throttling import BaseThrottle
 
-from refunds.api import limits
+from api import limits
 
 
 class PerTokenThrottle(BaseThrottle):

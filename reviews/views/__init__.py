@@ -1,0 +1,1 @@
+"""The review desk's pages, one module per page."""

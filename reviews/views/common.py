@@ -1,0 +1,72 @@
+"""What the desk's pages share: the typed request, page sizes, pending decisions, the way back."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils import timezone
+from django_htmx.middleware import HtmxDetails
+
+from refunds.models import CannedReason, Decision, Ticket
+
+RECENT = 10
+
+
+QUEUE_PAGE = 25
+
+
+TICKETS_PAGE = 25
+
+
+AUDIT_PAGE = 50
+
+
+COUNT_CAP = 1000
+
+
+TICKET_STATUS = "ticket-status"  # the ticket page's polled region, also a target of its form
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def with_pending_decisions(tickets: list[Ticket]) -> list[Ticket]:
+    """Note on each ticket the decision already recorded for its pending review, if any.
+
+    A decision is recorded at once but applied by a worker a moment later; until then the ticket
+    still awaits review, and showing its buttons again would invite a second answer (a 409)."""
+    waiting = [t for t in tickets if t.status == Ticket.Status.AWAITING_REVIEW]
+    by_interrupt = {
+        d.interrupt_id: d
+        for d in Decision.objects.filter(
+            interrupt_id__in=[t.pending_interrupt_id for t in waiting if t.pending_interrupt_id]
+        ).select_related("reviewer")
+    }
+    for ticket in tickets:
+        ticket.pending_decision = (
+            by_interrupt.get(ticket.pending_interrupt_id) if ticket in waiting else None
+        )
+    return tickets
+
+
+def page_number(request: HttpRequest) -> int:
+    raw = request.GET.get("page", "1")
+    return max(int(raw), 1) if raw.isdigit() and len(raw) < 7 else 1
+
+
+def row_extras() -> dict:
+    return {
+        "canned": list(CannedReason.objects.filter(active=True)),
+        "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
+        "now": timezone.now(),
+    }
+
+
+def back(request: HtmxHttpRequest, ticket: Ticket) -> HttpResponse:
+    if request.POST.get("back") == "ticket":
+        return redirect("reviews:ticket", ticket_id=ticket.pk)
+    return redirect("reviews:queue")

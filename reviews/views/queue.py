@@ -1,0 +1,262 @@
+"""The review queue: the reviews waiting on this reviewer, claim, decide, bulk approve."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import (
+    trigger_client_event,
+)
+
+from refunds import permissions, services
+from refunds.flow.words import dollars
+from refunds.models import CannedReason, Ticket, user_roles
+from reviews import forms
+from reviews.views.common import (
+    COUNT_CAP,
+    QUEUE_PAGE,
+    RECENT,
+    TICKET_STATUS,
+    HtmxHttpRequest,
+    back,
+    page_number,
+    row_extras,
+    with_pending_decisions,
+)
+from reviews.views.ticket import ticket_status_fragment
+
+
+def _queue_context(request: HtmxHttpRequest) -> dict:
+    cover = request.GET.get("cover") == "1" and permissions.is_manager(request.user)
+    reviewable = permissions.reviewable(request.user, cover=cover)
+    # Oldest first: a queue is worked from the longest wait. Counted up to a cap: the page's
+    # cost must not grow with a backlog of 10,000 reviews.
+    review_count = reviewable[: COUNT_CAP + 1].count()
+    pages = max((min(review_count, COUNT_CAP) + QUEUE_PAGE - 1) // QUEUE_PAGE, 1)
+    page = min(page_number(request), pages)
+    rows = list(
+        reviewable.select_related("order", "claimed_by", "opened_by").order_by(
+            "review_since", "id"
+        )[(page - 1) * QUEUE_PAGE : page * QUEUE_PAGE]
+    )
+    reviews = with_pending_decisions(rows)
+    return {
+        "reviews": reviews,
+        "review_count": review_count,
+        "count_cap": COUNT_CAP,
+        "page": page,
+        "pages": pages,
+        "cover": cover,
+        "may_cover": permissions.is_manager(request.user)
+        and not permissions.is_agent(request.user),
+        "version": _queue_version(reviews, review_count, page),
+        "recent": permissions.visible(request.user)
+        .filter(opened_by=request.user)
+        .select_related("order")[:RECENT],
+        "roles": sorted(user_roles(request.user)),
+        "scope": _queue_scope(request.user),
+        "canned": list(CannedReason.objects.filter(active=True)),
+        "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
+        "now": timezone.now(),
+    }
+
+
+def _queue_version(reviews: list[Ticket], count: int, page: int) -> str:
+    """What the rows show, as a short digest: a poll that carries the same one gets a 204 and
+    the browser keeps its rows (and the reviewer's half-typed reason) untouched."""
+    now = timezone.now()
+    warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
+    parts = [str(count), str(page)]
+    for t in reviews:
+        holder = t.claim_holder(now)
+        late = bool(t.review_since and now - t.review_since > warn)
+        decided = getattr(t, "pending_decision", None)
+        parts.append(
+            f"{t.pk}:{t.pending_interrupt_id}:{holder.pk if holder else ''}:"
+            f"{t.escalated_for}:{late}:{decided.pk if decided else ''}"
+        )
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _queue_scope(user) -> str:
+    """One sentence on what this user's queue holds, so an empty queue is not a mystery."""
+    agent, manager = permissions.is_agent(user), permissions.is_manager(user)
+    if permissions.is_admin(user) or (agent and manager):
+        return (
+            "You see every pending review: support agents decide refunds of $20.00 or less, "
+            "managers the larger ones and those the policy flags."
+        )
+    if agent:
+        return "You decide refunds of $20.00 or less; larger and flagged ones go to managers."
+    if manager:
+        return (
+            "You decide refunds over $20.00 and those the policy flags; smaller ones go to "
+            "support agents."
+        )
+    return "You are in no reviewer group, so no review waits on you; you can still open tickets."
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request", "HX-Target")
+def queue(request: HtmxHttpRequest) -> HttpResponse:
+    """The review queue page; its regions poll this same URL for their fragments. A rows poll
+    that names the version it shows gets 204 (nothing to swap) until something changed."""
+    context = _queue_context(request)
+    if request.htmx.target == "queue-rows":
+        if request.GET.get("v") == context["version"]:
+            return HttpResponse(status=204)
+        response = render(request, "reviews/_queue_rows.html", context)
+        # The rows changed: the recent tickets beside them refresh now too, not on their own
+        # clock, so a review in the queue never sits beside a ticket still shown as "Running".
+        return trigger_client_event(response, "ticketsChanged")
+    if request.htmx.target == "recent-tickets":
+        return render(request, "reviews/_recent_tickets.html", context)
+    return render(request, "reviews/queue.html", context)
+
+
+@require_POST
+@login_required
+def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
+    """Approve, Reject and Escalate: named buttons of one form, in a queue row or on the ticket
+    page; htmx gets back the region it targets, a plain POST a redirect to where it came from."""
+    ticket = get_object_or_404(
+        permissions.visible(request.user).select_related("order", "claimed_by"), pk=ticket_id
+    )
+    form = forms.DecideForm(request.POST)
+    answer = form.answer(request.POST)
+    try:
+        if not form.is_valid():
+            raise services.RefundError(
+                " ".join(str(e) for errors in form.errors.values() for e in errors)
+            )
+        data = form.cleaned_data
+        if answer == "both":
+            raise services.RefundError("Choose either approve or reject, not both.")
+        if answer == "escalate":
+            services.ticket_escalate(ticket=ticket, by=request.user, note=data["note"])
+            text = f"Escalated the review of order {ticket.order.number} to managers."
+        else:
+            try:
+                amount = forms.cents(data["amount"]) if answer == "approve" else None
+            except ValueError as exc:
+                raise services.RefundError(str(exc)) from None
+            if amount is not None and amount == ticket.amount_cents:
+                amount = None  # unchanged: a plain approval
+            services.ticket_decide(
+                ticket=ticket,
+                interrupt_id=data["interrupt_id"],
+                answer=answer,
+                reason=data["reason"],
+                note=data["note"],
+                canned=data["canned"],
+                amount_cents=amount,
+                reviewer=request.user,
+            )
+            if amount is not None:
+                text = (
+                    f"Approved {dollars(amount)} (instead of {dollars(ticket.amount_cents)}) on "
+                    f"order {ticket.order.number}; it is being paid out."
+                )
+            elif answer == "approve":
+                text = f"Approved the refund on order {ticket.order.number}; it is being paid out."
+            else:
+                text = f"Rejected the refund on order {ticket.order.number}."
+    except PermissionDenied as exc:
+        return _decision_error(request, ticket, str(exc), status=403)
+    except (services.AlreadyDecided, services.ClaimTaken) as exc:
+        return _decision_error(request, ticket, str(exc), status=409)
+    except services.RefundError as exc:
+        return _decision_error(request, ticket, str(exc), status=400)
+    if request.htmx.target == TICKET_STATUS:
+        response = ticket_status_fragment(request, ticket, flash=text)
+    elif request.htmx:
+        response = render(request, "reviews/_decided_row.html", {"ticket": ticket, "text": text})
+    else:
+        messages.success(request, text)
+        return back(request, ticket)
+    return trigger_client_event(response, "queueChanged")
+
+
+@require_POST
+@login_required
+def claim(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
+    """ "Assign to me" and "Unassign": two named buttons, one view."""
+    ticket = get_object_or_404(
+        permissions.visible(request.user).select_related("order", "claimed_by"), pk=ticket_id
+    )
+    try:
+        if "unclaim" in request.POST:
+            services.review_unclaim(ticket=ticket, by=request.user)
+            text = f"Put the review of order {ticket.order.number} back in the queue."
+        else:
+            services.review_claim(ticket=ticket, by=request.user)
+            text = f"You have the review of order {ticket.order.number}; others see it is yours."
+    except PermissionDenied as exc:
+        return _decision_error(request, ticket, str(exc), status=403)
+    except services.ClaimTaken as exc:
+        return _decision_error(request, ticket, str(exc), status=409)
+    except services.RefundError as exc:
+        return _decision_error(request, ticket, str(exc), status=400)
+    ticket = Ticket.objects.select_related("order", "claimed_by").get(pk=ticket.pk)
+    if request.htmx.target == TICKET_STATUS:
+        response = ticket_status_fragment(request, ticket, flash=text)
+    elif request.htmx:
+        context = {"ticket": with_pending_decisions([ticket])[0], "may_decide": True}
+        context |= row_extras()
+        response = render(request, "reviews/_review_row.html", context)
+    else:
+        messages.success(request, text)
+        return back(request, ticket)
+    return trigger_client_event(response, "queueChanged")
+
+
+@require_POST
+@login_required
+def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
+    """Approve the reviews ticked in the queue: each one its own checked, audited decision."""
+    form = forms.BulkForm(request.POST)
+    picks = form.cleaned_data["pick"] if form.is_valid() else []
+    if not picks:
+        results = [{"ok": False, "text": "Tick the reviews to approve first."}]
+    else:
+        results = services.reviews_approve_bulk(picks=picks, by=request.user)
+    if request.htmx:
+        response = render(request, "reviews/_bulk_results.html", {"results": results})
+        return trigger_client_event(response, "queueChanged")
+    for result in results:
+        where = f"Order {result['order']}: " if result.get("order") else ""
+        (messages.success if result["ok"] else messages.error)(request, where + result["text"])
+    return redirect("reviews:queue")
+
+
+def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, status: int):
+    if request.htmx.target == TICKET_STATUS:
+        return ticket_status_fragment(request, ticket, error=text, status=status)
+    if request.htmx:
+        ticket = Ticket.objects.select_related("order", "claimed_by").get(pk=ticket.pk)
+        context = {
+            "ticket": with_pending_decisions([ticket])[0],
+            "error": text,
+            "may_decide": not permissions.decision_refusal(request.user, ticket),
+        } | row_extras()
+        response = render(request, "reviews/_decision_error.html", context, status=status)
+        # Swapped although it is a 4xx: base.html's htmx-config lets 400/403/409 through. The
+        # message also goes to #messages, since the queue's next poll replaces the row.
+        response["HX-Retarget"] = f"#review-{ticket.pk}"
+        response["HX-Reswap"] = "outerHTML"
+        return response
+    if status == 403:
+        raise PermissionDenied(text)  # templates/403.html says it in words
+    messages.error(request, f"Order {ticket.order.number}: {text}")
+    return back(request, ticket)

@@ -1,0 +1,107 @@
+"""One ticket: open it, read it (with its polled status), resend its email."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import (
+    HttpResponseClientRedirect,
+    HttpResponseStopPolling,
+    trigger_client_event,
+)
+
+from refunds import permissions, selectors, services
+from refunds.models import CannedReason, Ticket
+from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, with_pending_decisions
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
+    values = {"order_number": "", "note": ""}
+    if request.method == "POST":
+        values = {k: request.POST.get(k, "") for k in values}
+        try:
+            ticket = services.ticket_open(opened_by=request.user, **values)
+        except services.TicketAlreadyOpen as exc:
+            messages.info(request, str(exc))
+            url = reverse("reviews:ticket", args=[exc.ticket.pk])
+            if request.htmx:
+                return HttpResponseClientRedirect(url)
+            return redirect(url)
+        except services.RefundError as exc:
+            context = {"error": str(exc), "values": values}
+            template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
+            return render(request, template, context, status=400)
+        text = f"Opened ticket {ticket.pk} for order {ticket.order.number}."
+        if request.htmx:
+            context = {"opened": ticket, "values": {}}
+            response = render(request, "reviews/_ticket_form.html", context)
+            return trigger_client_event(response, "ticketsChanged")
+        messages.success(request, text)
+        return redirect("reviews:ticket", ticket_id=ticket.pk)
+    return render(request, "reviews/ticket_new.html", {"values": values})
+
+
+def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
+    refusal = permissions.decision_refusal(request.user, ticket)
+    return {
+        "ticket": with_pending_decisions([ticket])[0],
+        "decisions": ticket.decisions.select_related("reviewer"),
+        "charges": ticket.charges.all(),
+        "emails": ticket.emails.all(),
+        "may_decide": not refusal,
+        "refusal": refusal,
+        "may_edit": not permissions.edit_refusal(request.user, ticket),
+        "may_escalate": not permissions.escalation_refusal(request.user, ticket),
+        "earlier": selectors.earlier_tickets(ticket),
+        "is_admin": permissions.is_admin(request.user),
+        "timeline": ticket.audit_events.select_related("actor"),
+        "canned": list(CannedReason.objects.filter(active=True)),
+    }
+
+
+def ticket_status_fragment(
+    request: HtmxHttpRequest, ticket: Ticket, *, status: int = 200, **extra
+) -> HttpResponse:
+    ticket = Ticket.objects.select_related("order", "opened_by", "claimed_by").get(pk=ticket.pk)
+    context = _ticket_context(request, ticket) | extra
+    if status == 200 and (ticket.is_final or ticket.status == Ticket.Status.FAILED):
+        status = HttpResponseStopPolling.status_code  # nothing left to wait for
+    return render(request, "reviews/_ticket_status.html", context, status=status)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request", "HX-Target")
+def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
+    ticket = get_object_or_404(
+        permissions.visible(request.user).select_related("order", "opened_by", "claimed_by"),
+        pk=ticket_id,
+    )
+    if request.htmx.target == TICKET_STATUS:
+        return ticket_status_fragment(request, ticket)
+    return render(request, "reviews/ticket.html", _ticket_context(request, ticket))
+
+
+@require_POST
+@login_required
+def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> HttpResponse:
+    """Admins: send an undelivered email of a finished ticket again (through the outbox)."""
+    ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
+    email = get_object_or_404(ticket.emails, pk=email_id)
+    try:
+        services.email_resend(email_id=email.pk, by=request.user)
+    except PermissionDenied:
+        raise
+    except services.RefundError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
+    return redirect("reviews:ticket", ticket_id=ticket.pk)

@@ -1,0 +1,69 @@
+"""The tickets page: search, filters, sorts, capped pages."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from refunds import permissions, selectors
+from reviews import forms
+from reviews.views.common import COUNT_CAP, TICKETS_PAGE, HtmxHttpRequest, page_number
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request", "HX-Target")
+def tickets(request: HtmxHttpRequest) -> HttpResponse:
+    """Every ticket the user may read: search, filters, sort, pages. Counted up to a cap and
+    paged by offset on indexed orders, so a page costs the same at 100,000 tickets."""
+    search = forms.TicketSearch(request.GET or None)
+    wanted = search.cleaned_data if search.is_valid() else {}
+    now = timezone.now()
+    after = before = None
+    age = wanted.get("age", "")
+    if age in forms.AGES:
+        after = now - timedelta(hours=forms.AGES[age])
+    elif age == "older":
+        before = now - timedelta(days=30)
+    found = selectors.ticket_search(
+        permissions.visible(request.user),
+        user=request.user,
+        q=wanted.get("q", ""),
+        status=wanted.get("status", ""),
+        role=wanted.get("role", ""),
+        opened_after=after,
+        opened_before=before,
+        min_cents=wanted.get("min_amount"),
+        max_cents=wanted.get("max_amount"),
+        mine=wanted.get("mine", False),
+        decided=wanted.get("decided", False),
+        order_by=forms.SORTS.get(wanted.get("sort") or "newest", ("-id",)),
+    )
+    total = found[: COUNT_CAP + 1].count()
+    pages = max((min(total, COUNT_CAP) + TICKETS_PAGE - 1) // TICKETS_PAGE, 1)
+    page = min(page_number(request), pages)
+    rows = list(
+        found.select_related("order", "opened_by", "claimed_by")[
+            (page - 1) * TICKETS_PAGE : page * TICKETS_PAGE
+        ]
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "search": search,
+        "rows": rows,
+        "total": total,
+        "count_cap": COUNT_CAP,
+        "page": page,
+        "pages": pages,
+        "query": query.urlencode(),
+        "now": now,
+    }
+    template = "reviews/_tickets_results.html" if request.htmx else "reviews/tickets.html"
+    return render(request, template, context)
