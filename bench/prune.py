@@ -39,11 +39,11 @@ def main() -> None:
         from django.test import Client
 
         from ops import storage
-        from refunds import runner, services
+        from refunds import enqueue, runner, services
         from refunds.models import Order, Ticket
 
         call_command("migrate", verbosity=0)
-        services.wake = lambda ticket_id: None  # advanced here, in this process
+        enqueue.wake = lambda ticket_id: None  # advanced here, in this process
         admin = User.objects.create_superuser("admin", password="x")
         admin.groups.add(Group.objects.get_or_create(name="Admins")[0])
         for n in range(args.tickets):

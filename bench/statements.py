@@ -60,7 +60,7 @@ def measure(backend: str, tickets: int) -> dict:
     from django.db import connection
 
     from bench.reference import order_facts
-    from refunds import runner, services
+    from refunds import enqueue, runner, services
     from refunds.models import Order, Ticket
 
     try:
@@ -71,7 +71,7 @@ def measure(backend: str, tickets: int) -> dict:
         saver_of = lambda: runner.graph().checkpointer  # noqa: E731
 
     call_command("migrate", verbosity=0)
-    services.wake = lambda ticket_id: True  # no broker: this process advances by hand
+    enqueue.wake = lambda ticket_id: True  # no broker: this process advances by hand
     reviewer = User.objects.create_superuser("bench-admin", password="x")
     numbers = [f"S{i:05d}" for i in range(tickets + 1)]
     for f in map(order_facts, numbers):

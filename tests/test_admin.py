@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from refunds import persistence, runner, services
+from refunds import enqueue, persistence, runner, services
 from refunds.models import Ticket
 
 
@@ -52,7 +52,7 @@ def test_an_admin_puts_a_failed_ticket_back_in_line(
     client, admin_user, transactional_db, late_order, monkeypatch
 ):
     woken = []
-    monkeypatch.setattr(services, "wake", woken.append)
+    monkeypatch.setattr(enqueue, "wake", woken.append)
     ticket = services.ticket_open(order_number="1042")
     Ticket.objects.filter(pk=ticket.pk).update(status="failed", attempts=6, last_error="boom")
     client.force_login(admin_user)

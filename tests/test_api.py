@@ -67,7 +67,7 @@ def test_it_enqueues_the_ticket_on_commit(
     api, late_order, monkeypatch, django_capture_on_commit_callbacks
 ):
     woken = []
-    monkeypatch.setattr("refunds.services.wake", woken.append)
+    monkeypatch.setattr("refunds.enqueue.wake", woken.append)
     with django_capture_on_commit_callbacks(execute=True):
         response = post_json(api, {"order_number": "1042"})
     assert woken == [response.json()["id"]]
@@ -78,13 +78,13 @@ def test_it_opens_a_ticket_even_when_the_broker_is_unreachable(
 ):
     from kombu.exceptions import OperationalError
 
-    from refunds.tasks import advance_ticket
+    from config.celery_app import app
 
     def unreachable(*args, **kwargs):
         raise OperationalError("Error 111 connecting to the broker. Connection refused.")
 
-    # Patched on the task, not on Celery's connection pools, which would outlive this test.
-    monkeypatch.setattr(advance_ticket, "delay", unreachable)
+    # Patched on the app, not on Celery's connection pools, which would outlive this test.
+    monkeypatch.setattr(app, "send_task", unreachable)
     with django_capture_on_commit_callbacks(execute=True):
         response = post_json(api, {"order_number": "1042"})
 

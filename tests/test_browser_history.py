@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from refunds import runner, services
+from refunds import enqueue, runner, services
 from refunds.models import Ticket
 from tests import test_browser
 from tests.reviewing import advance_to_review, decide
@@ -35,7 +35,7 @@ def test_the_history_of_a_forked_ticket_shows_its_branches(
     from django.conf import settings
     from playwright.sync_api import expect
 
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # advanced here
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
     ticket = forked_ticket(agent, admin_user)
     shots = settings.DATA_DIR / "screenshots"
     shots.mkdir(exist_ok=True)

@@ -19,7 +19,7 @@ import pytest
 from django.db import connection
 
 from devtools.faults import fired
-from refunds import persistence, services
+from refunds import enqueue, persistence, services
 from refunds.models import Decision, Email, Ticket
 from tests.conftest import beat_process, wait_for
 
@@ -341,7 +341,7 @@ def test_a_committed_decision_whose_enqueue_never_happened_is_applied_by_the_swe
     workers("w1")
     ticket = open_and_wait_for_review("1042", agent)
     with monkeypatch.context() as m:
-        m.setattr(services, "wake", lambda ticket_id: True)  # the process died after COMMIT
+        m.setattr(enqueue, "wake", lambda ticket_id: True)  # the process died after COMMIT
         approve(ticket, admin_user)
     time.sleep(1)
     assert status(ticket) == "awaiting_review"  # nothing woke a worker

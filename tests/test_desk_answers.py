@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from refunds import runner, services
+from refunds import enqueue, runner, services
 from refunds.models import (
     AuditEvent,
     CannedReason,
@@ -22,7 +22,7 @@ from tests.conftest import make_order
 
 @pytest.fixture(autouse=True)
 def _no_broker(monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: True)  # the test advances itself
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: True)  # the test advances itself
 
 
 def review(number: str, fee_cents: int) -> Ticket:

@@ -4,7 +4,7 @@ and never once money has moved."""
 import pytest
 from django.urls import reverse
 
-from refunds import runner, services
+from refunds import enqueue, runner, services
 from refunds.models import Charge, Decision, Email, Fork, Ticket
 from tests.reviewing import advance_to_review as review
 from tests.reviewing import decide
@@ -12,7 +12,7 @@ from tests.reviewing import decide
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # the tests advance by hand
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # the tests advance by hand
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from api.models import ApiToken, IdempotentRequest
-from refunds import services
+from refunds import enqueue, services
 from refunds.models import Ticket
 from tests.conftest import wait_for
 
@@ -97,7 +97,7 @@ def test_an_idempotency_key_is_kept_for_24_hours(token, late_order):
 def test_two_people_opening_the_same_order_at_once_get_one_ticket(
     transactional_db, agent, manager, late_order, monkeypatch
 ):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: True)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: True)
     start = threading.Barrier(2)
     answers: list[int] = []
 
@@ -122,7 +122,7 @@ def test_two_people_opening_the_same_order_at_once_get_one_ticket(
 def test_two_helpdesk_retries_at_once_with_one_key_open_one_ticket(
     transactional_db, token, late_order, monkeypatch
 ):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: True)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: True)
     start = threading.Barrier(2)
     answers = []
 

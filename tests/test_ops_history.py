@@ -8,7 +8,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from refunds import runner, services
+from refunds import enqueue, runner, services
 from refunds.models import Charge, DemoProcessorRefund, Fork, Ticket
 from tests.reviewing import advance_to_review as review
 from tests.reviewing import decide
@@ -16,7 +16,7 @@ from tests.reviewing import decide
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # the tests advance by hand
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # the tests advance by hand
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from datetime import date, timedelta
 import pytest
 from django.urls import reverse
 
-from refunds import persistence, runner, services
+from refunds import enqueue, persistence, runner, services
 from refunds.flow.nodes import customer_namespace
 from refunds.models import Ticket
 from tests.conftest import make_order
@@ -16,7 +16,7 @@ from tests.conftest import make_order
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
 
 
 def remember(email: str, key: str, cents: int, days_ago: int) -> None:

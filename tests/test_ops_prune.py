@@ -11,14 +11,14 @@ from django.urls import reverse
 
 from ops import storage
 from ops.models import PrunedThread
-from refunds import persistence, runner, services
+from refunds import enqueue, persistence, runner, services
 from refunds.models import AuditEvent, Ticket
 from tests.reviewing import advance_to_review, decide
 
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
 
 
 @pytest.fixture

@@ -7,14 +7,14 @@ import pytest
 from django.core import mail as django_mail
 from django.urls import reverse
 
-from refunds import mail, runner, services
+from refunds import enqueue, mail, runner, services
 from refunds.models import Charge, Email, Ticket
 from tests.reviewing import advance_to_review, decide
 
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)  # the tests advance by hand
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # the tests advance by hand
 
 
 @pytest.fixture
@@ -55,9 +55,14 @@ def test_managers_see_the_failed_queue_without_a_retry(client, failed, manager):
 def test_an_undelivered_email_is_listed_and_resent_once(
     client, db, admin_user, late_order, monkeypatch, django_capture_on_commit_callbacks
 ):
-    from refunds import tasks
+    from django.db import transaction
 
-    monkeypatch.setattr(tasks.resend_email, "delay", lambda email_id: mail.resend(email_id))
+    # The resend task, run here on commit instead of by a worker.
+    monkeypatch.setattr(
+        enqueue,
+        "resend_on_commit",
+        lambda email_id: transaction.on_commit(lambda: mail.resend(email_id)),
+    )
     ticket = Ticket.objects.create(thread_id="refund-1042-x", order=late_order, status="refunded")
     email = Email.objects.create(
         ticket=ticket,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from refunds import persistence, runner, services
+from refunds import enqueue, persistence, runner, services
 from refunds.models import Ticket
 
 CALLS: list[str] = []
@@ -31,7 +31,7 @@ class PromptCarrier:
 
 @pytest.fixture(autouse=True)
 def carrier(settings, monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
     settings.REFUNDS_CARRIER_TIMEOUT = 0.3
     settings.REFUNDS_CARRIER_ATTEMPTS = 2
     CALLS.clear()

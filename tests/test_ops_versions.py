@@ -7,14 +7,14 @@ import functools
 
 import pytest
 
-from refunds import persistence, runner, services
+from refunds import enqueue, persistence, runner, services
 from refunds.flow import versions
 from refunds.models import Charge, Decision, Ticket
 
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
-    monkeypatch.setattr(services, "wake", lambda ticket_id: None)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
 
 
 @pytest.fixture

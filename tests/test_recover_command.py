@@ -13,7 +13,7 @@ def test_it_exits_non_zero_with_one_line_when_the_broker_refuses(
 ):
     Ticket.objects.create(thread_id="t", order=late_order)
     Ticket.objects.update(updated_at="2000-01-01T00:00:00Z")  # past the sweep's grace
-    monkeypatch.setattr("refunds.services.wake", lambda ticket_id: False)  # refused
+    monkeypatch.setattr("refunds.enqueue.wake", lambda ticket_id: False)  # refused
     with pytest.raises(CommandError) as failed:
         call_command("recover")
     assert str(failed.value) == (
@@ -26,6 +26,6 @@ def test_it_exits_non_zero_with_one_line_when_the_broker_refuses(
 def test_it_says_what_it_re_enqueued(db, late_order, monkeypatch, capsys):
     ticket = Ticket.objects.create(thread_id="t", order=late_order)
     Ticket.objects.update(updated_at="2000-01-01T00:00:00Z")
-    monkeypatch.setattr("refunds.services.wake", lambda ticket_id: True)
+    monkeypatch.setattr("refunds.enqueue.wake", lambda ticket_id: True)
     call_command("recover")
     assert capsys.readouterr().out.strip() == f"Re-enqueued 1 ticket(s): {ticket.pk}"

@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
-from refunds import services
+from refunds import enqueue, services
 from refunds.models import Decision, Fork, Ticket
 from tests.conftest import make_order
 
@@ -25,7 +25,7 @@ def fast_passwords(settings):
 def woken(monkeypatch) -> list[int]:
     """Ticket ids services asked a worker to advance (once their transaction commits)."""
     ids: list[int] = []
-    monkeypatch.setattr(services, "wake", ids.append)
+    monkeypatch.setattr(enqueue, "wake", ids.append)
     return ids
 
 
@@ -239,7 +239,7 @@ def running(order, *, lease_in: float | None = None, status=Ticket.Status.RUNNIN
 
 def recover(monkeypatch) -> tuple[list[int], list[int]]:
     woken: list[int] = []
-    monkeypatch.setattr(services, "wake", lambda ticket_id: woken.append(ticket_id) or True)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: woken.append(ticket_id) or True)
     return services.tickets_recover(), woken
 
 
@@ -427,7 +427,7 @@ def test_opening_deciding_forking_retrying_and_resending_each_leave_one_audit_ev
 ):
     from refunds.models import AuditEvent, Email
 
-    monkeypatch.setattr(services, "wake", lambda ticket_id: True)
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: True)
     ticket = services.ticket_open(order_number="1042", note="late", opened_by=agent)
     Ticket.objects.filter(pk=ticket.pk).update(
         status="awaiting_review",
@@ -447,7 +447,7 @@ def test_opening_deciding_forking_retrying_and_resending_each_leave_one_audit_ev
     )
     Ticket.objects.filter(pk=ticket.pk).update(status="refunded")
     email = Email.objects.create(ticket=ticket, key="k", to="a@example.com", subject="s", body="b")
-    monkeypatch.setattr("refunds.tasks.resend_email.delay", lambda email_id: None)
+    monkeypatch.setattr("refunds.enqueue.resend_on_commit", lambda email_id: None)
     services.email_resend(email_id=email.pk, by=admin_user)
 
     events = list(AuditEvent.objects.filter(ticket=ticket).values_list("action", "actor__username"))

@@ -1,0 +1,40 @@
+"""The one way writes ask workers for work: by task name, after commit. Services call this and
+never import the tasks (which call services): no import circle, and one place that knows the
+broker is only a wake-up signal."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import current_app
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+ADVANCE = "refunds.tasks.advance_ticket"
+RESEND = "refunds.tasks.resend_email"
+
+
+def wake(ticket_id: int) -> bool:
+    """Ask a worker to advance the thread. The broker only wakes workers: if it is down, the row
+    is already committed and the recovery sweep finds it, so a failed send is logged, not raised."""
+    try:
+        current_app.send_task(ADVANCE, args=[ticket_id])
+    except Exception:  # noqa: BLE001 - kombu raises several kinds for an unreachable broker
+        log.warning(
+            "could not enqueue ticket %s; the recovery sweep will pick it up",
+            ticket_id,
+            exc_info=True,
+        )
+        return False
+    return True
+
+
+def advance_on_commit(ticket_id: int) -> None:
+    """Wake a worker for this ticket once the caller's transaction commits."""
+    transaction.on_commit(lambda: wake(ticket_id))
+
+
+def resend_on_commit(email_id: int) -> None:
+    """An admin's Resend, once the audit entry commits (the outbox makes it send once)."""
+    transaction.on_commit(lambda: current_app.send_task(RESEND, args=[email_id]))

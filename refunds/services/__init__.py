@@ -1,0 +1,54 @@
+"""Writes that views, the API, the admin and the sweep call, one module per concern; tasks are
+enqueued on commit through refunds.enqueue. The names below are the package's public surface."""
+
+from refunds.services.desk import (
+    ANSWERS,
+    review_claim,
+    review_unclaim,
+    reviews_approve_bulk,
+    ticket_decide,
+    ticket_escalate,
+)
+from refunds.services.errors import (
+    NOTE_MAX,
+    REASON_MAX,
+    AlreadyDecided,
+    BrokerUnavailable,
+    ClaimTaken,
+    RefundError,
+    TicketAlreadyOpen,
+)
+from refunds.services.sweep import tickets_recover
+from refunds.services.tickets import (
+    FORK_MAX_CENTS,
+    FORKABLE,
+    email_resend,
+    ticket_fork,
+    ticket_open,
+    ticket_retry,
+)
+from refunds.services.timers import reviews_escalate_overdue
+
+__all__ = [
+    "ANSWERS",
+    "FORKABLE",
+    "FORK_MAX_CENTS",
+    "NOTE_MAX",
+    "REASON_MAX",
+    "AlreadyDecided",
+    "BrokerUnavailable",
+    "ClaimTaken",
+    "RefundError",
+    "TicketAlreadyOpen",
+    "email_resend",
+    "review_claim",
+    "review_unclaim",
+    "reviews_approve_bulk",
+    "reviews_escalate_overdue",
+    "ticket_decide",
+    "ticket_escalate",
+    "ticket_fork",
+    "ticket_open",
+    "ticket_retry",
+    "tickets_recover",
+]

@@ -1,0 +1,281 @@
+"""The review desk's writes: claim, decide, escalate, bulk approve."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from core.clock import local_words
+from refunds import audit, enqueue, permissions
+from refunds.flow.words import dollars
+from refunds.models import (
+    AuditEvent,
+    CannedReason,
+    Decision,
+    Ticket,
+)
+from refunds.services.errors import NOTE_MAX, REASON_MAX, AlreadyDecided, ClaimTaken, RefundError
+
+ANSWERS = ("approve", "reject")
+
+
+def _claim_window() -> timedelta:
+    return timedelta(seconds=settings.REFUNDS_CLAIM_SECONDS)
+
+
+def _claimable(now):
+    return (
+        Q(claimed_by__isnull=True) | Q(claim_expires_at__isnull=True) | Q(claim_expires_at__lte=now)
+    )
+
+
+def _taken_message(ticket_id: int) -> str:
+    row = Ticket.objects.select_related("claimed_by", "order").get(pk=ticket_id)
+    holder = row.claim_holder()
+    who = holder.username if holder else "a colleague"
+    until = local_words(row.claim_expires_at) if holder else ""
+    return f"Already taken: {who} is looking at the review of order {row.order.number}" + (
+        f" (their claim lapses at {until} if they leave it)." if until else "."
+    )
+
+
+def review_claim(*, ticket: Ticket, by) -> Ticket:
+    """ "Assign to me": take the review with one conditional UPDATE, so of two people clicking at
+    once exactly one wins; the other gets ClaimTaken naming who has it. Claiming one's own live
+    claim again renews it."""
+    refusal = permissions.decision_refusal(by, ticket)
+    if refusal:
+        raise PermissionDenied(refusal)
+    now = timezone.now()
+    with transaction.atomic():
+        won = (
+            Ticket.objects.filter(
+                pk=ticket.pk,
+                status=Ticket.Status.AWAITING_REVIEW,
+                pending_interrupt_id=ticket.pending_interrupt_id,
+            )
+            .filter(_claimable(now) | Q(claimed_by=by))
+            .update(claimed_by=by, claim_expires_at=now + _claim_window())
+        )
+        if won:
+            audit.record(
+                ticket,
+                AuditEvent.Action.CLAIM,
+                actor=by,
+                seen={"interrupt_id": ticket.pending_interrupt_id},
+                answer={"until": (now + _claim_window()).isoformat()},
+            )
+    if not won:
+        fresh = Ticket.objects.filter(pk=ticket.pk).values_list("status", flat=True).first()
+        if fresh != Ticket.Status.AWAITING_REVIEW:
+            raise RefundError("This review is no longer pending; reload to see where it is.")
+        raise ClaimTaken(_taken_message(ticket.pk))
+    ticket.refresh_from_db()
+    return ticket
+
+
+def review_unclaim(*, ticket: Ticket, by) -> bool:
+    """Give a claimed review back to the queue. The claimer does it; an admin or a manager may
+    release a colleague's claim (someone went home holding one)."""
+    qs = Ticket.objects.filter(pk=ticket.pk, claimed_by__isnull=False)
+    if not (permissions.is_admin(by) or permissions.is_manager(by)):
+        qs = qs.filter(claimed_by=by)
+    with transaction.atomic():
+        holder = ticket.claimed_by_id
+        won = qs.update(claimed_by=None, claim_expires_at=None)
+        if won:
+            audit.record(
+                ticket,
+                AuditEvent.Action.UNCLAIM,
+                actor=by,
+                seen={"claimed_by": holder, "interrupt_id": ticket.pending_interrupt_id},
+            )
+    if not won:
+        raise RefundError("You do not hold a claim on this review.")
+    return True
+
+
+def ticket_decide(
+    *,
+    ticket: Ticket,
+    interrupt_id: str,
+    answer: str,
+    reason: str = "",
+    reviewer,
+    note: str = "",
+    amount_cents: int | None = None,
+    canned: CannedReason | None = None,
+) -> Decision:
+    """Record a reviewer's answer to one pending interrupt, then let a worker apply it.
+
+    `reason` (with a canned reason in front of it) goes to the customer; `note` stays on the
+    desk. `amount_cents` makes an approval an "edit": a manager pays less than asked."""
+    if answer not in ANSWERS:
+        raise RefundError("Choose approve or reject.")
+    reason = (reason or "").strip()
+    if canned is not None and answer == Decision.Answer.REJECT:
+        reason = f"{canned.text} {reason}".strip()
+    note = (note or "").strip()
+    if answer == Decision.Answer.REJECT and not reason:
+        raise RefundError("Give a reason for the rejection; the customer is sent it.")
+    if len(reason) > REASON_MAX:
+        raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
+    if len(note) > NOTE_MAX:
+        raise RefundError(f"The internal note is too long (at most {NOTE_MAX} characters).")
+    earlier = Decision.objects.filter(interrupt_id=interrupt_id).select_related("reviewer").first()
+    if earlier is not None:
+        raise AlreadyDecided(_already_decided_message(earlier))
+    if (
+        ticket.status != Ticket.Status.AWAITING_REVIEW
+        or ticket.pending_interrupt_id != interrupt_id
+    ):
+        raise RefundError("This review is no longer pending; reload to see where the ticket is.")
+    refusal = permissions.decision_refusal(reviewer, ticket)
+    if refusal:
+        raise PermissionDenied(refusal)
+    if amount_cents is not None:
+        if answer != Decision.Answer.APPROVE:
+            raise RefundError("Only an approval carries a new amount.")
+        refusal = permissions.edit_refusal(reviewer, ticket)
+        if refusal:
+            raise PermissionDenied(refusal)
+        asked = ticket.amount_cents or 0
+        if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
+            raise RefundError("The new amount must be in dollars and cents, like 12.50.")
+        if not 0 < amount_cents < asked:
+            raise RefundError(
+                f"The new amount must be more than $0.00 and less than the {dollars(asked)} "
+                "asked; to pay it all, approve without changing it."
+            )
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            # Only the claimer decides while a claim is live: one conditional UPDATE checks it
+            # (and locks the row) and gives the claim back, since the review is answered. Of
+            # two deciding at once the UNIQUE interrupt id below still picks one.
+            held = (
+                Ticket.objects.filter(pk=ticket.pk)
+                .filter(_claimable(now) | Q(claimed_by=reviewer))
+                .update(claimed_by=None, claim_expires_at=None)
+            )
+            if not held:
+                # Two at once: the other one's decision may be what took the claim.
+                earlier = (
+                    Decision.objects.filter(interrupt_id=interrupt_id)
+                    .select_related("reviewer")
+                    .first()
+                )
+                if earlier is not None:
+                    raise AlreadyDecided(_already_decided_message(earlier))
+                raise ClaimTaken(_taken_message(ticket.pk))
+            decision = Decision.objects.create(
+                ticket=ticket,
+                interrupt_id=interrupt_id,
+                reviewer=reviewer,
+                answer=answer,
+                reason=reason,
+                note=note,
+                amount_cents=amount_cents,
+            )
+            action = AuditEvent.Action.EDIT if amount_cents is not None else answer
+            given = {"answer": answer, "reason": reason, "note": note}
+            if amount_cents is not None:
+                given |= {"amount_cents": amount_cents, "asked_cents": ticket.amount_cents}
+            if canned is not None:
+                given["canned"] = canned.title
+            audit.record(
+                ticket,
+                action,
+                actor=reviewer,
+                seen={"interrupt_id": interrupt_id, "review": ticket.pending_payload},
+                answer=given,
+                note=note,
+            )
+            enqueue.advance_on_commit(ticket.pk)
+    except IntegrityError:  # two reviewers at once: the UNIQUE interrupt id picks one
+        earlier = Decision.objects.select_related("reviewer").get(interrupt_id=interrupt_id)
+        raise AlreadyDecided(_already_decided_message(earlier)) from None
+    return decision
+
+
+def ticket_escalate(*, ticket: Ticket, by, note: str = "") -> Ticket:
+    """An agent sends a review up to managers, with a note for them. Escalated for the interrupt
+    that is pending now (one conditional UPDATE), so a later review starts at its own level."""
+    refusal = permissions.escalation_refusal(by, ticket)
+    if refusal:
+        raise PermissionDenied(refusal)
+    note = (note or "").strip()
+    if not note:
+        raise RefundError("Say why you escalate it; the managers read your note.")
+    if len(note) > NOTE_MAX:
+        raise RefundError(f"The note is too long (at most {NOTE_MAX} characters).")
+    with transaction.atomic():
+        won = (
+            Ticket.objects.filter(
+                pk=ticket.pk,
+                status=Ticket.Status.AWAITING_REVIEW,
+                pending_interrupt_id=ticket.pending_interrupt_id,
+            )
+            .exclude(escalated_for=F("pending_interrupt_id"))
+            .update(
+                escalated_for=ticket.pending_interrupt_id,
+                escalation_note=note,
+                claimed_by=None,
+                claim_expires_at=None,
+            )
+        )
+        if won:
+            audit.record(
+                ticket,
+                AuditEvent.Action.ESCALATE,
+                actor=by,
+                seen={
+                    "interrupt_id": ticket.pending_interrupt_id,
+                    "review": ticket.pending_payload,
+                },
+                answer={"to": "manager"},
+                note=note,
+            )
+    if not won:
+        raise RefundError("This review moved on meanwhile (decided or already escalated).")
+    ticket.refresh_from_db()
+    return ticket
+
+
+def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict]:
+    """Approve several reviews in one action: each is its own decision, checked and audited on
+    its own, and one that fails does not stop the others. Returns one result per pick."""
+    results = []
+    tickets = Ticket.objects.select_related("order").in_bulk([pk for pk, _ in picks])
+    for pk, interrupt_id in picks:
+        ticket = tickets.get(pk)
+        if ticket is None or not permissions.can_view(by, ticket):
+            results.append({"ticket": pk, "ok": False, "text": f"There is no ticket {pk}."})
+            continue
+        try:
+            ticket_decide(ticket=ticket, interrupt_id=interrupt_id, answer="approve", reviewer=by)
+        except (PermissionDenied, RefundError) as exc:
+            results.append(
+                {"ticket": pk, "ok": False, "order": ticket.order.number, "text": str(exc)}
+            )
+        else:
+            results.append(
+                {
+                    "ticket": pk,
+                    "ok": True,
+                    "order": ticket.order.number,
+                    "text": f"Approved {dollars(ticket.amount_cents)}; it is being paid out.",
+                }
+            )
+    return results
+
+
+def _already_decided_message(decision: Decision) -> str:
+    when = local_words(decision.decided_at)
+    verb = "approved" if decision.answer == Decision.Answer.APPROVE else "rejected"
+    return f"Already decided: {decision.reviewer.username} {verb} this refund at {when}."

@@ -1,0 +1,41 @@
+"""The recovery sweep: the broker is a wake-up signal, the database the record."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from refunds import enqueue
+from refunds.models import (
+    Ticket,
+)
+from refunds.services.errors import BrokerUnavailable
+
+
+def tickets_recover() -> list[int]:
+    """Re-enqueue every thread with work left that no worker holds and no person waits on.
+
+    The broker is a wake-up signal, not the record: a lost message, a killed worker or a crash
+    between commit and enqueue all end here."""
+    now = timezone.now()
+    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    rewake_before = now - timedelta(seconds=settings.REFUNDS_REWAKE_SECONDS)
+    ids = list(
+        Ticket.objects.needing_worker(settled_before=settled_before)
+        # A wake-up the sweep sent that no worker took yet is still in the queue (a backlog):
+        # another copy would only lengthen it. Sent again only if it may have been lost.
+        .filter(Q(woken_at__isnull=True) | Q(woken_at__lt=rewake_before))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    sent = [ticket_id for ticket_id in ids if enqueue.wake(ticket_id)]
+    Ticket.objects.filter(pk__in=sent).update(woken_at=now)
+    if len(sent) < len(ids):
+        raise BrokerUnavailable(
+            f"the broker took {len(sent)} of {len(ids)} wake-ups; the rest wait for the next sweep",
+            sent=len(sent),
+        )
+    return ids

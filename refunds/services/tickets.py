@@ -1,0 +1,171 @@
+"""A ticket's life outside the desk: open, retry, fork, resend its email."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+
+from refunds import audit, enqueue, permissions
+from refunds.flow.state import FLOW_VERSION
+from refunds.flow.words import dollars
+from refunds.models import (
+    AuditEvent,
+    Email,
+    Fork,
+    Order,
+    Ticket,
+)
+from refunds.money import money_moved
+from refunds.services.errors import NOTE_MAX, REASON_MAX, RefundError, TicketAlreadyOpen
+
+
+def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
+    number = (order_number or "").strip()
+    if not number:
+        raise RefundError("Enter an order number.")
+    if len(note or "") > NOTE_MAX:
+        raise RefundError(f"The note is too long ({len(note)} characters, at most {NOTE_MAX}).")
+    order = Order.objects.filter(number=number).first()
+    if order is None:
+        raise RefundError(f"There is no order {number}.")
+    existing = Ticket.objects.open().filter(order=order).select_related("order").first()
+    if existing is not None:
+        raise TicketAlreadyOpen(existing)
+    try:
+        with transaction.atomic():
+            ticket = Ticket.objects.create(
+                thread_id=f"refund-{order.number}-{uuid.uuid4().hex[:10]}",
+                order=order,
+                note=(note or "").strip(),
+                opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
+                flow_version=FLOW_VERSION,  # the shape its thread starts with (see flow/state.py)
+            )
+            audit.record(ticket, AuditEvent.Action.OPEN, actor=opened_by, note=ticket.note)
+            enqueue.advance_on_commit(ticket.pk)
+    except IntegrityError:  # two requests at once: the partial UNIQUE index let one through
+        existing = Ticket.objects.open().filter(order=order).select_related("order").first()
+        if existing is None:
+            raise
+        raise TicketAlreadyOpen(existing) from None
+    return ticket
+
+
+def email_resend(*, email_id: int, by) -> None:
+    """Admin: send an undelivered email of a finished ticket again (through the outbox, once)."""
+    if not permissions.is_admin(by):
+        raise PermissionDenied("Only admins resend emails.")
+    email = Email.objects.select_related("ticket").filter(pk=email_id).first()
+    if email is None:
+        raise RefundError("There is no such email.")
+    if email.status == Email.Status.SENT:
+        raise RefundError(f"That email was already delivered ({email.sent_at:%Y-%m-%d %H:%M}).")
+    if not email.ticket.is_final:
+        raise RefundError("The ticket is still running; its own run sends this email.")
+    with transaction.atomic():
+        audit.record(
+            email.ticket,
+            AuditEvent.Action.RESEND,
+            actor=by,
+            seen={"key": email.key, "last_error": email.last_error},
+        )
+        enqueue.resend_on_commit(email.pk)
+
+
+def ticket_retry(*, ticket: Ticket, by=None) -> bool:
+    """Admin action: put a failed ticket back in line with a fresh attempt budget."""
+    with transaction.atomic():
+        won = Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.FAILED).update(
+            status=Ticket.Status.RUNNING, attempts=0, lease_owner="", lease_expires_at=None
+        )
+        if won:
+            audit.record(
+                ticket, AuditEvent.Action.RETRY, actor=by, seen={"error": ticket.last_error}
+            )
+            enqueue.advance_on_commit(ticket.pk)
+    return bool(won)
+
+
+FORKABLE = (Ticket.Status.AWAITING_REVIEW, Ticket.Status.REJECTED, Ticket.Status.FAILED)
+
+
+FORK_MAX_CENTS = 1_000_000
+
+
+def ticket_fork(
+    *, ticket: Ticket, amount_cents: int, reason: str, by, from_checkpoint_id: str = ""
+) -> Fork:
+    """Admin: fork the thread with a corrected amount, from the checkpoint named (any before the
+    charge: paused before triage or at the review) or else the latest such. The Fork row is the
+    audit entry; a worker applies it under the lease, then the thread is triaged and reviewed
+    again (a new interrupt id, so answers to the old review are refused)."""
+    if not permissions.is_admin(by):
+        raise PermissionDenied("Only admins fork a thread.")
+    if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
+        raise RefundError("The corrected amount must be a whole number of cents.")
+    if not 0 < amount_cents <= FORK_MAX_CENTS:
+        raise RefundError(
+            f"The corrected amount must be between $0.01 and ${FORK_MAX_CENTS // 100:,}."
+        )
+    if amount_cents == ticket.amount_cents:
+        raise RefundError(
+            f"The ticket's amount is already {dollars(amount_cents)}; a fork must change it."
+        )
+    reason = (reason or "").strip()
+    if not reason:
+        raise RefundError("Say why the thread is forked; the reason is kept with the audit entry.")
+    if len(reason) > REASON_MAX:
+        raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
+    charge = money_moved(ticket)
+    if charge is not None:
+        raise RefundError(
+            f"Money already moved for this ticket (receipt {charge.receipt}); "
+            "a fork cannot undo a charge."
+        )
+    balance = max(ticket.order.shipping_fee_cents - ticket.order.refunded_cents(), 0)
+    if amount_cents > balance:
+        raise RefundError(
+            f"Order {ticket.order.number} has {dollars(balance)} left to refund of its "
+            f"{dollars(ticket.order.shipping_fee_cents)} shipping fee; a fork cannot ask for more."
+        )
+    if ticket.status not in FORKABLE:
+        raise RefundError(
+            "Only a ticket awaiting review, rejected or failed can be forked; "
+            f"this one is {ticket.get_status_display().lower()}."
+        )
+    try:
+        with transaction.atomic():
+            # A claim on the old review ends with it: the fork's review starts unclaimed.
+            moved = Ticket.objects.filter(pk=ticket.pk, status__in=FORKABLE).update(
+                status=Ticket.Status.RUNNING,
+                attempts=0,
+                last_error="",
+                claimed_by=None,
+                claim_expires_at=None,
+            )
+            if not moved:
+                raise RefundError("The ticket moved on meanwhile; reload it and try again.")
+            fork = Fork.objects.create(
+                ticket=ticket,
+                by=by,
+                amount_cents=amount_cents,
+                reason=reason,
+                from_checkpoint_id=from_checkpoint_id,
+            )
+            audit.record(
+                ticket,
+                AuditEvent.Action.FORK,
+                actor=by,
+                seen={"amount_cents": ticket.amount_cents, "status": ticket.status},
+                answer={"amount_cents": amount_cents, "from_checkpoint_id": from_checkpoint_id},
+                note=reason,
+            )
+            enqueue.advance_on_commit(ticket.pk)
+    except IntegrityError:  # reopening it would make a second open ticket for the order
+        other = Ticket.objects.open().filter(order=ticket.order_id).exclude(pk=ticket.pk).first()
+        raise RefundError(
+            f"Order {ticket.order.number} has another open ticket ({other.pk if other else '?'});"
+            " finish that one first."
+        ) from None
+    return fork
