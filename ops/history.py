@@ -11,10 +11,9 @@ from typing import Any
 from django.utils import timezone
 
 from ops import storage
-from refunds import persistence
+from refunds import persistence, runner
 from refunds.flow.words import days, dollars, node_words
 from refunds.models import Decision, Fork, Ticket
-from refunds.runner import FORKABLE_AT
 
 PAGE_SIZE = 20
 LABELS = {
@@ -279,7 +278,7 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
                 fork_point=tree.children.get(cid, 0) > 1,
                 size=tree.size.get(cid, 0),
                 is_head=cid == tree.head,
-                forkable=snap.next in FORKABLE_AT,
+                forkable=runner.is_forkable(snap),
                 errors=[f"{node_words(t.name)}: {t.error}" for t in snap.tasks if t.error],
             )
         )

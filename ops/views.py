@@ -16,13 +16,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from ops import diagram, forms, history, selectors
 from ops.models import PrunedThread
-from refunds import permissions, persistence, services
+from refunds import permissions, runner, services
 from refunds.flow.nodes import charge_key
 from refunds.flow.state import AGENT_LIMIT_CENTS
 from refunds.flow.words import dollars, node_words
 from refunds.models import AuditEvent, Email, Ticket
 from refunds.money import money_moved
-from refunds.runner import FORKABLE_AT
 
 
 def readers_only(view: Callable) -> Callable:
@@ -72,10 +71,7 @@ def thread_history(request: HttpRequest, ticket_id: int) -> HttpResponse:
 
 def _fork_base(ticket: Ticket, checkpoint_id: str):
     """The chosen checkpoint, if a fork may start there (before the charge)."""
-    for snap in persistence.history(ticket.thread_id):
-        if snap.config["configurable"]["checkpoint_id"] == checkpoint_id:
-            return snap if snap.next in FORKABLE_AT else None
-    return None
+    return runner.fork_base(ticket.thread_id, checkpoint_id) if checkpoint_id else None
 
 
 def _preview(ticket: Ticket, base, cents: int) -> dict:

@@ -32,7 +32,7 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F
 from django.utils import timezone
 from langgraph.errors import GraphDrained
-from langgraph.types import Command
+from langgraph.types import Command, StateSnapshot
 
 from core import sql
 from core.logs import bound
@@ -50,7 +50,27 @@ from refunds.persistence import FenceLost, graph, snapshot, thread_config
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
 EFFECT_NODES = ["charge_card", "email", "notify"]  # the first leg stops before these
-FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
+_FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
+
+
+def is_forkable(snap: StateSnapshot) -> bool:
+    """A fork may start from this checkpoint: it is before the charge (before triage or paused
+    at the review), so triage can run again with a corrected amount."""
+    return snap.next in _FORKABLE_AT
+
+
+def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
+    """The checkpoint a fork starts from: the one named, if forkable, or else the latest
+    forkable one; None if there is none."""
+    for snap in persistence.history(thread_id):
+        if is_forkable(snap) and checkpoint_id in (
+            "",
+            snap.config["configurable"]["checkpoint_id"],
+        ):
+            return snap
+    return None
+
+
 # Observers of a run: called with (thread_id, event), event being "resume" or "after:<node>" once
 # that node's checkpoint is on disk. Metrics and the crash tests' kill points hang here.
 step_hooks: list[Callable[[str, str], None]] = []
@@ -245,15 +265,7 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         # The checkpoint the admin chose, or else the latest from which triage can run again:
         # before triage, or paused at the review (the first leg keeps only that one, under
         # durability "exit"). Either way one before the charge.
-        base = next(
-            (
-                s
-                for s in persistence.history(lease.thread_id)
-                if s.next in FORKABLE_AT
-                and fork.from_checkpoint_id in ("", s.config["configurable"]["checkpoint_id"])
-            ),
-            None,
-        )
+        base = fork_base(lease.thread_id, fork.from_checkpoint_id)
         refusal = ""
         if money.money_moved(lease.ticket_id) is not None:
             refusal = "Money moved before the fork could be applied; nothing was changed."
