@@ -75,6 +75,10 @@ def fired(plan_path: str | Path) -> list[str]:
     return sorted(p.name for p in markers.glob("*")) if markers.exists() else []
 
 
+def _step_point(sender, *, thread_id: str, event: str, **kwargs) -> None:
+    crash_point(thread_id, event)
+
+
 def wrap_node(name: str, fn):
     @functools.wraps(fn)
     def with_crash_point(state, *args, **kwargs):
@@ -133,14 +137,12 @@ def senders(plan_path: str | Path) -> list[tuple[float, int, int, str]]:
 
 def install() -> None:
     """Hook the crash points in (called by the devtools app when a crash plan is set)."""
-    from refunds import lease, mail, persistence, runner
+    from refunds import lease, mail, signals
 
-    persistence.node_wrapper = wrap_node
+    # Nodes are wrapped through REFUNDS_NODE_WRAPPER (config/settings.py sets it with the plan).
     if _delivery_point not in mail.delivery_hooks:
         mail.delivery_hooks.append(_delivery_point)
-    persistence._compiled.cache_clear()
-    if crash_point not in runner.step_hooks:
-        runner.step_hooks.append(crash_point)
+    signals.step_reached.connect(_step_point, dispatch_uid="devtools.faults.step")
     real_renew = lease.Lease.renew
     if getattr(real_renew, "crash_point", False):
         return

@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
+from django.utils.module_loading import import_string
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres import _internal as pg_internal
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -38,8 +39,6 @@ from refunds.flow.tracking import TrackingOptions
 
 FENCE_TABLE = "refunds_thread_fence"
 _FENCE: ContextVar[tuple[str, int] | None] = ContextVar("refunds_fence", default=None)
-# Set by devtools (tests and crashtest only): wraps every node, for crash points.
-node_wrapper: NodeWrapper | None = None
 
 
 class FenceLost(Exception):  # noqa: N818
@@ -295,8 +294,15 @@ def _compiled(pid: int, wrapper: Callable | None, tracking: TrackingOptions | No
     return build_graph(wrap=wrapper, tracking=tracking).compile(checkpointer=saver, store=the_store)
 
 
+def node_wrapper() -> NodeWrapper | None:
+    """REFUNDS_NODE_WRAPPER: a dotted path to a function that wraps every node (crash tests set
+    it to devtools' crash points); empty in production."""
+    path = settings.REFUNDS_NODE_WRAPPER
+    return import_string(path) if path else None
+
+
 def graph():
-    return _compiled(os.getpid(), node_wrapper, tracking_options())
+    return _compiled(os.getpid(), node_wrapper(), tracking_options())
 
 
 def thread_config(thread_id: str, **extra: Any) -> dict:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,7 +36,7 @@ from langgraph.types import Command, StateSnapshot
 from core import sql
 from core.logs import bound
 from refunds import lease as leases
-from refunds import mail, metrics, mirror, money, persistence
+from refunds import mail, metrics, mirror, money, persistence, signals
 from refunds.carriers import get_carrier
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
@@ -69,11 +68,6 @@ def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
         ):
             return snap
     return None
-
-
-# Observers of a run: called with (thread_id, event), event being "resume" or "after:<node>" once
-# that node's checkpoint is on disk. Metrics and the crash tests' kill points hang here.
-step_hooks: list[Callable[[str, str], None]] = []
 
 
 def advance(ticket_id: int) -> str:
@@ -176,8 +170,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
 
 
 def _emit(thread_id: str, event: str) -> None:
-    for hook in step_hooks:
-        hook(thread_id, event)
+    signals.step_reached.send(sender=None, thread_id=thread_id, event=event)
 
 
 def _run(lease: leases.Lease, graph_input: Any, ctx: Collaborators, *, first_leg: bool = False):

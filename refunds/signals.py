@@ -1,5 +1,10 @@
 from django.db.models.signals import post_migrate
-from django.dispatch import receiver
+from django.dispatch import Signal, receiver
+
+# A thread reached a point of its run: `event` is "resume" before a resume is applied, or
+# "after:<node>" once that node's checkpoint is on disk. Sent with `thread_id` and `event`; a
+# receiver's exception stops the run where it stands (crash tests connect here, from devtools/).
+step_reached = Signal()
 
 
 @receiver(post_migrate)

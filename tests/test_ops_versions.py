@@ -20,8 +20,7 @@ def no_broker(monkeypatch):
 @pytest.fixture
 def restore_graph():
     yield
-    persistence.node_wrapper = None
-    persistence._compiled.cache_clear()
+    persistence._compiled.cache_clear()  # graphs compiled with the wrapper below
 
 
 def paused(agent) -> Ticket:
@@ -53,7 +52,7 @@ def requires_currency(name: str, fn):
 
 
 def test_a_thread_paused_under_version_n_resumes_to_its_end_under_n_plus_1(
-    transactional_db, agent, admin_user, late_order, monkeypatch, restore_graph
+    transactional_db, agent, admin_user, late_order, monkeypatch, restore_graph, settings
 ):
     n = versions.FLOW_VERSION
     ticket = paused(agent)
@@ -68,7 +67,7 @@ def test_a_thread_paused_under_version_n_resumes_to_its_end_under_n_plus_1(
     monkeypatch.setitem(
         versions.UPGRADES, n, lambda v: {"order": {**v["order"], "currency": "USD"}}
     )
-    persistence.node_wrapper = requires_currency
+    settings.REFUNDS_NODE_WRAPPER = f"{__name__}.requires_currency"
 
     assert runner.advance(ticket.pk) == "refunded"
     decision.refresh_from_db()
@@ -80,11 +79,11 @@ def test_a_thread_paused_under_version_n_resumes_to_its_end_under_n_plus_1(
 
 
 def test_without_the_upgrade_the_new_shape_would_not_resume(
-    transactional_db, agent, admin_user, late_order, restore_graph
+    transactional_db, agent, admin_user, late_order, restore_graph, settings
 ):
     ticket = paused(agent)
     approve(ticket, admin_user)
-    persistence.node_wrapper = requires_currency  # new code, no version bump, no upgrade
+    settings.REFUNDS_NODE_WRAPPER = f"{__name__}.requires_currency"  # new code, no upgrade
     assert runner.advance(ticket.pk) == "error"
     assert "currency" in Ticket.objects.get(pk=ticket.pk).last_error
 

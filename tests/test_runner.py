@@ -16,7 +16,9 @@ def crash_points(settings, tmp_path):
     faults.install()
     plan = tmp_path / "plan.json"
     settings.REFUNDS_CRASH_PLAN = str(plan)
-    return plan
+    settings.REFUNDS_NODE_WRAPPER = "devtools.faults.wrap_node"
+    yield plan
+    persistence._compiled.cache_clear()  # graphs compiled with the crash points
 
 
 @pytest.fixture

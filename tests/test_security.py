@@ -176,17 +176,19 @@ def test_log_lines_are_json_with_request_id_and_masked(db, settings, capsys):
 
 def test_the_runner_logs_carry_ticket_and_thread_ids(db, late_order, caplog):
     from core.logs import CONTEXT
-    from refunds import runner
+    from refunds import runner, services, signals
 
     seen = []
-    runner.step_hooks.append(lambda thread_id, event: seen.append(dict(CONTEXT.get())))
-    try:
-        from refunds import services
 
+    def step(sender, **kwargs):
+        seen.append(dict(CONTEXT.get()))
+
+    signals.step_reached.connect(step)
+    try:
         ticket = services.ticket_open(order_number="1042")
         runner.advance(ticket.pk)
     finally:
-        runner.step_hooks.pop()
+        signals.step_reached.disconnect(step)
     assert seen and seen[0]["ticket_id"] == ticket.pk and seen[0]["thread_id"] == ticket.thread_id
 
 
