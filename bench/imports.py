@@ -1,4 +1,5 @@
-"""The project's import graph by package: edges, cycles and the largest modules.
+"""The project's import graph: packages and what each imports, package and module cycles, and
+the largest modules.
 
     .venv/bin/python bench/imports.py
 
@@ -57,6 +58,20 @@ def package_graph(found: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+def module_graph(found: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (a name imported from a package counts for the
+    submodule of that name when there is one, else for the package)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in found.items():
+        graph[name]
+        for target in imported(path):
+            while target and target not in found:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                graph[name].add(target)
+    return graph
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one package (Tarjan)."""
     index: dict[str, int] = {}
@@ -99,7 +114,12 @@ def main() -> int:
     for package in sorted(graph):
         print(f"  {package:10} -> {', '.join(sorted(graph[package])) or '-'}")
     loops = cycles(graph)
-    print("cycles:", "; ".join(" <-> ".join(c) for c in loops) if loops else "none")
+    print("package cycles:", "; ".join(" <-> ".join(c) for c in loops) if loops else "none")
+    module_loops = cycles(module_graph(found))
+    print(
+        "module cycles:",
+        "; ".join(" <-> ".join(c) for c in module_loops) if module_loops else "none",
+    )
     sizes = sorted(
         (
             (len(path.read_text().splitlines()), str(path.relative_to(ROOT)))
@@ -110,7 +130,7 @@ def main() -> int:
     print("largest modules (lines):")
     for lines, name in sizes[:8]:
         print(f"  {lines:5}  {name}")
-    return 1 if loops else 0
+    return 1 if loops or module_loops else 0
 
 
 if __name__ == "__main__":
