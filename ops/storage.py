@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from langgraph.checkpoint.postgres import _internal as pg_internal
-
 from refunds import persistence
 
 
@@ -45,7 +43,7 @@ def checkpoint_rows(thread_id: str) -> list[Row]:
         "FROM checkpoints c WHERE c.thread_id = %s AND c.checkpoint_ns = '' "
         "ORDER BY c.checkpoint_id"
     )
-    with pg_internal.get_connection(saver.conn) as conn:
+    with persistence.checkpoint_connection(saver.conn) as conn:
         rows = conn.execute(sql, (thread_id,)).fetchall()
     return [Row(r["checkpoint_id"], r["parent_checkpoint_id"], int(r["size"] or 0)) for r in rows]
 
@@ -55,7 +53,7 @@ def blob_bytes(thread_id: str) -> int:
     saver = persistence.checkpointer()
     if _sqlite(saver):
         return 0
-    with pg_internal.get_connection(saver.conn) as conn:
+    with persistence.checkpoint_connection(saver.conn) as conn:
         row = conn.execute(
             "SELECT coalesce(sum(length(blob)), 0) AS size FROM checkpoint_blobs "
             "WHERE thread_id = %s",

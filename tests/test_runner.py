@@ -1,12 +1,19 @@
 """runner.advance in-process: leases, exact resumes, the mirror. (Real processes: test_crash.py.)"""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
+import psycopg
 import pytest
 from django.utils import timezone
+from langgraph.checkpoint.base import create_checkpoint
+from psycopg.rows import dict_row
 
 from devtools import faults
-from refunds import mirror, permissions, persistence, runner, services
+from refunds import lease as leases
+from refunds import mirror, permissions, persistence, runner, services, signals
 from refunds.models import Charge, Decision, Ticket
 
 
@@ -275,3 +282,83 @@ def runner_task():
     from refunds.tasks import advance_ticket
 
     return advance_ticket
+
+
+@contextmanager
+def another_process_saver() -> Iterator[Any]:
+    """A checkpointer on its own connection, as an older worker process holds one."""
+    from django.conf import settings
+
+    url = persistence.checkpoint_url()
+    if settings.IS_POSTGRES:
+        conn = psycopg.Connection.connect(
+            url, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        )
+        saver: Any = persistence.FencedPostgresSaver(conn)
+    else:
+        conn = persistence._open_sqlite(url.removeprefix("sqlite:///"), autocommit=False)
+        saver = persistence.FencedSqliteSaver(conn)
+    try:
+        yield saver
+    finally:
+        conn.close()
+
+
+def test_a_takeover_raises_the_fence_before_it_reads_so_the_older_epoch_cannot_write(
+    paused, agent, monkeypatch
+):
+    """The takeover half of the fence, interleaved by hand. An older worker took the thread and
+    stalled past its lease; a newer one takes it over and reads the checkpoint. Between that read
+    and the newer one's first write (its resume), the older worker wakes and writes: a finished
+    task's writes, a checkpoint. Both must be refused. The write-time fence alone would let them
+    in (the fence still holds the epoch before the older one's), and the newer run would go on
+    from a read the older writer has since changed."""
+    services.ticket_decide(
+        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+    )
+    older = leases.grant(paused.pk)
+    assert older is not None
+    Ticket.objects.filter(pk=paused.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    thread = paused.thread_id
+    outcomes: dict[str, str] = {}
+
+    with another_process_saver() as stale:
+        tip = stale.get_tuple(persistence.thread_config(thread))
+        at_tip = {"configurable": {**tip.config["configurable"], "fence": older.epoch}}
+
+        def older_wakes(sender, *, thread_id: str, event: str, **kwargs) -> None:
+            if event != "resume" or thread_id != thread:
+                return
+            # The newer worker has read the thread; it has not written yet.
+            assert Ticket.objects.get(pk=paused.pk).lease_epoch == older.epoch + 1
+            for name, write in (
+                ("put_writes", lambda: stale.put_writes(at_tip, [("notes", ["stale"])], "old")),
+                (
+                    "put",
+                    lambda: stale.put(
+                        at_tip,
+                        create_checkpoint(tip.checkpoint, None, 99),
+                        {"source": "loop", "step": 99},
+                        {},
+                    ),
+                ),
+            ):
+                try:
+                    write()
+                    outcomes[name] = "written"
+                except persistence.FenceLost:
+                    outcomes[name] = "refused"
+
+        signals.step_reached.connect(older_wakes)
+        try:
+            result = runner.advance(paused.pk)
+        finally:
+            signals.step_reached.disconnect(older_wakes)
+
+    assert outcomes == {"put_writes": "refused", "put": "refused"}
+    assert result == "refunded"
+    assert all(s.metadata.get("step") != 99 for s in persistence.history(thread))
+    assert "stale" not in persistence.snapshot(thread).values["notes"]
+    assert Charge.objects.count() == 1
