@@ -38,9 +38,9 @@ def main() -> None:
         from django.core.management import call_command
         from django.test import Client
 
-        from ops import storage
         from refunds import enqueue, runner, services
         from refunds.models import Order, Ticket
+        from refunds.persistence import storage
 
         call_command("migrate", verbosity=0)
         enqueue.wake = lambda ticket_id: None  # advanced here, in this process

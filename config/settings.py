@@ -267,7 +267,7 @@ REFUNDS_CARRIER_ATTEMPTS = env_int("REFUNDS_CARRIER_ATTEMPTS", 2, minimum=1)
 if importlib.util.find_spec("devtools") is not None:
     INSTALLED_APPS.append("devtools")
 REFUNDS_CRASH_PLAN = env_str("REFUNDS_CRASH_PLAN", "")
-REFUNDS_NODE_WRAPPER = ""  # a dotted path wrapping every node (refunds/persistence.py)
+REFUNDS_NODE_WRAPPER = ""  # a dotted path wrapping every node (refunds/persistence/)
 if REFUNDS_CRASH_PLAN:
     if "devtools" not in INSTALLED_APPS:
         raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")

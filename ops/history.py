@@ -10,10 +10,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from ops import storage
 from refunds import persistence, runner
 from refunds.flow.words import days, dollars, node_words
 from refunds.models import Decision, Fork, Ticket
+from refunds.persistence import storage
 
 PAGE_SIZE = 20
 LABELS = {

@@ -9,10 +9,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from ops import storage
 from ops.models import PrunedThread
 from refunds import enqueue, persistence, runner, services
 from refunds.models import AuditEvent, Ticket
+from refunds.persistence import storage
 from tests.reviewing import advance_to_review, decide
 
 

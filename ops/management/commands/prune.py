@@ -12,9 +12,9 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from ops import storage
 from ops.models import PrunedThread
 from refunds.models import Fork, Ticket
+from refunds.persistence import storage
 
 
 def bar(done: int, total: int, width: int = 30) -> str:

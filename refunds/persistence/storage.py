@@ -1,5 +1,6 @@
-"""What a thread's checkpoints weigh, and pruning them. Reads the checkpointer's own tables (one
-statement each), so the history page knows every checkpoint's parent without loading them all."""
+"""What a thread's checkpoints weigh, and pruning them (for ops' history page and prune). Reads
+the checkpointer's own tables (one statement each), so the history page knows every checkpoint's
+parent without loading them all; only persistence touches those tables."""
 
 from __future__ import annotations
 
