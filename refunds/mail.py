@@ -364,6 +364,8 @@ def _record_sent(key: str, sender: Sender) -> None:
     ):
         _emit(key, "recorded")
         return
+    if Email.objects.filter(key=key, status=Email.Status.SENT).exists():
+        return  # our mark landed before the connection carrying its answer died
     log.warning(
         "outbox: %s was delivered after its claim %s was taken over and handed over again: "
         "a second copy may follow",
