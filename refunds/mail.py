@@ -226,8 +226,14 @@ def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None
             try:
                 backend.send_messages([message])
             except Exception as exc:
-                if not isinstance(_classify(exc), MailRetryable):
-                    raise  # a refusal is an answer; a bug is not the server's
+                answered = isinstance(
+                    exc,
+                    smtplib.SMTPResponseException
+                    | smtplib.SMTPRecipientsRefused
+                    | ConnectionRefusedError,
+                )  # a refusal is an answer, a refused connection took nothing
+                if answered or not isinstance(_classify(exc), MailRetryable):
+                    raise  # and a bug is not the server's
                 raise AnswerLost(f"no answer after the message was handed over: {exc!r}") from exc
             _emit(key, "handed_over")
             _emit(key, "accepted")

@@ -83,18 +83,22 @@ def test_a_claim_by_a_sender_that_died_is_taken_over_by_the_next_epoch(ticket):
 
 
 @pytest.mark.parametrize(
-    ("error", "kind"),
+    ("error", "kind", "unknown"),
     [
-        (smtplib.SMTPDataError(451, b"try again later"), MailRetryable),
-        (smtplib.SMTPServerDisconnected("gone"), MailRetryable),
-        (ConnectionRefusedError(), MailRetryable),
-        (TimeoutError(), MailRetryable),
-        (smtplib.SMTPDataError(554, b"rejected"), MailRefused),
-        (smtplib.SMTPRecipientsRefused({"ana@example.com": (550, b"no such user")}), MailRefused),
+        (smtplib.SMTPDataError(451, b"try again later"), MailRetryable, False),
+        (smtplib.SMTPServerDisconnected("gone"), MailRetryable, True),  # after handing it over
+        (ConnectionRefusedError(), MailRetryable, False),
+        (TimeoutError(), MailRetryable, True),
+        (smtplib.SMTPDataError(554, b"rejected"), MailRefused, False),
+        (
+            smtplib.SMTPRecipientsRefused({"ana@example.com": (550, b"no such user")}),
+            MailRefused,
+            False,
+        ),
     ],
 )
 def test_a_mail_server_failure_is_classified_and_the_row_stays_unsent(
-    ticket, monkeypatch, error, kind
+    ticket, monkeypatch, error, kind, unknown
 ):
     def fail(self, *args, **kwargs):
         raise error
@@ -104,6 +108,7 @@ def test_a_mail_server_failure_is_classified_and_the_row_stays_unsent(
         send(ticket, leases.grant(ticket))
     row = Email.objects.get()
     assert row.status == "pending" and row.last_error and row.claimed_by == ""
+    assert (row.outcome_unknown_at is not None) is unknown
 
 
 def test_a_bug_in_sending_is_not_mistaken_for_a_mail_server_answer(ticket, monkeypatch):
