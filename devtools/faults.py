@@ -11,8 +11,10 @@ several points of one thread). Points:
 - "<node>": at the start of that node's body (lookup, fraud_check, ..., charge_card, email);
 - "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
 - "gateway:before", "gateway:after": around the gateway's charge call;
-- "smtp:before": before the mail server conversation; "smtp:after": the server accepted the
-  message and its outbox mark has not committed yet (the one window of "mail once");
+- "smtp:before": before the mail server conversation; "smtp:handed_over": the final "." went to
+  the server (its handover mark committed) and its answer has not come back yet; "smtp:after":
+  the server accepted the message and its sent mark has not committed yet (both inside the one
+  window of "mail once");
 - "renew": in the lease renewal ("error" makes the renewal fail with a database error).
 
 Actions: "exit" is os._exit(1), what an OOM kill or a pulled plug looks like; "sleep" stalls for
@@ -75,6 +77,10 @@ def fired(plan_path: str | Path) -> list[str]:
     return sorted(p.name for p in markers.glob("*")) if markers.exists() else []
 
 
+def _delivery_signal(sender, *, key: str, event: str, **kwargs) -> None:
+    _delivery_point(key, event)
+
+
 def _step_point(sender, *, thread_id: str, event: str, **kwargs) -> None:
     crash_point(thread_id, event)
 
@@ -106,42 +112,50 @@ class CrashingGateway:
         return self.inner.lookup(idempotency_key)
 
 
+_DELIVERY_POINTS = {
+    "connect": "smtp:before",
+    "handed_over": "smtp:handed_over",
+    "accepted": "smtp:after",
+}
+
+
 def _delivery_point(key: str, event: str) -> None:
-    point = {"connect": "smtp:before", "accepted": "smtp:after"}[event]
-    if event == "connect":
-        _record_sender(key)
-    crash_point(key.split(":")[0], point)
+    _record_sender(key, event)
+    point = _DELIVERY_POINTS.get(event)
+    if point is not None:
+        crash_point(key.split(":")[0], point)
 
 
-def _record_sender(key: str) -> None:
-    """Which process (and process group: one Celery worker) opened a conversation for `key`,
-    and when, so a crash test can tell whose kill a message delivered twice follows."""
+def _record_sender(key: str, event: str) -> None:
+    """What a process (and its process group: one Celery worker) did in a mail conversation for
+    `key`, and when: opened it ("connect"), handed the final "." over, got the server's answer
+    ("accepted"), recorded it. A crash test tells from these whose kill a second copy follows."""
     if not settings.REFUNDS_CRASH_PLAN:
         return
-    line = f"{time.time():.6f} {os.getpid()} {os.getpgid(0)} {key}\n"
+    line = f"{time.time():.6f} {os.getpid()} {os.getpgid(0)} {key} {event}\n"
     with open(settings.REFUNDS_CRASH_PLAN + ".senders", "a") as senders:
         senders.write(line)
 
 
-def senders(plan_path: str | Path) -> list[tuple[float, int, int, str]]:
-    """(time, pid, process group, key) of every mail conversation opened, oldest first."""
+def senders(plan_path: str | Path) -> list[tuple[float, int, int, str, str]]:
+    """(time, pid, process group, key, event) of every step of every mail conversation, oldest
+    first."""
     path = Path(str(plan_path) + ".senders")
     if not path.exists():
         return []
     rows = []
     for line in path.read_text().splitlines():
-        at, pid, group, key = line.split(" ", 3)
-        rows.append((float(at), int(pid), int(group), key))
+        at, pid, group, key, event = line.split(" ", 4)
+        rows.append((float(at), int(pid), int(group), key, event))
     return sorted(rows)
 
 
 def install() -> None:
     """Hook the crash points in (called by the devtools app when a crash plan is set)."""
-    from refunds import lease, mail, signals
+    from refunds import lease, signals
 
     # Nodes are wrapped through REFUNDS_NODE_WRAPPER (config/settings.py sets it with the plan).
-    if _delivery_point not in mail.delivery_hooks:
-        mail.delivery_hooks.append(_delivery_point)
+    signals.mail_delivery.connect(_delivery_signal, dispatch_uid="devtools.faults.mail")
     signals.step_reached.connect(_step_point, dispatch_uid="devtools.faults.step")
     real_renew = lease.Lease.renew
     if getattr(real_renew, "crash_point", False):

@@ -1,8 +1,10 @@
 """A real SMTP server on a loopback port that counts what is delivered to it, for the tests and
 `manage.py crashtest`: effects are counted where they land, not as outbox rows.
 
-It can refuse (4xx or 5xx) the next N messages or all of them, and answer slowly, so the tests can
-play a mail server that is down, flaky or hung."""
+It can refuse (4xx or 5xx) the next N messages or all of them, and answer slowly (every message or
+only some keys), so the tests can play a mail server that is down, flaky or hung. For every message
+it keeps when the final "." arrived and when it answered: a crash test tells from these whether a
+sender died while the server held its message and had not answered yet."""
 
 from __future__ import annotations
 
@@ -23,7 +25,19 @@ class Delivered:
     message_id: str
     to: list[str]
     subject: str
+    at: float  # when the server answered 250 (time.time())
+    ended_at: float = 0.0  # when the final "." of the message arrived
+
+
+@dataclass
+class Ended:
+    """A message whose final "." arrived, accepted or not: its answer is `code`, at `answered_at`
+    (0 while the server is still holding its answer back)."""
+
+    key: str
     at: float
+    code: int = 0
+    answered_at: float = 0.0
 
 
 def free_port() -> int:
@@ -36,10 +50,12 @@ class SmtpSink:
     def __init__(self) -> None:
         self.port = free_port()
         self.delivered: list[Delivered] = []
+        self.ended: list[Ended] = []
         self.refusals = 0
         self._refuse_next = 0
         self._refuse_code = 451
         self._delay = 0.0
+        self._delay_keys = ""
         self._rcpt_delay = 0.0
         self._lock = threading.Lock()
         self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
@@ -55,8 +71,14 @@ class SmtpSink:
         return "250 OK"
 
     async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802 - aiosmtpd's name
+        # aiosmtpd calls this once the final "." arrived: the sender has handed the message over.
+        message = email.message_from_bytes(envelope.content)
+        key = message.get("X-Refund-Key", "")
+        ended = Ended(key=key, at=time.time())
         with self._lock:
-            delay, refuse = self._delay, self._refuse_next != 0
+            self.ended.append(ended)
+            delay = self._delay if key.startswith(self._delay_keys) else 0.0
+            refuse = self._refuse_next != 0
             if refuse:
                 self.refusals += 1
                 if self._refuse_next > 0:
@@ -64,19 +86,22 @@ class SmtpSink:
             code = self._refuse_code
         if delay:
             await asyncio.sleep(delay)
+        with self._lock:
+            ended.answered_at = time.time()
+            ended.code = code if refuse else 250
+            if not refuse:
+                self.delivered.append(
+                    Delivered(
+                        key=key,
+                        message_id=message.get("Message-ID", ""),
+                        to=list(envelope.rcpt_tos),
+                        subject=message.get("Subject", ""),
+                        at=ended.answered_at,
+                        ended_at=ended.at,
+                    )
+                )
         if refuse:
             return f"{code} {'4.3.0 try again later' if code < 500 else '5.7.1 not accepted'}"
-        message = email.message_from_bytes(envelope.content)
-        with self._lock:
-            self.delivered.append(
-                Delivered(
-                    key=message.get("X-Refund-Key", ""),
-                    message_id=message.get("Message-ID", ""),
-                    to=list(envelope.rcpt_tos),
-                    subject=message.get("Subject", ""),
-                    at=time.time(),
-                )
-            )
         return "250 OK"
 
     # --- controls -------------------------------------------------------------------------------
@@ -89,14 +114,16 @@ class SmtpSink:
         with self._lock:
             self._refuse_next = 0
 
-    def slow(self, seconds: float, *, at: str = "end") -> None:
-        """Answer slowly: at the "end" of the message (after its final "."), or at each
-        "recipient" (before the message is sent at all)."""
+    def slow(self, seconds: float, *, at: str = "end", key_prefix: str = "") -> None:
+        """Answer slowly: at the "end" of the message (after its final "."; only messages whose
+        key starts with `key_prefix`), or at each "recipient" (before the message is sent)."""
         if at not in ("end", "recipient"):
             raise ValueError(f"slow at 'end' or 'recipient', not {at!r}")
+        if key_prefix and at != "end":
+            raise ValueError("a key is known only at the end of the message")
         with self._lock:
             if at == "end":
-                self._delay = seconds
+                self._delay, self._delay_keys = seconds, key_prefix
             else:
                 self._rcpt_delay = seconds
 
@@ -115,6 +142,11 @@ class SmtpSink:
     def keys(self) -> Counter:
         with self._lock:
             return Counter(d.key for d in self.delivered)
+
+    def ended_for(self, key_prefix: str = "") -> list[Ended]:
+        """Messages whose final "." arrived (answered or still held), oldest first."""
+        with self._lock:
+            return [e for e in self.ended if e.key.startswith(key_prefix)]
 
     def delivered_twice(self) -> list[str]:
         return sorted(k for k, n in self.keys().items() if n > 1)

@@ -279,7 +279,17 @@ class ChargeAdmin(Dollars, ReadOnly, admin.ModelAdmin):
 
 @admin.register(Email)
 class EmailAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ["key", "to", "subject", "status", "attempts", "last_error", "sent_at"]
+    list_display = [
+        "key",
+        "to",
+        "subject",
+        "status",
+        "attempts",
+        "last_error",
+        "sent_at",
+        "outcome_unknown_at",
+        "outcome_unknown_by",
+    ]
     list_filter = ["status"]
     search_fields = ["key", "to"]
     actions = ["resend"]

@@ -6,16 +6,22 @@ send_once(), for a run that holds the thread's lease:
 2. Write the outbox row if it is not there and claim it, in one statement: status "sending",
    claimed by this lease epoch, only while that epoch holds the ticket. A worker that lost its
    epoch never sends.
-3. Talk to the mail server (EMAIL_TIMEOUT bounds every step of the conversation). The row's
-   "sent" mark is written in a transaction opened before the final "." of the message and
-   committed as soon as the server accepts it; a refusal rolls it back.
-4. If the database went away just then, the mark is written again on a fresh connection.
+3. Talk to the mail server (EMAIL_TIMEOUT bounds every step of the conversation). Just before
+   the final "." the row is marked "handed over" (when, by whom) in one committed statement, only
+   while the row is still this sender's claim and, for a run, its epoch still holds the ticket:
+   otherwise the connection is dropped mid-message and the server discards it. After the
+   server's answer the row is marked "sent" in another committed statement, again only while the
+   claim is ours. No transaction is open while we wait for the server: on SQLite an open write
+   transaction holds the whole database (every lease renewal on the machine would wait with it).
+4. If the database went away, the mark is written again on a fresh connection.
 
-What "once" means: at most once per lease epoch. One window remains, and no SMTP server lets us
-close it: a process killed after the server accepted the message and before the mark's COMMIT
-(a fraction of a millisecond: the write lock is already held). The next epoch finds the row
-still "sending" and sends again, with the same Message-ID, so a mail system that de-duplicates
-can tell. tests/test_crash.py pins this behaviour.
+What "once" means, exactly: a second copy is possible only when the sender stopped (killed, or
+stalled longer than the send window) between handing over the final "." and recording the
+server's answer, or when that answer never reached it (the connection dropped or EMAIL_TIMEOUT
+passed after the final "."). The next sender that claims the row finds the "handed over" mark
+with no answer, records "outcome unknown" (when it was handed over, by which epoch and worker)
+and sends again, with the same Message-ID, so a mail system that de-duplicates can tell. No SMTP
+server lets us close this window (it takes no idempotency key); tests/test_crash.py pins it.
 
 On PostgreSQL a claim younger than the send window (the longest a live sender can still be
 talking to the server) is left alone even when its lock is free: a database blip drops the
@@ -25,25 +31,26 @@ advisory lock while its holder may still be sending.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import smtplib
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.core.mail.message import sanitize_address
-from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db import InterfaceError, OperationalError, connection
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Coalesce, Now
 from langgraph.errors import GraphDrained
 
 from core import sql
-from refunds import metrics
+from refunds import metrics, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -79,7 +86,31 @@ def send_once(*, ticket_id: int, lease: Lease, key: str, to: str, subject: str, 
             if not Ticket.objects.filter(pk=ticket_id, lease_epoch=lease.epoch).exists():
                 raise GraphDrained(f"lease epoch {lease.epoch} of ticket {ticket_id} lost")
             raise EffectBusy(f"{key} was claimed by {claimed_by} moments ago")
-        _deliver(key, claim, *row)
+        _deliver(key, Sender(claim, ticket_id=ticket_id, epoch=lease.epoch), *row)
+
+
+# A takeover of a row whose handover has no answer recorded keeps what is known: the message was
+# handed over then, by that sender, and may have been delivered.
+_UNKNOWN_SQL = (
+    "outcome_unknown_at = "
+    "COALESCE(refunds_email.handed_over_at, refunds_email.outcome_unknown_at), "
+    "outcome_unknown_by = CASE WHEN refunds_email.handed_over_at IS NULL "
+    "THEN refunds_email.outcome_unknown_by ELSE refunds_email.handed_over_by END, "
+    "handed_over_at = NULL, handed_over_by = ''"
+)
+
+
+def _unknown_fields() -> dict:
+    """_UNKNOWN_SQL for the ORM."""
+    return {
+        "outcome_unknown_at": Coalesce(F("handed_over_at"), F("outcome_unknown_at")),
+        "outcome_unknown_by": Case(
+            When(handed_over_at__isnull=True, then=F("outcome_unknown_by")),
+            default=F("handed_over_by"),
+        ),
+        "handed_over_at": None,
+        "handed_over_by": "",
+    }
 
 
 def _claim_for_run(
@@ -92,12 +123,12 @@ def _claim_for_run(
     holds = "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)"
     return sql.fetchone(
         'INSERT INTO refunds_email (ticket_id, "key", "to", subject, body, status, claimed_by, '
-        "claimed_at, attempts, last_error, created_at) "
-        f"SELECT %s, %s, %s, %s, %s, 'sending', %s, {sql.now()}, 1, '', {sql.now()} "
+        "claimed_at, attempts, last_error, created_at, handed_over_by, outcome_unknown_by) "
+        f"SELECT %s, %s, %s, %s, %s, 'sending', %s, {sql.now()}, 1, '', {sql.now()}, '', '' "
         f"WHERE {holds} "
         "ON CONFLICT (\"key\") DO UPDATE SET status = 'sending', "
         "claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, "
-        "attempts = refunds_email.attempts + 1 "
+        f"attempts = refunds_email.attempts + 1, {_UNKNOWN_SQL} "
         "WHERE refunds_email.status <> 'sent' AND (refunds_email.status = 'pending' "
         "OR refunds_email.claimed_by = excluded.claimed_by OR refunds_email.claimed_at IS NULL "
         f"OR refunds_email.claimed_at < {sql.now_minus()}) AND {holds} "
@@ -123,7 +154,7 @@ def resend(email_id: int) -> bool:
             raise EffectBusy(f"another process is sending {email.key}")
         if not _claim(email.key, claim, Q(ticket__status__in=Ticket.FINAL)):
             return Email.objects.filter(pk=email_id, status=Email.Status.SENT).exists()
-        _deliver(email.key, claim, email.to, email.subject, email.body)
+        _deliver(email.key, Sender(claim), email.to, email.subject, email.body)
     return True
 
 
@@ -144,22 +175,33 @@ def _claim(key: str, claim: str, holds: Q) -> bool:
             claimed_by=claim,
             claimed_at=Now(),
             attempts=F("attempts") + 1,
+            **_unknown_fields(),
         )
     )
 
 
-# Observers of a delivery: called with (key, event), event "connect" before the conversation and
-# "accepted" once the server took the message, before its mark commits. Metrics and the crash
-# tests' kill points hang here.
-delivery_hooks: list[Callable[[str, str], None]] = []
+@dataclass(frozen=True)
+class Sender:
+    """Who is sending: the row's claim, and for a run the ticket and epoch that must still hold
+    when the message is handed over."""
+
+    claim: str
+    ticket_id: int | None = None
+    epoch: int | None = None
+
+    def label(self) -> str:
+        return f"{self.claim} on {socket.gethostname()}:{os.getpid()}"
 
 
 def _emit(key: str, event: str) -> None:
-    for hook in delivery_hooks:
-        hook(key, event)
+    signals.mail_delivery.send(sender=None, key=key, event=event)
 
 
-def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
+class AnswerLost(smtplib.SMTPServerDisconnected):
+    """The message was handed over and no answer came back: it may have been delivered."""
+
+
+def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None:
     message = EmailMessage(
         subject, body, to=[to], headers={"X-Refund-Key": key, "Message-ID": message_id(key)}
     )
@@ -168,11 +210,25 @@ def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
         _emit(key, "connect")
         backend.open()
         if isinstance(backend, SmtpBackend):
-            _send_smtp(backend.connection, message, key, claim)
-        else:  # console, file, locmem: no server to acknowledge anything
-            backend.send_messages([message])
+            _send_smtp(backend.connection, message, key, sender)
+        else:  # console, file, locmem, a provider's API: the call itself is the handover
+            _hand_over(key, sender)
+            _emit(key, "handing_over")
+            try:
+                backend.send_messages([message])
+            except Exception as exc:
+                answered = isinstance(
+                    exc,
+                    smtplib.SMTPResponseException
+                    | smtplib.SMTPRecipientsRefused
+                    | ConnectionRefusedError,
+                )  # a refusal is an answer, a refused connection took nothing
+                if answered or not isinstance(_classify(exc), MailRetryable):
+                    raise  # and a bug is not the server's
+                raise AnswerLost(f"no answer after the message was handed over: {exc!r}") from exc
+            _emit(key, "handed_over")
             _emit(key, "accepted")
-            _mark_sent(key)
+            _record_sent(key, sender)
     except Exception as exc:
         backend_close(backend)
         error = _classify(exc)
@@ -181,32 +237,39 @@ def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
         metrics.MAIL_FAILURES.labels(
             kind="refused" if isinstance(error, MailRefused) else "retryable"
         ).inc()
+        # The claim is given back. A refusal is an answer (nothing was delivered); a lost answer
+        # after the handover leaves the outcome unknown, and the retry may deliver a second copy.
+        unknown = (
+            _unknown_fields()
+            if isinstance(exc, AnswerLost)
+            else {"handed_over_at": None, "handed_over_by": ""}
+        )
         _write(
-            Email.objects.filter(key=key, claimed_by=claim).exclude(status=Email.Status.SENT),
+            Email.objects.filter(key=key, claimed_by=sender.claim).exclude(
+                status=Email.Status.SENT
+            ),
             status=Email.Status.PENDING,
             claimed_by="",
             claimed_at=None,
             last_error=str(error)[:2000],
+            **unknown,
         )
         raise error from exc
     backend_close(backend)
 
 
-def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str, claim: str) -> None:
-    """smtplib's sendmail, with the outbox mark held open around the end of the message.
-
-    The row is marked sent in a transaction begun *before* the final "." goes to the server
-    (on SQLite that waits for the write lock here, not after the server said yes), and committed
-    the moment the server accepts; a refusal rolls the mark back. So the one window of mail
-    once, a kill after the server's 250 and before the mark is durable, is as wide as a COMMIT."""
+def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str, sender: Sender) -> None:
+    """smtplib's sendmail, with the outbox's two marks around the final ".": "handed over"
+    committed before it goes out (only while the claim is ours), "sent" committed after the
+    server's 250. Nothing waits on the server while a transaction is open."""
     encoding = message.encoding or settings.DEFAULT_CHARSET
-    sender = sanitize_address(message.from_email, encoding)
+    from_address = sanitize_address(message.from_email, encoding)
     recipients = [sanitize_address(addr, encoding) for addr in message.recipients()]
     conn.ehlo_or_helo_if_needed()
-    code, answer = conn.mail(sender)
+    code, answer = conn.mail(from_address)
     if code != 250:
         conn.rset()
-        raise smtplib.SMTPSenderRefused(code, answer, sender)
+        raise smtplib.SMTPSenderRefused(code, answer, from_address)
     refused = {}
     for recipient in recipients:
         code, answer = conn.rcpt(recipient)
@@ -223,56 +286,88 @@ def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str, claim: str) 
     if not data.endswith(b"\r\n"):
         data += b"\r\n"
     conn.send(data)
+    try:
+        _hand_over(key, sender)
+    except BaseException:
+        conn.close()  # mid-DATA: dropping the connection discards the message
+        raise
+    _emit(key, "handing_over")
+    # From here until the answer is recorded is the one window of mail once (module docstring).
+    conn.send(b".\r\n")
+    _emit(key, "handed_over")
+    try:
+        code, answer = conn.getreply()
+    except smtplib.SMTPServerDisconnected as exc:
+        raise AnswerLost(f"no answer to the end of the message: {exc}") from exc
+    if code != 250:
+        raise smtplib.SMTPDataError(code, answer)
+    _emit(key, "accepted")
+    _record_sent(key, sender)
+
+
+def _hand_over(key: str, sender: Sender) -> None:
+    """Mark the row "handed over" before the message is: one committed UPDATE, only while it is
+    still this sender's claim and, for a run, while its epoch holds the ticket. A database that
+    went away is tried again on a fresh connection (a claim younger than the send window is left
+    to its sender, so the row is still ours)."""
+    holds = ""
+    params: list = [sender.label(), key, sender.claim]
+    if sender.epoch is not None:
+        holds = (
+            " AND EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)"
+        )
+        params += [sender.ticket_id, sender.epoch]
+    statement = (
+        f"UPDATE refunds_email SET handed_over_at = {sql.now()}, handed_over_by = %s "
+        "WHERE \"key\" = %s AND status = 'sending' AND claimed_by = %s" + holds
+    )
     for attempt in range(5):
-        ended = False  # whether the final "." went to the server
         try:
-            with transaction.atomic():
-                if not _mark_sent_now(key, claim):
-                    conn.close()  # mid-DATA: dropping the connection discards the message
-                    raise EffectBusy(f"{key} is no longer claimed by {claim}")
-                ended = True
-                conn.send(b".\r\n")
-                code, answer = conn.getreply()
-                if code != 250:
-                    raise smtplib.SMTPDataError(code, answer)
-                _emit(key, "accepted")
-            return
+            marked = sql.execute(statement, params)
+            break
         except (OperationalError, InterfaceError):
-            if ended:
-                # The server has the message (or refused it) but the mark did not commit (the
-                # database went away): record the fact again on a fresh connection.
-                if code != 250:
-                    raise
-                _mark_sent(key)
-                return
-            # The database went away before the final ".": nothing is delivered yet and the row
-            # is still ours (a claim younger than the send window is left to its sender), so the
-            # mark is taken again on a fresh connection.
             if attempt == 4 or connection.in_atomic_block:
-                conn.close()
                 raise
             log.warning("outbox: database connection lost before the end of the message")
             connection.close()
             time.sleep(0.2 * (attempt + 1))
+    if marked:
+        return
+    if (
+        sender.epoch is not None
+        and not Ticket.objects.filter(pk=sender.ticket_id, lease_epoch=sender.epoch).exists()
+    ):
+        raise GraphDrained(f"lease epoch {sender.epoch} of ticket {sender.ticket_id} lost")
+    raise EffectBusy(f"{key} is no longer claimed by {sender.claim}")
 
 
-def _mark_sent_now(key: str, claim: str) -> bool:
-    """The sent mark, only while the row is still claimed by this sender: it holds the row's
-    write lock until the server has answered the final "."."""
-    return bool(
-        sql.execute(
-            f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
-            "WHERE \"key\" = %s AND status = 'sending' AND claimed_by = %s",
-            [key, claim],
-        )
+def _record_sent(key: str, sender: Sender) -> None:
+    """The server's 250, recorded: "sent", while the row is still this sender's claim. If a
+    successor took the claim over while we waited for the answer (we stalled past the send
+    window) but has not handed its own copy over yet, the fact is recorded all the same: its
+    handover mark then fails and it drops its copy before the final "."."""
+    done = (
+        f"status = 'sent', sent_at = {sql.now()}, last_error = '', "
+        "handed_over_at = NULL, handed_over_by = ''"
     )
-
-
-def _mark_sent(key: str) -> None:
-    _write_sql(
-        f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
-        "WHERE \"key\" = %s AND status <> 'sent'",
+    if _write_sql(
+        f"UPDATE refunds_email SET {done} "
+        "WHERE \"key\" = %s AND status = 'sending' AND claimed_by = %s",
+        [key, sender.claim],
+    ) or _write_sql(
+        f"UPDATE refunds_email SET {done} "
+        "WHERE \"key\" = %s AND status <> 'sent' AND handed_over_at IS NULL",
         [key],
+    ):
+        _emit(key, "recorded")
+        return
+    if Email.objects.filter(key=key, status=Email.Status.SENT).exists():
+        return  # our mark landed before the connection carrying its answer died
+    log.warning(
+        "outbox: %s was delivered after its claim %s was taken over and handed over again: "
+        "a second copy may follow",
+        key,
+        sender.claim,
     )
 
 
@@ -306,23 +401,23 @@ def message_id(key: str) -> str:
     return f"<{key.replace(':', '.')}@refund-desk>"
 
 
-def _write_sql(statement: str, params: list) -> None:
-    _write(None, statement=(statement, params))
+def _write_sql(statement: str, params: list) -> int:
+    return _write(None, statement=(statement, params))
 
 
-def _write(qs, *, statement: tuple[str, list] | None = None, **fields) -> None:
-    """An UPDATE that records a fact: retried on a fresh connection if the database dropped ours
-    (a blip after the server accepted the message must not make it look unsent)."""
+def _write(qs, *, statement: tuple[str, list] | None = None, **fields) -> int:
+    """An UPDATE that records a fact, the rows it changed: retried on a fresh connection if the
+    database dropped ours (a blip after the server accepted the message must not make it look
+    unsent)."""
     for attempt in range(10):
         try:
             if statement is not None:
-                sql.execute(*statement)
-            else:
-                qs.update(**fields)
-            return
+                return sql.execute(*statement)
+            return qs.update(**fields)
         except (OperationalError, InterfaceError):
             if attempt == 9 or connection.in_atomic_block:
                 raise
             log.warning("outbox: database connection lost; recording again", exc_info=True)
             connection.close()
             time.sleep(0.2 * (attempt + 1))
+    return 0

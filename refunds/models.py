@@ -392,7 +392,9 @@ class Charge(models.Model):
 
 class Email(models.Model):
     """The outbox: one row per message key. A sender claims the row (status "sending", with its
-    claim) before it calls the mail server and marks it sent after (refunds/mail.py)."""
+    claim), marks it "handed over" before the final "." and "sent" after the server's answer,
+    each in its own short transaction (refunds/mail.py). A takeover that finds a handover with no
+    answer recorded moves it to "outcome unknown": the message may have been delivered."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Not sent yet"
@@ -411,6 +413,14 @@ class Email(models.Model):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # The current claim's sender handed the final "." over at this moment (its answer not yet
+    # recorded): "epoch:<n> on <host>:<pid>".
+    handed_over_at = models.DateTimeField(null=True, blank=True)
+    handed_over_by = models.CharField(max_length=200, blank=True)
+    # The last handover whose answer was never recorded (its sender stopped, or the answer was
+    # lost): when it was handed over and by whom. A second copy may exist from then.
+    outcome_unknown_at = models.DateTimeField(null=True, blank=True)
+    outcome_unknown_by = models.CharField(max_length=200, blank=True)
 
     def __str__(self) -> str:
         return f"{self.subject} -> {self.to}"

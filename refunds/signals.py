@@ -6,6 +6,13 @@ from django.dispatch import Signal, receiver
 # receiver's exception stops the run where it stands (crash tests connect here, from devtools/).
 step_reached = Signal()
 
+# A step of one email's conversation with the mail server, sent with `key` (the outbox row's)
+# and `event`: "connect" before the conversation, "handing_over" once the handover mark
+# committed (the final "." about to go), "handed_over" once the "." went to the server,
+# "accepted" once the server's 250 arrived (not yet recorded), "recorded" once the sent mark
+# committed. Metrics and the crash tests' kill points connect here.
+mail_delivery = Signal()
+
 
 @receiver(post_migrate)
 def create_checkpoint_tables(sender, using="default", **kwargs) -> None:

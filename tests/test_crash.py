@@ -436,18 +436,27 @@ def test_a_mail_server_that_never_accepts_leaves_a_refund_and_resend_delivers_on
     assert Email.objects.get(ticket=ticket).status == "sent"
 
 
-def test_the_one_window_left_a_kill_after_the_server_accepted_sends_a_second_identical_copy(
-    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order
+@pytest.mark.parametrize(
+    "point",
+    [
+        "smtp:handed_over",  # the final "." went out, the server's answer had not come back
+        "smtp:after",  # the server's 250 came back, the sent mark had not committed
+    ],
+)
+def test_the_one_window_left_a_kill_after_the_final_dot_sends_a_second_identical_copy(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point
 ):
-    """README.md names this window of "mail once": a process killed after the mail server
-    accepted the message and before the outbox marked it sent. The next epoch sends it again,
-    with the same Message-ID, and the ticket is refunded. If this test ever sees one copy, the
-    window closed and the README should say so."""
-    env = crash_plan({"*": {"point": "smtp:after", "times": 1}})
+    """README.md names this window of "mail once": a process killed between handing the final
+    "." over and recording the server's answer. The next epoch finds the handover mark with no
+    answer, records "outcome unknown" (when, by which epoch and worker) and sends the message
+    again, with the same Message-ID; the ticket is refunded. If this test ever sees one copy,
+    the window closed and the README should say so."""
+    env = crash_plan({"*": {"point": point, "times": 1}})
     doomed = workers("doomed", pool="solo", env=env)
     ticket = open_and_wait_for_review("1042", agent)
     approve(ticket, admin_user)
-    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die after the SMTP 250")
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die after the final '.'")
+    first_epoch = Ticket.objects.values_list("lease_epoch", flat=True).get(pk=ticket.pk)
     workers("second", pool="solo", env=env)
     settle(ticket, sweep_now)
     assert status(ticket) == "refunded"
@@ -455,3 +464,7 @@ def test_the_one_window_left_a_kill_after_the_server_accepted_sends_a_second_ide
     assert len(copies) == 2
     assert copies[0].message_id == copies[1].message_id
     assert len(sinks.gateway.refunds_for(ticket.thread_id)) == 1
+    email = Email.objects.get(ticket=ticket)
+    assert email.status == "sent"
+    assert email.outcome_unknown_by.startswith(f"epoch:{first_epoch} on ")
+    assert email.outcome_unknown_at is not None

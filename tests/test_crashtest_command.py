@@ -76,25 +76,59 @@ def test_crashtest_refuses_nonsense_counts_with_a_clear_message():
     assert "--tickets must be at least 1" in done.stderr
 
 
+KEY = "t-1:email"
+STEPS = [  # (time, pid, process group, key, event), as devtools/faults.py logs them
+    (10.0, 11, 100, KEY, "connect"),
+    (10.1, 12, 300, "t-2:email", "connect"),
+    (10.2, 11, 100, KEY, "handing_over"),  # its handover mark committed, the "." about to go
+    (10.2001, 11, 100, KEY, "handed_over"),
+    (14.0, 13, 400, KEY, "connect"),  # the takeover that sent the second copy
+    (14.1, 13, 400, KEY, "handing_over"),
+]
+FIRST_DOT, SECOND_DOT = 10.21, 14.12  # when each final "." arrived at the sink (its log)
+# The sink answered the first "." at 10.71 (half a second later); nobody recorded that answer.
+
+
 @pytest.mark.parametrize(
-    ("kills", "in_the_window"),
+    ("kills", "pauses", "recorded", "in_the_window"),
     [
-        ([(10.51, 100)], True),  # its worker killed 10 ms after the server accepted
-        ([(10.2, 100)], True),  # killed after its final "." left, before the server answered
-        ([(10.51, 200)], False),  # another worker was killed: the copy is not explained
-        ([(12.0, 100)], False),  # long after: the sender had time to commit its mark
-        ([(9.0, 100)], False),  # before it opened the conversation
-        ([], False),
+        ([(10.5, 100)], [], None, True),  # killed after its "." went, before the server answered
+        ([(10.75, 100)], [], None, True),  # after the server's 250, before the mark
+        ([(10.205, 100)], [], None, True),  # after its mark, before the sink read the "."
+        ([(10.15, 100)], [], None, False),  # before its handover: no copy comes from that
+        ([(10.5, 300)], [], None, False),  # another worker was killed
+        ([(12.0, 100)], [], 10.72, False),  # its answer was recorded before the kill
+        ([], [(10.5, 15.0, 100)], None, True),  # stopped after the ".", taken over while stopped
+        ([], [(10.5, 13.0, 100)], None, False),  # woke before the takeover: time to record
+        ([], [(9.0, 15.0, 100)], None, False),  # stopped before its handover
+        ([], [(10.5, 15.0, 300)], None, False),  # another worker was stopped
+        ([], [], None, False),  # nothing happened to it: a second copy is a bug
     ],
 )
-def test_a_second_copy_is_put_down_to_the_window_only_after_its_own_senders_kill(
-    kills, in_the_window
+def test_a_second_copy_is_put_down_to_the_window_only_if_its_sender_stopped_inside_it(
+    kills, pauses, recorded, in_the_window
 ):
-    from refunds.management.commands.crashtest import _in_the_window
+    from devtools.management.commands.crashtest import _in_the_window
 
-    opened = [
-        (8.0, 7, 300, "t-1:email"),
-        (10.0, 11, 100, "t-1:email"),
-        (10.1, 12, 300, "t-2:email"),
-    ]
-    assert _in_the_window("t-1:email", 10.5, opened, kills) is in_the_window
+    steps = STEPS + ([(recorded, 11, 100, KEY, "recorded")] if recorded else [])
+    assert _in_the_window(KEY, FIRST_DOT, SECOND_DOT, sorted(steps), kills, pauses) is (
+        in_the_window
+    )
+
+
+def test_a_refund_without_a_payment_fails_the_run():
+    from devtools.management.commands.crashtest import BROKEN_PROMISES, broken_promises
+
+    summary = dict.fromkeys(BROKEN_PROMISES, 0) | {"refunded_without_payment": 1}
+    assert broken_promises(summary) == ["refunded_without_payment"]
+
+
+def test_the_readme_names_exactly_the_counters_that_fail_the_run():
+    import re
+
+    from devtools.management.commands.crashtest import BROKEN_PROMISES
+
+    readme = (ROOT / "README.md").read_text()
+    sentence = re.search(r"exits non-zero when any of (.+?) is not 0", readme, re.S)
+    assert sentence, "README.md no longer says when crashtest fails"
+    assert re.findall(r"`(\w+)`", sentence.group(1)) == list(BROKEN_PROMISES)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from langgraph.errors import GraphDrained
 
 from refunds import lease as leases
-from refunds import mail
+from refunds import mail, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.models import Email, Ticket
 from tests.conftest import held_elsewhere
@@ -83,18 +83,22 @@ def test_a_claim_by_a_sender_that_died_is_taken_over_by_the_next_epoch(ticket):
 
 
 @pytest.mark.parametrize(
-    ("error", "kind"),
+    ("error", "kind", "unknown"),
     [
-        (smtplib.SMTPDataError(451, b"try again later"), MailRetryable),
-        (smtplib.SMTPServerDisconnected("gone"), MailRetryable),
-        (ConnectionRefusedError(), MailRetryable),
-        (TimeoutError(), MailRetryable),
-        (smtplib.SMTPDataError(554, b"rejected"), MailRefused),
-        (smtplib.SMTPRecipientsRefused({"ana@example.com": (550, b"no such user")}), MailRefused),
+        (smtplib.SMTPDataError(451, b"try again later"), MailRetryable, False),
+        (smtplib.SMTPServerDisconnected("gone"), MailRetryable, True),  # after handing it over
+        (ConnectionRefusedError(), MailRetryable, False),
+        (TimeoutError(), MailRetryable, True),
+        (smtplib.SMTPDataError(554, b"rejected"), MailRefused, False),
+        (
+            smtplib.SMTPRecipientsRefused({"ana@example.com": (550, b"no such user")}),
+            MailRefused,
+            False,
+        ),
     ],
 )
 def test_a_mail_server_failure_is_classified_and_the_row_stays_unsent(
-    ticket, monkeypatch, error, kind
+    ticket, monkeypatch, error, kind, unknown
 ):
     def fail(self, *args, **kwargs):
         raise error
@@ -104,6 +108,7 @@ def test_a_mail_server_failure_is_classified_and_the_row_stays_unsent(
         send(ticket, leases.grant(ticket))
     row = Email.objects.get()
     assert row.status == "pending" and row.last_error and row.claimed_by == ""
+    assert (row.outcome_unknown_at is not None) is unknown
 
 
 def test_a_bug_in_sending_is_not_mistaken_for_a_mail_server_answer(ticket, monkeypatch):
@@ -193,8 +198,168 @@ def test_a_sender_whose_claim_was_taken_during_the_conversation_never_ends_the_m
         if event == "connect":
             Email.objects.filter(key=key).update(claimed_by="epoch:999")
 
-    monkeypatch.setattr(mail, "delivery_hooks", [taken_over])
+    observe_deliveries(monkeypatch, taken_over)
     with pytest.raises(EffectBusy):
         send(ticket, leases.grant(ticket))
     assert smtp.count() == 0
     assert Email.objects.get().status == "sending"  # still the successor's to send
+
+
+# --- the two marks around the final ".": handed over, then sent --------------------------------
+def dead_senders_row(ticket: Ticket, **fields) -> Email:
+    """An outbox row whose sender handed the final "." over and stopped before the answer."""
+    return Email.objects.create(
+        ticket=ticket,
+        key="refund-1042-mail:email",
+        to="ana@example.com",
+        subject="Your refund",
+        body="...",
+        status="sending",
+        claimed_by="epoch:1",
+        claimed_at=timezone.now() - mail.send_window() - timedelta(seconds=1),
+        handed_over_at=timezone.now() - timedelta(seconds=3),
+        handed_over_by="epoch:1 on w1:4242",
+        **fields,
+    )
+
+
+def test_nothing_is_held_while_the_mail_server_keeps_its_answer(
+    transactional_db, late_order, smtp, monkeypatch
+):
+    """DESIGN 6c: no network wait inside a database transaction. While the server holds its
+    answer to the final ".", another connection sees the committed handover mark and writes
+    that very row at once (on SQLite: any write, the lock is the database's)."""
+    import threading
+
+    from django.db import connection
+
+    ticket = Ticket.objects.create(thread_id="refund-1042-mail", order=late_order)
+    smtp.slow(2.0)
+    seen: dict = {}
+
+    def elsewhere(key: str) -> None:
+        try:
+            with connection.cursor() as cursor:  # a short lock wait: a held lock fails here
+                if connection.vendor == "sqlite":
+                    cursor.execute("PRAGMA busy_timeout = 300")
+                else:
+                    cursor.execute("SET lock_timeout = 300")
+            row = Email.objects.get(key=key)
+            seen["row"] = (row.status, row.handed_over_by, row.handed_over_at is not None)
+            seen["wrote"] = Email.objects.filter(key=key).update(last_error="")
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            seen["error"] = repr(exc)
+        finally:
+            connection.close()
+
+    def on_handed_over(key: str, event: str) -> None:
+        if event == "handed_over":
+            reader = threading.Thread(target=elsewhere, args=(key,))
+            reader.start()
+            reader.join()
+
+    observe_deliveries(monkeypatch, on_handed_over)
+    lease = leases.grant(ticket)
+    send(ticket, lease)
+    assert "error" not in seen, seen
+    status, by, at = seen["row"]
+    assert (status, at, seen["wrote"]) == ("sending", True, 1)
+    assert by.startswith(f"epoch:{lease.epoch} on ")
+    row = Email.objects.get()
+    assert (row.status, row.handed_over_at, row.outcome_unknown_at) == ("sent", None, None)
+    assert smtp.count() == 1
+
+
+def test_a_takeover_of_a_handover_without_an_answer_records_outcome_unknown(ticket, smtp):
+    first = dead_senders_row(ticket)
+    Ticket.objects.filter(pk=ticket.pk).update(lease_epoch=1, lease_expires_at=None)
+    lease = leases.grant(ticket)
+    send(ticket, lease)  # the policy for the window: the next epoch sends it again
+    row = Email.objects.get()
+    assert row.status == "sent" and smtp.count() == 1
+    assert (row.outcome_unknown_at, row.outcome_unknown_by) == (
+        first.handed_over_at,
+        "epoch:1 on w1:4242",
+    )
+    assert (row.handed_over_at, row.handed_over_by) == (None, "")
+
+
+def test_a_resend_that_takes_over_a_handover_without_an_answer_records_outcome_unknown(
+    ticket, smtp
+):
+    first = dead_senders_row(ticket)
+    Ticket.objects.filter(pk=ticket.pk).update(status="refunded")
+    assert mail.resend(first.pk) is True
+    row = Email.objects.get()
+    assert row.status == "sent" and smtp.count() == 1
+    assert (row.outcome_unknown_at, row.outcome_unknown_by) == (
+        first.handed_over_at,
+        "epoch:1 on w1:4242",
+    )
+
+
+def test_an_answer_lost_after_the_handover_leaves_the_outcome_unknown(ticket, smtp, settings):
+    """The server took the final "." and no answer came back within EMAIL_TIMEOUT: the message
+    may be delivered. The row says so, and the retry (the node's policy) may send a copy."""
+    settings.EMAIL_TIMEOUT = 0.5
+    smtp.slow(3.0)
+    lease = leases.grant(ticket)
+    with pytest.raises(MailRetryable):
+        send(ticket, lease)
+    row = Email.objects.get()
+    assert (row.status, row.claimed_by, row.handed_over_at) == ("pending", "", None)
+    assert row.outcome_unknown_at is not None
+    assert row.outcome_unknown_by.startswith(f"epoch:{lease.epoch} on ")
+
+
+def test_a_refusal_of_the_message_is_an_answer_not_an_unknown_outcome(ticket, smtp):
+    smtp.refuse(1, code=451)
+    with pytest.raises(MailRetryable):
+        send(ticket, leases.grant(ticket))
+    row = Email.objects.get()
+    assert (row.status, row.handed_over_at, row.outcome_unknown_at) == ("pending", None, None)
+
+
+def test_a_worker_whose_epoch_was_taken_during_the_conversation_never_ends_the_message(
+    ticket, smtp, monkeypatch
+):
+    def taken_over(key: str, event: str) -> None:
+        if event == "connect":
+            Ticket.objects.filter(pk=ticket.pk).update(lease_epoch=F("lease_epoch") + 1)
+
+    observe_deliveries(monkeypatch, taken_over)
+    with pytest.raises(GraphDrained, match="lost"):
+        send(ticket, leases.grant(ticket))
+    assert smtp.count() == 0 and smtp.ended_for() == []
+    assert Email.objects.get().handed_over_at is None
+
+
+def test_an_answer_that_comes_after_a_takeover_is_recorded_if_the_successor_has_not_sent(
+    ticket, smtp, monkeypatch
+):
+    """A sender stalled past the send window while the server held its answer; a successor took
+    the row over (outcome unknown) but has not handed its copy over yet. The delivery is a fact:
+    recorded, so the successor's handover fails and no second copy goes out."""
+
+    def stalled_and_taken_over(key: str, event: str) -> None:
+        if event == "handed_over":
+            Email.objects.filter(key=key).update(
+                claimed_by="epoch:999", claimed_at=timezone.now(), **mail._unknown_fields()
+            )
+
+    observe_deliveries(monkeypatch, stalled_and_taken_over)
+    send(ticket, leases.grant(ticket))
+    row = Email.objects.get()
+    assert row.status == "sent" and row.outcome_unknown_at is not None
+    assert smtp.count() == 1
+
+
+def observe_deliveries(monkeypatch, hook) -> None:
+    """Call hook(key, event) at each step of a delivery, for this test only: the receiver goes
+    into a copy of the signal's receivers that monkeypatch puts back at teardown."""
+
+    def receiver(sender, *, key: str, event: str, **kwargs) -> None:
+        hook(key, event)
+
+    monkeypatch.setattr(signals.mail_delivery, "receivers", list(signals.mail_delivery.receivers))
+    signals.mail_delivery.connect(receiver, weak=False)

@@ -86,3 +86,29 @@ def test_an_undelivered_email_is_listed_and_resent_once(
     email.refresh_from_db()
     assert email.status == "sent"
     assert "Every email was delivered" in client.get(reverse("ops:undelivered")).content.decode()
+
+
+def test_an_undelivered_email_whose_outcome_is_unknown_says_when_and_by_whom(
+    client, db, admin_user, manager, late_order
+):
+    """A takeover found the message handed to the mail server with no answer recorded: admins
+    (and managers, who read the page) see that it may have reached the customer."""
+    from datetime import UTC, datetime
+
+    ticket = Ticket.objects.create(thread_id="refund-1042-x", order=late_order, status="refunded")
+    Email.objects.create(
+        ticket=ticket,
+        key="refund-1042-x:email",
+        to="ana@example.com",
+        subject="Your refund for order 1042",
+        body="We refunded $6.99.",
+        attempts=2,
+        last_error="the mail server could not be reached",
+        outcome_unknown_at=datetime(2026, 12, 1, 14, 5, tzinfo=UTC),
+        outcome_unknown_by="epoch:3 on worker-a:4242",
+    )
+    for user in (admin_user, manager):
+        client.force_login(user)
+        page = client.get(reverse("ops:undelivered")).content.decode()
+        assert "Outcome unknown" in page
+        assert "Dec 1, 14:05 UTC" in page and "epoch:3 on worker-a:4242" in page
