@@ -168,6 +168,8 @@ def _deliver(key: str, claim: str, to: str, subject: str, body: str) -> None:
         _emit(key, "connect")
         backend.open()
         if isinstance(backend, SmtpBackend):
+            if backend.connection is None:  # open() raises instead, unless told to fail silently
+                raise smtplib.SMTPServerDisconnected("the SMTP connection did not open")
             _send_smtp(backend.connection, message, key, claim)
         else:  # console, file, locmem: no server to acknowledge anything
             backend.send_messages([message])
