@@ -9,7 +9,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     their own at /account/token/ and sees the key once. Only its hash is stored."""
 
     list_display = ["user", "hint", "created_at"]
-    fields = readonly_fields = ["user", "hint", "created_at"]
+    fields = readonly_fields = ("user", "hint", "created_at")
 
     def has_add_permission(self, request) -> bool:
         return False

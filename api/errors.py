@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from api import limits
@@ -134,7 +135,7 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
             f"ip:{_client_address(request)}", limits.Rate.parse(settings.API_RATE_PER_IP)
         )
         if not verdict.allowed:
-            response = error(
+            response: HttpResponse = error(
                 429, f"Too many requests from this address; try again in {verdict.retry_after} s."
             )
             response["Retry-After"] = str(verdict.retry_after)
@@ -166,7 +167,7 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
 def _client_address(request: HttpRequest) -> str:
     """The caller's address: REMOTE_ADDR, or the one TRUSTED_PROXY_COUNT proxies in front of
     us put in X-Forwarded-For (DRF's NUM_PROXIES rule)."""
-    proxies = settings.REST_FRAMEWORK.get("NUM_PROXIES") or 0
+    proxies = api_settings.NUM_PROXIES or 0
     forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
     if proxies and forwarded:
         hops = [h.strip() for h in forwarded.split(",") if h.strip()]

@@ -110,7 +110,11 @@ class FakeProcessor:
                 self._answer(status, answer)
 
             def do_GET(self) -> None:  # noqa: N802
-                key = urllib.parse.unquote(self.path.removeprefix("/refunds/"))
+                segment = self.path.removeprefix("/refunds/")
+                if "/" in segment:  # routed as a processor's REST API is: the key is one segment
+                    self._answer(404, {"error": "no such route"})
+                    return
+                key = urllib.parse.unquote(segment)
                 with processor._lock:
                     processor.lookup_calls[key] += 1
                     found = processor.refunds.get(key)

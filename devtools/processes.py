@@ -109,10 +109,11 @@ class CeleryProcess:
                 pass
 
     def stop(self, timeout: float = 20) -> None:
-        if self.alive:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=timeout)
+                proc.wait(timeout=timeout)
                 return
             except subprocess.TimeoutExpired:
                 pass

@@ -79,7 +79,7 @@ def bar_chart(
     every = max(1, math.ceil(count / 5))  # at most 5 labels, so they never overlap
     for i, label in enumerate(labels):
         x = LEFT + slot * i + (slot - bar_w) / 2
-        base = TOP + plot_h
+        base: float = TOP + plot_h
         for s in series:
             value = s.values[i]
             if value <= 0:

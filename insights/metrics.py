@@ -78,5 +78,5 @@ class DeskCollector:
 def render() -> bytes:
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
-    registry.register(DeskCollector())  # type: ignore[arg-type]
+    registry.register(DeskCollector())
     return generate_latest(registry)

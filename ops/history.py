@@ -267,9 +267,12 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
                 waiting=[node_words(n) for n in snap.next],
                 interrupts=_interrupts(snap, answers),
                 decision=decisions.get(decision_id)
-                if decision_id != (before_values.get("decision") or {}).get("decision_id")
+                if decision_id is not None
+                and decision_id != (before_values.get("decision") or {}).get("decision_id")
                 else None,
-                fork=forks.get(fork_id) if fork_id != before_values.get("fork_id") else None,
+                fork=forks.get(fork_id)
+                if fork_id is not None and fork_id != before_values.get("fork_id")
+                else None,
                 branch=branch,
                 current_branch=branch == tree.current,
                 branched_from_step=(parent.metadata or {}).get("step")

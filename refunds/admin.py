@@ -62,7 +62,7 @@ class OrderAdmin(Dollars, admin.ModelAdmin):
 class DecisionInline(Dollars, ReadOnly, admin.TabularInline):
     model = Decision
     extra = 0
-    fields = readonly_fields = [
+    fields = readonly_fields = (
         "interrupt_id",
         "reviewer",
         "answer",
@@ -71,14 +71,14 @@ class DecisionInline(Dollars, ReadOnly, admin.TabularInline):
         "note",
         "decided_at",
         "applied_at",
-    ]
+    )
     can_delete = False
 
 
 class ForkInline(Dollars, ReadOnly, admin.TabularInline):
     model = Fork
     extra = 0
-    fields = readonly_fields = [
+    fields = readonly_fields = (
         "created_at",
         "by",
         "previous_amount",
@@ -87,14 +87,14 @@ class ForkInline(Dollars, ReadOnly, admin.TabularInline):
         "from_checkpoint_id",
         "applied_at",
         "refused_reason",
-    ]
+    )
     verbose_name = "fork (audit)"
 
 
 class ChargeInline(Dollars, ReadOnly, admin.TabularInline):
     model = Charge
     extra = 0
-    fields = readonly_fields = [
+    fields = readonly_fields = (
         "idempotency_key",
         "amount",
         "status",
@@ -103,14 +103,14 @@ class ChargeInline(Dollars, ReadOnly, admin.TabularInline):
         "epoch",
         "created_at",
         "settled_at",
-    ]
+    )
     can_delete = False
 
 
 class EmailInline(ReadOnly, admin.TabularInline):
     model = Email
     extra = 0
-    fields = readonly_fields = [
+    fields = readonly_fields = (
         "key",
         "to",
         "subject",
@@ -118,7 +118,7 @@ class EmailInline(ReadOnly, admin.TabularInline):
         "attempts",
         "last_error",
         "sent_at",
-    ]
+    )
     can_delete = False
 
 

@@ -5,18 +5,19 @@ attempt off after REFUNDS_CARRIER_TIMEOUT seconds (refunds/flow/tracking.py)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.utils.module_loading import import_string
 
+from refunds.flow.state import Tracking
+
 
 class DemoCarrier:
     """Answers from the demo catalogue: the order's own delivery date."""
 
-    async def track(self, order_number: str) -> dict[str, Any]:
-        def read() -> dict[str, Any]:
+    async def track(self, order_number: str) -> Tracking:
+        def read() -> Tracking:
             from refunds.models import Order
 
             try:

@@ -26,7 +26,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
+from django.db.models import Field
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from langgraph.errors import GraphDrained
@@ -154,9 +156,9 @@ class Lease:
         }
         sets, params = [], []
         for name, value in update.items():
-            column = Ticket._meta.get_field(name)
-            sets.append(f"{connection.ops.quote_name(column.column)} = %s")
-            params.append(column.get_db_prep_save(value, connection))
+            column, db_field = _ticket_column(name)
+            sets.append(f"{connection.ops.quote_name(column)} = %s")
+            params.append(db_field.get_db_prep_save(value, connection))
         if fields.get("pending_interrupt_id"):
             # The review's clock starts when its interrupt first shows, and keeps running while
             # the same one waits (the desk's escalation timers count from it).
@@ -194,6 +196,14 @@ class Lease:
         return Released(news=bool(row[0]), approved_at=_as_datetime(row[1]))
 
 
+def _ticket_column(name: str) -> tuple[str, Field]:
+    """The column a Ticket field is stored in, and the field that prepares its values."""
+    found = Ticket._meta.get_field(name)
+    if not isinstance(found, Field) or not found.column:  # a reverse relation has no column
+        raise FieldDoesNotExist(f"Ticket.{name} is not a column")
+    return found.column, found
+
+
 @dataclass(frozen=True)
 class Released:
     news: bool  # a decision or a fork landed while the lease was held
@@ -205,7 +215,10 @@ def _as_datetime(value: Any) -> datetime | None:
     (UTC)."""
     if value is None or isinstance(value, datetime):
         return value
-    return parse_datetime(value).replace(tzinfo=UTC)
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ValueError(f"not a timestamp: {value!r}")
+    return parsed.replace(tzinfo=UTC)
 
 
 class _Keeper:

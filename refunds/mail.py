@@ -210,6 +210,8 @@ def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None
         _emit(key, "connect")
         backend.open()
         if isinstance(backend, SmtpBackend):
+            if backend.connection is None:  # open() raises instead, unless told to fail silently
+                raise smtplib.SMTPServerDisconnected("the SMTP connection did not open")
             _send_smtp(backend.connection, message, key, sender)
         else:  # console, file, locmem, a provider's API: the call itself is the handover
             _hand_over(key, sender)
@@ -335,6 +337,7 @@ def _hand_over(key: str, sender: Sender) -> None:
         return
     if (
         sender.epoch is not None
+        and sender.ticket_id is not None
         and not Ticket.objects.filter(pk=sender.ticket_id, lease_epoch=sender.epoch).exists()
     ):
         raise GraphDrained(f"lease epoch {sender.epoch} of ticket {sender.ticket_id} lost")

@@ -5,7 +5,7 @@ rebuilt from a snapshot and written only while the writer's lease epoch holds.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
@@ -71,7 +71,8 @@ def never_started(snap: StateSnapshot | Outcome) -> bool:
 
 
 def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
-    values: RefundState = snap.values or {}
+    # The checkpoint holds what the graph's nodes wrote; LangGraph hands it back untyped.
+    values = cast(RefundState, snap.values or {})
     result: dict[str, Any] = {
         "nodes_run": list(values.get("trail", [])),
         "next_nodes": list(snap.next),

@@ -213,6 +213,10 @@ class Ticket(models.Model):
 
     objects = TicketQuerySet.as_manager()
 
+    # Not a column: the desk's pages note here the decision recorded for the pending review and
+    # not yet applied (reviews.views.common.with_pending_decisions).
+    pending_decision: Decision | None
+
     class Meta:
         ordering = ["-id"]
         indexes = [
@@ -305,7 +309,7 @@ def resume_value(answer: str, reason: str, reviewer: str, amount_cents: int | No
     """What a decision sends into the thread with `Command(resume=...)`. The internal note is
     left out on purpose: what enters the thread can reach the customer's email, the note must
     not."""
-    value = {"answer": answer, "reason": reason, "reviewer": reviewer}
+    value: dict[str, str | int] = {"answer": answer, "reason": reason, "reviewer": reviewer}
     if amount_cents is not None:
         value["amount_cents"] = amount_cents  # an "edit": the amount to pay instead
     return value

@@ -48,7 +48,7 @@ def pay(
         if not held:
             raise EffectBusy(f"another process is charging {key}")
         row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents)
-        if state == "paid":
+        if state == "paid" and row.receipt:
             return row.receipt
         if state == "unknown":
             receipt = _look_up(gateway, key)  # a run before ours sent it and never heard back
@@ -100,6 +100,8 @@ def _reserve(
             "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else ""),
             [key, key, ticket_id, order_id],
         )
+        if found is None:  # the ticket was deleted under the run (its lease went with it)
+            raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
         current_epoch, fee, number, held, row_id, status, receipt = found
         if current_epoch != epoch:
             raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
@@ -115,12 +117,14 @@ def _reserve(
                 f"{dollars(fee)} fee; {dollars(amount_cents)} is more"
             )
         if row_id is None:
-            (row_id,) = sql.fetchone(
+            inserted = sql.fetchone(
                 "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
                 "status, error, epoch, created_at) "
                 f"VALUES (%s, %s, %s, %s, 'pending', '', %s, {sql.now()}) RETURNING id",
                 [ticket_id, order_id, key, amount_cents, epoch],
             )
+            assert inserted is not None  # INSERT ... RETURNING answers one row or raises
+            (row_id,) = inserted
         else:  # refused before (a decline); a manager approved trying again
             sql.execute(
                 "UPDATE refunds_charge SET status = 'pending', epoch = %s, error = '', "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import urllib.error
+import urllib.parse
 import urllib.request
 from functools import cache
 from typing import Protocol
@@ -109,7 +110,10 @@ class HttpGateway:
         raise GatewayOutcomeUnknown(reason)  # a 500 may have moved the money
 
     def lookup(self, idempotency_key: str) -> str | None:
-        status, answer = self._call("GET", f"/refunds/{urllib.request.quote(idempotency_key)}")
+        # One path segment, whatever the key holds: quote()'s default keeps "/", and a key with
+        # one (an order number like "2024/1042") would be looked up at another address.
+        path = "/refunds/" + urllib.parse.quote(idempotency_key, safe="")
+        status, answer = self._call("GET", path)
         if status == 404:
             return None
         if status == 200:

@@ -266,7 +266,7 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             refusal = "That checkpoint is not one before the charge (or was pruned)."
         elif base is None:
             refusal = "The thread never reached triage, so it has no amount to correct."
-        if refusal:
+        if refusal or base is None:  # base is None only with a refusal said above
             one.update(refused_reason=refusal)
             continue
         previous = (current.values or {}).get("amount_cents")
@@ -353,7 +353,9 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             # Keyed by interrupt id: a repeated resume can never answer a later question. A
             # state of an older shape is upgraded in the same command, before approve runs on.
             upgrade = versions.upgrade(state.values) if old_shape else {}
-            command = Command(resume={decision.interrupt_id: answer}, update=upgrade or None)
+            command: Command[str] = Command(
+                resume={decision.interrupt_id: answer}, update=upgrade or None
+            )
             state = _run(lease, command, ctx)
             sql.execute(
                 f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "

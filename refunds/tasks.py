@@ -5,7 +5,8 @@ from celery import shared_task
 from refunds import mail, metrics, runner, services
 
 
-@shared_task(
+# celery-types 0.26 predates Celery 5.7's retry_on_worker_lost, hence the ignore.
+@shared_task(  # type: ignore[call-overload]
     acks_late=True,
     reject_on_worker_lost=True,
     retry_on_worker_lost=True,

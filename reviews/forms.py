@@ -38,12 +38,13 @@ class DecideForm(forms.Form):
         return pressed[0] if pressed else ""
 
 
-class BulkForm(forms.Form):
-    pick = forms.MultipleChoiceField(required=False)  # "<ticket id>:<interrupt id>"
+class _AnyPicks(forms.MultipleChoiceField):
+    def valid_value(self, value: str) -> bool:
+        return True  # the choices are the queue's rows of the moment: clean_pick checks them
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["pick"].valid_value = lambda value: True  # checked in clean_pick
+
+class BulkForm(forms.Form):
+    pick = _AnyPicks(required=False)  # "<ticket id>:<interrupt id>"
 
     def clean_pick(self) -> list[tuple[int, str]]:
         picks = []

@@ -62,6 +62,14 @@ def test_a_charge_is_recorded_paid_and_a_repeat_does_not_call_the_gateway(proces
     assert sum(processor.charge_calls.values()) == 1
 
 
+def test_a_ticket_deleted_under_its_run_is_not_charged(processor, ticket):
+    lease = held(ticket)
+    Ticket.objects.filter(pk=ticket.pk).delete()  # an admin's delete while the worker runs
+    with pytest.raises(GraphDrained, match="no longer exists"):
+        pay(processor, ticket, lease)
+    assert processor.charge_calls == {} and Charge.objects.count() == 0
+
+
 def test_a_charge_past_the_orders_balance_is_refused_before_the_gateway(processor, ticket):
     with pytest.raises(OverBalance, match=r"\$6.99 left to refund of its \$6.99 fee"):
         pay(processor, ticket, held(ticket), amount=700)

@@ -117,6 +117,15 @@ def test_the_http_gateway_refunds_once_per_key(processor):
     assert gateway.lookup("never-used") is None
 
 
+def test_a_key_with_a_slash_is_looked_up_as_one_path_segment(processor):
+    # Keys carry the order number, which comes from the shop: "2024/1042" is one.
+    gateway = http(processor)
+    key = "refund-2024/1042-t:charge_card:699"
+    receipt = charge(gateway, key=key)
+    assert gateway.lookup(key) == receipt
+    assert processor.lookup_calls[key] == 1
+
+
 def test_a_decline_is_permanent_and_an_unavailable_processor_is_retryable(processor):
     processor.queue("decline", "unavailable")
     with pytest.raises(PermanentGatewayError, match="card_declined"):

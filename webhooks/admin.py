@@ -42,7 +42,7 @@ class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    fields = readonly_fields = ["at", "status_code", "error", "response_body", "duration_ms"]
+    fields = readonly_fields = ("at", "status_code", "error", "response_body", "duration_ms")
     verbose_name = "attempt"
     verbose_name_plural = "delivery log"
 
@@ -67,7 +67,7 @@ class DeliveryAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "endpoint"]
     list_select_related = ["event", "endpoint"]
-    readonly_fields = [
+    readonly_fields = (
         "event_id",
         "ticket",
         "to_status",
@@ -79,7 +79,7 @@ class DeliveryAdmin(admin.ModelAdmin):
         "last_status_code",
         "last_error",
         "send_again_button",
-    ]
+    )
     fields = readonly_fields
     inlines = [AttemptInline]
     actions = ["send_again"]

@@ -17,7 +17,7 @@ NodeWrapper = Callable[[str, Callable], Callable]
 
 def build_graph(
     wrap: NodeWrapper | None = None, tracking: TrackingOptions | None = None
-) -> StateGraph:
+) -> StateGraph[RefundState, Collaborators]:
     """`tracking`: add the carrier's tracking lookup beside the fraud and history checks (a
     desk with a carrier configured); None leaves it out."""
 

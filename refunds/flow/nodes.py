@@ -52,7 +52,7 @@ def customer_namespace(email: str) -> tuple[str, ...]:
     return ("customers", email.lower().replace(".", "%2E"))
 
 
-def _attempt(runtime: Runtime) -> int:
+def _attempt(runtime: Runtime[Collaborators]) -> int:
     info = runtime.execution_info
     return info.node_attempt if info is not None else 1
 
@@ -192,7 +192,7 @@ def review_request(state: RefundState) -> ReviewRequest:
         "late_by_days": state["late_by_days"],
         "flags": list(state.get("flags", [])),
         "notes": list(state.get("notes", [])),
-        "history": state.get("history", {"refunds": 0, "total_cents": 0}),
+        "history": state.get("history", CustomerHistory(refunds=0, total_cents=0)),
         "payment_error": state.get("payment_error", ""),
     }
 
@@ -260,7 +260,9 @@ def charge_card(
     )
 
 
-def _back_to_a_manager(why: str) -> Command[Literal["approve"]]:
+def _back_to_a_manager(why: str) -> Command[Literal["email", "approve"]]:
+    # Typed as charge_card's own answer (Command is invariant in its destinations); it only
+    # ever goes to approve.
     return Command(
         update={
             "payment_error": why,

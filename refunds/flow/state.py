@@ -133,4 +133,4 @@ class Collaborators:
     # a refund is remembered under. A function, so tests can move the clock.
     today: Callable[[], date] = field(default=date.today)
     # The carrier's tracking lookup (async: it is cut off by a node timeout); None: no carrier.
-    track: Callable[[str], Awaitable[dict[str, Any]]] | None = None
+    track: Callable[[str], Awaitable[Tracking]] | None = None

@@ -236,7 +236,7 @@ PG_INSERT_CHECKPOINT_WRITES_SQL = """
 
 
 @contextmanager
-def checkpoint_connection(conn: Connection | ConnectionPool) -> Iterator[Connection]:
+def checkpoint_connection(conn: Connection[Any] | ConnectionPool[Any]) -> Iterator[Connection[Any]]:
     """A connection of the checkpoint database: the saver's own, or one from its pool."""
     if isinstance(conn, ConnectionPool):
         with conn.connection() as pooled:
@@ -261,7 +261,7 @@ class FencedPostgresSaver(PostgresSaver):
     the rest in checkpoint_blobs by version), except a DeltaChannel's snapshots, which the refund
     graph does not use (the contract test checks that it does not)."""
 
-    def __init__(self, conn: Connection | ConnectionPool) -> None:
+    def __init__(self, conn: Connection[Any] | ConnectionPool[Any]) -> None:
         if not Capabilities().has_pipeline():
             raise RuntimeError("the fenced checkpoint writes need libpq 14 or newer (pipelines)")
         super().__init__(conn)

@@ -16,15 +16,11 @@ class Row:
     bytes: int
 
 
-def _sqlite(saver) -> bool:
-    return isinstance(saver, persistence.FencedSqliteSaver)
-
-
 def checkpoint_rows(thread_id: str) -> list[Row]:
     """Every checkpoint of the thread (root namespace), oldest first, with its size in bytes
     (the checkpoint, its metadata and the writes saved against it)."""
     saver = persistence.checkpointer()
-    if _sqlite(saver):
+    if isinstance(saver, persistence.FencedSqliteSaver):
         sql = (
             "SELECT c.checkpoint_id, c.parent_checkpoint_id, "
             "length(c.checkpoint) + length(c.metadata) + coalesce((SELECT sum(length(w.value)) "
@@ -52,7 +48,7 @@ def checkpoint_rows(thread_id: str) -> list[Row]:
 def blob_bytes(thread_id: str) -> int:
     """PostgreSQL keeps channel values apart from checkpoints (by version): their bytes."""
     saver = persistence.checkpointer()
-    if _sqlite(saver):
+    if isinstance(saver, persistence.FencedSqliteSaver):
         return 0
     with persistence.checkpoint_connection(saver.conn) as conn:
         row = conn.execute(
@@ -60,7 +56,7 @@ def blob_bytes(thread_id: str) -> int:
             "WHERE thread_id = %s",
             (thread_id,),
         ).fetchone()
-    return int(row["size"])
+    return int(row["size"]) if row is not None else 0  # an aggregate: always one row
 
 
 def thread_bytes(thread_id: str, rows: list[Row] | None = None) -> int:
@@ -72,7 +68,7 @@ def keep_latest(thread_id: str) -> int:
     """Remove every checkpoint of the thread but the newest (and the writes of the removed ones).
     Returns how many were removed."""
     saver = persistence.checkpointer()
-    if _sqlite(saver):
+    if isinstance(saver, persistence.FencedSqliteSaver):
         with saver.lock:
             cur = saver.conn.cursor()
             latest = cur.execute(

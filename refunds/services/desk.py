@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -183,7 +184,7 @@ def ticket_decide(
                 amount_cents=amount_cents,
             )
             action = AuditEvent.Action.EDIT if amount_cents is not None else answer
-            given = {"answer": answer, "reason": reason, "note": note}
+            given: dict[str, Any] = {"answer": answer, "reason": reason, "note": note}
             if amount_cents is not None:
                 given |= {"amount_cents": amount_cents, "asked_cents": ticket.amount_cents}
             if canned is not None:
@@ -247,10 +248,10 @@ def ticket_escalate(*, ticket: Ticket, by, note: str = "") -> Ticket:
     return ticket
 
 
-def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict]:
+def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, Any]]:
     """Approve several reviews in one action: each is its own decision, checked and audited on
     its own, and one that fails does not stop the others. Returns one result per pick."""
-    results = []
+    results: list[dict[str, Any]] = []
     tickets = Ticket.objects.select_related("order").in_bulk([pk for pk, _ in picks])
     for pk, interrupt_id in picks:
         ticket = tickets.get(pk)

@@ -8,12 +8,12 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from api.models import ApiToken
-from reviews.views.common import HtmxHttpRequest
+from reviews.views.common import AuthenticatedRequest
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def api_token(request: HtmxHttpRequest) -> HttpResponse:
+def api_token(request: AuthenticatedRequest) -> HttpResponse:
     """Make (or replace) the user's API key. Only its hash is stored, so the key is shown in the
     answer to the POST that made it, once, and never again."""
     token = ApiToken.objects.filter(user=request.user).first()

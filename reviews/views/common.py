@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
@@ -32,6 +33,12 @@ TICKET_STATUS = "ticket-status"  # the ticket page's polled region, also a targe
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+
+
+class AuthenticatedRequest(HtmxHttpRequest):
+    """A request to a @login_required view: its user is signed in."""
+
+    user: User
 
 
 def with_pending_decisions(tickets: list[Ticket]) -> list[Ticket]:

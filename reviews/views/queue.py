@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -228,7 +229,9 @@ def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
     form = forms.BulkForm(request.POST)
     picks = form.cleaned_data["pick"] if form.is_valid() else []
     if not picks:
-        results = [{"ok": False, "text": "Tick the reviews to approve first."}]
+        results: list[dict[str, Any]] = [
+            {"ok": False, "text": "Tick the reviews to approve first."}
+        ]
     else:
         results = services.reviews_approve_bulk(picks=picks, by=request.user)
     if request.htmx:

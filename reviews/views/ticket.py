@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -36,7 +38,7 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
                 return HttpResponseClientRedirect(url)
             return redirect(url)
         except services.RefundError as exc:
-            context = {"error": str(exc), "values": values}
+            context: dict[str, Any] = {"error": str(exc), "values": values}
             template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
             return render(request, template, context, status=400)
         text = f"Opened ticket {ticket.pk} for order {ticket.order.number}."
