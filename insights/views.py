@@ -37,14 +37,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     labels = [f"{d:%b} {d.day}" for d in days]
     waiting = selectors.waiting_reviews(days)
     minutes = selectors.time_to_decision(days)
-    paid = selectors.refunded_dollars(days)
+    paid = selectors.refunded_cents(days)
     ended = selectors.outcomes(days)
     context = {
         "days": days_wanted,
         "day_choices": DAY_CHOICES,
         "totals": {
             "waiting": Ticket.objects.awaiting().count(),
-            "refunded": dollars(round(sum(paid) * 100)),
+            "refunded": dollars(sum(paid)),
             "ended": sum(sum(v) for v in ended.values()),
         },
         "charts": [
@@ -64,7 +64,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "Refunds paid per day",
                 labels,
                 [charts.Series("refunded", "bar-ok", paid)],
-                fmt=lambda v: dollars(round(v * 100)),
+                fmt=lambda v: dollars(round(v)),
             ),
             charts.bar_chart(
                 "Tickets ended per day: refunded, declined, rejected",

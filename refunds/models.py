@@ -5,6 +5,8 @@ from django.db import models
 from django.db.models import Exists, F, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now, Upper
 
+from refunds.flow.words import dollars
+
 
 class Role(models.TextChoices):
     AGENT = "agent", "Support agent"
@@ -103,14 +105,14 @@ class TicketQuerySet(models.QuerySet):
         return self.exclude(escalated_for="").filter(escalated_for=F("pending_interrupt_id"))
 
     def for_managers(self) -> TicketQuerySet:
-        """Awaiting reviews a manager owns: over $20.00, flagged, or escalated."""
+        """Awaiting reviews a manager owns: over the agent limit, flagged, or escalated."""
         return self.awaiting().filter(
             Q(required_role=Role.MANAGER)
             | (~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
         )
 
     def for_agents(self) -> TicketQuerySet:
-        """Awaiting reviews support agents own: $20.00 or less and not escalated."""
+        """Awaiting reviews support agents own: within the agent limit, not escalated."""
         return (
             self.awaiting()
             .filter(required_role=Role.AGENT)
@@ -345,7 +347,7 @@ class Fork(models.Model):
         ordering = ["created_at"]
 
     def __str__(self) -> str:
-        return f"Fork of {self.ticket} by {self.by} to ${self.amount_cents / 100:.2f}"
+        return f"Fork of {self.ticket} by {self.by} to {dollars(self.amount_cents)}"
 
 
 class ChargeQuerySet(models.QuerySet):
@@ -387,7 +389,7 @@ class Charge(models.Model):
         indexes = [models.Index(fields=["order", "status"], name="charge_balance_idx")]
 
     def __str__(self) -> str:
-        return f"{self.idempotency_key}: ${self.amount_cents / 100:.2f} {self.status}"
+        return f"{self.idempotency_key}: {dollars(self.amount_cents)} {self.status}"
 
 
 class Email(models.Model):

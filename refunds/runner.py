@@ -37,7 +37,7 @@ from langgraph.types import Command
 from core import sql
 from core.logs import bound
 from refunds import lease as leases
-from refunds import mail, metrics, mirror, money, persistence
+from refunds import mail, metrics, mirror, money, persistence, policy
 from refunds.carriers import get_carrier
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
@@ -151,6 +151,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
             lease=lease,
         ),
         send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
+        agent_limit_cents=policy.agent_limit_cents(),
         track=carrier.track if (carrier := get_carrier()) is not None else None,
     )
 

@@ -106,7 +106,7 @@ def ticket_fork(
         raise RefundError("The corrected amount must be a whole number of cents.")
     if not 0 < amount_cents <= FORK_MAX_CENTS:
         raise RefundError(
-            f"The corrected amount must be between $0.01 and ${FORK_MAX_CENTS // 100:,}."
+            f"The corrected amount must be between {dollars(1)} and {dollars(FORK_MAX_CENTS)}."
         )
     if amount_cents == ticket.amount_cents:
         raise RefundError(

@@ -6,6 +6,7 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import local_words
+from refunds import policy
 from refunds.flow import words
 
 register = template.Library()
@@ -14,6 +15,18 @@ BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
 register.filter("dollars", words.dollars)
+
+
+@register.simple_tag
+def within_limit() -> str:
+    """What support agents decide, in words, for the limit in force (refunds/policy.py)."""
+    return policy.within_words()
+
+
+@register.simple_tag
+def over_limit() -> str:
+    """What goes to managers for its amount, in words, for the limit in force."""
+    return policy.over_words()
 
 
 @register.filter

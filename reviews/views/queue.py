@@ -18,7 +18,7 @@ from django_htmx.http import (
     trigger_client_event,
 )
 
-from refunds import permissions, services
+from refunds import permissions, policy, services
 from refunds.flow.words import dollars
 from refunds.models import CannedReason, Ticket, user_roles
 from reviews import forms
@@ -89,21 +89,11 @@ def _queue_version(reviews: list[Ticket], count: int, page: int) -> str:
 
 
 def _queue_scope(user) -> str:
-    """One sentence on what this user's queue holds, so an empty queue is not a mystery."""
-    agent, manager = permissions.is_agent(user), permissions.is_manager(user)
-    if permissions.is_admin(user) or (agent and manager):
-        return (
-            "You see every pending review: support agents decide refunds of $20.00 or less, "
-            "managers the larger ones and those the policy flags."
-        )
-    if agent:
-        return "You decide refunds of $20.00 or less; larger and flagged ones go to managers."
-    if manager:
-        return (
-            "You decide refunds over $20.00 and those the policy flags; smaller ones go to "
-            "support agents."
-        )
-    return "You are in no reviewer group, so no review waits on you; you can still open tickets."
+    return policy.scope_sentence(
+        agent=permissions.is_agent(user),
+        manager=permissions.is_manager(user),
+        admin=permissions.is_admin(user),
+    )
 
 
 @require_GET
