@@ -43,7 +43,7 @@ from django.db.models.functions import Now
 from langgraph.errors import GraphDrained
 
 from core import sql
-from refunds import metrics
+from refunds import metrics, queries
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -93,12 +93,13 @@ def _claim_for_run(
     return sql.fetchone(
         'INSERT INTO refunds_email (ticket_id, "key", "to", subject, body, status, claimed_by, '
         "claimed_at, attempts, last_error, created_at) "
-        f"SELECT %s, %s, %s, %s, %s, 'sending', %s, {sql.now()}, 1, '', {sql.now()} "
+        f"SELECT %s, %s, %s, %s, %s, {queries.EMAIL_SENDING}, %s, {sql.now()}, 1, '', {sql.now()} "
         f"WHERE {holds} "
-        "ON CONFLICT (\"key\") DO UPDATE SET status = 'sending', "
+        f'ON CONFLICT ("key") DO UPDATE SET status = {queries.EMAIL_SENDING}, '
         "claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, "
         "attempts = refunds_email.attempts + 1 "
-        "WHERE refunds_email.status <> 'sent' AND (refunds_email.status = 'pending' "
+        f"WHERE refunds_email.status <> {queries.EMAIL_SENT} AND (refunds_email.status = "
+        f"{queries.EMAIL_PENDING} "
         "OR refunds_email.claimed_by = excluded.claimed_by OR refunds_email.claimed_at IS NULL "
         f"OR refunds_email.claimed_at < {sql.now_minus()}) AND {holds} "
         'RETURNING "to", subject, body',
@@ -261,8 +262,9 @@ def _mark_sent_now(key: str, claim: str) -> bool:
     write lock until the server has answered the final "."."""
     return bool(
         sql.execute(
-            f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
-            "WHERE \"key\" = %s AND status = 'sending' AND claimed_by = %s",
+            f"UPDATE refunds_email SET status = {queries.EMAIL_SENT}, sent_at = {sql.now()}, "
+            f"last_error = '' WHERE \"key\" = %s AND status = {queries.EMAIL_SENDING} "
+            "AND claimed_by = %s",
             [key, claim],
         )
     )
@@ -270,8 +272,8 @@ def _mark_sent_now(key: str, claim: str) -> bool:
 
 def _mark_sent(key: str) -> None:
     _write_sql(
-        f"UPDATE refunds_email SET status = 'sent', sent_at = {sql.now()}, last_error = '' "
-        "WHERE \"key\" = %s AND status <> 'sent'",
+        f"UPDATE refunds_email SET status = {queries.EMAIL_SENT}, sent_at = {sql.now()}, "
+        f"last_error = '' WHERE \"key\" = %s AND status <> {queries.EMAIL_SENT}",
         [key],
     )
 

@@ -50,10 +50,11 @@ class Order(models.Model):
         """What lookup reads, in one statement: the order and what the ledger holds for it
         (paid or under way) from tickets other than `for_ticket`."""
         from core import sql
+        from refunds.queries import CHARGE_HOLDING
 
         held = (
-            "FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN ('pending', "
-            "'succeeded') AND c.ticket_id <> %s"
+            f"FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN {CHARGE_HOLDING} "
+            "AND c.ticket_id <> %s"
         )
         row = sql.fetchone(
             "SELECT o.number, o.customer_name, o.customer_email, o.promised_on, o.delivered_on, "
@@ -127,24 +128,33 @@ class TicketQuerySet(models.QuerySet):
         """Tickets no worker holds: never leased, or the lease ran out (on the database clock)."""
         return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now()))
 
+    def answer_waiting(self, settled_before=None) -> TicketQuerySet:
+        """Tickets with a recorded decision or fork not yet applied (refunds/queries.py has the
+        SQL); with `settled_before`, only answers recorded before then."""
+        return self.filter(_answer_waiting(settled_before))
+
     def needing_worker(self, settled_before=None) -> TicketQuerySet:
-        """Tickets a worker should advance now: work left, a recorded decision or fork not yet
-        applied, and no live lease. The one answer used by the sweep and by the end of a run;
-        the sweep passes `settled_before` to leave fresh work to the task sent for it."""
+        """Tickets a worker should advance now: no live lease, and work left, or a recorded
+        decision or fork not yet applied (unless the ticket failed: an admin retries it). The
+        one answer, used by the sweep and crashtest; the runner's SQL uses its parts
+        (refunds/queries.py). The sweep passes `settled_before` to leave fresh work to the task
+        sent for it."""
+        from refunds.queries import TICKET_WORK_LEFT
+
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
-        decided = {} if settled_before is None else {"decided_at__lt": settled_before}
-        forked = {} if settled_before is None else {"created_at__lt": settled_before}
-        unapplied_decision = Decision.objects.filter(
-            ticket=OuterRef("pk"), applied_at=None, refused_reason="", **decided
-        )
-        unapplied_fork = Fork.objects.filter(
-            ticket=OuterRef("pk"), applied_at=None, refused_reason="", **forked
-        )
+        work_left = [status for status, yes in TICKET_WORK_LEFT.items() if yes]
         return self.leasable().filter(
-            Q(status__in=[Ticket.Status.NEW, Ticket.Status.RUNNING], **young)
-            | (~Q(status=Ticket.Status.FAILED) & Exists(unapplied_decision))
-            | (~Q(status=Ticket.Status.FAILED) & Exists(unapplied_fork))
+            Q(status__in=work_left, **young)
+            | (~Q(status=Ticket.Status.FAILED) & _answer_waiting(settled_before))
         )
+
+
+def _answer_waiting(settled_before=None) -> Q:
+    decided = {} if settled_before is None else {"decided_at__lt": settled_before}
+    forked = {} if settled_before is None else {"created_at__lt": settled_before}
+    decision = Decision.objects.unapplied().filter(ticket=OuterRef("pk"), **decided)
+    fork = Fork.objects.unapplied().filter(ticket=OuterRef("pk"), **forked)
+    return Q(Exists(decision)) | Q(Exists(fork))
 
 
 class Ticket(models.Model):
@@ -274,6 +284,12 @@ def user_roles(user) -> set[str]:
     return cached
 
 
+class UnappliedQuerySet(models.QuerySet):
+    def unapplied(self) -> UnappliedQuerySet:
+        """Recorded and neither applied nor refused: the thread still owes it a run."""
+        return self.filter(applied_at=None, refused_reason="")
+
+
 class Decision(models.Model):
     """A reviewer's answer, stored before it is applied: a crash between the two is repaired by
     the sweep, and the UNIQUE interrupt id means one answer per question."""
@@ -292,6 +308,8 @@ class Decision(models.Model):
     decided_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
+
+    objects = UnappliedQuerySet.as_manager()
 
     class Meta:
         ordering = ["decided_at"]
@@ -343,6 +361,8 @@ class Fork(models.Model):
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
 
+    objects = UnappliedQuerySet.as_manager()
+
     class Meta:
         ordering = ["created_at"]
 
@@ -353,7 +373,9 @@ class Fork(models.Model):
 class ChargeQuerySet(models.QuerySet):
     def holding_balance(self) -> ChargeQuerySet:
         """Charges that count against an order's balance: paid, or under way (maybe paid)."""
-        return self.filter(status__in=[Charge.Status.PENDING, Charge.Status.SUCCEEDED])
+        from refunds.queries import CHARGE_HOLDS_BALANCE
+
+        return self.filter(status__in=[s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds])
 
     def money_moved(self) -> ChargeQuerySet:
         """Charges whose money moved, or may have (an outcome not yet known)."""

@@ -37,7 +37,7 @@ from langgraph.types import Command
 from core import sql
 from core.logs import bound
 from refunds import lease as leases
-from refunds import mail, metrics, mirror, money, persistence, policy
+from refunds import mail, metrics, mirror, money, persistence, policy, queries
 from refunds.carriers import get_carrier
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
@@ -212,7 +212,7 @@ def _open_decisions(ticket_id: int) -> list[tuple]:
     return sql.fetchall(
         "SELECT d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username "
         f"FROM refunds_decision d JOIN {users} u ON u.id = d.reviewer_id "
-        "WHERE d.ticket_id = %s AND d.applied_at IS NULL AND d.refused_reason = '' ORDER BY d.id",
+        f"WHERE d.ticket_id = %s AND {queries.unapplied('d')} ORDER BY d.id",
         [ticket_id],
     )
 
@@ -300,7 +300,8 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
     forks = []
     if lease.has_forks:  # the grant's UPDATE said so
         forks = list(
-            Fork.objects.filter(ticket_id=lease.ticket_id, applied_at=None, refused_reason="")
+            Fork.objects.unapplied()
+            .filter(ticket_id=lease.ticket_id)
             .select_related("by")
             .order_by("created_at")
         )
@@ -340,8 +341,9 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             # The mirror stops saying "awaiting review" while the answer is applied, so the
             # queue and the API do not show a review whose charge is already under way.
             sql.execute(
-                "UPDATE refunds_ticket SET status = 'running', pending_interrupt_id = '', "
-                "pending_payload = NULL WHERE id = %s AND lease_epoch = %s",
+                f"UPDATE refunds_ticket SET status = {queries.TICKET_RUNNING}, "
+                "pending_interrupt_id = '', pending_payload = NULL "
+                "WHERE id = %s AND lease_epoch = %s",
                 [lease.ticket_id, lease.epoch],
             )
             _emit(lease.thread_id, "resume")

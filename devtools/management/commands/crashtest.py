@@ -382,9 +382,10 @@ class Run:
             self.asked_again.add(number)
 
     def _unapplied(self) -> bool:
-        from refunds.models import Decision
+        """Some ticket still needs a worker (a decision not applied yet, a lapsed run)."""
+        from refunds.models import Ticket
 
-        return Decision.objects.filter(applied_at=None, refused_reason="").exists()
+        return Ticket.objects.needing_worker().exists()
 
     def _review(self) -> None:
         from django.contrib.auth.models import User
