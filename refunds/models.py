@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Exists, F, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now, Upper
 
+from core.clock import local_words
 from refunds.flow.words import dollars
 
 
@@ -487,6 +488,4 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         who = self.actor or "the desk"
-        return (
-            f"{self.get_action_display()} by {who} on {self.ticket_id} at {self.at:%Y-%m-%d %H:%M}"
-        )
+        return f"{self.get_action_display()} by {who} on {self.ticket_id} at {local_words(self.at)}"

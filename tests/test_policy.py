@@ -102,3 +102,17 @@ def test_with_a_fifty_dollar_limit_the_pages_say_so(client, agent, manager, admi
 def test_with_a_fifty_dollar_limit_the_api_schema_says_so(client, db):
     response = client.get("/api/schema/")
     assert b"`agent` for $50.00 or less" in response.content
+
+
+def test_the_graph_stays_django_free_with_the_policy_and_the_clock():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, refunds.flow.graph; "
+        "print(any(m.split('.')[0] == 'django' for m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"

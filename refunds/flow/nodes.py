@@ -9,6 +9,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy, interrupt
 
+from core.clock import day_words
 from refunds import policy
 from refunds.flow.errors import (
     ChargeRefused,
@@ -163,7 +164,8 @@ def review_request(state: RefundState) -> ReviewRequest:
     lines = [
         f"**Refund {dollars(state['amount_cents'])}** shipping on order **{order['number']}** "
         f"for {order['customer_name']} ({order['customer_email']}).",
-        f"Promised {order['promised_on']}, delivered {order['delivered_on']}: "
+        f"Promised {day_words(order['promised_on'])}, delivered "
+        f"{day_words(order['delivered_on'])}: "
         f"{days(state['late_by_days'])} late.",
     ]
     if state.get("payment_error"):

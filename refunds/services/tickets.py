@@ -7,6 +7,7 @@ import uuid
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
+from core.clock import local_words
 from refunds import audit, enqueue, permissions
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
@@ -60,7 +61,7 @@ def email_resend(*, email_id: int, by) -> None:
     if email is None:
         raise RefundError("There is no such email.")
     if email.status == Email.Status.SENT:
-        raise RefundError(f"That email was already delivered ({email.sent_at:%Y-%m-%d %H:%M}).")
+        raise RefundError(f"That email was already delivered ({local_words(email.sent_at)}).")
     if not email.ticket.is_final:
         raise RefundError("The ticket is still running; its own run sends this email.")
     with transaction.atomic():
