@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.functional import lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from refunds import policy
 from refunds.models import Charge, Decision, Email, Ticket
 from refunds.services import NOTE_MAX
 
@@ -120,7 +122,8 @@ class EmailOut(serializers.ModelSerializer):
 
 class TicketOut(serializers.ModelSerializer):
     order_number = serializers.CharField(source="order.number")
-    required_role = serializers.SerializerMethodField()
+    # Lazy: the words follow the agent limit in force when the schema is drawn.
+    required_role = serializers.SerializerMethodField(help_text=lazy(policy.role_help, str)())
     nodes_run = serializers.ListField(child=serializers.CharField())
     pending_review = serializers.SerializerMethodField()
     decision = serializers.SerializerMethodField()

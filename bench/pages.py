@@ -54,6 +54,7 @@ def fill(size: int) -> dict:
     from django.contrib.auth.models import Group, User
     from django.utils import timezone
 
+    from refunds import policy
     from refunds.flow.nodes import review_request
     from refunds.models import AuditEvent, Charge, Decision, Email, Order, Ticket
 
@@ -78,7 +79,7 @@ def fill(size: int) -> dict:
     for i in range(size):
         order = orders[i]
         fee = order.shipping_fee_cents
-        role = "manager" if fee > 2000 else "agent"
+        role = policy.review_role(fee, flagged=False, limit_cents=policy.agent_limit_cents())
         ticket = Ticket(
             thread_id=f"refund-{order.number}-{i:08x}",
             order=order,

@@ -15,6 +15,7 @@ import uuid
 from datetime import date, timedelta
 from typing import Any
 
+from refunds import policy
 from refunds.flow.graph import build_graph
 from refunds.flow.state import Collaborators
 
@@ -22,7 +23,7 @@ PROMISED = date(2026, 11, 2)
 
 
 def order_facts(number: str) -> dict:
-    """Deterministic orders: every one late, its own customer, fees on both sides of $20."""
+    """Deterministic orders: every one late, its own customer, fees either side of the limit."""
     i = int(number[1:])
     return {
         "number": number,
@@ -63,7 +64,12 @@ def fake_context() -> Collaborators:
     def mailer(**_message: Any) -> None:
         return None
 
-    return Collaborators(find_order=order_facts, pay=FakeGateway(), send_mail=mailer)
+    return Collaborators(
+        find_order=order_facts,
+        pay=FakeGateway(),
+        send_mail=mailer,
+        agent_limit_cents=policy.DEFAULT_AGENT_LIMIT_CENTS,
+    )
 
 
 def open_persistence(url: str) -> tuple[Any, Any]:

@@ -27,6 +27,7 @@ from config.env import (
     sqlite_file,
     writable_dir,
 )
+from refunds.policy import DEFAULT_AGENT_LIMIT_CENTS
 
 exit_on_bad_setting()  # a bad variable stops the process with one line naming it
 
@@ -239,7 +240,10 @@ EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
 EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10.0, minimum=0.1)
 
 # --- The workflow ----------------------------------------------------------------------------
-REFUNDS_AGENT_LIMIT_CENTS = 2000  # support agents decide refunds up to $20.00
+# Support agents decide refunds up to this many cents, managers above (refunds/policy.py).
+REFUNDS_AGENT_LIMIT_CENTS = env_int(
+    "REFUNDS_AGENT_LIMIT_CENTS", DEFAULT_AGENT_LIMIT_CENTS, minimum=1
+)
 REFUNDS_GATEWAY = env_str("REFUNDS_GATEWAY", "refunds.payments.DemoGateway")
 # One writer per thread: a lease is held this long and renewed at a third of it while a run goes.
 REFUNDS_LEASE_SECONDS = env_number("REFUNDS_LEASE_SECONDS", 30.0, minimum=1.0)

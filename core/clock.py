@@ -1,13 +1,34 @@
-"""How the desk says a moment: one format everywhere (pages, messages), in the time zone active
-for the request (the reviewer's), labelled with it: "Dec 1, 14:05 CET"."""
+"""How the desk says a moment or a day: one format everywhere (pages, the history, the customer
+page, review text, messages and emails), in the time zone active for the request (the
+reviewer's), labelled with it: "Dec 1, 2026, 22:12 JST"; a plain date as "Dec 1, 2026". The
+audit CSV keeps ISO 8601 in UTC on purpose: it is read by programs.
+
+`day_words` needs no Django, so the graph (refunds/flow/, Django-free) uses it too; Django is
+imported only where a moment is put in the reviewer's zone.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from django.utils import timezone
+from datetime import date, datetime
 
 
 def local_words(moment: datetime) -> str:
+    """A moment in the active time zone: "Dec 1, 2026, 22:12 JST"."""
+    from django.utils import timezone
+
     local = timezone.localtime(moment)
-    return f"{local:%b} {local.day}, {local:%H:%M} {local.tzname()}"
+    return f"{day_words(local.date())}, {local:%H:%M} {local.tzname()}"
+
+
+def day_words(day: date | str, *, year: bool = True) -> str:
+    """A date: "Dec 1, 2026" ("Dec 1" where the year goes without saying: a plot's axis). An ISO
+    date string (graph state is JSON) is read first; anything else is shown as it is, never an
+    error on a page."""
+    if isinstance(day, str):
+        try:
+            read = date.fromisoformat(day)
+        except ValueError:
+            return day
+    else:
+        read = day
+    return f"{read:%b} {read.day}, {read.year}" if year else f"{read:%b} {read.day}"

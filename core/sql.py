@@ -4,6 +4,7 @@ ON CONFLICT); everything else uses the ORM."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
@@ -51,3 +52,15 @@ def execute(sql: str, params: list[Any]) -> int:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
+
+
+def literal(value: str) -> str:
+    """A choice's value as SQL text. Only our own choices come here, never input."""
+    if "'" in value or "%" in value:
+        raise ValueError(f"{value!r} cannot be written into SQL as it is")
+    return f"'{value}'"
+
+
+def literals(values: Iterable[str]) -> str:
+    """`('a', 'b')`, for IN."""
+    return "(" + ", ".join(literal(v) for v in values) + ")"

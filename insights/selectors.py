@@ -59,7 +59,8 @@ def time_to_decision(days: list[date]) -> list[float]:
     return [round(statistics.median(by_day[d]), 1) if d in by_day else 0.0 for d in days]
 
 
-def refunded_dollars(days: list[date]) -> list[float]:
+def refunded_cents(days: list[date]) -> list[int]:
+    """Refunds paid each day, in cents (the plot says them through dollars())."""
     start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
     rows = (
         Charge.objects.filter(status=Charge.Status.SUCCEEDED, settled_at__gte=start)
@@ -67,8 +68,8 @@ def refunded_dollars(days: list[date]) -> list[float]:
         .values("day")
         .annotate(cents=Sum("amount_cents"))
     )
-    found = {row["day"]: row["cents"] / 100 for row in rows}
-    return [found.get(d, 0.0) for d in days]
+    found = {row["day"]: row["cents"] for row in rows}
+    return [found.get(d, 0) for d in days]
 
 
 def outcomes(days: list[date]) -> dict[str, list[int]]:

@@ -13,6 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from core.clock import day_words
 from insights import charts, selectors
 from insights import metrics as desk_metrics
 from refunds import permissions
@@ -34,17 +35,17 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     if days_wanted not in DAY_CHOICES:
         days_wanted = 14
     days = selectors.day_range(days_wanted)
-    labels = [f"{d:%b} {d.day}" for d in days]
+    labels = [day_words(d, year=False) for d in days]
     waiting = selectors.waiting_reviews(days)
     minutes = selectors.time_to_decision(days)
-    paid = selectors.refunded_dollars(days)
+    paid = selectors.refunded_cents(days)
     ended = selectors.outcomes(days)
     context = {
         "days": days_wanted,
         "day_choices": DAY_CHOICES,
         "totals": {
             "waiting": Ticket.objects.awaiting().count(),
-            "refunded": dollars(round(sum(paid) * 100)),
+            "refunded": dollars(sum(paid)),
             "ended": sum(sum(v) for v in ended.values()),
         },
         "charts": [
@@ -64,7 +65,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "Refunds paid per day",
                 labels,
                 [charts.Series("refunded", "bar-ok", paid)],
-                fmt=lambda v: dollars(round(v * 100)),
+                fmt=lambda v: dollars(round(v)),
             ),
             charts.bar_chart(
                 "Tickets ended per day: refunded, declined, rejected",

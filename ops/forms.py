@@ -5,18 +5,19 @@ from decimal import Decimal, InvalidOperation
 
 from django import forms
 
+from refunds.flow.words import dollars
 from refunds.services import FORK_MAX_CENTS, REASON_MAX
 
 DOLLARS = re.compile(r"^\$?\s*(\d{1,3}(,\d{3})+|\d+)(\.\d{1,2})?$")
 
 
 def parse_dollars(text: str) -> int:
-    """'$20', '20', '20.5', '$1,020.50' -> cents. Anything else (words, a third decimal, a
+    """'$25', '25', '25.5', '$1,020.50' -> cents. Anything else (words, a third decimal, a
     negative) is refused with the reason, never guessed."""
     text = (text or "").strip()
     if not DOLLARS.match(text):
         raise forms.ValidationError(
-            f"“{text}” is not an amount in dollars; write it like 20 or $20.00 or 12.50."
+            f"“{text}” is not an amount in dollars; write it like 25 or $25.00 or 12.50."
         )
     try:
         value = Decimal(text.removeprefix("$").strip().replace(",", ""))
@@ -33,7 +34,7 @@ class DollarsField(forms.Field):
         cents = parse_dollars(text)
         if not 0 < cents <= FORK_MAX_CENTS:
             raise forms.ValidationError(
-                f"The amount must be between $0.01 and ${FORK_MAX_CENTS // 100:,}."
+                f"The amount must be between {dollars(1)} and {dollars(FORK_MAX_CENTS)}."
             )
         return cents
 
@@ -42,6 +43,6 @@ class ForkForm(forms.Form):
     checkpoint = forms.CharField(max_length=64)
     amount = DollarsField(
         label="Corrected refund amount (the fee to refund)",
-        help_text="In dollars, like 5.50 or $20.",
+        help_text="In dollars, like 5.50 or $25.",
     )
     reason = forms.CharField(max_length=REASON_MAX, widget=forms.Textarea)

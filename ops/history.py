@@ -5,11 +5,12 @@ checkpointer's parent links, read in one statement, so a page costs its own chec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
+from core.clock import day_words
 from refunds import persistence, runner
 from refunds.flow.words import days, dollars, node_words
 from refunds.models import Decision, Fork, Ticket
@@ -134,10 +135,7 @@ def _show(key: str, value: Any) -> str:
 
 
 def _show_date(iso: str) -> str:
-    try:
-        return date.fromisoformat(iso).strftime("%b %-d, %Y")
-    except (TypeError, ValueError):
-        return str(iso)
+    return day_words(iso) if isinstance(iso, str) else str(iso)
 
 
 def describe_order(order: dict) -> str:

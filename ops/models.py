@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from core.clock import local_words
+
 
 class PrunedThread(models.Model):
     """A finished thread whose older checkpoints `manage.py prune` removed: the history page then
@@ -14,4 +16,4 @@ class PrunedThread(models.Model):
     bytes_after = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
-        return f"{self.ticket} pruned at {self.pruned_at:%Y-%m-%d %H:%M}"
+        return f"{self.ticket} pruned at {local_words(self.pruned_at)}"

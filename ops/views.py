@@ -16,9 +16,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from ops import diagram, forms, history, selectors
 from ops.models import PrunedThread
-from refunds import permissions, runner, services
+from refunds import permissions, policy, runner, services
 from refunds.flow.nodes import charge_key
-from refunds.flow.state import AGENT_LIMIT_CENTS
 from refunds.flow.words import dollars, node_words
 from refunds.models import AuditEvent, Email, Ticket
 from refunds.money import money_moved
@@ -76,14 +75,16 @@ def _fork_base(ticket: Ticket, checkpoint_id: str):
 
 def _preview(ticket: Ticket, base, cents: int) -> dict:
     values = base.values or {}
-    over = cents > AGENT_LIMIT_CENTS
-    role = "a manager" if over or values.get("flags") else "a support agent"
+    role = policy.review_role(
+        cents, flagged=bool(values.get("flags")), limit_cents=policy.agent_limit_cents()
+    )
+    who = "a manager" if role == "manager" else "a support agent"
     return {
         "from_step": (base.metadata or {}).get("step"),
         "from_amount": values.get("amount_cents"),
         "amount": cents,
         "steps": [
-            f"{node_words('triage')}: {dollars(cents)} goes to {role}.",
+            f"{node_words('triage')}: {dollars(cents)} goes to {who}.",
             f"{node_words('approve')}: a new review; the review now pending is withdrawn and an "
             "answer to it is refused.",
             f"On approval, the refund of {dollars(cents)} is charged, then the customer gets "

@@ -222,7 +222,7 @@ class TicketAdmin(Dollars, ReadOnly, admin.ModelAdmin):
                 self.message_user(
                     request,
                     f"Forked ticket {ticket.pk} with amount "
-                    f"${cents / 100:,.2f}; it is being triaged again.",
+                    f"{dollars(cents)}; it is being triaged again.",
                     messages.SUCCESS,
                 )
                 return redirect("admin:refunds_ticket_change", ticket.pk)

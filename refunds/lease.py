@@ -35,6 +35,7 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
 from core import sql
+from refunds import queries
 from refunds.models import Ticket
 
 log = logging.getLogger(__name__)
@@ -175,14 +176,11 @@ class Lease:
         if fields.get("status") == Ticket.Status.REFUNDED:
             approved_at = (
                 "(SELECT max(d.decided_at) FROM refunds_decision d WHERE d.ticket_id = "
-                "refunds_ticket.id AND d.answer = 'approve')"
+                f"refunds_ticket.id AND d.answer = {queries.APPROVE})"
             )
         sql = (
             f"UPDATE refunds_ticket SET {', '.join(sets)} WHERE id = %s AND lease_epoch = %s "
-            "RETURNING (EXISTS (SELECT 1 FROM refunds_decision d WHERE d.ticket_id = "
-            "refunds_ticket.id AND d.applied_at IS NULL AND d.refused_reason = '') OR EXISTS "
-            "(SELECT 1 FROM refunds_fork f WHERE f.ticket_id = refunds_ticket.id "
-            f"AND f.applied_at IS NULL AND f.refused_reason = '')), {approved_at}"
+            f"RETURNING {queries.answer_waiting('refunds_ticket.id')}, {approved_at}"
         )
 
         def write():
@@ -318,15 +316,14 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
         cursor.execute(
             f"UPDATE refunds_ticket SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
             f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "
-            "status = CASE WHEN status = 'new' THEN 'running' ELSE status END, "
-            f"updated_at = {sql.now()} "
-            "WHERE id = %s AND status NOT IN ('refunded', 'declined', 'rejected', 'failed') "
-            f"AND (lease_expires_at IS NULL OR lease_expires_at < {sql.now()}) "
+            f"status = CASE WHEN status = {queries.TICKET_NEW} THEN {queries.TICKET_RUNNING} "
+            f"ELSE status END, updated_at = {sql.now()} "
+            f"WHERE id = %s AND status NOT IN {queries.TICKET_NOT_LEASABLE} "
+            f"AND {queries.lease_lapsed(sql.now())} "
             "RETURNING lease_epoch, attempts, thread_id, order_id, status, pending_interrupt_id, "
             "mirror_epoch, last_error, note, "
             "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "
-            "EXISTS (SELECT 1 FROM refunds_fork f WHERE f.ticket_id = refunds_ticket.id "
-            "AND f.applied_at IS NULL AND f.refused_reason = ''), flow_version",
+            f"{queries.fork_waiting('refunds_ticket.id')}, flow_version",
             [owner, seconds, ticket_id],
         )
         row = cursor.fetchone()

@@ -50,7 +50,7 @@ from django.db.models.functions import Coalesce, Now
 from langgraph.errors import GraphDrained
 
 from core import sql
-from refunds import metrics, signals
+from refunds import metrics, queries, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -124,12 +124,14 @@ def _claim_for_run(
     return sql.fetchone(
         'INSERT INTO refunds_email (ticket_id, "key", "to", subject, body, status, claimed_by, '
         "claimed_at, attempts, last_error, created_at, handed_over_by, outcome_unknown_by) "
-        f"SELECT %s, %s, %s, %s, %s, 'sending', %s, {sql.now()}, 1, '', {sql.now()}, '', '' "
+        f"SELECT %s, %s, %s, %s, %s, {queries.EMAIL_SENDING}, %s, {sql.now()}, 1, '', "
+        f"{sql.now()}, '', '' "
         f"WHERE {holds} "
-        "ON CONFLICT (\"key\") DO UPDATE SET status = 'sending', "
+        f'ON CONFLICT ("key") DO UPDATE SET status = {queries.EMAIL_SENDING}, '
         "claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, "
         f"attempts = refunds_email.attempts + 1, {_UNKNOWN_SQL} "
-        "WHERE refunds_email.status <> 'sent' AND (refunds_email.status = 'pending' "
+        f"WHERE refunds_email.status <> {queries.EMAIL_SENT} AND (refunds_email.status = "
+        f"{queries.EMAIL_PENDING} "
         "OR refunds_email.claimed_by = excluded.claimed_by OR refunds_email.claimed_at IS NULL "
         f"OR refunds_email.claimed_at < {sql.now_minus()}) AND {holds} "
         'RETURNING "to", subject, body',
@@ -321,7 +323,7 @@ def _hand_over(key: str, sender: Sender) -> None:
         params += [sender.ticket_id, sender.epoch]
     statement = (
         f"UPDATE refunds_email SET handed_over_at = {sql.now()}, handed_over_by = %s "
-        "WHERE \"key\" = %s AND status = 'sending' AND claimed_by = %s" + holds
+        f'WHERE "key" = %s AND status = {queries.EMAIL_SENDING} AND claimed_by = %s' + holds
     )
     for attempt in range(5):
         try:
@@ -350,16 +352,16 @@ def _record_sent(key: str, sender: Sender) -> None:
     window) but has not handed its own copy over yet, the fact is recorded all the same: its
     handover mark then fails and it drops its copy before the final "."."""
     done = (
-        f"status = 'sent', sent_at = {sql.now()}, last_error = '', "
+        f"status = {queries.EMAIL_SENT}, sent_at = {sql.now()}, last_error = '', "
         "handed_over_at = NULL, handed_over_by = ''"
     )
     if _write_sql(
         f"UPDATE refunds_email SET {done} "
-        "WHERE \"key\" = %s AND status = 'sending' AND claimed_by = %s",
+        f'WHERE "key" = %s AND status = {queries.EMAIL_SENDING} AND claimed_by = %s',
         [key, sender.claim],
     ) or _write_sql(
         f"UPDATE refunds_email SET {done} "
-        "WHERE \"key\" = %s AND status <> 'sent' AND handed_over_at IS NULL",
+        f'WHERE "key" = %s AND status <> {queries.EMAIL_SENT} AND handed_over_at IS NULL',
         [key],
     ):
         _emit(key, "recorded")

@@ -5,6 +5,17 @@ from django.db import models
 from django.db.models import Exists, F, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now, Upper
 
+from core.clock import local_words
+from refunds.flow.words import dollars
+from refunds.statuses import (
+    CHARGE_HOLDS_BALANCE,
+    TICKET_WORK_LEFT,
+    ChargeStatus,
+    DecisionAnswer,
+    EmailStatus,
+    TicketStatus,
+)
+
 
 class Role(models.TextChoices):
     AGENT = "agent", "Support agent"
@@ -49,9 +60,10 @@ class Order(models.Model):
         (paid or under way) from tickets other than `for_ticket`."""
         from core import sql
 
+        holding = sql.literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)
         held = (
-            "FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN ('pending', "
-            "'succeeded') AND c.ticket_id <> %s"
+            f"FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN {holding} "
+            "AND c.ticket_id <> %s"
         )
         row = sql.fetchone(
             "SELECT o.number, o.customer_name, o.customer_email, o.promised_on, o.delivered_on, "
@@ -103,14 +115,14 @@ class TicketQuerySet(models.QuerySet):
         return self.exclude(escalated_for="").filter(escalated_for=F("pending_interrupt_id"))
 
     def for_managers(self) -> TicketQuerySet:
-        """Awaiting reviews a manager owns: over $20.00, flagged, or escalated."""
+        """Awaiting reviews a manager owns: over the agent limit, flagged, or escalated."""
         return self.awaiting().filter(
             Q(required_role=Role.MANAGER)
             | (~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
         )
 
     def for_agents(self) -> TicketQuerySet:
-        """Awaiting reviews support agents own: $20.00 or less and not escalated."""
+        """Awaiting reviews support agents own: within the agent limit, not escalated."""
         return (
             self.awaiting()
             .filter(required_role=Role.AGENT)
@@ -125,38 +137,38 @@ class TicketQuerySet(models.QuerySet):
         """Tickets no worker holds: never leased, or the lease ran out (on the database clock)."""
         return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now()))
 
+    def answer_waiting(self, settled_before=None) -> TicketQuerySet:
+        """Tickets with a recorded decision or fork not yet applied (refunds/queries.py has the
+        SQL); with `settled_before`, only answers recorded before then."""
+        return self.filter(_answer_waiting(settled_before))
+
     def needing_worker(self, settled_before=None) -> TicketQuerySet:
-        """Tickets a worker should advance now: work left, a recorded decision or fork not yet
-        applied, and no live lease. The one answer used by the sweep and by the end of a run;
-        the sweep passes `settled_before` to leave fresh work to the task sent for it."""
+        """Tickets a worker should advance now: no live lease, and work left, or a recorded
+        decision or fork not yet applied (unless the ticket failed: an admin retries it). The
+        one answer, used by the sweep and crashtest; the runner's SQL uses its parts
+        (refunds/queries.py). The sweep passes `settled_before` to leave fresh work to the task
+        sent for it."""
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
-        decided = {} if settled_before is None else {"decided_at__lt": settled_before}
-        forked = {} if settled_before is None else {"created_at__lt": settled_before}
-        unapplied_decision = Decision.objects.filter(
-            ticket=OuterRef("pk"), applied_at=None, refused_reason="", **decided
-        )
-        unapplied_fork = Fork.objects.filter(
-            ticket=OuterRef("pk"), applied_at=None, refused_reason="", **forked
-        )
+        work_left = [status for status, yes in TICKET_WORK_LEFT.items() if yes]
         return self.leasable().filter(
-            Q(status__in=[Ticket.Status.NEW, Ticket.Status.RUNNING], **young)
-            | (~Q(status=Ticket.Status.FAILED) & Exists(unapplied_decision))
-            | (~Q(status=Ticket.Status.FAILED) & Exists(unapplied_fork))
+            Q(status__in=work_left, **young)
+            | (~Q(status=Ticket.Status.FAILED) & _answer_waiting(settled_before))
         )
+
+
+def _answer_waiting(settled_before=None) -> Q:
+    decided = {} if settled_before is None else {"decided_at__lt": settled_before}
+    forked = {} if settled_before is None else {"created_at__lt": settled_before}
+    decision = Decision.objects.unapplied().filter(ticket=OuterRef("pk"), **decided)
+    fork = Fork.objects.unapplied().filter(ticket=OuterRef("pk"), **forked)
+    return Q(Exists(decision)) | Q(Exists(fork))
 
 
 class Ticket(models.Model):
     """Mirror of one LangGraph thread. The checkpointer is the truth; this row is what the
     queue, the API and the sweep read, rebuilt from the checkpoint after every run."""
 
-    class Status(models.TextChoices):
-        NEW = "new", "New"
-        RUNNING = "running", "Running"
-        AWAITING_REVIEW = "awaiting_review", "Awaiting review"
-        REFUNDED = "refunded", "Refunded"
-        DECLINED = "declined", "Declined by policy"
-        REJECTED = "rejected", "Rejected by reviewer"
-        FAILED = "failed", "Failed"
+    Status = TicketStatus
 
     FINAL = (Status.REFUNDED, Status.DECLINED, Status.REJECTED)
     OPEN = (Status.NEW, Status.RUNNING, Status.AWAITING_REVIEW, Status.FAILED)
@@ -276,13 +288,17 @@ def user_roles(user) -> set[str]:
     return cached
 
 
+class UnappliedQuerySet(models.QuerySet):
+    def unapplied(self) -> UnappliedQuerySet:
+        """Recorded and neither applied nor refused: the thread still owes it a run."""
+        return self.filter(applied_at=None, refused_reason="")
+
+
 class Decision(models.Model):
     """A reviewer's answer, stored before it is applied: a crash between the two is repaired by
     the sweep, and the UNIQUE interrupt id means one answer per question."""
 
-    class Answer(models.TextChoices):
-        APPROVE = "approve", "Approve"
-        REJECT = "reject", "Reject"
+    Answer = DecisionAnswer
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="decisions")
     interrupt_id = models.CharField(max_length=64, unique=True)
@@ -294,6 +310,8 @@ class Decision(models.Model):
     decided_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
+
+    objects = UnappliedQuerySet.as_manager()
 
     class Meta:
         ordering = ["decided_at"]
@@ -345,17 +363,19 @@ class Fork(models.Model):
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
 
+    objects = UnappliedQuerySet.as_manager()
+
     class Meta:
         ordering = ["created_at"]
 
     def __str__(self) -> str:
-        return f"Fork of {self.ticket} by {self.by} to ${self.amount_cents / 100:.2f}"
+        return f"Fork of {self.ticket} by {self.by} to {dollars(self.amount_cents)}"
 
 
 class ChargeQuerySet(models.QuerySet):
     def holding_balance(self) -> ChargeQuerySet:
         """Charges that count against an order's balance: paid, or under way (maybe paid)."""
-        return self.filter(status__in=[Charge.Status.PENDING, Charge.Status.SUCCEEDED])
+        return self.filter(status__in=[s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds])
 
     def money_moved(self) -> ChargeQuerySet:
         """Charges whose money moved, or may have (an outcome not yet known)."""
@@ -367,10 +387,7 @@ class Charge(models.Model):
     with the writer's lease epoch) before the gateway is called and settled after; the UNIQUE key
     makes a repeated call find the first one, and an unknown outcome is settled by a lookup."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending", "Under way"
-        SUCCEEDED = "succeeded", "Paid"
-        REFUSED = "refused", "Refused"
+    Status = ChargeStatus
 
     ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="charges")
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="charges")
@@ -391,7 +408,7 @@ class Charge(models.Model):
         indexes = [models.Index(fields=["order", "status"], name="charge_balance_idx")]
 
     def __str__(self) -> str:
-        return f"{self.idempotency_key}: ${self.amount_cents / 100:.2f} {self.status}"
+        return f"{self.idempotency_key}: {dollars(self.amount_cents)} {self.status}"
 
 
 class Email(models.Model):
@@ -400,10 +417,7 @@ class Email(models.Model):
     each in its own short transaction (refunds/mail.py). A takeover that finds a handover with no
     answer recorded moves it to "outcome unknown": the message may have been delivered."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending", "Not sent yet"
-        SENDING = "sending", "Sending"
-        SENT = "sent", "Delivered to the mail server"
+    Status = EmailStatus
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="emails")
     key = models.CharField(max_length=150, unique=True)
@@ -477,6 +491,4 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         who = self.actor or "the desk"
-        return (
-            f"{self.get_action_display()} by {who} on {self.ticket_id} at {self.at:%Y-%m-%d %H:%M}"
-        )
+        return f"{self.get_action_display()} by {who} on {self.ticket_id} at {local_words(self.at)}"

@@ -24,6 +24,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from langgraph.errors import GraphDrained
 
 from core import sql
+from refunds import queries
 from refunds.flow.errors import (
     EffectBusy,
     OverBalance,
@@ -93,7 +94,7 @@ def _reserve(
         found = sql.fetchone(
             "SELECT t.lease_epoch, o.shipping_fee_cents, o.number, "
             "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
-            "o.id AND c.status IN ('pending', 'succeeded') AND c.idempotency_key <> %s), "
+            f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s), "
             "k.id, k.status, k.receipt "
             "FROM refunds_ticket t JOIN refunds_order o ON o.id = t.order_id "
             "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
@@ -120,15 +121,16 @@ def _reserve(
             inserted = sql.fetchone(
                 "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
                 "status, error, epoch, created_at) "
-                f"VALUES (%s, %s, %s, %s, 'pending', '', %s, {sql.now()}) RETURNING id",
+                f"VALUES (%s, %s, %s, %s, {queries.CHARGE_PENDING}, '', %s, {sql.now()}) "
+                "RETURNING id",
                 [ticket_id, order_id, key, amount_cents, epoch],
             )
             assert inserted is not None  # INSERT ... RETURNING answers one row or raises
             (row_id,) = inserted
         else:  # refused before (a decline); a manager approved trying again
             sql.execute(
-                "UPDATE refunds_charge SET status = 'pending', epoch = %s, error = '', "
-                "settled_at = NULL WHERE id = %s",
+                f"UPDATE refunds_charge SET status = {queries.CHARGE_PENDING}, epoch = %s, "
+                "error = '', settled_at = NULL WHERE id = %s",
                 [epoch, row_id],
             )
     return _Row(row_id, None), "new"
@@ -147,15 +149,15 @@ def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
     """Record the gateway's answer. A fact, so it is written whatever the lease says, and
     retried on a fresh connection if the database dropped ours meanwhile."""
     if receipt:
-        statement = "status = 'succeeded', receipt = %s, error = ''"
+        statement = f"status = {queries.CHARGE_SUCCEEDED}, receipt = %s, error = ''"
         params = [receipt]
     else:
-        statement, params = "status = 'refused', error = %s", [refused[:2000]]
+        statement, params = f"status = {queries.CHARGE_REFUSED}, error = %s", [refused[:2000]]
     for attempt in range(10):
         try:
             sql.execute(
                 f"UPDATE refunds_charge SET {statement}, settled_at = {sql.now()} "
-                "WHERE id = %s AND status <> 'succeeded'",
+                f"WHERE id = %s AND status <> {queries.CHARGE_SUCCEEDED}",
                 [*params, row.pk],
             )
             break

@@ -7,8 +7,8 @@ no desk group sees nothing and decides nothing.
 - Seeing a ticket: admins and managers see every ticket; a support agent sees the tickets in an
   agent's scope (not escalated to managers: required role empty or "agent") and those they
   opened.
-- Deciding a review: `reviewable()` and `decision_refusal()`; the $20.00 limit is
-  refunds.flow.state.AGENT_LIMIT_CENTS, applied by the graph's triage. Agents decide agent-level
+- Deciding a review: `reviewable()` and `decision_refusal()`; the agent limit and who
+  reviews what live in refunds/policy.py, applied by the graph's triage. Agents decide agent-level
   reviews that are not escalated; managers decide manager-level and escalated ones, and may cover
   agent-level ones; admins decide any. Nobody decides a ticket they opened (four-eyes). While a
   colleague's claim is live only they decide (services.ticket_decide checks it in its UPDATE).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from django.db.models import Q
 
+from refunds import policy
 from refunds.models import ADMIN_GROUP, ROLE_GROUPS, Role, Ticket, TicketQuerySet, user_roles
 
 
@@ -87,9 +88,7 @@ def decision_refusal(user, ticket: Ticket) -> str:
         return ""
     if ticket.is_escalated:
         return "This refund was escalated to managers; a manager decides it."
-    if role == Role.MANAGER:
-        return "This refund is decided by a manager (it is over $20.00 or flagged by policy)."
-    return "This refund is decided by a support agent ($20.00 or less)."
+    return policy.refusal_sentence(role)
 
 
 def edit_refusal(user, ticket: Ticket) -> str:

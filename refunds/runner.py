@@ -36,7 +36,7 @@ from langgraph.types import Command, StateSnapshot
 from core import sql
 from core.logs import bound
 from refunds import lease as leases
-from refunds import mail, metrics, mirror, money, persistence, signals
+from refunds import mail, metrics, mirror, money, persistence, policy, queries, signals
 from refunds.carriers import get_carrier
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
@@ -165,6 +165,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
             lease=lease,
         ),
         send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
+        agent_limit_cents=policy.agent_limit_cents(),
         track=carrier.track if (carrier := get_carrier()) is not None else None,
     )
 
@@ -224,7 +225,7 @@ def _open_decisions(ticket_id: int) -> list[tuple]:
     return sql.fetchall(
         "SELECT d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username "
         f"FROM refunds_decision d JOIN {users} u ON u.id = d.reviewer_id "
-        "WHERE d.ticket_id = %s AND d.applied_at IS NULL AND d.refused_reason = '' ORDER BY d.id",
+        f"WHERE d.ticket_id = %s AND {queries.unapplied('d')} ORDER BY d.id",
         [ticket_id],
     )
 
@@ -304,7 +305,8 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
     forks = []
     if lease.has_forks:  # the grant's UPDATE said so
         forks = list(
-            Fork.objects.filter(ticket_id=lease.ticket_id, applied_at=None, refused_reason="")
+            Fork.objects.unapplied()
+            .filter(ticket_id=lease.ticket_id)
             .select_related("by")
             .order_by("created_at")
         )
@@ -344,8 +346,9 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             # The mirror stops saying "awaiting review" while the answer is applied, so the
             # queue and the API do not show a review whose charge is already under way.
             sql.execute(
-                "UPDATE refunds_ticket SET status = 'running', pending_interrupt_id = '', "
-                "pending_payload = NULL WHERE id = %s AND lease_epoch = %s",
+                f"UPDATE refunds_ticket SET status = {queries.TICKET_RUNNING}, "
+                "pending_interrupt_id = '', pending_payload = NULL "
+                "WHERE id = %s AND lease_epoch = %s",
                 [lease.ticket_id, lease.epoch],
             )
             _emit(lease.thread_id, "resume")

@@ -6,8 +6,8 @@ import uuid
 
 from django.utils import timezone
 
+from refunds import policy
 from refunds.flow.nodes import review_request
-from refunds.flow.state import AGENT_LIMIT_CENTS
 from refunds.models import Order, Ticket
 
 TRAIL_TO_REVIEW = ["lookup", "fraud_check", "history_check", "check_policy", "triage"]
@@ -17,7 +17,7 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
     """A ticket as the runner mirrors it when its thread waits in `approve`: the payload is the
     graph's own review request, so the queue renders what a real worker would show."""
     amount = order.shipping_fee_cents
-    role = "agent" if amount <= AGENT_LIMIT_CENTS else "manager"
+    role = policy.review_role(amount, flagged=False, limit_cents=policy.agent_limit_cents())
     late = (order.delivered_on - order.promised_on).days
     payload = review_request(
         {

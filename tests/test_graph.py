@@ -13,6 +13,7 @@ from langgraph.errors import GraphDrained
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
+from refunds import policy
 from refunds.flow import nodes
 from refunds.flow.errors import (
     MailRefused,
@@ -98,7 +99,10 @@ class Desk:
         self.graph = build_graph().compile(checkpointer=InMemorySaver(), store=self.store)
         self.config = {"configurable": {"thread_id": TICKET}}
         self.context = Collaborators(
-            find_order=self.find_order, pay=self.gateway, send_mail=self.mailer
+            find_order=self.find_order,
+            pay=self.gateway,
+            send_mail=self.mailer,
+            agent_limit_cents=policy.DEFAULT_AGENT_LIMIT_CENTS,
         )
 
     def find_order(self, number: str) -> OrderFacts | None:

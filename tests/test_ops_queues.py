@@ -111,4 +111,4 @@ def test_an_undelivered_email_whose_outcome_is_unknown_says_when_and_by_whom(
         client.force_login(user)
         page = client.get(reverse("ops:undelivered")).content.decode()
         assert "Outcome unknown" in page
-        assert "Dec 1, 14:05 UTC" in page and "epoch:3 on worker-a:4242" in page
+        assert "Dec 1, 2026, 14:05 UTC" in page and "epoch:3 on worker-a:4242" in page

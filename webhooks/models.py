@@ -8,6 +8,7 @@ import secrets
 
 from django.db import models
 
+from core.clock import local_words
 from refunds.models import Ticket
 
 
@@ -115,4 +116,4 @@ class Attempt(models.Model):
         ordering = ["at", "id"]
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.status_code or self.error[:40]}"
+        return f"{local_words(self.at)} {self.status_code or self.error[:40]}"

@@ -9,6 +9,8 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy, interrupt
 
+from core.clock import day_words
+from refunds import policy
 from refunds.flow.errors import (
     ChargeRefused,
     MailRefused,
@@ -17,7 +19,6 @@ from refunds.flow.errors import (
     RetryableGatewayError,
 )
 from refunds.flow.state import (
-    AGENT_LIMIT_CENTS,
     Collaborators,
     CustomerHistory,
     RefundState,
@@ -143,12 +144,11 @@ def decline(state: RefundState) -> RefundState:
     return {"outcome": "declined", "outcome_reason": reason, "trail": ["decline"]}
 
 
-def triage(state: RefundState) -> Command[Literal["approve"]]:
-    over = state["amount_cents"] > AGENT_LIMIT_CENTS
-    role = "manager" if over or state.get("flags") else "agent"
-    why = (
-        "over $20.00" if over else ("flagged by policy" if role == "manager" else "$20.00 or less")
-    )
+def triage(state: RefundState, runtime: Runtime[Collaborators]) -> Command[Literal["approve"]]:
+    amount, flagged = state["amount_cents"], bool(state.get("flags"))
+    limit = runtime.context.agent_limit_cents
+    role = policy.review_role(amount, flagged=flagged, limit_cents=limit)
+    why = policy.why_words(amount, flagged=flagged, limit_cents=limit)
     return Command(
         update={
             "required_role": role,
@@ -164,7 +164,8 @@ def review_request(state: RefundState) -> ReviewRequest:
     lines = [
         f"**Refund {dollars(state['amount_cents'])}** shipping on order **{order['number']}** "
         f"for {order['customer_name']} ({order['customer_email']}).",
-        f"Promised {order['promised_on']}, delivered {order['delivered_on']}: "
+        f"Promised {day_words(order['promised_on'])}, delivered "
+        f"{day_words(order['delivered_on'])}: "
         f"{days(state['late_by_days'])} late.",
     ]
     if state.get("payment_error"):

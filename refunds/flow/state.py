@@ -9,7 +9,6 @@ from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
 FLOW_VERSION = 2  # bump with a state-shape change; see refunds/flow/versions.py
-AGENT_LIMIT_CENTS = 2000  # support agents approve refunds up to $20.00; above goes to managers
 
 
 class OrderFacts(TypedDict):
@@ -129,6 +128,9 @@ class Collaborators:
     find_order: Callable[[str], OrderFacts | None]
     pay: Payer
     send_mail: Mailer
+    # Support agents review refunds up to this many cents (refunds/policy.py reads the setting;
+    # the graph stays Django-free, so the runner passes it in).
+    agent_limit_cents: int
     # Today's date as the desk's clock says it: the customer memory's 30-day window and the date
     # a refund is remembered under. A function, so tests can move the clock.
     today: Callable[[], date] = field(default=date.today)

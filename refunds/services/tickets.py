@@ -7,6 +7,7 @@ import uuid
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
+from core.clock import local_words
 from refunds import audit, enqueue, permissions
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
@@ -60,7 +61,8 @@ def email_resend(*, email_id: int, by) -> None:
     if email is None:
         raise RefundError("There is no such email.")
     if email.status == Email.Status.SENT:
-        raise RefundError(f"That email was already delivered ({email.sent_at:%Y-%m-%d %H:%M}).")
+        when = f" ({local_words(email.sent_at)})" if email.sent_at else ""
+        raise RefundError(f"That email was already delivered{when}.")
     if not email.ticket.is_final:
         raise RefundError("The ticket is still running; its own run sends this email.")
     with transaction.atomic():
@@ -106,7 +108,7 @@ def ticket_fork(
         raise RefundError("The corrected amount must be a whole number of cents.")
     if not 0 < amount_cents <= FORK_MAX_CENTS:
         raise RefundError(
-            f"The corrected amount must be between $0.01 and ${FORK_MAX_CENTS // 100:,}."
+            f"The corrected amount must be between {dollars(1)} and {dollars(FORK_MAX_CENTS)}."
         )
     if amount_cents == ticket.amount_cents:
         raise RefundError(

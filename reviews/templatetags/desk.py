@@ -5,7 +5,8 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from core.clock import local_words
+from core.clock import day_words, local_words
+from refunds import policy
 from refunds.flow import words
 
 register = template.Library()
@@ -14,6 +15,18 @@ BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
 register.filter("dollars", words.dollars)
+
+
+@register.simple_tag
+def within_limit() -> str:
+    """What support agents decide, in words, for the limit in force (refunds/policy.py)."""
+    return policy.within_words()
+
+
+@register.simple_tag
+def over_limit() -> str:
+    """What goes to managers for its amount, in words, for the limit in force."""
+    return policy.over_words()
 
 
 @register.filter
@@ -35,13 +48,19 @@ def review_markdown(text: str | None) -> SafeString:
 
 @register.filter
 def when(value) -> SafeString:
-    """One format for every time on the desk, in the reviewer's time zone, labelled with it:
-    "Dec 1, 14:05 CET", in a <time> element carrying the exact instant."""
+    """One format for every time on the desk (core/clock.py), in the reviewer's time zone,
+    labelled with it: "Dec 1, 2026, 14:05 CET", in a <time> element carrying the exact instant."""
     if not value:
         return mark_safe("")
     return format_html(
         '<time datetime="{}">{}</time>', value.isoformat(timespec="seconds"), local_words(value)
     )
+
+
+@register.filter
+def day(value) -> str:
+    """A plain date, as core/clock.py says it: "Nov 2, 2026"."""
+    return day_words(value) if value else ""
 
 
 @register.filter

@@ -13,8 +13,8 @@ from django.views.decorators.http import require_GET
 
 from refunds import permissions, selectors
 from refunds.flow.words import dollars
-from reviews import forms
-from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest, page_number
+from reviews import forms, paging
+from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest
 
 
 def _audit_filters(request: HttpRequest):
@@ -36,20 +36,9 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     if not permissions.can_read_audit(request.user):
         raise PermissionDenied("The audit trail is for managers and admins.")
     search, events = _audit_filters(request)
-    total = events[: COUNT_CAP + 1].count()  # capped: the trail only grows
-    pages = max((min(total, COUNT_CAP) + AUDIT_PAGE - 1) // AUDIT_PAGE, 1)
-    page = min(page_number(request), pages)
-    query = request.GET.copy()
-    query.pop("page", None)
-    context = {
-        "search": search,
-        "events": list(events[(page - 1) * AUDIT_PAGE : page * AUDIT_PAGE]),
-        "total": total,
-        "count_cap": COUNT_CAP,
-        "page": page,
-        "pages": pages,
-        "query": query.urlencode(),
-    }
+    # Capped: the trail only grows.
+    page = paging.capped_page(request, events, size=AUDIT_PAGE, cap=COUNT_CAP)
+    context = {"search": search, "events": page.rows, **page.context()}
     return render(request, "reviews/audit.html", context)
 
 

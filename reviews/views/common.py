@@ -60,11 +60,6 @@ def with_pending_decisions(tickets: list[Ticket]) -> list[Ticket]:
     return tickets
 
 
-def page_number(request: HttpRequest) -> int:
-    raw = request.GET.get("page", "1")
-    return max(int(raw), 1) if raw.isdigit() and len(raw) < 7 else 1
-
-
 def row_extras() -> dict:
     return {
         "canned": list(CannedReason.objects.filter(active=True)),

@@ -19,10 +19,10 @@ from django_htmx.http import (
     trigger_client_event,
 )
 
-from refunds import permissions, services
+from refunds import permissions, policy, services
 from refunds.flow.words import dollars
 from refunds.models import CannedReason, Ticket, user_roles
-from reviews import forms
+from reviews import forms, paging
 from reviews.views.common import (
     COUNT_CAP,
     QUEUE_PAGE,
@@ -30,7 +30,6 @@ from reviews.views.common import (
     TICKET_STATUS,
     HtmxHttpRequest,
     back,
-    page_number,
     row_extras,
     with_pending_decisions,
 )
@@ -42,25 +41,25 @@ def _queue_context(request: HtmxHttpRequest) -> dict:
     reviewable = permissions.reviewable(request.user, cover=cover)
     # Oldest first: a queue is worked from the longest wait. Counted up to a cap: the page's
     # cost must not grow with a backlog of 10,000 reviews.
-    review_count = reviewable[: COUNT_CAP + 1].count()
-    pages = max((min(review_count, COUNT_CAP) + QUEUE_PAGE - 1) // QUEUE_PAGE, 1)
-    page = min(page_number(request), pages)
-    rows = list(
+    page = paging.capped_page(
+        request,
         reviewable.select_related("order", "claimed_by", "opened_by").order_by(
             "review_since", "id"
-        )[(page - 1) * QUEUE_PAGE : page * QUEUE_PAGE]
+        ),
+        size=QUEUE_PAGE,
+        cap=COUNT_CAP,
     )
-    reviews = with_pending_decisions(rows)
+    reviews = with_pending_decisions(page.rows)
     return {
         "reviews": reviews,
-        "review_count": review_count,
-        "count_cap": COUNT_CAP,
-        "page": page,
-        "pages": pages,
+        "review_count": page.total,
+        "count_cap": page.cap,
+        "page": page.number,
+        "pages": page.pages,
         "cover": cover,
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
-        "version": _queue_version(reviews, review_count, page),
+        "version": _queue_version(reviews, page.total, page.number),
         "recent": permissions.visible(request.user)
         .filter(opened_by=request.user)
         .select_related("order")[:RECENT],
@@ -90,21 +89,11 @@ def _queue_version(reviews: list[Ticket], count: int, page: int) -> str:
 
 
 def _queue_scope(user) -> str:
-    """One sentence on what this user's queue holds, so an empty queue is not a mystery."""
-    agent, manager = permissions.is_agent(user), permissions.is_manager(user)
-    if permissions.is_admin(user) or (agent and manager):
-        return (
-            "You see every pending review: support agents decide refunds of $20.00 or less, "
-            "managers the larger ones and those the policy flags."
-        )
-    if agent:
-        return "You decide refunds of $20.00 or less; larger and flagged ones go to managers."
-    if manager:
-        return (
-            "You decide refunds over $20.00 and those the policy flags; smaller ones go to "
-            "support agents."
-        )
-    return "You are in no reviewer group, so no review waits on you; you can still open tickets."
+    return policy.scope_sentence(
+        agent=permissions.is_agent(user),
+        manager=permissions.is_manager(user),
+        admin=permissions.is_admin(user),
+    )
 
 
 @require_GET

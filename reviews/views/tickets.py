@@ -12,8 +12,8 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from refunds import permissions, selectors
-from reviews import forms
-from reviews.views.common import COUNT_CAP, TICKETS_PAGE, HtmxHttpRequest, page_number
+from reviews import forms, paging
+from reviews.views.common import COUNT_CAP, TICKETS_PAGE, HtmxHttpRequest
 
 
 @require_GET
@@ -45,25 +45,12 @@ def tickets(request: HtmxHttpRequest) -> HttpResponse:
         decided=wanted.get("decided", False),
         order_by=forms.SORTS.get(wanted.get("sort") or "newest", ("-id",)),
     )
-    total = found[: COUNT_CAP + 1].count()
-    pages = max((min(total, COUNT_CAP) + TICKETS_PAGE - 1) // TICKETS_PAGE, 1)
-    page = min(page_number(request), pages)
-    rows = list(
-        found.select_related("order", "opened_by", "claimed_by")[
-            (page - 1) * TICKETS_PAGE : page * TICKETS_PAGE
-        ]
+    page = paging.capped_page(
+        request,
+        found.select_related("order", "opened_by", "claimed_by"),
+        size=TICKETS_PAGE,
+        cap=COUNT_CAP,
     )
-    query = request.GET.copy()
-    query.pop("page", None)
-    context = {
-        "search": search,
-        "rows": rows,
-        "total": total,
-        "count_cap": COUNT_CAP,
-        "page": page,
-        "pages": pages,
-        "query": query.urlencode(),
-        "now": now,
-    }
+    context = {"search": search, "rows": page.rows, "now": now, **page.context()}
     template = "reviews/_tickets_results.html" if request.htmx else "reviews/tickets.html"
     return render(request, template, context)

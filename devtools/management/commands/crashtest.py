@@ -254,7 +254,7 @@ class Run:
     def _open_tickets(self) -> list[int]:
         from django.contrib.auth.models import Group, User
 
-        from refunds import services
+        from refunds import policy, services
         from refunds.models import Order
 
         for username, group in (("agent", "Support agents"), ("manager", "Managers")):
@@ -262,10 +262,11 @@ class Run:
             user.groups.add(Group.objects.get(name=group))
         self.opener = User.objects.create_user("helpdesk")
         promised = date(2026, 11, 2)
+        limit = policy.agent_limit_cents()
         ids = []
         for i in range(self.opts["tickets"]):
             late = self.rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, 8])  # about 2 in 9 are not late
-            fee = self.rng.choice([499, 699, 1250, 2000, 2001, 3500, 4800])
+            fee = self.rng.choice([499, 699, 1250, limit, limit + 1, 3500, 4800])  # both sides
             order = Order.objects.create(
                 number=f"C{i:05d}",
                 customer_name=f"Customer {i}",
@@ -393,9 +394,10 @@ class Run:
             self.asked_again.add(number)
 
     def _unapplied(self) -> bool:
-        from refunds.models import Decision
+        """Some ticket still needs a worker (a decision not applied yet, a lapsed run)."""
+        from refunds.models import Ticket
 
-        return Decision.objects.filter(applied_at=None, refused_reason="").exists()
+        return Ticket.objects.needing_worker().exists()
 
     def _review(self) -> None:
         from django.contrib.auth.models import User

@@ -83,7 +83,5 @@ class Command(BaseCommand):
         # its checkpoints (the fork starts from one of them).
         return (
             Ticket.objects.filter(pk=ticket_id, status__in=Ticket.FINAL).exists()
-            and not Fork.objects.filter(
-                ticket_id=ticket_id, applied_at=None, refused_reason=""
-            ).exists()
+            and not Fork.objects.unapplied().filter(ticket_id=ticket_id).exists()
         )

@@ -1,0 +1,96 @@
+"""The agent limit, its words, and who reviews what: the one home of these rules (DESIGN.md
+invariant 11). The graph's triage gets the limit through its runtime context and asks
+`review_role()` here; pages, templates (the `within_limit` and `over_limit` tags), the API schema
+and the services take their words from here too.
+
+Nothing Django at import: refunds/flow/ imports this module and stays Django-free. Only
+`agent_limit_cents()` reads the settings, when it is called.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from refunds.flow.words import dollars
+
+# Support agents decide refunds up to this much; above it a manager decides. The setting
+# REFUNDS_AGENT_LIMIT_CENTS (config/settings.py) changes it, and defaults to this.
+DEFAULT_AGENT_LIMIT_CENTS = 2000
+
+ReviewRole = Literal["agent", "manager"]
+
+
+def agent_limit_cents() -> int:
+    """The limit in force, from the setting; a bad one stops the caller with its name."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    value = getattr(settings, "REFUNDS_AGENT_LIMIT_CENTS", DEFAULT_AGENT_LIMIT_CENTS)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(
+            f"REFUNDS_AGENT_LIMIT_CENTS must be a whole number of cents, at least 1; got {value!r}"
+        )
+    return value
+
+
+def over_limit(amount_cents: int, limit_cents: int) -> bool:
+    return amount_cents > limit_cents
+
+
+def review_role(amount_cents: int, *, flagged: bool, limit_cents: int) -> ReviewRole:
+    """Who reviews a refund: a manager when it is over the limit or flagged, else an agent."""
+    return "manager" if flagged or over_limit(amount_cents, limit_cents) else "agent"
+
+
+def within_words(limit_cents: int | None = None) -> str:
+    """ "$20.00 or less": what support agents decide."""
+    return f"{dollars(_limit(limit_cents))} or less"
+
+
+def over_words(limit_cents: int | None = None) -> str:
+    """ "over $20.00": what goes to managers for its amount alone."""
+    return f"over {dollars(_limit(limit_cents))}"
+
+
+def why_words(amount_cents: int, *, flagged: bool, limit_cents: int) -> str:
+    """Why triage chose its reviewer, for the thread's notes."""
+    if over_limit(amount_cents, limit_cents):
+        return over_words(limit_cents)
+    return "flagged by policy" if flagged else within_words(limit_cents)
+
+
+def _limit(limit_cents: int | None) -> int:
+    return agent_limit_cents() if limit_cents is None else limit_cents
+
+
+# --- sentences the desk's pages and messages use ---------------------------------------------
+def scope_sentence(*, agent: bool, manager: bool, admin: bool) -> str:
+    """One sentence on what a user's review queue holds, so an empty queue is not a mystery."""
+    if admin or (agent and manager):
+        return (
+            f"You see every pending review: support agents decide refunds of {within_words()}, "
+            "managers the larger ones and those the policy flags."
+        )
+    if agent:
+        return f"You decide refunds of {within_words()}; larger and flagged ones go to managers."
+    if manager:
+        return (
+            f"You decide refunds {over_words()} and those the policy flags; smaller ones go to "
+            "support agents."
+        )
+    return "You are in no reviewer group, so no review waits on you; you can still open tickets."
+
+
+def refusal_sentence(role: str) -> str:
+    """Why a reviewer of the other level may not decide a review of `role`."""
+    if role == "manager":
+        return f"This refund is decided by a manager (it is {over_words()} or flagged by policy)."
+    return f"This refund is decided by a support agent ({within_words()})."
+
+
+def role_help() -> str:
+    """The API schema's words for `required_role`."""
+    return (
+        f"Who reviews the refund: `agent` for {within_words()}, `manager` for refunds "
+        f"{over_words()}, flagged by policy, or after a charge was refused. Null before triage."
+    )

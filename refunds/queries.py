@@ -1,0 +1,89 @@
+"""What the raw SQL says about statuses and waiting work, built from the models' choices: the one
+home of both for hand-written statements (lease, runner, money, mail, models). DESIGN.md
+invariant 11.
+
+Every status a statement names comes from a `TextChoices` through a set below. Each set is a
+decision about every status of its model; tests/test_queries.py fails when a status is added to
+the choices until it is placed here, so no statement silently treats a new status the wrong way.
+
+"Needs a worker" (TicketQuerySet.needing_worker in refunds/models.py, used by the sweep and
+crashtest) is made of parts that the runner's raw SQL needs too: a lease that lapsed, work left,
+a decision or fork recorded and not yet applied. The ORM builds them from the sets here; their
+SQL is here too, and the test checks that each fragment picks the same rows as its ORM twin.
+"""
+
+from __future__ import annotations
+
+from core.sql import literal, literals
+from refunds.models import Charge, Decision, Email, Fork
+from refunds.statuses import (
+    CHARGE_HOLDS_BALANCE,
+    DECISION_KNOWN,
+    EMAIL_KNOWN,
+    TICKET_LEASABLE,
+    TICKET_WORK_LEFT,
+)
+from refunds.statuses import TicketStatus as S
+
+__all__ = [
+    "CHARGE_HOLDS_BALANCE",
+    "DECISION_KNOWN",
+    "EMAIL_KNOWN",
+    "TICKET_LEASABLE",
+    "TICKET_WORK_LEFT",
+    "literal",
+    "literals",
+]
+
+
+def _chosen(decisions: dict) -> list[str]:
+    return [status for status, yes in decisions.items() if yes]
+
+
+def _left_out(decisions: dict) -> list[str]:
+    return [status for status, yes in decisions.items() if not yes]
+
+
+TICKET_NEW = literal(S.NEW)
+TICKET_RUNNING = literal(S.RUNNING)
+TICKET_FAILED = literal(S.FAILED)
+TICKET_NOT_LEASABLE = literals(_left_out(TICKET_LEASABLE))
+TICKET_WORK_LEFT_SQL = literals(_chosen(TICKET_WORK_LEFT))
+CHARGE_PENDING = literal(Charge.Status.PENDING)
+CHARGE_SUCCEEDED = literal(Charge.Status.SUCCEEDED)
+CHARGE_REFUSED = literal(Charge.Status.REFUSED)
+CHARGE_HOLDING = literals(_chosen(CHARGE_HOLDS_BALANCE))
+EMAIL_PENDING = literal(Email.Status.PENDING)
+EMAIL_SENDING = literal(Email.Status.SENDING)
+EMAIL_SENT = literal(Email.Status.SENT)
+APPROVE = literal(Decision.Answer.APPROVE)
+
+
+# --- "needs a worker", in parts ----------------------------------------------------------------
+def unapplied(alias: str) -> str:
+    """A decision or fork row (by its alias) recorded and neither applied nor refused: the thread
+    still owes it a run. The ORM's twin: `Decision.objects.unapplied()`, `Fork.objects...`."""
+    return f"{alias}.applied_at IS NULL AND {alias}.refused_reason = ''"
+
+
+def decision_waiting(ticket: str) -> str:
+    """A decision for the ticket (an SQL expression for its id) waits to be applied."""
+    table = Decision._meta.db_table
+    return f"EXISTS (SELECT 1 FROM {table} d WHERE d.ticket_id = {ticket} AND {unapplied('d')})"
+
+
+def fork_waiting(ticket: str) -> str:
+    """An admin's fork of the ticket waits to be applied."""
+    table = Fork._meta.db_table
+    return f"EXISTS (SELECT 1 FROM {table} f WHERE f.ticket_id = {ticket} AND {unapplied('f')})"
+
+
+def answer_waiting(ticket: str) -> str:
+    """A decision or a fork waits: TicketQuerySet.answer_waiting() in SQL."""
+    return f"({decision_waiting(ticket)} OR {fork_waiting(ticket)})"
+
+
+def lease_lapsed(now: str, ticket: str = "refunds_ticket") -> str:
+    """Nobody holds the ticket's lease: never taken, or expired by `now` (the database's clock,
+    core.sql.now()). TicketQuerySet.leasable() in SQL."""
+    return f"({ticket}.lease_expires_at IS NULL OR {ticket}.lease_expires_at < {now})"

@@ -1,0 +1,147 @@
+"""refunds/queries.py: the statuses raw SQL names come from the choices, each set decides about
+every status, and each SQL fragment of "needs a worker" picks what its ORM twin picks."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from core import sql
+from refunds import queries
+from refunds.models import Charge, Decision, Email, Fork, Ticket
+from tests.conftest import make_order
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("decided", "choices"),
+    [
+        (queries.TICKET_LEASABLE, Ticket.Status),
+        (queries.TICKET_WORK_LEFT, Ticket.Status),
+        (queries.CHARGE_HOLDS_BALANCE, Charge.Status),
+    ],
+)
+def test_each_status_set_decides_about_every_status(decided, choices):
+    # A new status fails here until someone says how the raw SQL treats it.
+    assert set(decided) == set(choices)
+
+
+def test_the_outbox_sql_was_written_for_every_email_status():
+    assert queries.EMAIL_KNOWN == set(Email.Status)
+    assert queries.DECISION_KNOWN == set(Decision.Answer)
+
+
+def test_the_sets_agree_with_the_models_own_words():
+    assert {s for s, ok in queries.TICKET_LEASABLE.items() if not ok} == {
+        *Ticket.FINAL,
+        Ticket.Status.FAILED,
+    }
+    assert {s for s, ok in queries.TICKET_WORK_LEFT.items() if ok} <= set(Ticket.OPEN)
+
+
+def test_every_status_literal_in_raw_sql_is_a_choice():
+    values = {*Ticket.Status, *Charge.Status, *Email.Status, *Decision.Answer}
+    named = set(re.findall(r"'([a-z_]+)'", " ".join(vars(queries)[n] for n in _sql_names())))
+    assert named and named <= values
+
+
+def _sql_names() -> list[str]:
+    return [n for n, v in vars(queries).items() if n.isupper() and isinstance(v, str)]
+
+
+RAW_SQL_MODULES = ["refunds/lease.py", "refunds/runner.py", "refunds/money.py", "refunds/mail.py"]
+STATUS_WORDS = {*Ticket.Status, *Charge.Status, *Email.Status, *Decision.Answer}
+
+
+@pytest.mark.parametrize("module", [*RAW_SQL_MODULES, "refunds/models.py"])
+def test_no_raw_sql_spells_a_status(module):
+    text = (ROOT / module).read_text()
+    quoted = {f"'{word}'" for word in STATUS_WORDS}
+    found = [q for q in quoted if q in text]
+    assert found == [], f"{module} writes {found} by hand; use refunds/queries.py"
+
+
+def test_a_literal_refuses_what_is_not_a_plain_choice():
+    with pytest.raises(ValueError):
+        queries.literal("it's")
+
+
+# --- the SQL fragments pick what their ORM twins pick ------------------------------------------
+def _ids_where(condition: str) -> set[int]:
+    rows = sql.fetchall(f"SELECT refunds_ticket.id FROM refunds_ticket WHERE {condition}", [])
+    return {row[0] for row in rows}
+
+
+@pytest.fixture
+def every_case(db, manager) -> list[Ticket]:
+    """A ticket for each status × lease (none, live, lapsed) × answer (none, a decision or a fork
+    waiting, one applied, one refused)."""
+    now = timezone.now()
+    leases = [None, now + timedelta(minutes=5), now - timedelta(minutes=5)]
+    answers = ["none", "decision", "fork", "applied", "refused"]
+    tickets = []
+    for n, (status, expires, answer) in enumerate(
+        itertools.product(Ticket.Status, leases, answers)
+    ):
+        ticket = Ticket.objects.create(
+            thread_id=f"case-{n}",
+            order=make_order(f"Q{n}"),
+            status=status,
+            lease_expires_at=expires,
+            pending_interrupt_id=f"i{n}",
+        )
+        if answer in ("decision", "applied", "refused"):
+            Decision.objects.create(
+                ticket=ticket,
+                interrupt_id=f"i{n}",
+                reviewer=manager,
+                answer="approve",
+                applied_at=now if answer == "applied" else None,
+                refused_reason="no longer waits" if answer == "refused" else "",
+            )
+        if answer == "fork":
+            Fork.objects.create(ticket=ticket, by=manager, amount_cents=100, reason="typo")
+        tickets.append(ticket)
+    return tickets
+
+
+def test_answer_waiting_in_sql_is_the_querysets(every_case):
+    orm = set(Ticket.objects.answer_waiting().values_list("pk", flat=True))
+    assert orm and orm == _ids_where(queries.answer_waiting("refunds_ticket.id"))
+
+
+def test_a_waiting_fork_in_sql_is_the_querysets(every_case):
+    orm = set(
+        Ticket.objects.filter(forks__in=Fork.objects.unapplied()).values_list("pk", flat=True)
+    )
+    assert orm and orm == _ids_where(queries.fork_waiting("refunds_ticket.id"))
+
+
+def test_a_lapsed_lease_in_sql_is_the_querysets(every_case):
+    orm = set(Ticket.objects.leasable().values_list("pk", flat=True))
+    assert orm and orm == _ids_where(queries.lease_lapsed(sql.now()))
+
+
+def test_unapplied_in_sql_is_the_querysets(every_case):
+    orm = set(Decision.objects.unapplied().values_list("pk", flat=True))
+    rows = sql.fetchall(f"SELECT d.id FROM refunds_decision d WHERE {queries.unapplied('d')}", [])
+    assert orm and orm == {row[0] for row in rows}
+
+
+def test_needing_worker_takes_lapsed_work_and_waiting_answers_but_not_failed(every_case):
+    picked = set(Ticket.objects.needing_worker())
+    for ticket in every_case:
+        decision = ticket.decisions.first()
+        waiting = bool(ticket.forks.exists()) or (
+            decision is not None and decision.applied_at is None and not decision.refused_reason
+        )
+        lapsed = ticket.lease_expires_at is None or ticket.lease_expires_at < timezone.now()
+        work_left = ticket.status in (Ticket.Status.NEW, Ticket.Status.RUNNING)
+        wanted = lapsed and (work_left or (waiting and ticket.status != Ticket.Status.FAILED))
+        assert (ticket in picked) == wanted, (ticket.status, ticket.lease_expires_at, decision)
