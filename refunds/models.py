@@ -27,7 +27,7 @@ ADMIN_GROUP = "Admins"
 
 
 class Order(models.Model):
-    """The demo catalogue: what lookup reads."""
+    """An order of the shop's: what lookup reads. Amounts are in the currency's minor unit."""
 
     number = models.CharField(max_length=32, unique=True)
     customer_name = models.CharField(max_length=200)
@@ -35,6 +35,10 @@ class Order(models.Model):
     promised_on = models.DateField()
     delivered_on = models.DateField()
     shipping_fee_cents = models.PositiveIntegerField()
+    currency = models.CharField(max_length=3, default="USD")  # ISO 4217, upper case
+    # What the payment processor knows the order's payment by (Stripe: a PaymentIntent "pi_..."
+    # or a Charge "ch_..."); a refund is made against it.
+    payment_reference = models.CharField(max_length=255, blank=True)
 
     class Meta:
         indexes = [
