@@ -104,8 +104,12 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "config.middleware.reviewer_time_zone_middleware",
+    "config.middleware.DatabaseUnavailableMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
+
+# A request that meets a lost database connection answers 503 with this Retry-After.
+DATABASE_RETRY_AFTER_SECONDS = env_int("DATABASE_RETRY_AFTER_SECONDS", 5, minimum=1)
 
 # --- Content-Security-Policy (django-csp): nothing inline, nothing from elsewhere ---------------
 CONTENT_SECURITY_POLICY = {

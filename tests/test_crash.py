@@ -468,9 +468,11 @@ def test_a_run_past_the_soft_time_limit_drains_at_its_next_step_and_is_handed_on
     raised inside the node instead."""
     env = crash_plan({"*": {"point": "charge_card", "times": 1, "action": "sleep", "seconds": 6}})
     env |= {"CELERY_TASK_SOFT_TIME_LIMIT": "3", "CELERY_TASK_TIME_LIMIT": "60"}
-    # The limits travel in the message: the sender (this process) is configured like the worker.
+    # The limits travel in the message: the sender (this process) is configured like the worker
+    # (Celery caches a task's send options on first use, so that cache goes too).
     monkeypatch.setattr(advance_ticket, "soft_time_limit", 3)
     monkeypatch.setattr(advance_ticket, "time_limit", 60)
+    monkeypatch.setattr(advance_ticket, "_exec_options", None)
     worker = workers("w1", env=env)
     ticket = services.ticket_open(order_number="1042", note="late", opened_by=agent)
     # A first leg slower than the soft limit on a loaded machine drains too: sweep meanwhile.
