@@ -344,6 +344,11 @@ if CELERY_BROKER_URL.startswith("redis+socket://"):
     _BEAT_REDIS_DEFAULT = "unix://" + CELERY_BROKER_URL.removeprefix("redis+socket://")
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     _BEAT_REDIS_DEFAULT = CELERY_BROKER_URL
+elif not os.environ.get("REDBEAT_REDIS_URL"):
+    raise BadSetting(
+        "REDBEAT_REDIS_URL must name a Redis server (beat's one-beat lock) when "
+        "CELERY_BROKER_URL is not Redis"
+    )
 else:
     _BEAT_REDIS_DEFAULT = ""
 CELERY_REDBEAT_REDIS_URL = env_url(
