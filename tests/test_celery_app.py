@@ -135,6 +135,8 @@ def test_two_beats_send_each_sweep_once_and_a_standby_takes_over_when_the_first_
     )
     assert origins == {f"gen{holder.proc.pid}@{host}"}
     assert "Acquired lock" in holder.output() and "Acquired lock" not in standby.output()
+    # RedBeat read its own settings (config/celery_app.py), not the broker's transport options.
+    assert "falling back" not in first.output() + second.output()
 
     holder.kill()  # SIGKILL: its lock is not released, it lapses (BEAT_LOCK_SECONDS)
     wait_for(
