@@ -26,6 +26,9 @@ from api import limits
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/"
+DATABASE_UNAVAILABLE_MESSAGE = (
+    "The database is unavailable for a moment; nothing was changed. Try again shortly."
+)
 CODES = {
     400: "bad_request",
     401: "not_authenticated",
@@ -38,6 +41,7 @@ CODES = {
     422: "unprocessable",
     429: "rate_limited",
     500: "server_error",
+    503: "database_unavailable",
 }
 
 
@@ -124,6 +128,9 @@ DEFAULT_MESSAGES = {
     405: "This method is not allowed here.",
     413: "The request body is too large.",
     500: "The server failed to answer this request; it was logged.",
+    # config.middleware.DatabaseUnavailableMiddleware's page, for any view under /api/ (DRF
+    # passes the database's errors on to it).
+    503: DATABASE_UNAVAILABLE_MESSAGE,
 }
 
 

@@ -8,6 +8,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("refund_desk")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+REDBEAT_KEYS = ("redbeat_redis_url", "redbeat_redis_options", "redbeat_key_prefix")
+
+
+@app.on_after_configure.connect
+def name_redbeat_settings(sender: Celery, **_kwargs) -> None:
+    """RedBeat asks whether its keys are set by their bare names, which Celery's CELERY_
+    namespace hides: said again under those names, its Redis client gets our options (timeouts)
+    instead of the broker's transport options, and it stops warning that it falls back."""
+    sender.conf.update({key: sender.conf.get(key) for key in REDBEAT_KEYS})
 
 
 @task_prerun.connect

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 from config.env import (
     BadSetting,
@@ -107,8 +108,12 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "config.middleware.reviewer_time_zone_middleware",
+    "config.middleware.DatabaseUnavailableMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
+
+# A request that meets a lost database connection answers 503 with this Retry-After.
+DATABASE_RETRY_AFTER_SECONDS = env_int("DATABASE_RETRY_AFTER_SECONDS", 5, minimum=1)
 
 # --- Content-Security-Policy (django-csp): nothing inline, nothing from elsewhere ---------------
 CONTENT_SECURITY_POLICY = {
@@ -295,6 +300,14 @@ if CELERY_TASK_TIME_LIMIT >= CELERY_VISIBILITY_TIMEOUT:
         f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT} s) must be below "
         f"CELERY_VISIBILITY_TIMEOUT ({CELERY_VISIBILITY_TIMEOUT} s)"
     )
+# Below the hard limit: a run past it is asked to stop at its next step (refunds/tasks.py) and
+# the sweep hands the thread on, before the hard limit kills the process mid-node.
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
+if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
+    raise BadSetting(
+        f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT} s) must be below "
+        f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT} s)"
+    )
 CELERY_TASK_ACKS_LATE = True  # a task is acked after it ran, so a crash redelivers it
 CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool child puts its task back
 CELERY_TASK_RETRY_ON_WORKER_LOST = True  # ... counted as a retry, so a poison task stops
@@ -319,6 +332,44 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
 }
+# Two queues, so housekeeping never waits behind a backlog of advances in the same prefetch
+# slots: `threads` (advances) and `housekeeping` (the sweeps, the timers, webhooks, resends), each
+# with its own workers (Procfile, rundesk). A worker started without -Q consumes both.
+CELERY_TASK_QUEUES = tuple(
+    Queue(name, Exchange(name), routing_key=name) for name in ("threads", "housekeeping")
+)
+CELERY_TASK_DEFAULT_QUEUE = "threads"
+CELERY_TASK_ROUTES = {
+    "refunds.tasks.advance_ticket": {"queue": "threads"},
+    "refunds.tasks.recover_tickets": {"queue": "housekeeping"},
+    "refunds.tasks.escalate_overdue_reviews": {"queue": "housekeeping"},
+    "refunds.tasks.resend_email": {"queue": "housekeeping"},
+    "webhooks.tasks.*": {"queue": "housekeeping"},
+}
+# Exactly one beat: RedBeat holds a lock in Redis while it schedules; a second beat waits on the
+# lock and takes over once it lapses (a dead beat's lock lapses after BEAT_LOCK_SECONDS).
+CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+CELERY_BEAT_MAX_LOOP_INTERVAL = 1.0  # how often a waiting beat tries the lock
+BEAT_LOCK_SECONDS = env_int("BEAT_LOCK_SECONDS", 30, minimum=5)
+CELERY_REDBEAT_LOCK_TIMEOUT = BEAT_LOCK_SECONDS
+CELERY_REDBEAT_KEY_PREFIX = "refunds:redbeat"
+if CELERY_BROKER_URL.startswith("redis+socket://"):
+    # kombu's name for a unix socket; redis-py, which RedBeat uses, calls it unix://.
+    _BEAT_REDIS_DEFAULT = "unix://" + CELERY_BROKER_URL.removeprefix("redis+socket://")
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    _BEAT_REDIS_DEFAULT = CELERY_BROKER_URL
+elif not os.environ.get("REDBEAT_REDIS_URL"):
+    raise BadSetting(
+        "REDBEAT_REDIS_URL must name a Redis server (beat's one-beat lock) when "
+        "CELERY_BROKER_URL is not Redis"
+    )
+else:
+    _BEAT_REDIS_DEFAULT = ""
+CELERY_REDBEAT_REDIS_URL = env_url(
+    "REDBEAT_REDIS_URL", _BEAT_REDIS_DEFAULT, schemes=("redis", "rediss", "unix")
+)
+# Said explicitly, so RedBeat does not hand the broker's transport options to its Redis client.
+CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 5}
 CELERY_BEAT_SCHEDULE = {
     "recover-unfinished-threads": {
         "task": "refunds.tasks.recover_tickets",

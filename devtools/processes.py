@@ -33,7 +33,10 @@ class CeleryProcess:
         pool: str = "prefork",
         concurrency: int = 1,
         app: str = "config",
+        queues: str = "",
     ) -> CeleryProcess:
+        """`queues` as for -Q ("threads", "housekeeping"); empty: every queue the app declares,
+        so a test's single worker both advances threads and runs the sweeps."""
         args = [
             "worker",
             "-l",
@@ -47,6 +50,7 @@ class CeleryProcess:
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
+            *(["-Q", queues] if queues else []),
         ]
         return cls(args, log_dir / f"{name}.log", env, name=name, app=app)
 

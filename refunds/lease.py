@@ -70,6 +70,7 @@ class Lease:
     has_forks: bool = False
     flow_version: int = 0  # the state shape the thread was stamped with (refunds/flow/versions.py)
     lost_reason: str = ""
+    drain_reason: str = ""  # asked to stop at its next step while the lease still holds
     _controls: list[RunControl] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -106,7 +107,18 @@ class Lease:
             self._controls.append(control)
             if self.lost_reason:
                 control.request_drain(f"lease lost: {self.lost_reason}")
+            elif self.drain_reason:
+                control.request_drain(self.drain_reason)
         return control
+
+    def drain(self, reason: str) -> None:
+        """Stop the run at its next step though the lease still holds (the soft time limit).
+        No lock: a signal handler calls this, and it may interrupt this very thread inside
+        `control()`; the reason is set before the controls are read, so a control appended
+        meanwhile sees it there."""
+        self.drain_reason = reason
+        for control in list(self._controls):
+            control.request_drain(reason)
 
     # --- renewal ---------------------------------------------------------------------------------
     def renew(self) -> bool:

@@ -70,9 +70,22 @@ def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
     return None
 
 
+_running: list[leases.Lease] = []  # the leases this process is running a thread under now
+_draining: list[str] = []  # set by drain_running() until the next advance() starts
+
+
+def drain_running(reason: str) -> None:
+    """Ask the runs of this process to stop at their next step, checkpoint saved, and give their
+    threads back (the soft time limit: refunds/tasks.py). Safe from a signal handler."""
+    _draining.append(reason)
+    for lease in list(_running):
+        lease.drain(reason)
+
+
 def advance(ticket_id: int) -> str:
     """Move one thread as far as it goes. Safe to call any number of times, from any worker."""
     started = time.monotonic()
+    _draining.clear()
     with bound(ticket_id=ticket_id):
         outcome = _advance(ticket_id)
     metrics.ADVANCES.labels(outcome=outcome).inc()
@@ -89,10 +102,17 @@ def _advance(ticket_id: int) -> str:
         return status if status in (*Ticket.FINAL, Ticket.Status.FAILED) else "busy"
     if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
         return _give_up(lease)
+    _running.append(lease)
     try:
         with lease.kept_alive(), bound(thread_id=lease.thread_id):
             fields = _drive(lease)
     except (GraphDrained, FenceLost) as exc:
+        if lease.drain_reason and not lease.lost_reason:
+            # Stopped on purpose at a step boundary, its checkpoint saved; the sweep hands the
+            # thread to the next free worker.
+            log.warning("ticket %s: run drained: %s", ticket_id, lease.drain_reason)
+            lease.release(last_error=f"drained: {lease.drain_reason}"[:2000])
+            return "drained"
         # Another worker holds the thread now (or soon will): leave everything to it.
         log.warning("ticket %s: run stopped, lease lost: %s", ticket_id, exc)
         lease.release(last_error=f"lease lost: {exc}"[:2000])
@@ -108,10 +128,12 @@ def _advance(ticket_id: int) -> str:
         # connection and keep the lease for its full length. The next run rebuilds the mirror.
         _release_after_error(lease, f"{type(exc).__name__}: {exc}")
         return "error"
+    finally:
+        _running.remove(lease)
     # The mirror and the release in one UPDATE, which also says whether a decision or a fork
     # landed while we held the lease.
     released = lease.release_with_mirror(fields)
-    if released.news:
+    if released.news and not _draining:  # a draining process leaves the news to the sweep
         return _advance(ticket_id)
     if released.approved_at is not None:  # this release made it refunded
         waited = (timezone.now() - released.approved_at).total_seconds()

@@ -129,10 +129,14 @@ def worker_process(
     pool: str = "prefork",
     concurrency: int = 1,
     env: dict[str, str] | None = None,
+    queues: str = "",
 ) -> CeleryProcess:
-    """A real `celery worker` on the test database (its own session: a kill takes its child)."""
+    """A real `celery worker` on the test database (its own session: a kill takes its child);
+    it consumes both queues unless `queues` names some."""
     env = {**os.environ, "DATABASE_URL": database_url(), **(env or {})}
-    return CeleryProcess.worker(name, log_dir, env, pool=pool, concurrency=concurrency)
+    return CeleryProcess.worker(
+        name, log_dir, env, pool=pool, concurrency=concurrency, queues=queues
+    )
 
 
 def beat_process(log_dir: Path, env: dict[str, str] | None = None) -> CeleryProcess:

@@ -21,6 +21,7 @@ from django.db import connection
 from devtools.faults import fired
 from refunds import enqueue, persistence, services
 from refunds.models import Decision, Email, Ticket
+from refunds.tasks import advance_ticket
 from tests.conftest import beat_process, wait_for
 
 pytestmark = pytest.mark.slow
@@ -468,3 +469,45 @@ def test_the_one_window_left_a_kill_after_the_final_dot_sends_a_second_identical
     assert email.status == "sent"
     assert email.outcome_unknown_by.startswith(f"epoch:{first_epoch} on ")
     assert email.outcome_unknown_at is not None
+
+
+# --- stalls past the soft time limit -----------------------------------------------------------
+def test_a_run_past_the_soft_time_limit_drains_at_its_next_step_and_is_handed_on(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, monkeypatch
+):
+    """The soft limit (3 s) passes while charge_card is slow (6 s): the node finishes, the run
+    stops before the email with its checkpoint saved, the worker lives on, and the next run
+    sends the email without charging again. Celery's own SoftTimeLimitExceeded would have been
+    raised inside the node instead."""
+    env = crash_plan({"*": {"point": "charge_card", "times": 1, "action": "sleep", "seconds": 6}})
+    env |= {"CELERY_TASK_SOFT_TIME_LIMIT": "3", "CELERY_TASK_TIME_LIMIT": "60"}
+    # The limits travel in the message: the sender (this process) is configured like the worker
+    # (Celery caches a task's send options on first use, so that cache goes too).
+    monkeypatch.setattr(advance_ticket, "soft_time_limit", 3)
+    monkeypatch.setattr(advance_ticket, "time_limit", 60)
+    monkeypatch.setattr(advance_ticket, "_exec_options", None)
+    worker = workers("w1", env=env)
+    ticket = services.ticket_open(order_number="1042", note="late", opened_by=agent)
+    # A first leg slower than the soft limit on a loaded machine drains too: sweep meanwhile.
+    wait_for(
+        lambda: status(ticket) == "awaiting_review" or (sweep_now() and False),
+        timeout=60,
+        every=0.5,
+        what="the review",
+    )
+    approve(ticket, admin_user)
+
+    def drained() -> bool:
+        return Ticket.objects.filter(
+            pk=ticket.pk, last_error__startswith="drained: soft time limit (3 s) passed"
+        ).exists()
+
+    wait_for(drained, timeout=30, what="the slow run to drain")
+    assert "run drained: soft time limit (3 s) passed" in worker.output()
+    assert sinks.smtp.count(ticket.thread_id) == 0  # it stopped before the email node
+    settle(ticket, sweep_now)
+    assert_refunded_once(ticket, sinks)
+    ticket.refresh_from_db()
+    assert ticket.nodes_run.count("charge_card") == 1
+    assert "SoftTimeLimitExceeded" not in worker.output()
+    assert worker.alive

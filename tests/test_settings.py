@@ -186,6 +186,19 @@ def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
             {"CELERY_TASK_TIME_LIMIT": "100", "CELERY_VISIBILITY_TIMEOUT": "60"},
             "CELERY_TASK_TIME_LIMIT (100 s) must be below CELERY_VISIBILITY_TIMEOUT (60 s)",
         ),
+        (
+            {"CELERY_TASK_SOFT_TIME_LIMIT": "300"},
+            "CELERY_TASK_SOFT_TIME_LIMIT (300 s) must be below CELERY_TASK_TIME_LIMIT (300 s)",
+        ),
+        (
+            {"CELERY_BROKER_URL": "amqp://guest:secret@rabbit//"},
+            "REDBEAT_REDIS_URL must name a Redis server (beat's one-beat lock) when "
+            "CELERY_BROKER_URL is not Redis",
+        ),
+        (
+            {"CELERY_BROKER_URL": "amqp://rabbit//", "REDBEAT_REDIS_URL": "rabbit"},
+            "REDBEAT_REDIS_URL must start with one of redis://, rediss://, unix://",
+        ),
         ({"DEBUG": "sometimes"}, "DEBUG must be one of true/false"),
         ({"REFUNDS_DEMO": "perhaps"}, "REFUNDS_DEMO must be one of true/false"),
         ({"REFUNDS_DEMO": "false", "DEBUG": "false"}, "SECRET_KEY must be set when DEBUG is off"),

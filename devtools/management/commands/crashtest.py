@@ -219,10 +219,14 @@ class Run:
         tickets = self._open_tickets()
         inside, outside = self._plan_kills(tickets)
         env = {**os.environ, **self.smtp.env(), **self.gateway.env(timeout=1.0)}
+        # As in production: the killed and paused workers advance threads; the sweeps and
+        # webhooks run on a housekeeping worker of their own, which is never killed.
         self.workers = [
-            CeleryProcess.worker(f"crash{i}", self.logs, env) for i in range(self.opts["workers"])
+            CeleryProcess.worker(f"crash{i}", self.logs, env, queues="threads")
+            for i in range(self.opts["workers"])
         ]
-        for w in self.workers:
+        housekeeping = CeleryProcess.worker("housekeeping", self.logs, env, queues="housekeeping")
+        for w in [*self.workers, housekeeping]:
             w.start(wait_ready=True)
         beat = CeleryProcess.beat(self.logs, env).start()
         timeout = self.opts["timeout"] or 60 + 2 * len(tickets) + 5 * self.opts["pauses"]
@@ -231,7 +235,7 @@ class Run:
         finally:
             for _, worker in self.paused:
                 worker.signal(signal.SIGCONT)
-            for proc in [*self.workers, beat]:
+            for proc in [*self.workers, housekeeping, beat]:
                 proc.stop()
             if broker is not None:
                 broker.terminate()

@@ -1,6 +1,6 @@
-"""Start the whole desk on this machine: embedded Redis, a Celery worker, Celery beat and the
-web server (gunicorn, static files by WhiteNoise: what production runs, not the dev server).
-Ctrl-C stops all of them.
+"""Start the whole desk on this machine: embedded Redis, two Celery workers (threads and
+housekeeping), Celery beat and the web server (gunicorn, static files by WhiteNoise: what
+production runs, not the dev server). Ctrl-C stops all of them.
 
 The Procfile's processes, on one machine, plus the embedded broker. A hand-written supervisor
 rather than honcho: it starts the broker first and waits until it answers, stops everything when
@@ -19,7 +19,7 @@ from core import embedded_redis
 
 
 class Command(BaseCommand):
-    help = "Run web, worker and beat (and the embedded broker unless CELERY_BROKER_URL is set)."
+    help = "Run web, two workers, beat (and the embedded broker unless CELERY_BROKER_URL is set)."
 
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000")
@@ -37,38 +37,14 @@ class Command(BaseCommand):
             else:
                 procs.append(("redis", embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET)))
         celery = [sys.executable, "-m", "celery", "-A", "config"]
-        procs.append(
-            (
-                "worker",
-                subprocess.Popen(
-                    [
-                        *celery,
-                        "worker",
-                        "-l",
-                        "warning",
-                        "--concurrency",
-                        str(concurrency),
-                        "-n",
-                        "desk@%h",
-                    ]
-                ),
-            )
-        )
-        procs.append(
-            (
-                "beat",
-                subprocess.Popen(
-                    [
-                        *celery,
-                        "beat",
-                        "-l",
-                        "warning",
-                        "--schedule",
-                        str(settings.DATA_DIR / "celerybeat-schedule"),
-                    ]
-                ),
-            )
-        )
+        # The Procfile's two worker lines: advances on `threads`, the sweeps, timers, webhooks
+        # and resends on `housekeeping`, so a backlog of advances never holds a sweep back.
+        workers = (("worker", "threads", concurrency), ("housekeeping", "housekeeping", 1))
+        for name, queue, children in workers:
+            worker = [*celery, "worker", "-Q", queue, "-n", f"{queue}@%h", "-l", "warning"]
+            procs.append((name, subprocess.Popen([*worker, "--concurrency", str(children)])))
+        # RedBeat keeps the schedule and its one-beat lock in the broker's Redis, not a file.
+        procs.append(("beat", subprocess.Popen([*celery, "beat", "-l", "warning"])))
         gunicorn = [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", addr]
         gunicorn += [
             "--workers",

@@ -1,0 +1,147 @@
+"""Two queues and exactly one beat, with real workers and real beats on the test broker.
+
+Advances go to `threads`, the sweeps, timers, webhooks and resends to `housekeeping`, so a backlog
+of advances never holds a sweep back; RedBeat's lock in the broker's Redis lets one beat of many
+send the schedule, and a standby takes over when that one dies."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from config.celery_app import app
+from devtools.faults import fired
+from refunds import services
+from refunds.tasks import recover_tickets
+from tests.conftest import beat_process, make_order, purge_broker, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+HOUSEKEEPING_TASKS = [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()] + [
+    "refunds.tasks.resend_email"
+]
+
+
+def queue_of(task: str) -> str:
+    return app.amqp.router.route({}, task)["queue"].name
+
+
+# --- routes ---------------------------------------------------------------------------------------
+def test_advances_go_to_the_threads_queue():
+    assert queue_of("refunds.tasks.advance_ticket") == "threads"
+
+
+@pytest.mark.parametrize("task", HOUSEKEEPING_TASKS)
+def test_every_beat_task_and_resends_go_to_the_housekeeping_queue(task):
+    assert queue_of(task) == "housekeeping"
+
+
+def test_the_procfile_runs_a_worker_for_every_queue_a_task_is_routed_to():
+    consumed = set()
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        _, _, command = line.partition(":")
+        args = shlex.split(command)
+        if args[:4] == ["celery", "-A", "config", "worker"]:
+            consumed |= set(args[args.index("-Q") + 1].split(","))
+    routed = {queue_of(task) for task in ["refunds.tasks.advance_ticket", *HOUSEKEEPING_TASKS]}
+    assert consumed == routed == {"threads", "housekeeping"}
+
+
+def test_a_sweep_runs_on_the_housekeeping_worker_while_every_thread_worker_is_busy(
+    workers, tmp_path, agent
+):
+    """The review's finding: sweeps queued behind advances in one queue expired unrun. Here the
+    only thread worker is stuck in a node with advances waiting behind it, and the sweep still
+    runs at once on the housekeeping worker."""
+    plan = tmp_path / "crash-plan.json"
+    plan.write_text(json.dumps({"*": {"point": "lookup", "times": -1, "action": "sleep"}}))
+    stuck = workers("advancer", queues="threads", env={"REFUNDS_CRASH_PLAN": str(plan)})
+    housekeeper = workers("housekeeper", queues="housekeeping")
+    for number in ("2001", "2002", "2003"):
+        make_order(number)
+        services.ticket_open(order_number=number, note="late", opened_by=agent)
+    wait_for(lambda: fired(plan), timeout=60, what="the thread worker to be stuck in a node")
+
+    recover_tickets.delay()
+    wait_for(
+        lambda: re.search(r"recover_tickets\[[^]]+\] succeeded", housekeeper.output()),
+        timeout=20,
+        what="the sweep to run on the housekeeping worker",
+    )
+    assert "recover_tickets[" not in stuck.output()
+    stuck.kill()  # still inside its 30 s stall: no graceful shutdown to wait for
+
+
+# --- exactly one beat ---------------------------------------------------------------------------
+SWEEP = 0.5  # seconds between sweeps (REFUNDS_SWEEP_SECONDS' minimum)
+BEAT_ENV = {"REFUNDS_SWEEP_SECONDS": str(SWEEP), "BEAT_LOCK_SECONDS": "5"}
+
+
+def sweeps_queued() -> list[str]:
+    """The origin (`gen<pid>@host`: the beat that sent it) of every sweep in the housekeeping
+    queue, which no worker consumes in these tests."""
+    with app.connection_for_write() as conn:
+        raw = conn.default_channel.client.lrange("housekeeping", 0, -1)
+    messages = [json.loads(item) for item in raw]
+    return [
+        m["headers"]["origin"]
+        for m in messages
+        if m["headers"]["task"] == "refunds.tasks.recover_tickets"
+    ]
+
+
+@pytest.fixture
+def beats(broker, tmp_path):
+    """Real `celery beat` processes, each with its own log folder."""
+    purge_broker()
+    started = []
+
+    def start(name: str):
+        beat = beat_process(tmp_path / name, BEAT_ENV).start()
+        started.append(beat)
+        return beat
+
+    yield start
+    for beat in started:
+        beat.stop()
+    purge_broker()
+
+
+def test_two_beats_send_each_sweep_once_and_a_standby_takes_over_when_the_first_dies(beats):
+    first = beats("first")
+    wait_for(lambda: "beat: Starting" in first.output(), timeout=60, what="the first beat")
+    second = beats("second")
+    wait_for(lambda: "beat: Starting" in second.output(), timeout=60, what="the second beat")
+    wait_for(lambda: len(sweeps_queued()) >= 2, timeout=60, what="sweeps")
+
+    # Count over the time ten more sweeps take: one beat needs ten intervals (a loaded machine
+    # only slows it down); two beats sending the schedule would need half of that.
+    before = len(sweeps_queued())
+    started = time.monotonic()
+    wait_for(lambda: len(sweeps_queued()) >= before + 10, timeout=60, every=0.05, what="sweeps")
+    elapsed = time.monotonic() - started
+    assert elapsed >= 9 * SWEEP * 0.9, f"10 sweeps in {elapsed:.2f}s: more than one beat sends"
+    origins = set(sweeps_queued())
+    assert len(origins) == 1, origins
+    host = socket.gethostname()
+    holder, standby = (
+        (first, second) if origins == {f"gen{first.proc.pid}@{host}"} else (second, first)
+    )
+    assert origins == {f"gen{holder.proc.pid}@{host}"}
+    assert "Acquired lock" in holder.output() and "Acquired lock" not in standby.output()
+    # RedBeat read its own settings (config/celery_app.py), not the broker's transport options.
+    assert "falling back" not in first.output() + second.output()
+
+    holder.kill()  # SIGKILL: its lock is not released, it lapses (BEAT_LOCK_SECONDS)
+    wait_for(
+        lambda: f"gen{standby.proc.pid}@{host}" in sweeps_queued(),
+        timeout=60,
+        what="the standby beat to take over",
+    )
+    assert "Acquired lock" in standby.output()
