@@ -20,6 +20,26 @@ from refunds.devtools.processes import wait_for as wait_for  # tests import it f
 from refunds.devtools.smtp_sink import SmtpSink
 from refunds.models import Order
 
+# --- the database ------------------------------------------------------------------------------
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+
+
+def pytest_fixture_setup(fixturedef, request) -> None:
+    """Refuse a database asked for only at run time (`request.getfixturevalue("agent")`).
+    pytest-django builds the test database only for tests that ask for it at collection: such a
+    test passes beside one that does and fails alone against the app's own file ("no such
+    table"). Failing it every time makes the missing `db` show in any run."""
+    if fixturedef.argname not in DATABASE_FIXTURES or not isinstance(request.node, pytest.Item):
+        return
+    item = request.node
+    if DATABASE_FIXTURES & set(item.fixturenames) or item.get_closest_marker("django_db"):
+        return
+    pytest.fail(
+        f"{item.nodeid} reaches the database through a fixture it asks for at run time: "
+        "ask for `db` (or `transactional_db`) in its signature",
+        pytrace=False,
+    )
+
 
 # --- personas and orders -----------------------------------------------------------------------
 def _persona(username: str, group: str, **flags) -> User:
