@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +19,26 @@ from devtools.processes import CeleryProcess
 from devtools.processes import wait_for as wait_for  # tests import it from here
 from devtools.smtp_sink import SmtpSink
 from refunds.models import Order
+
+# --- the database ------------------------------------------------------------------------------
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+
+
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> None:
+    """Refuse a database asked for only at run time (`request.getfixturevalue("agent")`).
+    pytest-django builds the test database only for tests that ask for it at collection: such a
+    test passes beside one that does and fails alone against the app's own file ("no such
+    table"). Failing it every time makes the missing `db` show in any run."""
+    if fixturedef.argname not in DATABASE_FIXTURES or not isinstance(request.node, pytest.Item):
+        return
+    item = request.node
+    if DATABASE_FIXTURES & set(item.fixturenames) or item.get_closest_marker("django_db"):
+        return
+    pytest.fail(
+        f"{item.nodeid} reaches the database through a fixture it asks for at run time: "
+        "ask for `db` (or `transactional_db`) in its signature",
+        pytrace=False,
+    )
 
 
 # --- personas and orders -----------------------------------------------------------------------
@@ -168,20 +188,32 @@ def sinks() -> Iterator[Sinks]:
     started.stop()
 
 
-@pytest.fixture
-def workers(broker, transactional_db, tmp_path, sinks) -> Iterator[Callable[..., CeleryProcess]]:
-    """Start real workers on the test database, sending mail to `sinks.smtp` and money through
-    `sinks.gateway`: `workers("w1", env={...})`."""
-    purge_broker()
-    started: list[CeleryProcess] = []
+class Workers:
+    """Starts real workers on the test database, sending mail to `sinks.smtp` and money through
+    `sinks.gateway` (`workers("w1", env={...})`), and remembers every one it started, alive or
+    dead: tests/quiescence.py tells a dead worker's unacked message from a running task by it."""
 
-    def start(name: str = "w1", *, env: dict[str, str] | None = None, **kwargs) -> CeleryProcess:
-        env = sinks.env() | (env or {})
-        worker = worker_process(name, tmp_path, env=env, **kwargs).start(wait_ready=True)
-        started.append(worker)
+    def __init__(self, log_dir: Path, sinks: Sinks) -> None:
+        self.log_dir, self.sinks = log_dir, sinks
+        self.started: list[CeleryProcess] = []
+
+    def __call__(
+        self, name: str = "w1", *, env: dict[str, str] | None = None, **kwargs
+    ) -> CeleryProcess:
+        env = self.sinks.env() | (env or {})
+        worker = worker_process(name, self.log_dir, env=env, **kwargs).start(wait_ready=True)
+        self.started.append(worker)
         return worker
 
-    yield start
+    def __iter__(self) -> Iterator[CeleryProcess]:
+        return iter(list(self.started))
+
+
+@pytest.fixture
+def workers(broker, transactional_db, tmp_path, sinks) -> Iterator[Workers]:
+    purge_broker()
+    started = Workers(tmp_path, sinks)
+    yield started
     for worker in started:
         worker.stop()
     purge_broker()

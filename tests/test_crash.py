@@ -23,6 +23,7 @@ from refunds import enqueue, persistence, services
 from refunds.models import Decision, Email, Ticket
 from refunds.tasks import advance_ticket
 from tests.conftest import beat_process, wait_for
+from tests.quiescence import quiesce
 
 pytestmark = pytest.mark.slow
 
@@ -107,9 +108,11 @@ def branch_points(ticket: Ticket) -> list[str]:
     return [checkpoint for checkpoint, children in parents.items() if children > 1]
 
 
-def assert_refunded_once(ticket: Ticket, sinks) -> None:
-    """Counted where it lands: one refund at the processor, one confirmation at the mail
-    server, one line of checkpoint history."""
+def assert_refunded_once(ticket: Ticket, sinks, workers) -> None:
+    """Counted where it lands, once everything is quiet (nothing queued, running or leased, no
+    work left for a worker): one refund at the processor, one confirmation at the mail server,
+    one line of checkpoint history."""
+    quiesce(workers)
     assert status(ticket) == "refunded"
     assert [r["amount_cents"] for r in sinks.gateway.refunds_for(ticket.thread_id)] == [699]
     wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
@@ -136,7 +139,7 @@ def test_a_worker_killed_around_the_charge_is_finished_by_a_second_worker_chargi
 
     workers("second", pool="solo", env=env)  # a brand-new process on the same thread
     settle(ticket, sweep_now)
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)
     if point == "gateway:after":
         key = f"{ticket.thread_id}:charge_card:699"
         assert sinks.gateway.charge_calls[key] == 1  # the second worker looked it up instead
@@ -154,7 +157,7 @@ def test_a_worker_killed_around_the_email_is_finished_by_a_second_worker_mailing
     wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the email")
     workers("second", pool="solo", env=env)
     settle(ticket, sweep_now)
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)
 
 
 def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
@@ -228,7 +231,10 @@ def test_a_worker_paused_past_its_lease_and_woken_after_a_takeover_changes_nothi
     ticket = open_and_wait_for_review("1042", agent)
     approve(ticket, admin_user)
     pid = _paused_worker_pid(crash_plan.path)
-    time.sleep(LEASE + 0.5)  # the lease runs out while the process is stopped
+    wait_for(
+        lambda: Ticket.objects.leasable().filter(pk=ticket.pk).exists(),
+        what="the stopped process's lease to run out",
+    )
     workers("successor", env=env)
     try:
         if point in ("charge_card", "email"):
@@ -242,8 +248,7 @@ def test_a_worker_paused_past_its_lease_and_woken_after_a_takeover_changes_nothi
     finally:
         os.kill(pid, signal.SIGCONT)
     settle(ticket, sweep_now)
-    time.sleep(1)  # let the woken process finish whatever it still does
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)  # quiet: the woken process finished its task
     assert sum(sinks.gateway.charge_calls.values()) == 1  # not only one refund: one call
 
 
@@ -271,7 +276,7 @@ def test_a_renewal_that_fails_stops_the_run_before_its_next_effect(
     assert sinks.gateway.charge_calls == {}  # it stopped before the effect
     assert "renewal failed: OperationalError" in first.output()
     settle(ticket, sweep_now)
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)
 
 
 # --- races -------------------------------------------------------------------------------------
@@ -291,8 +296,7 @@ def test_two_deliveries_of_the_same_resume_at_once_charge_once(
     advance_ticket.delay(ticket.pk)
     advance_ticket.delay(ticket.pk)
     wait_for(lambda: status(ticket) == "refunded", timeout=30, what="the refund")
-    time.sleep(1)  # let any straggling delivery finish
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)  # quiet: both deliveries were taken and acked
 
 
 def test_two_reviewers_deciding_the_same_review_at_once_apply_one_decision(
@@ -344,12 +348,12 @@ def test_a_committed_decision_whose_enqueue_never_happened_is_applied_by_the_swe
     with monkeypatch.context() as m:
         m.setattr(enqueue, "wake", lambda ticket_id: True)  # the process died after COMMIT
         approve(ticket, admin_user)
-    time.sleep(1)
-    assert status(ticket) == "awaiting_review"  # nothing woke a worker
+    quiesce(workers, needing=[ticket.pk])  # the decision waits for a worker, and none comes
+    assert status(ticket) == "awaiting_review"
 
     assert sweep_now() == [ticket.pk]
     wait_for(lambda: status(ticket) == "refunded", what="the sweep to apply the decision")
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)
 
 
 def test_a_poison_ticket_that_kills_its_worker_every_time_ends_failed(
@@ -379,7 +383,7 @@ def test_a_gateway_timeout_after_the_money_moved_is_found_by_lookup_and_refunded
     ticket = open_and_wait_for_review("1042", agent)
     approve(ticket, admin_user)
     wait_for(lambda: status(ticket) == "refunded", what="the refund")
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)
     key = f"{ticket.thread_id}:charge_card:699"
     assert sinks.gateway.charge_calls[key] == 1 and sinks.gateway.lookup_calls[key] == 1
 
@@ -412,7 +416,7 @@ def test_a_mail_server_that_refuses_then_accepts_delivers_the_email_once(
     approve(ticket, admin_user)
     wait_for(lambda: status(ticket) == "refunded", what="the refund")
     assert sinks.smtp.refusals == 1
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)
     assert Email.objects.get(ticket=ticket).attempts == 2
 
 
@@ -432,7 +436,7 @@ def test_a_mail_server_that_never_accepts_leaves_a_refund_and_resend_delivers_on
     services.email_resend(email_id=email.pk, by=admin_user)
     services.email_resend(email_id=email.pk, by=admin_user)  # a double click
     wait_for(lambda: sinks.smtp.count(ticket.thread_id) == 1, what="the resent email")
-    time.sleep(1)
+    quiesce(workers)  # the second click's task was taken and acked too
     assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
     assert Email.objects.get(ticket=ticket).status == "sent"
 

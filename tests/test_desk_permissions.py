@@ -152,7 +152,9 @@ def test_bulk_approve_decides_only_what_the_role_may(
 
 
 @pytest.mark.parametrize("persona", ["agent", "manager", "admin_user"])
-def test_nobody_decides_a_ticket_they_opened_on_the_page_or_in_the_api(request, client, persona):
+def test_nobody_decides_a_ticket_they_opened_on_the_page_or_in_the_api(
+    db, request, client, persona
+):
     """Four-eyes, for every role, admins included."""
     user = request.getfixturevalue(persona)
     mine = awaiting_review(make_order("4003", fee_cents=699), opened_by=user)

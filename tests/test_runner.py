@@ -157,19 +157,45 @@ def test_an_unknown_ticket_is_reported_missing(transactional_db):
     assert runner.advance(987654) == "missing"
 
 
+RENEWED_LEASE = 4.5  # seconds: the keeper renews every 1.5 s and may run 1.5 s late
+
+
 def test_the_lease_is_renewed_while_a_long_run_goes_on(
-    transactional_db, agent, late_order, settings, crash_points
+    transactional_db, agent, late_order, settings, monkeypatch
 ):
-    import json
+    """A run held in check_policy outlives its first lease on the database clock: only renewals
+    keep it, so a second advance finds the thread busy, and the held run ends normally.
+
+    No wall-clock race: the run is held until the test has seen what it needs (through the
+    node seam the crash points use), and the lease is long enough that the keeper, which
+    renews at a third of it and gives it up only past two thirds, may be late by 1.5 s (a
+    machine at load 10 on 2 cores delays a thread by far less) or wait that long on a busy
+    database (its statement bound is a sixth)."""
+    import functools
     import threading
-    import time
 
     from django.db import connection
+    from django.db.models.functions import Now
 
-    settings.REFUNDS_LEASE_SECONDS = 0.6
-    crash_points.write_text(
-        json.dumps({"*": {"point": "check_policy", "action": "sleep", "seconds": 2}})
-    )
+    from tests.conftest import wait_for
+
+    settings.REFUNDS_LEASE_SECONDS = RENEWED_LEASE
+    entered, let_go = threading.Event(), threading.Event()
+
+    def hold_check_policy(name, fn):
+        if name != "check_policy":
+            return fn
+
+        @functools.wraps(fn)
+        def held(state, *args, **kwargs):
+            if not entered.is_set():  # the first run only: a takeover would pass straight on
+                entered.set()
+                let_go.wait(60)
+            return fn(state, *args, **kwargs)
+
+        return held
+
+    monkeypatch.setattr(persistence, "node_wrapper", lambda: hold_check_policy)
     ticket = services.ticket_open(order_number="1042")
     results = []
 
@@ -179,9 +205,27 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
 
     first = threading.Thread(target=run)
     first.start()
-    time.sleep(1.2)  # twice the lease: only renewal keeps it
-    assert runner.advance(ticket.pk) == "busy"
-    first.join()
+    try:
+        assert entered.wait(30), "the run never reached check_policy"
+        granted = Ticket.objects.get(pk=ticket.pk)
+
+        def database_now():
+            return (
+                Ticket.objects.annotate(now=Now()).values_list("now", flat=True).get(pk=ticket.pk)
+            )
+
+        wait_for(
+            lambda: database_now() > granted.lease_expires_at,
+            timeout=RENEWED_LEASE * 4,
+            what="the first lease to run out on the database clock",
+        )
+        assert runner.advance(ticket.pk) == "busy"
+        held = Ticket.objects.get(pk=ticket.pk)
+        assert (held.lease_epoch, held.lease_owner) == (granted.lease_epoch, granted.lease_owner)
+        assert held.lease_expires_at > granted.lease_expires_at  # renewed, not taken over
+    finally:
+        let_go.set()
+        first.join(30)
     assert results == ["awaiting_review"]
 
 

@@ -121,7 +121,7 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
         ("admin_user", "You see every pending review"),
     ],
 )
-def test_it_says_whose_reviews_the_queue_holds(client, request, persona, says):
+def test_it_says_whose_reviews_the_queue_holds(db, client, request, persona, says):
     client.force_login(request.getfixturevalue(persona))
     assert says in client.get(QUEUE).content.decode()
 
