@@ -510,7 +510,7 @@ def test_a_run_past_the_soft_time_limit_drains_at_its_next_step_and_is_handed_on
     assert "run drained: soft time limit (3 s) passed" in worker.output()
     assert sinks.smtp.count(ticket.thread_id) == 0  # it stopped before the email node
     settle(ticket, sweep_now)
-    assert_refunded_once(ticket, sinks)
+    assert_refunded_once(ticket, sinks, workers)
     ticket.refresh_from_db()
     assert ticket.nodes_run.count("charge_card") == 1
     assert "SoftTimeLimitExceeded" not in worker.output()
