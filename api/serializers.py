@@ -225,16 +225,21 @@ class DecisionMade(serializers.ModelSerializer):
         ]
 
 
+@extend_schema_field({"oneOf": [{"type": "string", "example": "8.99"}, {"type": "number"}]})
+class AmountField(serializers.CharField):
+    pass
+
+
 class OrderLine(serializers.Serializer):
     """One order as the shop knows it (the import's columns; refunds.services.orders reads it)."""
 
-    order_number = serializers.CharField(max_length=32)
+    order_number = OrderNumberField()
     customer_name = serializers.CharField(max_length=200)
     customer_email = serializers.EmailField()
     currency = serializers.CharField(
         min_length=3, max_length=3, help_text="ISO 4217, a currency in use today: USD, EUR, JPY."
     )
-    shipping_fee = serializers.CharField(
+    shipping_fee = AmountField(
         help_text='In the currency\'s major unit, with a point: "8.99" (USD), "899" (JPY). '
         "A JSON number is read the same way; no more decimals than the currency has."
     )
@@ -248,11 +253,17 @@ class OrderLine(serializers.Serializer):
     )
 
 
+@extend_schema_field(OrderLine)
+class AnyOrderLine(serializers.JSONField):
+    """An order as sent: refunds.services.orders reads and answers it line by line (a bad line
+    is refused on its own, not the whole request); the schema shows what it should hold."""
+
+
 class OrdersPush(serializers.Serializer):
     """Create or update up to 1,000 orders by order number."""
 
     orders = serializers.ListField(
-        child=serializers.JSONField(),
+        child=AnyOrderLine(),
         min_length=1,
         max_length=ORDERS_PUSH_MAX,
         error_messages={
@@ -274,9 +285,6 @@ class OrdersPush(serializers.Serializer):
                 {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
             )
         return super().to_internal_value(data)
-
-
-extend_schema_field(OrderLine(many=True))(OrdersPush._declared_fields["orders"])
 
 
 class OrderResult(serializers.Serializer):
