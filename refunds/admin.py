@@ -91,7 +91,7 @@ class OrderForm(forms.ModelForm):
         return code
 
     def clean(self) -> dict:
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         currency, text = cleaned.get("currency"), cleaned.get("shipping_fee")
         if currency is None or text is None:
             return cleaned

@@ -77,7 +77,12 @@ def test_a_second_import_of_the_same_file_changes_nothing(db, tmp_path):
 
 def test_a_changed_line_updates_the_order(db, tmp_path):
     run(write(tmp_path, GOOD))
-    changed = GOOD[0].replace("8.99", "9.50").replace("ana@example.com", "ana@souza.example")
+    changed = (
+        GOOD[0]
+        .replace("8.99", "9.50")
+        .replace("ana@example.com", "ana@souza.example")
+        .replace("2026-11-06", "2026-11-07")
+    )
 
     code, out = run(write(tmp_path, [changed, *GOOD[1:]]))
 
@@ -85,6 +90,8 @@ def test_a_changed_line_updates_the_order(db, tmp_path):
     assert "0 created, 1 updated, 2 unchanged, 0 refused" in out
     ana = Order.objects.get(number="2001")
     assert (ana.shipping_fee_cents, ana.customer_email) == (950, "ana@souza.example")
+    assert (ana.promised_on, ana.delivered_on) == (date(2026, 11, 2), date(2026, 11, 7))
+    assert ana.payment_reference == "pi_2001"
 
 
 def test_an_order_with_money_refunded_is_never_changed(db, tmp_path, agent):
