@@ -48,7 +48,7 @@ def _pattern(decimal_mark: str, thousands: str) -> re.Pattern[str]:
     if thousands:
         sep = re.escape(thousands)
         whole = rf"(?:[0-9]{{1,3}}(?:{sep}[0-9]{{3}})+|[0-9]+)"
-    # ASCII digits only: str.isdigit() and Decimal() both take full-width and other scripts'
+    # [0-9], never \d: \d, str.isdigit() and Decimal() all take full-width and other scripts'
     # digits ("１２"), which no shop means and no reviewer can read back.
     return re.compile(rf"(-?)({whole})(?:{re.escape(decimal_mark)}([0-9]+))?", re.ASCII)
 

@@ -58,7 +58,7 @@ def fees() -> dict[str, int]:
     return dict(Order.objects.values_list("number", "shipping_fee_cents"))
 
 
-# --- the push --------------------------------------------------------------------------------------
+# --- the push -------------------------------------------------------------------------------------
 def test_it_creates_updates_and_leaves_orders_and_says_so_per_line(api):
     make_order("7002", fee_cents=100)
     Order.objects.filter(number="7002").update(customer_email="ana@example.com")
@@ -181,7 +181,7 @@ def test_bad_json_answers_400_in_the_one_error_shape(api):
     assert response.json()["code"] == "parse_error"
 
 
-# --- who may push ----------------------------------------------------------------------------------
+# --- who may push ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("persona", ["agent", "manager"])
 def test_a_desk_token_is_refused_with_403(request, persona):
     user = request.getfixturevalue(persona)
@@ -209,7 +209,7 @@ def test_the_permission_alone_is_enough(db):
     assert push(client_for(user), {"orders": [order("7302")]}).status_code == 200
 
 
-# --- idempotency -----------------------------------------------------------------------------------
+# --- idempotency ----------------------------------------------------------------------------------
 def test_a_replay_with_the_same_key_answers_the_first_response(api):
     body = {"orders": [order("7401")]}
     first = push(api, body, **{"Idempotency-Key": "push-1"})
@@ -243,7 +243,7 @@ def test_a_large_push_fits_its_own_body_limit(api, settings):
     assert "at most 4096 bytes" in too_big.json()["error"]
 
 
-# --- the schema ------------------------------------------------------------------------------------
+# --- the schema -----------------------------------------------------------------------------------
 def test_the_schema_documents_the_push(client, db):
     spec = yaml.safe_load(client.get("/api/schema/").content)
     post = spec["paths"]["/api/orders/"]["post"]

@@ -66,7 +66,7 @@ class OrderIn:
 CHANGEABLE = [f.name for f in fields(OrderIn) if f.name != "number"]
 UPDATE_ORDER = (
     f"UPDATE {Order._meta.db_table} SET "
-    + ", ".join(f"{Order._meta.get_field(name).column} = %s" for name in CHANGEABLE)
+    + ", ".join(f"{name} = %s" for name in CHANGEABLE)  # each column is named after its field
     + " WHERE id = %s"
 )
 
