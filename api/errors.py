@@ -26,6 +26,7 @@ from api import limits
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/"
+ORDERS_PREFIX = "/api/orders"  # bulk pushes: their own, larger body limit
 DATABASE_UNAVAILABLE_MESSAGE = (
     "The database is unavailable for a moment; nothing was changed. Try again shortly."
 )
@@ -151,10 +152,13 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             return error(400, "The Content-Length header is not a number.")
-        if length > settings.API_MAX_BODY_BYTES:
-            return error(
-                413, f"The request body is too large (at most {settings.API_MAX_BODY_BYTES} bytes)."
-            )
+        limit = (
+            settings.API_ORDERS_MAX_BODY_BYTES
+            if request.path.startswith(ORDERS_PREFIX)
+            else settings.API_MAX_BODY_BYTES
+        )
+        if length > limit:
+            return error(413, f"The request body is too large (at most {limit} bytes).")
         response = get_response(request)
         if response.status_code >= 400 and not _is_json(response):
             code = response.status_code

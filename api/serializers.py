@@ -15,6 +15,7 @@ from refunds.models import Charge, Decision, Email, Ticket
 from refunds.services import NOTE_MAX
 
 NON_FIELD = api_settings.NON_FIELD_ERRORS_KEY
+ORDERS_PUSH_MAX = 1000
 
 
 class OrderNumberField(serializers.Field):
@@ -222,3 +223,80 @@ class DecisionMade(serializers.ModelSerializer):
             "reviewer",
             "decided_at",
         ]
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "example": "8.99"}, {"type": "number"}]})
+class AmountField(serializers.CharField):
+    pass
+
+
+class OrderLine(serializers.Serializer):
+    """One order as the shop knows it (the import's columns; refunds.services.orders reads it)."""
+
+    order_number = OrderNumberField()
+    customer_name = serializers.CharField(max_length=200)
+    customer_email = serializers.EmailField()
+    currency = serializers.CharField(
+        min_length=3, max_length=3, help_text="ISO 4217, a currency in use today: USD, EUR, JPY."
+    )
+    shipping_fee = AmountField(
+        help_text='In the currency\'s major unit, with a point: "8.99" (USD), "899" (JPY). '
+        "A JSON number is read the same way; no more decimals than the currency has."
+    )
+    promised_on = serializers.DateField(help_text="YYYY-MM-DD")
+    delivered_on = serializers.DateField(help_text="YYYY-MM-DD")
+    payment_reference = serializers.CharField(
+        max_length=255,
+        required=False,
+        allow_blank=True,
+        help_text="What the payment processor knows the payment by (Stripe: pi_… or ch_…).",
+    )
+
+
+@extend_schema_field(OrderLine)
+class AnyOrderLine(serializers.JSONField):
+    """An order as sent: refunds.services.orders reads and answers it line by line (a bad line
+    is refused on its own, not the whole request); the schema shows what it should hold."""
+
+
+class OrdersPush(serializers.Serializer):
+    """Create or update up to 1,000 orders by order number."""
+
+    orders = serializers.ListField(
+        child=AnyOrderLine(),
+        min_length=1,
+        max_length=ORDERS_PUSH_MAX,
+        error_messages={
+            "max_length": f"At most {ORDERS_PUSH_MAX} orders per request; send the rest in "
+            "another request.",
+            "min_length": "orders is empty: send at least one order.",
+            "not_a_list": "orders must be a list of orders.",
+            "required": "Missing field: orders",
+            "null": "orders must be a list of orders.",
+        },
+    )
+
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
+            )
+        return super().to_internal_value(data)
+
+
+class OrderResult(serializers.Serializer):
+    line = serializers.IntegerField(help_text="The order's place in the request's list, from 1.")
+    order_number = serializers.CharField(allow_blank=True)
+    result = serializers.ChoiceField(choices=["created", "updated", "unchanged", "refused"])
+    reason = serializers.CharField(allow_blank=True, help_text="Why it was refused.")
+
+
+class OrdersPushed(serializers.Serializer):
+    created = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    results = OrderResult(many=True)

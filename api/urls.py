@@ -14,6 +14,7 @@ urlpatterns = [
         api.ticket_decision,
         name="ticket_decision",
     ),
+    re_path(r"^orders/?$", api.orders_push, name="orders"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
 ]

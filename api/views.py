@@ -3,6 +3,8 @@ read tickets. Who may read what is refunds.permissions.visible(), as on the page
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from drf_spectacular.types import OpenApiTypes
@@ -22,12 +24,15 @@ from api.serializers import (
     DecisionIn,
     DecisionMade,
     Error,
+    OrdersPush,
+    OrdersPushed,
     TicketOpen,
     TicketOut,
     TicketRef,
 )
 from refunds import permissions, services
 from refunds.models import Decision, Ticket
+from refunds.services import orders
 
 IDEMPOTENCY_KEY_MAX = 255
 
@@ -93,22 +98,29 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 def tickets(request: Request) -> Response:
     if request.method == "GET":
         return _list(request)
+    if not request.headers.get("Idempotency-Key", "").strip():
+        return _open(request)
+    return _with_idempotency_key(request, lambda: _open(request, raise_conflict=False))
+
+
+def _with_idempotency_key(request: Request, respond: Callable[[], Response]) -> Response:
+    """`respond()`, or with an Idempotency-Key header the response its first use got."""
     key = request.headers.get("Idempotency-Key", "").strip()
     if not key:
-        return _open(request)
+        return respond()
     if len(key) > IDEMPOTENCY_KEY_MAX:
         raise serializers.ValidationError(
             f"The Idempotency-Key header is longer than {IDEMPOTENCY_KEY_MAX} characters."
         )
     raw = request._request.body  # hashed as sent; read before DRF parses it
 
-    def respond() -> tuple[int, dict]:
-        response = _open(request, raise_conflict=False)
+    def kept() -> tuple[int, dict]:
+        response = respond()
         return response.status_code, response.data
 
     try:
         status, data = idempotency.idempotent(
-            user=request.user, key=key, request_body=raw, respond=respond
+            user=request.user, key=key, request_body=raw, respond=kept
         )
     except idempotency.IdempotencyConflict as exc:
         raise Unprocessable(str(exc)) from None
@@ -194,3 +206,42 @@ def ticket_decision(request: Request, ticket_id: int) -> Response:
     except services.RefundError as exc:
         raise serializers.ValidationError(str(exc)) from None
     return Response(DecisionMade(decision).data, status=201)
+
+
+PUSH_ORDERS = "refunds.push_orders"
+
+
+@extend_schema(
+    operation_id="orders_push",
+    summary="Create or update up to 1,000 orders by order number (the shop pushes them as they "
+    "ship)",
+    description="The same checks and the same upsert as `manage.py import_orders`. Each order "
+    "is answered on its own: created, updated, unchanged, or refused with the reason (a bad "
+    "date, a negative amount, an unknown currency, a number twice in one request, an order "
+    "the desk has refunded money for). Needs the permission refunds.push_orders (the group "
+    "Shop integrations).",
+    request=OrdersPush,
+    parameters=[IDEMPOTENCY_HEADER],
+    responses={200: OrdersPushed, **_errors(400, 401, 403, 413, 415, 422, 429)},
+)
+@api_view(["POST"])
+def orders_push(request: Request) -> Response:
+    if not request.user.has_perm(PUSH_ORDERS):
+        raise Forbidden(
+            "Pushing orders needs the permission refunds.push_orders (the group Shop "
+            "integrations); this token's user does not have it."
+        )
+    return _with_idempotency_key(request, lambda: _push(request))
+
+
+def _push(request: Request) -> Response:
+    if not request._request.body:
+        raise ParseError("The body is not valid JSON: it is empty.")
+    form = OrdersPush(data=request.data)
+    form.is_valid(raise_exception=True)
+    outcomes = orders.orders_upsert(enumerate(form.validated_data["orders"], start=1))
+    results = [
+        {"line": o.line, "order_number": o.order_number, "result": o.result, "reason": o.reason}
+        for o in outcomes
+    ]
+    return Response({**orders.counts(outcomes), "results": results}, status=200)

@@ -402,6 +402,8 @@ CELERY_BEAT_SCHEDULE["review-escalation-timers"] = {
 API_RATE_PER_IP = env_str("API_RATE_PER_IP", "300/minute")  # every /api/ request, before auth
 API_RATE_PER_TOKEN = env_str("API_RATE_PER_TOKEN", "120/minute")  # per user, after auth
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
+# POST /api/orders/ takes up to 1,000 orders (about 250 bytes each) in one body.
+API_ORDERS_MAX_BODY_BYTES = env_int("API_ORDERS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "api.auth.TokenAuthentication",

@@ -1,12 +1,13 @@
 from decimal import Decimal, InvalidOperation
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from refunds import permissions, persistence, services
+from refunds import currencies, permissions, persistence, services
 from refunds.flow.words import dollars
 from refunds.models import (
     CannedReason,
@@ -34,7 +35,6 @@ def _money(field: str, label: str):
 class Dollars:
     """Amounts in dollars everywhere in the admin, as on the desk ($6.99, never 699)."""
 
-    shipping_fee = _money("shipping_fee_cents", "Shipping fee")
     amount = _money("amount_cents", "Amount")
     previous_amount = _money("previous_amount_cents", "Previous amount")
 
@@ -53,10 +53,79 @@ class ReadOnly:
         return False
 
 
+class OrderForm(forms.ModelForm):
+    """The fee typed in the currency's major unit ("8.99", "$1,020.50"), never in cents: read by
+    refunds.currencies, which takes ASCII digits only, so full-width digits, a third decimal,
+    words or a negative are refused with the reason."""
+
+    shipping_fee = forms.CharField(
+        max_length=30,
+        help_text="In the order's currency: 8.99 or $8.99 for USD, 899 for JPY.",
+    )
+
+    class Meta:
+        model = Order
+        fields = [
+            "number",
+            "customer_name",
+            "customer_email",
+            "currency",
+            "shipping_fee",
+            "promised_on",
+            "delivered_on",
+            "payment_reference",
+        ]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            order = self.instance
+            self.initial["shipping_fee"] = currencies.from_minor(
+                order.shipping_fee_cents, order.currency
+            )
+
+    def clean_currency(self) -> str:
+        code = self.cleaned_data["currency"].strip().upper()
+        if not currencies.is_currency(code):
+            raise forms.ValidationError(f"{code!r} is not a currency in use (ISO 4217, like USD).")
+        return code
+
+    def clean(self) -> dict:
+        cleaned = super().clean() or {}
+        currency, text = cleaned.get("currency"), cleaned.get("shipping_fee")
+        if currency is None or text is None:
+            return cleaned
+        if currency == "USD":
+            text = text.strip().removeprefix("$")
+        try:
+            fee = currencies.to_minor(text, currency, thousands=",")
+        except currencies.BadAmount as exc:
+            self.add_error("shipping_fee", str(exc)[0].upper() + str(exc)[1:] + ".")
+            return cleaned
+        order = self.instance
+        if order.pk and (fee, currency) != (order.shipping_fee_cents, order.currency):
+            # As for imports: what a customer was refunded was worked out from this fee.
+            held = order.refunded_cents()
+            if held:
+                raise forms.ValidationError(
+                    f"{currencies.from_minor(held, order.currency)} {order.currency} was refunded "
+                    "or is under way for this order: its fee and currency stay as they are."
+                )
+        order.shipping_fee_cents = fee
+        return cleaned
+
+
 @admin.register(Order)
-class OrderAdmin(Dollars, admin.ModelAdmin):
-    list_display = ["number", "customer_name", "promised_on", "delivered_on", "shipping_fee"]
-    search_fields = ["number", "customer_name", "customer_email"]
+class OrderAdmin(admin.ModelAdmin):
+    form = OrderForm
+    list_display = ["number", "customer_name", "promised_on", "delivered_on", "fee", "currency"]
+    search_fields = ["number", "customer_name", "customer_email", "payment_reference"]
+
+    @admin.display(description="Shipping fee", ordering="shipping_fee_cents")
+    def fee(self, order: Order) -> str:
+        if order.currency == "USD":
+            return dollars(order.shipping_fee_cents)
+        return f"{currencies.from_minor(order.shipping_fee_cents, order.currency)} {order.currency}"
 
 
 class DecisionInline(Dollars, ReadOnly, admin.TabularInline):

@@ -47,6 +47,9 @@ class Order(models.Model):
             models.Index(Upper("customer_email"), name="order_email_upper_idx"),
             models.Index(Upper("number"), name="order_number_upper_idx"),
         ]
+        # Granted to the shop's integration user (the group "Shop integrations"), not to the
+        # desk: POST /api/orders/ needs it.
+        permissions = [("push_orders", "Can push orders through the API")]
 
     def __str__(self) -> str:
         return f"Order {self.number}"

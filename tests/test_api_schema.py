@@ -30,7 +30,8 @@ def test_the_schema_names_every_endpoint_and_method(client, db):
     assert paths["/api/tickets/"]["post"]["operationId"] == "tickets_open"
     api_routes = {p.name for p in api_urls.urlpatterns} - {"schema", "docs"}
     assert set(paths["/api/tickets/{ticket_id}/decision/"]) >= {"post"}
-    assert api_routes == {"tickets", "ticket", "ticket_decision"}  # each one named above
+    assert set(paths["/api/orders/"]) >= {"post"}
+    assert api_routes == {"tickets", "ticket", "ticket_decision", "orders"}  # each one named above
 
 
 def test_the_schema_documents_auth_errors_and_idempotency(client, db):

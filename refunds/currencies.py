@@ -1,0 +1,90 @@
+"""Currencies and amounts as shops write them: which ISO 4217 codes are money today, how many
+minor units each has, and one strict reader of a typed or imported amount. No Django imports.
+
+The list and the minor units come from Babel (the Unicode CLDR data Python's i18n tools share):
+a currency counts when some territory uses it as legal tender today, so "USD" and "JPY" pass and
+"DEM" (replaced by the euro) and "XXX" (no currency) do not. CLDR's minor units are the ones
+payment processors use: JPY 0, USD 2, KWD 3."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from functools import cache
+
+from babel.core import get_global
+from babel.numbers import get_currency_precision, get_territory_currencies
+
+# What a PositiveIntegerField holds; no shipping fee comes near it.
+MAX_MINOR = 2**31 - 1
+
+
+class BadAmount(ValueError):
+    """An amount that is not money in this currency; the message says why, for a person."""
+
+
+@cache
+def currencies() -> frozenset[str]:
+    """ISO 4217 codes that some territory uses as legal tender today."""
+    today = date.today()
+    found: set[str] = set()
+    for territory in get_global("territory_currencies"):
+        found.update(get_territory_currencies(territory, today, tender=True))
+    return frozenset(found)
+
+
+def is_currency(code: str) -> bool:
+    return code in currencies()
+
+
+def minor_units(code: str) -> int:
+    """Digits after the decimal mark in this currency: 2 for USD, 0 for JPY, 3 for KWD."""
+    return int(get_currency_precision(code))
+
+
+def _pattern(decimal_mark: str, thousands: str) -> re.Pattern[str]:
+    whole = r"[0-9]+"
+    if thousands:
+        sep = re.escape(thousands)
+        whole = rf"(?:[0-9]{{1,3}}(?:{sep}[0-9]{{3}})+|[0-9]+)"
+    # [0-9], never \d: \d, str.isdigit() and Decimal() all take full-width and other scripts'
+    # digits ("１２"), which no shop means and no reviewer can read back.
+    return re.compile(rf"(-?)({whole})(?:{re.escape(decimal_mark)}([0-9]+))?", re.ASCII)
+
+
+def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: str = "") -> int:
+    """An amount written in the currency's major unit ("8.99", "1,020.50" with thousands=",",
+    "8,99" with decimal_mark=",") -> its minor units (899). Refuses, with the reason: anything
+    but ASCII digits and the one decimal mark, a negative, more decimals than the currency has,
+    an amount too large to store."""
+    if not is_currency(currency):
+        raise BadAmount(f"unknown currency {currency!r}")
+    found = _pattern(decimal_mark, thousands).fullmatch(text.strip())
+    if found is None:
+        raise BadAmount(
+            f"{text!r} is not an amount; write it like "
+            f"{'8' + decimal_mark + '99' if minor_units(currency) else '899'}"
+        )
+    sign, whole, fraction = found.groups()
+    digits = minor_units(currency)
+    if sign:
+        raise BadAmount(f"negative amount {text!r}")
+    if fraction and len(fraction.rstrip("0")) > digits:
+        raise BadAmount(f"{text!r} has more than {digits} decimal(s), the most {currency} has")
+    try:
+        value = Decimal(whole.replace(thousands, "") if thousands else whole)
+        if fraction:
+            value += Decimal(f"0.{fraction}")
+    except InvalidOperation:  # pragma: no cover - the pattern admits only digits
+        raise BadAmount(f"{text!r} is not an amount") from None
+    minor = int(value.scaleb(digits))
+    if minor > MAX_MINOR:
+        raise BadAmount(f"{text!r} is too large")
+    return minor
+
+
+def from_minor(minor: int, currency: str) -> str:
+    """899 USD -> "8.99", 899 JPY -> "899": the plain figure a form field shows for editing."""
+    digits = minor_units(currency)
+    return f"{Decimal(minor).scaleb(-digits):.{digits}f}"

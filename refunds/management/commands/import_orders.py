@@ -1,0 +1,169 @@
+"""Import the shop's orders from a CSV or JSON Lines file: an upsert by order number.
+
+    python manage.py import_orders orders.csv [--dry-run] [--decimal-mark ,] [--delimiter ;]
+
+Columns (CSV header) or keys (one JSON object a line): order_number, customer_name,
+customer_email, currency (ISO 4217), shipping_fee (in the currency's major unit, "8.99"),
+promised_on and delivered_on (YYYY-MM-DD), payment_reference (optional). Every refused line is
+reported with its line number and reason; the exit status is 1 when any line was refused, 2
+when the file itself cannot be read."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from refunds.services import orders
+from refunds.services.orders import LineRefused
+
+FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+def bar(done: int, total: int, started: float, width: int = 30) -> str:
+    """[######........] 40,000/100,000  21,000 orders/s  ETA 3 s"""
+    filled = width * done // total if total else width
+    elapsed = max(time.monotonic() - started, 1e-6)
+    rate = done / elapsed
+    eta = (total - done) / rate if rate else 0
+    return (
+        f"[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}  "
+        f"{rate:,.0f} orders/s  ETA {eta:,.0f} s"
+    )
+
+
+def read_csv(path: Path, delimiter: str) -> Iterator[tuple[int, Any]]:
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        rows = csv.reader(handle, delimiter=delimiter, strict=True)
+        try:
+            header = [name.strip() for name in next(rows)]
+        except StopIteration:
+            raise CommandError(f"{path} is empty: it needs a header line.", returncode=2) from None
+        missing = [f for f in orders.FIELDS if f not in header and f not in orders.OPTIONAL]
+        unknown = [f for f in header if f not in orders.FIELDS]
+        if missing or unknown or len(set(header)) != len(header):
+            raise CommandError(
+                f"{path}: the header must name the columns {', '.join(orders.FIELDS)} "
+                f"(payment_reference may be left out); "
+                + "; ".join(
+                    part
+                    for part in (
+                        missing and f"missing: {', '.join(missing)}",
+                        unknown and f"unknown: {', '.join(unknown)}",
+                        len(set(header)) != len(header) and "a column is named twice",
+                    )
+                    if part
+                ),
+                returncode=2,
+            )
+        start = rows.line_num + 1
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield start, LineRefused(f"not a CSV line: {exc}")
+                start = rows.line_num + 1
+                continue
+            if not any(cell.strip() for cell in row):
+                pass  # a blank line
+            elif len(row) != len(header):
+                yield start, LineRefused(f"{len(row)} fields, the header has {len(header)}")
+            else:
+                yield start, dict(zip(header, row, strict=True))
+            start = rows.line_num + 1
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    with path.open(encoding="utf-8-sig") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                # Decimal, never float: "8.99" must stay 8.99.
+                yield number, json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
+            except ValueError as exc:
+                yield number, LineRefused(f"not valid JSON: {exc}")
+
+
+class Command(BaseCommand):
+    help = "Create or update orders by number from a CSV or JSON Lines file."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", type=Path)
+        parser.add_argument("--format", choices=["csv", "jsonl"], help="else from the suffix")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="check and report; write nothing"
+        )
+        parser.add_argument(
+            "--decimal-mark",
+            choices=[".", ","],
+            default=".",
+            help="how the file writes amounts' decimals: 8.99 or 8,99 (JSON numbers use '.')",
+        )
+        parser.add_argument("--delimiter", default=",", help="CSV field separator (e.g. ';')")
+        parser.add_argument("--no-progress", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path: Path = options["file"]
+        kind = options["format"] or FORMATS.get(path.suffix.lower())
+        if kind is None:
+            raise CommandError(
+                f"Cannot tell the format of {path.name}: name it .csv or .jsonl, or pass --format.",
+                returncode=2,
+            )
+        if not path.is_file():
+            raise CommandError(f"There is no file {path}.", returncode=2)
+        if len(options["delimiter"]) != 1:
+            raise CommandError("--delimiter must be one character.", returncode=2)
+        if kind == "csv" and options["delimiter"] == options["decimal_mark"]:
+            raise CommandError("--delimiter and --decimal-mark must differ.", returncode=2)
+        started = time.monotonic()
+        try:
+            lines = list(
+                read_csv(path, options["delimiter"]) if kind == "csv" else read_jsonl(path)
+            )
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{path} is not UTF-8 text ({exc.reason}).", returncode=2) from None
+        show = not options["no_progress"]
+
+        def progress(done: int, total: int) -> None:
+            if show:
+                self.stderr.write(f"\r{bar(done, total, started)}", ending="")
+
+        outcomes = orders.orders_upsert(
+            lines,
+            decimal_mark=options["decimal_mark"],
+            dry_run=options["dry_run"],
+            progress=progress,
+        )
+        if show and outcomes:
+            self.stderr.write("")
+        refused = [o for o in outcomes if o.result == orders.REFUSED]
+        for outcome in refused:
+            named = f" (order {outcome.order_number})" if outcome.order_number else ""
+            self.stdout.write(f"line {outcome.line}{named}: {outcome.reason}")
+        tally = orders.counts(outcomes)
+        dry = options["dry_run"]
+        said = ", ".join(
+            f"{n:,} {'would be ' if dry and k in (orders.CREATED, orders.UPDATED) else ''}{k}"
+            for k, n in tally.items()
+        )
+        seconds = time.monotonic() - started
+        self.stdout.write(
+            f"{'Dry run, nothing written. ' if dry else ''}{path.name}: "
+            f"{len(outcomes):,} order line(s) in {seconds:.1f} s: {said}."
+        )
+        if refused:
+            raise CommandError(f"{len(refused):,} line(s) refused; see above.", returncode=1)

@@ -1,0 +1,119 @@
+"""Django admin's orders: the fee is typed and shown in the currency's major unit ("8.99"),
+never in cents; junk is refused with the reason; an order with money refunded keeps its fee."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from refunds.models import Charge, Order, Ticket
+from tests.conftest import make_order
+
+
+def form(**changes) -> dict:
+    return {
+        "number": "9001",
+        "customer_name": "Ana Souza",
+        "customer_email": "ana@example.com",
+        "currency": "USD",
+        "shipping_fee": "8.99",
+        "promised_on": "2026-11-02",
+        "delivered_on": "2026-11-06",
+        "payment_reference": "",
+        **changes,
+    }
+
+
+@pytest.fixture
+def admin_client(client, admin_user):
+    client.force_login(admin_user)
+    return client
+
+
+def test_the_change_page_shows_the_fee_in_dollars(admin_client, late_order):
+    page = admin_client.get(reverse("admin:refunds_order_change", args=[late_order.pk]))
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert 'name="shipping_fee"' in html and 'value="6.99"' in html
+    assert "Shipping fee cents" not in html and 'value="699"' not in html
+
+
+def test_the_list_shows_dollars_and_other_currencies_in_their_own_unit(admin_client, late_order):
+    yen = make_order("9100", fee_cents=899)
+    Order.objects.filter(pk=yen.pk).update(currency="JPY")
+
+    html = admin_client.get(reverse("admin:refunds_order_changelist")).content.decode()
+
+    assert "$6.99" in html and "899 JPY" in html
+
+
+@pytest.mark.parametrize(
+    "typed, currency, cents",
+    [("8.99", "USD", 899), ("$1,020.50", "USD", 102050), ("899", "jpy", 899), ("12", "USD", 1200)],
+)
+def test_an_admin_adds_an_order_with_the_fee_in_its_currency(admin_client, typed, currency, cents):
+    response = admin_client.post(
+        reverse("admin:refunds_order_add"), form(shipping_fee=typed, currency=currency)
+    )
+
+    assert response.status_code == 302, response.content.decode()[:3000]
+    order = Order.objects.get(number="9001")
+    assert (order.shipping_fee_cents, order.currency) == (cents, currency.upper())
+
+
+@pytest.mark.parametrize(
+    "typed, says",
+    [
+        ("８.９９", "is not an amount"),  # full-width digits
+        ("8.999", "more than 2 decimal(s)"),
+        ("-1", "Negative amount"),
+        ("eight", "is not an amount"),
+        ("8.99 USD", "is not an amount"),
+        ("1e3", "is not an amount"),
+        ("NaN", "is not an amount"),
+        ("99999999999", "is too large"),
+    ],
+)
+def test_junk_in_the_fee_is_refused_with_the_reason(admin_client, late_order, typed, says):
+    response = admin_client.post(
+        reverse("admin:refunds_order_change", args=[late_order.pk]),
+        form(number="1042", shipping_fee=typed),
+    )
+
+    assert response.status_code == 200  # the form again, with the error
+    assert says in response.content.decode()
+    late_order.refresh_from_db()
+    assert late_order.shipping_fee_cents == 699
+
+
+def test_an_unknown_currency_is_refused(admin_client):
+    response = admin_client.post(reverse("admin:refunds_order_add"), form(currency="XYZ"))
+
+    assert response.status_code == 200
+    assert "is not a currency in use" in response.content.decode()
+    assert not Order.objects.exists()
+
+
+def test_the_fee_of_an_order_with_money_refunded_stays(admin_client, late_order):
+    ticket = Ticket.objects.create(thread_id="refund-1042-x", order=late_order, status="refunded")
+    Charge.objects.create(
+        ticket=ticket, order=late_order, idempotency_key="k", amount_cents=699, status="succeeded"
+    )
+    change = reverse("admin:refunds_order_change", args=[late_order.pk])
+
+    refused = admin_client.post(change, form(number="1042", shipping_fee="20.00"))
+    fixed_name = admin_client.post(
+        change,
+        form(
+            number="1042",
+            shipping_fee="6.99",
+            customer_name="Ana M. Souza",
+            customer_email=late_order.customer_email,
+        ),
+    )
+
+    assert "6.99 USD was refunded or is under way" in refused.content.decode()
+    assert fixed_name.status_code == 302
+    late_order.refresh_from_db()
+    assert (late_order.shipping_fee_cents, late_order.customer_name) == (699, "Ana M. Souza")
