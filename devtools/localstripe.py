@@ -33,10 +33,10 @@ SECRET_KEY = "sk_test_localstripe_0000000000"  # localstripe accepts any key of 
 
 
 class LocalStripe:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, *, port: int = 0) -> None:
         self.log = log_dir / "localstripe.log"
         self.proc: subprocess.Popen | None = None
-        self.port = 0
+        self.port = port  # 0: one the OS picks
 
     @property
     def url(self) -> str:
@@ -45,7 +45,7 @@ class LocalStripe:
     def start(self, timeout: float = 30) -> LocalStripe:
         log = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "devtools.localstripe"],
+            [sys.executable, "-m", "devtools.localstripe", str(self.port)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -229,7 +229,7 @@ _CARD = {
 }
 
 
-def serve() -> None:
+def serve(port: int = 0) -> None:
     from aiohttp import web
     from localstripe import resources
     from localstripe.server import app
@@ -237,10 +237,10 @@ def serve() -> None:
     resources.Store.dump_to_disk = lambda self: None  # in memory only: see the module's docstring
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     print(sock.getsockname()[1], flush=True)
     web.run_app(app, sock=sock, print=None, access_log=None)
 
 
 if __name__ == "__main__":
-    serve()
+    serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
