@@ -136,6 +136,7 @@ class StripeFaults:
         self.upstream = upstream
         self.late_by = late_by
         self.refund_posts = 0
+        self.idempotency_keys: list[str] = []  # of every refund POST, as the request carried it
         self._queue: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -158,11 +159,12 @@ class StripeFaults:
         self._server.shutdown()
         self._server.server_close()
 
-    def _next(self, method: str, path: str) -> str:
+    def _next(self, method: str, path: str, idempotency_key: str) -> str:
         if (method, path.split("?")[0]) != ("POST", "/v1/refunds"):
             return "pass"
         with self._lock:
             self.refund_posts += 1
+            self.idempotency_keys.append(idempotency_key)
             return self._queue.pop(0) if self._queue else "pass"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -181,7 +183,8 @@ class StripeFaults:
             def _proxy(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                behaviour = faults._next(method, self.path)
+                key = self.headers.get("Idempotency-Key", "")
+                behaviour = faults._next(method, self.path, key)
                 if behaviour == "rate_limited":
                     error = {
                         "error": {

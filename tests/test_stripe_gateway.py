@@ -61,6 +61,15 @@ def test_a_refund_gives_back_the_amount_asked_from_the_payment_intent(localstrip
     assert refund["metadata"] == {"refund_desk_key": KEY, "ticket": "refund-1042-s"}
 
 
+def test_our_charge_key_is_the_requests_idempotency_key(localstripe, faults):
+    """What makes a repeated request one refund at Stripe (not at localstripe: see below)."""
+    paid = localstripe.payment_intent(5699)
+
+    charge(gateway(faults.url), paid)
+
+    assert faults.idempotency_keys == [KEY]
+
+
 def test_a_charge_reference_is_refunded_too(localstripe):
     paid = localstripe.payment_intent(5699)
     latest = localstripe.call("GET", f"/v1/payment_intents/{paid}")["latest_charge"]
