@@ -52,11 +52,18 @@ class MemoryGateway:
 
     charges: dict[str, str] = {}
 
-    def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
+    def charge(
+        self,
+        *,
+        idempotency_key: str,
+        amount_cents: int,
+        ticket_key: str,
+        payment_reference: str = "",
+    ) -> str:
         # Unique across worker processes: the ledger's receipt column is UNIQUE.
         return self.charges.setdefault(idempotency_key, f"rcpt_{uuid.uuid4().hex[:16]}")
 
-    def lookup(self, idempotency_key: str) -> str | None:
+    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
         return self.charges.get(idempotency_key)
 
 

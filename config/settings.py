@@ -263,6 +263,13 @@ REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, min
 REFUNDS_REWAKE_SECONDS = env_number("REFUNDS_REWAKE_SECONDS", 30.0, minimum=0.0)
 REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments.HttpGateway
 REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
+# Stripe, for refunds.payments.StripeGateway: the secret key (sk_test_... in test mode; sk_live_...
+# or a restricted rk_live_... key allowed to write refunds in live mode; masked in error pages and
+# logs), where Stripe's API answers (the tests point it at localstripe) and how long one call may
+# take before its outcome counts as unknown and the key is looked up.
+STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
+STRIPE_API_BASE = env_url("STRIPE_API_BASE", "https://api.stripe.com", schemes=("https", "http"))
+STRIPE_TIMEOUT = env_number("STRIPE_TIMEOUT", 10.0, minimum=0.1)
 # The carrier's tracking lookup (refunds/carriers.py), a step beside the fraud check; empty: none.
 # Each attempt is cut off after the timeout; after the attempts a person checks the delivery.
 REFUNDS_CARRIER = env_str("REFUNDS_CARRIER", "")

@@ -3,7 +3,8 @@
 Two rules, applied to every string an error page or a log line shows: the userinfo of a URL
 (`postgres://refunds:PASSWORD@db/...`) is masked, and so is the value of any secret this process
 was configured with (SECRET_KEY, the database and broker passwords, the mail password, webhook and
-metrics tokens), wherever it appears. Settings whose names look secret are hidden by name too."""
+metrics tokens, the Stripe secret key), wherever it appears. Settings whose names look secret are
+hidden by name too."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ SECRET_VARIABLES = (
     "CELERY_BROKER_URL",
     "EMAIL_HOST_PASSWORD",
     "METRICS_TOKEN",
+    "STRIPE_SECRET_KEY",
 )
 
 

@@ -100,16 +100,26 @@ class CrashingGateway:
     def __init__(self):
         self.inner = import_string(settings.REFUNDS_CRASH_INNER["gateway"])()
 
-    def charge(self, *, idempotency_key: str, amount_cents: int, ticket_key: str) -> str:
+    def charge(
+        self,
+        *,
+        idempotency_key: str,
+        amount_cents: int,
+        ticket_key: str,
+        payment_reference: str = "",
+    ) -> str:
         crash_point(ticket_key, "gateway:before")
         receipt = self.inner.charge(
-            idempotency_key=idempotency_key, amount_cents=amount_cents, ticket_key=ticket_key
+            idempotency_key=idempotency_key,
+            amount_cents=amount_cents,
+            ticket_key=ticket_key,
+            payment_reference=payment_reference,
         )
         crash_point(ticket_key, "gateway:after")
         return receipt
 
-    def lookup(self, idempotency_key: str) -> str | None:
-        return self.inner.lookup(idempotency_key)
+    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
+        return self.inner.lookup(idempotency_key, payment_reference=payment_reference)
 
 
 _DELIVERY_POINTS = {

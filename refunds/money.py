@@ -52,13 +52,17 @@ def pay(
         if state == "paid" and row.receipt:
             return row.receipt
         if state == "unknown":
-            receipt = _look_up(gateway, key)  # a run before ours sent it and never heard back
+            # A run before ours sent it and never heard back.
+            receipt = _look_up(gateway, key, row.payment_reference)
             if receipt:
                 return _settle(row, receipt=receipt)
         lease.check()
         try:
             receipt = gateway.charge(
-                idempotency_key=key, amount_cents=amount_cents, ticket_key=lease.thread_id
+                idempotency_key=key,
+                amount_cents=amount_cents,
+                ticket_key=lease.thread_id,
+                payment_reference=row.payment_reference,
             )
         except PermanentGatewayError as exc:
             _settle(row, refused=str(exc))
@@ -68,7 +72,7 @@ def pay(
             raise
         except Exception as exc:  # noqa: BLE001 - whatever it was, the money may have moved
             log.warning("charge %s: outcome unknown (%r); looking the key up", key, exc)
-            receipt = _look_up(gateway, key)
+            receipt = _look_up(gateway, key, row.payment_reference)
             if not receipt:
                 _settle(row, refused=f"not charged (looked up after: {exc})")
                 raise RetryableGatewayError(f"{exc}; the gateway has no charge for it") from exc
@@ -79,6 +83,7 @@ def pay(
 class _Row:
     pk: int
     receipt: str | None
+    payment_reference: str  # the order's, which the processor refunds against
 
 
 def _reserve(
@@ -92,7 +97,7 @@ def _reserve(
     transaction holds the write lock), then the row written."""
     with transaction.atomic():
         found = sql.fetchone(
-            "SELECT t.lease_epoch, o.shipping_fee_cents, o.number, "
+            "SELECT t.lease_epoch, o.shipping_fee_cents, o.number, o.payment_reference, "
             "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
             f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s), "
             "k.id, k.status, k.receipt "
@@ -103,14 +108,14 @@ def _reserve(
         )
         if found is None:  # the ticket was deleted under the run (its lease went with it)
             raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-        current_epoch, fee, number, held, row_id, status, receipt = found
+        current_epoch, fee, number, reference, held, row_id, status, receipt = found
         if current_epoch != epoch:
             raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
         if status == Charge.Status.SUCCEEDED:
-            return _Row(row_id, receipt), "paid"
+            return _Row(row_id, receipt, reference), "paid"
         if status == Charge.Status.PENDING:
             sql.execute("UPDATE refunds_charge SET epoch = %s WHERE id = %s", [epoch, row_id])
-            return _Row(row_id, None), "unknown"
+            return _Row(row_id, None, reference), "unknown"
         balance = fee - held
         if amount_cents > balance:
             raise OverBalance(
@@ -133,12 +138,12 @@ def _reserve(
                 "error = '', settled_at = NULL WHERE id = %s",
                 [epoch, row_id],
             )
-    return _Row(row_id, None), "new"
+    return _Row(row_id, None, reference), "new"
 
 
-def _look_up(gateway: Gateway, key: str) -> str | None:
+def _look_up(gateway: Gateway, key: str, payment_reference: str) -> str | None:
     try:
-        return gateway.lookup(key)
+        return gateway.lookup(key, payment_reference=payment_reference)
     except Exception as exc:  # noqa: BLE001
         raise PaymentOutcomeUnknown(
             f"the outcome of charge {key} is not known and the lookup failed: {exc}"

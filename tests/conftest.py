@@ -15,6 +15,7 @@ from django.db import connection
 
 from core import embedded_redis
 from devtools.fake_processor import FakeProcessor
+from devtools.localstripe import LocalStripe
 from devtools.processes import CeleryProcess
 from devtools.processes import wait_for as wait_for  # tests import it from here
 from devtools.smtp_sink import SmtpSink
@@ -186,6 +187,16 @@ def sinks() -> Iterator[Sinks]:
     started = Sinks()
     yield started
     started.stop()
+
+
+@pytest.fixture(scope="session")
+def localstripe(tmp_path_factory) -> Iterator[LocalStripe]:
+    """localstripe, a stateful Stripe emulator, as a real HTTP server on a loopback port for the
+    whole session (each test pays with a PaymentIntent of its own); `localstripe.env()` points a
+    worker's gateway at it."""
+    server = LocalStripe(tmp_path_factory.mktemp("localstripe")).start()
+    yield server
+    server.stop()
 
 
 class Workers:

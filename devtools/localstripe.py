@@ -1,0 +1,249 @@
+"""localstripe (a stateful Stripe emulator on PyPI) as a real HTTP server on a loopback port, for
+the tests that refund through refunds.payments.StripeGateway.
+
+A thin test-side launcher, not a fix of the emulator: `python -m devtools.localstripe` serves
+localstripe's own aiohttp app with two differences from its `localstripe` command, both about
+running many copies on one shared machine. It binds 127.0.0.1 on a port the OS picks (printed
+as the first line), where the command binds every interface on a fixed port; and it keeps its
+state in memory, where the command pickles the whole store to /tmp/localstripe.pickle after every
+write (one file for every copy on the machine). Everything the emulator answers is its own: its
+gaps (no Idempotency-Key, no Refund search) are documented by tests/test_stripe_gateway.py, and
+the proof that money moves once comes from our ledger and the gateway's lookup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from devtools.processes import ROOT, wait_for
+
+SECRET_KEY = "sk_test_localstripe_0000000000"  # localstripe accepts any key of this shape
+
+
+class LocalStripe:
+    def __init__(self, log_dir: Path, *, port: int = 0) -> None:
+        self.log = log_dir / "localstripe.log"
+        self.proc: subprocess.Popen | None = None
+        self.port = port  # 0: one the OS picks
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> LocalStripe:
+        log = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "devtools.localstripe", str(self.port)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline().strip()
+        if not first.isdigit():
+            self.stop()
+            raise RuntimeError(f"localstripe did not start (see {self.log}): {first!r}")
+        self.port = int(first)
+        wait_for(self._answers, timeout=timeout, what="localstripe to answer")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def env(self, *, timeout: float = 2.0) -> dict[str, str]:
+        """Settings that point a Django process's gateway here."""
+        return {
+            "REFUNDS_GATEWAY": "refunds.payments.StripeGateway",
+            "STRIPE_SECRET_KEY": SECRET_KEY,
+            "STRIPE_API_BASE": self.url,
+            "STRIPE_TIMEOUT": str(timeout),
+        }
+
+    # --- what the shop did, and what landed: straight HTTP, apart from the gateway's client --
+    def payment_intent(self, amount_cents: int, currency: str = "usd") -> str:
+        """A PaymentIntent the customer paid (confirmed, captured): what an order refers to."""
+        method = self.call("POST", "/v1/payment_methods", type="card", **_CARD)["id"]
+        intent = self.call(
+            "POST",
+            "/v1/payment_intents",
+            amount=str(amount_cents),
+            currency=currency,
+            payment_method=method,
+            capture_method="automatic",
+        )
+        confirmed = self.call("POST", f"/v1/payment_intents/{intent['id']}/confirm")
+        assert confirmed["status"] == "succeeded", confirmed
+        return intent["id"]
+
+    def refunds(self, payment_reference: str = "") -> list[dict[str, Any]]:
+        """Refunds at the emulator, oldest first; of one PaymentIntent or Charge when named."""
+        query: dict[str, str] = {"limit": "100"}
+        if payment_reference.startswith("pi_"):
+            query["payment_intent"] = payment_reference
+        elif payment_reference:
+            query["charge"] = payment_reference
+        listed = self.call("GET", "/v1/refunds?" + urllib.parse.urlencode(query))
+        return sorted(listed["data"], key=lambda r: (r["created"], r["id"]))
+
+    def call(self, method: str, path: str, **form: str) -> dict[str, Any]:
+        body = urllib.parse.urlencode(form).encode() if method == "POST" else None
+        request = urllib.request.Request(
+            self.url + path,
+            data=body,
+            method=method,
+            headers={"Authorization": f"Bearer {SECRET_KEY}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def _answers(self) -> bool:
+        try:
+            self.call("GET", "/v1/refunds?limit=1")
+        except OSError:
+            return False
+        return True
+
+
+class StripeFaults:
+    """A loopback proxy in front of localstripe that misbehaves on cue, as the network and a busy
+    Stripe do: the gateway under test talks to it as to Stripe. Test-side only.
+
+    Behaviours, queued for the next `POST /v1/refunds` calls (everything else passes through):
+    "rate_limited" answers 429 with Stripe's error body and forwards nothing; "answer_late"
+    forwards the request (the refund is made) and answers after `late_by` seconds, past the
+    client's timeout; "reset_after" forwards it and drops the connection without an answer."""
+
+    def __init__(self, upstream: str, *, late_by: float = 1.5) -> None:
+        self.upstream = upstream
+        self.late_by = late_by
+        self.refund_posts = 0
+        self.idempotency_keys: list[str] = []  # of every refund POST, as the request carried it
+        self._queue: list[str] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def queue(self, *behaviours: str) -> None:
+        with self._lock:
+            self._queue.extend(behaviours)
+
+    def start(self) -> StripeFaults:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _next(self, method: str, path: str, idempotency_key: str) -> str:
+        if (method, path.split("?")[0]) != ("POST", "/v1/refunds"):
+            return "pass"
+        with self._lock:
+            self.refund_posts += 1
+            self.idempotency_keys.append(idempotency_key)
+            return self._queue.pop(0) if self._queue else "pass"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        faults = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._proxy("GET")
+
+            def do_POST(self) -> None:
+                self._proxy("POST")
+
+            def _proxy(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                key = self.headers.get("Idempotency-Key", "")
+                behaviour = faults._next(method, self.path, key)
+                if behaviour == "rate_limited":
+                    error = {
+                        "error": {
+                            "type": "invalid_request_error",
+                            "code": "rate_limit",
+                            "message": "Too many requests hit the API too quickly.",
+                        }
+                    }
+                    return self._answer(429, json.dumps(error).encode())
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                request = urllib.request.Request(
+                    faults.upstream + self.path, data=body, method=method, headers=headers
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        status, answer = response.status, response.read()
+                except urllib.error.HTTPError as exc:
+                    status, answer = exc.code, exc.read()
+                if behaviour == "answer_late":
+                    time.sleep(faults.late_by)
+                elif behaviour == "reset_after":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self._answer(status, answer)
+
+            def _answer(self, status: int, body: bytes) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the client gave up waiting: what "answer_late" is for
+
+        return Handler
+
+
+_CARD = {
+    "card[number]": "4242424242424242",
+    "card[exp_month]": "12",
+    "card[exp_year]": "2040",
+    "card[cvc]": "123",
+}
+
+
+def serve(port: int = 0) -> None:
+    from aiohttp import web
+    from localstripe import resources
+    from localstripe.server import app
+
+    resources.Store.dump_to_disk = lambda self: None  # in memory only: see the module's docstring
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    print(sock.getsockname()[1], flush=True)
+    web.run_app(app, sock=sock, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0)

@@ -1,0 +1,59 @@
+"""`manage.py localstripe_demo`: the demo refunds through StripeGateway, against localstripe (a
+Stripe emulator, devtools/localstripe.py) on this machine instead of Stripe. Demo only.
+
+It starts localstripe on 127.0.0.1 (port 8420 unless --port), loads the demo data, gives every
+order a PaymentIntent there that the customer paid (goods plus the shipping fee; localstripe
+keeps nothing across restarts, so each start gives new ones), prints the settings that point the
+desk at it, and serves until stopped. Then, in another terminal:
+
+    REFUNDS_GATEWAY=refunds.payments.StripeGateway STRIPE_API_BASE=http://127.0.0.1:8420 \\
+      STRIPE_SECRET_KEY=sk_test_localstripe_0000000000 bin/run
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from devtools.localstripe import LocalStripe
+
+GOODS_CENTS = 5000  # what each demo customer paid besides the shipping fee
+
+
+class Command(BaseCommand):
+    help = "Run localstripe for the demo and give the demo orders payments there."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--port", type=int, default=8420)
+
+    def handle(self, *args, port: int, **options) -> None:
+        from refunds.models import Order
+
+        if not (settings.DEMO and settings.DEBUG):
+            raise CommandError(
+                "localstripe_demo rewrites every order's payment reference: demo only "
+                "(REFUNDS_DEMO=true, as bin/run sets it)"
+            )
+        call_command("migrate", verbosity=0)
+        call_command("demo_data")
+        server = LocalStripe(settings.DATA_DIR, port=port).start()
+        try:
+            orders = Order.objects.order_by("number")
+            for order in orders:
+                order.payment_reference = server.payment_intent(
+                    GOODS_CENTS + order.shipping_fee_cents, order.currency.lower() or "usd"
+                )
+                order.save(update_fields=["payment_reference"])
+            env = " ".join(f"{name}={value}" for name, value in server.env().items())
+            self.stdout.write(
+                f"localstripe on {server.url}: {orders.count()} demo orders paid there.\n"
+                f"Start the desk against it with:\n    {env} bin/run",
+            )
+            self.stdout.flush()
+            assert server.proc is not None
+            server.proc.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()

@@ -1,0 +1,69 @@
+"""`manage.py localstripe_demo`: the demo's opt-in Stripe, on localstripe (devtools/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+from devtools.processes import ROOT, wait_for
+from devtools.smtp_sink import free_port
+from tests.test_settings import manage_check
+
+
+@pytest.mark.slow
+def test_it_serves_localstripe_with_a_paid_payment_intent_per_demo_order(tmp_path):
+    port = free_port()
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL", "STRIPE_"))
+    }
+    env = {**clean, "REFUNDS_DATA_DIR": str(tmp_path), "REFUNDS_DEMO": "true", "DEBUG": "true"}
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "localstripe_demo", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        said: list[str] = []
+        assert proc.stdout is not None
+        threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True).start()
+
+        def started() -> bool:
+            assert proc.poll() is None, "".join(said)
+            return any("bin/run" in line for line in said)
+
+        wait_for(started, timeout=120, what="localstripe_demo to start")
+        output = "".join(said)
+        assert f"STRIPE_API_BASE=http://127.0.0.1:{port}" in output
+        assert "REFUNDS_GATEWAY=refunds.payments.StripeGateway" in output
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/payment_intents?limit=100",
+            headers={"Authorization": "Bearer sk_test_x"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            intents = json.loads(answer.read())["data"]
+        assert sorted(i["amount"] for i in intents) == sorted(
+            5000 + fee for fee in (699, 499, 1250, 4800, 899, 2000, 2001, 15000)
+        )
+        assert {i["status"] for i in intents} == {"succeeded"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_it_refuses_to_run_outside_the_demo(tmp_path):
+    result = manage_check(tmp_path, "localstripe_demo", REFUNDS_DEMO="false", SECRET_KEY="x" * 50)
+
+    assert result.returncode != 0
+    assert "demo only" in result.stderr
+    assert "Traceback" not in result.stderr
