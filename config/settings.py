@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "anymail",  # the mail provider: its backends and tracking webhooks (config/urls.py)
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",

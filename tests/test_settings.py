@@ -379,4 +379,6 @@ def test_an_operator_may_allow_the_fakes_on_a_staging_box_and_every_page_says_so
     assert staging.stdout.strip().splitlines()[-1] == (
         "['mail is printed, never sent', 'refunds move no money (the demo gateway)']"
     )
-    assert demo.stdout.strip().splitlines()[-1] == "[]"  # the demo says what it is as it starts, not in a banner
+    assert (
+        demo.stdout.strip().splitlines()[-1] == "[]"
+    )  # the demo says what it is as it starts, not in a banner
