@@ -166,6 +166,15 @@ def test_a_providers_4xx_is_a_refusal_and_nothing_was_handed_over(ticket, resend
     assert resend.delivered == []
 
 
+def test_a_rate_limited_send_took_nothing_so_it_is_retried_with_the_outcome_known(ticket, resend):
+    resend.answers = ["429"]
+    with pytest.raises(MailRetryable, match="429"):
+        send(ticket, leases.grant(ticket))
+
+    row = Email.objects.get()
+    assert (row.status, row.outcome_unknown_at, row.handed_over_at) == ("pending", None, None)
+
+
 def test_a_providers_5xx_may_have_taken_it_so_the_outcome_is_unknown(ticket, resend):
     resend.answers = ["503"]
     with pytest.raises(MailRetryable, match="did not take"):
