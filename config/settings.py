@@ -309,6 +309,16 @@ REFUNDS_FAKES_BANNER = [
     words.split(": ", 1)[1] for words in REFUNDS_FAKES_IN_USE if REFUNDS_ALLOW_FAKES and not DEMO
 ]
 
+# The shop's orders, for orders the desk lacks (refunds/order_source.py): a base URL answering
+# GET {base}/orders/{number} with the order as JSON; empty: only orders imported or pushed.
+REFUNDS_ORDER_SOURCE = os.environ.get("REFUNDS_ORDER_SOURCE", "")
+if REFUNDS_ORDER_SOURCE:
+    REFUNDS_ORDER_SOURCE = env_url("REFUNDS_ORDER_SOURCE", "", schemes=("http", "https"))
+REFUNDS_ORDER_SOURCE_TOKEN = env_str("REFUNDS_ORDER_SOURCE_TOKEN", "")  # sent as a Bearer token
+# Short: a person waits on the "Open a ticket" form while the shop is asked.
+REFUNDS_ORDER_SOURCE_TIMEOUT = env_number("REFUNDS_ORDER_SOURCE_TIMEOUT", 3.0, minimum=0.1)
+REFUNDS_ORDER_SOURCE_ATTEMPTS = env_int("REFUNDS_ORDER_SOURCE_ATTEMPTS", 2, minimum=1)
+
 # devtools/ (crash points, worker processes, the SMTP sink, the fake processor, `manage.py
 # crashtest`) sits beside the app in a checkout and is not installed with it: where it is missing,
 # its app is simply absent. Fault injection: a plan file (devtools/faults.py) puts crash points in
