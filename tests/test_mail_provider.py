@@ -41,7 +41,7 @@ def send(ticket: Ticket, lease: leases.Lease) -> None:
     )
 
 
-# --- sending: anymail's test backend ---------------------------------------------------------------
+# --- sending: anymail's test backend --------------------------------------------------------------
 def test_through_a_provider_the_outbox_sends_once_with_its_key_as_metadata(ticket, settings):
     settings.EMAIL_BACKEND = "anymail.backends.test.EmailBackend"
     lease = leases.grant(ticket)
@@ -55,7 +55,7 @@ def test_through_a_provider_the_outbox_sends_once_with_its_key_as_metadata(ticke
     assert (row.status, row.provider_message_id) == ("sent", "0")  # the test backend's id
 
 
-# --- a provider over HTTP that keeps its idempotency keys, as Resend's API does ---------------------
+# --- a provider over HTTP that keeps its idempotency keys, as Resend's API does -------------------
 class FakeResend:
     """POST /emails: each request takes the message (counted in `delivered`) unless its
     Idempotency-Key was seen, then answers as told: "ok", "drop" (took it, no answer), or a
@@ -130,10 +130,8 @@ def lose_the_answer_then_retry(ticket: Ticket, resend: FakeResend) -> Email:
     with pytest.raises(MailRetryable):
         send(ticket, lease)
     row = Email.objects.get()
-    assert (row.status, row.outcome_unknown_by) == (
-        "pending",
-        f"epoch:{lease.epoch} " + row.outcome_unknown_by.split(" ", 1)[1],
-    )
+    assert row.status == "pending"  # handed over, no answer: it may have been delivered
+    assert row.outcome_unknown_by.startswith(f"epoch:{lease.epoch} on ")
     send(ticket, lease)  # the retry after an unknown outcome
     return Email.objects.get()
 

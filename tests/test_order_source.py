@@ -171,7 +171,7 @@ def test_without_an_order_source_an_unknown_order_is_refused_as_before(db, setti
         services.ticket_open(order_number="7001")
 
 
-# --- where people meet it: the desk's form and the API ---------------------------------------------
+# --- where people meet it: the desk's form and the API --------------------------------------------
 def test_the_form_tells_the_person_opening_the_ticket_that_the_shop_did_not_answer(
     client, agent, shop
 ):

@@ -24,8 +24,8 @@ from refunds.services.tickets import (
     FORK_MAX_CENTS,
     FORKABLE,
     email_resend,
-    ticket_fork,
     order_find,
+    ticket_fork,
     ticket_open,
     ticket_retry,
 )
