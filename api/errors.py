@@ -44,6 +44,7 @@ CODES = {
     500: "server_error",
     503: "database_unavailable",
 }
+ORDER_SOURCE_RETRY_AFTER = 30  # seconds: the shop's systems, not ours, are down
 
 
 def body(status_code: int, message: str, code: str = "", **extra: Any) -> dict[str, Any]:
@@ -71,6 +72,13 @@ class Conflict(exceptions.APIException):
 class Unprocessable(exceptions.APIException):
     status_code = 422
     default_code = "unprocessable"
+
+
+class ShopUnavailable(exceptions.APIException):
+    """The order source could not give the order the ticket names (refunds/order_source.py)."""
+
+    status_code = 503
+    default_code = "order_source_unavailable"
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -114,6 +122,9 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
             code = "parse_error"
         elif isinstance(exc, Conflict):
             extra["ticket"] = exc.ticket
+        elif isinstance(exc, ShopUnavailable):
+            code = ShopUnavailable.default_code
+            response["Retry-After"] = str(ORDER_SOURCE_RETRY_AFTER)
     response.data = body(response.status_code, message, code, **extra)
     return response
 

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import idempotency
-from api.errors import Conflict, Unprocessable, body
+from api.errors import Conflict, ShopUnavailable, Unprocessable, body
 from api.serializers import (
     NON_FIELD,
     DecisionIn,
@@ -92,7 +92,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     summary="Open a refund ticket for an order",
     request=TicketOpen,
     parameters=[IDEMPOTENCY_HEADER],
-    responses={201: TicketRef, **_errors(400, 401, 403, 409, 413, 415, 422, 429)},
+    responses={201: TicketRef, **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)},
 )
 @api_view(["GET", "POST"])
 def tickets(request: Request) -> Response:
@@ -100,6 +100,7 @@ def tickets(request: Request) -> Response:
         return _list(request)
     if not request.headers.get("Idempotency-Key", "").strip():
         return _open(request)
+    _order_from_the_shop(request)  # before the idempotent transaction: no network wait in one
     return _with_idempotency_key(request, lambda: _open(request, raise_conflict=False))
 
 
@@ -127,6 +128,19 @@ def _with_idempotency_key(request: Request, respond: Callable[[], Response]) -> 
     return Response(data, status=status, headers={"Idempotency-Key": key})
 
 
+def _order_from_the_shop(request: Request) -> None:
+    """An order the desk lacks, asked of the shop (REFUNDS_ORDER_SOURCE) and stored."""
+    number = request.data.get("order_number") if isinstance(request.data, dict) else None
+    if not isinstance(number, str) or not number.strip():
+        return  # the form below says what is wrong
+    try:
+        found = services.order_find(order_number=number.strip())
+    except services.ShopUnavailable as exc:
+        raise ShopUnavailable(str(exc)) from None
+    if found is None:  # said here: inside the transaction the shop is not asked again
+        raise serializers.ValidationError(f"There is no order {number.strip()}.")
+
+
 def _open(request: Request, *, raise_conflict: bool = True) -> Response:
     if not request._request.body:
         raise ParseError("The body is not valid JSON: it is empty.")
@@ -141,6 +155,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         if raise_conflict:
             raise Conflict(str(exc), ticket=ref) from None
         return Response(body(409, str(exc), ticket=ref), status=409)
+    except services.ShopUnavailable as exc:
+        raise ShopUnavailable(str(exc)) from None
     except services.RefundError as exc:
         raise serializers.ValidationError(str(exc)) from None
     return Response(TicketRef(ticket, context={"request": request}).data, status=201)

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "anymail",  # the mail provider: its backends and tracking webhooks (config/urls.py)
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -159,6 +160,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "refunds.context_processors.fakes_banner",
             ],
         },
     },
@@ -244,6 +246,15 @@ EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
 # not a worker (and bounds how long the outbox waits on a sender it cannot see).
 EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10.0, minimum=0.1)
 
+# --- Mail provider (django-anymail): every ANYMAIL_<NAME> variable is anymail's <NAME> setting ---
+# e.g. ANYMAIL_MAILGUN_API_KEY, ANYMAIL_MAILGUN_WEBHOOK_SIGNING_KEY, ANYMAIL_WEBHOOK_SECRET,
+# ANYMAIL_POSTMARK_SERVER_TOKEN, ANYMAIL_RESEND_API_KEY: any of anymail's ESPs by setting alone.
+ANYMAIL = {
+    name.removeprefix("ANYMAIL_"): value
+    for name, value in os.environ.items()
+    if name.startswith("ANYMAIL_") and value
+}
+
 # --- The workflow ----------------------------------------------------------------------------
 # Support agents decide refunds up to this many cents, managers above (refunds/policy.py).
 REFUNDS_AGENT_LIMIT_CENTS = env_int(
@@ -275,6 +286,45 @@ STRIPE_TIMEOUT = env_number("STRIPE_TIMEOUT", 10.0, minimum=0.1)
 REFUNDS_CARRIER = env_str("REFUNDS_CARRIER", "")
 REFUNDS_CARRIER_TIMEOUT = env_number("REFUNDS_CARRIER_TIMEOUT", 5.0, minimum=0.01)
 REFUNDS_CARRIER_ATTEMPTS = env_int("REFUNDS_CARRIER_ATTEMPTS", 2, minimum=1)
+
+# --- Production refuses the fakes -------------------------------------------------------------
+# Mail that never leaves this machine, or a gateway that moves no money, is the demo's. Outside
+# the demo the process refuses to start with one, unless an operator allows them for a staging
+# box (then every page of the desk says so: refunds/context.py).
+FAKE_EMAIL_BACKENDS = {
+    "django.core.mail.backends.console.EmailBackend": "mail is printed, never sent",
+    "django.core.mail.backends.locmem.EmailBackend": "mail is kept in memory, never sent",
+    "django.core.mail.backends.filebased.EmailBackend": "mail is written to files, never sent",
+    "django.core.mail.backends.dummy.EmailBackend": "mail is thrown away",
+    "anymail.backends.test.EmailBackend": "mail is kept in memory, never sent",
+    "anymail.backends.console.EmailBackend": "mail is printed, never sent",
+}
+FAKE_GATEWAYS = {"refunds.payments.DemoGateway": "refunds move no money (the demo gateway)"}
+REFUNDS_ALLOW_FAKES = env_bool("REFUNDS_ALLOW_FAKES", False)
+REFUNDS_FAKES_IN_USE = [
+    f"{name}={value}: {FAKE_EMAIL_BACKENDS.get(value) or FAKE_GATEWAYS[value]}"
+    for name, value in (("EMAIL_BACKEND", EMAIL_BACKEND), ("REFUNDS_GATEWAY", REFUNDS_GATEWAY))
+    if value in FAKE_EMAIL_BACKENDS or value in FAKE_GATEWAYS
+]
+if REFUNDS_FAKES_IN_USE and not DEMO and not REFUNDS_ALLOW_FAKES:
+    raise BadSetting(
+        f"{REFUNDS_FAKES_IN_USE[0]}; production needs a real one "
+        "(or REFUNDS_ALLOW_FAKES=true on a staging box, or REFUNDS_DEMO=true for the demo)"
+    )
+# The banner every page shows: only where an operator allowed the fakes outside the demo.
+REFUNDS_FAKES_BANNER = [
+    words.split(": ", 1)[1] for words in REFUNDS_FAKES_IN_USE if REFUNDS_ALLOW_FAKES and not DEMO
+]
+
+# The shop's orders, for orders the desk lacks (refunds/order_source.py): a base URL answering
+# GET {base}/orders/{number} with the order as JSON; empty: only orders imported or pushed.
+REFUNDS_ORDER_SOURCE = os.environ.get("REFUNDS_ORDER_SOURCE", "")
+if REFUNDS_ORDER_SOURCE:
+    REFUNDS_ORDER_SOURCE = env_url("REFUNDS_ORDER_SOURCE", "", schemes=("http", "https"))
+REFUNDS_ORDER_SOURCE_TOKEN = env_str("REFUNDS_ORDER_SOURCE_TOKEN", "")  # sent as a Bearer token
+# Short: a person waits on the "Open a ticket" form while the shop is asked.
+REFUNDS_ORDER_SOURCE_TIMEOUT = env_number("REFUNDS_ORDER_SOURCE_TIMEOUT", 3.0, minimum=0.1)
+REFUNDS_ORDER_SOURCE_ATTEMPTS = env_int("REFUNDS_ORDER_SOURCE_ATTEMPTS", 2, minimum=1)
 
 # devtools/ (crash points, worker processes, the SMTP sink, the fake processor, `manage.py
 # crashtest`) sits beside the app in a checkout and is not installed with it: where it is missing,

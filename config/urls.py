@@ -7,6 +7,8 @@ from refunds import health
 urlpatterns = [
     path("", include("reviews.urls")),
     path("api/", include("api.urls")),
+    # The mail provider's tracking webhooks, e.g. /mail/mailgun/tracking/ (refunds/delivery.py)
+    path("mail/", include("anymail.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", include("insights.urls")),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db.models import Q, QuerySet
+
 from refunds import persistence
 from refunds.flow.nodes import customer_namespace
 from refunds.flow.words import node_words
@@ -28,22 +30,28 @@ def failed_threads() -> list[Ticket]:
     return tickets
 
 
+# The provider took these but says the customer never got them (its tracking webhook).
+NOT_RECEIVED = (Email.Delivery.BOUNCED, Email.Delivery.COMPLAINED, Email.Delivery.FAILED)
+
+
+def _undelivered() -> QuerySet[Email]:
+    return Email.objects.filter(ticket__status__in=Ticket.FINAL).filter(
+        ~Q(status=Email.Status.SENT) | Q(delivery__in=NOT_RECEIVED)
+    )
+
+
 def undelivered() -> list[Email]:
-    """Emails of finished tickets that never reached the mail server, oldest first."""
+    """Emails of finished tickets that never reached the mail server, or that the provider
+    reported bounced or failed, oldest first."""
     return list(
-        Email.objects.filter(ticket__status__in=Ticket.FINAL)
-        .exclude(status=Email.Status.SENT)
-        .select_related("ticket", "ticket__order")
-        .order_by("created_at")[:LIMIT]
+        _undelivered().select_related("ticket", "ticket__order").order_by("created_at")[:LIMIT]
     )
 
 
 def counts() -> dict[str, int]:
     return {
         "failed": Ticket.objects.filter(status=Ticket.Status.FAILED).count(),
-        "undelivered": Email.objects.filter(ticket__status__in=Ticket.FINAL)
-        .exclude(status=Email.Status.SENT)
-        .count(),
+        "undelivered": _undelivered().count(),
     }
 
 

@@ -7,4 +7,4 @@ class RefundsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from refunds import checks, signals  # noqa: F401
+        from refunds import checks, delivery, signals  # noqa: F401

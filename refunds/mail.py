@@ -40,6 +40,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from anymail.exceptions import AnymailAPIError, AnymailRecipientsRefused
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
@@ -51,6 +52,7 @@ from langgraph.errors import GraphDrained
 
 from core import sql
 from refunds import metrics, queries, signals
+from refunds.delivery import METADATA_KEY
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -216,23 +218,21 @@ def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None
                 raise smtplib.SMTPServerDisconnected("the SMTP connection did not open")
             _send_smtp(backend.connection, message, key, sender)
         else:  # console, file, locmem, a provider's API: the call itself is the handover
+            # Every anymail ESP echoes metadata back in its tracking events (refunds/delivery.py).
+            message.metadata = {METADATA_KEY: key}  # type: ignore[attr-defined]
             _hand_over(key, sender)
             _emit(key, "handing_over")
             try:
                 backend.send_messages([message])
             except Exception as exc:
-                answered = isinstance(
-                    exc,
-                    smtplib.SMTPResponseException
-                    | smtplib.SMTPRecipientsRefused
-                    | ConnectionRefusedError,
-                )  # a refusal is an answer, a refused connection took nothing
-                if answered or not isinstance(_classify(exc), MailRetryable):
+                if _answered(exc) or not isinstance(_classify(exc), MailRetryable):
                     raise  # and a bug is not the server's
-                raise AnswerLost(f"no answer after the message was handed over: {exc!r}") from exc
+                lost = _classify(exc) if isinstance(exc, AnymailAPIError) else repr(exc)
+                raise AnswerLost(f"no answer after the message was handed over: {lost}") from exc
             _emit(key, "handed_over")
             _emit(key, "accepted")
             _record_sent(key, sender)
+            _record_provider_id(key, message)
     except Exception as exc:
         backend_close(backend)
         error = _classify(exc)
@@ -376,6 +376,38 @@ def _record_sent(key: str, sender: Sender) -> None:
     )
 
 
+def _answered(exc: Exception) -> bool:
+    """Whether a failed send got an answer that says nothing was taken: a refusal is an answer,
+    and so is a provider's 4xx; a refused connection took nothing. A timeout, a reset or a
+    provider's 5xx after the request went out may have been taken."""
+    if isinstance(
+        exc,
+        smtplib.SMTPResponseException
+        | smtplib.SMTPRecipientsRefused
+        | ConnectionRefusedError
+        | AnymailRecipientsRefused,
+    ):
+        return True
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, AnymailAPIError) and status is not None:
+        return status < 500
+    cause: BaseException | None = exc
+    while cause is not None:  # requests wraps a refused connection several times over
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _record_provider_id(key: str, message: EmailMessage) -> None:
+    """The provider's own id for what it took (anymail's), so its tracking events find the row
+    even where they do not carry our metadata."""
+    status = getattr(message, "anymail_status", None)
+    provider_id = getattr(status, "message_id", None)
+    if provider_id is not None:
+        _write(Email.objects.filter(key=key), provider_message_id=str(provider_id)[:255])
+
+
 def backend_close(backend) -> None:
     try:
         backend.close()
@@ -385,6 +417,9 @@ def backend_close(backend) -> None:
 
 def _classify(exc: Exception) -> MailRetryable | MailRefused | None:
     """What an SMTP failure means for the next try; None for a bug, which propagates as it is."""
+    provider = _classify_provider(exc)  # before OSError: anymail's HTTP errors are OSErrors too
+    if provider is not None:
+        return provider
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         codes = [code for code, _ in exc.recipients.values()]
         if all(code >= 500 for code in codes):
@@ -397,7 +432,22 @@ def _classify(exc: Exception) -> MailRetryable | MailRefused | None:
         return MailRetryable(f"the mail server deferred the message: {exc.smtp_code} {text}")
     if isinstance(exc, smtplib.SMTPException | OSError | socket.timeout):
         return MailRetryable(f"the mail server could not be reached: {exc!r}")
-    return None
+    return _classify_provider(exc)
+
+
+def _classify_provider(exc: Exception) -> MailRetryable | MailRefused | None:
+    """A mail provider's answer through anymail: a recipient it refuses or a 4xx (other than
+    429) is final; 429, a 5xx or no answer at all is worth another try. Anymail's configuration
+    errors (a missing API key, an unsupported feature) are bugs, not answers."""
+    if isinstance(exc, AnymailRecipientsRefused):
+        return MailRefused(f"the mail provider refused the recipient: {exc}")
+    if not isinstance(exc, AnymailAPIError):
+        return None
+    status = getattr(exc, "status_code", None)
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    if status is not None and 400 <= status < 500 and status != 429:
+        return MailRefused(f"the mail provider refused the message: {status} {first}")
+    return MailRetryable(f"the mail provider did not take the message: {first}")
 
 
 def message_id(key: str) -> str:

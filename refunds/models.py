@@ -12,6 +12,7 @@ from refunds.statuses import (
     TICKET_WORK_LEFT,
     ChargeStatus,
     DecisionAnswer,
+    EmailDelivery,
     EmailStatus,
     TicketStatus,
 )
@@ -425,6 +426,7 @@ class Email(models.Model):
     answer recorded moves it to "outcome unknown": the message may have been delivered."""
 
     Status = EmailStatus
+    Delivery = EmailDelivery
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="emails")
     key = models.CharField(max_length=150, unique=True)
@@ -446,6 +448,17 @@ class Email(models.Model):
     # lost): when it was handed over and by whom. A second copy may exist from then.
     outcome_unknown_at = models.DateTimeField(null=True, blank=True)
     outcome_unknown_by = models.CharField(max_length=200, blank=True)
+    # A provider's own id for the message (anymail's message_id), and what its tracking webhook
+    # said last (refunds/delivery.py): "bounced: mailbox unknown" shows on the undelivered page.
+    # (Defaults in the database too: the outbox's claim is a hand-written INSERT.)
+    provider_message_id = models.CharField(
+        max_length=255, blank=True, default="", db_default="", db_index=True
+    )
+    delivery = models.CharField(
+        max_length=12, choices=Delivery, blank=True, default="", db_default=""
+    )
+    delivery_detail = models.CharField(max_length=500, blank=True, default="", db_default="")
+    delivery_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.subject} -> {self.to}"

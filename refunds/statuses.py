@@ -30,6 +30,17 @@ class EmailStatus(models.TextChoices):
     SENT = "sent", "Delivered to the mail server"
 
 
+class EmailDelivery(models.TextChoices):
+    """What the mail provider's tracking webhook last said about a message it took (anymail's
+    event types we keep; "" until it says anything, and always with plain SMTP)."""
+
+    UNKNOWN = "", "Not reported"
+    DELIVERED = "delivered", "Delivered"
+    BOUNCED = "bounced", "Bounced"
+    COMPLAINED = "complained", "Marked as spam"
+    FAILED = "failed", "Failed"
+
+
 class DecisionAnswer(models.TextChoices):
     APPROVE = "approve", "Approve"
     REJECT = "reject", "Reject"

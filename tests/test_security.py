@@ -30,6 +30,9 @@ PRODUCTION = {
     "HTTPS": "true",
     "SECURE_HSTS_PRELOAD": "true",
     "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
+    # Real mail and money: production refuses the fakes (console mail, the demo gateway).
+    "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+    "REFUNDS_GATEWAY": "refunds.payments.HttpGateway",
 }
 
 
@@ -89,6 +92,28 @@ def test_the_demo_loads_its_users(tmp_path):
     done = manage(tmp_path, "demo_data", **demo)
     assert done.returncode == 0, done.stderr
     assert "users agent, manager, admin" in done.stdout
+
+
+def test_the_demo_has_orders_for_a_shift_of_every_kind(tmp_path):
+    demo = {"REFUNDS_DEMO": "true"}
+    assert manage(tmp_path, "migrate", "--noinput", "-v0", **demo).returncode == 0
+    assert manage(tmp_path, "demo_data", **demo).returncode == 0
+    count = (
+        "from django.db.models import F; from refunds.models import Order; "
+        "late = Order.objects.filter(delivered_on__gt=F('promised_on')); "
+        "print(Order.objects.count(), late.filter(shipping_fee_cents__lte=2000).count(), "
+        "late.filter(shipping_fee_cents__gt=2000, shipping_fee_cents__lte=10000).count(), "
+        "late.filter(shipping_fee_cents__gt=10000).count(), "
+        "Order.objects.filter(delivered_on__lte=F('promised_on')).count(), "
+        "Order.objects.values('customer_email').distinct().count())"
+    )
+    counted = manage(tmp_path, "shell", "-c", count, **demo)
+
+    total, agent, manager, flagged, on_time, customers = map(
+        int, counted.stdout.strip().splitlines()[-1].split()
+    )
+    assert total >= 40 and total == customers  # one customer per order: no repeat-refunder flags
+    assert min(agent, manager, flagged, on_time) >= 8  # agent-sized, manager-sized, over $100
 
 
 def test_debug_is_off_unless_asked_for():

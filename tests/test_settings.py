@@ -159,6 +159,9 @@ PRODUCTION = {
     "ALLOWED_HOSTS": "desk.example.com",
     "HTTPS": "true",
     "SECURE_HSTS_PRELOAD": "true",
+    # Real mail and money: production refuses the fakes (console mail, the demo gateway).
+    "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+    "REFUNDS_GATEWAY": "refunds.payments.HttpGateway",
 }
 
 
@@ -301,3 +304,81 @@ def test_only_a_database_that_cannot_be_reached_is_reported_in_one_line(message,
     from config.env import _is_database_unreachable
 
     assert _is_database_unreachable(OperationalError(message)) is one_line
+
+
+# --- production refuses the fakes -----------------------------------------------------------------
+REAL = {k: v for k, v in PRODUCTION.items() if k not in ("EMAIL_BACKEND", "REFUNDS_GATEWAY")}
+CONSOLE = "django.core.mail.backends.console.EmailBackend"
+LOCMEM = "django.core.mail.backends.locmem.EmailBackend"
+SMTP = "django.core.mail.backends.smtp.EmailBackend"
+HTTP_GATEWAY = "refunds.payments.HttpGateway"
+FIX = (
+    "; production needs a real one (or REFUNDS_ALLOW_FAKES=true on a staging box, "
+    "or REFUNDS_DEMO=true for the demo)"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"REFUNDS_GATEWAY": HTTP_GATEWAY},  # mail left at its default: the console
+            f"EMAIL_BACKEND={CONSOLE}: mail is printed, never sent{FIX}",
+        ),
+        (
+            {"EMAIL_BACKEND": LOCMEM, "REFUNDS_GATEWAY": HTTP_GATEWAY},
+            f"EMAIL_BACKEND={LOCMEM}: mail is kept in memory, never sent{FIX}",
+        ),
+        (
+            {"EMAIL_BACKEND": SMTP},  # the gateway left at its default: the demo's
+            "REFUNDS_GATEWAY=refunds.payments.DemoGateway: refunds move no money "
+            f"(the demo gateway){FIX}",
+        ),
+        (
+            {"EMAIL_BACKEND": SMTP, "REFUNDS_GATEWAY": HTTP_GATEWAY, "REFUNDS_ALLOW_FAKES": "no"},
+            None,  # nothing fake: production starts
+        ),
+    ],
+)
+def test_production_refuses_to_start_with_a_fake_in_one_line(tmp_path, env, message):
+    result = manage_check(tmp_path, **REAL, **env)
+
+    if message is None:
+        assert result.returncode == 0, result.stderr
+        return
+    assert result.returncode != 0
+    assert result.stderr == f"Refund Desk cannot start: {message}\n"
+
+
+def test_a_celery_worker_refuses_the_fakes_at_start_too(tmp_path):
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL"))
+        and k not in ("DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE", "PROMETHEUS_MULTIPROC_DIR")
+    }
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "celery"), "-A", "config", "worker", "--pool", "solo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, **REAL, "REFUNDS_DATA_DIR": str(tmp_path), "REFUNDS_GATEWAY": HTTP_GATEWAY},
+    )
+
+    assert result.returncode != 0
+    assert f"Refund Desk cannot start: EMAIL_BACKEND={CONSOLE}" in result.stderr, result.stderr
+
+
+def test_an_operator_may_allow_the_fakes_on_a_staging_box_and_every_page_says_so(tmp_path):
+    show = "from django.conf import settings; print(settings.REFUNDS_FAKES_BANNER)"
+    staging = manage_check(tmp_path, "shell", "-c", show, **REAL, REFUNDS_ALLOW_FAKES="true")
+    demo = manage_check(tmp_path, "shell", "-c", show, REFUNDS_DEMO="true")
+
+    assert staging.returncode == 0, staging.stderr
+    assert staging.stdout.strip().splitlines()[-1] == (
+        "['mail is printed, never sent', 'refunds move no money (the demo gateway)']"
+    )
+    assert (
+        demo.stdout.strip().splitlines()[-1] == "[]"
+    )  # the demo says what it is as it starts, not in a banner

@@ -16,6 +16,7 @@ from refunds.services.errors import (
     BrokerUnavailable,
     ClaimTaken,
     RefundError,
+    ShopUnavailable,
     TicketAlreadyOpen,
 )
 from refunds.services.sweep import tickets_recover
@@ -23,6 +24,7 @@ from refunds.services.tickets import (
     FORK_MAX_CENTS,
     FORKABLE,
     email_resend,
+    order_find,
     ticket_fork,
     ticket_open,
     ticket_retry,
@@ -39,6 +41,7 @@ __all__ = [
     "BrokerUnavailable",
     "ClaimTaken",
     "RefundError",
+    "ShopUnavailable",
     "TicketAlreadyOpen",
     "email_resend",
     "review_claim",
@@ -48,6 +51,7 @@ __all__ = [
     "ticket_decide",
     "ticket_escalate",
     "ticket_fork",
+    "order_find",
     "ticket_open",
     "ticket_retry",
     "tickets_recover",

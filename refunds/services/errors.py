@@ -31,6 +31,11 @@ class TicketAlreadyOpen(RefundError):
         )
 
 
+class ShopUnavailable(RefundError):
+    """The order source could not give the order (the shop did not answer, or answered
+    something unusable); the message says which, for the person opening the ticket."""
+
+
 class ClaimTaken(RefundError):
     """A colleague holds a live claim on this review."""
 

@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from core.clock import local_words
-from refunds import audit, enqueue, permissions
+from refunds import audit, enqueue, order_source, permissions
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
 from refunds.models import (
@@ -19,7 +19,13 @@ from refunds.models import (
     Ticket,
 )
 from refunds.money import money_moved
-from refunds.services.errors import NOTE_MAX, REASON_MAX, RefundError, TicketAlreadyOpen
+from refunds.services.errors import (
+    NOTE_MAX,
+    REASON_MAX,
+    RefundError,
+    ShopUnavailable,
+    TicketAlreadyOpen,
+)
 
 
 def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
@@ -28,7 +34,7 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
         raise RefundError("Enter an order number.")
     if len(note or "") > NOTE_MAX:
         raise RefundError(f"The note is too long ({len(note)} characters, at most {NOTE_MAX}).")
-    order = Order.objects.filter(number=number).first()
+    order = order_find(order_number=number)
     if order is None:
         raise RefundError(f"There is no order {number}.")
     existing = Ticket.objects.open().filter(order=order).select_related("order").first()
@@ -51,6 +57,18 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
             raise
         raise TicketAlreadyOpen(existing) from None
     return ticket
+
+
+def order_find(*, order_number: str) -> Order | None:
+    """The desk's order, or else the shop's (REFUNDS_ORDER_SOURCE), stored; None when neither
+    has it. Asks the shop outside any transaction; ShopUnavailable when it cannot say."""
+    order = Order.objects.filter(number=order_number).first()
+    if order is not None:
+        return order
+    try:
+        return order_source.fetch(order_number)
+    except order_source.OrderSourceError as exc:
+        raise ShopUnavailable(str(exc)) from exc
 
 
 def email_resend(*, email_id: int, by) -> None:

@@ -25,6 +25,27 @@ ORDERS = [
     ("1048", "Gus Lindqvist", 9, 2001),
     ("1049", "Hana Ito", 1, 15000),
 ]
+# A shift's worth more (1050-1089), in turn: agent-sized and late, manager-sized and late,
+# flagged (a fee over $100) and late, on time (declined by policy); names and amounts vary.
+_FIRST = ["Ines", "Jon", "Kemal", "Lena", "Mateo", "Nadia", "Omar", "Priya", "Quinn", "Rosa"]
+_LAST = ["Alves", "Berg", "Costa", "Dubois", "Eze", "Fischer", "Garcia", "Holm"]
+_KINDS = [(3, 450, 1350), (5, 2150, 6400), (2, 10500, 18000), (-2, 399, 2500)]
+ORDERS += [
+    (
+        str(1050 + i),
+        f"{_FIRST[i % len(_FIRST)]} {_LAST[i % len(_LAST)]}",
+        _KINDS[i % 4][0] + i % 3 if _KINDS[i % 4][0] > 0 else _KINDS[i % 4][0] - i % 2,
+        _KINDS[i % 4][1] + (i * 173) % (_KINDS[i % 4][2] - _KINDS[i % 4][1]),
+    )
+    for i in range(40)
+]
+
+
+def demo_email(number: str, name: str) -> str:
+    # The first eight keep their short addresses (README names them); the shift's customers are
+    # distinct people, so no earlier refund of a namesake flags them as repeat refunders.
+    who = name.split()[0] if int(number) < 1050 else name.replace(" ", ".")
+    return f"{who.lower()}@example.com"
 
 
 class Command(BaseCommand):
@@ -51,7 +72,7 @@ class Command(BaseCommand):
                 number=number,
                 defaults={
                     "customer_name": name,
-                    "customer_email": f"{name.split()[0].lower()}@example.com",
+                    "customer_email": demo_email(number, name),
                     "promised_on": promised,
                     "delivered_on": promised + timedelta(days=late),
                     "shipping_fee_cents": fee,

@@ -1,0 +1,12 @@
+"""What every page of the desk shows, whoever renders it."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest
+
+
+def fakes_banner(request: HttpRequest) -> dict[str, list[str]]:
+    """The fakes an operator allowed outside the demo (REFUNDS_ALLOW_FAKES): nobody mistakes a
+    staging box whose mail is never sent for the desk customers hear from."""
+    return {"fakes_banner": settings.REFUNDS_FAKES_BANNER}

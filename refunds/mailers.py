@@ -1,0 +1,27 @@
+"""Mail providers whose send API takes an idempotency key, with the outbox key as that key: a
+retry after an unknown outcome (a timeout or a 5xx after the request went out) is the same
+request to the provider, which sends the message once. This closes the one window the outbox
+leaves open with SMTP (refunds/mail.py).
+
+Of anymail's ESPs, Resend's send API takes one (`Idempotency-Key`, kept 24 hours); the others
+(Mailgun, Postmark, SendGrid, Amazon SES, Brevo, ...) take none, so with them the window stays
+as with SMTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anymail.backends.resend import EmailBackend as AnymailResendBackend
+
+KEY_HEADER = "X-Refund-Key"  # the outbox key, set on every message by refunds/mail.py
+
+
+class ResendBackend(AnymailResendBackend):
+    """anymail's Resend backend, sending the outbox key as Resend's Idempotency-Key."""
+
+    def build_message_payload(self, message: Any, defaults: dict) -> Any:
+        payload = super().build_message_payload(message, defaults)
+        key = (getattr(message, "extra_headers", None) or {}).get(KEY_HEADER)
+        if key:
+            payload.headers["Idempotency-Key"] = key
+        return payload

@@ -1,0 +1,212 @@
+"""The order source (refunds/order_source.py): a ticket for an order the desk lacks asks the
+shop over HTTP (a real server here), stores what it answers as an Order, and says clearly when
+the shop did not answer; nothing is stored from a bad answer."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from api.models import ApiToken
+from devtools.smtp_sink import free_port
+from refunds import services
+from refunds.models import Order, Ticket
+
+# The shop is never asked inside a transaction, so these tests commit as the app does.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORDER = {
+    "number": "7001",
+    "customer_name": "Iris Vale",
+    "customer_email": "iris@example.com",
+    "promised_on": "2026-11-02",
+    "delivered_on": "2026-11-06",
+    "shipping_fee_cents": 1299,
+    "currency": "eur",
+    "payment_reference": "pi_3Pshop7001",
+}
+
+
+class FakeShop:
+    """GET /orders/<number>: answers as told, one answer per request ("ok", "slow" past the
+    client's timeout, or a status code), then "ok"; counts every request it received."""
+
+    def __init__(self) -> None:
+        self.orders = {"7001": dict(ORDER)}
+        self.answers: list[str] = []
+        self.requests: list[str] = []
+        self.auth: list[str | None] = []
+        self._lock = threading.Lock()
+        self.port = free_port()
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/shop"
+
+    def _handler(self):
+        shop = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with shop._lock:
+                    shop.requests.append(self.path)
+                    shop.auth.append(self.headers.get("Authorization"))
+                    answer = shop.answers.pop(0) if shop.answers else "ok"
+                if answer == "slow":
+                    time.sleep(1.5)
+                number = self.path.rsplit("/", 1)[-1]
+                found = shop.orders.get(number)
+                status = int(answer) if answer.isdigit() else (200 if found else 404)
+                out = json.dumps(found if status == 200 else {"error": "no"}).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                except OSError:
+                    pass  # the client gave up waiting
+
+        return Handler
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def shop(settings) -> Iterator[FakeShop]:
+    fake = FakeShop()
+    settings.REFUNDS_ORDER_SOURCE = fake.url
+    settings.REFUNDS_ORDER_SOURCE_TIMEOUT = 0.5
+    settings.REFUNDS_ORDER_SOURCE_ATTEMPTS = 2
+    settings.REFUNDS_ORDER_SOURCE_TOKEN = "shop-token-1234"
+    yield fake
+    fake.stop()
+
+
+def test_a_ticket_for_an_order_the_desk_lacks_asks_the_shop_and_stores_it(db, shop):
+    ticket = services.ticket_open(order_number="7001")
+
+    order = Order.objects.get(number="7001")
+    assert ticket.order == order
+    assert (order.customer_name, order.customer_email) == ("Iris Vale", "iris@example.com")
+    assert (str(order.promised_on), str(order.delivered_on)) == ("2026-11-02", "2026-11-06")
+    assert (order.shipping_fee_cents, order.currency) == (1299, "EUR")
+    assert order.payment_reference == "pi_3Pshop7001"
+    assert shop.requests == ["/shop/orders/7001"]
+    assert shop.auth == ["Bearer shop-token-1234"]
+
+
+def test_an_order_the_desk_has_is_not_asked_of_the_shop(db, shop, late_order):
+    services.ticket_open(order_number="1042")
+    assert shop.requests == []
+
+
+def test_an_order_the_shop_does_not_know_is_no_such_order(db, shop):
+    with pytest.raises(services.RefundError, match="There is no order 7002."):
+        services.ticket_open(order_number="7002")
+    assert shop.requests == ["/shop/orders/7002"]  # a 404 is an answer: not asked again
+    assert not Order.objects.exists()
+
+
+@pytest.mark.parametrize("failure", ["slow", "503"])
+def test_a_timeout_or_a_5xx_is_tried_again(db, shop, failure):
+    shop.answers = [failure]
+    services.ticket_open(order_number="7001")
+    assert len(shop.requests) == 2 and Order.objects.filter(number="7001").exists()
+
+
+@pytest.mark.parametrize("failure", ["slow", "500"])
+def test_a_shop_that_never_answers_is_said_so_and_nothing_is_stored(db, shop, failure):
+    shop.answers = [failure, failure]
+    with pytest.raises(services.ShopUnavailable, match="The shop did not answer for order 7001"):
+        services.ticket_open(order_number="7001")
+    assert len(shop.requests) == 2
+    assert not Order.objects.exists() and not Ticket.objects.exists()
+
+
+def test_a_4xx_is_permanent_and_asked_once(db, shop):
+    shop.answers = ["403"]
+    with pytest.raises(services.ShopUnavailable, match=r"The shop refused .* \(403\)"):
+        services.ticket_open(order_number="7001")
+    assert len(shop.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"promised_on": None}, "missing promised_on"),
+        ({"delivered_on": "06/11/2026"}, "delivered_on is not a date"),
+        ({"shipping_fee_cents": 12.99}, "shipping_fee_cents is not a whole number of cents"),
+        ({"shipping_fee_cents": -5}, "shipping_fee_cents is not a whole number of cents"),
+        ({"currency": "euro"}, "currency is not an ISO 4217 code"),
+        ({"customer_email": "iris"}, "customer_email is not an address"),
+        ({"number": "7009"}, "it describes order '7009'"),
+    ],
+)
+def test_an_answer_that_is_no_order_is_refused_and_nothing_is_stored(db, shop, change, words):
+    shop.orders["7001"].update(change)
+    with pytest.raises(services.ShopUnavailable, match=words):
+        services.ticket_open(order_number="7001")
+    assert not Order.objects.exists()
+
+
+def test_without_an_order_source_an_unknown_order_is_refused_as_before(db, settings):
+    settings.REFUNDS_ORDER_SOURCE = ""
+    with pytest.raises(services.RefundError, match="There is no order 7001."):
+        services.ticket_open(order_number="7001")
+
+
+# --- where people meet it: the desk's form and the API --------------------------------------------
+def test_the_form_tells_the_person_opening_the_ticket_that_the_shop_did_not_answer(
+    client, agent, shop
+):
+    shop.answers = ["503", "503"]
+    client.force_login(agent)
+
+    response = client.post(reverse("reviews:ticket_new"), {"order_number": "7001", "note": ""})
+
+    assert response.status_code == 400
+    assert "The shop did not answer for order 7001" in response.content.decode()
+    assert not Ticket.objects.exists()
+
+
+@pytest.mark.parametrize("idempotency_key", ["", "open-7001-once"])
+def test_the_api_answers_503_with_retry_after_and_then_opens_the_ticket(
+    agent, shop, idempotency_key
+):
+    api = Client(headers={"Authorization": f"Token {ApiToken.issue(agent)[1]}"})
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+
+    def post():
+        return api.post(
+            "/api/tickets/",
+            json.dumps({"order_number": "7001"}),
+            content_type="application/json",
+            headers=headers,
+        )
+
+    shop.answers = ["slow", "slow"]
+    down = post()
+    assert down.status_code == 503
+    assert down.json()["code"] == "order_source_unavailable"
+    assert "The shop did not answer for order 7001" in down.json()["error"]
+    assert down["Retry-After"] == "30"
+
+    up = post()  # the shop answers now; with a key, nothing was kept from the 503
+    assert up.status_code == 201, up.content
+    assert Ticket.objects.get().order.number == "7001"
