@@ -120,8 +120,11 @@ def test_it_answers_htmx_with_the_decided_row_and_a_queue_event(client, agent, s
     assert "queueChanged" in json.loads(response["HX-Trigger"])
     html = response.content.decode()
     assert html.startswith(f'<tr id="review-{small.pk}"')
+    # Where the review was: a short line, in view where the reviewer tapped.
+    assert "Approved $6.99 for order 1042 — being paid out" in html
+    # The message region keeps a trail: the newest on top of the earlier ones.
+    assert 'hx-swap-oob="afterbegin"' in html
     assert "Approved the refund on order 1042" in html
-    assert 'hx-swap-oob="true"' in html  # the message region updates too
     assert Decision.objects.get().answer == "approve"
 
 
