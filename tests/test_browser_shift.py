@@ -115,7 +115,8 @@ def test_the_loser_of_a_claim_race_is_told_how_the_review_ended(
     flash = page.locator("#messages")
     expect(flash).to_contain_text("bea")
     decide(Ticket.objects.get(pk=ticket.pk), colleague)
-    expect(flash).to_contain_text("Order 1042 was approved by bea")
+    expect(flash).to_contain_text("Order 1042 was decided by bea")
+    expect(flash).to_contain_text("approved: $6.99")
     expect(page.locator("#messages .flash-error")).to_have_count(0)
     page.screenshot(path=str(shots() / "shift-race-lost-1280.png"))
     assert csp_problems(page, page.console_messages_seen) == []

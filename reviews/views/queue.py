@@ -286,6 +286,8 @@ def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, stat
             "ticket": with_pending_decisions([ticket])[0],
             "error": text,
             "may_decide": not permissions.decision_refusal(request.user, ticket),
+            # Lost to a colleague: the banner follows the review until it ends.
+            "follow": ticket.pending_interrupt_id if status == 409 else "",
         } | row_extras()
         response = render(request, "reviews/_decision_error.html", context, status=status)
         # Swapped although it is a 4xx: base.html's htmx-config lets 400/403/409 through. The
