@@ -120,3 +120,46 @@ def test_the_loser_of_a_claim_race_is_told_how_the_review_ended(
     expect(page.locator("#messages .flash-error")).to_have_count(0)
     page.screenshot(path=str(shots() / "shift-race-lost-1280.png"))
     assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_link_to_a_ticket_outside_scope_gets_the_desks_page_at_any_width(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    settings,
+    width,
+):
+    from playwright.sync_api import expect
+
+    settings.DEBUG = True  # the demo: Django would answer with its technical 404
+    big = awaiting_review(make_order("1045", fee_cents=4800))
+    page = page_for(browser, live_server, agent, width=width)
+    response = page.goto(f"{live_server.url}/tickets/{big.pk}/")
+    assert response and response.status == 404
+    expect(page.locator("h1")).to_have_text("Nothing to show here")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots() / f"shift-404-{width}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_an_escalated_ticket_page_says_a_manager_decides(
+    browser,  # noqa: F811
+    live_server,
+    manager,
+    colleague,
+    width,
+):
+    from playwright.sync_api import expect
+
+    ticket = awaiting_review(make_order("1042"))
+    services.ticket_escalate(ticket=ticket, by=colleague, note="Customer disputes the date.")
+    page = page_for(browser, live_server, manager, width=width)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    status = page.locator("#ticket-status")
+    expect(status).to_contain_text("a manager (escalated from the support agents)")
+    expect(status).to_contain_text("Waiting on a manager")
+    expect(status).not_to_contain_text("Waiting on a support agent")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots() / f"shift-escalated-{width}.png"), full_page=True)
+    assert csp_problems(page, page.console_messages_seen) == []
