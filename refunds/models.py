@@ -477,6 +477,7 @@ class AuditEvent(models.Model):
         FORK = "fork", "Forked"
         RETRY = "retry", "Retried"
         RESEND = "resend", "Resent an email"
+        NOTE = "note", "Added a note"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(
