@@ -232,6 +232,9 @@ class Ticket(models.Model):
     # Not a column: the desk's pages note here the decision recorded for the pending review and
     # not yet applied (reviews.views.common.with_pending_decisions).
     pending_decision: Decision | None
+    # Set on the queue's rows: the one-line outcome of a review its reviewer just decided
+    # (reviews.views.queue).
+    decided_line: str
 
     class Meta:
         ordering = ["-id"]

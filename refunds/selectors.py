@@ -33,8 +33,13 @@ def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str |
             f"Order {number} was decided by {decision.reviewer.username} at "
             f"{local_words(decision.decided_at)}, {done}."
         )
-    if ticket.status != Ticket.Status.AWAITING_REVIEW or ticket.pending_interrupt_id != interrupt_id:
-        return f"Order {number} is no longer waiting on this review ({ticket.get_status_display()})."
+    if (
+        ticket.status != Ticket.Status.AWAITING_REVIEW
+        or ticket.pending_interrupt_id != interrupt_id
+    ):
+        return (
+            f"Order {number} is no longer waiting on this review ({ticket.get_status_display()})."
+        )
     if ticket.is_escalated:
         return f"Order {number} was escalated to managers."
     if ticket.claim_holder(now) is None:

@@ -119,7 +119,9 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
 
 
 def _rows(client) -> str:
-    return client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"}).content.decode()
+    return client.get(
+        QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"}
+    ).content.decode()
 
 
 def _row(html: str, ticket) -> str:

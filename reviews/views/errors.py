@@ -25,11 +25,7 @@ def desk_not_found_middleware(get_response: Callable[[HttpRequest], HttpResponse
 
     def middleware(request: HttpRequest) -> HttpResponse:
         response = get_response(request)
-        if (
-            response.status_code == 404
-            and settings.DEBUG
-            and not request.path.startswith(NOT_DESK)
-        ):
+        if response.status_code == 404 and settings.DEBUG and not request.path.startswith(NOT_DESK):
             return not_found(request)
         return response
 
