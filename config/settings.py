@@ -108,6 +108,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "reviews.views.errors.desk_not_found_middleware",
     "config.middleware.reviewer_time_zone_middleware",
     "config.middleware.DatabaseUnavailableMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks

@@ -236,6 +236,9 @@ class Ticket(models.Model):
     # Not a column: the desk's pages note here the decision recorded for the pending review and
     # not yet applied (reviews.views.common.with_pending_decisions).
     pending_decision: Decision | None
+    # Set on the queue's rows: the one-line outcome of a review its reviewer just decided
+    # (reviews.views.queue).
+    decided_line: str
 
     class Meta:
         ordering = ["-id"]
@@ -493,6 +496,7 @@ class AuditEvent(models.Model):
         FORK = "fork", "Forked"
         RETRY = "retry", "Retried"
         RESEND = "resend", "Resent an email"
+        NOTE = "note", "Added a note"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(

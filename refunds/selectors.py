@@ -2,9 +2,49 @@
 
 from __future__ import annotations
 
-from refunds.models import Ticket
+from datetime import datetime
+
+from core.clock import local_words
+from refunds.flow.words import dollars
+from refunds.models import Decision, Ticket
 
 EARLIER_LIMIT = 10
+
+
+def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str | None:
+    """How the review `interrupt_id` of `ticket` ended, in a sentence; None while it still
+    waits in a colleague's hands (what a reviewer who lost the claim race is told)."""
+    number = ticket.order.number
+    decision = (
+        Decision.objects.filter(ticket=ticket, interrupt_id=interrupt_id)
+        .select_related("reviewer")
+        .first()
+        if interrupt_id
+        else None
+    )
+    if decision is not None:
+        if decision.answer == Decision.Answer.REJECT:
+            done = "rejected"
+        elif decision.amount_cents is not None:
+            done = f"approved at a lower {dollars(decision.amount_cents)}"
+        else:
+            done = f"approved: {dollars(ticket.amount_cents)}"
+        return (
+            f"Order {number} was decided by {decision.reviewer.username} at "
+            f"{local_words(decision.decided_at)}, {done}."
+        )
+    if (
+        ticket.status != Ticket.Status.AWAITING_REVIEW
+        or ticket.pending_interrupt_id != interrupt_id
+    ):
+        return (
+            f"Order {number} is no longer waiting on this review ({ticket.get_status_display()})."
+        )
+    if ticket.is_escalated:
+        return f"Order {number} was escalated to managers."
+    if ticket.claim_holder(now) is None:
+        return f"Order {number} is free again: it is back in the queue."
+    return None
 
 
 def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:

@@ -11,6 +11,7 @@
   } catch (e) { /* no Intl: the server's time zone it is */ }
 
   var currentId = null;
+  var currentIndex = -1;
 
   function rows() {
     return Array.prototype.slice.call(document.querySelectorAll("[data-review]"));
@@ -27,8 +28,9 @@
 
   function select(row) {
     rows().forEach(function (r) { r.classList.remove("current"); });
-    if (!row) { currentId = null; return; }
+    if (!row) { currentId = null; currentIndex = -1; return; }
     currentId = row.getAttribute("data-review");
+    currentIndex = rows().indexOf(row);
     row.classList.add("current");
     row.scrollIntoView({ block: "nearest" });
   }
@@ -68,6 +70,8 @@
       case "a": press(row, "button[name=approve]"); break;
       case "r":
         var reason = row && row.querySelector("textarea.reason");
+        var box = reason && reason.closest("details");
+        if (box) { box.open = true; }
         if (reason) { event.preventDefault(); reason.focus(); }
         break;
       case "o": press(row, "a.open-ticket"); break;
@@ -75,9 +79,22 @@
     }
   });
 
-  // A swapped row is a new element: keep the reviewer's place in the queue.
+  // A swapped row is a new element: keep the reviewer's place in the queue. A review just
+  // decided became a one-line outcome (or left): the selection moves on to the next review, so
+  // `a` after `a` works with no `j` between.
   document.addEventListener("htmx:afterSettle", function () {
+    if (currentId === null) { return; }
     var row = current();
-    if (row && rows().length > 1) { row.classList.add("current"); }
+    if (row) {
+      if (rows().length > 1) { row.classList.add("current"); }
+      currentIndex = rows().indexOf(row);
+      return;
+    }
+    var gone = document.getElementById("review-" + currentId);
+    var next = gone && gone.nextElementSibling;
+    while (next && !next.hasAttribute("data-review")) { next = next.nextElementSibling; }
+    var all = rows();
+    if (!next && !gone && all.length) { next = all[Math.min(currentIndex, all.length - 1)]; }
+    if (next) { select(next); }
   });
 })();

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from api.models import ApiToken, IdempotentRequest
 from refunds import enqueue, services
-from refunds.models import Ticket
+from refunds.models import AuditEvent, Ticket
 from tests.conftest import wait_for
 
 URL = "/api/tickets/"
@@ -44,6 +44,39 @@ def test_a_second_ticket_for_an_open_order_leads_to_the_open_one(client, agent, 
     assert Ticket.objects.count() == 1
     page = client.get(response["Location"]).content.decode()
     assert f"Order 1042 already has an open ticket ({first.pk}" in page
+
+
+def test_a_second_tickets_note_is_kept_on_the_open_ones_timeline_and_said(
+    client, agent, colleague, late_order
+):
+    first = services.ticket_open(order_number="1042", note="late", opened_by=agent)
+    client.force_login(colleague)
+    typed = "Customer called again: the parcel was opened."
+    response = client.post(reverse("reviews:ticket_new"), {"order_number": "1042", "note": typed})
+    assert response.status_code == 302 and Ticket.objects.count() == 1
+    note = AuditEvent.objects.get(ticket=first, action=AuditEvent.Action.NOTE)
+    assert (note.actor, note.note) == (colleague, typed)
+    page = client.get(response["Location"]).content.decode()
+    assert "Your note is added to its timeline." in page
+    assert "flash-info" in page  # not the green notice of a ticket opened
+    assert f"bea added a note (while opening a second ticket for this order): “{typed}”" in page
+
+
+def test_a_second_ticket_without_a_note_adds_nothing_to_the_timeline(client, agent, late_order):
+    first = services.ticket_open(order_number="1042", opened_by=agent)
+    client.force_login(agent)
+    response = client.post(reverse("reviews:ticket_new"), {"order_number": "1042"})
+    assert "Your note" not in client.get(response["Location"]).content.decode()
+    assert not AuditEvent.objects.filter(ticket=first, action=AuditEvent.Action.NOTE).exists()
+
+
+def test_the_api_keeps_a_second_tickets_note_and_says_so(token, agent, late_order):
+    first = post(token, {"order_number": "1042"})
+    again = post(token, {"order_number": "1042", "note": "The box was empty."})
+    assert again.status_code == 409
+    assert "Your note is added to its timeline." in again.json()["error"]
+    note = AuditEvent.objects.get(ticket_id=first.json()["id"], action=AuditEvent.Action.NOTE)
+    assert note.note == "The box was empty."
 
 
 def test_the_database_allows_one_open_ticket_per_order(db, late_order):

@@ -5,7 +5,9 @@ import json
 import pytest
 from django.urls import reverse
 
+from refunds import services
 from refunds.models import Decision, Ticket
+from tests import reviewing
 from tests.reviewing import awaiting_review
 
 HTMX = {"HX-Request": "true", "HX-Target": "review-1"}
@@ -120,8 +122,11 @@ def test_it_answers_htmx_with_the_decided_row_and_a_queue_event(client, agent, s
     assert "queueChanged" in json.loads(response["HX-Trigger"])
     html = response.content.decode()
     assert html.startswith(f'<tr id="review-{small.pk}"')
+    # Where the review was: a short line, in view where the reviewer tapped.
+    assert "Approved $6.99 for order 1042 — being paid out" in html
+    # The message region keeps a trail: the newest on top of the earlier ones.
+    assert 'hx-swap-oob="afterbegin"' in html
     assert "Approved the refund on order 1042" in html
-    assert 'hx-swap-oob="true"' in html  # the message region updates too
     assert Decision.objects.get().answer == "approve"
 
 
@@ -281,3 +286,51 @@ def test_it_sends_a_plain_post_from_the_ticket_page_back_there(client, agent, sm
     )
     assert response["Location"] == reverse("reviews:ticket", args=[small.pk])
     assert Decision.objects.get().answer == "approve"
+
+
+# --- the reviewer who lost a claim race is told how the review ended ----------------------------
+def _outcome(client, ticket, seen: str):
+    return client.get(
+        reverse("reviews:ticket", args=[ticket.pk]),
+        {"seen": seen},
+        headers={"HX-Request": "true", "HX-Target": f"outcome-{ticket.pk}"},
+    )
+
+
+def test_a_lost_claim_race_banner_follows_the_review(client, agent, colleague, small):
+    services.review_claim(ticket=small, by=colleague)
+    client.force_login(agent)
+    response = client.post(reverse("reviews:claim", args=[small.pk]), {"claim": "1"}, headers=HTMX)
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert f'id="outcome-{small.pk}"' in html and f"?seen={small.pending_interrupt_id}" in html
+    # Still in the colleague's hands: nothing to swap, the banner stays.
+    assert _outcome(client, small, small.pending_interrupt_id).status_code == 204
+
+
+def test_the_banner_says_who_decided_and_stops_polling(client, agent, colleague, small):
+    services.review_claim(ticket=small, by=colleague)
+    reviewing.decide(small, colleague)
+    client.force_login(agent)
+    response = _outcome(client, small, small.pending_interrupt_id)
+    assert response.status_code == 286
+    html = response.content.decode()
+    assert "Order 1042 was decided by bea at" in html and "approved: $6.99" in html
+    assert "flash-error" not in html
+
+
+def test_the_banner_says_the_review_is_free_again(client, agent, colleague, small):
+    services.review_claim(ticket=small, by=colleague)
+    services.review_unclaim(ticket=small, by=colleague)
+    client.force_login(agent)
+    response = _outcome(client, small, small.pending_interrupt_id)
+    assert response.status_code == 286
+    assert "back in the queue" in response.content.decode()
+
+
+def test_the_banner_says_the_review_went_to_managers(client, agent, colleague, small):
+    services.ticket_escalate(ticket=small, by=colleague, note="disputed")
+    client.force_login(agent)
+    response = _outcome(client, small, small.pending_interrupt_id)
+    assert response.status_code == 286
+    assert "escalated to managers" in response.content.decode()

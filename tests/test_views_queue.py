@@ -2,8 +2,10 @@
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
-from refunds.models import Ticket
+from refunds.models import Decision, Ticket
+from reviews.views.queue import DECIDED_SHOWN
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 
@@ -63,6 +65,8 @@ def test_it_gives_each_review_a_form_that_works_without_javascript(client, agent
     assert f'action="{reverse("reviews:decide", args=[small.pk])}"' in html
     assert f'value="{small.pending_interrupt_id}"' in html
     assert 'name="approve"' in html and 'name="reject"' in html
+    # The reason and Reject open on demand in a <details>: one line per review, no script.
+    assert f'<details class="reject-box" id="reject-{small.pk}"' in html
 
 
 def test_it_serves_only_the_rows_to_an_htmx_poll(client, agent, reviews):
@@ -104,6 +108,7 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
         reverse("reviews:decide", args=[small.pk]),
         {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
     )
+    Decision.objects.filter(ticket=small).update(decided_at=timezone.now() - DECIDED_SHOWN)
     html = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
     html = html.content.decode()
     row = html[html.index(f'id="review-{small.pk}"') :]
@@ -111,6 +116,54 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
     assert "Approved by agent at" in row and "a worker is applying it" in row
     assert 'name="approve"' not in row
     assert f'id="review-{reviews["line"].pk}"' in html and 'name="approve"' in html
+
+
+def _rows(client) -> str:
+    return client.get(
+        QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"}
+    ).content.decode()
+
+
+def _row(html: str, ticket) -> str:
+    row = html[html.index(f'id="review-{ticket.pk}"') :]
+    return row[: row.index("</tr>")]
+
+
+def test_a_review_just_decided_stays_in_its_place_as_one_line_for_some_seconds(
+    client, agent, reviews
+):
+    small = reviews["small"]
+    client.force_login(agent)
+    client.post(
+        reverse("reviews:decide", args=[small.pk]),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
+    )
+    line = _row(_rows(client), small)
+    assert "Approved $6.99 for order 1042 — being paid out" in line
+    assert 'name="approve"' not in line and "data-review" not in line
+    # A worker applied it and the ticket left the queue: the line keeps its place meanwhile.
+    Ticket.objects.filter(pk=small.pk).update(status=Ticket.Status.RUNNING)
+    html = _rows(client)
+    assert "Approved $6.99 for order 1042 — being paid out" in _row(html, small)
+    assert html.index(f'id="review-{small.pk}"') < html.index(f'id="review-{reviews["line"].pk}"')
+    # Some seconds later it is gone, and the poll that carried it sees a change.
+    version = client.get(QUEUE).context["version"]
+    Decision.objects.filter(ticket=small).update(decided_at=timezone.now() - DECIDED_SHOWN)
+    html = _rows(client)
+    assert f'id="review-{small.pk}"' not in html
+    assert client.get(QUEUE).context["version"] != version
+
+
+def test_a_colleagues_decision_is_not_shown_as_mine(client, agent, colleague, reviews):
+    small = reviews["small"]
+    client.force_login(colleague)
+    client.post(
+        reverse("reviews:decide", args=[small.pk]),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
+    )
+    client.force_login(agent)
+    row = _row(_rows(client), small)
+    assert "Approved by bea at" in row and "being paid out" not in row
 
 
 @pytest.mark.parametrize(

@@ -292,3 +292,17 @@ def test_an_undelivered_email_shows_why_and_admins_get_a_resend_button(
 
     client.force_login(admin_user)
     assert resend in client.get(page(ticket)).content.decode()
+
+
+def test_an_escalated_ticket_says_throughout_that_a_manager_decides(client, manager, late_order):
+    from refunds import services
+    from tests.conftest import _persona
+
+    ticket = awaiting_review(late_order)
+    agent = _persona("agent3", "Support agents")
+    services.ticket_escalate(ticket=ticket, by=agent, note="Customer disputes the date.")
+    client.force_login(manager)
+    html = client.get(page(ticket)).content.decode()
+    assert "a manager (escalated from the support agents)" in html
+    assert "Waiting on a manager: escalated from the support agents." in html
+    assert "support agent." not in html.lower() and "a support agent (" not in html

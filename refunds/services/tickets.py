@@ -39,7 +39,7 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
         raise RefundError(f"There is no order {number}.")
     existing = Ticket.objects.open().filter(order=order).select_related("order").first()
     if existing is not None:
-        raise TicketAlreadyOpen(existing)
+        raise _already_open(existing, note, opened_by)
     try:
         with transaction.atomic():
             ticket = Ticket.objects.create(
@@ -55,7 +55,7 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
         existing = Ticket.objects.open().filter(order=order).select_related("order").first()
         if existing is None:
             raise
-        raise TicketAlreadyOpen(existing) from None
+        raise _already_open(existing, note, opened_by) from None
     return ticket
 
 
@@ -69,6 +69,16 @@ def order_find(*, order_number: str) -> Order | None:
         return order_source.fetch(order_number)
     except order_source.OrderSourceError as exc:
         raise ShopUnavailable(str(exc)) from exc
+
+
+def _already_open(ticket: Ticket, note: str, by) -> TicketAlreadyOpen:
+    """The order's open ticket, with what the person typed kept on its timeline: a second
+    report of the same order is often the one with the detail that matters."""
+    note = (note or "").strip()
+    if note:
+        actor = by if by and by.is_authenticated else None
+        audit.record(ticket, AuditEvent.Action.NOTE, actor=actor, note=note)
+    return TicketAlreadyOpen(ticket, note_kept=bool(note))
 
 
 def email_resend(*, email_id: int, by) -> None:

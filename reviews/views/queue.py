@@ -21,7 +21,7 @@ from django_htmx.http import (
 
 from refunds import permissions, policy, services
 from refunds.flow.words import dollars
-from refunds.models import CannedReason, Ticket, user_roles
+from refunds.models import CannedReason, Decision, Ticket, user_roles
 from reviews import forms, paging
 from reviews.views.common import (
     COUNT_CAP,
@@ -49,7 +49,7 @@ def _queue_context(request: HtmxHttpRequest) -> dict:
         size=QUEUE_PAGE,
         cap=COUNT_CAP,
     )
-    reviews = with_pending_decisions(page.rows)
+    reviews = _with_decided_lines(request.user, with_pending_decisions(page.rows), page.number)
     return {
         "reviews": reviews,
         "review_count": page.total,
@@ -71,6 +71,48 @@ def _queue_context(request: HtmxHttpRequest) -> dict:
     }
 
 
+# How long the line that replaced a decided review stays in its place: through a poll or two, so
+# a reviewer on a phone sees it where they tapped, not only in a banner out of view.
+DECIDED_SHOWN = timedelta(seconds=8)
+
+
+def decided_line(decision: Decision, ticket: Ticket) -> str:
+    """The short line that takes a decided review's place in the queue."""
+    number = ticket.order.number
+    if decision.refused_reason:
+        return f"Your decision on order {number} was not applied: {decision.refused_reason}"
+    if decision.answer == Decision.Answer.REJECT:
+        return f"Rejected the refund for order {number} — the customer is told why"
+    amount = decision.amount_cents if decision.amount_cents is not None else ticket.amount_cents
+    return f"Approved {dollars(amount)} for order {number} — being paid out"
+
+
+def _with_decided_lines(user, reviews: list[Ticket], page: int) -> list[Ticket]:
+    """The page's rows, with the reviews this reviewer decided moments ago as one-line
+    outcomes in their places (those a worker already took out of the queue put back by age)."""
+    since = timezone.now() - DECIDED_SHOWN
+    recent = {
+        d.ticket_id: d
+        for d in Decision.objects.filter(reviewer=user, decided_at__gte=since).select_related(
+            "ticket__order"
+        )
+    }
+    if not recent:
+        return reviews
+    for ticket in reviews:
+        if ticket.pk in recent:
+            ticket.decided_line = decided_line(recent.pop(ticket.pk), ticket)
+    if recent and page == 1:
+        last = (reviews[-1].review_since or since, reviews[-1].pk) if reviews else None
+        for decision in recent.values():
+            ticket = decision.ticket
+            if ticket.review_since and (last is None or (ticket.review_since, ticket.pk) < last):
+                ticket.decided_line = decided_line(decision, ticket)
+                reviews.append(ticket)
+        reviews.sort(key=lambda t: (t.review_since or since, t.pk))
+    return reviews
+
+
 def _queue_version(reviews: list[Ticket], count: int, page: int) -> str:
     """What the rows show, as a short digest: a poll that carries the same one gets a 204 and
     the browser keeps its rows (and the reviewer's half-typed reason) untouched."""
@@ -83,7 +125,8 @@ def _queue_version(reviews: list[Ticket], count: int, page: int) -> str:
         decided = getattr(t, "pending_decision", None)
         parts.append(
             f"{t.pk}:{t.pending_interrupt_id}:{holder.pk if holder else ''}:"
-            f"{t.escalated_for}:{late}:{decided.pk if decided else ''}"
+            f"{t.escalated_for}:{late}:{decided.pk if decided else ''}:"
+            f"{getattr(t, 'decided_line', '')}"
         )
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
@@ -143,7 +186,7 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
                 raise services.RefundError(str(exc)) from None
             if amount is not None and amount == ticket.amount_cents:
                 amount = None  # unchanged: a plain approval
-            services.ticket_decide(
+            decision = services.ticket_decide(
                 ticket=ticket,
                 interrupt_id=data["interrupt_id"],
                 answer=answer,
@@ -171,7 +214,9 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     if request.htmx.target == TICKET_STATUS:
         response = ticket_status_fragment(request, ticket, flash=text)
     elif request.htmx:
-        response = render(request, "reviews/_decided_row.html", {"ticket": ticket, "text": text})
+        line = decided_line(decision, ticket) if answer != "escalate" else text
+        context = {"ticket": ticket, "text": text, "line": line}
+        response = render(request, "reviews/_decided_row.html", context)
     else:
         messages.success(request, text)
         return back(request, ticket)
@@ -241,6 +286,8 @@ def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, stat
             "ticket": with_pending_decisions([ticket])[0],
             "error": text,
             "may_decide": not permissions.decision_refusal(request.user, ticket),
+            # Lost to a colleague: the banner follows the review until it ends.
+            "follow": ticket.pending_interrupt_id if status == 409 else "",
         } | row_extras()
         response = render(request, "reviews/_decision_error.html", context, status=status)
         # Swapped although it is a 4xx: base.html's htmx-config lets 400/403/409 through. The

@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import (
@@ -89,7 +90,21 @@ def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     )
     if request.htmx.target == TICKET_STATUS:
         return ticket_status_fragment(request, ticket)
+    if request.htmx.target == f"outcome-{ticket.pk}":
+        return _review_outcome(request, ticket, request.GET.get("seen", ""))
     return render(request, "reviews/ticket.html", _ticket_context(request, ticket))
+
+
+def _review_outcome(request: HtmxHttpRequest, ticket: Ticket, seen: str) -> HttpResponse:
+    """How the review a reviewer lost to a colleague ended, once it has: 204 (the banner stays)
+    while it still waits in someone else's hands, then a line that ends the banner's polling."""
+    outcome = selectors.review_outcome(ticket, seen, now=timezone.now())
+    if outcome is None:
+        return HttpResponse(status=204)
+    context = {"ticket": ticket, "outcome": outcome}
+    response = render(request, "reviews/_review_outcome.html", context)
+    response.status_code = HttpResponseStopPolling.status_code
+    return response
 
 
 @require_POST

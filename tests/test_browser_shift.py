@@ -1,0 +1,165 @@
+"""A reviewer's shift in a real browser, at a phone's and a desk's width: how many reviews a
+screen holds, where the feedback of a decision shows, the keyboard's place after an action, the
+loser of a claim race told how it ended, and the desk's own not-found page. Screenshots go to
+var/test/screenshots/ for a person to look at."""
+
+from __future__ import annotations
+
+import pytest
+
+from refunds import services
+from refunds.models import Decision, Ticket
+from tests.conftest import make_order
+from tests.reviewing import awaiting_review, decide
+from tests.test_browser import csp_problems
+from tests.test_browser_desk import browser, page_for, shots  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.browser]
+
+
+def _screen(page, width: int, height: int) -> None:
+    page.set_viewport_size({"width": width, "height": height})
+
+
+def _queue_of(count: int, opened_by) -> list[Ticket]:
+    names = ["Ana Ruiz", "Bo Kim", "Cy Dahl", "Di Park", "Ed Moss", "Flo Ng", "Gus Roy", "Hal Li"]
+    return [
+        awaiting_review(
+            make_order(str(1100 + i), fee_cents=500 + 100 * i, name=names[i]), opened_by=opened_by
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_desk_screen_shows_at_least_six_reviews(browser, live_server, agent, colleague):  # noqa: F811
+    from playwright.sync_api import expect
+
+    tickets = _queue_of(8, colleague)
+    page = page_for(browser, live_server, agent)
+    _screen(page, 1280, 800)
+    page.goto(f"{live_server.url}/")
+    sixth = page.locator(f"#review-{tickets[5].pk}")
+    expect(sixth).to_be_visible()
+    page.screenshot(path=str(shots() / "shift-queue-1280x800.png"))
+    box = sixth.bounding_box()
+    assert box and box["y"] + box["height"] <= 800, box
+    # The reason box opens on demand, and works without a script (a <details>).
+    reject = page.locator(f"#review-{tickets[0].pk} button[name=reject]")
+    expect(reject).to_be_hidden()
+    page.locator(f"#review-{tickets[0].pk} summary").click()
+    expect(reject).to_be_visible()
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_approving_shows_the_outcome_where_the_review_was_and_keeps_the_keyboard_going(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    width,
+):
+    from playwright.sync_api import expect
+
+    tickets = _queue_of(4, colleague)
+    page = page_for(browser, live_server, agent, width=width)
+    page.goto(f"{live_server.url}/")
+    second = page.locator(f"#review-{tickets[1].pk}")
+    if width == 390:
+        second.scroll_into_view_if_needed()
+        second.locator("button[name=approve]").click()
+    else:
+        page.keyboard.press("j")
+        page.keyboard.press("j")
+        expect(second).to_have_class("review current")
+        page.keyboard.press("a")
+    done = page.locator(f"#review-{tickets[1].pk}")
+    expect(done).to_contain_text("Approved $6.00 for order 1101")
+    expect(done).to_be_in_viewport()
+    page.screenshot(path=str(shots() / f"shift-approved-{width}.png"))
+    assert Decision.objects.get(ticket=tickets[1]).answer == "approve"
+    if width == 1280:
+        # The selection moved on to the next review: `a` again needs no `j` first.
+        third = page.locator(f"#review-{tickets[2].pk}")
+        expect(third).to_have_class("review current")
+        page.keyboard.press("a")
+        expect(page.locator(f"#review-{tickets[2].pk}")).to_contain_text(
+            "Approved $7.00 for order 1102"
+        )
+        assert Decision.objects.get(ticket=tickets[2]).answer == "approve"
+    # The line stays through the next poll of the rows, then gives way to the queue's own
+    # state of the review (no worker runs here: the decision waits to be applied).
+    with page.expect_response(lambda r: "/?v=" in r.url, timeout=10_000):
+        pass
+    expect(done).to_contain_text("Approved $6.00 for order 1101")
+    expect(done).to_contain_text("a worker is applying it", timeout=20_000)
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+def test_the_loser_of_a_claim_race_is_told_how_the_review_ended(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    manager,
+):
+    from playwright.sync_api import expect
+
+    ticket = awaiting_review(make_order("1042"), opened_by=manager)
+    page = page_for(browser, live_server, agent)
+    page.goto(f"{live_server.url}/")
+    claim = page.locator(f"#review-{ticket.pk} button[name=claim]")
+    expect(claim).to_be_visible()
+    services.review_claim(ticket=ticket, by=colleague)  # the colleague was a moment faster
+    claim.click()
+    flash = page.locator("#messages")
+    expect(flash).to_contain_text("bea")
+    decide(Ticket.objects.get(pk=ticket.pk), colleague)
+    expect(flash).to_contain_text("Order 1042 was decided by bea")
+    expect(flash).to_contain_text("approved: $6.99")
+    expect(page.locator("#messages .flash-error")).to_have_count(0)
+    page.screenshot(path=str(shots() / "shift-race-lost-1280.png"))
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_a_link_to_a_ticket_outside_scope_gets_the_desks_page_at_any_width(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    settings,
+    width,
+):
+    from playwright.sync_api import expect
+
+    settings.DEBUG = True  # the demo: Django would answer with its technical 404
+    big = awaiting_review(make_order("1045", fee_cents=4800))
+    page = page_for(browser, live_server, agent, width=width)
+    response = page.goto(f"{live_server.url}/tickets/{big.pk}/")
+    assert response and response.status == 404
+    expect(page.locator("h1")).to_have_text("Nothing to show here")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots() / f"shift-404-{width}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_an_escalated_ticket_page_says_a_manager_decides(
+    browser,  # noqa: F811
+    live_server,
+    manager,
+    colleague,
+    width,
+):
+    from playwright.sync_api import expect
+
+    ticket = awaiting_review(make_order("1042"))
+    services.ticket_escalate(ticket=ticket, by=colleague, note="Customer disputes the date.")
+    page = page_for(browser, live_server, manager, width=width)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    status = page.locator("#ticket-status")
+    expect(status).to_contain_text("a manager (escalated from the support agents)")
+    expect(status).to_contain_text("Waiting on a manager")
+    expect(status).not_to_contain_text("Waiting on a support agent")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots() / f"shift-escalated-{width}.png"), full_page=True)
+    assert csp_problems(page, page.console_messages_seen) == []
