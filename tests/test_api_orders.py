@@ -183,7 +183,7 @@ def test_bad_json_answers_400_in_the_one_error_shape(api):
 
 # --- who may push ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("persona", ["agent", "manager"])
-def test_a_desk_token_is_refused_with_403(request, persona):
+def test_a_desk_token_is_refused_with_403(request, db, persona):
     user = request.getfixturevalue(persona)
 
     response = push(client_for(user), {"orders": [order("7301")]})

@@ -27,7 +27,7 @@ FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
 def bar(done: int, total: int, started: float, width: int = 30) -> str:
-    """[######........] 40,000/100,000  21,000 orders/s  ETA 3 s"""
+    """A progress line: the bar, done and total, orders per second, the time left."""
     filled = width * done // total if total else width
     elapsed = max(time.monotonic() - started, 1e-6)
     rate = done / elapsed
