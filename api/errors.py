@@ -19,10 +19,10 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
-from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from api import limits
+from core.addresses import client_address
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/"
@@ -139,7 +139,7 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
         if not request.path.startswith(API_PREFIX):
             return get_response(request)
         verdict = limits.hit(
-            f"ip:{_client_address(request)}", limits.Rate.parse(settings.API_RATE_PER_IP)
+            f"ip:{client_address(request)}", limits.Rate.parse(settings.API_RATE_PER_IP)
         )
         if not verdict.allowed:
             response: HttpResponse = error(
@@ -169,15 +169,3 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
         return response
 
     return middleware
-
-
-def _client_address(request: HttpRequest) -> str:
-    """The caller's address: REMOTE_ADDR, or the one TRUSTED_PROXY_COUNT proxies in front of
-    us put in X-Forwarded-For (DRF's NUM_PROXIES rule)."""
-    proxies = api_settings.NUM_PROXIES or 0
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if proxies and forwarded:
-        hops = [h.strip() for h in forwarded.split(",") if h.strip()]
-        if hops:
-            return hops[-min(proxies, len(hops))]
-    return request.META.get("REMOTE_ADDR", "") or "unknown"

@@ -46,6 +46,8 @@ if not SECRET_KEY:
         raise BadSetting("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+# Proxies in front that each append the address they saw to X-Forwarded-For (core/addresses.py).
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 # --- HTTPS (what `manage.py check --deploy` asks for; HTTPS=true sets them all) ---------------
@@ -109,6 +111,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "config.middleware.reviewer_time_zone_middleware",
     "config.middleware.DatabaseUnavailableMiddleware",
+    "config.login_guard.login_guard_middleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
@@ -142,8 +145,14 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_number("LOGIN_LOCKOUT_MINUTES", 15.0, 
 # and many names from one address are still throttled by the API's and the login's limits.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
-AXES_IPWARE_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+# 429 with Retry-After, the same page as the per-address limit (config/login_guard.py).
+AXES_LOCKOUT_CALLABLE = "config.login_guard.locked_out"
+# The address behind the proxy, by the API's rule (core/addresses.py). Without this django-axes
+# reads REMOTE_ADDR, the proxy's own address for every client: five wrong passwords from anywhere
+# locked a user out everywhere.
+AXES_CLIENT_IP_CALLABLE = "core.addresses.client_address"
+# Failed logins from one address across all user names, before its login POSTs answer 429.
+LOGIN_FAILURES_PER_IP = env_str("LOGIN_FAILURES_PER_IP", "20/hour")
 AXES_VERBOSE = False
 
 ROOT_URLCONF = "config.urls"
@@ -413,7 +422,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["api.throttles.PerTokenThrottle"],
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "NUM_PROXIES": env_int("TRUSTED_PROXY_COUNT", 0, minimum=0),
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "STRICT_JSON": True,
 }
