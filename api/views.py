@@ -129,6 +129,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         if raise_conflict:
             raise Conflict(str(exc), ticket=ref) from None
         return Response(body(409, str(exc), ticket=ref), status=409)
+    except PermissionDenied as exc:
+        raise Forbidden(str(exc)) from None
     except services.RefundError as exc:
         raise serializers.ValidationError(str(exc)) from None
     return Response(TicketRef(ticket, context={"request": request}).data, status=201)
