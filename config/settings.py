@@ -335,8 +335,15 @@ CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A web request that cannot reach the broker gives up fast; the sweep re-sends from the database.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+# Every blocking call on the broker's socket gives up after this long. Without it a broker that
+# accepts connections and never answers (a hung Redis, a half-open connection) held a web request
+# until gunicorn killed the worker (30.9 s, then an HTML 500), though the ticket was committed.
+# Above kombu's 1 s BRPOP timeout, so a worker's idle wait is never cut short.
+BROKER_SOCKET_TIMEOUT = env_number("BROKER_SOCKET_TIMEOUT", 2.0, minimum=1.5)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    "socket_timeout": BROKER_SOCKET_TIMEOUT,
+    "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
     # Look for unacked messages of dead workers every 10 s, not every ~100 s.
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
