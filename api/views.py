@@ -24,6 +24,7 @@ from api.serializers import (
     Error,
     TicketOpen,
     TicketOut,
+    TicketPage,
     TicketRef,
 )
 from refunds import permissions, services
@@ -79,7 +80,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     operation_id="tickets_list",
     summary="List the tickets you may read, newest first",
     parameters=LIST_PARAMETERS,
-    responses={200: TicketOut(many=True), **_errors(400, 401, 429)},
+    responses={200: TicketPage, **_errors(400, 401, 429)},
 )
 @extend_schema(
     methods=["POST"],
