@@ -155,7 +155,7 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
             return error(
                 413, f"The request body is too large (at most {settings.API_MAX_BODY_BYTES} bytes)."
             )
-        response = get_response(request)
+        response = _no_store(get_response(request))
         if response.status_code >= 400 and not _is_json(response):
             code = response.status_code
             message = DEFAULT_MESSAGES.get(code, HTTPStatus(code).phrase + ".")
@@ -165,7 +165,13 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
             for header in ("Allow", "Retry-After", "WWW-Authenticate"):
                 if header in response:
                     replaced[header] = response[header]
-            return replaced
+            return _no_store(replaced)
         return response
 
     return middleware
+
+
+def _no_store(response: HttpResponse) -> HttpResponse:
+    """API answers hold customers' names, addresses and money: no browser or proxy keeps one."""
+    response["Cache-Control"] = "no-store"
+    return response
