@@ -231,12 +231,15 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise serves from here after collectstatic
 # WhiteNoise serves static files from gunicorn, in the demo as in production: compressed copies
-# made by collectstatic, or straight from the source folders when collectstatic was not run.
+# made by collectstatic (gzip; Brotli too where the brotli package is installed).
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-WHITENOISE_USE_FINDERS = True
+# Files found in the source folders replace collected ones of the same name, and those have no
+# compressed copies: so the source folders only serve in the demo (DEBUG) or where collectstatic
+# never ran (a checkout's tests). Production's release collects, and gunicorn serves that.
+WHITENOISE_USE_FINDERS = DEBUG or not any(STATIC_ROOT.iterdir())
 WHITENOISE_MAX_AGE = 3600
 
 # --- Email: Django's mail framework, console by default ---------------------------------------
