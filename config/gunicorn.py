@@ -1,4 +1,5 @@
-"""gunicorn's settings for the web process (Procfile, `manage.py rundesk`): `-c python:config.gunicorn`.
+"""gunicorn's settings for the web process (Procfile, `manage.py rundesk`):
+`-c python:config.gunicorn`.
 
 - Bound to the proxy's side: 127.0.0.1 unless WEB_BIND says otherwise (the TLS proxy in front is
   the only way in). gunicorn believes X-Forwarded-Proto/-For only from FORWARDED_ALLOW_IPS (its

@@ -9,7 +9,6 @@ from django import forms
 
 from refunds.models import AuditEvent, CannedReason, Role, Ticket
 
-
 # ASCII digits only: Decimal() also reads full-width and other scripts' digits ("１２"), which
 # nobody means as money here; at most ten digits of dollars, so no amount overflows a column.
 DOLLARS = re.compile(r"\d{1,10}(\.\d{0,2})?|\.\d{1,2}", re.ASCII)
