@@ -150,7 +150,7 @@ AXES_LOCKOUT_CALLABLE = "config.login_guard.locked_out"
 # The address behind the proxy, by the API's rule (core/addresses.py). Without this django-axes
 # reads REMOTE_ADDR, the proxy's own address for every client: five wrong passwords from anywhere
 # locked a user out everywhere.
-AXES_CLIENT_IP_CALLABLE = "core.addresses.client_address"
+AXES_CLIENT_IP_CALLABLE = "core.addresses.client_ip"
 # Failed logins from one address across all user names, before its login POSTs answer 429.
 LOGIN_FAILURES_PER_IP = env_str("LOGIN_FAILURES_PER_IP", "20/hour")
 AXES_VERBOSE = False

@@ -5,6 +5,8 @@ Entries further left are whatever the client wrote and are never believed."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from django.conf import settings
 from django.http import HttpRequest
 
@@ -17,3 +19,14 @@ def client_address(request: HttpRequest) -> str:
         if hops:
             return hops[-min(proxies, len(hops))]
     return request.META.get("REMOTE_ADDR", "") or "unknown"
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    """client_address() when it is an IP address, else None: for django-axes, which stores it
+    in an address column (PostgreSQL's inet refuses anything else; a request built in code,
+    like Django's test client's force_login, has none)."""
+    address = client_address(request)
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
