@@ -19,10 +19,10 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
-from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from api import limits
+from core.addresses import client_address
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/"
@@ -151,7 +151,7 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
         if not request.path.startswith(API_PREFIX):
             return get_response(request)
         verdict = limits.hit(
-            f"ip:{_client_address(request)}", limits.Rate.parse(settings.API_RATE_PER_IP)
+            f"ip:{client_address(request)}", limits.Rate.parse(settings.API_RATE_PER_IP)
         )
         if not verdict.allowed:
             response: HttpResponse = error(
@@ -170,7 +170,7 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
         )
         if length > limit:
             return error(413, f"The request body is too large (at most {limit} bytes).")
-        response = get_response(request)
+        response = _no_store(get_response(request))
         if response.status_code >= 400 and not _is_json(response):
             code = response.status_code
             message = DEFAULT_MESSAGES.get(code, HTTPStatus(code).phrase + ".")
@@ -180,19 +180,13 @@ def api_guard_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
             for header in ("Allow", "Retry-After", "WWW-Authenticate"):
                 if header in response:
                     replaced[header] = response[header]
-            return replaced
+            return _no_store(replaced)
         return response
 
     return middleware
 
 
-def _client_address(request: HttpRequest) -> str:
-    """The caller's address: REMOTE_ADDR, or the one TRUSTED_PROXY_COUNT proxies in front of
-    us put in X-Forwarded-For (DRF's NUM_PROXIES rule)."""
-    proxies = api_settings.NUM_PROXIES or 0
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if proxies and forwarded:
-        hops = [h.strip() for h in forwarded.split(",") if h.strip()]
-        if hops:
-            return hops[-min(proxies, len(hops))]
-    return request.META.get("REMOTE_ADDR", "") or "unknown"
+def _no_store(response: HttpResponse) -> HttpResponse:
+    """API answers hold customers' names, addresses and money: no browser or proxy keeps one."""
+    response["Cache-Control"] = "no-store"
+    return response

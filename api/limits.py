@@ -54,3 +54,12 @@ def hit(key: str, rate: Rate, *, now: float | None = None) -> Verdict:
         if count == 1:  # a new window for this key: forget windows that ended
             cursor.execute(f"DELETE FROM {table} WHERE expires < %s", [int(now) - 60])
     return Verdict(count <= rate.limit, count, max(math.ceil(expires - now), 1))
+
+
+def peek(key: str, rate: Rate, *, now: float | None = None) -> Verdict:
+    """Where `key` stands in the current window, without counting anything."""
+    now = time.time() if now is None else now
+    window = int(now // rate.seconds) * rate.seconds
+    row = RateCounter.objects.filter(key=key, window_start=window).values("count").first()
+    count = row["count"] if row else 0
+    return Verdict(count < rate.limit, count, max(math.ceil(window + rate.seconds - now), 1))

@@ -168,6 +168,17 @@ class TicketOut(serializers.ModelSerializer):
         return DecisionOut(decisions[-1]).data if decisions else None
 
 
+class TicketPage(serializers.Serializer):
+    """One page of the ticket list, as DRF's PageNumberPagination answers it."""
+
+    count = serializers.IntegerField(help_text="Tickets matching, on every page.")
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null on the last.")
+    previous = serializers.URLField(
+        allow_null=True, help_text="The previous page, or null on the first."
+    )
+    results = TicketOut(many=True)
+
+
 class Error(serializers.Serializer):
     """The one error shape, for every status."""
 

@@ -28,6 +28,7 @@ from api.serializers import (
     OrdersPushed,
     TicketOpen,
     TicketOut,
+    TicketPage,
     TicketRef,
 )
 from refunds import order_source, permissions, services
@@ -84,7 +85,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     operation_id="tickets_list",
     summary="List the tickets you may read, newest first",
     parameters=LIST_PARAMETERS,
-    responses={200: TicketOut(many=True), **_errors(400, 401, 429)},
+    responses={200: TicketPage, **_errors(400, 401, 429)},
 )
 @extend_schema(
     methods=["POST"],
@@ -159,6 +160,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         return Response(body(409, str(exc), ticket=ref), status=409)
     except services.ShopUnavailable as exc:
         raise ShopUnavailable(str(exc)) from None
+    except PermissionDenied as exc:
+        raise Forbidden(str(exc)) from None
     except services.RefundError as exc:
         raise serializers.ValidationError(str(exc)) from None
     return Response(TicketRef(ticket, context={"request": request}).data, status=201)

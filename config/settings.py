@@ -46,6 +46,8 @@ if not SECRET_KEY:
         raise BadSetting("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+# Proxies in front that each append the address they saw to X-Forwarded-For (core/addresses.py).
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 # --- HTTPS (what `manage.py check --deploy` asks for; HTTPS=true sets them all) ---------------
@@ -111,6 +113,7 @@ MIDDLEWARE = [
     "reviews.views.errors.desk_not_found_middleware",
     "config.middleware.reviewer_time_zone_middleware",
     "config.middleware.DatabaseUnavailableMiddleware",
+    "config.login_guard.login_guard_middleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
@@ -144,8 +147,14 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_number("LOGIN_LOCKOUT_MINUTES", 15.0, 
 # and many names from one address are still throttled by the API's and the login's limits.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
-AXES_IPWARE_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+# 429 with Retry-After, the same page as the per-address limit (config/login_guard.py).
+AXES_LOCKOUT_CALLABLE = "config.login_guard.locked_out"
+# The address behind the proxy, by the API's rule (core/addresses.py). Without this django-axes
+# reads REMOTE_ADDR, the proxy's own address for every client: five wrong passwords from anywhere
+# locked a user out everywhere.
+AXES_CLIENT_IP_CALLABLE = "core.addresses.client_ip"
+# Failed logins from one address across all user names, before its login POSTs answer 429.
+LOGIN_FAILURES_PER_IP = env_str("LOGIN_FAILURES_PER_IP", "20/hour")
 AXES_VERBOSE = False
 
 ROOT_URLCONF = "config.urls"
@@ -225,12 +234,15 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise serves from here after collectstatic
 # WhiteNoise serves static files from gunicorn, in the demo as in production: compressed copies
-# made by collectstatic, or straight from the source folders when collectstatic was not run.
+# made by collectstatic (gzip; Brotli too where the brotli package is installed).
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-WHITENOISE_USE_FINDERS = True
+# Files found in the source folders replace collected ones of the same name, and those have no
+# compressed copies: so the source folders only serve in the demo (DEBUG) or where collectstatic
+# never ran (a checkout's tests). Production's release collects, and gunicorn serves that.
+WHITENOISE_USE_FINDERS = DEBUG or not any(STATIC_ROOT.iterdir())
 WHITENOISE_MAX_AGE = 3600
 
 # --- Email: Django's mail framework, console by default ---------------------------------------
@@ -384,8 +396,15 @@ CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A web request that cannot reach the broker gives up fast; the sweep re-sends from the database.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+# Every blocking call on the broker's socket gives up after this long. Without it a broker that
+# accepts connections and never answers (a hung Redis, a half-open connection) held a web request
+# until gunicorn killed the worker (30.9 s, then an HTML 500), though the ticket was committed.
+# Above kombu's 1 s BRPOP timeout, so a worker's idle wait is never cut short.
+BROKER_SOCKET_TIMEOUT = env_number("BROKER_SOCKET_TIMEOUT", 2.0, minimum=1.5)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    "socket_timeout": BROKER_SOCKET_TIMEOUT,
+    "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
     # Look for unacked messages of dead workers every 10 s, not every ~100 s.
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
@@ -473,7 +492,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["api.throttles.PerTokenThrottle"],
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "NUM_PROXIES": env_int("TRUSTED_PROXY_COUNT", 0, minimum=0),
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "STRICT_JSON": True,
 }

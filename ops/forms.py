@@ -8,7 +8,8 @@ from django import forms
 from refunds.flow.words import dollars
 from refunds.services import FORK_MAX_CENTS, REASON_MAX
 
-DOLLARS = re.compile(r"^\$?\s*(\d{1,3}(,\d{3})+|\d+)(\.\d{1,2})?$")
+# ASCII digits only (re's \d and Decimal() also take full-width digits such as "１２").
+DOLLARS = re.compile(r"^\$?\s*(\d{1,3}(,\d{3})+|\d+)(\.\d{1,2})?$", re.ASCII)
 
 
 def parse_dollars(text: str) -> int:

@@ -10,5 +10,7 @@ urlpatterns = [
     path("ops/failed/<int:ticket_id>/retry/", views.retry, name="retry"),
     path("ops/undelivered/", views.undelivered, name="undelivered"),
     path("ops/undelivered/<int:email_id>/resend/", views.resend, name="resend"),
-    path("customers/<str:email>/", views.customer, name="customer"),
+    # path, not str: an address may hold "/" (valid in its local part), and with str the links
+    # to such a customer could not be built, breaking every page that shows one.
+    path("customers/<path:email>/", views.customer, name="customer"),
 ]

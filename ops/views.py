@@ -10,7 +10,7 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -21,6 +21,8 @@ from refunds.flow.nodes import charge_key
 from refunds.flow.words import dollars, node_words
 from refunds.models import AuditEvent, Email, Ticket
 from refunds.money import money_moved
+
+EMAIL_MAX = 254  # RFC 5321's longest path
 
 
 def readers_only(view: Callable) -> Callable:
@@ -116,6 +118,8 @@ def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
             error = "A fork starts from a checkpoint before the charge: pick one in the history."
         elif cents == (base.values or {}).get("amount_cents") or cents == ticket.amount_cents:
             error = f"The amount is already {dollars(cents)} there; a fork must change it."
+        elif over := services.fork_balance_refusal(ticket, cents):
+            error = over
         elif "apply" in request.POST:
             try:
                 services.ticket_fork(
@@ -191,6 +195,14 @@ def resend(request: HttpRequest, email_id: int) -> HttpResponse:
 @require_GET
 @readers_only
 def customer(request: HttpRequest, email: str) -> HttpResponse:
+    # Any text the URL carries reaches the store and the database; PostgreSQL answers a NUL
+    # with an error (a 500), so what cannot be an address is refused with the reason.
+    if not (0 < len(email) <= EMAIL_MAX and email.isprintable() and "@" in email):
+        return HttpResponseBadRequest(
+            "That is not a customer's email address (printable characters with an @, at most "
+            f"{EMAIL_MAX}).",
+            content_type="text/plain; charset=utf-8",
+        )
     context = {
         "email": email,
         "memory": selectors.customer_memory(email),

@@ -7,6 +7,8 @@ no desk group sees nothing and decides nothing.
 - Seeing a ticket: admins and managers see every ticket; a support agent sees the tickets in an
   agent's scope (not escalated to managers: required role empty or "agent") and those they
   opened.
+- Opening a ticket (`open_refusal()`): anyone in a desk group; a user in no group opens nothing
+  (the customer would be written to, and the answer tells which order numbers exist).
 - Deciding a review: `reviewable()` and `decision_refusal()`; the agent limit and who
   reviews what live in refunds/policy.py, applied by the graph's triage. Agents decide agent-level
   reviews that are not escalated; managers decide manager-level and escalated ones, and may cover
@@ -38,6 +40,14 @@ def is_agent(user) -> bool:
 
 def is_desk_user(user) -> bool:
     return is_admin(user) or is_manager(user) or is_agent(user)
+
+
+def open_refusal(user) -> str:
+    """Why this user may not open a ticket, in words for them; "" when they may. Opening starts
+    a workflow that writes to the customer and says whether an order exists: desk groups only."""
+    if not is_desk_user(user):
+        return "You are in no desk group, so you open no tickets."
+    return ""
 
 
 def visible(user) -> TicketQuerySet:

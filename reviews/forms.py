@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+import re
+from decimal import Decimal
 
 from django import forms
 
 from refunds.models import AuditEvent, CannedReason, Role, Ticket
+
+# ASCII digits only: Decimal() also reads full-width and other scripts' digits ("１２"), which
+# nobody means as money here; at most ten digits of dollars, so no amount overflows a column.
+DOLLARS = re.compile(r"\d{1,10}(\.\d{0,2})?|\.\d{1,2}", re.ASCII)
 
 
 def cents(amount: str) -> int | None:
@@ -14,13 +19,12 @@ def cents(amount: str) -> int | None:
     text = (amount or "").strip().removeprefix("$").replace(",", "")
     if not text:
         return None
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise ValueError(f"“{amount}” is not an amount in dollars, like 12.50.") from None
-    if value != value.quantize(Decimal("0.01")) or not value.is_finite():
-        raise ValueError("Give the amount in dollars and cents, like 12.50.")
-    return int(value * 100)
+    if not DOLLARS.fullmatch(text):
+        raise ValueError(
+            f"“{amount}” is not an amount in dollars, like 12.50 (digits 0-9, at most two "
+            "after the point)."
+        )
+    return int(Decimal(text) * 100)
 
 
 class DecideForm(forms.Form):

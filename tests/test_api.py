@@ -348,3 +348,17 @@ def test_it_reads_a_ticket_the_runner_advanced_to_its_review(api, db):
     }
     assert body["pending_review"]["interrupt_id"] == Ticket.objects.get().pending_interrupt_id
     assert body["nodes_run"][-1] == "triage"
+
+
+def test_no_answer_holding_customer_data_may_be_kept_by_a_cache(api, late_order):
+    opened = post_json(api, {"order_number": "1042"})
+    ticket_id = opened.json()["id"]
+    answers = [
+        opened,
+        api.get(URL),
+        api.get(f"{URL}{ticket_id}/"),
+        api.get(f"{URL}999999/"),  # an error too: it says what exists
+        Client().get(URL),  # 401
+    ]
+    for answer in answers:
+        assert answer["Cache-Control"] == "no-store", (answer.status_code, answer.headers)

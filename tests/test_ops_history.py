@@ -135,6 +135,18 @@ def test_a_fork_to_the_same_amount_is_refused(
         services.ticket_fork(ticket=ticket, amount_cents=699, reason="same", by=admin_user)
 
 
+def test_the_preview_refuses_an_amount_above_the_orders_balance(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    client.force_login(admin_user)
+    _, preview, applied = fork_through_the_page(client, ticket, "7.00")
+    assert preview.status_code == 400
+    page = preview.content.decode()
+    assert "$6.99 left to refund" in page and "Apply the fork" not in page
+    assert applied.status_code == 400 and Fork.objects.count() == 0
+
+
 @pytest.mark.parametrize(
     ("typed", "cents"), [("$20", 2000), ("20", 2000), ("$1,000.50", 100050), ("5.5", 550)]
 )

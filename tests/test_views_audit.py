@@ -74,3 +74,17 @@ def test_the_csv_export_holds_the_filtered_events_safe_for_a_spreadsheet(
     assert rows[1][2:7] == ["6001", "Rejected", "bea", "$6.99", "reject"]
     assert rows[1][7:] == ["'=SUM(A1)", "seen before"]  # a formula stays text
     assert AuditEvent.objects.count() == 2
+
+
+def test_a_user_name_or_order_number_that_reads_as_a_formula_stays_text(
+    client, agent, colleague, manager
+):
+    colleague.username = "@SUM(1+1)"  # Django's user names allow @ + - . _
+    colleague.save()
+    ticket = decided(agent, colleague, manager)
+    ticket.order.number = "-2+3"
+    ticket.order.save()
+    client.force_login(manager)
+    response = client.get(reverse("reviews:audit_export"), {"action": "reject"})
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[1][2] == "'-2+3" and rows[1][4] == "'@SUM(1+1)"

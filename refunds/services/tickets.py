@@ -29,9 +29,20 @@ from refunds.services.errors import (
 
 
 def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
+    """Open a ticket for an order. `opened_by` None is the desk itself (intake, tools); a person
+    must be in a desk group (refunds.permissions.open_refusal)."""
+    if opened_by is not None:
+        refusal = permissions.open_refusal(opened_by)
+        if refusal:
+            raise PermissionDenied(refusal)
     number = (order_number or "").strip()
     if not number:
         raise RefundError("Enter an order number.")
+    # PostgreSQL refuses a NUL in any text (a 500), and no order number holds a control character.
+    if not number.isprintable():
+        raise RefundError("An order number holds no control characters (such as NUL).")
+    if "\x00" in (note or ""):
+        raise RefundError("The note holds a NUL character; remove it.")
     if len(note or "") > NOTE_MAX:
         raise RefundError(f"The note is too long ({len(note)} characters, at most {NOTE_MAX}).")
     order = order_find(order_number=number)
@@ -123,6 +134,19 @@ FORKABLE = (Ticket.Status.AWAITING_REVIEW, Ticket.Status.REJECTED, Ticket.Status
 FORK_MAX_CENTS = 1_000_000
 
 
+def fork_balance_refusal(ticket: Ticket, amount_cents: int) -> str:
+    """Why a fork may not ask for this amount (more than the order has left to refund); "" when
+    it may. The fork page's preview and ticket_fork both ask it, so no preview offers what
+    Apply would refuse."""
+    balance = max(ticket.order.shipping_fee_cents - ticket.order.refunded_cents(), 0)
+    if amount_cents > balance:
+        return (
+            f"Order {ticket.order.number} has {dollars(balance)} left to refund of its "
+            f"{dollars(ticket.order.shipping_fee_cents)} shipping fee; a fork cannot ask for more."
+        )
+    return ""
+
+
 def ticket_fork(
     *, ticket: Ticket, amount_cents: int, reason: str, by, from_checkpoint_id: str = ""
 ) -> Fork:
@@ -153,12 +177,9 @@ def ticket_fork(
             f"Money already moved for this ticket (receipt {charge.receipt}); "
             "a fork cannot undo a charge."
         )
-    balance = max(ticket.order.shipping_fee_cents - ticket.order.refunded_cents(), 0)
-    if amount_cents > balance:
-        raise RefundError(
-            f"Order {ticket.order.number} has {dollars(balance)} left to refund of its "
-            f"{dollars(ticket.order.shipping_fee_cents)} shipping fee; a fork cannot ask for more."
-        )
+    over = fork_balance_refusal(ticket, amount_cents)
+    if over:
+        raise RefundError(over)
     if ticket.status not in FORKABLE:
         raise RefundError(
             "Only a ticket awaiting review, rejected or failed can be forked; "

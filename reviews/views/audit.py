@@ -64,9 +64,10 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
                 [
                     e.at.astimezone(UTC).isoformat(timespec="seconds"),
                     e.ticket_id,
-                    e.ticket.order.number,
+                    _csv_safe(e.ticket.order.number),  # the shop's text, as imported
                     e.get_action_display(),
-                    e.actor.username if e.actor else "the desk",
+                    # Django lets a user name start with @ + or -, a formula to a spreadsheet.
+                    _csv_safe(e.actor.username) if e.actor else "the desk",
                     dollars(e.answer.get("amount_cents") or e.ticket.amount_cents),
                     e.answer.get("answer", "") or e.answer.get("to", ""),
                     _csv_safe(e.answer.get("reason", "")),
@@ -80,5 +81,6 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
 
 
 def _csv_safe(text: str) -> str:
-    # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    # A cell starting with = + - @ (or a tab or carriage return before one) is a formula to a
+    # spreadsheet: quote it as text.
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

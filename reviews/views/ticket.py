@@ -27,6 +27,9 @@ from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, with_pending_de
 @require_http_methods(["GET", "POST"])
 @login_required
 def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
     values = {"order_number": "", "note": ""}
     if request.method == "POST":
         values = {k: request.POST.get(k, "") for k in values}

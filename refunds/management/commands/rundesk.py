@@ -45,12 +45,12 @@ class Command(BaseCommand):
             procs.append((name, subprocess.Popen([*worker, "--concurrency", str(children)])))
         # RedBeat keeps the schedule and its one-beat lock in the broker's Redis, not a file.
         procs.append(("beat", subprocess.Popen([*celery, "beat", "-l", "warning"])))
-        gunicorn = [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", addr]
+        gunicorn = [sys.executable, "-m", "gunicorn", "config.wsgi", "-c", "python:config.gunicorn"]
         gunicorn += [
+            "--bind",
+            addr,
             "--workers",
             str(web_workers),
-            "--access-logfile",
-            "-",
             "--log-level",
             "warning",
         ]

@@ -1,0 +1,85 @@
+"""Inputs that used to answer 500 answer 400 with the reason and change nothing: a NUL in an
+order number (API and form), an amount too large for a number, a NUL in a customer's address;
+a customer whose address holds "/" keeps working pages; amounts are ASCII digits only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django import forms as django_forms
+from django.test import Client
+from django.urls import reverse
+
+from api.models import ApiToken
+from ops.forms import parse_dollars
+from refunds.models import Ticket
+from reviews.forms import cents
+from tests.conftest import make_order
+from tests.reviewing import awaiting_review
+
+NUL_NUMBER = "10\x0042"
+
+
+def test_a_nul_in_the_order_number_is_refused_by_the_api(agent, late_order):
+    api = Client(headers={"Authorization": f"Token {ApiToken.issue(agent)[1]}"})
+    for body in ({"order_number": NUL_NUMBER}, {"order_number": "1042", "note": "a\x00b"}):
+        answer = api.post("/api/tickets/", json.dumps(body), content_type="application/json")
+        assert answer.status_code == 400, answer.content
+        assert "nul" in json.dumps(answer.json()).lower()
+    assert not Ticket.objects.exists()
+
+
+def test_a_nul_in_the_order_number_is_refused_by_the_form(client, agent, late_order):
+    client.force_login(agent)
+    answer = client.post("/tickets/new/", {"order_number": NUL_NUMBER})
+    assert answer.status_code == 400 and b"control characters" in answer.content
+    assert not Ticket.objects.exists()
+
+
+@pytest.mark.parametrize("amount", ["1e309", "1e30", "NaN", "Infinity", "-1"])
+def test_an_amount_filter_that_is_no_sum_of_dollars_is_explained(client, manager, amount):
+    client.force_login(manager)
+    answer = client.get("/tickets/", {"min_amount": amount})
+    assert answer.status_code == 200
+    assert "is not an amount in dollars" in answer.content.decode()
+
+
+def test_a_nul_in_a_customer_address_answers_400(client, manager):
+    client.force_login(manager)
+    answer = client.get("/customers/a%00b@x.example/")
+    assert answer.status_code == 400
+    assert b"not a customer's email address" in answer.content
+
+
+def test_a_customer_whose_address_holds_a_slash_keeps_their_pages(client, admin_user, db):
+    order = make_order("7001")
+    order.customer_email = "ops/billing@x.example"  # valid: "/" may sit in the local part
+    order.save()
+    ticket = awaiting_review(order)
+    client.force_login(admin_user)
+    history = client.get(reverse("ops:history", args=[ticket.pk]))
+    assert history.status_code == 200
+    link = reverse("ops:customer", args=["ops/billing@x.example"])
+    assert link in history.content.decode()
+    customer = client.get(link)
+    assert customer.status_code == 200 and b"ops/billing@x.example" in customer.content
+
+
+def test_an_amount_past_ten_digits_of_dollars_is_refused_before_it_reaches_a_column():
+    with pytest.raises(ValueError, match="not an amount in dollars"):
+        cents("99999999999999999999")  # the decide form takes 20 characters
+
+
+@pytest.mark.parametrize("typed", ["１２.５０", "１２", "١٢", "12.5０"])
+def test_full_width_and_other_scripts_digits_are_no_amount(typed):
+    with pytest.raises(ValueError, match="not an amount in dollars"):
+        cents(typed)
+    with pytest.raises(django_forms.ValidationError, match="not an amount in dollars"):
+        parse_dollars(typed)
+
+
+def test_a_full_width_amount_in_the_search_is_explained(client, manager):
+    client.force_login(manager)
+    answer = client.get("/tickets/", {"max_amount": "１２"})
+    assert "is not an amount in dollars" in answer.content.decode()
