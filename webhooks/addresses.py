@@ -39,7 +39,9 @@ def check_url(url: str) -> None:
     if scheme not in ("https", "http"):
         raise UnsafeURL(f"Use an https:// URL; {scheme or 'no'} scheme cannot receive webhooks.")
     if scheme == "http" and not settings.WEBHOOK_ALLOW_HTTP:
-        raise UnsafeURL("Use https://: plain http is allowed only in the demo (WEBHOOK_ALLOW_HTTP).")
+        raise UnsafeURL(
+            "Use https://: plain http is allowed only in the demo (WEBHOOK_ALLOW_HTTP)."
+        )
     if "@" in parts.netloc:
         raise UnsafeURL(
             "Put no user name or password in the URL: receivers check the signature instead."
@@ -234,7 +236,9 @@ def client() -> httpx.Client:
     )
 
 
-def post(http: httpx.Client, url: str, *, content: bytes, headers: dict[str, str]) -> httpx.Response:
+def post(
+    http: httpx.Client, url: str, *, content: bytes, headers: dict[str, str]
+) -> httpx.Response:
     """POST within WEBHOOK_TIMEOUT in all, to a URL checked again now (the row may predate the
     rules, or have been written around the admin)."""
     check_url(url)
