@@ -172,22 +172,25 @@ def test_the_name_is_sent_to_the_address_it_resolved_to_with_its_own_host_header
 
 
 @pytest.mark.parametrize(
-    "template",
+    ("template", "private_allowed"),
     [
-        "http://127.0.0.1:{port}/hooks",  # written before the rules, or around the admin
-        "http://user:pw@127.0.0.1:{port}/hooks",
-        "ftp://127.0.0.1:{port}/hooks",
+        ("http://127.0.0.1:{port}/hooks", False),  # written before the rules, or around admin
+        ("http://user:pw@127.0.0.1:{port}/hooks", True),  # refused for its user info alone
+        ("ftp://127.0.0.1:{port}/hooks", True),  # for its scheme alone
     ],
 )
 def test_an_existing_row_with_a_bad_url_is_refused_at_send_not_followed(
-    db, settings, receiver, late_order, template
+    db, settings, receiver, late_order, template, private_allowed
 ):
     settings.WEBHOOK_ALLOW_HTTP = True
-    Endpoint.objects.create(url=template.format(port=receiver.port))
+    settings.WEBHOOK_ALLOW_PRIVATE = private_allowed
+    made = Endpoint.objects.create(url=template.format(port=receiver.port))
+    receiver.secret = made.secret
     Ticket.objects.create(thread_id="t-old", order=late_order)
     assert delivery.deliver_due()["failed"] == 1
     assert receiver.received == []
-    assert Delivery.objects.get().last_error.startswith("refused: ")
+    row = Delivery.objects.get()
+    assert row.last_error.startswith("refused: ") and row.attempts == 1
 
 
 def test_a_redirect_is_not_followed(db, settings, late_order):

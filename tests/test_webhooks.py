@@ -388,15 +388,15 @@ class Blackhole:
 
 
 class Dripper:
-    """An endpoint that answers one header byte every `every` seconds, for ever: each read
-    succeeds well within any per-read timeout."""
+    """An endpoint that answers one header byte every `every` seconds for `lasting` seconds:
+    each read succeeds well within any per-read timeout."""
 
-    def __init__(self, every: float = 0.2) -> None:
+    def __init__(self, every: float = 0.2, lasting: float = 8.0) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socket.bind(("127.0.0.1", 0))
         self.socket.listen(4)
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/hooks"
-        self.every = every
+        self.every, self.lasting = every, lasting
         self.stopped = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -407,7 +407,8 @@ class Dripper:
             return
         with conn:
             conn.sendall(b"HTTP/1.1 200 OK\r\n")
-            while not self.stopped.wait(self.every):
+            until = time.monotonic() + self.lasting
+            while not self.stopped.wait(self.every) and time.monotonic() < until:
                 try:
                     conn.sendall(b"X")
                 except OSError:
