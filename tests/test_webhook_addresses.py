@@ -102,6 +102,7 @@ def test_admin_refuses_to_save_it_and_says_why(client, admin_user, url, words):
     page = response.content.decode()
     # Django's own URL check answers first for the numeric spellings it does not parse.
     assert (words if url not in NUMERIC_SPELLINGS else "Enter a valid URL") in page
+    assert f'href="{url}' not in page  # not offered as a link either
     assert not Endpoint.objects.exists()
 
 

@@ -6,7 +6,8 @@ an exponential backoff (WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an
 WEBHOOK_MAX_ATTEMPTS, then "failed", shown in admin with its log and a "send again" action. A
 sender that dies mid-POST leaves a stale claim, taken over after the send window: the receiver
 may then see the event twice, with the same event id (`Refund-Desk-Event-Id`, and `id` in the
-body), which is how it de-duplicates. Every attempt is written to the delivery log."""
+body), which is how it de-duplicates. Every attempt is written to the delivery log. Where a POST may
+go is webhooks/addresses.py's to say: a refused URL fails at once, without retries."""
 
 from __future__ import annotations
 
