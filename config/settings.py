@@ -517,6 +517,20 @@ WEBHOOK_TIMEOUT = env_number("WEBHOOK_TIMEOUT", 5.0, minimum=0.1)
 WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 WEBHOOK_RETRY_BASE_SECONDS = env_number("WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.0)
 WEBHOOK_SWEEP_SECONDS = env_number("WEBHOOK_SWEEP_SECONDS", 2.0, minimum=0.2)
+# Endpoints are sent to in parallel, one delivery at a time each, by at most this many threads
+# per sweep; a sweep claims nothing new after its budget, so it ends within budget + timeout.
+WEBHOOK_SWEEP_THREADS = env_int("WEBHOOK_SWEEP_THREADS", 8, minimum=1)
+WEBHOOK_SWEEP_BUDGET_SECONDS = env_number("WEBHOOK_SWEEP_BUDGET_SECONDS", 30.0, minimum=1.0)
+if WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT >= CELERY_TASK_SOFT_TIME_LIMIT:
+    raise BadSetting(
+        f"WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT ({WEBHOOK_SWEEP_BUDGET_SECONDS} + "
+        f"{WEBHOOK_TIMEOUT} s) must be below CELERY_TASK_SOFT_TIME_LIMIT "
+        f"({CELERY_TASK_SOFT_TIME_LIMIT} s)"
+    )
+# Webhooks go to public https addresses only (webhooks/addresses.py). Plain http in the demo;
+# private addresses (a receiver on this machine or the office network) only when asked for.
+WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", DEBUG)
+WEBHOOK_ALLOW_PRIVATE = env_bool("WEBHOOK_ALLOW_PRIVATE", False)
 CELERY_BEAT_SCHEDULE["deliver-webhooks"] = {
     "task": "webhooks.tasks.deliver_webhooks",
     "schedule": WEBHOOK_SWEEP_SECONDS,

@@ -224,6 +224,12 @@ def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
             "CHECKPOINT_URL names a SQLite file in a folder that does not exist",
         ),
         ({"REFUNDS_DEMO": "true", "API_MAX_BODY_BYTES": "ten"}, "API_MAX_BODY_BYTES must be"),
+        (
+            {"REFUNDS_DEMO": "true", "WEBHOOK_SWEEP_BUDGET_SECONDS": "236"},
+            "WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT (236.0 + 5.0 s) must be below "
+            "CELERY_TASK_SOFT_TIME_LIMIT (240 s)",
+        ),
+        ({"REFUNDS_DEMO": "true", "WEBHOOK_ALLOW_PRIVATE": "sure"}, "WEBHOOK_ALLOW_PRIVATE must"),
     ],
 )
 def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, message):

@@ -6,7 +6,9 @@ delivery log and "send again"; the event id lets the receiver drop a duplicate."
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +36,9 @@ class Receiver:
         self.duplicates: list[str] = []
         self.bad_signatures = 0
         self.fail_next = 0
+        self.redirect_to = ""  # answer 307 to this URL instead of taking the event
+        self.delay = 0.0  # seconds to wait before answering
+        self.received_at: list[float] = []  # time.monotonic() of each POST's arrival
         self.lock = threading.Lock()
         receiver = self
 
@@ -44,7 +49,10 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 status = receiver.take(raw, dict(self.headers))
+                time.sleep(receiver.delay)
                 self.send_response(status)
+                if status == 307:
+                    self.send_header("Location", receiver.redirect_to)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -58,6 +66,9 @@ class Receiver:
     def take(self, raw: bytes, headers: dict[str, str]) -> int:
         with self.lock:
             self.received.append({"headers": headers, "raw": raw})
+            self.received_at.append(time.monotonic())
+            if self.redirect_to:
+                return 307
             if self.fail_next:
                 self.fail_next -= 1
                 return 500
@@ -82,6 +93,14 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _receivers_on_this_machine(settings) -> None:
+    """The receivers here listen on 127.0.0.1 over plain http: allowed only when asked for
+    (tests/test_webhook_addresses.py checks the refusals)."""
+    settings.WEBHOOK_ALLOW_HTTP = True
+    settings.WEBHOOK_ALLOW_PRIVATE = True
 
 
 @pytest.fixture
@@ -185,7 +204,13 @@ def test_a_failed_delivery_is_retried_with_backoff_then_delivered(
     receiver.fail_next = 2
     Ticket.objects.create(thread_id="t-5", order=late_order)
 
-    assert delivery.deliver_due() == {"delivered": 0, "retrying": 1, "failed": 0, "skipped": 0}
+    assert delivery.deliver_due() == {
+        "delivered": 0,
+        "retrying": 1,
+        "failed": 0,
+        "skipped": 0,
+        "deferred": 0,
+    }
     row = Delivery.objects.get()
     assert row.status == "pending" and row.attempts == 1 and row.last_status_code == 500
     wait = row.next_attempt_at - timezone.now()
@@ -345,3 +370,124 @@ def test_the_trigger_exists_on_this_database(db):
             cursor.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
         names = {row[0] for row in cursor.fetchall()}
     assert names & {"webhooks_ticket_status_changed", "webhooks_ticket_status_event"}
+
+
+# --- one slow receiver delays no one else ---------------------------------------------------------
+class Blackhole:
+    """An endpoint that takes the connection and never answers: the kernel completes the
+    handshake into the listen backlog, nobody ever reads."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(16)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/hooks"
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class Dripper:
+    """An endpoint that answers one header byte every `every` seconds for `lasting` seconds:
+    each read succeeds well within any per-read timeout."""
+
+    def __init__(self, every: float = 0.2, lasting: float = 8.0) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(4)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/hooks"
+        self.every, self.lasting = every, lasting
+        self.stopped = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.socket.accept()
+        except OSError:
+            return
+        with conn:
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            until = time.monotonic() + self.lasting
+            while not self.stopped.wait(self.every) and time.monotonic() < until:
+                try:
+                    conn.sendall(b"X")
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.socket.close()
+
+
+def test_a_receiver_that_never_answers_does_not_delay_a_healthy_one(db, settings, receiver):
+    settings.WEBHOOK_TIMEOUT = 3.0
+    blackhole = Blackhole()
+    try:
+        # The silent endpoint is older: sent one after the other, it would go first every time.
+        silent = Endpoint.objects.create(url=blackhole.url, description="silent")
+        healthy = Endpoint.objects.create(url=receiver.url, description="healthy")
+        receiver.secret = healthy.secret
+        for n in range(3):
+            Ticket.objects.create(thread_id=f"t-par-{n}", order=_another_order(n))
+
+        started = time.monotonic()
+        counts = delivery.deliver_due()
+        took = time.monotonic() - started
+
+        assert len(receiver.accepted) == 3
+        assert max(receiver.received_at) - started < 2.0  # not 3 s behind each silent attempt
+        assert counts == {
+            "delivered": 3,
+            "retrying": 1,
+            "failed": 0,
+            "skipped": 0,
+            "deferred": 2,
+        }  # one timeout for the silent endpoint; its other two wait for the next sweep
+        assert took < settings.WEBHOOK_TIMEOUT + 2.0
+        stuck = Delivery.objects.filter(endpoint=silent, attempts=1).get()
+        assert stuck.status == "pending" and stuck.next_attempt_at > timezone.now()
+        assert "ReadTimeout" in stuck.last_error
+
+        # The next sweep tries the silent endpoint again; the healthy one gets nothing twice.
+        assert delivery.deliver_due()["delivered"] == 0
+        assert len(receiver.received) == 3 and receiver.duplicates == []
+        assert Delivery.objects.filter(endpoint=silent, attempts=1).count() == 2
+    finally:
+        blackhole.close()
+
+
+def test_a_receiver_that_drips_its_answer_is_cut_off_at_the_timeout(db, settings, late_order):
+    settings.WEBHOOK_TIMEOUT = 1.0
+    dripper = Dripper(every=0.2)  # each read gets a byte long before 1 s
+    try:
+        Endpoint.objects.create(url=dripper.url)
+        Ticket.objects.create(thread_id="t-drip", order=late_order)
+        started = time.monotonic()
+        assert delivery.deliver_due()["retrying"] == 1
+        assert time.monotonic() - started < 2.5
+        assert "Timeout" in Delivery.objects.get().last_error
+    finally:
+        dripper.close()
+
+
+def test_a_sweep_claims_nothing_new_after_its_budget(db, settings, receiver, endpoint):
+    settings.WEBHOOK_SWEEP_BUDGET_SECONDS = 1.0
+    receiver.delay = 0.4
+    for n in range(6):
+        Ticket.objects.create(thread_id=f"t-budget-{n}", order=_another_order(n))
+
+    started = time.monotonic()
+    first = delivery.deliver_due()
+    took = time.monotonic() - started
+
+    assert 1 <= first["delivered"] < 6 and first["deferred"] == 6 - first["delivered"]
+    assert took < 1.0 + settings.WEBHOOK_TIMEOUT
+    while Delivery.objects.exclude(status="delivered").exists():
+        assert delivery.deliver_due()["delivered"] >= 1
+    assert len(receiver.accepted) == 6 and receiver.duplicates == []
+
+
+def _another_order(n: int):
+    from tests.conftest import make_order
+
+    return make_order(f"77{n:02d}", late=3, fee_cents=500, name=f"Customer {n}")

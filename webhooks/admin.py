@@ -1,5 +1,7 @@
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -15,6 +17,14 @@ class EndpointAdmin(admin.ModelAdmin):
     list_filter = ["active"]
     readonly_fields = ["signing_secret", "created_at"]
     fields = ["url", "description", "statuses", "active", "signing_secret", "created_at"]
+    # A URL typed without a scheme means https: plain http is refused outside the demo. A plain
+    # input: admin's URL widget would put a refused (inside) URL on the page as a link.
+    formfield_overrides = {
+        models.URLField: {
+            "assume_scheme": "https",
+            "widget": forms.URLInput(attrs={"class": "vURLField"}),
+        }
+    }
 
     @admin.display(description="Signing secret")
     def signing_secret(self, endpoint: Endpoint) -> str:

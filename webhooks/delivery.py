@@ -6,7 +6,8 @@ an exponential backoff (WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an
 WEBHOOK_MAX_ATTEMPTS, then "failed", shown in admin with its log and a "send again" action. A
 sender that dies mid-POST leaves a stale claim, taken over after the send window: the receiver
 may then see the event twice, with the same event id (`Refund-Desk-Event-Id`, and `id` in the
-body), which is how it de-duplicates. Every attempt is written to the delivery log."""
+body), which is how it de-duplicates. Every attempt is written to the delivery log. Where a POST may
+go is webhooks/addresses.py's to say: a refused URL fails at once, without retries."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import timedelta
 
 import httpx
@@ -25,7 +29,7 @@ from django.utils import timezone
 from core.logs import bound
 from core.masking import mask
 from refunds import metrics
-from webhooks import signing
+from webhooks import addresses, signing
 from webhooks.models import Attempt, Delivery, Endpoint, Event
 
 log = logging.getLogger(__name__)
@@ -95,67 +99,135 @@ def _claim(delivery_id: int, claim: str) -> bool:
     )
 
 
-def deliver_due(*, limit: int = 100, client: httpx.Client | None = None) -> dict[str, int]:
-    """One sweep: fan out new events, then send what is due, oldest first."""
+def deliver_due(*, limit: int = 100) -> dict[str, int]:
+    """One sweep: fan out new events, then send what is due, oldest first. Endpoints are served
+    in parallel (WEBHOOK_SWEEP_THREADS), each one delivery at a time in order, so a receiver that
+    never answers holds only its own queue. An endpoint that fails is left until the next sweep:
+    a dead one costs one timeout per sweep, not one per delivery. Nothing new is claimed after
+    WEBHOOK_SWEEP_BUDGET_SECONDS, so the sweep ends within budget + WEBHOOK_TIMEOUT."""
     fan_out()
     now = timezone.now()
-    due = list(
+    due = (
         Delivery.objects.filter(
             Q(status=Delivery.Status.PENDING, next_attempt_at__lte=now)
             | Q(status=Delivery.Status.SENDING, claimed_at__lt=now - send_window())
         )
         .order_by("next_attempt_at", "id")
-        .values_list("pk", flat=True)[:limit]
+        .values_list("pk", "endpoint_id")[:limit]
     )
-    counts = {"delivered": 0, "retrying": 0, "failed": 0, "skipped": 0}
-    own_client = client is None
-    client = client or httpx.Client(timeout=settings.WEBHOOK_TIMEOUT, follow_redirects=False)
-    try:
-        for delivery_id in due:
-            counts[send(delivery_id, client=client)] += 1
-    finally:
-        if own_client:
-            client.close()
+    queues: dict[int, deque[int]] = {}
+    for delivery_id, endpoint_id in due:
+        queues.setdefault(endpoint_id, deque()).append(delivery_id)
+    counts = {"delivered": 0, "retrying": 0, "failed": 0, "skipped": 0, "deferred": 0}
+    if not queues:
+        return counts
+    deadline = time.monotonic() + settings.WEBHOOK_SWEEP_BUDGET_SECONDS
+    threads = min(settings.WEBHOOK_SWEEP_THREADS, len(queues))
+    waiting = deque(queues)
+    running: dict[Future[_Answer], _Outgoing] = {}
+    # Only the POSTs run in the pool; claims and marks stay on this thread (one database
+    # connection, the test's transaction included). A claim is taken only when a thread is free,
+    # so no claim ages in a queue towards the send window.
+    with addresses.client() as http, ThreadPoolExecutor(threads, "webhook") as pool:
+        while waiting or running:
+            while waiting and len(running) < threads and time.monotonic() < deadline:
+                endpoint_id = waiting.popleft()
+                outgoing = _claim_next(queues[endpoint_id], counts)
+                if outgoing is not None:
+                    running[pool.submit(_post, http, outgoing)] = outgoing
+                elif queues[endpoint_id]:
+                    waiting.append(endpoint_id)
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                outgoing = running.pop(future)
+                outcome = _record(outgoing, future.result())
+                counts[outcome] += 1
+                if outcome == "delivered" and queues[outgoing.endpoint.pk]:
+                    waiting.append(outgoing.endpoint.pk)
+    counts["deferred"] = sum(len(queue) for queue in queues.values())
     return counts
 
 
-def send(delivery_id: int, *, client: httpx.Client) -> str:
-    claim = uuid.uuid4().hex
-    if not _claim(delivery_id, claim):
-        return "skipped"  # another sender has it, or it is no longer due
-    delivery = Delivery.objects.select_related("endpoint", "event__ticket__order").get(
-        pk=delivery_id
-    )
-    event, endpoint = delivery.event, delivery.endpoint
-    body = json.dumps(payload(event), separators=(",", ":"), sort_keys=True).encode()
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        signing.EVENT_ID_HEADER: event.event_id,
-        "Refund-Desk-Delivery-Attempt": str(delivery.attempts),
-        signing.HEADER: signing.sign(endpoint.secret, body),
-    }
+@dataclass(frozen=True)
+class _Outgoing:
+    delivery: Delivery
+    event: Event
+    endpoint: Endpoint
+    claim: str
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Answer:
+    code: int | None = None
+    error: str = ""
+    body: str = ""
+    elapsed_ms: int = 0
+    refused: bool = False  # the URL or its address may not receive webhooks: no retry
+
+
+def _claim_next(queue: deque[int], counts: dict[str, int]) -> _Outgoing | None:
+    """Claim the next delivery of one endpoint's queue; None when there is nothing to send now
+    (one lost to another sender is counted as skipped and the next is tried)."""
+    while queue:
+        delivery_id = queue.popleft()
+        claim = uuid.uuid4().hex
+        if not _claim(delivery_id, claim):
+            counts["skipped"] += 1  # another sender has it, or it is no longer due
+            continue
+        delivery = Delivery.objects.select_related("endpoint", "event__ticket__order").get(
+            pk=delivery_id
+        )
+        event, endpoint = delivery.event, delivery.endpoint
+        body = json.dumps(payload(event), separators=(",", ":"), sort_keys=True).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            signing.EVENT_ID_HEADER: event.event_id,
+            "Refund-Desk-Delivery-Attempt": str(delivery.attempts),
+            signing.HEADER: signing.sign(endpoint.secret, body),
+        }
+        return _Outgoing(delivery, event, endpoint, claim, body, headers)
+    return None
+
+
+def _post(http: httpx.Client, outgoing: _Outgoing) -> _Answer:
+    """On a pool thread: the network only, no database."""
     started = time.monotonic()
-    code, error, answer = None, "", ""
+    try:
+        response = addresses.post(
+            http, outgoing.endpoint.url, content=outgoing.body, headers=outgoing.headers
+        )
+    except addresses.UnsafeURL as exc:
+        return _Answer(error=f"refused: {exc}", refused=True, elapsed_ms=_since(started))
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the attempt is logged and retried
+        return _Answer(error=f"{type(exc).__name__}: {exc}", elapsed_ms=_since(started))
+    code = response.status_code
+    error = "" if 200 <= code < 300 else f"the endpoint answered {code}"
+    return _Answer(code, error, response.text[:500], _since(started))
+
+
+def _since(started: float) -> int:
+    return round((time.monotonic() - started) * 1000)
+
+
+def _record(outgoing: _Outgoing, answer: _Answer) -> str:
+    delivery, event, endpoint = outgoing.delivery, outgoing.event, outgoing.endpoint
+    code, error = answer.code, mask(answer.error)[:2000]
     with bound(
         ticket_id=event.ticket_id, thread_id=event.ticket.thread_id, event_id=event.event_id
     ):
-        try:
-            response = client.post(endpoint.url, content=body, headers=headers)
-            code, answer = response.status_code, response.text[:500]
-            if not 200 <= code < 300:
-                error = f"the endpoint answered {code}"
-        except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}" or type(exc).__name__
-        elapsed = round((time.monotonic() - started) * 1000)
         Attempt.objects.create(
             delivery=delivery,
             status_code=code,
-            error=mask(error)[:2000],
-            response_body=answer,
-            duration_ms=elapsed,
+            error=error,
+            response_body=answer.body,
+            duration_ms=answer.elapsed_ms,
         )
-        mine = Delivery.objects.filter(pk=delivery_id, claimed_by=claim)
+        mine = Delivery.objects.filter(pk=delivery.pk, claimed_by=outgoing.claim)
         if not error:
             mine.update(
                 status=Delivery.Status.DELIVERED,
@@ -166,8 +238,8 @@ def send(delivery_id: int, *, client: httpx.Client) -> str:
             log.info("webhook %s delivered to %s", event.event_id, endpoint.pk)
             return "delivered"
         _count_failure()
-        error = mask(error)[:2000]
-        if delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
+        # A refused URL stays refused until an admin mends it, then presses "send again".
+        if answer.refused or delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
             mine.update(status=Delivery.Status.FAILED, last_status_code=code, last_error=error)
             log.warning("webhook %s to %s failed for good: %s", event.event_id, endpoint.pk, error)
             return "failed"

@@ -10,6 +10,7 @@ from django.db import models
 
 from core.clock import local_words
 from refunds.models import Ticket
+from webhooks.addresses import validate_webhook_url
 
 
 def new_secret() -> str:
@@ -18,7 +19,9 @@ def new_secret() -> str:
 
 class Endpoint(models.Model):
     url = models.URLField(
-        max_length=500, help_text="Where events are POSTed (https in production)."
+        max_length=500,
+        validators=[validate_webhook_url],
+        help_text="Where events are POSTed: a public https address (no user name or password).",
     )
     description = models.CharField(max_length=200, blank=True)
     secret = models.CharField(
