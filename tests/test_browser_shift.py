@@ -31,8 +31,16 @@ def _queue_of(count: int, opened_by) -> list[Ticket]:
     ]
 
 
-def test_a_desk_screen_shows_at_least_six_reviews(browser, live_server, agent, colleague):  # noqa: F811
+def test_a_desk_screen_shows_at_least_six_reviews(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,  # noqa: F811
+    settings,
+):
     from playwright.sync_api import expect
+
+    settings.REFUNDS_FAKES_BANNER = []  # production's screen: the suite itself runs with fakes
 
     tickets = _queue_of(8, colleague)
     page = page_for(browser, live_server, agent)
