@@ -1,30 +1,19 @@
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
-
 from django import forms
 
+from refunds import currencies
 from refunds.flow.words import dollars
 from refunds.services import FORK_MAX_CENTS, REASON_MAX
-
-# ASCII digits only (re's \d and Decimal() also take full-width digits such as "１２").
-DOLLARS = re.compile(r"^\$?\s*(\d{1,3}(,\d{3})+|\d+)(\.\d{1,2})?$", re.ASCII)
 
 
 def parse_dollars(text: str) -> int:
     """'$25', '25', '25.5', '$1,020.50' -> cents. Anything else (words, a third decimal, a
-    negative) is refused with the reason, never guessed."""
-    text = (text or "").strip()
-    if not DOLLARS.match(text):
-        raise forms.ValidationError(
-            f"“{text}” is not an amount in dollars; write it like 25 or $25.00 or 12.50."
-        )
+    negative, full-width digits, "1e3") is refused with the reason, never guessed."""
     try:
-        value = Decimal(text.removeprefix("$").strip().replace(",", ""))
-    except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
-        raise forms.ValidationError("Write the amount like 12.50.") from None
-    return int(value * 100)
+        return currencies.read_typed(text or "", currencies.DESK)
+    except currencies.BadAmount as exc:
+        raise forms.ValidationError(str(exc)) from None
 
 
 class DollarsField(forms.Field):

@@ -1,5 +1,3 @@
-from decimal import Decimal, InvalidOperation
-
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -95,12 +93,10 @@ class OrderForm(forms.ModelForm):
         currency, text = cleaned.get("currency"), cleaned.get("shipping_fee")
         if currency is None or text is None:
             return cleaned
-        if currency == "USD":
-            text = text.strip().removeprefix("$")
         try:
-            fee = currencies.to_minor(text, currency, thousands=",")
+            fee = currencies.read_typed(text, currency)
         except currencies.BadAmount as exc:
-            self.add_error("shipping_fee", str(exc)[0].upper() + str(exc)[1:] + ".")
+            self.add_error("shipping_fee", str(exc))
             return cleaned
         order = self.instance
         if order.pk and (fee, currency) != (order.shipping_fee_cents, order.currency):
@@ -384,12 +380,9 @@ class EmailAdmin(ReadOnly, admin.ModelAdmin):
 def _cents(amount: str) -> int:
     """'12.50' or '$12.50' -> 1250; anything else is a clear error."""
     try:
-        value = Decimal(amount.removeprefix("$").replace(",", ""))
-    except InvalidOperation:
-        raise services.RefundError(f"{amount!r} is not an amount in dollars, like 12.50.") from None
-    if not value.is_finite() or value != value.quantize(Decimal("0.01")):
-        raise services.RefundError("Give the amount in dollars and cents, like 12.50.")
-    return int(value * 100)
+        return currencies.read_typed(amount, currencies.DESK)
+    except currencies.BadAmount as exc:
+        raise services.RefundError(str(exc)) from None
 
 
 @admin.register(CannedReason)

@@ -14,14 +14,28 @@ from decimal import Decimal, InvalidOperation
 from functools import cache
 
 from babel.core import get_global
-from babel.numbers import get_currency_precision, get_territory_currencies
+from babel.numbers import (
+    get_currency_name,
+    get_currency_precision,
+    get_currency_symbol,
+    get_territory_currencies,
+)
 
 # What a PositiveIntegerField holds; no shipping fee comes near it.
 MAX_MINOR = 2**31 - 1
 
+# The desk's pages show every amount in dollars (refunds.flow.words.dollars), so what a reviewer
+# types there is read in dollars too.
+DESK = "USD"
+
 
 class BadAmount(ValueError):
-    """An amount that is not money in this currency; the message says why, for a person."""
+    """An amount that is not money in this currency; the message says why, for a person.
+    `kind` names the reason: "currency", "format", "negative", "decimals" or "large"."""
+
+    def __init__(self, message: str, kind: str = "format") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @cache
@@ -59,7 +73,7 @@ def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: st
     but ASCII digits and the one decimal mark, a negative, more decimals than the currency has,
     an amount too large to store."""
     if not is_currency(currency):
-        raise BadAmount(f"unknown currency {currency!r}")
+        raise BadAmount(f"unknown currency {currency!r}", "currency")
     found = _pattern(decimal_mark, thousands).fullmatch(text.strip())
     if found is None:
         raise BadAmount(
@@ -69,9 +83,11 @@ def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: st
     sign, whole, fraction = found.groups()
     digits = minor_units(currency)
     if sign:
-        raise BadAmount(f"negative amount {text!r}")
+        raise BadAmount(f"negative amount {text!r}", "negative")
     if fraction and len(fraction.rstrip("0")) > digits:
-        raise BadAmount(f"{text!r} has more than {digits} decimal(s), the most {currency} has")
+        raise BadAmount(
+            f"{text!r} has more than {digits} decimal(s), the most {currency} has", "decimals"
+        )
     try:
         value = Decimal(whole.replace(thousands, "") if thousands else whole)
         if fraction:
@@ -80,8 +96,39 @@ def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: st
         raise BadAmount(f"{text!r} is not an amount") from None
     minor = int(value.scaleb(digits))
     if minor > MAX_MINOR:
-        raise BadAmount(f"{text!r} is too large")
+        raise BadAmount(f"{text!r} is too large", "large")
     return minor
+
+
+def read_typed(text: str, currency: str) -> int:
+    """What a person typed into a form, in the currency's major unit ("12.50", "$12.50",
+    "$1,020.50") -> minor units (1250). The same reader as imports (to_minor, "," between
+    thousands), with the currency's symbol allowed in front; the message, for the person at the
+    form, says what to type instead."""
+    body = text.strip()
+    symbol = get_currency_symbol(currency, locale="en_US") if is_currency(currency) else ""
+    if symbol and body.startswith(symbol):
+        body = body.removeprefix(symbol).lstrip()
+    try:
+        return to_minor(body, currency, thousands=",")
+    except BadAmount as exc:
+        raise BadAmount(_why_typed(text, currency, exc.kind), exc.kind) from None
+
+
+def _why_typed(text: str, currency: str, kind: str) -> str:
+    if kind == "currency":
+        return f"{currency!r} is not a currency in use."
+    digits = minor_units(currency)
+    example = from_minor(
+        12 * 10**digits + (50 * 10 ** (digits - 2) if digits >= 2 else 0), currency
+    )
+    why = {
+        "negative": "it is negative",
+        "decimals": f"{currency} has {digits or 'no'} digit(s) after the point",
+        "large": "it is too large",
+    }.get(kind, f"write it like {example}, with the digits 0-9 and at most one point")
+    unit = get_currency_name(currency, count=2, locale="en")
+    return f"“{text.strip()}” is not an amount in {unit}: {why}."
 
 
 def from_minor(minor: int, currency: str) -> str:

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal
-
 from django import forms
 
+from refunds import currencies
 from refunds.models import AuditEvent, CannedReason, Role, Ticket
-
-# ASCII digits only: Decimal() also reads full-width and other scripts' digits ("１２"), which
-# nobody means as money here; at most ten digits of dollars, so no amount overflows a column.
-DOLLARS = re.compile(r"\d{1,10}(\.\d{0,2})?|\.\d{1,2}", re.ASCII)
 
 
 def cents(amount: str) -> int | None:
-    """Dollars as typed ("12.50", "$12.50") to cents; None when empty; ValueError when not money."""
-    text = (amount or "").strip().removeprefix("$").replace(",", "")
-    if not text:
+    """Dollars as typed ("12.50", "$12.50") to cents; None when empty; ValueError (a
+    currencies.BadAmount, saying why) when not money."""
+    if not (amount or "").strip():
         return None
-    if not DOLLARS.fullmatch(text):
-        raise ValueError(
-            f"“{amount}” is not an amount in dollars, like 12.50 (digits 0-9, at most two "
-            "after the point)."
-        )
-    return int(Decimal(text) * 100)
+    return currencies.read_typed(amount, currencies.DESK)
 
 
 class DecideForm(forms.Form):

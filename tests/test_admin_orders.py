@@ -66,8 +66,8 @@ def test_an_admin_adds_an_order_with_the_fee_in_its_currency(admin_client, typed
     "typed, says",
     [
         ("８.９９", "is not an amount"),  # full-width digits
-        ("8.999", "more than 2 decimal(s)"),
-        ("-1", "Negative amount"),
+        ("8.999", "USD has 2 digit(s) after the point"),
+        ("-1", "it is negative"),
         ("eight", "is not an amount"),
         ("8.99 USD", "is not an amount"),
         ("1e3", "is not an amount"),

@@ -42,7 +42,7 @@ def test_an_amount_filter_that_is_no_sum_of_dollars_is_explained(client, manager
     client.force_login(manager)
     answer = client.get("/tickets/", {"min_amount": amount})
     assert answer.status_code == 200
-    assert "is not an amount in dollars" in answer.content.decode()
+    assert "is not an amount in US dollars" in answer.content.decode()
 
 
 def test_a_nul_in_a_customer_address_answers_400(client, manager):
@@ -67,19 +67,19 @@ def test_a_customer_whose_address_holds_a_slash_keeps_their_pages(client, admin_
 
 
 def test_an_amount_past_ten_digits_of_dollars_is_refused_before_it_reaches_a_column():
-    with pytest.raises(ValueError, match="not an amount in dollars"):
+    with pytest.raises(ValueError, match="not an amount in US dollars"):
         cents("99999999999999999999")  # the decide form takes 20 characters
 
 
 @pytest.mark.parametrize("typed", ["１２.５０", "１２", "١٢", "12.5０"])
 def test_full_width_and_other_scripts_digits_are_no_amount(typed):
-    with pytest.raises(ValueError, match="not an amount in dollars"):
+    with pytest.raises(ValueError, match="not an amount in US dollars"):
         cents(typed)
-    with pytest.raises(django_forms.ValidationError, match="not an amount in dollars"):
+    with pytest.raises(django_forms.ValidationError, match="not an amount in US dollars"):
         parse_dollars(typed)
 
 
 def test_a_full_width_amount_in_the_search_is_explained(client, manager):
     client.force_login(manager)
     answer = client.get("/tickets/", {"max_amount": "１２"})
-    assert "is not an amount in dollars" in answer.content.decode()
+    assert "is not an amount in US dollars" in answer.content.decode()

@@ -118,10 +118,22 @@ def test_the_admin_fork_page_forks_and_explains_bad_amounts(client, rejected, ad
     page = client.get(url)
     assert page.status_code == 200 and "Corrected amount" in page.content.decode()
     bad = client.post(url, {"amount": "twelve", "reason": "typo"})
-    assert bad.status_code == 400 and "is not an amount in dollars" in bad.content.decode()
+    assert bad.status_code == 400 and "is not an amount in US dollars" in bad.content.decode()
     assert Fork.objects.count() == 0
     done = client.post(url, {"amount": "$5.50", "reason": "fee was $5.50"})
     assert done.status_code == 302
     assert Fork.objects.get().amount_cents == 550
     change = client.get(reverse("admin:refunds_ticket_change", args=[rejected.pk]))
     assert "fee was $5.50" in change.content.decode()  # the audit entry shows on the ticket
+
+
+@pytest.mark.parametrize("typed", ["１２", "1e3"])
+def test_the_admin_fork_page_refuses_full_width_digits_and_an_exponent(
+    client, rejected, admin_user, typed
+):
+    client.force_login(admin_user)
+    url = reverse("admin:refunds_ticket_fork", args=[rejected.pk])
+    bad = client.post(url, {"amount": typed, "reason": "typo"})
+    assert bad.status_code == 400
+    assert f"“{typed}” is not an amount in US dollars" in bad.content.decode()
+    assert Fork.objects.count() == 0 and Ticket.objects.get().status == "rejected"

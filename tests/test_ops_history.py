@@ -162,7 +162,7 @@ def test_amounts_that_are_not_dollars_are_refused_clearly(typed):
 
     from ops.forms import parse_dollars
 
-    with pytest.raises(forms.ValidationError, match="not an amount in dollars"):
+    with pytest.raises(forms.ValidationError, match="not an amount in US dollars"):
         parse_dollars(typed)
 
 
@@ -264,3 +264,17 @@ def test_the_history_of_a_ticket_that_never_ran_says_so(client, db, agent, admin
     client.force_login(admin_user)
     html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
     assert "No checkpoints" in html and 'id="checkpoint-count">0<' in html
+
+
+@pytest.mark.parametrize("typed", ["１２", "1e3"])
+def test_a_fork_to_full_width_digits_or_an_exponent_is_refused_and_changes_nothing(
+    client, transactional_db, agent, admin_user, late_order, typed
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    client.force_login(admin_user)
+    _, preview, applied = fork_through_the_page(client, ticket, typed)
+    for answer in (preview, applied):
+        assert answer.status_code == 400
+        assert f"“{typed}” is not an amount in US dollars" in answer.content.decode()
+    assert Fork.objects.count() == 0
+    assert Ticket.objects.get(pk=ticket.pk).pending_interrupt_id == ticket.pending_interrupt_id

@@ -334,3 +334,16 @@ def test_the_banner_says_the_review_went_to_managers(client, agent, colleague, s
     response = _outcome(client, small, small.pending_interrupt_id)
     assert response.status_code == 286
     assert "escalated to managers" in response.content.decode()
+
+
+@pytest.mark.parametrize("typed", ["１２", "1e3"])
+def test_it_refuses_an_amount_in_full_width_digits_or_an_exponent(client, manager, big, typed):
+    client.force_login(manager)
+    response = client.post(
+        decide_url(big),
+        {"interrupt_id": big.pending_interrupt_id, "approve": "1", "amount": typed},
+        headers=HTMX,
+    )
+    assert response.status_code == 400
+    assert f"“{typed}” is not an amount in US dollars" in response.content.decode()
+    assert unchanged(big) and Ticket.objects.get(pk=big.pk).amount_cents == 4800

@@ -87,7 +87,7 @@ def test_it_sorts_by_amount(client, manager, some):
 def test_it_says_what_is_wrong_with_a_filter(client, manager, some):
     client.force_login(manager)
     html = client.get(f"{TICKETS}?min_amount=lots").content.decode()
-    assert "is not an amount in dollars" in html
+    assert "is not an amount in US dollars" in html
 
 
 def test_it_answers_htmx_with_the_results_only(client, manager, some):
@@ -120,3 +120,14 @@ def test_it_costs_the_same_queries_at_any_size(client, manager, db, monkeypatch)
             thread_id=f"t{n}", order=make_order(f"9{n:03d}", name="Customer X"), status="refunded"
         )
     assert [queries(url) for url in urls] == few
+
+
+@pytest.mark.parametrize("typed", ["１２", "1e3"])
+def test_it_refuses_an_amount_filter_in_full_width_digits_or_an_exponent(
+    client, manager, some, typed
+):
+    client.force_login(manager)
+    response = client.get(TICKETS, {"max_amount": typed})
+    assert f"“{typed}” is not an amount in US dollars" in response.content.decode()
+    # Nothing is filtered by a number the page could not read.
+    assert len(response.context["rows"]) == 3
