@@ -10,7 +10,7 @@ import pytest
 from refunds import services
 from refunds.models import Decision, Ticket
 from tests.conftest import make_order
-from tests.reviewing import awaiting_review, decide
+from tests.reviewing import advance_to_review, awaiting_review, decide
 from tests.test_browser import csp_problems
 from tests.test_browser_desk import browser, page_for, shots  # noqa: F401 (fixture)
 
@@ -162,4 +162,44 @@ def test_an_escalated_ticket_page_says_a_manager_decides(
     expect(status).not_to_contain_text("Waiting on a support agent")
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.screenshot(path=str(shots() / f"shift-escalated-{width}.png"), full_page=True)
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_technical_details_open_for_an_admin_and_stay_out_of_a_reviewers_way(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    admin_user,
+    width,
+    monkeypatch,
+):
+    from playwright.sync_api import expect
+
+    from refunds import enqueue, runner
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    make_order("1042")
+    ticket = advance_to_review(services.ticket_open(order_number="1042", opened_by=agent))
+    decide(ticket, colleague)
+    assert runner.advance(ticket.pk) == "refunded"
+    ticket.refresh_from_db()
+
+    page = page_for(browser, live_server, colleague, width=width)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    expect(page.locator("#ticket-trail")).to_contain_text("Charged the refund")
+    expect(page.get_by_text("Technical details")).to_have_count(0)
+    assert ticket.thread_id not in page.content()
+    page.screenshot(path=str(shots() / f"shift-words-reviewer-{width}.png"), full_page=True)
+
+    page = page_for(browser, live_server, admin_user, width=width)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    details = page.locator("#technical-details")
+    expect(details.get_by_text(ticket.thread_id, exact=True)).to_be_hidden()  # closed until asked
+    details.locator("summary").click()
+    expect(details.get_by_text(ticket.thread_id, exact=True)).to_be_visible()
+    expect(details).to_contain_text(f"{ticket.thread_id}:charge_card:699")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots() / f"shift-words-admin-{width}.png"), full_page=True)
     assert csp_problems(page, page.console_messages_seen) == []

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from refunds import enqueue, runner, services
+from refunds import enqueue, persistence, runner, services
 from refunds.models import Charge, DemoProcessorRefund, Fork, Ticket
 from tests.reviewing import advance_to_review as review
 from tests.reviewing import decide
@@ -264,3 +264,51 @@ def test_the_history_of_a_ticket_that_never_ran_says_so(client, db, agent, admin
     client.force_login(admin_user)
     html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
     assert "No checkpoints" in html and 'id="checkpoint-count">0<' in html
+
+
+TECHNICAL = re.compile(r'<details class="technical[^"]*"[^>]*>.*?</details>', re.S)
+
+
+def shown_text(html: str) -> str:
+    """What a person reads: the text, without tags, attributes or the technical disclosures."""
+    return re.sub(r"<[^>]+>", " ", TECHNICAL.sub("", html))
+
+
+def checkpoint_ids(ticket: Ticket) -> list[str]:
+    return [s.config["configurable"]["checkpoint_id"] for s in persistence.history(ticket.thread_id)]
+
+
+def test_a_managers_history_reads_without_ids_or_versions(client, refunded, manager):
+    client.force_login(manager)
+    html = client.get(reverse("ops:history", args=[refunded.pk])).content.decode()
+    assert "Technical details" not in html
+    text = shown_text(html)
+    for words in [refunded.thread_id, "flow version", *checkpoint_ids(refunded)]:
+        assert words.lower() not in text.lower(), words
+
+
+def test_an_admins_history_keeps_thread_and_checkpoint_ids_in_the_technical_details(
+    client, refunded, admin_user
+):
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[refunded.pk])).content.decode()
+    inside = "".join(TECHNICAL.findall(html))
+    for words in [refunded.thread_id, *checkpoint_ids(refunded)]:
+        assert words in inside and words not in shown_text(html), words
+    assert f"Flow version</dt><dd>{refunded.flow_version}" in inside
+
+
+def test_the_fork_preview_says_once_in_words_and_keeps_the_keys_for_the_disclosure(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    client.force_login(admin_user)
+    checkpoint = approval_checkpoint(client, ticket)
+    url = reverse("ops:fork", args=[ticket.pk])
+    html = client.post(url, {"checkpoint": checkpoint, "amount": "$5", "reason": "x", "preview": "1"})
+    html = html.content.decode()
+    assert "The charge moves $5.00 once" in html
+    inside = "".join(TECHNICAL.findall(html))
+    assert f"{ticket.thread_id}:charge_card:500" in inside and checkpoint in inside
+    for words in [":charge_card:", "idempotency key", checkpoint]:
+        assert words not in shown_text(html), words
