@@ -15,6 +15,10 @@ from django.utils.safestring import SafeString, mark_safe
 # 15-unit text is still 10 px; at desk width it grows with the box.
 WIDTH, HEIGHT = 480, 250
 LEFT, RIGHT, TOP, BOTTOM = 62, 10, 14, 34
+# The widest a character of the 15-unit axis type draws (a digit or "$" is about 8.5 units in
+# DejaVu Sans, the widest font a browser here falls back to): the left margin is made from the
+# longest tick label with this, so "$200.00" is never cut at the left edge.
+CHAR_W, GAP = 9.5, 6
 
 
 @dataclass(frozen=True)
@@ -56,29 +60,30 @@ def bar_chart(
     top = _nice_max(highest)
     if whole:  # counts: whole-number ticks (0, 1, 2, 3, 4 rather than steps of 0.25)
         top = max(4, math.ceil(top / 4) * 4)
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    ticks = [fmt(top * tick / 4) for tick in range(5)]
+    left = max(LEFT, math.ceil(max(len(t) for t in ticks) * CHAR_W) + GAP + 2)
+    plot_w, plot_h = WIDTH - left - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(count, 1)
     bar_w = max(slot * 0.7, 1)
     parts: list[str] = []
-    for tick in range(5):
-        value = top * tick / 4
+    for tick, text in enumerate(ticks):
         y = TOP + plot_h - plot_h * tick / 4
         parts.append(
             format_html(
                 '<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
                 '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
-                LEFT,
+                left,
                 WIDTH - RIGHT,
                 _n(y),
                 _n(y),
-                LEFT - 6,
+                left - GAP,
                 _n(y + 4),
-                fmt(value),
+                text,
             )
         )
     every = max(1, math.ceil(count / 5))  # at most 5 labels, so they never overlap
     for i, label in enumerate(labels):
-        x = LEFT + slot * i + (slot - bar_w) / 2
+        x = left + slot * i + (slot - bar_w) / 2
         base: float = TOP + plot_h
         for s in series:
             value = s.values[i]
@@ -104,7 +109,7 @@ def bar_chart(
             parts.append(
                 format_html(
                     '<text class="axis" x="{}" y="{}" text-anchor="{}">{}</text>',
-                    _n(LEFT + slot * i + slot / 2 if i < count - 1 else WIDTH - RIGHT),
+                    _n(left + slot * i + slot / 2 if i < count - 1 else WIDTH - RIGHT),
                     HEIGHT - 12,
                     "middle" if i < count - 1 else "end",  # the last one stays inside
                     label,

@@ -1,9 +1,11 @@
-"""What the dashboard plots, read from the database: one query per chart, grouped by UTC day."""
+"""What the dashboard plots, read from the database: one query per chart, grouped by the day in
+the reviewer's time zone (the one every other page shows times in: the `tz` cookie middleware
+activates it), so a refund at 23:30 UTC counts on the next day for a reviewer in Tokyo."""
 
 from __future__ import annotations
 
 import statistics
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
 
 from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
 from django.db.models.functions import TruncDate
@@ -12,19 +14,27 @@ from django.utils import timezone
 from refunds.models import Charge, Decision, Ticket
 
 
+def _zone() -> tzinfo:
+    return timezone.get_current_timezone()
+
+
 def day_range(days: int, today: date | None = None) -> list[date]:
-    today = today or timezone.now().date()
+    today = today or timezone.localdate()
     return [today - timedelta(days=days - 1 - i) for i in range(days)]
 
 
+def _start_of(day: date) -> datetime:
+    return datetime.combine(day, datetime.min.time(), tzinfo=_zone())
+
+
 def _end_of(day: date) -> datetime:
-    return datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    return _start_of(day + timedelta(days=1))
 
 
 def waiting_reviews(days: list[date]) -> list[int]:
     """Reviews waiting at the end of each day: from the ticket's opening (it reaches its review
     within seconds) to its first decision, or still waiting now."""
-    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    start = _start_of(days[0])
     decided = Decision.objects.filter(ticket=OuterRef("pk"))
     rows = (
         Ticket.objects.filter(
@@ -47,7 +57,7 @@ def waiting_reviews(days: list[date]) -> list[int]:
 
 def time_to_decision(days: list[date]) -> list[float]:
     """Median minutes from opening to the first decision, for decisions made each day."""
-    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    start = _start_of(days[0])
     firsts = (
         Ticket.objects.annotate(first_decision=Min("decisions__decided_at"))
         .filter(first_decision__gte=start)
@@ -55,16 +65,18 @@ def time_to_decision(days: list[date]) -> list[float]:
     )
     by_day: dict[date, list[float]] = {}
     for opened, first in firsts:
-        by_day.setdefault(first.date(), []).append((first - opened).total_seconds() / 60)
+        by_day.setdefault(timezone.localdate(first, _zone()), []).append(
+            (first - opened).total_seconds() / 60
+        )
     return [round(statistics.median(by_day[d]), 1) if d in by_day else 0.0 for d in days]
 
 
 def refunded_cents(days: list[date]) -> list[int]:
     """Refunds paid each day, in cents (the plot says them through dollars())."""
-    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    start = _start_of(days[0])
     rows = (
         Charge.objects.filter(status=Charge.Status.SUCCEEDED, settled_at__gte=start)
-        .annotate(day=TruncDate("settled_at"))
+        .annotate(day=TruncDate("settled_at", tzinfo=_zone()))
         .values("day")
         .annotate(cents=Sum("amount_cents"))
     )
@@ -74,10 +86,10 @@ def refunded_cents(days: list[date]) -> list[int]:
 
 def outcomes(days: list[date]) -> dict[str, list[int]]:
     """Tickets that ended each day, by how: refunded, declined by policy, rejected."""
-    start = datetime.combine(days[0], datetime.min.time(), tzinfo=UTC)
+    start = _start_of(days[0])
     rows = (
         Ticket.objects.filter(status__in=Ticket.FINAL, updated_at__gte=start)
-        .annotate(day=TruncDate("updated_at"))
+        .annotate(day=TruncDate("updated_at", tzinfo=_zone()))
         .values("day", "status")
         .annotate(n=Count("id"))
     )

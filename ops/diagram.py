@@ -13,6 +13,9 @@ from refunds import persistence
 from refunds.flow.words import node_words
 
 BOX_W, BOX_H, ROW_H, COL_W, PAD = 250, 40, 66, 270, 14
+# Room beside the boxes for edges that pass rows (decline -> notify) or go back up (a refused
+# charge -> approve): they run in a lane outside the boxes they pass, never across one.
+LANE = 22
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def svg(path: list[str], current: list[str]) -> SafeString:
     rows: dict[int, list[str]] = {}
     for n in nodes:
         rows.setdefault(level[n], []).append(n)
-    width = max(len(r) for r in rows.values()) * COL_W + 2 * PAD
+    width = max(len(r) for r in rows.values()) * COL_W + 2 * (PAD + LANE)
     height = (max(rows) + 1) * ROW_H + 2 * PAD
     where: dict[str, tuple[float, float]] = {}
     for lvl, names in rows.items():
@@ -81,20 +84,20 @@ def svg(path: list[str], current: list[str]) -> SafeString:
         'class="arrowhead"/></marker></defs>',
     ]
     for e in edges:
-        (x1, y1), (x2, y2) = where[e.source], where[e.target]
         on_path = e.source in visited and e.target in visited
         cls = "edge" + (" conditional" if e.conditional else "") + (" on-path" if on_path else "")
-        if y2 > y1:
+        (x1, y1), (x2, y2) = where[e.source], where[e.target]
+        if level[e.target] == level[e.source] + 1:  # the next row: a line through the gap
             parts.append(
                 f'<line class="{cls}" x1="{x1:.0f}" y1="{y1 + BOX_H / 2:.0f}" x2="{x2:.0f}" '
                 f'y2="{y2 - BOX_H / 2:.0f}" marker-end="url(#arrow)"/>'
             )
-        else:  # a way back up: a curve beside the boxes
-            side = x1 + BOX_W / 2
+        else:
+            points = _around(e, level, rows, where, width)
             parts.append(
-                f'<path class="{cls} back" d="M {side:.0f} {y1:.0f} C {side + 40:.0f} {y1:.0f}, '
-                f'{x2 + BOX_W / 2 + 40:.0f} {y2:.0f}, {x2 + BOX_W / 2:.0f} {y2:.0f}" '
-                'marker-end="url(#arrow)"/>'
+                f'<polyline class="{cls} around" points="'
+                + " ".join(f"{x:.0f},{y:.0f}" for x, y in points)
+                + '" marker-end="url(#arrow)"/>'
             )
     for n in nodes:
         x, y = where[n]
@@ -114,3 +117,34 @@ def svg(path: list[str], current: list[str]) -> SafeString:
         )
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every label is escaped above
+
+
+def _around(
+    e: Edge,
+    level: dict[str, int],
+    rows: dict[int, list[str]],
+    where: dict[str, tuple[float, float]],
+    width: float,
+) -> list[tuple[float, float]]:
+    """An edge that passes rows or goes back up, as right angles: through the gaps between rows
+    and down (or up) a lane outside every box of the rows it passes."""
+    (x1, y1), (x2, y2) = where[e.source], where[e.target]
+    low, high = sorted((level[e.source], level[e.target]))
+    passed = [where[n][0] for lvl in range(low, high + 1) for n in rows[lvl]]
+    left = (x1 + x2) / 2 < width / 2 or ((x1 + x2) / 2 == width / 2 and x1 <= width / 2)
+    # Ways back run further out than ways down, so two edges never share a lane.
+    out = LANE * (0.8 if level[e.target] < level[e.source] else 0.4)
+    lane = min(passed) - BOX_W / 2 - out if left else max(passed) + BOX_W / 2 + out
+    if level[e.target] < level[e.source]:  # back up: out of the side, up the lane, in the side
+        side = -BOX_W / 2 if left else BOX_W / 2
+        return [(x1 + side, y1), (lane, y1), (lane, y2), (x2 + side, y2)]
+    gap = (ROW_H - BOX_H) / 2
+    below, above = y1 + BOX_H / 2 + gap, y2 - BOX_H / 2 - gap
+    return [
+        (x1, y1 + BOX_H / 2),
+        (x1, below),
+        (lane, below),
+        (lane, above),
+        (x2, above),
+        (x2, y2 - BOX_H / 2),
+    ]

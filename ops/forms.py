@@ -30,9 +30,15 @@ class DollarsField(forms.Field):
 
 
 class ForkForm(forms.Form):
-    checkpoint = forms.CharField(max_length=64)
+    checkpoint = forms.CharField(max_length=64, widget=forms.HiddenInput)
     amount = DollarsField(
         label="Corrected refund amount (the fee to refund)",
         help_text="In dollars, like 5.50 or $25.",
+        error_messages={"required": "Write the corrected amount, like 5.50 or $25."},
     )
-    reason = forms.CharField(max_length=REASON_MAX, widget=forms.Textarea)
+    reason = forms.CharField(
+        label="Why",
+        max_length=REASON_MAX,
+        widget=forms.Textarea,
+        error_messages={"required": "Say why you fork the ticket; it is kept with the audit."},
+    )

@@ -30,9 +30,10 @@ LABELS = {
     "forks": "Forks so far",
     "order_number": "Order number",
     "note": "Customer's note",
-    "flow_version": "Flow version",
 }
+# Kept out of the words: ids and the flow version are for admins, in the technical details.
 HIDDEN = {
+    "flow_version",
     "forks",
     "tracking",
     "order_number",

@@ -210,5 +210,6 @@ def customer(request: HttpRequest, email: str) -> HttpResponse:
         .select_related("order")
         .order_by("-id")[:50],
         "audit_actions": AuditEvent.Action,
+        "is_admin": permissions.is_admin(request.user),
     }
     return render(request, "ops/customer.html", context)

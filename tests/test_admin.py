@@ -87,3 +87,12 @@ def test_admin_lists_amounts_in_dollars_and_keeps_canned_reasons(client, admin_u
     assert response.status_code == 302
     client.force_login(admin_user)
     assert "Voucher" in client.get("/").content.decode()  # offered in the queue's rows
+
+
+def test_the_emails_list_keeps_to_five_columns(client, admin_user, refunded):
+    client.force_login(admin_user)
+    html = client.get(reverse("admin:refunds_email_changelist")).content.decode()
+    head = html.split("<thead>")[1].split("</thead>")[0]
+    columns = head.count('<th scope="col"') - head.count('class="action-checkbox-column"')
+    assert columns == 5, head
+    assert "Your refund for order 1042" in html

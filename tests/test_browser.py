@@ -120,7 +120,7 @@ def _open_approve_and_watch(page, live_server, agent, expect) -> None:
     assert ticket.status == Ticket.Status.REFUNDED
     assert ticket.charges.count() == 1 and ticket.decisions.get().reviewer == agent
     expect(status).to_contain_text("Approved by agent")
-    expect(status).to_contain_text("approve → charge_card → email")
+    expect(status).to_contain_text("Charged the refund → Emailed the confirmation")
     # Every page above ran under the strict CSP (no inline script or style) without a violation.
     assert "unsafe-inline" not in (page.evaluate("document.contentType") or "")
     assert csp_problems(page, page.console_messages_seen) == []
@@ -194,3 +194,52 @@ def _make_history(manager) -> None:
             )
     for n in range(3):
         awaiting_review(make_order(f"81{n}", fee_cents=900 + 2000 * n))
+
+
+@pytest.mark.parametrize("cents", [15_000, 150_000])  # axes up to "$200.00" and "$2,000.00"
+def test_the_dashboards_money_axis_is_drawn_inside_its_chart(
+    browser_page, live_server, manager, cents
+):
+    from django.conf import settings
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from refunds.models import Charge
+    from tests.conftest import make_order
+
+    order = make_order("8300", fee_cents=cents)
+    ticket = Ticket.objects.create(thread_id="axis", order=order, status="refunded")
+    Charge.objects.create(
+        ticket=ticket,
+        order=order,
+        idempotency_key="axis",
+        amount_cents=cents,
+        status="succeeded",
+        receipt="raxis",
+        settled_at=timezone.now(),
+    )
+    page = browser_page
+    page.goto(f"{live_server.url}/login/")
+    page.get_by_label("Username").fill("manager")
+    page.get_by_label("Password").fill("pw")
+    page.get_by_role("button", name="Log in").click()
+    for width in (390, 1280):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/dashboard/")
+        paid = page.locator("figure", has_text="Refunds paid per day").locator("svg.chart")
+        expect(paid).to_contain_text("$200.00" if cents == 15_000 else "$2,000.00")
+        # Every label's drawn box, in the SVG's own units, against its viewBox.
+        outside = page.evaluate(
+            """() => [...document.querySelectorAll('svg.chart')].flatMap(svg => {
+                const box = svg.viewBox.baseVal;
+                return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
+                  .filter(([, b]) => b.x < box.x || b.x + b.width > box.x + box.width
+                                     || b.y < box.y || b.y + b.height > box.y + box.height)
+                  .map(([text, b]) => `${text} at x=${b.x.toFixed(1)} w=${b.width.toFixed(1)}`);
+            })"""
+        )
+        assert outside == []
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        shots = settings.DATA_DIR / "screenshots"
+        shots.mkdir(exist_ok=True)
+        paid.screenshot(path=str(shots / f"dashboard-axis-{cents}-{width}.png"))

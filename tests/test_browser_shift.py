@@ -10,7 +10,7 @@ import pytest
 from refunds import services
 from refunds.models import Decision, Ticket
 from tests.conftest import make_order
-from tests.reviewing import awaiting_review, decide
+from tests.reviewing import advance_to_review, awaiting_review, decide
 from tests.test_browser import csp_problems
 from tests.test_browser_desk import browser, page_for, shots  # noqa: F401 (fixture)
 
@@ -171,3 +171,163 @@ def test_an_escalated_ticket_page_says_a_manager_decides(
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.screenshot(path=str(shots() / f"shift-escalated-{width}.png"), full_page=True)
     assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_technical_details_open_for_an_admin_and_stay_out_of_a_reviewers_way(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    admin_user,
+    width,
+    monkeypatch,
+):
+    from playwright.sync_api import expect
+
+    from refunds import enqueue, runner
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    make_order("1042")
+    ticket = advance_to_review(services.ticket_open(order_number="1042", opened_by=agent))
+    decide(ticket, colleague)
+    assert runner.advance(ticket.pk) == "refunded"
+    ticket.refresh_from_db()
+
+    page = page_for(browser, live_server, colleague, width=width)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    expect(page.locator("#ticket-trail")).to_contain_text("Charged the refund")
+    expect(page.get_by_text("Technical details")).to_have_count(0)
+    assert ticket.thread_id not in page.content()
+    page.screenshot(path=str(shots() / f"shift-words-reviewer-{width}.png"), full_page=True)
+
+    page = page_for(browser, live_server, admin_user, width=width)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    details = page.locator("#technical-details")
+    expect(details.get_by_text(ticket.thread_id, exact=True)).to_be_hidden()  # closed until asked
+    details.locator("summary").click()
+    expect(details.get_by_text(ticket.thread_id, exact=True)).to_be_visible()
+    expect(details).to_contain_text(f"{ticket.thread_id}:charge_card:699")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots() / f"shift-words-admin-{width}.png"), full_page=True)
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+def _fits(page, width: int) -> None:
+    wide = page.evaluate(
+        "[...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right"
+        f" > {width} && !e.closest('.scroll-box, .table-wrap *')).slice(0, 5)"
+        ".map(e => e.tagName + '.' + e.className + ' ' + e.getBoundingClientRect().right)"
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= width, wide
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_admins_pages_fit_the_screen_and_say_what_they_hold(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    admin_user,
+    width,
+    monkeypatch,
+):
+    from playwright.sync_api import expect
+
+    from refunds import enqueue, runner
+    from refunds.models import Email
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    make_order("1042")
+    ticket = advance_to_review(services.ticket_open(order_number="1042", opened_by=agent))
+    decide(ticket, colleague)
+    assert runner.advance(ticket.pk) == "refunded"
+    Email.objects.filter(ticket=ticket).update(
+        status="failed", last_error="SMTPRecipientsRefused: 550 mailbox unavailable"
+    )
+    page = page_for(browser, live_server, admin_user, width=width)
+
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/history/")
+    hint, box = page.locator("#diagram-hint"), page.locator(".diagram .scroll-box")
+    if width == 390:  # the drawing scrolls inside its own box, and says so
+        expect(hint).to_be_visible()
+        assert box.evaluate("b => b.scrollWidth > b.clientWidth"), box.evaluate(
+            "b => [b.scrollWidth, b.clientWidth, b.firstElementChild.getBoundingClientRect().width]"
+        )
+    else:
+        expect(hint).to_be_hidden()
+        assert box.evaluate("b => b.scrollWidth <= b.clientWidth")
+    _fits(page, width)
+    page.locator(".diagram").screenshot(path=str(shots() / f"shift-diagram-{width}.png"))
+    page.screenshot(path=str(shots() / f"shift-history-{width}.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/customers/ana@example.com/")
+    opened = page.locator("#customer-tickets td[data-label=Opened]")
+    expect(opened).to_be_visible()
+    # Nothing of the table is cut: on a phone each row stacks into the width.
+    table = page.locator("#customer-tickets")
+    assert table.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+    _fits(page, width)
+    page.screenshot(path=str(shots() / f"shift-customer-{width}.png"), full_page=True)
+
+    for name in ("failed", "undelivered"):
+        page.goto(f"{live_server.url}/ops/{name}/")
+        expect(page.locator("th .sr-only")).to_have_text("Action")
+        _fits(page, width)
+        page.screenshot(path=str(shots() / f"shift-{name}-{width}.png"), full_page=True)
+
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_fork_form_says_why_is_required_and_names_it_in_the_error(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    admin_user,
+    width,
+    monkeypatch,
+):
+    from playwright.sync_api import expect
+
+    from refunds import enqueue
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    make_order("1042")
+    ticket = advance_to_review(services.ticket_open(order_number="1042", opened_by=agent))
+    page = page_for(browser, live_server, admin_user, width=width)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/history/")
+    page.get_by_role("link", name="Fork from here…").first.click()
+    expect(page.locator("label[for=id_reason] .required")).to_be_visible()
+    page.get_by_label("Corrected refund amount").fill("$5")
+    page.get_by_label("Why").fill("   ")  # blank words pass the browser's own check
+    page.get_by_role("button", name="Preview").click()
+    error = page.locator("#fork-error")
+    expect(error).to_contain_text("Why: Say why you fork the ticket")
+    _fits(page, width)
+    page.screenshot(path=str(shots() / f"shift-fork-error-{width}.png"), full_page=True)
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+def test_the_admins_emails_list_fits_a_desk_screen(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    admin_user,
+    monkeypatch,
+):
+    from refunds import enqueue, runner
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    make_order("1042")
+    ticket = advance_to_review(services.ticket_open(order_number="1042", opened_by=agent))
+    decide(ticket, colleague)
+    assert runner.advance(ticket.pk) == "refunded"
+    page = page_for(browser, live_server, admin_user, width=1280)
+    page.goto(f"{live_server.url}/admin/refunds/email/")
+    table = page.locator("#result_list")
+    right = table.evaluate("t => t.getBoundingClientRect().right")
+    shown = table.evaluate("t => t.parentElement.clientWidth >= t.scrollWidth")
+    page.screenshot(path=str(shots() / "shift-admin-emails-1280.png"), full_page=True)
+    assert right <= 1280 and shown

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 from django.utils import timezone
@@ -173,3 +173,53 @@ def test_metrics_move_when_a_worker_refunds_a_ticket(
         >= metric(before, refunded, outcome="awaiting_review") + 1
     )
     assert metric(after, "refund_desk_tickets", status="refunded") == 1
+
+
+# --- the reviewer's day --------------------------------------------------------------------------
+def bars(html: str, caption: str) -> dict[str, str]:
+    """One chart's bars by their day label: {"Nov 29": "$12.00 refunded"}."""
+    chart = html.split(f"{caption}</figcaption>")[1].split("</svg>")[0]
+    return dict(re.findall(r"<title>([A-Z][a-z]{2} \d+): ([^<]+)</title>", chart))
+
+
+@pytest.mark.parametrize(
+    ("zone", "shown_on"),
+    [("Asia/Tokyo", 1), ("UTC", 0), ("America/Los_Angeles", 0)],  # days after the UTC day
+)
+def test_a_refund_at_half_past_eleven_utc_counts_on_the_reviewers_own_day(
+    client, manager, zone, shown_on
+):
+    from zoneinfo import ZoneInfo
+
+    from core.clock import day_words
+
+    utc_day = timezone.now().date() - timedelta(days=3)
+    at = datetime.combine(utc_day, time(23, 30), tzinfo=UTC)
+    order = make_order("7200", fee_cents=1200)
+    ticket = Ticket.objects.create(thread_id="tz", order=order, status="refunded")
+    Ticket.objects.filter(pk=ticket.pk).update(created_at=at - timedelta(minutes=20), updated_at=at)
+    decided = Decision.objects.create(
+        ticket=ticket, interrupt_id="tz", reviewer=manager, answer="approve"
+    )
+    Decision.objects.filter(pk=decided.pk).update(decided_at=at - timedelta(minutes=10))
+    Charge.objects.create(
+        ticket=ticket,
+        order=order,
+        idempotency_key="tz",
+        amount_cents=1200,
+        status="succeeded",
+        receipt="rtz",
+        settled_at=at,
+    )
+    client.force_login(manager)
+    client.cookies["tz"] = zone
+    html = client.get("/dashboard/").content.decode()
+    day = day_words(utc_day + timedelta(days=shown_on), year=False)
+    assert bars(html, "Refunds paid per day") == {day: "$12.00 refunded"}
+    assert bars(html, "Time to decision (median minutes, by day decided)") == {
+        day: "10 minutes to decide"
+    }
+    assert bars(html, "Tickets ended per day: refunded, declined, rejected") == {day: "1 refunded"}
+    assert bars(html, "Reviews waiting at the end of each day") == {}  # opened and decided that day
+    today = day_words(datetime.now(ZoneInfo(zone)).date(), year=False)
+    assert re.search(rf'text-anchor="end">{today}</text>', html)  # the last day is theirs

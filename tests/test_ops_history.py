@@ -8,7 +8,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from refunds import enqueue, runner, services
+from refunds import enqueue, persistence, runner, services
 from refunds.models import Charge, DemoProcessorRefund, Fork, Ticket
 from tests.reviewing import advance_to_review as review
 from tests.reviewing import decide
@@ -278,3 +278,129 @@ def test_a_fork_to_full_width_digits_or_an_exponent_is_refused_and_changes_nothi
         assert f"“{typed}” is not an amount in US dollars" in answer.content.decode()
     assert Fork.objects.count() == 0
     assert Ticket.objects.get(pk=ticket.pk).pending_interrupt_id == ticket.pending_interrupt_id
+
+
+TECHNICAL = re.compile(r'<details class="technical[^"]*"[^>]*>.*?</details>', re.S)
+
+
+def shown_text(html: str) -> str:
+    """What a person reads: the text, without tags, attributes or the technical disclosures."""
+    return re.sub(r"<[^>]+>", " ", TECHNICAL.sub("", html))
+
+
+def checkpoint_ids(ticket: Ticket) -> list[str]:
+    return [
+        s.config["configurable"]["checkpoint_id"] for s in persistence.history(ticket.thread_id)
+    ]
+
+
+def test_a_managers_history_reads_without_ids_or_versions(client, refunded, manager):
+    client.force_login(manager)
+    html = client.get(reverse("ops:history", args=[refunded.pk])).content.decode()
+    assert "Technical details" not in html
+    text = shown_text(html)
+    for words in [refunded.thread_id, "flow version", *checkpoint_ids(refunded)]:
+        assert words.lower() not in text.lower(), words
+
+
+def test_an_admins_history_keeps_thread_and_checkpoint_ids_in_the_technical_details(
+    client, refunded, admin_user
+):
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[refunded.pk])).content.decode()
+    inside = "".join(TECHNICAL.findall(html))
+    for words in [refunded.thread_id, *checkpoint_ids(refunded)]:
+        assert words in inside and words not in shown_text(html), words
+    assert f"Flow version</dt><dd>{refunded.flow_version}" in inside
+
+
+def test_the_fork_preview_says_once_in_words_and_keeps_the_keys_for_the_disclosure(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    client.force_login(admin_user)
+    checkpoint = approval_checkpoint(client, ticket)
+    url = reverse("ops:fork", args=[ticket.pk])
+    html = client.post(
+        url, {"checkpoint": checkpoint, "amount": "$5", "reason": "x", "preview": "1"}
+    )
+    html = html.content.decode()
+    assert "The charge moves $5.00 once" in html
+    inside = "".join(TECHNICAL.findall(html))
+    assert f"{ticket.thread_id}:charge_card:500" in inside and checkpoint in inside
+    for words in [":charge_card:", "idempotency key", checkpoint]:
+        assert words not in shown_text(html), words
+
+
+def test_the_fork_form_marks_why_as_required_and_its_error_names_the_box(
+    client, transactional_db, agent, admin_user, late_order
+):
+    ticket = review(services.ticket_open(order_number="1042"))
+    client.force_login(admin_user)
+    checkpoint = approval_checkpoint(client, ticket)
+    url = reverse("ops:fork", args=[ticket.pk])
+    empty = client.get(url, {"checkpoint": checkpoint}).content.decode()
+    assert re.search(r'<label for="id_reason">Why <span class="required">required</span>', empty)
+    assert re.search(r'<textarea name="reason" id="id_reason" required', empty)
+    answer = client.post(url, {"checkpoint": checkpoint, "amount": "$5", "reason": " "})
+    html = answer.content.decode()
+    assert answer.status_code == 400 and not Fork.objects.exists()
+    error = re.search(r'<div class="error" role="alert" id="fork-error">(.*?)</div>', html, re.S)
+    assert error and '<a href="#id_reason">Why</a>: Say why you fork the ticket' in error[1]
+    assert 'id="id_reason" required aria-invalid="true"' in html
+
+
+def test_the_audit_trail_says_the_amount_a_manager_lowered_from(
+    client, transactional_db, agent, manager, big_order
+):
+    ticket = review(services.ticket_open(order_number="1045", opened_by=agent))
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        reviewer=manager,
+        amount_cents=2500,
+    )
+    client.force_login(manager)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    trail = html.split("<h2>Audit trail</h2>")[1]
+    assert "amount $48.00 → $25.00" in trail and "?" not in trail
+
+
+def test_no_edge_of_the_diagram_runs_across_a_box(db):
+    from ops import diagram
+
+    drawn = str(diagram.svg(["lookup", "check_policy", "decline", "notify"], []))
+    boxes = [
+        tuple(float(v) for v in box)
+        for box in re.findall(
+            r'<rect x="([\d.-]+)" y="([\d.-]+)" width="(\d+)" height="(\d+)"', drawn
+        )
+    ]
+    lines = [
+        [(float(a), float(b)), (float(c), float(d))]
+        for a, b, c, d in re.findall(
+            r'<line [^>]*x1="([\d.-]+)" y1="([\d.-]+)" x2="([\d.-]+)" y2="([\d.-]+)"', drawn
+        )
+    ] + [
+        [tuple(float(v) for v in p.split(",")) for p in points.split()]
+        for points in re.findall(r'<polyline [^>]*points="([^"]+)"', drawn)
+    ]
+
+    def inside(x: float, y: float) -> bool:
+        return any(bx + 1 < x < bx + w - 1 and by + 1 < y < by + h - 1 for bx, by, w, h in boxes)
+
+    crossing = []
+    for points in lines:
+        for (x1, y1), (x2, y2) in zip(points, points[1:], strict=False):
+            steps = int(max(abs(x2 - x1), abs(y2 - y1))) + 1
+            if any(
+                inside(x1 + (x2 - x1) * i / steps, y1 + (y2 - y1) * i / steps)
+                for i in range(steps + 1)
+            ):
+                crossing.append(points)
+                break
+    assert crossing == []
+    assert len(lines) == drawn.count('class="edge')  # every edge was looked at
+    width = float(re.search(r'viewBox="0 0 ([\d.]+)', drawn)[1])
+    assert all(0 <= x <= width for points in lines for x, _ in points)

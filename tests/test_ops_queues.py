@@ -112,3 +112,14 @@ def test_an_undelivered_email_whose_outcome_is_unknown_says_when_and_by_whom(
         page = client.get(reverse("ops:undelivered")).content.decode()
         assert "Outcome unknown" in page
         assert "Dec 1, 2026, 14:05 UTC" in page and "epoch:3 on worker-a:4242" in page
+
+
+@pytest.mark.parametrize("page", ["ops:failed", "ops:undelivered"])
+def test_every_column_of_the_queues_has_a_header_a_screen_reader_says(client, admin_user, page):
+    import re
+
+    client.force_login(admin_user)
+    html = client.get(reverse(page)).content.decode()
+    headers = re.findall(r"<th>(.*?)</th>", html.split("<thead>")[1].split("</thead>")[0])
+    assert headers and all(re.sub(r"<[^>]+>", "", h).strip() for h in headers), headers
+    assert '<th><span class="sr-only">Action</span></th>' in html

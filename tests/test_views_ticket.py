@@ -1,6 +1,7 @@
 """The ticket page (and its polled status fragment) and the open-ticket form."""
 
 import json
+import re
 
 import pytest
 from django.urls import reverse
@@ -57,7 +58,8 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
 
     html = client.get(page(ticket)).content.decode()
     assert "Awaiting review" in html
-    assert "lookup → " in html and "triage" in html
+    assert "Looked up the order → Checked for fraud signals" in html
+    assert "Chose who reviews" in html
     assert "<strong>Refund $6.99</strong>" in html  # the review's markdown, rendered
     assert "Customer says: 4 days late" in html
     assert 'name="approve"' not in html and "four-eyes" in html  # not the one who opened it
@@ -79,7 +81,7 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
     charge, email = Charge.objects.get(), Email.objects.get()
     html = client.get(page(ticket)).content.decode()
     assert "Refunded" in html and "Refunded $6.99." in html
-    assert "approve → charge_card → email" in html
+    assert "Review by a person → Charged the refund → Emailed the confirmation" in html
     assert charge.receipt in html and "$6.99" in html
     assert f"“{email.subject}” to ana@example.com" in html and "sent " in html
     assert "Approved by <strong>bea</strong>" in html and "being applied" not in html
@@ -306,3 +308,65 @@ def test_an_escalated_ticket_says_throughout_that_a_manager_decides(client, mana
     assert "a manager (escalated from the support agents)" in html
     assert "Waiting on a manager: escalated from the support agents." in html
     assert "support agent." not in html.lower() and "a support agent (" not in html
+
+
+# --- developer words: admins only, behind a disclosure ---------------------------------------
+TECHNICAL = re.compile(r'<details class="technical[^"]*"[^>]*>.*?</details>', re.S)
+
+
+def developer_words(ticket: Ticket) -> list[str]:
+    """What a developer reads and a reviewer should not have to: node names, the thread id, the
+    charge's idempotency key, the flow version."""
+    return [
+        "lookup → fraud_check",
+        "→ triage",
+        ticket.thread_id,
+        f"{ticket.thread_id}:charge_card:",
+        f"<dd>{ticket.flow_version}</dd>",
+        "Thread",
+        "flow version",
+    ]
+
+
+@pytest.fixture
+def refunded_ticket(transactional_db, client, agent, colleague, late_order) -> Ticket:
+    client.force_login(agent)
+    client.post(NEW, {"order_number": "1042", "note": "4 days late"})
+    ticket = Ticket.objects.get()
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    ticket = refunded(ticket, colleague)
+    # What a second triage leaves (a fork, a refused charge back to review): said once.
+    Ticket.objects.filter(pk=ticket.pk).update(nodes_run=ticket.nodes_run + ["triage", "triage"])
+    ticket.refresh_from_db()
+    return ticket
+
+
+@pytest.mark.parametrize("reader", ["agent", "manager"])
+def test_a_reviewers_ticket_page_says_what_happened_without_developer_words(
+    client, refunded_ticket, request, reader
+):
+    client.force_login(request.getfixturevalue(reader))
+    html = client.get(page(refunded_ticket)).content.decode()
+    assert "What happened" in html and "Charged the refund → Emailed the confirmation" in html
+    assert "Chose who reviews → Chose who reviews" not in html
+    assert "Technical details" not in html
+    for words in developer_words(refunded_ticket) + ["Steps run", "Technical details"]:
+        assert words not in html, words
+
+
+def test_an_admins_ticket_page_keeps_the_ids_inside_the_technical_details(
+    client, refunded_ticket, admin_user
+):
+    client.force_login(admin_user)
+    html = client.get(page(refunded_ticket)).content.decode()
+    disclosures = TECHNICAL.findall(html)
+    assert len(disclosures) == 1 and "<summary>Technical details</summary>" in disclosures[0]
+    inside, outside = disclosures[0], TECHNICAL.sub("", html)
+    assert refunded_ticket.thread_id in inside and "lookup → fraud_check" in inside
+    assert f"{refunded_ticket.thread_id}:charge_card:699" in inside
+    for words in developer_words(refunded_ticket):
+        assert words not in outside, words
+    # The polled fragment never carries it (an open disclosure would shut every 2 s).
+    poll = client.get(page(refunded_ticket), headers=POLL).content.decode()
+    assert "Technical details" not in poll and refunded_ticket.thread_id not in poll

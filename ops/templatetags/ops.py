@@ -2,6 +2,8 @@ from django import template
 
 from ops import selectors
 from refunds import permissions
+from refunds.flow.words import dollars
+from refunds.models import AuditEvent
 
 register = template.Library()
 
@@ -18,3 +20,18 @@ def ops_nav(context) -> dict:
 @register.filter
 def kib(n: int) -> str:
     return f"{n / 1024:,.1f} KB" if n >= 1024 else f"{n} bytes"
+
+
+@register.filter
+def amount_change(event: AuditEvent) -> str:
+    """An audited amount change in words: "amount $6.99 → $5.00", or "amount set to $5.00"
+    when the entry does not say what it was. A decision keeps the amount it saw inside the review
+    it answered; a fork keeps it beside."""
+    after = (event.answer or {}).get("amount_cents")
+    if not after:
+        return ""
+    seen = event.seen or {}
+    before = seen.get("amount_cents") or (seen.get("review") or {}).get("amount_cents")
+    if not before:
+        return f"amount set to {dollars(after)}"
+    return f"amount {dollars(before)} → {dollars(after)}"

@@ -34,3 +34,15 @@ NODE_WORDS = {
 
 def node_words(name: str) -> str:
     return NODE_WORDS.get(name, name.replace("_", " ").capitalize())
+
+
+def trail_words(nodes: list[str] | None) -> list[str]:
+    """A thread's steps in the desk's words. A step that ran again right after itself (triage
+    after an escalation, parallel checks collected) is said once: to a reviewer it is one thing
+    that happened."""
+    said: list[str] = []
+    for name in nodes or []:
+        words = node_words(name)
+        if not said or said[-1] != words:
+            said.append(words)
+    return said

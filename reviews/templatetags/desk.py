@@ -15,6 +15,7 @@ BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
 register.filter("dollars", words.dollars)
+register.filter("trail_words", words.trail_words)
 
 
 @register.simple_tag
