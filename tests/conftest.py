@@ -231,16 +231,6 @@ def workers(broker, transactional_db, tmp_path, sinks) -> Iterator[Workers]:
 
 
 @pytest.fixture(autouse=True)
-def _no_dead_connection() -> None:
-    """Blip tests terminate PostgreSQL sessions, and Django's test client keeps the request-end
-    close_old_connections from noticing: a test starting after one must not inherit a dead
-    connection (production notices through CONN_HEALTH_CHECKS at the next request)."""
-    if connection.connection is not None and not connection.in_atomic_block:
-        if not connection.is_usable():
-            connection.close()
-
-
-@pytest.fixture(autouse=True)
 def _forget_customers(request) -> None:
     """The LangGraph store outlives Django's per-test flush (and the test run); empty it so an
     earlier test's refunds do not flag this test's customer as a repeat refunder."""
