@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "webhooks",
     "insights",
     "ops",
+    "intake",
 ]
 
 MIDDLEWARE = [

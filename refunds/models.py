@@ -6,6 +6,7 @@ from django.db.models import Exists, F, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now, Upper
 
 from core.clock import local_words
+from refunds import policy
 from refunds.flow.words import dollars
 from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
@@ -188,6 +189,17 @@ class Ticket(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     flow_version = models.PositiveSmallIntegerField(default=1)
+    # Why the customer asks (refunds.policy.REASONS): the desk's form says it, or the intake's
+    # reader read it from the customer's words; the policy routes by it.
+    reason = models.CharField(
+        max_length=20,
+        choices=list(policy.REASONS.items()),
+        default=policy.LATE_DELIVERY,
+        db_default=policy.LATE_DELIVERY,
+    )
+    # What the intake's reader found in the message that opened it (intake.reading.Reading's
+    # JSON), shown on the review card; None for a ticket a person opened by order number.
+    reading = models.JSONField(null=True, blank=True)
 
     status = models.CharField(max_length=20, choices=Status, default=Status.NEW, db_index=True)
     next_nodes = models.JSONField(default=list, blank=True)

@@ -94,3 +94,27 @@ def role_help() -> str:
         f"Who reviews the refund: `agent` for {within_words()}, `manager` for refunds "
         f"{over_words()}, flagged by policy, or after a charge was refused. Null before triage."
     )
+
+
+# --- why the customer asks: the reasons the intake reads and the policy routes by -------------
+LATE_DELIVERY = "late_delivery"
+DAMAGED = "damaged"
+NOT_RECEIVED = "not_received"
+WRONG_ITEM = "wrong_item"
+OTHER_REQUEST = "other"
+NOT_REFUND = "not_refund"
+
+# Value -> the desk's words, in the order the desk's pickers list them.
+REASONS: dict[str, str] = {
+    LATE_DELIVERY: "Late delivery",
+    DAMAGED: "Damaged",
+    NOT_RECEIVED: "Not received",
+    WRONG_ITEM: "Wrong item",
+    OTHER_REQUEST: "Another request",
+    NOT_REFUND: "Not about a refund",
+}
+# Reasons a person must judge with the reading beside them: a manager reviews these whatever
+# the amount. A late delivery goes through the lateness rules; "not about a refund" never opens
+# a ticket.
+MANAGER_REASONS = frozenset({DAMAGED, NOT_RECEIVED, WRONG_ITEM, OTHER_REQUEST})
+TICKET_REASONS = tuple(r for r in REASONS if r != NOT_REFUND)

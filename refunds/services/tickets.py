@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from core.clock import local_words
-from refunds import audit, enqueue, order_source, permissions
+from refunds import audit, enqueue, order_source, permissions, policy
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
 from refunds.models import (
@@ -28,9 +28,17 @@ from refunds.services.errors import (
 )
 
 
-def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
+def ticket_open(
+    *,
+    order_number: str,
+    note: str = "",
+    opened_by=None,
+    reason: str = policy.LATE_DELIVERY,
+    reading: dict | None = None,
+) -> Ticket:
     """Open a ticket for an order. `opened_by` None is the desk itself (intake, tools); a person
-    must be in a desk group (refunds.permissions.open_refusal)."""
+    must be in a desk group (refunds.permissions.open_refusal). `reason` is why the customer asks
+    (refunds.policy.REASONS); `reading`, what the intake's reader found in their message."""
     if opened_by is not None:
         refusal = permissions.open_refusal(opened_by)
         if refusal:
@@ -45,6 +53,8 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
         raise RefundError("The note holds a NUL character; remove it.")
     if len(note or "") > NOTE_MAX:
         raise RefundError(f"The note is too long ({len(note)} characters, at most {NOTE_MAX}).")
+    if reason not in policy.TICKET_REASONS:
+        raise RefundError(f"{policy.REASONS.get(reason, repr(reason))} opens no refund ticket.")
     order = order_find(order_number=number)
     if order is None:
         raise RefundError(f"There is no order {number}.")
@@ -58,6 +68,8 @@ def ticket_open(*, order_number: str, note: str = "", opened_by=None) -> Ticket:
                 order=order,
                 note=(note or "").strip(),
                 opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
+                reason=reason,
+                reading=reading,
                 flow_version=FLOW_VERSION,  # the shape its thread starts with (see flow/state.py)
             )
             audit.record(ticket, AuditEvent.Action.OPEN, actor=opened_by, note=ticket.note)

@@ -34,7 +34,9 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         values = {k: request.POST.get(k, "") for k in values}
         try:
-            ticket = services.ticket_open(opened_by=request.user, **values)
+            ticket = services.ticket_open(
+                opened_by=request.user, order_number=values["order_number"], note=values["note"]
+            )
         except services.TicketAlreadyOpen as exc:
             messages.info(request, str(exc))
             url = reverse("reviews:ticket", args=[exc.ticket.pk])

@@ -1,0 +1,53 @@
+"""A customer's message, as it came in: one row per message, whatever channel brought it."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from refunds.models import Ticket
+
+
+class Message(models.Model):
+    class Channel(models.TextChoices):
+        EMAIL = "email", "Email"  # the mail provider's inbound webhook
+        API = "api", "API"  # POST /api/messages/
+        DESK = "desk", "Desk"  # pasted into the desk's "Open a ticket" form
+
+    class Status(models.TextChoices):
+        RECEIVED = "received", "Received"  # the intake has not finished with it yet
+        OPENED = "opened", "Opened a ticket"
+        ADDED = "added", "Added to an open ticket"
+        NEEDS_SORTING = "needs_sorting", "Needs sorting"
+        NOT_REFUND = "not_refund", "Not a refund request"
+
+    # What makes a delivery the same message: the sender's Message-ID (email) or the caller's
+    # Idempotency-Key (API), prefixed by the channel. A message delivered twice is one row.
+    key = models.CharField(max_length=300, unique=True)
+    channel = models.CharField(max_length=10, choices=Channel)
+    sender = models.EmailField(max_length=254)
+    sender_name = models.CharField(max_length=200, blank=True)
+    subject = models.CharField(max_length=998, blank=True)  # RFC 5322's line limit
+    body = models.TextField(blank=True)
+    received_at = models.DateTimeField()
+    raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
+    # The intake workflow's thread (LangGraph's functional API), one per message.
+    thread_id = models.CharField(max_length=64, unique=True)
+
+    status = models.CharField(max_length=16, choices=Status, default=Status.RECEIVED, db_index=True)
+    # What the reader found (intake.reading.Reading.as_json()), and why the intake could not
+    # place the message when it could not ("no order found", "not about a refund", ...).
+    reading = models.JSONField(null=True, blank=True)
+    sorting_reason = models.TextField(blank=True)
+    # The ticket it opened, or the open ticket whose timeline it was added to.
+    ticket = models.ForeignKey(
+        Ticket, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "-id"], name="message_status_idx")]
+
+    def __str__(self) -> str:
+        return f"Message {self.pk} from {self.sender}"
