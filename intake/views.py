@@ -35,15 +35,19 @@ def _refuse_unless_desk_user(request: HtmxHttpRequest) -> None:
 def _card(message: Message, **extra: Any) -> dict[str, Any]:
     reading = message.reading or {}
     read_reason = reading.get("reason")
+    choices = selectors.order_choices(message)
+    # Ticked already: the sender's own orders the reader found; another customer's is ticked
+    # only by a person who means it.
+    mine = [c["number"] for c in choices if c["read"] and c["order"] and not c["other_customer"]]
     values = {
-        "orders": [c["number"] for c in selectors.order_choices(message) if c["read"]],
+        "orders": mine,
         "more_orders": "",
         "reason": read_reason if read_reason in policy.TICKET_REASONS else "",
         "other_customer_ok": False,
     }
     return {
         "m": message,
-        "choices": selectors.order_choices(message),
+        "choices": choices,
         "values": values | extra.pop("values", {}),
         "fold": len(message.body) > FOLD_AT,
         "fold_at": FOLD_AT,

@@ -85,7 +85,7 @@ def why_words(
 ) -> str:
     """Why triage chose its reviewer, for the thread's notes."""
     if reason in MANAGER_REASONS:
-        return f"asked for as {REASONS[reason].lower()}, which a manager judges"
+        return f"for a report of {REASONS[reason].lower()}, which a manager judges"
     if over_limit(amount_cents, limit_cents):
         return over_words(limit_cents)
     return "flagged by policy" if flagged else within_words(limit_cents)
@@ -144,8 +144,8 @@ def reason_sentence(reason: str) -> str:
     """What the policy does with a ticket of this reason, for the thread's notes and the card."""
     if reason in MANAGER_REASONS:
         return (
-            f"Reason: {REASONS[reason].lower()}. Lateness does not decide it: a manager reviews "
-            "it with what was read from the customer's message."
+            f"Reported as {REASONS[reason].lower()}: a manager decides it with the reading, "
+            "whatever the lateness."
         )
     if reason == NOT_REFUND:
         return "Not about a refund: no ticket is opened."

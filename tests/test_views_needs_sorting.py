@@ -86,7 +86,9 @@ def test_it_marks_another_customers_order_read_in_the_message(client, agent, lat
     make_order("2001", name="Ben Okafor")
     waiting_message(reading=a_reading(orders=("2001",)))
     client.force_login(agent)
-    assert "another customer's: ben@example.com" in client.get(PAGE).content.decode()
+    html = client.get(PAGE).content.decode()
+    assert "another customer's: ben@example.com" in html
+    assert 'name="order" value="2001">' in html  # offered, never ticked for the agent
 
 
 def test_it_pages_the_list_and_serves_it_alone_to_htmx(client, agent):

@@ -305,11 +305,26 @@ def test_the_card_shows_the_reason_and_what_was_read_with_the_quoted_words(
     client.force_login(manager)
     html = _rows(client)
     row = _row(html, ticket)
-    assert "Damaged</span>" in row and "a manager judges it with the reading" in row
+    assert '<span class="reading-reason">Damaged</span>' in row
+    assert "Sorted as" not in row  # the reason is the one read
     assert "Read by anthropic:claude-test" in row and "asks $6.99" in row
     assert "<q>the mug arrived in pieces</q>" in row
     assert "The mug arrived broken; Ana asks for her money back." in row
     assert reverse("intake:send_back", args=[ticket.pk]) in row
+
+
+def test_the_card_says_when_a_person_sorted_it_under_another_reason_than_read(
+    client, manager, late_order
+):
+    from tests.sorting_messages import a_reading
+
+    ticket = awaiting_review(late_order)
+    payload = ticket.pending_payload | {"reason": "wrong_item", "reading": a_reading("damaged")}
+    Ticket.objects.filter(pk=ticket.pk).update(pending_payload=payload, required_role="manager")
+    client.force_login(manager)
+    row = _row(_rows(client), ticket)
+    assert 'Sorted as <span class="badge badge-escalated">Wrong item</span>' in row
+    assert '<span class="reading-reason">Damaged</span>' in row
 
 
 def test_a_card_without_a_reading_offers_no_send_back(client, agent, reviews):
