@@ -224,7 +224,9 @@ def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
             note=f"Sent back to Needs sorting: {why}",
             reviewer=by,
         )
-        moved = Message.objects.filter(
+        # Of two reviewers sending back at once, ticket_decide let one through (the interrupt
+        # id is UNIQUE); only that one gets here.
+        Message.objects.filter(
             pk__in=[m.pk for m in messages], ticket=ticket, status__in=placed
         ).update(
             status=Message.Status.NEEDS_SORTING,
@@ -233,8 +235,6 @@ def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
             handled_at=now,
             updated_at=now,
         )
-        if moved != len(messages):  # one was sorted elsewhere meanwhile: decide nothing
-            raise SortingError("The message moved on meanwhile; reload and try again.")
         for message in messages:
             MessageEvent.objects.create(
                 message=message,
