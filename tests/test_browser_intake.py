@@ -78,6 +78,7 @@ def test_an_agent_sorts_a_message_into_a_ticket_from_needs_sorting(
     assert (ticket.order.number, ticket.reason) == ("1042", policy.DAMAGED)
     assert Message.objects.get(pk=message.pk).status == Message.Status.OPENED
     expect(page.locator("#nav-needs-sorting")).to_contain_text("Needs sorting 1")
+    expect(page.locator("#needs-sorting-total")).to_have_text("1 message to sort.")
     assert page.evaluate("window.sameDocument") is True  # htmx, no reload
     both_widths(page, "sorted")
 

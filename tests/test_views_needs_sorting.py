@@ -159,6 +159,10 @@ def test_it_opens_the_ticket_with_htmx_and_updates_the_nav_count(client, agent, 
     assert reverse("reviews:ticket", args=[ticket.pk]) in html
     assert '<span id="nav-needs-sorting-count" hx-swap-oob="true">' in html
     assert '<span class="count count-warn">1</span>' in html
+    assert (
+        '<p class="muted small" id="needs-sorting-total" hx-swap-oob="true">1 message to sort.'
+        in html
+    )
     assert "messagesChanged" in response["HX-Trigger"]
 
 
