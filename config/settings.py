@@ -172,6 +172,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "refunds.context_processors.fakes_banner",
+                "intake.context_processors.needs_sorting",
             ],
         },
     },

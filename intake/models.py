@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from refunds.models import Ticket
@@ -38,6 +39,12 @@ class Message(models.Model):
     # place the message when it could not ("no order found", "not about a refund", ...).
     reading = models.JSONField(null=True, blank=True)
     sorting_reason = models.TextField(blank=True)
+    # Who last placed it by hand (sorted it into a ticket, marked it not a refund request, or
+    # sent a misread one back to "Needs sorting"), and when; None while only the intake did.
+    handled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    handled_at = models.DateTimeField(null=True, blank=True)
     # The ticket it opened, or the open ticket whose timeline it was added to.
     ticket = models.ForeignKey(
         Ticket, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
@@ -51,3 +58,30 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"Message {self.pk} from {self.sender}"
+
+
+class MessageEvent(models.Model):
+    """One append-only record per action a person takes on a message (sort it, mark it not a
+    refund request, send it back): who, when, what they chose. A message may have no ticket, so
+    these cannot be the ticket's AuditEvents; a ticket it opens or joins records its own too."""
+
+    class Action(models.TextChoices):
+        SORT = "sort", "Sorted into a ticket"
+        NOT_REFUND = "not_refund", "Marked not a refund request"
+        SEND_BACK = "send_back", "Sent back to Needs sorting"
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    action = models.CharField(max_length=20, choices=Action)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    answer = models.JSONField(default=dict, blank=True)  # what they chose: orders, reason, ...
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        who = self.actor or "the desk"
+        return f"{self.get_action_display()} by {who} on message {self.message_id}"

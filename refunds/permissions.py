@@ -98,7 +98,7 @@ def decision_refusal(user, ticket: Ticket) -> str:
         return ""
     if ticket.is_escalated:
         return "This refund was escalated to managers; a manager decides it."
-    return policy.refusal_sentence(role)
+    return policy.refusal_sentence(role, reason=ticket.reason)
 
 
 def edit_refusal(user, ticket: Ticket) -> str:

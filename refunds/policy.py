@@ -19,6 +19,29 @@ DEFAULT_AGENT_LIMIT_CENTS = 2000
 
 ReviewRole = Literal["agent", "manager"]
 
+# --- why the customer asks: the reasons the intake reads and the policy routes by -------------
+LATE_DELIVERY = "late_delivery"
+DAMAGED = "damaged"
+NOT_RECEIVED = "not_received"
+WRONG_ITEM = "wrong_item"
+OTHER_REQUEST = "other"
+NOT_REFUND = "not_refund"
+
+# Value -> the desk's words, in the order the desk's pickers list them.
+REASONS: dict[str, str] = {
+    LATE_DELIVERY: "Late delivery",
+    DAMAGED: "Damaged",
+    NOT_RECEIVED: "Not received",
+    WRONG_ITEM: "Wrong item",
+    OTHER_REQUEST: "Another request",
+    NOT_REFUND: "Not about a refund",
+}
+# Reasons a person must judge with the reading beside them: a manager reviews these whatever
+# the amount. A late delivery goes through the lateness rules; "not about a refund" never opens
+# a ticket.
+MANAGER_REASONS = frozenset({DAMAGED, NOT_RECEIVED, WRONG_ITEM, OTHER_REQUEST})
+TICKET_REASONS = tuple(r for r in REASONS if r != NOT_REFUND)
+
 
 def agent_limit_cents() -> int:
     """The limit in force, from the setting; a bad one stops the caller with its name."""
@@ -37,9 +60,14 @@ def over_limit(amount_cents: int, limit_cents: int) -> bool:
     return amount_cents > limit_cents
 
 
-def review_role(amount_cents: int, *, flagged: bool, limit_cents: int) -> ReviewRole:
-    """Who reviews a refund: a manager when it is over the limit or flagged, else an agent."""
-    return "manager" if flagged or over_limit(amount_cents, limit_cents) else "agent"
+def review_role(
+    amount_cents: int, *, flagged: bool, limit_cents: int, reason: str = LATE_DELIVERY
+) -> ReviewRole:
+    """Who reviews a refund: a manager when it is over the limit, flagged, or asked for a
+    reason a person must judge (MANAGER_REASONS), else an agent."""
+    if reason in MANAGER_REASONS or flagged or over_limit(amount_cents, limit_cents):
+        return "manager"
+    return "agent"
 
 
 def within_words(limit_cents: int | None = None) -> str:
@@ -52,8 +80,12 @@ def over_words(limit_cents: int | None = None) -> str:
     return f"over {dollars(_limit(limit_cents))}"
 
 
-def why_words(amount_cents: int, *, flagged: bool, limit_cents: int) -> str:
+def why_words(
+    amount_cents: int, *, flagged: bool, limit_cents: int, reason: str = LATE_DELIVERY
+) -> str:
     """Why triage chose its reviewer, for the thread's notes."""
+    if reason in MANAGER_REASONS:
+        return f"for a report of {REASONS[reason].lower()}, which a manager judges"
     if over_limit(amount_cents, limit_cents):
         return over_words(limit_cents)
     return "flagged by policy" if flagged else within_words(limit_cents)
@@ -81,8 +113,13 @@ def scope_sentence(*, agent: bool, manager: bool, admin: bool) -> str:
     return "You are in no reviewer group, so no review waits on you; you can still open tickets."
 
 
-def refusal_sentence(role: str) -> str:
+def refusal_sentence(role: str, *, reason: str = LATE_DELIVERY) -> str:
     """Why a reviewer of the other level may not decide a review of `role`."""
+    if role == "manager" and reason in MANAGER_REASONS:
+        return (
+            f"This refund is decided by a manager: the customer reports it as "
+            f"{REASONS[reason].lower()}, which a manager judges with the reading."
+        )
     if role == "manager":
         return f"This refund is decided by a manager (it is {over_words()} or flagged by policy)."
     return f"This refund is decided by a support agent ({within_words()})."
@@ -92,29 +129,24 @@ def role_help() -> str:
     """The API schema's words for `required_role`."""
     return (
         f"Who reviews the refund: `agent` for {within_words()}, `manager` for refunds "
-        f"{over_words()}, flagged by policy, or after a charge was refused. Null before triage."
+        f"{over_words()}, flagged by policy, asked for another reason than a late delivery, or "
+        "after a charge was refused. Null before triage."
     )
 
 
-# --- why the customer asks: the reasons the intake reads and the policy routes by -------------
-LATE_DELIVERY = "late_delivery"
-DAMAGED = "damaged"
-NOT_RECEIVED = "not_received"
-WRONG_ITEM = "wrong_item"
-OTHER_REQUEST = "other"
-NOT_REFUND = "not_refund"
+def routes_by_lateness(reason: str) -> bool:
+    """A late delivery goes through the lateness rules (on time: declined). The other ticket
+    reasons go to a manager whatever the lateness and the amount, the reading beside them."""
+    return reason not in MANAGER_REASONS
 
-# Value -> the desk's words, in the order the desk's pickers list them.
-REASONS: dict[str, str] = {
-    LATE_DELIVERY: "Late delivery",
-    DAMAGED: "Damaged",
-    NOT_RECEIVED: "Not received",
-    WRONG_ITEM: "Wrong item",
-    OTHER_REQUEST: "Another request",
-    NOT_REFUND: "Not about a refund",
-}
-# Reasons a person must judge with the reading beside them: a manager reviews these whatever
-# the amount. A late delivery goes through the lateness rules; "not about a refund" never opens
-# a ticket.
-MANAGER_REASONS = frozenset({DAMAGED, NOT_RECEIVED, WRONG_ITEM, OTHER_REQUEST})
-TICKET_REASONS = tuple(r for r in REASONS if r != NOT_REFUND)
+
+def reason_sentence(reason: str) -> str:
+    """What the policy does with a ticket of this reason, for the thread's notes and the card."""
+    if reason in MANAGER_REASONS:
+        return (
+            f"Reported as {REASONS[reason].lower()}: a manager decides it with the reading, "
+            "whatever the lateness."
+        )
+    if reason == NOT_REFUND:
+        return "Not about a refund: no ticket is opened."
+    return "Reason: late delivery. The lateness rules decide it."

@@ -221,10 +221,16 @@ def _run(lease: leases.Lease, graph_input: Any, ctx: Collaborators, *, first_leg
 
 
 def initial_input(lease: leases.Lease) -> RefundState:
+    # Read once, when the thread starts: from then on the state carries them.
+    reason, reading = (
+        Ticket.objects.filter(pk=lease.ticket_id).values_list("reason", "reading").get()
+    )
     return {
         "ticket_key": lease.thread_id,
         "order_number": lease.order_number,
         "note": lease.note,
+        "reason": reason,
+        "reading": reading,
         "flow_version": FLOW_VERSION,
     }
 

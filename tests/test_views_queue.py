@@ -286,3 +286,81 @@ def test_an_agent_sees_their_ticket_escalated_not_just_awaiting_review(
     client.force_login(agent)
     html = client.get(QUEUE).content.decode()
     assert f'data-ticket="{ticket.pk}">Escalated to managers</span>' in html
+
+
+# --- what was read, on the card ----------------------------------------------------------------
+def test_the_card_shows_the_reason_and_what_was_read_with_the_quoted_words(
+    client, manager, late_order
+):
+    from tests.sorting_messages import a_reading
+
+    ticket = awaiting_review(late_order)
+    payload = ticket.pending_payload | {
+        "reason": "damaged",
+        "reading": a_reading(read_by="anthropic:claude-test", amount_cents=699),
+    }
+    Ticket.objects.filter(pk=ticket.pk).update(
+        pending_payload=payload, required_role="manager", reason="damaged"
+    )
+    client.force_login(manager)
+    html = _rows(client)
+    row = _row(html, ticket)
+    assert '<span class="reading-reason">Damaged</span>' in row
+    assert "Sorted as" not in row  # the reason is the one read
+    assert "Read by anthropic:claude-test" in row and "asks $6.99" in row
+    assert "<q>the mug arrived in pieces</q>" in row
+    assert "The mug arrived broken; Ana asks for her money back." in row
+    assert reverse("intake:send_back", args=[ticket.pk]) in row
+
+
+def test_the_card_says_when_a_person_sorted_it_under_another_reason_than_read(
+    client, manager, late_order
+):
+    from tests.sorting_messages import a_reading
+
+    ticket = awaiting_review(late_order)
+    payload = ticket.pending_payload | {"reason": "wrong_item", "reading": a_reading("damaged")}
+    Ticket.objects.filter(pk=ticket.pk).update(pending_payload=payload, required_role="manager")
+    client.force_login(manager)
+    row = _row(_rows(client), ticket)
+    assert 'Sorted as <span class="badge badge-escalated">Wrong item</span>' in row
+    assert '<span class="reading-reason">Damaged</span>' in row
+
+
+def test_a_card_without_a_reading_offers_no_send_back(client, agent, reviews):
+    client.force_login(agent)
+    row = _row(_rows(client), reviews["small"])
+    assert "Read by" not in row and "send-back" not in row
+
+
+def test_a_reviewer_sends_a_misread_message_back_from_the_queue(
+    transactional_db, client, manager, agent, late_order, monkeypatch
+):
+    from intake import sorting
+    from intake.models import Message
+    from refunds import enqueue, runner
+    from tests.sorting_messages import waiting_message
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
+    message = waiting_message()
+    (ticket,) = sorting.message_sort(
+        message=message, order_numbers=["1042"], reason="wrong_item", by=agent
+    ).opened
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(manager)
+    url = reverse("intake:send_back", args=[ticket.pk])
+    response = client.post(
+        url, {"why": "Not a wrong item: she wants a gift wrap."}, headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 200
+    assert response.content.decode().startswith(
+        f'<tr id="review-{ticket.pk}" class="review decided">'
+    )
+    assert "queueChanged" in response["HX-Trigger"]
+    message.refresh_from_db()
+    assert message.status == Message.Status.NEEDS_SORTING and message.handled_by == manager
+    assert runner.advance(ticket.pk) == "rejected"  # not refunded
+    assert not ticket.charges.exists()
+    # Without JavaScript the same form redirects back to the queue.
+    again = client.post(url, {"why": "twice"})
+    assert again.status_code == 302

@@ -370,3 +370,107 @@ def test_an_admins_ticket_page_keeps_the_ids_inside_the_technical_details(
     # The polled fragment never carries it (an open disclosure would shut every 2 s).
     poll = client.get(page(refunded_ticket), headers=POLL).content.decode()
     assert "Technical details" not in poll and refunded_ticket.thread_id not in poll
+
+
+# --- what was read from the customer's message, and sending it back ----------------------------
+@pytest.fixture
+def from_a_message(transactional_db, agent, late_order, monkeypatch):
+    """A message an agent sorted into a damaged-item ticket, run by the real runner to its
+    manager review."""
+    from intake import sorting
+    from refunds import enqueue
+    from tests.sorting_messages import a_reading, waiting_message
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
+    reading = a_reading(read_by="anthropic:claude-test", fallback="")
+    message = waiting_message(reading=reading)
+    (ticket,) = sorting.message_sort(
+        message=message, order_numbers=["1042"], reason="damaged", by=agent
+    ).opened
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def test_the_ticket_page_shows_what_was_read_by_whom_and_the_message_itself(
+    client, manager, from_a_message
+):
+    client.force_login(manager)
+    html = client.get(page(from_a_message)).content.decode()
+    assert '<dd id="ticket-reason">Damaged</dd>' in html
+    assert "Read by anthropic:claude-test" in html
+    assert "<q>the mug arrived in pieces</q>" in html and "<q>order #1042</q>" in html
+    assert "The mug arrived broken; Ana asks for her money back." in html
+    message = from_a_message.messages.get()
+    entry = html[html.index(f'id="timeline-message-{message.pk}"') :]
+    assert "Message from ana@example.com by api: <strong>Broken mug</strong>" in entry
+    assert "It was order #1042. Thanks, Ana" in entry
+    assert reverse("intake:send_back", args=[from_a_message.pk]) in html
+
+
+def test_the_ticket_page_shows_the_models_fallback_note(client, manager, late_order):
+    from tests.sorting_messages import a_reading
+
+    ticket = awaiting_review(late_order)
+    Ticket.objects.filter(pk=ticket.pk).update(
+        reading=a_reading(fallback="the model answered no valid JSON.")
+    )
+    client.force_login(manager)
+    html = client.get(page(ticket)).content.decode()
+    assert "Read by rules" in html
+    assert "The model's reading was not used:</strong> the model answered no valid JSON." in html
+
+
+def test_a_ticket_opened_by_number_shows_no_reading_and_no_send_back(client, manager, late_order):
+    ticket = awaiting_review(late_order)
+    client.force_login(manager)
+    html = client.get(page(ticket)).content.decode()
+    assert '<dd id="ticket-reason">Late delivery</dd>' in html
+    assert "Read by" not in html and "send-back" not in html
+
+
+def test_a_reviewer_sends_a_misread_message_back_from_the_ticket_page(
+    client, manager, from_a_message
+):
+    from intake.models import Message
+
+    client.force_login(manager)
+    url = reverse("intake:send_back", args=[from_a_message.pk])
+    response = client.post(url, {"why": "It is the saucer, order 1044."}, headers=POLL)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.startswith('<div id="ticket-status"')
+    assert "Sent the message about order 1042 back to Needs sorting" in html
+    message = Message.objects.get()
+    assert message.status == Message.Status.NEEDS_SORTING
+    assert message.sorting_reason == "Sent back by manager: It is the saucer, order 1044."
+    assert Decision.objects.get(ticket=from_a_message).answer == "reject"
+    assert runner.advance(from_a_message.pk) == "rejected"
+    assert not Charge.objects.exists()
+
+
+@pytest.mark.parametrize("why", ["", "x" * 2001])
+def test_sending_back_without_a_good_word_is_a_form_error_that_changes_nothing(
+    client, manager, from_a_message, why
+):
+    from intake.models import Message
+
+    client.force_login(manager)
+    url = reverse("intake:send_back", args=[from_a_message.pk])
+    response = client.post(url, {"why": why, "back": "ticket"}, follow=True)
+    assert response.status_code == 200  # back on the ticket page, the error on top
+    assert "Say what was misread" in response.content.decode() or "at most" in (
+        response.content.decode()
+    )
+    assert Message.objects.get().status == Message.Status.OPENED
+    assert not Decision.objects.exists()
+
+
+def test_an_agent_may_not_send_back_a_managers_review(client, colleague, from_a_message):
+    from intake.models import Message
+
+    client.force_login(colleague)
+    url = reverse("intake:send_back", args=[from_a_message.pk])
+    # A manager's review is out of an agent's sight: as if it did not exist.
+    assert client.post(url, {"why": "misread"}).status_code in (403, 404)
+    assert Message.objects.get().status == Message.Status.OPENED

@@ -112,12 +112,22 @@ def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> Refund
     return {"history": history, "flags": flags, "trail": ["history_check"]}
 
 
+def _reason(state: RefundState) -> str:
+    # A state without one was opened by order number for a late delivery (flow version 2 and
+    # before; refunds/flow/versions.py carries paused ones across).
+    return state.get("reason") or policy.LATE_DELIVERY
+
+
 def check_policy(state: RefundState) -> RefundState:
     order = state["order"]
     late = (
         date.fromisoformat(order["delivered_on"]) - date.fromisoformat(order["promised_on"])
     ).days
-    if late <= 0:
+    if not policy.routes_by_lateness(_reason(state)):
+        note = policy.reason_sentence(_reason(state))
+        if state["balance_cents"] <= 0:
+            note = "The fee was already refunded in full."
+    elif late <= 0:
         note = "Delivered on time: shipping is not refundable."
     elif state["balance_cents"] <= 0:
         note = f"Delivered {days(late)} late, but the fee was already refunded in full."
@@ -127,12 +137,16 @@ def check_policy(state: RefundState) -> RefundState:
 
 
 def route_policy(state: RefundState) -> Literal["decline", "triage"]:
-    return "triage" if state["late_by_days"] > 0 and state["balance_cents"] > 0 else "decline"
+    # Lateness decides a late delivery only; the other reasons go to a manager while anything
+    # is left to refund.
+    late = state["late_by_days"] > 0 or not policy.routes_by_lateness(_reason(state))
+    return "triage" if late and state["balance_cents"] > 0 else "decline"
 
 
 def decline(state: RefundState) -> RefundState:
     order = state["order"]
-    if state["late_by_days"] > 0:  # late, but nothing left to refund
+    if state["late_by_days"] > 0 or not policy.routes_by_lateness(_reason(state)):
+        # Nothing left to refund.
         reason = (
             f"The shipping fee of order {order['number']} was already refunded in full "
             f"({dollars(order['refunded_cents'])}, ticket {order['refunded_by_ticket']})."
@@ -147,8 +161,9 @@ def decline(state: RefundState) -> RefundState:
 def triage(state: RefundState, runtime: Runtime[Collaborators]) -> Command[Literal["approve"]]:
     amount, flagged = state["amount_cents"], bool(state.get("flags"))
     limit = runtime.context.agent_limit_cents
-    role = policy.review_role(amount, flagged=flagged, limit_cents=limit)
-    why = policy.why_words(amount, flagged=flagged, limit_cents=limit)
+    reason = _reason(state)
+    role = policy.review_role(amount, flagged=flagged, limit_cents=limit, reason=reason)
+    why = policy.why_words(amount, flagged=flagged, limit_cents=limit, reason=reason)
     return Command(
         update={
             "required_role": role,
@@ -173,6 +188,13 @@ def review_request(state: RefundState) -> ReviewRequest:
             f"**The charge was refused:** {state['payment_error']}. No money moved. "
             "Approve to try again, or reject."
         )
+    reason = _reason(state)
+    reading = state.get("reading")
+    if reason != policy.LATE_DELIVERY or reading:
+        line = f"**Reason: {policy.REASONS[reason].lower()}**"
+        if reading and reading.get("summary"):
+            line += f" (read by {reading.get('read_by') or 'rules'}): {reading['summary']}"
+        lines.append(line)
     if state.get("note"):
         lines.append(f"Customer says: {state['note']}")
     return {
@@ -195,6 +217,8 @@ def review_request(state: RefundState) -> ReviewRequest:
         "notes": list(state.get("notes", [])),
         "history": state.get("history", CustomerHistory(refunds=0, total_cents=0)),
         "payment_error": state.get("payment_error", ""),
+        "reason": reason,
+        "reading": reading,
     }
 
 
@@ -318,6 +342,13 @@ def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     return {"email_delivered": not error, "notes": [note], "trail": ["notify"]}
 
 
+def _why_refunded(state: RefundState) -> str:
+    reason = _reason(state)
+    if reason == policy.LATE_DELIVERY:
+        return f"which arrived {days(state['late_by_days'])} late"
+    return f"about your report ({policy.REASONS[reason].lower()})"
+
+
 def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     """Confirm the refund. Paid means refunded: a mail server that never accepts leaves the
     refund standing, with the email shown as not delivered."""
@@ -331,7 +362,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         body=(
             f"Hello {order['customer_name']},\n\n"
             f"We refunded {dollars(amount)} in shipping for order {order['number']}, "
-            f"which arrived {days(state['late_by_days'])} late. Receipt: {state['receipt']}.\n\n"
+            f"{_why_refunded(state)}. Receipt: {state['receipt']}.\n\n"
             "Refund Desk"
         ),
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 2  # bump with a state-shape change; see refunds/flow/versions.py
+FLOW_VERSION = 3  # bump with a state-shape change; see refunds/flow/versions.py
 
 
 class OrderFacts(TypedDict):
@@ -57,6 +57,10 @@ class RefundState(TypedDict, total=False):
     ticket_key: str  # the thread's business key, also the prefix of every idempotency key
     order_number: str
     note: str
+    # Why the customer asks (refunds.policy.REASONS) and what the intake's reader found in their
+    # message (intake.reading.Reading's JSON; None for a ticket a person opened by number).
+    reason: str
+    reading: dict[str, Any] | None
     flow_version: int
     forks: int  # how many times an admin forked this thread; part of the notify email's key
     fork_id: int  # the Fork row applied last: a re-applied fork is noticed, not forked twice
@@ -105,6 +109,8 @@ class ReviewRequest(TypedDict):
     notes: list[str]
     history: CustomerHistory
     payment_error: str
+    reason: str  # refunds.policy.REASONS; the queue and the API show it
+    reading: dict[str, Any] | None  # what the reader found, with its quotes and who read it
 
 
 class Payer(Protocol):

@@ -13,6 +13,9 @@ History:
 - 2: optional `tracking` (the carrier's lookup) and `history.recent` (refunds in the last 30
   days). Nothing reads them from a state that lacks them, so a version 1 state needs only its
   stamp; a reviewer's card shows no 30-day count for it.
+- 3: `reason` (why the customer asks; the policy routes by it) and `reading` (what the intake
+  read from their message). A thread paused before them was opened by order number for a late
+  delivery: it carries on as one, with no reading.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from refunds.flow.state import FLOW_VERSION
+from refunds.policy import LATE_DELIVERY
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -29,7 +33,11 @@ def _to_2(values: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-UPGRADES: dict[int, Upgrade] = {1: _to_2}
+def _to_3(values: dict[str, Any]) -> dict[str, Any]:
+    return {"reason": LATE_DELIVERY, "reading": None}
+
+
+UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3}
 
 
 def version_of(values: dict[str, Any] | None) -> int:

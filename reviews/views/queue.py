@@ -206,11 +206,11 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
             else:
                 text = f"Rejected the refund on order {ticket.order.number}."
     except PermissionDenied as exc:
-        return _decision_error(request, ticket, str(exc), status=403)
+        return decision_error(request, ticket, str(exc), status=403)
     except (services.AlreadyDecided, services.ClaimTaken) as exc:
-        return _decision_error(request, ticket, str(exc), status=409)
+        return decision_error(request, ticket, str(exc), status=409)
     except services.RefundError as exc:
-        return _decision_error(request, ticket, str(exc), status=400)
+        return decision_error(request, ticket, str(exc), status=400)
     if request.htmx.target == TICKET_STATUS:
         response = ticket_status_fragment(request, ticket, flash=text)
     elif request.htmx:
@@ -238,11 +238,11 @@ def claim(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
             services.review_claim(ticket=ticket, by=request.user)
             text = f"You have the review of order {ticket.order.number}; others see it is yours."
     except PermissionDenied as exc:
-        return _decision_error(request, ticket, str(exc), status=403)
+        return decision_error(request, ticket, str(exc), status=403)
     except services.ClaimTaken as exc:
-        return _decision_error(request, ticket, str(exc), status=409)
+        return decision_error(request, ticket, str(exc), status=409)
     except services.RefundError as exc:
-        return _decision_error(request, ticket, str(exc), status=400)
+        return decision_error(request, ticket, str(exc), status=400)
     ticket = Ticket.objects.select_related("order", "claimed_by").get(pk=ticket.pk)
     if request.htmx.target == TICKET_STATUS:
         response = ticket_status_fragment(request, ticket, flash=text)
@@ -277,7 +277,7 @@ def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
     return redirect("reviews:queue")
 
 
-def _decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, status: int):
+def decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, status: int):
     if request.htmx.target == TICKET_STATUS:
         return ticket_status_fragment(request, ticket, error=text, status=status)
     if request.htmx:

@@ -57,8 +57,16 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "reviews/ticket_new.html", {"values": values})
 
 
+def _timeline(ticket: Ticket, ticket_messages: list) -> list:
+    """The audit events and the customer's messages of the ticket, in the order they came."""
+    entries: list[Any] = list(ticket.audit_events.select_related("actor"))
+    entries += [{"action": "message", "at": m.received_at, "m": m} for m in ticket_messages]
+    return sorted(entries, key=lambda e: e["at"] if isinstance(e, dict) else e.at)
+
+
 def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
     refusal = permissions.decision_refusal(request.user, ticket)
+    ticket_messages = list(ticket.messages.all())
     return {
         "ticket": with_pending_decisions([ticket])[0],
         "decisions": ticket.decisions.select_related("reviewer"),
@@ -70,7 +78,8 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "may_escalate": not permissions.escalation_refusal(request.user, ticket),
         "earlier": selectors.earlier_tickets(ticket),
         "is_admin": permissions.is_admin(request.user),
-        "timeline": ticket.audit_events.select_related("actor"),
+        "timeline": _timeline(ticket, ticket_messages),
+        "ticket_messages": ticket_messages,
         "canned": list(CannedReason.objects.filter(active=True)),
     }
 

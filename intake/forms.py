@@ -1,0 +1,36 @@
+"""POST bodies of the "Needs sorting" page and of sending a message back, parsed by forms."""
+
+from __future__ import annotations
+
+from django import forms
+
+from refunds import policy
+from refunds.services import NOTE_MAX
+
+
+class _AnyOrders(forms.MultipleChoiceField):
+    def valid_value(self, value: str) -> bool:
+        return True  # the boxes are the message's orders of the moment: the service checks them
+
+
+class SortForm(forms.Form):
+    """Open the ticket (the orders ticked or typed, the reason) or mark it not a refund."""
+
+    order = _AnyOrders(required=False)
+    more_orders = forms.CharField(required=False, max_length=400, strip=True)
+    reason = forms.ChoiceField(
+        choices=[("", "Choose…")] + [(r, policy.REASONS[r]) for r in policy.TICKET_REASONS],
+        required=False,
+    )
+    other_customer_ok = forms.BooleanField(required=False)
+
+    def action(self, post) -> str:
+        """The button pressed: "open", "not_refund", "" (none) or "both"."""
+        pressed = [a for a in ("open", "not_refund") if a in post]
+        if len(pressed) > 1:
+            return "both"
+        return pressed[0] if pressed else ""
+
+
+class SendBackForm(forms.Form):
+    why = forms.CharField(max_length=NOTE_MAX, strip=True, required=False)

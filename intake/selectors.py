@@ -1,0 +1,51 @@
+"""Reads of customers' messages that the desk's pages share."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from intake.models import Message
+from refunds.models import Order
+
+COUNT_CAP = 1000  # the nav says "1000+" past this: a count must not cost more with a backlog
+SENDER_ORDERS = 5  # the sender's recent orders offered beside the numbers read
+
+
+def messages_needing_sorting() -> QuerySet[Message]:
+    """Messages the intake could not place (or a reviewer sent back), newest first."""
+    return Message.objects.filter(status=Message.Status.NEEDS_SORTING).order_by("-id")
+
+
+def needs_sorting_count(cap: int = COUNT_CAP) -> int:
+    """How many wait to be sorted, counted up to cap + 1 (read "more than cap")."""
+    return messages_needing_sorting()[: cap + 1].count()
+
+
+def sender_orders(sender: str, limit: int = SENDER_ORDERS) -> list[Order]:
+    """The sender's own most recent orders in the desk."""
+    return list(Order.objects.filter(customer_email__iexact=sender).order_by("-id")[:limit])
+
+
+def order_choices(message: Message) -> list[dict]:
+    """The orders an agent may tick for a message: the numbers the reader found, then the
+    sender's recent orders; each says whose it is, so another customer's stands out."""
+    read = [str(n) for n in (message.reading or {}).get("orders") or []]
+    known = {o.number: o for o in Order.objects.filter(number__in=read)}
+    sender = message.sender.lower()
+    choices: list[dict] = []
+    for number in read:
+        order = known.get(number)
+        choices.append(
+            {
+                "number": number,
+                "read": True,
+                "order": order,
+                "other_customer": order is not None and order.customer_email.lower() != sender,
+            }
+        )
+    for order in sender_orders(message.sender):
+        if order.number not in read:
+            choices.append(
+                {"number": order.number, "read": False, "order": order, "other_customer": False}
+            )
+    return choices

@@ -1,0 +1,246 @@
+"""What a person does with a message the intake could not place, or placed wrongly: sort it into
+a ticket, mark it not a refund request, send a misread one back to "Needs sorting".
+
+Each action starts with one compare-and-set UPDATE on the message's status, in the same
+transaction as everything it writes: of two agents (or one double submit) exactly one wins and
+the other is told who did; nothing is opened twice. The orders are found (the shop asked for one
+the desk lacks) before that transaction opens: no network wait inside it (DESIGN.md 6c).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from core.clock import local_words
+from intake.models import Message, MessageEvent
+from refunds import audit, permissions, policy
+from refunds.models import AuditEvent, Order, Ticket
+from refunds.services import (
+    NOTE_MAX,
+    RefundError,
+    TicketAlreadyOpen,
+    order_find,
+    ticket_decide,
+    ticket_open,
+)
+
+ORDERS_MAX = 10  # one message names a few orders; more is a paste gone wrong
+ORDER_NUMBER = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,39}")
+# Sent to the customer with the rejection that ends a misread ticket's review (the existing
+# decision path emails its reason): the message is being read again, by a person this time.
+SENT_BACK_REASON = (
+    "We read your message wrongly and opened the wrong request; a colleague is reading it again "
+    "and will get back to you."
+)
+
+
+class SortingError(RefundError):
+    """Bad input or a message that moved on; the message is shown to the person as it is."""
+
+
+@dataclass
+class Sorted:
+    """What sorting did: tickets opened, open tickets the message was added to."""
+
+    opened: list[Ticket] = field(default_factory=list)
+    added: list[Ticket] = field(default_factory=list)
+
+    def words(self) -> str:
+        parts = []
+        if self.opened:
+            parts.append(
+                "Opened "
+                + ", ".join(f"ticket {t.pk} for order {t.order.number}" for t in self.opened)
+            )
+        if self.added:
+            parts.append(
+                "Added the message to "
+                + ", ".join(f"the open ticket {t.pk} of order {t.order.number}" for t in self.added)
+                + " (an order has one open ticket)"
+            )
+        return "; ".join(parts) + "."
+
+
+def order_numbers_read(text: str) -> list[str]:
+    """Order numbers typed by a person: separated by spaces or commas, "#" allowed."""
+    return [n.lstrip("#") for n in re.split(r"[\s,;]+", text or "") if n.lstrip("#")]
+
+
+def _refuse_unless_desk_user(by) -> None:
+    if not permissions.is_desk_user(by):
+        raise PermissionDenied("You are in no desk group, so you sort no messages.")
+
+
+def _orders(numbers: list[str]) -> list[Order]:
+    picked = list(dict.fromkeys(n.strip().lstrip("#") for n in numbers if n.strip().lstrip("#")))
+    if not picked:
+        raise SortingError("Pick at least one order (tick one, or type its number).")
+    if len(picked) > ORDERS_MAX:
+        raise SortingError(f"At most {ORDERS_MAX} orders at once; this has {len(picked)}.")
+    bad = [n for n in picked if not ORDER_NUMBER.fullmatch(n)]
+    if bad:
+        raise SortingError(f"{bad[0]!r} is not an order number (letters, digits and dashes).")
+    orders, unknown = [], []
+    for number in picked:
+        order = order_find(order_number=number)  # outside any transaction: it may ask the shop
+        (orders.append(order) if order is not None else unknown.append(number))
+    if unknown:
+        raise SortingError(
+            f"There is no order {', '.join(unknown)}; nothing was opened. Check the number."
+        )
+    return orders
+
+
+def _taken(message: Message) -> SortingError:
+    fresh = Message.objects.select_related("handled_by").get(pk=message.pk)
+    who = f" by {fresh.handled_by.username}" if fresh.handled_by else ""
+    when = f" at {local_words(fresh.handled_at)}" if fresh.handled_at else ""
+    return SortingError(
+        f"This message was already sorted{who}{when}: it is "
+        f"{fresh.get_status_display().lower()}. Nothing was changed."
+    )
+
+
+def message_sort(
+    *,
+    message: Message,
+    order_numbers: list[str],
+    reason: str,
+    by,
+    other_customer_ok: bool = False,
+) -> Sorted:
+    """Open the ticket for a message a person sorted: one per order (until a ticket holds
+    several, issue 18), with the reason they chose and what the reader read; an order that has
+    an open ticket gets the message on that ticket's timeline instead. An order of a customer
+    other than the sender is refused unless `other_customer_ok` (the person ticked that they
+    checked it: a forwarded message, a partner writing for a customer)."""
+    _refuse_unless_desk_user(by)
+    if reason not in policy.TICKET_REASONS:
+        words = policy.REASONS.get(reason)
+        raise SortingError(
+            f"{words} is not a reason a ticket is opened for; mark it not a refund request."
+            if words
+            else "Choose the reason the customer asks."
+        )
+    if message.status != Message.Status.NEEDS_SORTING:
+        raise _taken(message)
+    orders = _orders(order_numbers)
+    sender = message.sender.lower()
+    others = [o for o in orders if o.customer_email.lower() != sender]
+    if others and not other_customer_ok:
+        o = others[0]
+        raise SortingError(
+            f"Order {o.number} belongs to {o.customer_name} ({o.customer_email}), not to the "
+            f"sender {message.sender}. Nothing was opened. If you checked that it is theirs to "
+            "ask about, tick “open it anyway” and sort again."
+        )
+    now = timezone.now()
+    result = Sorted()
+    with transaction.atomic():
+        won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
+            status=Message.Status.OPENED, handled_by=by, handled_at=now, updated_at=now
+        )
+        if not won:
+            raise _taken(message)
+        for order in orders:
+            try:
+                # No note: the message itself is on the ticket's page, its reading on the card.
+                ticket = ticket_open(
+                    order_number=order.number, opened_by=by, reason=reason, reading=message.reading
+                )
+            except TicketAlreadyOpen as exc:
+                result.added.append(exc.ticket)
+            else:
+                result.opened.append(ticket)
+        first = (result.opened or result.added)[0]
+        status = Message.Status.OPENED if result.opened else Message.Status.ADDED
+        Message.objects.filter(pk=message.pk).update(ticket=first, status=status)
+        for ticket in result.added:
+            audit.record(
+                ticket,
+                AuditEvent.Action.NOTE,
+                actor=by,
+                note=f"Message {message.pk} from {message.sender} added to this ticket.",
+            )
+        MessageEvent.objects.create(
+            message=message,
+            actor=by,
+            action=MessageEvent.Action.SORT,
+            answer={
+                "orders": [o.number for o in orders],
+                "reason": reason,
+                "opened": [t.pk for t in result.opened],
+                "added": [t.pk for t in result.added],
+                "other_customer": [o.number for o in others],
+            },
+        )
+    message.refresh_from_db()
+    return result
+
+
+def message_mark_not_refund(*, message: Message, by) -> Message:
+    """ "Not a refund request": the message leaves "Needs sorting"; who and when are kept."""
+    _refuse_unless_desk_user(by)
+    now = timezone.now()
+    with transaction.atomic():
+        won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
+            status=Message.Status.NOT_REFUND, handled_by=by, handled_at=now, updated_at=now
+        )
+        if not won:
+            raise _taken(message)
+        MessageEvent.objects.create(
+            message=message, actor=by, action=MessageEvent.Action.NOT_REFUND
+        )
+    message.refresh_from_db()
+    return message
+
+
+def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
+    """A reviewer saw the reader misread the message: the ticket's review ends rejected through
+    the decision path everyone uses (the customer is told it is being read again), and the
+    message returns to "Needs sorting" saying who sent it back and why. One transaction: the
+    decision and the message move together, or neither does."""
+    why = (why or "").strip()
+    if not why:
+        raise SortingError("Say what was misread; whoever sorts it again reads your words.")
+    if len(why) > NOTE_MAX:
+        raise SortingError(f"That is too long (at most {NOTE_MAX} characters).")
+    placed = (Message.Status.OPENED, Message.Status.ADDED)
+    messages = list(ticket.messages.filter(status__in=placed))
+    if not messages:
+        raise SortingError("This ticket was not opened from a customer's message.")
+    now = timezone.now()
+    with transaction.atomic():
+        ticket_decide(
+            ticket=ticket,
+            interrupt_id=ticket.pending_interrupt_id,
+            answer="reject",
+            reason=SENT_BACK_REASON,
+            note=f"Sent back to Needs sorting: {why}",
+            reviewer=by,
+        )
+        # Of two reviewers sending back at once, ticket_decide let one through (the interrupt
+        # id is UNIQUE); only that one gets here.
+        Message.objects.filter(
+            pk__in=[m.pk for m in messages], ticket=ticket, status__in=placed
+        ).update(
+            status=Message.Status.NEEDS_SORTING,
+            sorting_reason=f"Sent back by {by.username}: {why}",
+            handled_by=by,
+            handled_at=now,
+            updated_at=now,
+        )
+        for message in messages:
+            MessageEvent.objects.create(
+                message=message,
+                actor=by,
+                action=MessageEvent.Action.SEND_BACK,
+                answer={"ticket": ticket.pk},
+                note=why,
+            )
+    return messages

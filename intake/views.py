@@ -1,0 +1,182 @@
+"""The desk's side of the intake: the "Needs sorting" page (sort a message into a ticket, or mark
+it not a refund request) and sending a misread message back from a review."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import trigger_client_event
+
+from intake import forms, selectors, sorting
+from intake.models import Message
+from refunds import permissions, policy, services
+from reviews import paging
+from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, back
+from reviews.views.queue import decision_error
+from reviews.views.ticket import ticket_status_fragment
+
+PAGE = 20
+LIST = "needs-sorting-list"  # the page's region that its pager and its actions refresh
+FOLD_AT = 600  # a body longer than this shows its start, the rest behind "Show all"
+
+
+def _refuse_unless_desk_user(request: HtmxHttpRequest) -> None:
+    if not permissions.is_desk_user(request.user):
+        raise PermissionDenied("You are in no desk group, so you sort no messages.")
+
+
+def _card(message: Message, **extra: Any) -> dict[str, Any]:
+    reading = message.reading or {}
+    read_reason = reading.get("reason")
+    choices = selectors.order_choices(message)
+    # Ticked already: the sender's own orders the reader found; another customer's is ticked
+    # only by a person who means it.
+    mine = [c["number"] for c in choices if c["read"] and c["order"] and not c["other_customer"]]
+    values = {
+        "orders": mine,
+        "more_orders": "",
+        "reason": read_reason if read_reason in policy.TICKET_REASONS else "",
+        "other_customer_ok": False,
+    }
+    return {
+        "m": message,
+        "choices": choices,
+        "values": values | extra.pop("values", {}),
+        "fold": len(message.body) > FOLD_AT,
+        "fold_at": FOLD_AT,
+        "reasons": [(r, policy.REASONS[r]) for r in policy.TICKET_REASONS],
+        **extra,
+    }
+
+
+def _page_context(
+    request: HtmxHttpRequest, errors: dict[int, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    page = paging.capped_page(
+        request,
+        selectors.messages_needing_sorting().select_related("handled_by"),
+        size=PAGE,
+        cap=selectors.COUNT_CAP,
+    )
+    cards = [_card(m, **(errors or {}).get(m.pk, {})) for m in page.rows]
+    return {"cards": cards, **page.context()}
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request", "HX-Target")
+def needs_sorting(request: HtmxHttpRequest) -> HttpResponse:
+    """Messages the intake could not place, newest first; its pager asks this same URL for the
+    list alone."""
+    _refuse_unless_desk_user(request)
+    context = _page_context(request)
+    if request.htmx.target == LIST:
+        return render(request, "intake/_needs_sorting_list.html", context)
+    return render(request, "intake/needs_sorting.html", context)
+
+
+@require_POST
+@login_required
+def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
+    """ "Open the ticket" and "Not a refund request": named buttons of one form, one view."""
+    _refuse_unless_desk_user(request)
+    message = get_object_or_404(Message, pk=message_id)
+    form = forms.SortForm(request.POST)
+    action = form.action(request.POST)
+    values: dict[str, Any] = {}
+    try:
+        if not form.is_valid():
+            raise sorting.SortingError(
+                " ".join(str(e) for errors in form.errors.values() for e in errors)
+            )
+        data = form.cleaned_data
+        values = {
+            "orders": data["order"],
+            "more_orders": data["more_orders"],
+            "reason": data["reason"],
+            "other_customer_ok": data["other_customer_ok"],
+        }
+        if action == "both":
+            raise sorting.SortingError("Choose either open the ticket or not a refund, not both.")
+        if action == "not_refund":
+            sorting.message_mark_not_refund(message=message, by=request.user)
+            text = f"Marked the message from {message.sender} not a refund request."
+            ticket = None
+        elif action == "open":
+            numbers = list(data["order"]) + sorting.order_numbers_read(data["more_orders"])
+            done = sorting.message_sort(
+                message=message,
+                order_numbers=numbers,
+                reason=data["reason"],
+                by=request.user,
+                other_customer_ok=data["other_customer_ok"],
+            )
+            text = done.words()
+            ticket = (done.opened or done.added)[0]
+        else:
+            raise sorting.SortingError("Choose open the ticket or not a refund request.")
+    except services.RefundError as exc:
+        return _sort_error(request, message, str(exc), values)
+    if request.htmx:
+        context = {"m": message, "text": text, "ticket": ticket}
+        response = render(request, "intake/_message_done.html", context)
+        return trigger_client_event(response, "messagesChanged")
+    messages.success(request, text)
+    return redirect("intake:needs_sorting")
+
+
+def _sort_error(
+    request: HtmxHttpRequest, message: Message, text: str, values: dict[str, Any]
+) -> HttpResponse:
+    message.refresh_from_db()
+    card = {"error": text, "values": values}
+    if request.htmx:
+        context = _card(message, **card)
+        return render(request, "intake/_message.html", context, status=400)
+    context = _page_context(request, {message.pk: card})
+    if not any(c["m"].pk == message.pk for c in context["cards"]):
+        messages.error(request, text)  # sorted meanwhile (or on another page): say it on top
+    return render(request, "intake/needs_sorting.html", context, status=400)
+
+
+@require_POST
+@login_required
+def send_back(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
+    """A reviewer sends a misread message back to "Needs sorting": the review ends rejected
+    through the decision path, the message waits to be sorted by a person."""
+    ticket = get_object_or_404(
+        permissions.visible(request.user).select_related("order", "claimed_by"), pk=ticket_id
+    )
+    form = forms.SendBackForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise sorting.SortingError(
+                " ".join(str(e) for errors in form.errors.values() for e in errors)
+            )
+        sorting.message_send_back(ticket=ticket, why=form.cleaned_data["why"], by=request.user)
+    except PermissionDenied as exc:
+        return decision_error(request, ticket, str(exc), status=403)
+    except (services.AlreadyDecided, services.ClaimTaken) as exc:
+        return decision_error(request, ticket, str(exc), status=409)
+    except services.RefundError as exc:
+        return decision_error(request, ticket, str(exc), status=400)
+    text = (
+        f"Sent the message about order {ticket.order.number} back to Needs sorting; "
+        "the review ends rejected."
+    )
+    if request.htmx.target == TICKET_STATUS:
+        response = ticket_status_fragment(request, ticket, flash=text)
+    elif request.htmx:
+        context = {"ticket": ticket, "text": text, "line": text}
+        response = render(request, "reviews/_decided_row.html", context)
+    else:
+        messages.success(request, text)
+        return back(request, ticket)
+    return trigger_client_event(response, "queueChanged")

@@ -1,0 +1,226 @@
+"""intake/sorting.py: a person sorts a message into a ticket (once, whoever clicks twice), marks
+it not a refund request, or sends a misread one back; bad input changes nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+
+from intake import sorting
+from intake.models import Message, MessageEvent
+from refunds import enqueue, policy, runner, services
+from refunds.models import AuditEvent, Decision, Ticket
+from tests.conftest import make_order
+from tests.reviewing import advance_to_review
+from tests.sorting_messages import a_reading, waiting_message
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
+
+
+def sort(message, by, orders=("1042",), reason=policy.DAMAGED, **kwargs):
+    return sorting.message_sort(
+        message=message, order_numbers=list(orders), reason=reason, by=by, **kwargs
+    )
+
+
+def nothing_changed(message: Message) -> None:
+    message.refresh_from_db()
+    assert message.status == Message.Status.NEEDS_SORTING and message.ticket is None
+    assert Ticket.objects.count() == 0 and MessageEvent.objects.count() == 0
+
+
+# --- sorting into a ticket ---------------------------------------------------------------------
+def test_sorting_opens_the_ticket_with_the_reason_chosen_and_the_reading(db, agent, late_order):
+    message = waiting_message()
+    done = sort(message, agent, reason=policy.WRONG_ITEM)
+    (ticket,) = done.opened
+    assert ticket.order == late_order and ticket.reason == policy.WRONG_ITEM
+    assert ticket.reading == message.reading and ticket.opened_by == agent
+    message.refresh_from_db()
+    assert message.status == Message.Status.OPENED and message.ticket == ticket
+    assert message.handled_by == agent and message.handled_at is not None
+    event = MessageEvent.objects.get(message=message)
+    assert event.action == "sort" and event.actor == agent
+    assert event.answer["orders"] == ["1042"] and event.answer["opened"] == [ticket.pk]
+    assert AuditEvent.objects.filter(ticket=ticket, action="open", actor=agent).exists()
+    assert done.words() == f"Opened ticket {ticket.pk} for order 1042."
+
+
+def test_one_ticket_per_order_until_a_ticket_holds_several(db, agent, late_order):
+    make_order("1044", fee_cents=1250)  # Ana's too
+    message = waiting_message()
+    done = sort(message, agent, orders=["1042", "#1044", "1042"])
+    assert sorted(t.order.number for t in done.opened) == ["1042", "1044"]
+    assert Ticket.objects.count() == 2
+
+
+def test_an_order_with_an_open_ticket_gets_the_message_instead_of_a_second_ticket(
+    db, agent, late_order
+):
+    already = services.ticket_open(order_number="1042")
+    message = waiting_message()
+    done = sort(message, agent)
+    assert done.opened == [] and [t.pk for t in done.added] == [already.pk]
+    assert "Added the message to the open ticket" in done.words()
+    message.refresh_from_db()
+    assert message.status == Message.Status.ADDED and message.ticket_id == already.pk
+    assert Ticket.objects.count() == 1
+    note = AuditEvent.objects.get(ticket=already, action="note")
+    assert f"Message {message.pk} from ana@example.com" in note.note
+
+
+def test_a_second_sort_of_the_same_message_opens_nothing(db, agent, colleague, late_order):
+    message = waiting_message()
+    sort(message, agent)
+    stale = Message.objects.get(pk=message.pk)
+    stale.status = Message.Status.NEEDS_SORTING  # the colleague's page, loaded before
+    with pytest.raises(sorting.SortingError, match="already sorted by agent"):
+        sort(stale, colleague)
+    assert Ticket.objects.count() == 1 and MessageEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_agents_sorting_at_once_open_one_ticket(agent, colleague, late_order):
+    message = waiting_message()
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def one(user):
+        try:
+            barrier.wait(timeout=10)
+            sort(Message.objects.get(pk=message.pk), user)
+            outcomes.append("opened")
+        except sorting.SortingError as exc:
+            outcomes.append(str(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(u,)) for u in (agent, colleague)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(outcomes) == 2 and outcomes.count("opened") == 1, outcomes
+    assert "already sorted" in next(o for o in outcomes if o != "opened")
+    assert Ticket.objects.count() == 1
+    assert MessageEvent.objects.filter(action="sort").count() == 1
+
+
+def test_another_customers_order_is_refused_unless_the_agent_confirms_it(db, agent, late_order):
+    make_order("2001", name="Ben Okafor")
+    message = waiting_message()
+    with pytest.raises(sorting.SortingError, match="belongs to Ben Okafor"):
+        sort(message, agent, orders=["2001"])
+    nothing_changed(message)
+    done = sort(message, agent, orders=["2001"], other_customer_ok=True)
+    assert [t.order.number for t in done.opened] == ["2001"]
+    assert MessageEvent.objects.get().answer["other_customer"] == ["2001"]
+
+
+@pytest.mark.parametrize(
+    ("orders", "reason", "error"),
+    [
+        ([], policy.DAMAGED, "Pick at least one order"),
+        (["  "], policy.DAMAGED, "Pick at least one order"),
+        (["9999"], policy.DAMAGED, "There is no order 9999"),
+        (["1042", "9999"], policy.DAMAGED, "There is no order 9999"),
+        (["10'42"], policy.DAMAGED, "is not an order number"),
+        (["1042"], "refund_please", "Choose the reason"),
+        (["1042"], policy.NOT_REFUND, "mark it not a refund request"),
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(db, agent, late_order, orders, reason, error):
+    message = waiting_message()
+    with pytest.raises(sorting.SortingError, match=error):
+        sort(message, agent, orders=orders, reason=reason)
+    nothing_changed(message)
+
+
+def test_someone_in_no_desk_group_sorts_nothing(db, django_user_model, late_order):
+    nobody = django_user_model.objects.create_user("nobody", password="pw")
+    message = waiting_message()
+    with pytest.raises(PermissionDenied):
+        sort(message, nobody)
+    with pytest.raises(PermissionDenied):
+        sorting.message_mark_not_refund(message=message, by=nobody)
+    nothing_changed(message)
+
+
+def test_a_message_already_marked_not_a_refund_is_not_sorted(db, agent, late_order):
+    message = waiting_message(status=Message.Status.NOT_REFUND)
+    with pytest.raises(sorting.SortingError, match="already sorted"):
+        sort(message, agent)
+    assert Ticket.objects.count() == 0
+
+
+# --- not a refund request ----------------------------------------------------------------------
+def test_not_a_refund_request_keeps_who_and_when(db, agent):
+    message = waiting_message(reading=a_reading(policy.NOT_REFUND, ()))
+    sorting.message_mark_not_refund(message=message, by=agent)
+    message.refresh_from_db()
+    assert message.status == Message.Status.NOT_REFUND
+    assert message.handled_by == agent and message.handled_at is not None
+    assert MessageEvent.objects.get().action == "not_refund"
+    with pytest.raises(sorting.SortingError, match="already sorted by agent"):
+        sorting.message_mark_not_refund(message=message, by=agent)
+
+
+# --- sending a misread message back ------------------------------------------------------------
+@pytest.fixture
+def misread(transactional_db, agent, late_order) -> Ticket:
+    """A message sorted into a ticket that waits on a manager's review."""
+    message = waiting_message()
+    (ticket,) = sort(message, agent).opened
+    return advance_to_review(ticket)
+
+
+def test_sending_back_rejects_the_review_and_the_message_is_sortable_again(
+    misread, manager, colleague
+):
+    sorting.message_send_back(ticket=misread, why="It is order 1044, not 1042.", by=manager)
+    message = Message.objects.get()
+    assert message.status == Message.Status.NEEDS_SORTING
+    assert message.sorting_reason == "Sent back by manager: It is order 1044, not 1042."
+    assert message.handled_by == manager
+    decision = Decision.objects.get(ticket=misread)
+    assert decision.answer == "reject" and decision.reason == sorting.SENT_BACK_REASON
+    assert "Sent back to Needs sorting" in decision.note
+
+    assert runner.advance(misread.pk) == "rejected"  # the existing path: no money moved
+    misread.refresh_from_db()
+    assert misread.status == Ticket.Status.REJECTED and not misread.charges.exists()
+    assert misread.emails.get().body.count(sorting.SENT_BACK_REASON) == 1
+
+    make_order("1044", fee_cents=1250)
+    done = sort(message, colleague, orders=["1044"])  # sortable again, by someone else
+    assert [t.order.number for t in done.opened] == ["1044"]
+
+
+def test_sending_back_needs_a_word_on_what_was_misread(misread, manager):
+    with pytest.raises(sorting.SortingError, match="Say what was misread"):
+        sorting.message_send_back(ticket=misread, why="  ", by=manager)
+    assert not Decision.objects.exists()
+    assert Message.objects.get().status == Message.Status.OPENED
+
+
+def test_sending_back_is_for_whoever_may_decide_the_review(misread, agent, colleague):
+    # A damaged item is a manager's review: an agent may not end it, so nothing moves.
+    with pytest.raises(PermissionDenied):
+        sorting.message_send_back(ticket=misread, why="wrong order", by=colleague)
+    assert not Decision.objects.exists()
+    assert Message.objects.get().status == Message.Status.OPENED
+
+
+def test_a_ticket_opened_by_number_has_no_message_to_send_back(
+    transactional_db, agent, manager, late_order
+):
+    ticket = advance_to_review(services.ticket_open(order_number="1042", opened_by=agent))
+    with pytest.raises(sorting.SortingError, match="not opened from a customer's message"):
+        sorting.message_send_back(ticket=ticket, why="misread", by=manager)
+    assert not Decision.objects.exists()
