@@ -113,7 +113,8 @@ def read(*, sender: str, subject: str, body: str) -> Reading:
     )
     if reason_words:
         quotes["reason"] = reason_sentence
-    amount, amount_words = _amount_in(newest) or _amount_in(older) or (None, "")
+    # An amount only from the customer's own words: a forwarded receipt's total is the shop's.
+    amount, amount_words = _amount_in(newest) or (None, "")
     if amount_words:
         quotes["amount"] = amount_words
     language, language_words = _language(" ".join((subject, own)) if own else f"{subject} {rest}")
@@ -124,7 +125,7 @@ def read(*, sender: str, subject: str, body: str) -> Reading:
         orders=orders,
         amount_cents=amount,
         language=language,
-        summary=_summary(reason, orders, reason_sentence, own or rest, subject),
+        summary=_summary(reason, orders, reason_sentence, f"{own}\n{rest}", subject),
         quotes=quotes,
         read_by=RULES,
     )

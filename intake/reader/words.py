@@ -31,7 +31,8 @@ ORDER_WORDS = (
 # What may stand between such a word and the number: "order no. 1042", "order number is 1042",
 # "commande n° 1042", "Bestellung Nr. 1042", "pedido nº 1042", "order: #1042".
 ORDER_FILLER = (
-    r"(?:\s*(?:[:#]|no\b\.?|n\b\.?|nr\b\.?|confirmation\b|num\b\.?|number\b|nummer\b|numero\b|n\s?[°º]|n[o°º]\b\.?|"
+    r"(?:\s*(?:[:#]|no\b\.?|n\b\.?|nr\b\.?|confirmation\b|num\b\.?|number\b|nummer\b|"
+    r"numero\b|n\s?[°º]|n[o°º]\b\.?|"
     r"id\b|ref\b\.?|is\b|was\b|es\b|est\b|ist\b|e\b|era\b|war\b|"
     r"de\b|da\b|di\b|del\b|dell'|du\b)){0,4}\s*"
 )

@@ -52,12 +52,16 @@ class Command(BaseCommand):
         for name, reader in readers:
             result = evaluation.score(examples, reader)
             self.stdout.write("")
+            if name != "rules" and sum(result.fallbacks.values()) == result.messages:
+                # Figures would be the rules' again under the model's name: say what happened.
+                self.stdout.write(
+                    f"{name}: read no message; all {result.messages} were read by the rules"
+                )
+                for why, n in result.fallbacks.most_common():
+                    self.stdout.write(f"  fell back to rules: {n} of {result.messages}: {why}")
+                continue
             for line in evaluation.report(name, result):
                 self.stdout.write(line)
-            if name != "rules" and sum(result.fallbacks.values()) == result.messages:
-                self.stdout.write(
-                    f"  the model {name} read no message: every one was read by rules"
-                )
             if options["misses"]:
                 for miss in result.misses:
                     self.stdout.write(f"  {miss}")
