@@ -335,3 +335,12 @@ def test_the_model_key_is_masked_on_error_pages_and_in_logs(db, settings, capsys
     assert "the provider said: invalid key" in logged
     assert MODEL_KEY not in logged
     assert mask(f"key={MODEL_KEY}") == "key=********************"
+
+
+def test_the_system_check_warns_when_the_configured_model_cannot_be_built(tmp_path):
+    result = manage_check(tmp_path, REFUNDS_MODEL="openai:gpt-4.1-mini")
+    assert result.returncode == 0, result.stderr  # a warning: the rules still read
+    assert (
+        "intake.W001) REFUNDS_MODEL: the model openai:gpt-4.1-mini cannot be used here: its "
+        "package langchain-openai is not installed; every message will be read by the rules"
+    ) in result.stderr
