@@ -63,6 +63,8 @@ def test_a_number_in_the_subject_is_an_order_when_the_body_names_none():
         "Apt #302, 1200 Main St, zip 10001, postcode 94107",
         "It came on 14 March at 10:42.",
         "order shipped in March 2025, 3 days late",
+        "mi pedido de 2024 llegó tarde, la commande du 2023 aussi",
+        "the whole order 129,90 € came late, order #1,042.00 charged",
     ],
 )
 def test_dates_phones_amounts_years_postcodes_and_tracking_numbers_are_not_orders(body):
@@ -121,6 +123,16 @@ def test_the_quoted_headers_of_our_own_desk_do_not_read_as_a_refund_request():
         "Thanks, that answers my question. Have a great weekend!\n\n"
         "On Tue, 4 Mar 2025, 09:15, Refund Desk <refunds@example.com> wrote:\n"
         "> Hi Una, the store opens at 9am."
+    )
+    assert read(body).reason == policy.NOT_REFUND
+
+
+def test_the_header_lines_of_a_forwarded_message_are_not_read_for_a_reason():
+    body = (
+        "FYI, see below.\n\n---------- Forwarded message ---------\n"
+        "From: Una <una@example.com>\nDate: Tue, 4 Mar 2025\n"
+        "To: Refund Desk <refunds@example.com>\nSubject: opening hours\n\n"
+        "When does the store open?"
     )
     assert read(body).reason == policy.NOT_REFUND
 
