@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -118,20 +119,31 @@ def build(spec: str) -> BaseChatModel:
     """The chat model REFUNDS_MODEL names, through init_chat_model. A provider LangChain does not
     know, or whose package is not installed, fails here at once (no network is tried)."""
     from django.conf import settings
+
+    return _built(
+        spec,
+        settings.REFUNDS_MODEL_API_KEY,
+        settings.REFUNDS_MODEL_BASE_URL,
+        settings.REFUNDS_MODEL_TIMEOUT,
+    )
+
+
+@lru_cache(maxsize=4)  # one client per worker, not one per message; a failure is not kept
+def _built(spec: str, api_key: str, base_url: str, timeout: float) -> BaseChatModel:
     from langchain.chat_models import init_chat_model
 
     provider, _, name = spec.partition(":")
     options: dict[str, Any] = {}
-    if settings.REFUNDS_MODEL_BASE_URL:
-        options["base_url"] = settings.REFUNDS_MODEL_BASE_URL
+    if base_url:
+        options["base_url"] = base_url
     if provider == "ollama":
         # A local server: no key; the timeout goes to its HTTP client.
-        options["client_kwargs"] = {"timeout": settings.REFUNDS_MODEL_TIMEOUT}
+        options["client_kwargs"] = {"timeout": timeout}
     else:
         # We retry ourselves, by kind; the provider's own client must not retry behind us.
-        options.update(timeout=settings.REFUNDS_MODEL_TIMEOUT, max_retries=0)
-        if settings.REFUNDS_MODEL_API_KEY:
-            options["api_key"] = settings.REFUNDS_MODEL_API_KEY
+        options.update(timeout=timeout, max_retries=0)
+        if api_key:
+            options["api_key"] = api_key
     try:
         return init_chat_model(name, model_provider=provider, temperature=0, **options)
     except ImportError as exc:
