@@ -177,7 +177,8 @@ def read_with(
     for attempt in range(1, attempts + 1):
         try:
             answer = _ask(chat, message, timeout=timeout)
-            return _checked(answer, spec=spec, subject=subject, body=body)
+            # Orders and quotes must be in what the model was shown.
+            return _checked(answer, spec=spec, subject=subject, body=body[:MAX_CHARS])
         except ModelFailed as exc:
             failed = exc
             if not exc.transient or attempt == attempts:

@@ -32,14 +32,14 @@ _SUBJECT_BARE = re.compile(r"(?<![\w#$€£.,:/-])(\d{3,12})(?![\w.,:/-]|\s?(?:�
 _NOT_ORDERS = re.compile(
     r"\b\d{1,4}[./-]\d{1,2}[./-]\d{2,4}\b"  # 12/03/2024, 2024-03-12, 3.12.24
     r"|\b\d{1,2}:\d{2}\b"  # 10:42
-    r"|\+\d[\d\s().-]{6,}\d"  # +1 (555) 123-4567
+    r"|\+\d[\d\s().-]{6,20}\d"  # +1 (555) 123-4567
     r"|\(\d{2,4}\)\s?\d{3,4}[\s.-]?\d{3,4}"  # (555) 123 4567
     r"|\b\d{3}[\s.-]\d{3}[\s.-]\d{4}\b"  # 555-123-4567
-    r"|\b0\d{2,4}[\s/-]\d{3,}[\s/-]?\d*\b"  # 030 1234567, 06-12345678
-    r"|(?:us\$|r\$|\$|€|£)\s?\d[\d.,]*"  # $1,042.00
-    r"|\b\d(?:[\d.,]*\d)?\s?(?:€|\$|£|%|eur\b|euros?\b|usd\b|dollars?\b|bucks\b|gbp\b|pounds?\b|"
+    r"|\b0\d{2,4}[\s/-]\d{3,12}[\s/-]?\d{0,12}\b"  # 030 1234567, 06-12345678
+    r"|(?:us\$|r\$|\$|€|£)\s?\d[\d.,]{0,15}"  # $1,042.00
+    r"|\b\d(?:[\d.,]{0,15}\d)?\s?(?:€|\$|£|%|eur\b|euros?\b|usd\b|dollars?\b|bucks\b|gbp\b|pounds?\b|"
     r"reais\b|kg\b|g\b|cm\b|mm\b|km\b|ml\b|days?\b|weeks?\b|dias\b|jours\b|tage\b|giorni\b)"
-    r"|\b\d+[.,]\d{1,2}\b"  # 6.99, 6,99
+    r"|\b\d{1,12}[.,]\d{1,2}\b"  # 6.99, 6,99
     r"|\b1z[0-9a-z]{8,}\b|\b\d{13,}\b|\b[a-z]{2}\d{9}[a-z]{2}\b"  # tracking numbers
 )
 _YEAR = re.compile(r"^(?:19[5-9]\d|20[0-4]\d)$")
@@ -53,8 +53,8 @@ _MONTHS = (
 )
 _AFTER_MONTH = re.compile(r"\b(?:" + _MONTHS + r")\.?\s*(?:\d{1,2}(?:st|nd|rd|th)?,?\s*)?$")
 _AMOUNT = re.compile(
-    r"(?P<before>us\$|r\$|\$|€|£|\beur\b|\busd\b|\bgbp\b)\s?(?P<n1>\d[\d.,\s]*\d|\d)"
-    r"|(?<![\w.,])(?P<n2>\d[\d.,]*\d|\d)\s?(?P<after>€|\$|£|eur\b|euros?\b|usd\b|dollars?\b|"
+    r"(?P<before>us\$|r\$|\$|€|£|\beur\b|\busd\b|\bgbp\b)\s?(?P<n1>\d[\d.,\s]{0,15}\d|\d)"
+    r"|(?<![\w.,])(?P<n2>\d[\d.,]{0,15}\d|\d)\s?(?P<after>€|\$|£|eur\b|euros?\b|usd\b|dollars?\b|"
     r"bucks\b|gbp\b|pounds?\b|reais\b|quid\b)"
     r"|\b(?P<word>one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|"
     r"twenty|thirty|fifty)\s+(?:us\s+)?(?:dollars|bucks|euros|pounds|quid)\b"
@@ -96,9 +96,14 @@ class _Part:
     subject: bool = False
 
 
+# What the rules read of a long message: its top, where the newest words are. It bounds the
+# time one message may take whatever it holds.
+MAX_CHARS = 20_000
+
+
 def read(*, sender: str, subject: str, body: str) -> Reading:
-    subject = clean_subject(subject)
-    own, rest = split_own(body)
+    subject = clean_subject(subject)[:500]
+    own, rest = split_own(body[:MAX_CHARS])
     newest = [_Part(fold(subject), subject=True), _Part(fold(own))]
     older = [_Part(fold(rest))]
     quotes: dict[str, str] = {}
