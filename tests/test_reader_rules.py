@@ -230,6 +230,7 @@ def test_money_asked_back_for_no_named_reason_is_another_request(body):
         "Merci beaucoup pour le remboursement rapide !",
         "Just wanted to say thanks, great service!",
         "Buenas tardes, ¿tienen la chaqueta roja en talla 38?",
+        "Dear Refund Desk, do you have the blue one in stock? (I wrote to refunds@shop.example)",
     ],
 )
 def test_questions_address_changes_and_thanks_are_not_about_a_refund(body):

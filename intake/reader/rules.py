@@ -211,13 +211,27 @@ def _asked_in(parts: list[_Part]) -> tuple[str, str, str] | None:
     made ("not about a refund"), or a typo of "refund"."""
     for part in parts:
         text = part.folded.text
-        if (done := _REFUND_DONE.search(text)) and not _REFUND.search(text, done.end()):
+        if (done := _REFUND_DONE.search(text)) and not _asking(text, done.end()):
             return policy.NOT_REFUND, *_said(part.folded, done.start(), done.end())
-        if asked := _REFUND.search(text):
+        if asked := _asking(text):
             return policy.OTHER_REQUEST, *_said(part.folded, asked.start(), asked.end())
         if typo := _fuzzy(part.folded, asked=True):
             return typo
     return None
+
+
+# "refund" that names us, not a request: "Dear Refund Desk", "refunds@shop.example".
+_OUR_NAME = re.compile(r"\s*(?:desk|team|department|dept)\b|[\w.+-]*@")
+
+
+def _asking(text: str, start: int = 0) -> re.Match[str] | None:
+    """The first words from `start` that ask for money back."""
+    return next((m for m in _REFUND.finditer(text, start) if not _names_us(text, m)), None)
+
+
+def _names_us(text: str, match: re.Match[str]) -> bool:
+    before = text[max(0, match.start() - 1) : match.start()]
+    return before in ("@", ".") or bool(_OUR_NAME.match(text, match.end()))
 
 
 def _negated(text: str, start: int) -> bool:
@@ -235,6 +249,8 @@ def _fuzzy(folded: Folded, *, asked: bool = False) -> tuple[str, str, str] | Non
             if (reason is None) != asked or word == target or not _one_edit(word, target):
                 continue
             if reason is None:
+                if _names_us(folded.text, token):
+                    continue
                 return policy.OTHER_REQUEST, *_said(folded, token.start(), token.end())
             if not _negated(folded.text, token.start()):
                 return reason, *_said(folded, token.start(), token.end())
@@ -269,7 +285,7 @@ def _amount_in(parts: list[_Part]) -> tuple[int, str] | None:
             continue
         # Of several amounts ("I paid $49.99 ... the $6.99 delivery back"), the one in a
         # sentence that asks for money back.
-        asked = [m for m in found if _REFUND.search(_sentence_of(text, m.start(), m.end()))]
+        asked = [m for m in found if _asking(_sentence_of(text, m.start(), m.end()))]
         chosen = (asked or found)[0]
         cents = _cents(chosen)
         assert cents is not None
