@@ -25,6 +25,7 @@ from config.env import (
     env_str,
     env_url,
     exit_on_bad_setting,
+    model_spec,
     sqlite_file,
     writable_dir,
 )
@@ -301,6 +302,19 @@ STRIPE_TIMEOUT = env_number("STRIPE_TIMEOUT", 10.0, minimum=0.1)
 REFUNDS_CARRIER = env_str("REFUNDS_CARRIER", "")
 REFUNDS_CARRIER_TIMEOUT = env_number("REFUNDS_CARRIER_TIMEOUT", 5.0, minimum=0.01)
 REFUNDS_CARRIER_ATTEMPTS = env_int("REFUNDS_CARRIER_ATTEMPTS", 2, minimum=1)
+
+# --- The intake's reader (intake/reader/) --------------------------------------------------------
+# A chat model for reading customers' messages, as init_chat_model names it with its provider
+# ("openai:gpt-4.1-mini", "anthropic:claude-sonnet-4-5", "ollama:llama3"); empty: the rules read
+# every message. The model only reads; on any failure the rules read and the reading says why.
+REFUNDS_MODEL = model_spec("REFUNDS_MODEL", env_str("REFUNDS_MODEL", ""))
+# The provider's API key (masked in error pages and logs) and, for a proxy or a local server,
+# its base URL. Each attempt is cut off after the timeout; timeouts, rate limits and lost
+# connections are tried up to the attempts, anything else falls back at once.
+REFUNDS_MODEL_API_KEY = env_str("REFUNDS_MODEL_API_KEY", "")
+REFUNDS_MODEL_BASE_URL = env_str("REFUNDS_MODEL_BASE_URL", "")
+REFUNDS_MODEL_TIMEOUT = env_number("REFUNDS_MODEL_TIMEOUT", 10.0, minimum=0.1)
+REFUNDS_MODEL_ATTEMPTS = env_int("REFUNDS_MODEL_ATTEMPTS", 2, minimum=1)
 
 # --- Production refuses the fakes -------------------------------------------------------------
 # Mail that never leaves this machine, or a gateway that moves no money, is the demo's. Outside

@@ -7,3 +7,6 @@ class IntakeConfig(AppConfig):
 
     name = "intake"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from intake import checks  # noqa: F401

@@ -1,69 +1,358 @@
 """The rules reader: deterministic, fast, no network. The embedded default, and what takes over
-whenever a configured model fails or answers out of shape."""
+whenever a configured model fails or answers out of shape.
+
+It reads the customer's own newest words first (the subject and the body above any quoted or
+forwarded part) and looks into the quoted part only for what the newest words do not say: an
+order number that only a forwarded shop email carries, a reason in a forwarded complaint."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from functools import cache
 
+from intake.reader import words
+from intake.reader.text import Folded, clean_subject, fold, sentence_around, split_own
 from intake.reading import RULES, Reading
 from refunds import policy
 
-# An order number as customers write it: "#1042", "order 1042", "order no. 1042".
-_ORDER = re.compile(r"(?:#|\border\s*(?:no\.?|number|nr\.?)?\s*#?\s*)(\d{3,12})\b", re.I)
-_AMOUNT = re.compile(r"\$\s?(\d{1,6})(?:[.,](\d{2}))?")
+_ID = r"(?:[a-z]{1,3}-?)?\d{3,12}"
+_ORDER_LED = re.compile(
+    r"(?<![\w#])(?:" + "|".join(words.ORDER_WORDS) + r")\b" + words.ORDER_FILLER
+    + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + words.LIST_JOINERS + r"#?\s?"
+    + _ID + r"\b)*)"
+)  # fmt: skip
+_HASH = re.compile(r"(?<![\w&])#\s?(?P<first>" + _ID + r")\b")
+_ANY_ID = re.compile(r"#?\s?(" + _ID + r")\b")
+_NOT_ORDER_BEFORE = re.compile(
+    r"(?:\b(?:" + words.NOT_ORDER_WORDS + r")\b)\W*(?:\w+\W+)?(?:number|no|nr|num|n[o°º])?\W*$"
+)
+_SUBJECT_BARE = re.compile(r"(?<![\w#$€£.,:/-])(\d{3,12})(?![\w.,:/-]|\s?(?:€|\$|£|%))")
+# Numbers that are something else: dates, times, phone numbers, amounts, decimals, long codes.
+_NOT_ORDERS = re.compile(
+    r"\b\d{1,4}[./-]\d{1,2}[./-]\d{2,4}\b"  # 12/03/2024, 2024-03-12, 3.12.24
+    r"|\b\d{1,2}:\d{2}\b"  # 10:42
+    r"|\+\d[\d\s().-]{6,20}\d"  # +1 (555) 123-4567
+    r"|\(\d{2,4}\)\s?\d{3,4}[\s.-]?\d{3,4}"  # (555) 123 4567
+    r"|\b\d{3}[\s.-]\d{3}[\s.-]\d{4}\b"  # 555-123-4567
+    r"|\b0\d{2,4}[\s/-]\d{3,12}[\s/-]?\d{0,12}\b"  # 030 1234567, 06-12345678
+    r"|(?:us\$|r\$|\$|€|£)\s?\d[\d.,]{0,15}"  # $1,042.00
+    r"|\b\d(?:[\d.,]{0,15}\d)?\s?(?:€|\$|£|%|eur\b|euros?\b|usd\b|dollars?\b|bucks\b|gbp\b|pounds?\b|"
+    r"reais\b|kg\b|g\b|cm\b|mm\b|km\b|ml\b|days?\b|weeks?\b|dias\b|jours\b|tage\b|giorni\b)"
+    r"|\b\d{1,12}[.,]\d{1,2}\b"  # 6.99, 6,99
+    r"|\b1z[0-9a-z]{8,}\b|\b\d{13,}\b|\b[a-z]{2}\d{9}[a-z]{2}\b"  # tracking numbers
+)
+_YEAR = re.compile(r"^(?:19[5-9]\d|20[0-4]\d)$")
+_MONTHS = (
+    r"jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|"
+    r"july|august|september|october|november|december|enero|febrero|marzo|abril|mayo|junio|"
+    r"julio|agosto|septiembre|octubre|noviembre|diciembre|janvier|fevrier|mars|avril|mai|juin|"
+    r"juillet|aout|septembre|octobre|novembre|decembre|januar|februar|marz|juni|juli|oktober|"
+    r"dezember|janeiro|fevereiro|marco|maio|junho|julho|setembro|outubro|novembro|dezembro|"
+    r"gennaio|febbraio|aprile|maggio|giugno|luglio|settembre|ottobre|dicembre"
+)
+_AFTER_MONTH = re.compile(r"\b(?:" + _MONTHS + r")\.?\s*(?:\d{1,2}(?:st|nd|rd|th)?,?\s*)?$")
+_AMOUNT = re.compile(
+    r"(?P<before>us\$|r\$|\$|€|£|\beur\b|\busd\b|\bgbp\b)\s?(?P<n1>\d[\d.,\s]{0,15}\d|\d)"
+    r"|(?<![\w.,])(?P<n2>\d[\d.,]{0,15}\d|\d)\s?(?P<after>€|\$|£|eur\b|euros?\b|usd\b|dollars?\b|"
+    r"bucks\b|gbp\b|pounds?\b|reais\b|quid\b)"
+    r"|\b(?P<word>one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|"
+    r"twenty|thirty|fifty)\s+(?:us\s+)?(?:dollars|bucks|euros|pounds|quid)\b"
+)
+_NUMBER_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20,
+    "thirty": 30, "fifty": 50,
+}  # fmt: skip
+_WORD = re.compile(r"[a-z']+")
+_NEGATION_BEFORE = re.compile(r"\b(?:" + words.NEGATIONS + r")\W+(?:\w+\W+)?$")
+_GREETING = re.compile(r"^\s*" + words.GREETINGS + r"[,!:.]*\s*$", re.I)
+_REFUND = re.compile(r"\b(?:" + "|".join(words.REFUND_PHRASES) + r")")
+_REFUND_DONE = re.compile(r"\b(?:" + words.REFUND_DONE_PHRASES + r")")
+_FUZZY = {
+    "refund": None, "reimburse": None, "reembolso": None, "remboursement": None,
+    "rimborso": None, "erstattung": None, "ruckerstattung": None,
+    "damaged": policy.DAMAGED, "broken": policy.DAMAGED, "defective": policy.DAMAGED,
+    "cracked": policy.DAMAGED, "smashed": policy.DAMAGED, "beschadigt": policy.DAMAGED,
+    "endommage": policy.DAMAGED, "danneggiato": policy.DAMAGED, "danificado": policy.DAMAGED,
+    "delayed": policy.LATE_DELIVERY, "verspatet": policy.LATE_DELIVERY,
+    "retrasado": policy.LATE_DELIVERY, "atrasado": policy.LATE_DELIVERY,
+}  # fmt: skip  # word -> reason (None: asks for money back), for typos one edit away
 
-_REASON_WORDS: list[tuple[str, tuple[str, ...]]] = [
-    (policy.DAMAGED, ("damaged", "broken", "smashed", "cracked")),
-    (
-        policy.WRONG_ITEM,
-        ("wrong item", "wrong size", "wrong colour", "wrong color", "not what i ordered"),
-    ),
-    (
-        policy.NOT_RECEIVED,
-        (
-            "never arrived",
-            "not received",
-            "never received",
-            "didn't arrive",
-            "did not arrive",
-            "hasn't arrived",
-            "has not arrived",
-        ),
-    ),
-    (policy.LATE_DELIVERY, ("late", "delay", "delayed", "took a week", "took ages")),
-]
+
+@cache
+def _reason_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    return [
+        (reason, re.compile(r"(?<![\w'])(?:" + "|".join(phrases) + r")(?![\w])"))
+        for reason, phrases in words.REASON_PHRASES
+    ]
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One place to read from: the subject, the customer's own words, or the quoted rest."""
+
+    folded: Folded
+    subject: bool = False
+
+
+# What the rules read of a long message: its top, where the newest words are. It bounds the
+# time one message may take whatever it holds.
+MAX_CHARS = 20_000
 
 
 def read(*, sender: str, subject: str, body: str) -> Reading:
-    text = f"{subject}\n{body}"
+    subject = clean_subject(subject)[:500]
+    own, rest = split_own(body[:MAX_CHARS])
+    newest = [_Part(fold(subject), subject=True), _Part(fold(own))]
+    older = [_Part(fold(rest))]
     quotes: dict[str, str] = {}
-    orders: list[str] = []
-    for match in _ORDER.finditer(text):
-        if match.group(1) not in orders:
-            orders.append(match.group(1))
+
+    orders, said = _orders_in(newest) or _orders_in(older) or ([], [])
     if orders:
-        quotes["orders"] = ", ".join(m.group(0).strip() for m in _ORDER.finditer(text))
-    reason = policy.NOT_REFUND
-    lowered = text.lower()
-    for candidate, words in _REASON_WORDS:
-        hit = next((w for w in words if w in lowered), None)
-        if hit:
-            reason, quotes["reason"] = candidate, hit
-            break
-    else:
-        if "refund" in lowered:
-            reason, quotes["reason"] = policy.OTHER_REQUEST, "refund"
-    amount = None
-    if found := _AMOUNT.search(text):
-        amount = int(found.group(1)) * 100 + int(found.group(2) or 0)
-        quotes["amount"] = found.group(0)
-    first_line = next((line.strip() for line in body.splitlines() if line.strip()), subject)
+        quotes["orders"] = ", ".join(said)
+    # A reason the newest words name beats one in the quoted part; a named reason anywhere
+    # beats a bare "refund please" ("any news? I asked for the fee back" above "it was late").
+    reason, reason_words, reason_sentence = (
+        _reason_in(newest) or _reason_in(older) or _asked_in(newest) or _asked_in(older) or _none()
+    )
+    if reason_words:
+        quotes["reason"] = reason_sentence
+    # An amount only from the customer's own words: a forwarded receipt's total is the shop's.
+    amount, amount_words = _amount_in(newest) or (None, "")
+    if amount_words:
+        quotes["amount"] = amount_words
+    language, language_words = _language(" ".join((subject, own)) if own else f"{subject} {rest}")
+    if language_words:
+        quotes["language"] = language_words
     return Reading(
         reason=reason,
         orders=orders,
         amount_cents=amount,
-        language="en",
-        summary=first_line[:200],
+        language=language,
+        summary=_summary(reason, orders, reason_sentence, f"{own}\n{rest}", subject),
         quotes=quotes,
         read_by=RULES,
     )
+
+
+# --- order numbers ------------------------------------------------------------------------------
+def _orders_in(parts: list[_Part]) -> tuple[list[str], list[str]] | None:
+    found: list[str] = []
+    said: list[str] = []
+    for part in parts:
+        for number, words_said in _orders_in_part(part):
+            if number.lower() not in (f.lower() for f in found):
+                found.append(number)
+                said.append(words_said)
+    return (found, said) if found else None
+
+
+def _orders_in_part(part: _Part) -> list[tuple[str, str]]:
+    text = part.folded.text
+    blocked = [m.span() for m in _NOT_ORDERS.finditer(text)]
+    hits: list[tuple[int, str, str]] = []
+
+    def keep(start: int, end: int, quoted_from: int) -> None:
+        if any(b0 < end and start < b1 for b0, b1 in blocked):
+            return
+        number = part.folded.words_at(start, end).upper()
+        hits.append((start, number, part.folded.words_at(quoted_from, end)))
+
+    for match in _ORDER_LED.finditer(text):
+        first_start, first_end = match.span("first")
+        between = text[match.start() : first_start]
+        if _YEAR.match(match["first"]) and re.search(
+            r"\b(?:de|del|da|di|du|of|from|in)\W*$", between
+        ):
+            continue  # "pedido de 2024", "my order from 2023": a year
+        if _AFTER_MONTH.search(between):
+            continue
+        keep(first_start, first_end, match.start())
+        for extra in _ANY_ID.finditer(text, match.start("more"), match.end("more")):
+            keep(*extra.span(1), extra.start())
+    for match in _HASH.finditer(text):
+        if _NOT_ORDER_BEFORE.search(text[max(0, match.start() - 40) : match.start()]):
+            continue  # "tracking #9400...", "ticket #5521", "apt #302"
+        keep(*match.span("first"), match.start())
+    if part.subject and not hits:
+        for match in _SUBJECT_BARE.finditer(text):
+            if _YEAR.match(match[1]) or _AFTER_MONTH.search(text[: match.start()]):
+                continue
+            if _NOT_ORDER_BEFORE.search(text[max(0, match.start() - 40) : match.start()]):
+                continue
+            keep(*match.span(1), match.start(1))
+    hits.sort()
+    return [(number, said.strip()) for _, number, said in hits]
+
+
+# --- the reason ---------------------------------------------------------------------------------
+def _none() -> tuple[str, str, str]:
+    return policy.NOT_REFUND, "", ""
+
+
+def _reason_in(parts: list[_Part]) -> tuple[str, str, str] | None:
+    """(reason, the words that said it, the sentence they are in), or None when nothing in
+    these parts says why the customer writes."""
+    for reason, pattern in _reason_patterns():
+        for part in parts:
+            for match in pattern.finditer(part.folded.text):
+                if reason in words.NEGATABLE and _negated(part.folded.text, match.start()):
+                    continue
+                return reason, *_said(part.folded, match.start(), match.end())
+    for part in parts:
+        if hit := _fuzzy(part.folded):
+            return hit
+    return None
+
+
+def _asked_in(parts: list[_Part]) -> tuple[str, str, str] | None:
+    """Money asked back without a reason ("another request"), a thanks for a refund already
+    made ("not about a refund"), or a typo of "refund"."""
+    for part in parts:
+        text = part.folded.text
+        if (done := _REFUND_DONE.search(text)) and not _asking(text, done.end()):
+            return policy.NOT_REFUND, *_said(part.folded, done.start(), done.end())
+        if asked := _asking(text):
+            return policy.OTHER_REQUEST, *_said(part.folded, asked.start(), asked.end())
+        if typo := _fuzzy(part.folded, asked=True):
+            return typo
+    return None
+
+
+# "refund" that names us, not a request: "Dear Refund Desk", "refunds@shop.example".
+_OUR_NAME = re.compile(r"\s*(?:desk|team|department|dept)\b|[\w.+-]*@")
+
+
+def _asking(text: str, start: int = 0) -> re.Match[str] | None:
+    """The first words from `start` that ask for money back."""
+    return next((m for m in _REFUND.finditer(text, start) if not _names_us(text, m)), None)
+
+
+def _names_us(text: str, match: re.Match[str]) -> bool:
+    before = text[max(0, match.start() - 1) : match.start()]
+    return before in ("@", ".") or bool(_OUR_NAME.match(text, match.end()))
+
+
+def _negated(text: str, start: int) -> bool:
+    return bool(_NEGATION_BEFORE.search(text[max(0, start - 30) : start]))
+
+
+def _fuzzy(folded: Folded, *, asked: bool = False) -> tuple[str, str, str] | None:
+    """A typo one edit away from a reason's word ("damged", "brokem"), or with `asked` from a
+    word that asks for money back ("refudn": another request)."""
+    for token in _WORD.finditer(folded.text):
+        word = token.group()
+        if len(word) < 6:
+            continue
+        for target, reason in _FUZZY.items():
+            if (reason is None) != asked or word == target or not _one_edit(word, target):
+                continue
+            if reason is None:
+                if _names_us(folded.text, token):
+                    continue
+                return policy.OTHER_REQUEST, *_said(folded, token.start(), token.end())
+            if not _negated(folded.text, token.start()):
+                return reason, *_said(folded, token.start(), token.end())
+    return None
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Damerau-Levenshtein distance 1 (a letter added, dropped, changed, or two swapped)."""
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )  # fmt: skip
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def _said(folded: Folded, start: int, end: int) -> tuple[str, str]:
+    first, last = folded.span(start, end)
+    return folded.original[first:last], sentence_around(folded.original, first, last)
+
+
+# --- the amount ---------------------------------------------------------------------------------
+def _amount_in(parts: list[_Part]) -> tuple[int, str] | None:
+    for part in parts:
+        text = part.folded.text
+        found = [m for m in _AMOUNT.finditer(text) if _cents(m) is not None]
+        if not found:
+            continue
+        # Of several amounts ("I paid $49.99 ... the $6.99 delivery back"), the one in a
+        # sentence that asks for money back.
+        asked = [m for m in found if _asking(_sentence_of(text, m.start(), m.end()))]
+        chosen = (asked or found)[0]
+        cents = _cents(chosen)
+        assert cents is not None
+        return cents, part.folded.words_at(*chosen.span()).strip()
+    return None
+
+
+def _sentence_of(text: str, start: int, end: int) -> str:
+    return sentence_around(text, start, end, limit=400)
+
+
+def _cents(match: re.Match[str]) -> int | None:
+    if match["word"]:
+        return _NUMBER_WORDS[match["word"]] * 100
+    raw = re.sub(r"\s", "", match["n1"] or match["n2"] or "")
+    decimal = re.search(r"[.,](\d{1,2})$", raw)
+    whole = raw[: decimal.start()] if decimal else raw
+    if re.search(r"[.,]", whole) and not re.fullmatch(r"\d{1,3}(?:[.,]\d{3})+", whole):
+        return None  # "1.2.3 €" is no amount
+    digits = re.sub(r"[.,]", "", whole)
+    if not digits or len(digits) > 7:
+        return None
+    fraction = (decimal.group(1) + "0")[:2] if decimal else "00"
+    return int(digits) * 100 + int(fraction)
+
+
+# --- the language -------------------------------------------------------------------------------
+def _language(text: str) -> tuple[str, str]:
+    """ISO 639-1 code by the commonest small words; English when nothing tells."""
+    tokens = re.findall(r"[a-z]+(?:'[a-z]+)?", fold(text).text)
+    best, best_hits = "en", 0
+    said: dict[str, list[str]] = {}
+    for language, stopwords in words.STOPWORDS.items():
+        hits = [t for t in tokens if t in stopwords]
+        said[language] = hits
+        distinct = len(set(hits))
+        if distinct > best_hits or (distinct == best_hits and language == "en"):
+            best, best_hits = language, distinct
+    picked = list(dict.fromkeys(said.get(best, [])))[:5]
+    return best, ", ".join(picked)
+
+
+def _says_something(line: str) -> bool:
+    """Not a greeting, a separator ("-----"), or a mail header ("From: ...")."""
+    if _GREETING.match(line) or _HEADER.match(line):
+        return False
+    return len(re.findall(r"\w+", line)) >= 2 and not _OPENERS_LINE.match(fold(line).text)
+
+
+_HEADER = re.compile(
+    r"^(?:from|to|cc|sent|date|subject|de|para|objet|von|an|betreff|da|a|"
+    r"oggetto|asunto|assunto|envoye|gesendet|enviado|inviato)\s*:",
+    re.I,
+)
+_OPENERS_LINE = re.compile(r"^\W*(?:" + "|".join(words.QUOTE_OPENERS) + ")", re.I)
+
+
+# --- the summary --------------------------------------------------------------------------------
+def _summary(reason: str, orders: list[str], sentence: str, text: str, subject: str) -> str:
+    """One line: the reason, the orders, and the customer's own sentence that says why."""
+    if not sentence:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        body = next((line for line in lines if _says_something(line)), "")
+        sentence = body or subject
+    head = policy.REASONS[reason]
+    if orders:
+        head += f", order{'s' if len(orders) > 1 else ''} {', '.join(orders)}"
+    line = f"{head}: {sentence}" if sentence else head
+    line = " ".join(line.split())
+    return line if len(line) <= 200 else line[:199].rstrip() + "…"

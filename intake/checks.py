@@ -1,0 +1,22 @@
+from django.conf import settings
+from django.core.checks import Warning, register
+
+
+@register()
+def reader_model(app_configs, **kwargs) -> list[Warning]:
+    """A configured model that cannot be built is said at deploy (`manage.py check`), not only
+    on each reading: the desk still works, every message read by the rules."""
+    if not settings.REFUNDS_MODEL:
+        return []
+    from intake.reader.model import ModelFailed, build
+
+    try:
+        build(settings.REFUNDS_MODEL)
+    except ModelFailed as failed:
+        return [
+            Warning(
+                f"REFUNDS_MODEL: {failed}; every message will be read by the rules",
+                id="intake.W001",
+            )
+        ]
+    return []

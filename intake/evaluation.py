@@ -1,0 +1,180 @@
+"""Measuring a reader against labelled messages (`manage.py eval_intake`): order-number
+precision, recall and F1, reason accuracy, a confusion table, messages read per second.
+
+A file holds one JSON object a line: {"sender": ..., "subject": ..., "body": ..., "orders":
+["1042"], "reason": "late_delivery"}; sender and subject may be left out."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from intake.reading import Reading
+from refunds.policy import REASONS
+
+Reader = Callable[..., Reading]
+
+
+class BadFile(Exception):
+    """The file cannot be measured; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class Example:
+    line: int
+    sender: str
+    subject: str
+    body: str
+    orders: tuple[str, ...]
+    reason: str
+
+
+@dataclass
+class Score:
+    """One reader's figures over one file."""
+
+    messages: int = 0
+    true_orders: int = 0  # orders read that the label has
+    false_orders: int = 0  # orders read that the label lacks
+    missed_orders: int = 0  # orders the label has and the reading lacks
+    right_reasons: int = 0
+    confusion: Counter[tuple[str, str]] = field(default_factory=Counter)  # (label, read) -> n
+    fallbacks: Counter[str] = field(default_factory=Counter)  # why -> n
+    seconds: float = 0.0
+    misses: list[str] = field(default_factory=list)  # "line 12: reason late_delivery, read ..."
+
+    @property
+    def precision(self) -> float:
+        read = self.true_orders + self.false_orders
+        return self.true_orders / read if read else 1.0
+
+    @property
+    def recall(self) -> float:
+        labelled = self.true_orders + self.missed_orders
+        return self.true_orders / labelled if labelled else 1.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return self.right_reasons / self.messages if self.messages else 0.0
+
+    @property
+    def per_second(self) -> float:
+        return self.messages / self.seconds if self.seconds else float("inf")
+
+
+def load(path: Path) -> list[Example]:
+    """Every example in the file, or BadFile naming the first bad line and why."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadFile(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise BadFile(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise BadFile(f"{path} cannot be read: {exc.strerror}") from None
+    examples = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            examples.append(_example(path, number, line))
+    if not examples:
+        raise BadFile(f"{path} holds no messages")
+    return examples
+
+
+def _example(path: Path, number: int, line: str) -> Example:
+    def bad(why: str) -> BadFile:
+        return BadFile(f"{path}, line {number}: {why}")
+
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise bad(f"not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise bad("not a JSON object")
+    for key in ("sender", "subject", "body"):
+        if not isinstance(data.get(key, ""), str):
+            raise bad(f'"{key}" must be a string')
+    if "body" not in data:
+        raise bad('no "body"')
+    orders = data.get("orders")
+    if not isinstance(orders, list) or not all(isinstance(o, str) and o for o in orders):
+        raise bad('"orders" must be a list of order numbers as strings ([] for none)')
+    if data.get("reason") not in REASONS:
+        raise bad(f'"reason" must be one of {", ".join(REASONS)}; got {data.get("reason")!r}')
+    return Example(
+        line=number,
+        sender=data.get("sender", ""),
+        subject=data.get("subject", ""),
+        body=data["body"],
+        orders=tuple(_norm(o) for o in orders),
+        reason=data["reason"],
+    )
+
+
+def _norm(order: str) -> str:
+    return order.strip().lstrip("#").strip().upper()
+
+
+def score(examples: list[Example], reader: Reader) -> Score:
+    result = Score()
+    started = time.perf_counter()
+    for example in examples:
+        reading = reader(sender=example.sender, subject=example.subject, body=example.body)
+        read = {_norm(o) for o in reading.orders}
+        labelled = set(example.orders)
+        result.messages += 1
+        result.true_orders += len(read & labelled)
+        result.false_orders += len(read - labelled)
+        result.missed_orders += len(labelled - read)
+        result.right_reasons += reading.reason == example.reason
+        result.confusion[(example.reason, reading.reason)] += 1
+        if reading.fallback:
+            result.fallbacks[reading.fallback] += 1
+        if read != labelled or reading.reason != example.reason:
+            result.misses.append(
+                f"line {example.line}: labelled {example.reason} {sorted(labelled)}, "
+                f"read {reading.reason} {sorted(read)}"
+            )
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+SHORT = {
+    "late_delivery": "late",
+    "damaged": "damaged",
+    "not_received": "not_recv",
+    "wrong_item": "wrong",
+    "other": "other",
+    "not_refund": "not_ref",
+}
+
+
+def report(name: str, result: Score) -> list[str]:
+    """The lines `eval_intake` prints for one reader."""
+    lines = [
+        f"{name}: {result.messages} messages, {result.per_second:,.0f} messages/s",
+        f"  orders: precision {result.precision:.3f}  recall {result.recall:.3f}  "
+        f"F1 {result.f1:.3f}  ({result.true_orders} right, {result.false_orders} wrong, "
+        f"{result.missed_orders} missed)",
+        f"  reason: accuracy {result.accuracy:.3f}  ({result.right_reasons} of {result.messages})",
+    ]
+    if result.fallbacks:
+        total = sum(result.fallbacks.values())
+        lines.append(f"  fell back to rules: {total} of {result.messages} messages")
+        lines += [f"    {n} x {why}" for why, n in result.fallbacks.most_common()]
+    lines.append("  confusion (rows: labelled, columns: read)")
+    width = max(len(s) for s in SHORT.values()) + 1
+    lines.append("    " + " " * width + "".join(f"{SHORT[r]:>{width}}" for r in REASONS))
+    for label in REASONS:
+        row = "".join(f"{result.confusion[(label, r)]:>{width}}" for r in REASONS)
+        lines.append(f"    {SHORT[label]:<{width}}{row}")
+    return lines

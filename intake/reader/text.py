@@ -1,0 +1,123 @@
+"""Text helpers for the rules reader: folding (lower case, no accents) with a map back to the
+customer's own characters, the split between a message's newest words and what it quotes or
+forwards, and sentences around a hit."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+from intake.reader import words
+
+_SUBJECT_PREFIX = re.compile(
+    r"^\s*(?:(?:re|fw|fwd|aw|wg|tr|rv|enc|r|i|sv|vs)\s*(?:\[\d+\])?\s*:\s*)+", re.I
+)
+_OPENER = re.compile(r"^\s*(?:" + "|".join(words.QUOTE_OPENERS) + ")", re.I | re.M)
+# A sentence ends at ".", "!" or "?" before a space, or at a line break; not after "no." or
+# "Nr." ("order no. 1042" is one sentence).
+_HEADER_LINE = re.compile(
+    r"^\W*(?:from|to|cc|sent|date|de|para|envoye|a|von|an|gesendet|datum|da|inviato|data|enviado)"
+    r"\s*:"
+)
+_SENTENCE_END = re.compile(
+    r"(?<!\bno)(?<!\bnr)(?<!\bn°)(?<!\bnº)(?<!\bmr)(?<!\bms)(?<!\bdr)(?<!\bst)(?<!\bca)"
+    r"(?<!\bapprox)(?<!\bref)(?<!\bnum)(?<!\bvs)(?<!\betc)[.!?]+(?=\s)|\n",
+    re.I,
+)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Text folded for matching, and for each folded character the index of the original one."""
+
+    original: str
+    text: str
+    where: tuple[int, ...]
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The original characters behind folded[start:end]."""
+        if start >= end:
+            return (self.where[start] if start < len(self.where) else len(self.original),) * 2
+        return self.where[start], self.where[end - 1] + 1
+
+    def words_at(self, start: int, end: int) -> str:
+        first, last = self.span(start, end)
+        return self.original[first:last]
+
+
+@lru_cache(maxsize=512)  # one message is folded several times; a worker reads many
+def fold(text: str) -> Folded:
+    """Lower case, accents and typographic quotes removed, one folded character or more per
+    original one, so a hit in the folded text quotes the customer's own characters."""
+    out: list[str] = []
+    where: list[int] = []
+    for index, char in enumerate(text):
+        if char in "’‘`´":
+            base = "'"
+        elif char in "“”«»":
+            base = '"'
+        else:
+            decomposed = unicodedata.normalize("NFKD", char)
+            base = "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
+            if char in "°º":  # NFKD turns "º" into "o" and "°" into " °"
+                base = char
+        for piece in base:
+            out.append(piece)
+            where.append(index)
+    return Folded(text, "".join(out), tuple(where))
+
+
+def clean_subject(subject: str) -> str:
+    """The subject without its "Re:", "Fwd:", "AW:" prefixes."""
+    return _SUBJECT_PREFIX.sub("", subject or "").strip()
+
+
+def split_own(body: str) -> tuple[str, str]:
+    """(the customer's own, newest words; everything quoted or forwarded below or between).
+
+    A reply's quoted lines ("> ...") and everything after "On ... wrote:", "---------- Forwarded
+    message ---------", "-----Original Message-----" or an Outlook "From:/Sent:" block is not the
+    customer's newest words. Accents and case do not matter to the markers."""
+    body = (body or "").replace("\r\n", "\n").replace("\r", "\n")
+    folded = fold(body)
+    cut = resume = len(body)
+    if found := _OPENER.search(folded.text):
+        cut, resume = folded.span(found.start(), found.end())
+    own_lines: list[str] = []
+    rest_lines: list[str] = []
+    for line in body[:cut].split("\n"):
+        (rest_lines if line.lstrip().startswith(">") else own_lines).append(line)
+    rest = "\n".join(line.lstrip().lstrip(">").lstrip() for line in rest_lines)
+    # The opener itself ("On Tue, Refund Desk <refunds@...> wrote:") and the header lines of a
+    # forwarded message name people and addresses, not what the customer asks; a forwarded
+    # "Subject:" stays (it often carries the order number).
+    forwarded = "\n".join(
+        line for line in body[resume:].split("\n") if not _HEADER_LINE.match(fold(line).text)
+    )
+    rest = f"{rest}\n{forwarded}" if rest else forwarded
+    return "\n".join(own_lines).strip(), rest.strip()
+
+
+def sentence_around(text: str, start: int, end: int, *, limit: int = 160) -> str:
+    """The sentence of `text` holding text[start:end], at most `limit` characters, centred."""
+    begin = 0
+    for mark in _SENTENCE_END.finditer(text, 0, start):
+        begin = mark.end()
+    stop = len(text)
+    if after := _SENTENCE_END.search(text, end):
+        stop = after.start() + (1 if text[after.start()] in ".!?" else 0)
+    sentence = text[begin:stop].strip()
+    if len(sentence) <= limit:
+        return sentence
+    offset = text.find(sentence, begin)
+    middle = (start + end) // 2 - offset
+    first = max(0, min(middle - limit // 2, len(sentence) - limit))
+    cut = sentence[first : first + limit].strip()
+    return ("…" if first else "") + cut + ("…" if first + limit < len(sentence) else "")
+
+
+def sentences(text: str) -> list[str]:
+    parts = _SENTENCE_END.split(text)
+    return [part.strip() for part in parts if part and part.strip()]

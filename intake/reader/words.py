@@ -1,0 +1,302 @@
+"""The rules reader's vocabulary: what customers write, in six languages (en, es, fr, de, pt, it).
+
+Every entry is written without accents and in lower case: the reader compares against the
+message folded the same way (intake/reader/text.py), so "reçu", "recu" and "REÇU" are one word.
+A phrase is a regular expression over that folded text, matched on word boundaries."""
+
+from __future__ import annotations
+
+from refunds import policy
+
+# --- the words that introduce an order number --------------------------------------------------
+# "order 1042", "order no. 1042", "pedido 1042", "commande n° 1042", "Bestellung 1042",
+# "encomenda 1042", "ordine 1042", and their plurals and "number of the order" forms.
+ORDER_WORDS = (
+    r"orders?",
+    r"order\s+(?:number|no|nr|num|id|ref(?:erence)?)s?",
+    r"ord",
+    r"pedidos?",
+    r"(?:numero|n[o°º])\s+(?:de\s+)?pedido",
+    r"commandes?",
+    r"(?:numero|n[o°º])\s+(?:de\s+)?(?:la\s+)?commande",
+    r"bestellung(?:en)?",
+    r"bestell(?:ungs)?(?:nummer|nr)",
+    r"auftrag(?:s(?:nummer|nr))?",
+    r"encomendas?",
+    r"(?:numero|n[o°º])\s+da\s+encomenda",
+    r"ordine|ordini",
+    r"(?:numero|n[o°º])\s+(?:dell\s*'?\s*)?ordine",
+    r"ordem",
+)
+# What may stand between such a word and the number: "order no. 1042", "order number is 1042",
+# "commande n° 1042", "Bestellung Nr. 1042", "pedido nº 1042", "order: #1042".
+ORDER_FILLER = (
+    r"(?:\s*(?:[:#]|no\b\.?|n\b\.?|nr\b\.?|confirmation\b|num\b\.?|number\b|nummer\b|"
+    r"numero\b|n\s?[°º]|n[o°º]\b\.?|"
+    r"id\b|ref\b\.?|is\b|was\b|es\b|est\b|ist\b|e\b|era\b|war\b|"
+    r"de\b|da\b|di\b|del\b|dell'|du\b)){0,4}\s*"
+)
+# Joining a list of numbers: "1042, 1044 and 1047", "1042 y 1044", "1042 et 1044", "1042 und 1044".
+LIST_JOINERS = (
+    r"(?:\s*(?:,|;|/|&|\+|\band\b|\bor\b|\by\b|\bo\b|\be\b|\bet\b|\bou\b|\bund\b|\boder\b)\s*)+"
+)
+
+# A number right after one of these is never an order number, even after "#": a tracking, phone,
+# ticket or invoice number, a house or flat, a postcode.
+NOT_ORDER_WORDS = (
+    r"tracking|track|trk|seguimiento|suivi|sendungsnummer|sendungsverfolgung|rastreamento|"
+    r"rastreio|spedizione|tracciamento|shipment|parcel|package|paquete|colis|paket|pacote|"
+    r"pacco|waybill|awb|phone|tel|telephone|telefono|telefone|mobile|cell|movil|portable|handy|"
+    r"whatsapp|fax|ticket|case|invoice|factura|facture|rechnung|fatura|fattura|receipt|"
+    r"apt|apartment|flat|suite|unit|house|street|st|avenue|ave|road|rd|calle|rue|strasse|rua|"
+    r"via|zip|postcode|postal|post\s+code|cp|plz|cep|cap|code|pin|card|iban|account|sku|"
+    r"item|article|artikel|model|ref\s+produit|serial|batch|lot|room|box|gate|vol|flight"
+)
+
+# --- why the customer writes ----------------------------------------------------------------
+# Checked in this order; the first group with a hit wins. A wrong or damaged item is named
+# even when it also came late ("arrived late and broken" is a broken item: a manager looks).
+# Phrases marked negatable are skipped after "not", "wasn't", "no", "pas", "nicht", "non", "nao".
+REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
+    (
+        policy.WRONG_ITEM,
+        (
+            # en
+            r"wrong\s+(?:\w+\s+){0,2}?(?:item|items|size|colou?r|product|one|thing|things|book|"
+            r"model|version|shoes?|shirt|parcel|package|order|article|style|flavou?r|part)",
+            r"(?:sent|shipped|delivered|gave|received|got)\s+(?:me\s+)?(?:the\s+|a\s+)?wrong",
+            r"not\s+what\s+i\s+(?:ordered|bought|paid\s+for)",
+            r"(?:isn'?t|is\s+not|wasn'?t|was\s+not)\s+(?:the\s+)?(?:one|item|thing)\s+i\s+ordered",
+            r"(?:incorrect|different)\s+(?:item|product|size|colou?r|model)",
+            r"instead\s+of\s+(?:the|a|my)\b",
+            # es
+            r"(?:articulo|producto|talla|color|modelo|paquete)\s+(?:equivocad[oa]|incorrect[oa]|"
+            r"errone[oa])",
+            r"equivocad[oa]s?",
+            r"no\s+es\s+(?:lo\s+que|el\s+que|la\s+que)\s+(?:yo\s+)?(?:pedi|compre|encargue)",
+            r"me\s+(?:enviaron|mandaron|llego)\s+(?:otro|otra|uno\s+distinto)",
+            # fr
+            r"mauvais(?:e)?\s+(?:article|taille|couleur|produit|modele|colis|commande)",
+            r"pas\s+(?:ce\s+que|celui\s+que|celle\s+que)\s+j'?\s*ai\s+commande",
+            r"pas\s+le\s+bon\s+(?:article|produit|modele)|pas\s+la\s+bonne\s+(?:taille|couleur)",
+            r"article\s+errone",
+            # de
+            r"falsche[nrs]?\s+(?:artikel|grosse|farbe|produkt|modell|ware|paket|teil)",
+            r"falsch(?:e|es)?\s+(?:geliefert|geschickt|verschickt|bekommen|erhalten)",
+            r"nicht\s+(?:das|den|die)(?:,)?\s+(?:was|den|die)\s+ich\s+bestellt",
+            # pt
+            r"(?:item|produto|tamanho|cor|artigo|modelo)\s+errad[oa]",
+            r"(?:veio|chegou|enviaram|mandaram)\s+(?:o\s+|a\s+)?(?:produto\s+|item\s+)?errad[oa]",
+            r"nao\s+e\s+o\s+que\s+(?:eu\s+)?(?:encomendei|pedi|comprei)",
+            # it
+            r"(?:articolo|prodotto|taglia|colore|modello|pacco)\s+sbagliat[oa]",
+            r"non\s+e\s+quello\s+che\s+ho\s+(?:ordinato|comprato)",
+            r"(?:mandato|spedito|inviato|arrivato)\s+(?:un\s+|il\s+)?(?:articolo\s+)?sbagliat[oa]",
+        ),
+    ),
+    (
+        policy.DAMAGED,
+        (
+            # en
+            r"damaged?|damge?d|dammaged|damadged",
+            r"broken|broke|brokn|borken|smashed|cracked|crushed|dented|shattered|shatterd|"
+            r"torn|ripped|leaking|leaked|leaky|scratched|defective|faulty|spoiled|spoilt|"
+            r"mouldy|moldy|squashed|bent|snapped",
+            r"(?:doesn'?t|does\s+not|don'?t|won'?t|will\s+not|didn'?t)\s+(?:even\s+)?"
+            r"(?:work|turn\s+on|switch\s+on|charge|power\s+on)",
+            r"stopped\s+working|in\s+pieces|dead\s+on\s+arrival|\bdoa\b",
+            # es
+            r"danad[oa]s?|rot[oa]s?|estropead[oa]s?|golpead[oa]s?|defectuos[oa]s?|"
+            r"quebrad[oa]s?|rajad[oa]s?|averiad[oa]s?",
+            r"no\s+funciona|no\s+enciende|dejo\s+de\s+funcionar",
+            # fr
+            r"endommagee?s?|cassee?s?|abimee?s?|brisee?s?|defectueu(?:x|se)|fissuree?s?|"
+            r"ecrasee?s?|dechiree?s?",
+            r"ne\s+(?:fonctionne|marche|s'?allume)\s+pas|en\s+morceaux",
+            # de
+            r"beschadigt|kaputt|zerbrochen|defekt|zerkratzt|zerdruckt|gebrochen|eingedruckt|"
+            r"beschaedigt",
+            r"funktioniert\s+nicht|geht\s+nicht\s+an",
+            # pt
+            r"danificad[oa]s?|partid[oa]s?|estragad[oa]s?|avariad[oa]s?|defeituos[oa]s?|"
+            r"amassad[oa]s?|rachad[oa]s?",
+            r"nao\s+funciona|nao\s+liga",
+            # it
+            r"danneggiat[oaie]|rott[oaie]|difettos[oaie]|ammaccat[oaie]|graffiat[oaie]|"
+            r"rovinat[oaie]|crepat[oaie]",
+            r"non\s+funziona|non\s+si\s+accende",
+        ),
+    ),
+    (
+        # Came, but late: read before "not received", so "it did not arrive on time" and "it
+        # finally arrived, two weeks late" are late deliveries.
+        policy.LATE_DELIVERY,
+        (
+            r"(?:not|n'?t|never)\s+(?:arrive|arrived|come|came|delivered|deliver|get\s+here)\s+"
+            r"(?:on\s+time|in\s+time)",
+            r"(?:finally|eventually|only)\s+(?:\w+\s+)?(?:arrived|came|got\s+here|delivered|"
+            r"received|turned\s+up|showed\s+up)",
+            r"(?:arrived|came|delivered|received|got\s+it)\s+(?:\w+\s+){0,4}?late",
+            r"llego\s+(?:\w+\s+){0,3}?(?:tarde|con\s+retraso)|por\s+fin\s+llego",
+            r"(?:arrivee?|livree?|recu)\s+(?:\w+\s+){0,3}?(?:en\s+retard|tard)",
+            r"(?:endlich|erst)\s+(?:\w+\s+){0,3}?(?:angekommen|geliefert|erhalten)",
+            r"chegou\s+(?:\w+\s+){0,3}?(?:atrasad[oa]|tarde|com\s+atraso)|finalmente\s+chegou",
+            r"arrivat[oa]\s+(?:\w+\s+){0,3}?(?:in\s+ritardo|tardi)|finalmente\s+arrivat[oa]",
+        ),
+    ),
+    (
+        policy.NOT_RECEIVED,
+        (
+            # en
+            r"(?:never|not|n'?t)\s+(?:yet\s+)?(?:been\s+)?(?:arrived?|arived|recei?ved|recieved|"
+            r"recived|delivered|come|came|shown\s+up|showed\s+up|turned\s+up)",
+            r"(?:haven'?t|have\s+not|hasn'?t|has\s+not|didn'?t|did\s+not|never)\s+(?:yet\s+)?"
+            r"(?:got(?:ten)?|get|receive|recei?ved|recieved|recived|arrive|arrived|come|seen|show)",
+            r"still\s+(?:waiting|not\s+here|nothing|no\s+sign|hasn'?t|haven'?t|not\s+arrived|"
+            r"not\s+received)",
+            r"(?:lost|missing|stolen)\s+(?:in\s+(?:the\s+)?(?:post|mail|transit)|parcel|package|"
+            r"order|delivery|shipment)",
+            r"(?:parcel|package|order|delivery|shipment)\s+(?:is\s+|was\s+|got\s+)?"
+            r"(?:lost|missing|stolen)",
+            r"(?:marked|shows?|showing|says?|said)\s+(?:as\s+)?delivered\s+but",
+            r"where\s+is\s+my\s+(?:order|package|parcel|stuff|delivery)",
+            r"nothing\s+(?:has\s+)?(?:arrived|came|come)|no\s+(?:sign\s+of\s+(?:it|the|my)|"
+            r"package|parcel)",
+            # es
+            r"no\s+(?:me\s+)?(?:ha|han)\s+llegado|no\s+(?:me\s+)?llego|nunca\s+(?:me\s+)?llego|"
+            r"todavia\s+no\s+(?:ha\s+)?llega|aun\s+no\s+(?:ha\s+)?llega|aun\s+no\s+recib",
+            r"no\s+(?:lo\s+|la\s+|los\s+)?(?:he\s+)?recibid[oa]|no\s+(?:lo\s+|la\s+)?recibi|"
+            r"nunca\s+(?:lo\s+|la\s+)?recibi|sigo\s+esperando|perdid[oa]\s+en|extraviad[oa]",
+            # fr
+            r"jamais\s+(?:ete\s+)?(?:recu|arrivee?|livree?)|pas\s+(?:encore\s+)?(?:ete\s+)?"
+            r"(?:recu|arrivee?|livree?)|toujours\s+pas\s+(?:recu|arrivee?|livree?|de\s+colis)|"
+            r"j'?\s*attends\s+toujours|colis\s+perdu|jamais\s+arrivee?",
+            # de
+            r"(?:nicht|nie|noch\s+nicht)\s+(?:angekommen|erhalten|geliefert|zugestellt|bekommen|"
+            r"eingetroffen|da)|warte\s+(?:immer\s+)?noch|(?:paket|sendung)\s+(?:ist\s+)?"
+            r"verloren|verloren\s+gegangen",
+            # pt
+            r"(?:nao|nunca|ainda\s+nao)\s+(?:me\s+)?(?:chegou|chegaram|recebi|foi\s+entregue|"
+            r"veio)|continuo\s+a?\s*esperar|extraviad[oa]",
+            # it
+            r"(?:non|mai|ancora\s+non)\s+(?:mi\s+)?(?:e\s+|sono\s+)?(?:(?:mai|ancora)\s+)?"
+            r"(?:arrivat[oaie]|ricevut[oaie]|consegnat[oaie])|non\s+ho\s+(?:mai\s+|ancora\s+)?"
+            r"ricevuto|mai\s+arrivat[oaie]|sto\s+ancora\s+aspettando|smarrit[oaie]",
+        ),
+    ),
+    (
+        policy.LATE_DELIVERY,
+        (
+            # en
+            r"late|lateness|belated|latee",
+            r"delay|delays|delayed|dealyed|delaied|deleyed",
+            r"took\s+(?:a|one|two|three|four|five|\d+)\s+(?:\w+\s+)?(?:days?|weeks?)|"
+            r"took\s+(?:ages|forever|so\s+long|too\s+long|far\s+too\s+long)",
+            r"(?:days?|weeks?)\s+(?:after|past|behind)\s+(?:the\s+)?(?:promised|expected|"
+            r"estimated|delivery|due)",
+            r"after\s+the\s+(?:promised|expected|estimated|guaranteed)\s+(?:date|day|delivery)",
+            r"overdue|behind\s+schedule|too\s+slow|so\s+slow|slow\s+delivery|missed\s+the\s+"
+            r"(?:delivery\s+)?(?:date|deadline)",
+            # es
+            r"retraso|retrasad[oa]s?|con\s+demora|demorad[oa]|llego\s+tarde|llegaron\s+tarde|"
+            r"muy\s+tarde|tarde\s+(?:el|la|mi)\s+(?:pedido|paquete|entrega)",
+            # fr
+            r"en\s+retard|retard|retards|tardivement|arrivee?\s+(?:trop\s+)?tard|"
+            r"livree?\s+(?:trop\s+)?tard|avec\s+\d+\s+jours\s+de\s+retard",
+            # de
+            r"verspatet|verspatung|verspaetet|verspaetung|zu\s+spat|zu\s+spaet|verzogert|"
+            r"verzogerung|spat\s+(?:angekommen|geliefert)",
+            # pt
+            r"atrasad[oa]s?|atraso|com\s+atraso|chegou\s+tarde|entrega\s+tardia",
+            # it
+            r"in\s+ritardo|ritardo|ritardi|arrivat[oa]\s+tardi|consegna\s+tardiva|troppo\s+tardi",
+        ),
+    ),
+]
+# A hit right after one of these is no hit: "it wasn't late", "not damaged, just late".
+NEGATIONS = (
+    r"not|n'?t|never|no|wasn'?t|isn'?t|without|pas|nicht|kein|keine|non|nao|ni|sin|sans|ohne|"
+    r"senza|sem"
+)
+NEGATABLE = {policy.LATE_DELIVERY, policy.DAMAGED, policy.WRONG_ITEM}
+
+# Asking for money back without one of the reasons above: "another request".
+REFUND_PHRASES = (
+    r"refund|refunds|refunded|refunding|refnd|refund?d|refound|rufund|reufnd|refudn|"
+    r"money\s+back|reimburs\w*|compensat\w*|charge\s*back|chargeback|credit\s+(?:me|back|it)|"
+    r"(?:cancel|cancelled|canceled|cancellation)\b|"
+    r"(?:return|send\s+back)\s+(?:it|this|them|the|my)|overcharged|double\s+charged|"
+    r"charged\s+(?:me\s+)?(?:twice|two\s+times|double)|"
+    r"(?:delivery|shipping|postage)\s+(?:fee|charge|cost)s?\s+back",
+    r"reembols\w*|devolu(?:cion|cao)|devolver\s+(?:el|o)\s+dinheiro|devolver\s+el\s+dinero|"
+    r"devuelvan|reintegro|estorno|cancelar",
+    r"rembours\w*|annuler|annulation",
+    r"erstatt\w*|ruckerstatt\w*|rueckerstatt\w*|geld\s+zuruck|geld\s+zurueck|gutschrift|"
+    r"stornier\w*",
+    r"rimbors\w*|restituzione|annullare",
+)
+# Said when a refund is already done: thanks, not a request ("I got my refund, thank you").
+REFUND_DONE_PHRASES = (
+    r"(?:got|received|recieved|saw|see)\s+(?:the|my|your)\s+refund|refund\s+(?:has\s+)?"
+    r"(?:arrived|came\s+through|went\s+through|showed\s+up|is\s+in)|thanks?\s+(?:you\s+)?"
+    r"for\s+(?:the|my)\s+(?:quick\s+|fast\s+)?refund|recib\w*\s+(?:el\s+)?reembolso|"
+    r"recu\s+(?:le\s+|mon\s+)?remboursement|erstattung\s+(?:ist\s+)?(?:angekommen|erhalten)|"
+    r"recebi\s+o\s+reembolso|ricevuto\s+il\s+rimborso|gracias\s+por\s+el\s+reembolso|"
+    r"merci\s+(?:\w+\s+)?pour\s+(?:le|votre)\s+(?:\w+\s+)?remboursement|"
+    r"danke\s+(?:\w+\s+)?fur\s+die\s+(?:\w+\s+)?(?:erstattung|ruckerstattung)|"
+    r"obrigad[oa]\s+pelo\s+(?:\w+\s+)?reembolso|grazie\s+per\s+il\s+(?:\w+\s+)?rimborso"
+)
+
+# --- the customer's language, by its commonest small words ----------------------------------
+STOPWORDS: dict[str, frozenset[str]] = {
+    "en": frozenset(
+        "the and is it my was i you to of for in on have has not but this that with "
+        "please thanks thank hi hello me we our your can would could just got still".split()
+    ),
+    "es": frozenset(
+        "el la los las y es mi mis pero que por para con una un del al lo hola gracias "
+        "no me ha he llego todavia pedido muy usted ustedes esta estoy quiero".split()
+    ),
+    "fr": frozenset(
+        "le la les et est mon ma mes mais que pour avec une un du au je vous bonjour merci "
+        "pas ne j'ai ai commande tres c'est il elle toujours".split()
+    ),
+    "de": frozenset(
+        "der die das und ist mein meine aber dass fur mit ein eine ich sie hallo danke "
+        "nicht noch bestellung bitte sehr wurde habe es ist war".split()
+    ),
+    "pt": frozenset(
+        "o os as e meu minha mas que para com uma um do da ao eu voce ola obrigado obrigada "
+        "nao chegou encomenda muito isso esta estou ainda".split()
+    ),
+    "it": frozenset(
+        "il lo gli e mio mia ma che per con una un del della al io ciao grazie "
+        "non ho ordine molto sono questo arrivato ancora".split()
+    ),
+}
+
+# Lines that open a quoted or forwarded part of a message: the customer's own words end there.
+QUOTE_OPENERS = (
+    r"-{2,}\s*(?:forwarded|original|mensaje\s+reenviado|message\s+transfere|"
+    r"weitergeleitete\s+nachricht|mensagem\s+encaminhada|messaggio\s+inoltrato|"
+    r"mensaje\s+original|message\s+d'?origine|ursprungliche\s+nachricht|"
+    r"mensagem\s+original|messaggio\s+originale)[^\n]*",
+    r"begin\s+forwarded\s+message:?",
+    r"on\s.{0,120}\swrote:\s*",
+    r"el\s.{0,120}\sescribio:\s*",
+    r"le\s.{0,120}\sa\s+ecrit\s*:\s*",
+    r"am\s.{0,120}\sschrieb.{0,80}:\s*",
+    r"em\s.{0,120}\sescreveu:\s*",
+    r"il\s.{0,120}\sha\s+scritto:\s*",
+    r"from:\s.+\n\s*(?:sent|date|to|subject):.*",
+    r"de\s*:\s.+\n\s*(?:enviado|envoye|date|para|a|objet|asunto)\s*:.*",
+    r"von:\s.+\n\s*(?:gesendet|datum|an|betreff):.*",
+    r"da:\s.+\n\s*(?:inviato|data|a|oggetto):.*",
+)
+# Greetings and sign-offs a one-line summary skips.
+GREETINGS = (
+    r"(?:hi|hello|hey|dear|good\s+(?:morning|afternoon|evening)|hola|buenos\s+dias|"
+    r"buenas(?:\s+tardes)?|estimad[oa]s?|bonjour|bonsoir|madame|monsieur|salut|hallo|"
+    r"guten\s+(?:tag|morgen|abend)|sehr\s+geehrte|liebe[sr]?|ola|oi|bom\s+dia|boa\s+tarde|"
+    r"prezad[oa]s?|caro|cara|cari|ciao|buongiorno|buonasera|salve|gentile)\b[^.!?\n]{0,40}"
+)
