@@ -7,3 +7,9 @@ class IntakeConfig(AppConfig):
 
     name = "intake"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from intake import inbound, services  # noqa: F401 - inbound connects its receiver
+        from refunds.services import also_recover
+
+        also_recover(services.messages_recover)
