@@ -83,5 +83,5 @@ def _key(email: AnymailInboundMessage, raw: str) -> str:
 def _raw(email: AnymailInboundMessage) -> str:
     try:
         return email.as_bytes().decode("utf-8", errors="replace")
-    except Exception:  # noqa: BLE001 - a message Python cannot flatten is kept as it parsed
-        return email.as_string(policy=email.policy.clone(utf8=True))
+    except Exception:  # noqa: BLE001 - a message Python cannot flatten is kept in words
+        return f"(the raw message could not be flattened)\n{email.get('From', '')}\n"

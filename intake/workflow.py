@@ -22,8 +22,10 @@ grant_row), raises the checkpoint fence to its epoch, and every effect is condit
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -299,9 +301,49 @@ TASKS: dict[str, Callable[..., Any]] = {
 }
 
 
+# The channel of a task's result in the checkpoint's writes (LangGraph's internal RETURN;
+# tests/test_intake_workflow.py holds the two equal).
+RESULT_CHANNEL = "__return__"
+
+
+def after_saved(earlier: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, once the results of the `earlier` tasks before it are in the checkpoint.
+
+    LangGraph saves a finished task's result in the background, and the entrypoint may call the
+    next task before that write lands: a kill then would lose a result whose task already made
+    its effect, and a process paused there on SQLite would hold the checkpoint database's write
+    lock. Waiting here keeps "a checkpoint on disk before the next step" (DESIGN.md, durability
+    sync) for the functional API. A save that never lands (its fence was lost) stops the run."""
+
+    @functools.wraps(fn)
+    def saved_first(item: Item, *args: Any) -> Any:
+        if earlier:
+            _wait_for_results(item["thread_id"], earlier)
+        return fn(item, *args)
+
+    return saved_first
+
+
+def _wait_for_results(thread_id: str, earlier: int) -> None:
+    saver = persistence.checkpointer()
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    deadline = time.monotonic() + settings.REFUNDS_LEASE_SECONDS / 3
+    while True:
+        saved = saver.get_tuple(config)
+        writes = (saved.pending_writes or []) if saved is not None else []
+        if sum(1 for _, channel, _ in writes if channel == RESULT_CHANNEL) >= earlier:
+            return
+        if time.monotonic() > deadline:
+            raise GraphDrained(f"{thread_id}: an earlier task's result was not saved")
+        time.sleep(0.005)
+
+
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
     """The intake's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
-    steps = {name: task(name=name)(wrap(name, fn) if wrap else fn) for name, fn in TASKS.items()}
+    steps: dict[str, Any] = {
+        name: task(name=name)(after_saved(earlier, wrap(name, fn) if wrap else fn))
+        for earlier, (name, fn) in enumerate(TASKS.items())
+    }
 
     @entrypoint(checkpointer=checkpointer, context_schema=IntakeContext)
     def intake(item: Item) -> dict[str, Any]:

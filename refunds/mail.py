@@ -344,7 +344,7 @@ def _hand_over(key: str, sender: Sender) -> None:
     if sender.fence is not None and not sql.fetchone(
         f"SELECT 1 WHERE {sender.fence[0]}", sender.fence[1]
     ):
-        raise GraphDrained(f"{sender.claim}: its lease no longer holds")
+        raise GraphDrained(f"{sender.claim}: its lease epoch was lost")
     raise EffectBusy(f"{key} is no longer claimed by {sender.claim}")
 
 

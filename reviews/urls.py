@@ -16,6 +16,7 @@ urlpatterns = [
         ticket.email_resend,
         name="email_resend",
     ),
+    path("messages/<int:message_id>/", ticket.message_detail, name="message"),
     path("audit/", audit.audit, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit_export"),
     path("account/token/", account.api_token, name="api_token"),

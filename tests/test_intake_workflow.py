@@ -252,3 +252,9 @@ def test_a_message_that_fails_every_time_goes_to_sorting_after_the_attempts(ana,
     message.refresh_from_db()
     assert message.status == "needs_sorting" and "after 2 attempts (Boom" in message.sorting_reason
     assert message.finished_at is not None
+
+
+def test_the_result_channel_the_tasks_wait_for_is_langgraphs():
+    from langgraph._internal._constants import RETURN
+
+    assert workflow.RESULT_CHANNEL == RETURN
