@@ -258,3 +258,27 @@ def test_the_result_channel_the_tasks_wait_for_is_langgraphs():
     from langgraph._internal._constants import RETURN
 
     assert workflow.RESULT_CHANNEL == RETURN
+
+
+@pytest.mark.parametrize("point", ["intake:open_ticket:done", "intake:acknowledge:done"])
+def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effect(
+    ana, settings, tmp_path, point
+):
+    """The effect committed, the result never reached the checkpoint (a database error in its
+    place here; a kill in test_intake_crash.py): the task runs again and changes nothing."""
+    faults.install()
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"*": {"point": "%s", "action": "error", "times": 1}}' % point)
+    settings.REFUNDS_CRASH_PLAN = str(plan)
+    settings.INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
+    message = receive(LATE.format(n=1042))
+    try:
+        assert workflow.message_take(message.pk) == "error"
+        Message.objects.filter(pk=message.pk).update(lease_expires_at=None)
+        assert workflow.message_take(message.pk) == "finished"
+    finally:
+        workflow._compiled.cache_clear()
+    message.refresh_from_db()
+    assert message.status == "opened" and Ticket.objects.count() == 1
+    assert AuditEvent.objects.filter(seen__message_id=message.pk).count() == 1
+    assert len(django_mail.outbox) == 1
