@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -268,7 +269,7 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
     place here; a kill in test_intake_crash.py): the task runs again and changes nothing."""
     faults.install()
     plan = tmp_path / "plan.json"
-    plan.write_text('{"*": {"point": "%s", "action": "error", "times": 1}}' % point)
+    plan.write_text(json.dumps({"*": {"point": point, "action": "error", "times": 1}}))
     settings.REFUNDS_CRASH_PLAN = str(plan)
     settings.INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
     message = receive(LATE.format(n=1042))
