@@ -306,7 +306,7 @@ TASKS: dict[str, Callable[..., Any]] = {
 RESULT_CHANNEL = "__return__"
 
 
-def after_saved(earlier: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+def after_saved(earlier: int, fn: Callable[..., Any], checkpointer: Any) -> Callable[..., Any]:
     """`fn`, once the results of the `earlier` tasks before it are in the checkpoint.
 
     LangGraph saves a finished task's result in the background, and the entrypoint may call the
@@ -318,14 +318,13 @@ def after_saved(earlier: int, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def saved_first(item: Item, *args: Any) -> Any:
         if earlier:
-            _wait_for_results(item["thread_id"], earlier)
+            _wait_for_results(checkpointer, item["thread_id"], earlier)
         return fn(item, *args)
 
     return saved_first
 
 
-def _wait_for_results(thread_id: str, earlier: int) -> None:
-    saver = persistence.checkpointer()
+def _wait_for_results(saver: Any, thread_id: str, earlier: int) -> None:
     config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     deadline = time.monotonic() + settings.REFUNDS_LEASE_SECONDS / 3
     while True:
@@ -341,7 +340,7 @@ def _wait_for_results(thread_id: str, earlier: int) -> None:
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
     """The intake's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
     steps: dict[str, Any] = {
-        name: task(name=name)(after_saved(earlier, wrap(name, fn) if wrap else fn))
+        name: task(name=name)(after_saved(earlier, wrap(name, fn) if wrap else fn, checkpointer))
         for earlier, (name, fn) in enumerate(TASKS.items())
     }
 

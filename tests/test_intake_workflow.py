@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,7 +16,7 @@ from devtools import faults
 from intake import reader, workflow
 from intake.models import Message
 from intake.services import message_receive, messages_recover
-from refunds import enqueue, services
+from refunds import enqueue, persistence, services
 from refunds import lease as leases
 from refunds.models import AuditEvent, Email, Ticket
 from tests.conftest import make_order
@@ -283,3 +285,45 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
     assert message.status == "opened" and Ticket.objects.count() == 1
     assert AuditEvent.objects.filter(seen__message_id=message.pk).count() == 1
     assert len(django_mail.outbox) == 1
+
+
+def test_a_task_starts_only_once_the_results_before_it_are_saved(ana, tmp_path):
+    """LangGraph saves a task's result in the background; the next task waits for it, so an
+    effect never runs while the result before it may still be lost (a checkpointer that takes
+    its time to save shows the order)."""
+    events: list[str] = []
+
+    class SlowSaver(persistence.FencedSqliteSaver):
+        def put_writes(self, config, writes, task_id, task_path=""):
+            result = any(channel == workflow.RESULT_CHANNEL for channel, _ in writes)
+            if result:
+                time.sleep(0.2)
+            super().put_writes(config, writes, task_id, task_path)
+            if result:
+                events.append("saved")
+
+    def noting(name, fn):
+        def started(item, *args):
+            events.append(name)
+            return fn(item, *args)
+
+        return started
+
+    saver = SlowSaver(sqlite3.connect(tmp_path / "cp.sqlite", check_same_thread=False))
+    saver.setup()
+    flow = workflow.build_workflow(saver, noting)
+    message = receive(LATE.format(n=1042))
+    lease = leases.grant_row(workflow.TABLE, message.pk, thread_id=message.thread_id)
+    assert lease is not None
+    item: workflow.Item = {"message_id": message.pk, "thread_id": message.thread_id}
+    config = {"configurable": {"thread_id": message.thread_id, "fence": lease.epoch}}
+    flow.invoke(item, config, context=workflow.IntakeContext(lease=lease), durability="sync")
+    assert events[:7] == [
+        "read",
+        "saved",
+        "find_orders",
+        "saved",
+        "open_ticket",
+        "saved",
+        "acknowledge",
+    ]
