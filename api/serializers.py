@@ -311,3 +311,59 @@ class OrdersPushed(serializers.Serializer):
     unchanged = serializers.IntegerField()
     refused = serializers.IntegerField()
     results = OrderResult(many=True)
+
+
+class MessageIn(serializers.Serializer):
+    """A customer's message, as a helpdesk received it; the intake reads it and opens the
+    ticket (or sends it to "Needs sorting")."""
+
+    sender = serializers.CharField(
+        max_length=254,
+        trim_whitespace=True,
+        help_text="The customer's email address: the acknowledgment goes there, and an order "
+        "the message names must be theirs.",
+        error_messages={"required": "Missing field: sender", "blank": "sender is empty"},
+    )
+    sender_name = serializers.CharField(
+        required=False, allow_blank=True, max_length=200, default="", help_text="Their name."
+    )
+    subject = serializers.CharField(
+        required=False, allow_blank=True, max_length=998, default="", trim_whitespace=False
+    )
+    body = serializers.CharField(
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="What the customer wrote, as plain text.",
+        error_messages={"required": "Missing field: body"},
+    )
+    received_at = serializers.DateTimeField(
+        required=False, help_text="When the customer sent it; now when left out."
+    )
+
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
+            )
+        return super().to_internal_value(data)
+
+
+class MessageOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(
+        choices=[
+            ("received", "Received"),
+            ("opened", "Opened a ticket"),
+            ("added", "Added to an open ticket"),
+            ("needs_sorting", "Needs sorting"),
+            ("not_refund", "Not a refund request"),
+        ],
+        help_text="received until the intake has read and placed it.",
+    )
+    received_at = serializers.DateTimeField()
+    ticket = serializers.IntegerField(
+        source="ticket_id", allow_null=True, help_text="The ticket it opened or was added to."
+    )

@@ -15,6 +15,7 @@ urlpatterns = [
         name="ticket_decision",
     ),
     re_path(r"^orders/?$", api.orders_push, name="orders"),
+    re_path(r"^messages/?$", api.messages, name="messages"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
 ]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -24,6 +25,8 @@ from api.serializers import (
     DecisionIn,
     DecisionMade,
     Error,
+    MessageIn,
+    MessageOut,
     OrdersPush,
     OrdersPushed,
     TicketOpen,
@@ -31,6 +34,8 @@ from api.serializers import (
     TicketPage,
     TicketRef,
 )
+from intake import services as intake
+from intake.models import Message
 from refunds import order_source, permissions, services
 from refunds.models import Decision, Ticket
 from refunds.services import orders
@@ -266,3 +271,57 @@ def _push(request: Request) -> Response:
         for o in outcomes
     ]
     return Response({**orders.counts(outcomes), "results": results}, status=200)
+
+
+@extend_schema(
+    operation_id="messages_receive",
+    summary="Hand in a customer's message: the intake reads it and opens the ticket",
+    description="One message per Idempotency-Key (required): the same key and body again "
+    "answer the first response, so a message delivered twice is one message. The answer is "
+    "202 while the intake reads it (status received); the message's status and ticket follow "
+    "as it is placed. The sender must be an email address and the body some text of at most "
+    "INTAKE_MAX_CHARS characters; anything else is a 400 and nothing is stored. Anyone who "
+    "may open tickets (POST /api/tickets/) may hand in messages.",
+    request=MessageIn,
+    parameters=[IDEMPOTENCY_HEADER],
+    responses={
+        202: MessageOut,
+        200: MessageOut,
+        **_errors(400, 401, 403, 413, 415, 422, 429),
+    },
+)
+@api_view(["POST"])
+def messages(request: Request) -> Response:
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise Forbidden(refusal)
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if not key:
+        raise serializers.ValidationError(
+            "POST /api/messages/ needs an Idempotency-Key header (any string up to "
+            f"{IDEMPOTENCY_KEY_MAX} characters, one per message): it is what makes a message "
+            "delivered twice one message."
+        )
+    return _with_idempotency_key(request, lambda: _receive(request, key))
+
+
+def _receive(request: Request, key: str) -> Response:
+    if not request._request.body:
+        raise ParseError("The body is not valid JSON: it is empty.")
+    form = MessageIn(data=request.data)
+    form.is_valid(raise_exception=True)
+    data = form.validated_data
+    try:
+        message, created = intake.message_receive(
+            channel=Message.Channel.API,
+            key=f"{request.user.pk}:{key}",
+            sender=data["sender"],
+            sender_name=data["sender_name"],
+            subject=data["subject"],
+            body=data["body"],
+            received_at=data.get("received_at") or timezone.now(),
+            raw=request._request.body.decode("utf-8", errors="replace"),
+        )
+    except intake.MessageRefused as exc:
+        raise serializers.ValidationError(str(exc)) from None
+    return Response(MessageOut(message).data, status=202 if created else 200)

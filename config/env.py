@@ -6,11 +6,12 @@ surfacing later as a confusing error deep inside a worker.
 
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+
+from core.modelspec import model_spec_error
 
 _KIND_NAMES = {int: "an integer", float: "a number"}
 _TRUE = {"1", "true", "yes", "on"}
@@ -156,18 +157,12 @@ def sqlite_file(name: str, path: str) -> None:
         raise BadSetting(f"{name} names a SQLite file in a folder this process cannot write to")
 
 
-_MODEL_SPEC = re.compile(r"^(?P<provider>[a-z][a-z0-9_-]*):(?P<model>[^\s:][^\s]*)$")
-
-
 def model_spec(name: str, value: str) -> str:
     """A chat model as LangChain's init_chat_model names it with its provider
     ("openai:gpt-4.1-mini", "anthropic:claude-sonnet-4-5", "ollama:llama3"), or empty for none.
     Whether the provider's package is installed is known only when the model is built; the
     reader then falls back to the rules and says so."""
     value = value.strip()
-    if value and not _MODEL_SPEC.match(value):
-        raise BadSetting(
-            f"{name} must be provider:model, e.g. openai:gpt-4.1-mini or ollama:llama3 "
-            f"(empty: no model, the rules read every message); got {value!r}"
-        )
+    if error := model_spec_error(name, value):
+        raise BadSetting(error)
     return value

@@ -355,6 +355,15 @@ REFUNDS_ORDER_SOURCE_TOKEN = env_str("REFUNDS_ORDER_SOURCE_TOKEN", "")  # sent a
 REFUNDS_ORDER_SOURCE_TIMEOUT = env_number("REFUNDS_ORDER_SOURCE_TIMEOUT", 3.0, minimum=0.1)
 REFUNDS_ORDER_SOURCE_ATTEMPTS = env_int("REFUNDS_ORDER_SOURCE_ATTEMPTS", 2, minimum=1)
 
+# --- Customers' words in (intake/) -------------------------------------------------------------
+# A message's text beyond this many characters is refused by the API and the desk's form (400)
+# and cut, with the message sent to "Needs sorting", when it comes by email.
+INTAKE_MAX_CHARS = env_int("INTAKE_MAX_CHARS", 20_000, minimum=100)
+# A message that names no order is placed on its sender's only order of the last this many days
+# (by promised date) in the desk; with none or several, it goes to "Needs sorting".
+INTAKE_RECENT_ORDER_DAYS = env_int("INTAKE_RECENT_ORDER_DAYS", 60, minimum=1)
+INTAKE_TASK_WRAPPER = ""  # a dotted path wrapping every intake task (crash tests: devtools)
+
 # devtools/ (crash points, worker processes, the SMTP sink, the fake processor, `manage.py
 # crashtest`) sits beside the app in a checkout and is not installed with it: where it is missing,
 # its app is simply absent. Fault injection: a plan file (devtools/faults.py) puts crash points in
@@ -369,6 +378,7 @@ if REFUNDS_CRASH_PLAN:
     REFUNDS_CRASH_INNER = {"gateway": REFUNDS_GATEWAY}
     REFUNDS_GATEWAY = "devtools.faults.CrashingGateway"
     REFUNDS_NODE_WRAPPER = "devtools.faults.wrap_node"
+    INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"
@@ -434,6 +444,7 @@ CELERY_TASK_QUEUES = tuple(
 CELERY_TASK_DEFAULT_QUEUE = "threads"
 CELERY_TASK_ROUTES = {
     "refunds.tasks.advance_ticket": {"queue": "threads"},
+    "intake.tasks.take_message": {"queue": "threads"},
     "refunds.tasks.recover_tickets": {"queue": "housekeeping"},
     "refunds.tasks.escalate_overdue_reviews": {"queue": "housekeeping"},
     "refunds.tasks.resend_email": {"queue": "housekeeping"},

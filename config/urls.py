@@ -6,7 +6,6 @@ from refunds import health
 
 urlpatterns = [
     path("", include("reviews.urls")),
-    path("", include("intake.urls")),
     path("api/", include("api.urls")),
     # The mail provider's tracking webhooks, e.g. /mail/mailgun/tracking/ (refunds/delivery.py)
     path("mail/", include("anymail.urls")),

@@ -9,6 +9,9 @@ REFUNDS_CRASH_PLAN names a JSON file {"<thread_id or *>": {"point": "...", "time
 several points of one thread). Points:
 
 - "<node>": at the start of that node's body (lookup, fraud_check, ..., charge_card, email);
+- "intake:<task>", "intake:<task>:done": the intake workflow's tasks (read, find_orders,
+  open_ticket, acknowledge), at their start and once they returned (effect made, result not yet
+  checkpointed); the thread is the message's (intake-...);
 - "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
 - "gateway:before", "gateway:after": around the gateway's charge call;
 - "smtp:before": before the mail server conversation; "smtp:handed_over": the final "." went to
@@ -92,6 +95,21 @@ def wrap_node(name: str, fn):
         return fn(state, *args, **kwargs)
 
     return with_crash_point
+
+
+def wrap_intake_task(name: str, fn):
+    """The intake workflow's tasks (INTAKE_TASK_WRAPPER): "intake:<task>" at its start, before
+    its effect; "intake:<task>:done" once it returned, its effect made and its result not yet
+    in the checkpoint."""
+
+    @functools.wraps(fn)
+    def with_crash_points(item, *args, **kwargs):
+        crash_point(item["thread_id"], f"intake:{name}")
+        result = fn(item, *args, **kwargs)
+        crash_point(item["thread_id"], f"intake:{name}:done")
+        return result
+
+    return with_crash_points
 
 
 class CrashingGateway:

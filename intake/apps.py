@@ -9,4 +9,7 @@ class IntakeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from intake import checks  # noqa: F401
+        from intake import checks, inbound, services  # noqa: F401 - checks and inbound connect
+        from refunds.services import also_recover
+
+        also_recover(services.messages_recover)

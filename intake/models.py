@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
 
 from refunds.models import Ticket
+
+
+class MessageQuerySet(models.QuerySet):
+    def needing_worker(self, settled_before=None) -> MessageQuerySet:
+        """Messages the intake has not finished and no worker holds (never leased, or the lease
+        ran out on the database clock); with `settled_before`, only those untouched since."""
+        young = {} if settled_before is None else {"updated_at__lt": settled_before}
+        return self.filter(finished_at__isnull=True, **young).filter(
+            Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now())
+        )
 
 
 class Message(models.Model):
@@ -49,12 +61,28 @@ class Message(models.Model):
     ticket = models.ForeignKey(
         Ticket, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
     )
+    # One writer per message thread, fenced, as tickets have (refunds/lease.py, grant_row): every
+    # effect of the intake workflow is conditional on its epoch still holding this row.
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_epoch = models.BigIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    # When the intake workflow ran to its end (read, placed, acknowledged). Until then the
+    # recovery sweep hands the message to a worker whenever no lease holds it.
+    finished_at = models.DateTimeField(null=True, blank=True)
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = MessageQuerySet.as_manager()
+
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["status", "-id"], name="message_status_idx")]
+        indexes = [
+            models.Index(fields=["status", "-id"], name="message_status_idx"),
+            models.Index(fields=["finished_at", "lease_expires_at"], name="message_sweep_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"Message {self.pk} from {self.sender}"

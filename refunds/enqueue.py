@@ -18,16 +18,28 @@ RESEND = "refunds.tasks.resend_email"
 def wake(ticket_id: int) -> bool:
     """Ask a worker to advance the thread. The broker only wakes workers: if it is down, the row
     is already committed and the recovery sweep finds it, so a failed send is logged, not raised."""
+    return send(ADVANCE, ticket_id)
+
+
+def send(task: str, row_id: int) -> bool:
+    """Ask a worker to run the task named `task` for a row (a ticket, an intake message); False,
+    logged, when the broker did not take it: the row is the record, the sweep finds it."""
     try:
-        current_app.send_task(ADVANCE, args=[ticket_id])
+        current_app.send_task(task, args=[row_id])
     except Exception:  # noqa: BLE001 - kombu raises several kinds for an unreachable broker
         log.warning(
-            "could not enqueue ticket %s; the recovery sweep will pick it up",
-            ticket_id,
+            "could not enqueue %s(%s); the recovery sweep will pick it up",
+            task,
+            row_id,
             exc_info=True,
         )
         return False
     return True
+
+
+def send_on_commit(task: str, row_id: int) -> None:
+    """send(), once the caller's transaction commits."""
+    transaction.on_commit(lambda: send(task, row_id))
 
 
 def advance_on_commit(ticket_id: int) -> None:

@@ -47,7 +47,10 @@ def worker_name() -> str:
 
 @dataclass(eq=False)
 class Lease:
-    """A granted lease: who holds the thread, with which epoch, until when (locally)."""
+    """A granted lease: who holds the thread, with which epoch, until when (locally). A ticket's
+    by default; `table` names another table with the same lease columns (lease_owner,
+    lease_expires_at, lease_epoch, attempts), where `ticket_id` is that row's id (the intake's
+    messages: grant_row)."""
 
     ticket_id: int
     thread_id: str
@@ -71,6 +74,7 @@ class Lease:
     flow_version: int = 0  # the state shape the thread was stamped with (refunds/flow/versions.py)
     lost_reason: str = ""
     drain_reason: str = ""  # asked to stop at its next step while the lease still holds
+    table: str = Ticket._meta.db_table
     _controls: list[RunControl] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -95,7 +99,7 @@ class Lease:
             if not self.lost_reason:
                 self.lost_reason = reason
                 log.warning(
-                    "ticket %s: lease epoch %s lost: %s", self.ticket_id, self.epoch, reason
+                    "%s %s: lease epoch %s lost: %s", self.table, self.ticket_id, self.epoch, reason
                 )
             for control in self._controls:
                 control.request_drain(f"lease lost: {reason}")
@@ -125,7 +129,7 @@ class Lease:
         sent = time.monotonic()
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE refunds_ticket SET lease_expires_at = {sql.now_plus()} "
+                f"UPDATE {self.table} SET lease_expires_at = {sql.now_plus()} "
                 "WHERE id = %s AND lease_epoch = %s AND lease_owner = %s",
                 [self.seconds, self.ticket_id, self.epoch, self.owner],
             )
@@ -143,6 +147,20 @@ class Lease:
             yield self
         finally:
             keeper.drop(self)
+
+    @property
+    def row_id(self) -> int:
+        return self.ticket_id
+
+    def holds_sql(self, alias: str = "leased") -> str:
+        """SQL true while this lease's epoch still holds its row; params: holds_params()."""
+        return (
+            f"EXISTS (SELECT 1 FROM {self.table} {alias} "
+            f"WHERE {alias}.id = %s AND {alias}.lease_epoch = %s)"
+        )
+
+    def holds_params(self) -> list[Any]:
+        return [self.ticket_id, self.epoch]
 
     # --- release ---------------------------------------------------------------------------------
     def release(self, **fields: Any) -> bool:
@@ -360,6 +378,39 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
         note=note,
         has_forks=bool(has_forks),
         flow_version=flow_version,
+    )
+
+
+def grant_row(
+    table: str, row_id: int, *, thread_id: str, leasable: str = "1 = 1", owner: str | None = None
+) -> Lease | None:
+    """grant() for a row of another table with the lease columns (lease_owner, lease_expires_at,
+    lease_epoch, attempts, updated_at): one conditional UPDATE raising the epoch, only while
+    nobody holds the row and `leasable` (SQL on the row) is true. None when it changed nothing."""
+    owner = owner or worker_name()
+    seconds = settings.REFUNDS_LEASE_SECONDS
+    sent = time.monotonic()
+    row = sql.fetchone(
+        f"UPDATE {table} SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
+        f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, "
+        f"updated_at = {sql.now()} "
+        f"WHERE id = %s AND ({leasable}) AND {queries.lease_lapsed(sql.now(), table)} "
+        "RETURNING lease_epoch, attempts, last_error",
+        [owner, seconds, row_id],
+    )
+    if row is None:
+        return None
+    epoch, attempts, last_error = row
+    return Lease(
+        ticket_id=row_id,
+        thread_id=thread_id,
+        owner=owner,
+        epoch=epoch,
+        attempts=attempts,
+        seconds=seconds,
+        confirmed_at=sent,
+        last_error=last_error,
+        table=table,
     )
 
 

@@ -69,7 +69,12 @@ def send_window() -> timedelta:
     return timedelta(seconds=2 * settings.EMAIL_TIMEOUT + 1)
 
 
-def send_once(*, ticket_id: int, lease: Lease, key: str, to: str, subject: str, body: str) -> None:
+def send_once(
+    *, ticket_id: int | None, lease: Lease, key: str, to: str, subject: str, body: str
+) -> None:
+    """Send one message of a run that holds `lease` (a ticket's, or another row's such as an
+    intake message's: the fence is the lease's own row). `ticket_id` is the ticket the outbox
+    row belongs to; None for mail about no ticket (an acknowledgment that opened none)."""
     lease.check()
     claim = f"epoch:{lease.epoch}"
     with effect_lock(key) as held:
@@ -77,7 +82,7 @@ def send_once(*, ticket_id: int, lease: Lease, key: str, to: str, subject: str, 
             raise EffectBusy(f"another process is sending {key}")
         lease.check()
         row = _claim_for_run(
-            ticket_id=ticket_id, epoch=lease.epoch, key=key, to=to, subject=subject, body=body
+            ticket_id=ticket_id, lease=lease, key=key, to=to, subject=subject, body=body
         )
         if row is None:
             status, claimed_by = Email.objects.filter(key=key).values_list(
@@ -85,10 +90,12 @@ def send_once(*, ticket_id: int, lease: Lease, key: str, to: str, subject: str, 
             ).first() or ("", "")
             if status == Email.Status.SENT:
                 return
-            if not Ticket.objects.filter(pk=ticket_id, lease_epoch=lease.epoch).exists():
-                raise GraphDrained(f"lease epoch {lease.epoch} of ticket {ticket_id} lost")
+            if not sql.fetchone(f"SELECT 1 WHERE {lease.holds_sql()}", lease.holds_params()):
+                raise GraphDrained(
+                    f"lease epoch {lease.epoch} of {lease.table} {lease.row_id} lost"
+                )
             raise EffectBusy(f"{key} was claimed by {claimed_by} moments ago")
-        _deliver(key, Sender(claim, ticket_id=ticket_id, epoch=lease.epoch), *row)
+        _deliver(key, Sender(claim, fence=(lease.holds_sql(), lease.holds_params())), *row)
 
 
 # A takeover of a row whose handover has no answer recorded keeps what is known: the message was
@@ -116,13 +123,13 @@ def _unknown_fields() -> dict:
 
 
 def _claim_for_run(
-    *, ticket_id: int, epoch: int, key: str, to: str, subject: str, body: str
+    *, ticket_id: int | None, lease: Lease, key: str, to: str, subject: str, body: str
 ) -> tuple[str, str, str] | None:
     """Write the outbox row if it is not there and claim it for this epoch, in one statement:
-    only while the epoch holds the ticket, and only if nobody sent the message, nobody else is
-    (or may still be) sending it. Returns the row's (to, subject, body) when it is ours."""
-    claim = f"epoch:{epoch}"
-    holds = "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)"
+    only while the epoch holds the lease's row, and only if nobody sent the message, nobody else
+    is (or may still be) sending it. Returns the row's (to, subject, body) when it is ours."""
+    claim = f"epoch:{lease.epoch}"
+    holds = lease.holds_sql()
     return sql.fetchone(
         'INSERT INTO refunds_email (ticket_id, "key", "to", subject, body, status, claimed_by, '
         "claimed_at, attempts, last_error, created_at, handed_over_by, outcome_unknown_by) "
@@ -139,9 +146,9 @@ def _claim_for_run(
         'RETURNING "to", subject, body',
         [
             *(ticket_id, key, to, subject, body, claim),
-            *(ticket_id, epoch),
+            *lease.holds_params(),
             send_window().total_seconds(),
-            *(ticket_id, epoch),
+            *lease.holds_params(),
         ],
     )
 
@@ -186,12 +193,11 @@ def _claim(key: str, claim: str, holds: Q) -> bool:
 
 @dataclass(frozen=True)
 class Sender:
-    """Who is sending: the row's claim, and for a run the ticket and epoch that must still hold
-    when the message is handed over."""
+    """Who is sending: the row's claim, and for a run the fence that must still hold when the
+    message is handed over (SQL and its params: the lease's epoch on its row)."""
 
     claim: str
-    ticket_id: int | None = None
-    epoch: int | None = None
+    fence: tuple[str, list] | None = None
 
     def label(self) -> str:
         return f"{self.claim} on {socket.gethostname()}:{os.getpid()}"
@@ -316,11 +322,9 @@ def _hand_over(key: str, sender: Sender) -> None:
     to its sender, so the row is still ours)."""
     holds = ""
     params: list = [sender.label(), key, sender.claim]
-    if sender.epoch is not None:
-        holds = (
-            " AND EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)"
-        )
-        params += [sender.ticket_id, sender.epoch]
+    if sender.fence is not None:
+        holds = f" AND {sender.fence[0]}"
+        params += sender.fence[1]
     statement = (
         f"UPDATE refunds_email SET handed_over_at = {sql.now()}, handed_over_by = %s "
         f'WHERE "key" = %s AND status = {queries.EMAIL_SENDING} AND claimed_by = %s' + holds
@@ -337,12 +341,10 @@ def _hand_over(key: str, sender: Sender) -> None:
             time.sleep(0.2 * (attempt + 1))
     if marked:
         return
-    if (
-        sender.epoch is not None
-        and sender.ticket_id is not None
-        and not Ticket.objects.filter(pk=sender.ticket_id, lease_epoch=sender.epoch).exists()
+    if sender.fence is not None and not sql.fetchone(
+        f"SELECT 1 WHERE {sender.fence[0]}", sender.fence[1]
     ):
-        raise GraphDrained(f"lease epoch {sender.epoch} of ticket {sender.ticket_id} lost")
+        raise GraphDrained(f"{sender.claim}: its lease epoch was lost")
     raise EffectBusy(f"{key} is no longer claimed by {sender.claim}")
 
 

@@ -443,7 +443,11 @@ class Email(models.Model):
     Status = EmailStatus
     Delivery = EmailDelivery
 
-    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="emails")
+    # None: mail about no ticket, such as the intake's acknowledgment of a message that opened
+    # none (its sender is fenced by the message's lease instead: refunds/mail.py, send_once).
+    ticket = models.ForeignKey(
+        Ticket, null=True, blank=True, on_delete=models.CASCADE, related_name="emails"
+    )
     key = models.CharField(max_length=150, unique=True)
     to = models.EmailField()
     subject = models.CharField(max_length=200)

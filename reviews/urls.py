@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reviews.views import account, audit, queue, ticket, tickets
+from reviews.views import account, audit, queue, sorting, ticket, tickets
 
 app_name = "reviews"
 urlpatterns = [
@@ -16,6 +16,10 @@ urlpatterns = [
         ticket.email_resend,
         name="email_resend",
     ),
+    path("messages/<int:message_id>/", ticket.message_detail, name="message"),
+    path("messages/needs-sorting/", sorting.needs_sorting, name="needs_sorting"),
+    path("messages/<int:message_id>/sort/", sorting.message_sort, name="message_sort"),
+    path("tickets/<int:ticket_id>/send-back/", sorting.send_back, name="send_back"),
     path("audit/", audit.audit, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit_export"),
     path("account/token/", account.api_token, name="api_token"),

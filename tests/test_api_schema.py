@@ -31,7 +31,9 @@ def test_the_schema_names_every_endpoint_and_method(client, db):
     api_routes = {p.name for p in api_urls.urlpatterns} - {"schema", "docs"}
     assert set(paths["/api/tickets/{ticket_id}/decision/"]) >= {"post"}
     assert set(paths["/api/orders/"]) >= {"post"}
-    assert api_routes == {"tickets", "ticket", "ticket_decision", "orders"}  # each one named above
+    assert paths["/api/messages/"]["post"]["operationId"] == "messages_receive"
+    # each one named above
+    assert api_routes == {"tickets", "ticket", "ticket_decision", "orders", "messages"}
 
 
 def test_the_schema_documents_auth_errors_and_idempotency(client, db):

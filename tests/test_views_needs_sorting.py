@@ -12,7 +12,7 @@ from refunds.models import Ticket
 from tests.conftest import make_order
 from tests.sorting_messages import a_reading, waiting_message
 
-PAGE = reverse("intake:needs_sorting")
+PAGE = reverse("reviews:needs_sorting")
 HTMX = {"HX-Request": "true"}
 
 
@@ -22,7 +22,7 @@ def no_broker(monkeypatch):
 
 
 def sort_url(message: Message) -> str:
-    return reverse("intake:sort", args=[message.pk])
+    return reverse("reviews:message_sort", args=[message.pk])
 
 
 def opening(**extra) -> dict:
@@ -253,4 +253,4 @@ def test_a_message_sorted_meanwhile_says_so_on_the_page_without_javascript(
 
 def test_an_unknown_message_is_404(client, agent):
     client.force_login(agent)
-    assert client.post(reverse("intake:sort", args=[999]), opening()).status_code == 404
+    assert client.post(reverse("reviews:message_sort", args=[999]), opening()).status_code == 404

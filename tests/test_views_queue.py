@@ -310,7 +310,7 @@ def test_the_card_shows_the_reason_and_what_was_read_with_the_quoted_words(
     assert "Read by anthropic:claude-test" in row and "asks $6.99" in row
     assert "<q>the mug arrived in pieces</q>" in row
     assert "The mug arrived broken; Ana asks for her money back." in row
-    assert reverse("intake:send_back", args=[ticket.pk]) in row
+    assert reverse("reviews:send_back", args=[ticket.pk]) in row
 
 
 def test_the_card_says_when_a_person_sorted_it_under_another_reason_than_read(
@@ -348,7 +348,7 @@ def test_a_reviewer_sends_a_misread_message_back_from_the_queue(
     ).opened
     assert runner.advance(ticket.pk) == "awaiting_review"
     client.force_login(manager)
-    url = reverse("intake:send_back", args=[ticket.pk])
+    url = reverse("reviews:send_back", args=[ticket.pk])
     response = client.post(
         url, {"why": "Not a wrong item: she wants a gift wrap."}, headers={"HX-Request": "true"}
     )

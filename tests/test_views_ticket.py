@@ -405,7 +405,7 @@ def test_the_ticket_page_shows_what_was_read_by_whom_and_the_message_itself(
     entry = html[html.index(f'id="timeline-message-{message.pk}"') :]
     assert "Message from ana@example.com by api: <strong>Broken mug</strong>" in entry
     assert "It was order #1042. Thanks, Ana" in entry
-    assert reverse("intake:send_back", args=[from_a_message.pk]) in html
+    assert reverse("reviews:send_back", args=[from_a_message.pk]) in html
 
 
 def test_the_ticket_page_shows_the_models_fallback_note(client, manager, late_order):
@@ -435,7 +435,7 @@ def test_a_reviewer_sends_a_misread_message_back_from_the_ticket_page(
     from intake.models import Message
 
     client.force_login(manager)
-    url = reverse("intake:send_back", args=[from_a_message.pk])
+    url = reverse("reviews:send_back", args=[from_a_message.pk])
     response = client.post(url, {"why": "It is the saucer, order 1044."}, headers=POLL)
     assert response.status_code == 200
     html = response.content.decode()
@@ -456,7 +456,7 @@ def test_sending_back_without_a_good_word_is_a_form_error_that_changes_nothing(
     from intake.models import Message
 
     client.force_login(manager)
-    url = reverse("intake:send_back", args=[from_a_message.pk])
+    url = reverse("reviews:send_back", args=[from_a_message.pk])
     response = client.post(url, {"why": why, "back": "ticket"}, follow=True)
     assert response.status_code == 200  # back on the ticket page, the error on top
     assert "Say what was misread" in response.content.decode() or "at most" in (
@@ -470,7 +470,7 @@ def test_an_agent_may_not_send_back_a_managers_review(client, colleague, from_a_
     from intake.models import Message
 
     client.force_login(colleague)
-    url = reverse("intake:send_back", args=[from_a_message.pk])
+    url = reverse("reviews:send_back", args=[from_a_message.pk])
     # A manager's review is out of an agent's sight: as if it did not exist.
     assert client.post(url, {"why": "misread"}).status_code in (403, 404)
     assert Message.objects.get().status == Message.Status.OPENED

@@ -19,7 +19,7 @@ from refunds.services.errors import (
     ShopUnavailable,
     TicketAlreadyOpen,
 )
-from refunds.services.sweep import tickets_recover
+from refunds.services.sweep import also_recover, tickets_recover
 from refunds.services.tickets import (
     FORK_MAX_CENTS,
     FORKABLE,
@@ -44,6 +44,7 @@ __all__ = [
     "RefundError",
     "ShopUnavailable",
     "TicketAlreadyOpen",
+    "also_recover",
     "email_resend",
     "fork_balance_refusal",
     "review_claim",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -13,6 +14,17 @@ from refunds.models import (
     Ticket,
 )
 from refunds.services.errors import BrokerUnavailable
+
+# Other workflows' sweeps (the intake's messages), registered by their app at start-up, so the
+# one periodic sweep finds their unfinished rows too without refunds/ importing them.
+_ALSO: list[Callable[[], list[int]]] = []
+
+
+def also_recover(sweep: Callable[[], list[int]]) -> None:
+    """Run `sweep` with every recovery sweep; it re-enqueues its own rows and returns their ids,
+    raising BrokerUnavailable when the broker took only some."""
+    if sweep not in _ALSO:
+        _ALSO.append(sweep)
 
 
 def tickets_recover() -> list[int]:
@@ -33,6 +45,8 @@ def tickets_recover() -> list[int]:
     )
     sent = [ticket_id for ticket_id in ids if enqueue.wake(ticket_id)]
     Ticket.objects.filter(pk__in=sent).update(woken_at=now)
+    for sweep in _ALSO:
+        sweep()
     if len(sent) < len(ids):
         raise BrokerUnavailable(
             f"the broker took {len(sent)} of {len(ids)} wake-ups; the rest wait for the next sweep",

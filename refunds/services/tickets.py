@@ -114,6 +114,8 @@ def email_resend(*, email_id: int, by) -> None:
     if email.status == Email.Status.SENT:
         when = f" ({local_words(email.sent_at)})" if email.sent_at else ""
         raise RefundError(f"That email was already delivered{when}.")
+    if email.ticket is None:
+        raise RefundError("That email belongs to no ticket; only a ticket's emails are resent.")
     if not email.ticket.is_final:
         raise RefundError("The ticket is still running; its own run sends this email.")
     with transaction.atomic():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib import messages
@@ -19,6 +20,8 @@ from django_htmx.http import (
     trigger_client_event,
 )
 
+from intake import services as intake
+from intake.models import Message
 from refunds import permissions, selectors, services
 from refunds.models import CannedReason, Ticket
 from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, with_pending_decisions
@@ -30,9 +33,11 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
     refusal = permissions.open_refusal(request.user)
     if refusal:
         raise PermissionDenied(refusal)
-    values = {"order_number": "", "note": ""}
+    values = {"order_number": "", "note": "", "sender": "", "message": ""}
     if request.method == "POST":
         values = {k: request.POST.get(k, "") for k in values}
+        if values["message"].strip() or values["sender"].strip():
+            return _paste(request, values)
         try:
             ticket = services.ticket_open(
                 opened_by=request.user, order_number=values["order_number"], note=values["note"]
@@ -62,6 +67,59 @@ def _timeline(ticket: Ticket, ticket_messages: list) -> list:
     entries: list[Any] = list(ticket.audit_events.select_related("actor"))
     entries += [{"action": "message", "at": m.received_at, "m": m} for m in ticket_messages]
     return sorted(entries, key=lambda e: e["at"] if isinstance(e, dict) else e.at)
+
+
+def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
+    """A customer's message pasted into the form: in through the intake like any other, and the
+    person follows it on the message's page (read, then a ticket or "Needs sorting")."""
+    error = ""
+    if values["order_number"].strip():
+        error = (
+            "Type an order number or paste the customer's message, not both: the intake finds "
+            "the order in the message."
+        )
+    else:
+        try:
+            message, _ = intake.message_receive(
+                channel=Message.Channel.DESK,
+                key=f"{request.user.pk}:{uuid.uuid4().hex}",
+                sender=values["sender"],
+                subject="",
+                body=values["message"],
+                received_at=timezone.now(),
+                raw=values["message"],
+            )
+        except intake.MessageRefused as exc:
+            error = str(exc)
+        else:
+            url = reverse("reviews:message", args=[message.pk])
+            return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
+    return render(request, template, {"error": error, "values": values}, status=400)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
+    """Where a customer's message went: being read, a ticket (or several), or "Needs sorting".
+    Polled while the intake reads it; the polling stops once it is placed."""
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    message = get_object_or_404(Message.objects.select_related("ticket__order"), pk=message_id)
+    tickets = (
+        Ticket.objects.filter(audit_events__seen__message_id=message.pk)
+        .select_related("order")
+        .distinct()
+    )
+    context = {"message": message, "tickets": tickets}
+    if request.htmx:
+        response = render(request, "reviews/_message_status.html", context)
+        if message.status != Message.Status.RECEIVED:
+            response.status_code = HttpResponseStopPolling.status_code
+        return response
+    return render(request, "reviews/message.html", context)
 
 
 def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.env import BadSetting, model_spec
+from core.modelspec import model_spec_error
 from intake import evaluation
 from intake.reader import rules
 
@@ -35,10 +35,10 @@ class Command(BaseCommand):
         parser.add_argument("--misses", action="store_true", help="list every misread line")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            spec = model_spec("--model", options["model"]) or settings.REFUNDS_MODEL
-        except BadSetting as exc:
-            raise CommandError(str(exc), returncode=2) from None
+        given = options["model"].strip()
+        if error := model_spec_error("--model", given):
+            raise CommandError(error, returncode=2)
+        spec = given or settings.REFUNDS_MODEL
         try:
             examples = evaluation.load(Path(options["file"]))
         except evaluation.BadFile as exc:

@@ -129,7 +129,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         response = render(request, "intake/_message_done.html", context)
         return trigger_client_event(response, "messagesChanged")
     messages.success(request, text)
-    return redirect("intake:needs_sorting")
+    return redirect("reviews:needs_sorting")
 
 
 def _sort_error(

@@ -1,0 +1,134 @@
+"""Customers' messages in: one row per message, whatever brought it, then the intake workflow.
+
+message_receive() is the one door for the three channels (the mail provider's inbound webhook,
+POST /api/messages/, the desk's "Open a ticket" form). What it refuses depends on who is there to
+read the refusal: a caller of the API or a person at the desk reads a clear error and nothing is
+stored (MessageRefused); the mail provider already took the customer's email, and refusing it
+would lose it, so an email with the same fault is stored and goes to "Needs sorting" with the
+reason (its text cut at the limit). Nothing is dropped without a word.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import transaction
+from django.utils import timezone
+
+from intake.models import Message
+from refunds import enqueue
+from refunds.services import BrokerUnavailable, RefundError
+
+TAKE = "intake.tasks.take_message"
+KEY_MAX = Message._meta.get_field("key").max_length or 300
+SUBJECT_MAX = Message._meta.get_field("subject").max_length or 998
+SENDER_MAX = 254
+
+
+class MessageRefused(RefundError):
+    """The message cannot go in as it is; the text says what is wrong, for the sender to fix."""
+
+
+def message_receive(
+    *,
+    channel: str,
+    key: str,
+    sender: str,
+    sender_name: str = "",
+    subject: str,
+    body: str,
+    received_at: datetime,
+    raw: str,
+) -> tuple[Message, bool]:
+    """Store a customer's message once and start its intake when this transaction commits.
+    Returns (message, created): a message delivered again (the same key) is the first one,
+    created False, and starts nothing new. Raises MessageRefused for the API and the desk; an
+    email's faults send it to "Needs sorting" instead (see the module's doc)."""
+    if channel not in Message.Channel.values:
+        raise ValueError(f"unknown channel {channel!r}")
+    key = _channel_key(channel, key)
+    sender = _clean(sender).strip()
+    body = _clean(body)
+    problems = message_problems(sender=sender, body=body)
+    if problems and channel != Message.Channel.EMAIL:
+        raise MessageRefused(" ".join(problems))
+    fields = {
+        "channel": channel,
+        "sender": sender[:SENDER_MAX],
+        "sender_name": _clean(sender_name).strip()[:200],
+        "subject": _clean(subject).strip()[:SUBJECT_MAX],
+        "body": body[: settings.INTAKE_MAX_CHARS],
+        "received_at": received_at,
+        "raw": _clean(raw),
+        # Random, not derived from the key: a thread id is never reused, even by a database
+        # restored from a backup beside checkpoints that were not.
+        "thread_id": f"intake-{uuid.uuid4().hex}",
+        # Read by the workflow: a message with a fault is read and acknowledged, never placed.
+        "sorting_reason": " ".join(problems),
+    }
+    with transaction.atomic():
+        message, created = Message.objects.get_or_create(key=key, defaults=fields)
+        if created:
+            enqueue.send_on_commit(TAKE, message.pk)
+    return message, created
+
+
+def message_problems(*, sender: str, body: str) -> list[str]:
+    """What keeps a message from going in as it is, in words for whoever sent it."""
+    problems = []
+    if not sender:
+        problems.append("The sender's address is missing.")
+    else:
+        try:
+            validate_email(sender)
+        except ValidationError:
+            problems.append(f"The sender {sender[:80]!r} is not an email address.")
+    if not body.strip():
+        problems.append("The message has no text.")
+    elif len(body) > settings.INTAKE_MAX_CHARS:
+        problems.append(
+            f"The message is {len(body):,} characters long; at most "
+            f"{settings.INTAKE_MAX_CHARS:,} are taken."
+        )
+    return problems
+
+
+def _channel_key(channel: str, key: str) -> str:
+    key = _clean(key).strip()
+    if not key:
+        raise ValueError("a message needs a key")
+    full = f"{channel}:{key}"
+    if len(full) > KEY_MAX:  # a long Message-ID: its digest is as unique
+        full = f"{channel}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+    return full
+
+
+def _clean(text: str) -> str:
+    # PostgreSQL refuses a NUL in any text; a customer's message never means one.
+    return (text or "").replace("\x00", "\ufffd")
+
+
+def messages_recover() -> list[int]:
+    """The recovery sweep's part for messages: re-enqueue every message whose intake has not
+    finished and that no worker holds (a lost wake-up, a killed worker, a paused one whose lease
+    ran out). Registered with refunds' sweep (intake/apps.py), so beat's one sweep runs it."""
+    now = timezone.now()
+    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    ids = list(
+        Message.objects.needing_worker(settled_before=settled_before)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    sent = [pk for pk in ids if enqueue.send(TAKE, pk)]
+    # Touched, so the next sweep leaves the wake-up in the queue its grace period long.
+    Message.objects.filter(pk__in=sent).update(updated_at=now)
+    if len(sent) < len(ids):
+        raise BrokerUnavailable(
+            f"the broker took {len(sent)} of {len(ids)} message wake-ups", sent=len(sent)
+        )
+    return ids

@@ -1,0 +1,436 @@
+"""The intake workflow, on LangGraph's functional API: an @entrypoint per message (its thread is
+Message.thread_id) with four @tasks, each run once per message:
+
+1. read: the reader (intake.reader.read) reads the message; the reading is kept on the message.
+2. find orders: the order numbers in the text, or else the sender's only recent order in the
+   desk; each asked of the desk, then of the shop (refunds.services.order_find). An order whose
+   customer is not the sender, several customers' orders, no order, a message not about a
+   refund or a reader that failed: the message goes to "Needs sorting" with the reason.
+3. open the ticket: in one transaction fenced by the message's lease epoch, a ticket per order
+   (refunds.services.ticket_open, with the reason and the reading), or the message added to the
+   timeline of the order's open ticket, or the message marked "Needs sorting". The message's
+   status is the record that it was placed: a replay finds it placed and opens nothing.
+4. acknowledge: one email to the sender through the outbox (refunds/mail.py), claimed with the
+   message's lease epoch, also for a message that went to "Needs sorting".
+
+A finished task is not run again when the thread is replayed after a crash: its result is in
+the checkpoint (durability "sync": saved before the next task starts). The effects of 3 and 4
+are idempotent by the message besides, for a kill between an effect and its checkpoint.
+One writer per message thread: message_take() takes the message's lease (refunds/lease.py,
+grant_row), raises the checkpoint fence to its epoch, and every effect is conditional on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cache
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+from langgraph.errors import GraphDrained
+from langgraph.func import entrypoint, task
+from langgraph.runtime import get_runtime
+
+from core import sql
+from intake import reader
+from intake.models import Message
+from intake.reading import Reading
+from intake.services import message_problems
+from refunds import audit, mail, persistence, policy, services
+from refunds import lease as leases
+from refunds.flow.errors import EffectBusy
+from refunds.models import AuditEvent, Order
+from refunds.persistence import FenceLost
+from refunds.services import NOTE_MAX
+
+log = logging.getLogger(__name__)
+
+TABLE = Message._meta.db_table
+
+
+class Item(TypedDict):
+    """What every task gets first: the message, and its thread (crash points key on it)."""
+
+    message_id: int
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class IntakeContext:
+    lease: leases.Lease
+
+
+def _lease() -> leases.Lease:
+    return get_runtime(IntakeContext).context.lease
+
+
+def _message(item: Item) -> Message:
+    return Message.objects.get(pk=item["message_id"])
+
+
+def _fenced(item: Item, lease: leases.Lease):
+    return Message.objects.filter(pk=item["message_id"], lease_epoch=lease.epoch)
+
+
+def _lost(lease: leases.Lease) -> GraphDrained:
+    return GraphDrained(f"lease epoch {lease.epoch} of message {lease.row_id} lost")
+
+
+# --- the tasks -----------------------------------------------------------------------------------
+def read_message(item: Item) -> dict[str, Any]:
+    """{"reading": Reading JSON} or {"error": why the reader failed}."""
+    lease = _lease()
+    message = _message(item)
+    try:
+        reading = reader.read(sender=message.sender, subject=message.subject, body=message.body)
+    except Exception as exc:  # noqa: BLE001 - a reader that fails sends the message to a person
+        log.exception("message %s: the reader failed", message.pk)
+        return {"error": f"The reader failed ({type(exc).__name__}: {exc})."[:500]}
+    lease.check()
+    if not _fenced(item, lease).update(reading=reading.as_json()):
+        raise _lost(lease)
+    return {"reading": reading.as_json()}
+
+
+def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
+    """{"orders": [numbers]} of the sender's own orders, or {"sorting": why not}."""
+    message = _message(item)
+    if message.sorting_reason:  # a fault found when it came in (intake/services.py)
+        return {"sorting": message.sorting_reason}
+    if "reading" not in read:
+        return {"sorting": read.get("error") or "The reader could not read the message."}
+    reading = Reading.from_json(read["reading"])
+    if reading.reason not in policy.TICKET_REASONS:
+        return {"sorting": f"Not about a refund (read by {reading.read_by})."}
+    numbers = list(dict.fromkeys(n.strip().lstrip("#") for n in reading.orders if n.strip()))
+    if not numbers:
+        return _recent_order(message)
+    found: list[tuple[str, Order]] = []
+    missing: list[str] = []
+    for number in numbers:
+        try:
+            order = services.order_find(order_number=number)
+        except services.ShopUnavailable:
+            raise  # worth another try: the sweep brings the message back
+        if order is None:
+            missing.append(number)
+        else:
+            found.append((number, order))
+    sender = message.sender.casefold()
+    foreign = [n for n, o in found if o.customer_email.casefold() != sender]
+    if foreign:
+        return {
+            "sorting": f"Order {', '.join(foreign)} belongs to another customer, not to "
+            f"{message.sender}; nothing was opened for it."
+        }
+    if missing:
+        named = ", ".join(missing)
+        return {"sorting": f"There is no order {named}, in the desk or in the shop."}
+    return {"orders": numbers}
+
+
+def _recent_order(message: Message) -> dict[str, Any]:
+    days = settings.INTAKE_RECENT_ORDER_DAYS
+    since = timezone.localdate() - timedelta(days=days)
+    recent = list(
+        Order.objects.filter(customer_email__iexact=message.sender, promised_on__gte=since)
+        .order_by("-promised_on")
+        .values_list("number", flat=True)[:5]
+    )
+    if len(recent) == 1:
+        return {"orders": recent}
+    if not recent:
+        return {
+            "sorting": f"No order number in the message, and {message.sender} has no order "
+            f"in the desk from the last {days} days."
+        }
+    return {
+        "sorting": f"No order number in the message, and {message.sender} has several orders "
+        f"from the last {days} days ({', '.join(recent)}): which one?"
+    }
+
+
+def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
+    """Place the message: tickets opened, added to open ones, or "Needs sorting". One
+    transaction that first locks the message row under our epoch: a paused worker that wakes
+    after a takeover finds the epoch gone and changes nothing."""
+    lease = _lease()
+    lease.check()
+    with transaction.atomic():
+        locked = sql.execute(
+            f"UPDATE {TABLE} SET updated_at = {sql.now()} WHERE id = %s AND lease_epoch = %s",
+            [item["message_id"], lease.epoch],
+        )
+        if not locked:
+            raise _lost(lease)
+        message = _message(item)
+        if message.status != Message.Status.RECEIVED:  # placed before a crash: nothing again
+            return placed(message)
+        if "sorting" in found:
+            return _to_sorting(message, found["sorting"])
+        reading = Reading.from_json(read["reading"])
+        try:
+            with transaction.atomic():  # all of the message's orders, or none
+                opened, added = _open_each(message, reading, found["orders"])
+        except services.RefundError as exc:
+            return _to_sorting(message, f"The ticket could not be opened: {exc}")
+        first = (opened or added)[0]
+        Message.objects.filter(pk=message.pk).update(
+            status=Message.Status.OPENED if opened else Message.Status.ADDED, ticket_id=first
+        )
+        return placed(Message.objects.get(pk=message.pk))
+
+
+def _open_each(message: Message, reading: Reading, numbers: list[str]):
+    opened: list[int] = []
+    added: list[int] = []
+    words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
+    for number in numbers:
+        try:
+            ticket = services.ticket_open(
+                order_number=number,
+                note=f"{words}: {reading.summary}"[:NOTE_MAX],
+                opened_by=None,
+                reason=reading.reason,
+                reading=reading.as_json(),
+            )
+        except services.TicketAlreadyOpen as exc:
+            audit.record(
+                exc.ticket,
+                AuditEvent.Action.NOTE,
+                note=f"{words} added to this ticket (from {message.sender}): {message.body}"[
+                    :NOTE_MAX
+                ],
+                seen={"message_id": message.pk, "added": True},
+            )
+            added.append(exc.ticket.pk)
+            continue
+        audit.record(
+            ticket,
+            AuditEvent.Action.NOTE,
+            note=f"Opened from {words.lower()} (from {message.sender}).",
+            seen={"message_id": message.pk},
+        )
+        opened.append(ticket.pk)
+    return opened, added
+
+
+def _to_sorting(message: Message, reason: str) -> dict[str, Any]:
+    Message.objects.filter(pk=message.pk).update(
+        status=Message.Status.NEEDS_SORTING, sorting_reason=reason
+    )
+    return placed(Message.objects.get(pk=message.pk))
+
+
+def placed(message: Message) -> dict[str, Any]:
+    """Where the message went: its status, and the tickets its audit entries name."""
+    events = AuditEvent.objects.filter(seen__message_id=message.pk).order_by("id")
+    tickets = [
+        {"id": e.ticket_id, "order": e.ticket.order.number, "added": bool(e.seen.get("added"))}
+        for e in events.select_related("ticket__order")
+    ]
+    return {"status": message.status, "tickets": tickets}
+
+
+def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
+    """One email to the sender, whatever became of the message (not if it has no address)."""
+    lease = _lease()
+    message = _message(item)
+    if any("sender" in p for p in message_problems(sender=message.sender, body="x")):
+        return {"sent": False, "why": "the sender's address is not one we can write to"}
+    subject, body = acknowledgment(message, where)
+    tickets = [t["id"] for t in where["tickets"]]
+    mail.send_once(
+        ticket_id=tickets[0] if tickets else None,
+        lease=lease,
+        key=f"{message.thread_id}:ack",
+        to=message.sender,
+        subject=subject,
+        body=body,
+    )
+    return {"sent": True}
+
+
+def acknowledgment(message: Message, where: dict[str, Any]) -> tuple[str, str]:
+    """The acknowledgment's subject and words: what happens next, in a customer's words. It
+    never says why a message waits for a person (that may name someone else's order)."""
+    subject = f"Re: {message.subject}" if message.subject else "We got your message"
+    hello = f"Hello {message.sender_name.split()[0]}," if message.sender_name.strip() else "Hello,"
+    opened = [t["order"] for t in where["tickets"] if not t["added"]]
+    added = [t["order"] for t in where["tickets"] if t["added"]]
+    lines = [hello, "", "Thank you for writing to us."]
+    if opened:
+        lines.append(
+            f"We have opened a refund request for order {_and(opened)}. Someone on our team "
+            "will look at it, and we will email you again once it is decided."
+        )
+    if added:
+        lines.append(
+            f"We have added your message to the refund request already open for order "
+            f"{_and(added)}; we will email you once it is decided."
+        )
+    if not where["tickets"]:
+        lines.append(
+            "A person on our team will read your message and get back to you. If it is about "
+            "an order, replying with the order number helps us find it."
+        )
+    lines += ["", "The Refund Desk"]
+    return subject[:200], "\n".join(lines) + "\n"
+
+
+def _and(numbers: list[str]) -> str:
+    return numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
+
+
+# --- the entrypoint ------------------------------------------------------------------------------
+TaskWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+TASKS: dict[str, Callable[..., Any]] = {
+    "read": read_message,
+    "find_orders": find_orders,
+    "open_ticket": open_ticket,
+    "acknowledge": acknowledge,
+}
+
+
+# The channel of a task's result in the checkpoint's writes (LangGraph's internal RETURN;
+# tests/test_intake_workflow.py holds the two equal).
+RESULT_CHANNEL = "__return__"
+
+
+def after_saved(earlier: int, fn: Callable[..., Any], checkpointer: Any) -> Callable[..., Any]:
+    """`fn`, once the results of the `earlier` tasks before it are in the checkpoint.
+
+    LangGraph saves a finished task's result in the background, and the entrypoint may call the
+    next task before that write lands: a kill then would lose a result whose task already made
+    its effect, and a process paused there on SQLite would hold the checkpoint database's write
+    lock. Waiting here keeps "a checkpoint on disk before the next step" (DESIGN.md, durability
+    sync) for the functional API. A save that never lands (its fence was lost) stops the run."""
+
+    @functools.wraps(fn)
+    def saved_first(item: Item, *args: Any) -> Any:
+        if earlier:
+            _wait_for_results(checkpointer, item["thread_id"], earlier)
+        return fn(item, *args)
+
+    return saved_first
+
+
+def _wait_for_results(saver: Any, thread_id: str, earlier: int) -> None:
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    deadline = time.monotonic() + settings.REFUNDS_LEASE_SECONDS / 3
+    while True:
+        saved = saver.get_tuple(config)
+        writes = (saved.pending_writes or []) if saved is not None else []
+        if sum(1 for _, channel, _ in writes if channel == RESULT_CHANNEL) >= earlier:
+            return
+        if time.monotonic() > deadline:
+            raise GraphDrained(f"{thread_id}: an earlier task's result was not saved")
+        time.sleep(0.005)
+
+
+def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
+    """The intake's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
+    steps: dict[str, Any] = {
+        name: task(name=name)(after_saved(earlier, wrap(name, fn) if wrap else fn, checkpointer))
+        for earlier, (name, fn) in enumerate(TASKS.items())
+    }
+
+    @entrypoint(checkpointer=checkpointer, context_schema=IntakeContext)
+    def intake(item: Item) -> dict[str, Any]:
+        read = steps["read"](item).result()
+        found = steps["find_orders"](item, read).result()
+        where = steps["open_ticket"](item, read, found).result()
+        steps["acknowledge"](item, where).result()
+        return where
+
+    return intake
+
+
+@cache
+def _compiled(pid: int, wrapper: TaskWrapper | None):
+    return build_workflow(persistence.checkpointer(), wrapper)
+
+
+def workflow():
+    path = settings.INTAKE_TASK_WRAPPER
+    return _compiled(os.getpid(), import_string(path) if path else None)
+
+
+# --- running one message -------------------------------------------------------------------------
+def message_take(message_id: int) -> str:
+    """Run the message's intake to its end under its lease: what a worker's task does. Safe to
+    call twice or concurrently: the lease lets one through, the checkpoint skips what is done."""
+    thread_id = Message.objects.filter(pk=message_id).values_list("thread_id", flat=True).first()
+    if thread_id is None:
+        return "missing"
+    lease = leases.grant_row(TABLE, message_id, thread_id=thread_id, leasable="finished_at IS NULL")
+    if lease is None:
+        return "busy or finished"
+    if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
+        return _give_up(lease)
+    item: Item = {"message_id": message_id, "thread_id": thread_id}
+    mine = Message.objects.filter(pk=message_id, lease_epoch=lease.epoch)
+    try:
+        with lease.kept_alive():
+            if not persistence.checkpointer().claim_fence(thread_id, lease.epoch):
+                raise FenceLost(f"a newer epoch than {lease.epoch} holds {thread_id}")
+            _run(lease, item)
+    except (GraphDrained, FenceLost) as exc:
+        log.warning("message %s: run stopped, lease lost: %s", message_id, exc)
+        _release(mine, last_error=f"lease lost: {exc}"[:2000])
+        return "lease lost"
+    except EffectBusy as exc:  # a paused process is inside its email: not this run's failure
+        _release(mine, attempts=max(lease.attempts - 1, 0), last_error=str(exc)[:2000])
+        return "busy"
+    except Exception as exc:
+        log.exception("message %s: intake failed", message_id)
+        _release(mine, last_error=f"{type(exc).__name__}: {exc}"[:2000])
+        return "error"
+    _release(mine, finished_at=timezone.now(), attempts=0, last_error="")
+    return "finished"
+
+
+def _release(mine, **fields: Any) -> int:
+    return mine.update(lease_owner="", lease_expires_at=None, **fields)
+
+
+def _run(lease: leases.Lease, item: Item) -> None:
+    flow = workflow()
+    config: Any = {"configurable": {"thread_id": item["thread_id"], "fence": lease.epoch}}
+    state = flow.get_state({"configurable": {"thread_id": item["thread_id"]}})
+    if state.metadata is not None and not state.next and not state.tasks:
+        return  # it ran to its end before; only the release was lost
+    # A thread that began resumes (None): its finished tasks answer from the checkpoint.
+    flow.invoke(
+        item if state.metadata is None else None,
+        config,
+        context=IntakeContext(lease=lease),
+        durability="sync",
+        control=lease.control(),
+    )
+
+
+def _give_up(lease: leases.Lease) -> str:
+    """The attempt cap: the message goes to a person, with the last error; nothing is lost."""
+    tries = lease.attempts - 1
+    reason = (
+        f"The intake stopped after {tries} attempts "
+        f"({lease.last_error or 'its worker died'}); sort it by hand."
+    )
+    mine = Message.objects.filter(pk=lease.row_id, lease_epoch=lease.epoch)
+    # Placed already (only its acknowledgment kept failing): it stays where it went.
+    mine.filter(status=Message.Status.RECEIVED).update(
+        status=Message.Status.NEEDS_SORTING, sorting_reason=reason[:2000]
+    )
+    _release(mine, finished_at=timezone.now(), last_error=reason[:2000])
+    log.warning("message %s went to Needs sorting after %s attempts", lease.row_id, tries)
+    return Message.Status.NEEDS_SORTING

@@ -1,0 +1,128 @@
+"""The intake's promise with real workers: whatever dies or pauses inside which task, a message
+ends with one ticket and one acknowledgment, counted in the tickets table and at a real SMTP
+server. Kills come from inside (os._exit or SIGSTOP at a named point: devtools/faults.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from django.utils import timezone
+
+from devtools.faults import fired
+from intake.models import Message
+from intake.services import message_receive
+from refunds import services
+from refunds.models import Email, Ticket
+from tests.conftest import wait_for
+from tests.quiescence import quiesce
+
+pytestmark = pytest.mark.slow
+
+LEASE = 2.0
+BODY = "Hi, my order #1042 came almost a week late, can I get the delivery charge back? Ana"
+POINTS = [
+    f"intake:{task}{end}"
+    for task in ("read", "find_orders", "open_ticket", "acknowledge")
+    for end in ("", ":done")
+] + ["smtp:before"]
+
+
+@pytest.fixture
+def crash_plan(tmp_path):
+    path = tmp_path / "crash-plan.json"
+
+    def write(entries: dict) -> dict[str, str]:
+        path.write_text(json.dumps(entries))
+        return {"REFUNDS_CRASH_PLAN": str(path), "REFUNDS_LEASE_SECONDS": str(LEASE)}
+
+    write.path = path
+    return write
+
+
+@pytest.fixture
+def sweep_now(settings):
+    settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
+    settings.REFUNDS_REWAKE_SECONDS = 1
+    return services.tickets_recover  # the one sweep: tickets, and messages (intake/apps.py)
+
+
+def receive(key: str = "<m1@mail.example.com>") -> tuple[Message, bool]:
+    return message_receive(
+        channel="email",
+        key=key,
+        sender="ana@example.com",
+        sender_name="Ana Souza",
+        subject="Late parcel",
+        body=BODY,
+        received_at=timezone.now(),
+        raw=BODY,
+    )
+
+
+def finished(message: Message) -> bool:
+    return Message.objects.filter(pk=message.pk, finished_at__isnull=False).exists()
+
+
+def settle(message: Message, sweep_now, timeout: float = 60) -> None:
+    def done() -> bool:
+        if finished(message):
+            return True
+        sweep_now()
+        return False
+
+    wait_for(done, timeout=timeout, every=0.5, what=f"message {message.pk} to finish")
+
+
+def assert_one_ticket_and_one_acknowledgment(message: Message, sinks, workers) -> None:
+    quiesce(workers)
+    wait_for(lambda: Message.objects.get(pk=message.pk).lease_owner == "", what="the release")
+    message.refresh_from_db()
+    assert message.status == "opened"
+    assert Ticket.objects.filter(order__number="1042").count() == 1
+    assert message.ticket == Ticket.objects.get()
+    wait_for(lambda: sinks.smtp.count(message.thread_id), what="the acknowledgment")
+    assert sinks.smtp.keys() == {f"{message.thread_id}:ack": 1}
+    assert Email.objects.get(key=f"{message.thread_id}:ack").status == "sent"
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_worker_killed_inside_an_intake_task_ends_with_one_ticket_and_one_acknowledgment(
+    workers, sinks, crash_plan, sweep_now, late_order, point
+):
+    env = crash_plan({"*": {"point": point, "times": 1}})
+    doomed = workers("doomed", pool="solo", env=env)
+    message, created = receive()
+    assert created
+    wait_for(lambda: not doomed.alive, timeout=30, what=f"the worker to die at {point}")
+    assert [f.split("@")[1] for f in fired(crash_plan.path)] == [point]
+    again, created = receive()  # the provider delivers it again meanwhile
+    assert again.pk == message.pk and not created
+    workers("second", pool="solo", env=env)
+    settle(message, sweep_now)
+    assert_one_ticket_and_one_acknowledgment(message, sinks, workers)
+
+
+@pytest.mark.parametrize("point", ["intake:open_ticket", "intake:acknowledge"])
+def test_a_worker_paused_past_its_lease_and_woken_after_a_takeover_changes_nothing(
+    workers, sinks, crash_plan, sweep_now, late_order, point
+):
+    env = crash_plan({"*": {"point": point, "times": 1, "action": "stop"}})
+    workers("paused", pool="solo", env=env)
+    message, _ = receive()
+    marker = wait_for(lambda: fired(crash_plan.path), what="the worker to stop")[0]
+    pid = int(marker.rsplit("@", 1)[1])
+    wait_for(
+        lambda: Message.objects.needing_worker().filter(pk=message.pk).exists(),
+        what="the stopped worker's lease to run out",
+    )
+    try:
+        workers("successor", pool="solo", env=env)
+        settle(message, sweep_now)
+        receive()  # a second delivery while the first worker sleeps: nothing new
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # The woken worker finishes its task (acked: quiet) having changed nothing.
+    assert_one_ticket_and_one_acknowledgment(message, sinks, workers)
