@@ -1,9 +1,11 @@
 """One ticket end to end in a real browser: Debian's chromium, the live server, a real worker."""
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from refunds.models import Ticket
 
@@ -35,16 +37,35 @@ def csp_problems(page, console: list[str]) -> list[str]:
     return found + [m for m in console if "Content Security Policy" in m or "Refused to" in m]
 
 
+@contextmanager
+def playwright_session(monkeypatch) -> Iterator:
+    """Sync Playwright for one test; the database connections the test opened while it ran are
+    closed when it ends.
+
+    Sync Playwright runs an asyncio event loop in this thread (the ORM calls between browser
+    steps are allowed by DJANGO_ALLOW_ASYNC_UNSAFE), and while a loop runs, Django keeps this
+    thread's connections apart from its plain ones (asgiref's thread-critical Local becomes
+    context-local): the test's ORM calls open a second connection of the main thread, which
+    pytest-django never closes and which stays in the thread's context for the next browser
+    test. A blip test in between terminates every session but the plain one, and every later
+    browser test met that dead connection at its first query (in `_persona`: "terminating
+    connection due to administrator command", then "the connection is closed").
+    tests/test_blip_isolation.py holds this."""
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as pw:
+        try:
+            yield pw
+        finally:
+            connections.close_all()  # the loop still runs: the connections opened under it
+
+
 @pytest.fixture
 def browser_page(monkeypatch) -> Iterator:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    # Sync Playwright runs an event loop in this thread; the ORM calls the test makes between
-    # browser steps are still plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as pw:
+    with playwright_session(monkeypatch) as pw:
         browser = pw.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
         )

@@ -14,7 +14,13 @@ from refunds import services
 from refunds.models import Decision, Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, WATCH_CSP, csp_problems
+from tests.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    WATCH_CSP,
+    csp_problems,
+    playwright_session,
+)
 
 pytestmark = [pytest.mark.browser]
 WAIT_MS = 10_000
@@ -24,11 +30,10 @@ WAIT_MS = 10_000
 def browser(monkeypatch) -> Iterator:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as pw:
+    with playwright_session(monkeypatch) as pw:
         chromium = pw.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
         )
