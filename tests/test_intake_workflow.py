@@ -327,3 +327,42 @@ def test_a_task_starts_only_once_the_results_before_it_are_saved(ana, tmp_path):
         "saved",
         "acknowledge",
     ]
+
+
+def test_a_model_that_names_another_customers_order_opens_no_ticket_for_it(ana):
+    """The model reads; it never decides. LangChain's fake chat model answers with Ben's order,
+    which the message does name (so the reader keeps it): finding the orders still refuses it."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from intake.reader import model
+
+    make_order("2001", name="Ben Okafor")
+    body = "My neighbour Ben said his order 2001 was late too. Refund the delivery please, Ana"
+    answer = {
+        "reason": "late_delivery",
+        "orders": ["2001"],
+        "amount_cents": None,
+        "language": "en",
+        "summary": "A late delivery; the customer asks for the delivery charge back.",
+        "quotes": {"orders": "order 2001"},
+    }
+    chat = GenericFakeChatModel(messages=iter([AIMessage(content=json.dumps(answer))]))
+    reading = model.read_with(
+        chat,
+        spec="fake:test",
+        sender="ana@example.com",
+        subject="Refund",
+        body=body,
+        timeout=5,
+        attempts=1,
+    )
+    assert (reading.read_by, reading.orders) == ("fake:test", ["2001"])
+    message = receive(body)
+    item: workflow.Item = {"message_id": message.pk, "thread_id": message.thread_id}
+    found = workflow.find_orders(item, {"reading": reading.as_json()})
+    assert found == {
+        "sorting": "Order 2001 belongs to another customer, not to ana@example.com; "
+        "nothing was opened for it."
+    }
+    assert Ticket.objects.count() == 0
