@@ -44,11 +44,14 @@ def message_receive(
     body: str,
     received_at: datetime,
     raw: str,
+    wake: bool = True,
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
     Returns (message, created): a message delivered again (the same key) is the first one,
     created False, and starts nothing new. Raises MessageRefused for the API and the desk; an
-    email's faults send it to "Needs sorting" instead (see the module's doc)."""
+    email's faults send it to "Needs sorting" instead (see the module's doc). With wake False no
+    worker is asked: the recovery sweep finds the message (the demo loads its messages before
+    the broker is up)."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     key = _channel_key(channel, key)
@@ -73,7 +76,7 @@ def message_receive(
     }
     with transaction.atomic():
         message, created = Message.objects.get_or_create(key=key, defaults=fields)
-        if created:
+        if created and wake:
             enqueue.send_on_commit(TAKE, message.pk)
     return message, created
 
