@@ -19,6 +19,11 @@ class MessageQuerySet(models.QuerySet):
             Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now())
         )
 
+    def given_up(self) -> MessageQuerySet:
+        """Messages the intake stopped on after its attempts (workflow._give_up): finished with
+        an error kept, where a clean finish clears it. Admins see them on ops' Failed page."""
+        return self.filter(finished_at__isnull=False).exclude(last_error="")
+
 
 class Message(models.Model):
     class Channel(models.TextChoices):
@@ -97,6 +102,7 @@ class MessageEvent(models.Model):
         SORT = "sort", "Sorted into a ticket"
         NOT_REFUND = "not_refund", "Marked not a refund request"
         SEND_BACK = "send_back", "Sent back to Needs sorting"
+        RETRY = "retry", "Handed back to the intake after it gave up"
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events")
     actor = models.ForeignKey(

@@ -432,5 +432,12 @@ def _give_up(lease: leases.Lease) -> str:
         status=Message.Status.NEEDS_SORTING, sorting_reason=reason[:2000]
     )
     _release(mine, finished_at=timezone.now(), last_error=reason[:2000])
-    log.warning("message %s went to Needs sorting after %s attempts", lease.row_id, tries)
-    return Message.Status.NEEDS_SORTING
+    # Either way it is on ops' Failed page (Message.objects.given_up()) until an admin retries.
+    status = Message.objects.filter(pk=lease.row_id).values_list("status", flat=True).get()
+    log.warning(
+        "message %s: the intake gave up after %s attempts; it is %s",
+        lease.row_id,
+        tries,
+        "in Needs sorting" if status == Message.Status.NEEDS_SORTING else f"{status}, unfinished",
+    )
+    return status

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
+from intake.models import Message
 from refunds import persistence
 from refunds.flow.nodes import customer_namespace
 from refunds.flow.words import node_words
@@ -30,6 +31,13 @@ def failed_threads() -> list[Ticket]:
     return tickets
 
 
+def failed_messages() -> list[Message]:
+    """Customers' messages the intake gave up on after its attempts, newest first."""
+    return list(
+        Message.objects.given_up().select_related("ticket").order_by("-finished_at")[:LIMIT]
+    )
+
+
 # The provider took these but says the customer never got them (its tracking webhook).
 NOT_RECEIVED = (Email.Delivery.BOUNCED, Email.Delivery.COMPLAINED, Email.Delivery.FAILED)
 
@@ -50,7 +58,8 @@ def undelivered() -> list[Email]:
 
 def counts() -> dict[str, int]:
     return {
-        "failed": Ticket.objects.filter(status=Ticket.Status.FAILED).count(),
+        "failed": Ticket.objects.filter(status=Ticket.Status.FAILED).count()
+        + Message.objects.given_up().count(),
         "undelivered": _undelivered().count(),
     }
 

@@ -83,14 +83,14 @@ class Command(BaseCommand):
             raise CommandError("The demo orders are missing: run manage.py demo_data first.")
         name, email, numbers = SEVERAL
         today = timezone.localdate()
-        for days_ago, number in enumerate(numbers, start=1):
+        for weeks_ago, own in enumerate(numbers, start=1):
             Order.objects.get_or_create(
-                number=number,
+                number=own,
                 defaults={
                     "customer_name": name,
                     "customer_email": email,
-                    "promised_on": today - timedelta(days=7 * days_ago),
-                    "delivered_on": today - timedelta(days=7 * days_ago - 3),
+                    "promised_on": today - timedelta(days=7 * weeks_ago),
+                    "delivered_on": today - timedelta(days=7 * weeks_ago - 3),
                     "shipping_fee_cents": 850,
                 },
             )
