@@ -252,7 +252,7 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     mail.send_once(
         ticket_id=tickets[0] if tickets else None,
         lease=lease,
-        key=f"{message.thread_id}:ack",
+        key=message.ack_key,
         to=message.sender,
         subject=subject,
         body=body,

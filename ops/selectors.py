@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from intake.models import Message
-from refunds import persistence
+from refunds import mail, persistence
 from refunds.flow.nodes import customer_namespace
 from refunds.flow.words import node_words
 from refunds.models import Email, Ticket
@@ -43,17 +43,21 @@ NOT_RECEIVED = (Email.Delivery.BOUNCED, Email.Delivery.COMPLAINED, Email.Deliver
 
 
 def _undelivered() -> QuerySet[Email]:
-    return Email.objects.filter(ticket__status__in=Ticket.FINAL).filter(
+    return Email.objects.filter(mail.resendable()).filter(
         ~Q(status=Email.Status.SENT) | Q(delivery__in=NOT_RECEIVED)
     )
 
 
-def undelivered() -> list[Email]:
-    """Emails of finished tickets that never reached the mail server, or that the provider
-    reported bounced or failed, oldest first."""
-    return list(
+def undelivered() -> list[tuple[Email, tuple[str, str] | None]]:
+    """Emails no run will send any more (finished tickets', finished messages'
+    acknowledgments) that never reached the mail server, or that the provider reported bounced
+    or failed, oldest first; each with what it is about when that is not (only) its ticket
+    (words, url), else None."""
+    emails = list(
         _undelivered().select_related("ticket", "ticket__order").order_by("created_at")[:LIMIT]
     )
+    about = mail.about(emails)
+    return [(email, about.get(email.pk)) for email in emails]
 
 
 def counts() -> dict[str, int]:

@@ -34,13 +34,13 @@ def ana(transactional_db):
     return make_order("1042")
 
 
-def receive(body: str = LATE, key: str = "m1") -> Message:
+def receive(body: str = LATE, key: str = "m1", subject: str = "Late parcel") -> Message:
     message, _ = message_receive(
         channel="api",
         key=key,
         sender="ana@example.com",
         sender_name="Ana Souza",
-        subject="Late parcel",
+        subject=subject,
         body=body,
         received_at=timezone.now(),
         raw=body,
@@ -148,3 +148,74 @@ def test_only_admins_hand_a_message_back(ana, agent, settings):
     message = give_up(receive(), settings)
     with pytest.raises(PermissionDenied):
         message_retry(message=message, by=agent)
+
+
+# --- acknowledgments not delivered -------------------------------------------------------------
+NOT_REFUND = "Hello, I moved last month: please send my future orders to 12 Elm Street. Ana"
+
+
+@pytest.fixture
+def resend_here(monkeypatch):
+    """The resend task, run here on commit instead of by a worker."""
+    from django.db import transaction
+
+    from refunds import mail
+
+    monkeypatch.setattr(
+        enqueue,
+        "resend_on_commit",
+        lambda email_id: transaction.on_commit(lambda: mail.resend(email_id)),
+    )
+
+
+def test_an_acknowledgment_of_no_ticket_never_delivered_is_listed_and_resent_once(
+    client, ana, admin_user, no_mail_server, resend_here, django_capture_on_commit_callbacks
+):
+    no_mail_server.REFUNDS_MAX_ATTEMPTS = 1
+    message = receive(NOT_REFUND, subject="New address")
+    assert workflow.message_take(message.pk) == "error"
+    email = Email.objects.get()
+    assert email.ticket is None and email.key == message.ack_key and email.status != "sent"
+    client.force_login(admin_user)
+    # The intake still owns it (it tries again): not listed, and a Resend says why not.
+    page = client.get(reverse("ops:undelivered")).content.decode()
+    assert "Every email was delivered" in page
+    refused = client.post(reverse("ops:resend", args=[email.pk]), follow=True)
+    assert "still working on this message" in refused.content.decode()
+
+    assert workflow.message_take(message.pk) == "needs_sorting"  # the cap: it gives up
+    page = client.get(reverse("ops:undelivered")).content.decode()
+    assert f'id="email-{email.pk}"' in page and '<span class="count count-warn">1</span>' in page
+    assert f"Acknowledgment of message {message.pk} from ana@example.com" in page
+    assert reverse("reviews:message", args=[message.pk]) in page and "Resend</button>" in page
+    admin_list = client.get(reverse("admin:refunds_email_changelist")).content.decode()
+    assert reverse("reviews:message", args=[message.pk]) in admin_list
+
+    no_mail_server.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    url = reverse("ops:resend", args=[email.pk])
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = client.post(url, follow=True)
+    assert "already delivered" in second.content.decode()
+    assert [m.to for m in django_mail.outbox] == [["ana@example.com"]]
+    email.refresh_from_db()
+    assert email.status == "sent"
+    assert MessageEvent.objects.filter(message=message, action="resend").count() == 1
+    assert "Every email was delivered" in client.get(reverse("ops:undelivered")).content.decode()
+
+
+def test_an_acknowledgment_of_a_ticket_still_in_review_is_listed_once_the_intake_gave_up(
+    client, ana, admin_user, no_mail_server
+):
+    no_mail_server.REFUNDS_MAX_ATTEMPTS = 1
+    message = receive()
+    assert workflow.message_take(message.pk) == "error"
+    assert workflow.message_take(message.pk) == "opened"
+    email = Email.objects.get()
+    assert email.ticket is not None and not email.ticket.is_final
+    client.force_login(admin_user)
+    page = client.get(reverse("ops:undelivered")).content.decode()
+    assert f'id="email-{email.pk}"' in page
+    assert f"Acknowledgment of message {message.pk}" in page
+    assert reverse("ops:history", args=[email.ticket.pk]) in page
