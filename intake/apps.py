@@ -9,7 +9,9 @@ class IntakeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from intake import checks, inbound, services  # noqa: F401 - checks and inbound connect
+        from intake import checks, inbound, outbox, services  # noqa: F401 - checks, inbound connect
+        from refunds.mail import also_sent_by
         from refunds.services import also_recover
 
         also_recover(services.messages_recover)
+        also_sent_by(outbox.ACKNOWLEDGMENTS)

@@ -9,6 +9,8 @@ from django.db.models.functions import Now
 
 from refunds.models import Ticket
 
+ACK_SUFFIX = ":ack"
+
 
 class MessageQuerySet(models.QuerySet):
     def needing_worker(self, settled_before=None) -> MessageQuerySet:
@@ -18,6 +20,11 @@ class MessageQuerySet(models.QuerySet):
         return self.filter(finished_at__isnull=True, **young).filter(
             Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now())
         )
+
+    def given_up(self) -> MessageQuerySet:
+        """Messages the intake stopped on after its attempts (workflow._give_up): finished with
+        an error kept, where a clean finish clears it. Admins see them on ops' Failed page."""
+        return self.filter(finished_at__isnull=False).exclude(last_error="")
 
 
 class Message(models.Model):
@@ -87,6 +94,11 @@ class Message(models.Model):
     def __str__(self) -> str:
         return f"Message {self.pk} from {self.sender}"
 
+    @property
+    def ack_key(self) -> str:
+        """The outbox key of its acknowledgment (intake/outbox.py finds the message by it)."""
+        return f"{self.thread_id}{ACK_SUFFIX}"
+
 
 class MessageEvent(models.Model):
     """One append-only record per action a person takes on a message (sort it, mark it not a
@@ -97,6 +109,8 @@ class MessageEvent(models.Model):
         SORT = "sort", "Sorted into a ticket"
         NOT_REFUND = "not_refund", "Marked not a refund request"
         SEND_BACK = "send_back", "Sent back to Needs sorting"
+        RETRY = "retry", "Handed back to the intake after it gave up"
+        RESEND = "resend", "Its acknowledgment resent"
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events")
     actor = models.ForeignKey(

@@ -15,13 +15,14 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
+from django.db.models import Case, CharField, F, Q, TextField, Value, When
 from django.utils import timezone
 
-from intake.models import Message
-from refunds import enqueue
+from intake.models import Message, MessageEvent
+from refunds import enqueue, permissions
 from refunds.services import BrokerUnavailable, RefundError
 
 TAKE = "intake.tasks.take_message"
@@ -44,11 +45,14 @@ def message_receive(
     body: str,
     received_at: datetime,
     raw: str,
+    wake: bool = True,
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
     Returns (message, created): a message delivered again (the same key) is the first one,
     created False, and starts nothing new. Raises MessageRefused for the API and the desk; an
-    email's faults send it to "Needs sorting" instead (see the module's doc)."""
+    email's faults send it to "Needs sorting" instead (see the module's doc). With wake False no
+    worker is asked: the recovery sweep finds the message (the demo loads its messages before
+    the broker is up)."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     key = _channel_key(channel, key)
@@ -73,7 +77,7 @@ def message_receive(
     }
     with transaction.atomic():
         message, created = Message.objects.get_or_create(key=key, defaults=fields)
-        if created:
+        if created and wake:
             enqueue.send_on_commit(TAKE, message.pk)
     return message, created
 
@@ -132,3 +136,47 @@ def messages_recover() -> list[int]:
             f"the broker took {len(sent)} of {len(ids)} message wake-ups", sent=len(sent)
         )
     return ids
+
+
+def message_retry(*, message: Message, by) -> bool:
+    """Admin: hand a message the intake gave up on back to it, with a fresh attempt budget; it
+    goes on from its last checkpoint (a finished step is not run again). A message the give-up
+    put in "Needs sorting" and nobody has sorted since is placed again by the intake; one a
+    person sorted keeps what they chose (the intake only sends what it had not, the
+    acknowledgment). False when the message is not given up any more (retried already)."""
+    if not permissions.is_admin(by):
+        raise PermissionDenied("Only admins hand a message back to the intake.")
+    # Put in "Needs sorting" by the give-up itself (its reason is the error), unsorted since.
+    by_give_up = Q(status=Message.Status.NEEDS_SORTING, handled_by=None) & Q(
+        sorting_reason=F("last_error")
+    )
+    problems = " ".join(message_problems(sender=message.sender, body=message.body))
+    with transaction.atomic():
+        given_up = Message.objects.given_up().filter(pk=message.pk)
+        error = given_up.values_list("last_error", flat=True).first()
+        # One conditional UPDATE: of two admins retrying at once, one wins.
+        won = given_up.update(
+            status=Case(
+                When(by_give_up, then=Value(Message.Status.RECEIVED)),
+                default=F("status"),
+                output_field=CharField(),
+            ),
+            sorting_reason=Case(
+                When(by_give_up, then=Value(problems)),
+                default=F("sorting_reason"),
+                output_field=TextField(),
+            ),
+            finished_at=None,
+            attempts=0,
+            last_error="",
+            lease_owner="",
+            lease_expires_at=None,
+            updated_at=timezone.now(),
+        )
+        if not won:
+            return False
+        MessageEvent.objects.create(
+            message=message, actor=by, action=MessageEvent.Action.RETRY, note=error or ""
+        )
+        enqueue.send_on_commit(TAKE, message.pk)
+    return True

@@ -3,6 +3,7 @@
 from celery import shared_task
 
 from intake import workflow
+from refunds.tasks import soft_limit_drains
 
 
 # celery-types 0.26 predates Celery 5.7's retry_on_worker_lost, hence the ignore.
@@ -13,4 +14,7 @@ from intake import workflow
     max_retries=3,  # a message that kills its worker every time stops; the sweep takes over
 )
 def take_message(message_id: int) -> str:
-    return workflow.message_take(message_id)
+    # Past the soft limit the run stops before its next task, checkpoint saved, and the sweep
+    # hands the message on (as advance_ticket's does).
+    with soft_limit_drains(take_message, workflow.drain_running):
+        return workflow.message_take(message_id)

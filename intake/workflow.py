@@ -252,7 +252,7 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     mail.send_once(
         ticket_id=tickets[0] if tickets else None,
         lease=lease,
-        key=f"{message.thread_id}:ack",
+        key=message.ack_key,
         to=message.sender,
         subject=subject,
         body=body,
@@ -319,6 +319,9 @@ def after_saved(earlier: int, fn: Callable[..., Any], checkpointer: Any) -> Call
     def saved_first(item: Item, *args: Any) -> Any:
         if earlier:
             _wait_for_results(checkpointer, item["thread_id"], earlier)
+        draining = _lease().drain_reason
+        if draining:  # asked to stop (the soft time limit): here, with the results before saved
+            raise GraphDrained(draining)
         return fn(item, *args)
 
     return saved_first
@@ -366,6 +369,17 @@ def workflow():
 
 
 # --- running one message -------------------------------------------------------------------------
+_running: list[leases.Lease] = []  # the leases this process runs a message's intake under now
+
+
+def drain_running(reason: str) -> None:
+    """Ask this process's intake runs to stop before their next task, their results saved, and
+    give their messages back (the soft time limit: intake/tasks.py). Safe from a signal
+    handler."""
+    for lease in list(_running):
+        lease.drain(reason)
+
+
 def message_take(message_id: int) -> str:
     """Run the message's intake to its end under its lease: what a worker's task does. Safe to
     call twice or concurrently: the lease lets one through, the checkpoint skips what is done."""
@@ -379,12 +393,19 @@ def message_take(message_id: int) -> str:
         return _give_up(lease)
     item: Item = {"message_id": message_id, "thread_id": thread_id}
     mine = Message.objects.filter(pk=message_id, lease_epoch=lease.epoch)
+    _running.append(lease)
     try:
         with lease.kept_alive():
             if not persistence.checkpointer().claim_fence(thread_id, lease.epoch):
                 raise FenceLost(f"a newer epoch than {lease.epoch} holds {thread_id}")
             _run(lease, item)
     except (GraphDrained, FenceLost) as exc:
+        if lease.drain_reason and not lease.lost_reason:
+            # Stopped on purpose before a task, the results before it saved: the sweep hands
+            # the message to the next free worker.
+            log.warning("message %s: run drained: %s", message_id, lease.drain_reason)
+            _release(mine, last_error=f"drained: {lease.drain_reason}"[:2000])
+            return "drained"
         log.warning("message %s: run stopped, lease lost: %s", message_id, exc)
         _release(mine, last_error=f"lease lost: {exc}"[:2000])
         return "lease lost"
@@ -395,6 +416,8 @@ def message_take(message_id: int) -> str:
         log.exception("message %s: intake failed", message_id)
         _release(mine, last_error=f"{type(exc).__name__}: {exc}"[:2000])
         return "error"
+    finally:
+        _running.remove(lease)
     _release(mine, finished_at=timezone.now(), attempts=0, last_error="")
     return "finished"
 
@@ -432,5 +455,12 @@ def _give_up(lease: leases.Lease) -> str:
         status=Message.Status.NEEDS_SORTING, sorting_reason=reason[:2000]
     )
     _release(mine, finished_at=timezone.now(), last_error=reason[:2000])
-    log.warning("message %s went to Needs sorting after %s attempts", lease.row_id, tries)
-    return Message.Status.NEEDS_SORTING
+    # Either way it is on ops' Failed page (Message.objects.given_up()) until an admin retries.
+    status = Message.objects.filter(pk=lease.row_id).values_list("status", flat=True).get()
+    log.warning(
+        "message %s: the intake gave up after %s attempts; it is %s",
+        lease.row_id,
+        tries,
+        "in Needs sorting" if status == Message.Status.NEEDS_SORTING else f"{status}, unfinished",
+    )
+    return status

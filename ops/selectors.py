@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
-from refunds import persistence
+from intake.models import Message
+from refunds import mail, persistence
 from refunds.flow.nodes import customer_namespace
 from refunds.flow.words import node_words
 from refunds.models import Email, Ticket
@@ -30,27 +31,39 @@ def failed_threads() -> list[Ticket]:
     return tickets
 
 
+def failed_messages() -> list[Message]:
+    """Customers' messages the intake gave up on after its attempts, newest first."""
+    return list(
+        Message.objects.given_up().select_related("ticket").order_by("-finished_at")[:LIMIT]
+    )
+
+
 # The provider took these but says the customer never got them (its tracking webhook).
 NOT_RECEIVED = (Email.Delivery.BOUNCED, Email.Delivery.COMPLAINED, Email.Delivery.FAILED)
 
 
 def _undelivered() -> QuerySet[Email]:
-    return Email.objects.filter(ticket__status__in=Ticket.FINAL).filter(
+    return Email.objects.filter(mail.resendable()).filter(
         ~Q(status=Email.Status.SENT) | Q(delivery__in=NOT_RECEIVED)
     )
 
 
-def undelivered() -> list[Email]:
-    """Emails of finished tickets that never reached the mail server, or that the provider
-    reported bounced or failed, oldest first."""
-    return list(
+def undelivered() -> list[tuple[Email, tuple[str, str] | None]]:
+    """Emails no run will send any more (finished tickets', finished messages'
+    acknowledgments) that never reached the mail server, or that the provider reported bounced
+    or failed, oldest first; each with what it is about when that is not (only) its ticket
+    (words, url), else None."""
+    emails = list(
         _undelivered().select_related("ticket", "ticket__order").order_by("created_at")[:LIMIT]
     )
+    about = mail.about(emails)
+    return [(email, about.get(email.pk)) for email in emails]
 
 
 def counts() -> dict[str, int]:
     return {
-        "failed": Ticket.objects.filter(status=Ticket.Status.FAILED).count(),
+        "failed": Ticket.objects.filter(status=Ticket.Status.FAILED).count()
+        + Message.objects.given_up().count(),
         "undelivered": _undelivered().count(),
     }
 

@@ -8,6 +8,7 @@ urlpatterns = [
     path("tickets/<int:ticket_id>/fork/", views.thread_fork, name="fork"),
     path("ops/failed/", views.failed, name="failed"),
     path("ops/failed/<int:ticket_id>/retry/", views.retry, name="retry"),
+    path("ops/failed/messages/<int:message_id>/retry/", views.message_retry, name="message_retry"),
     path("ops/undelivered/", views.undelivered, name="undelivered"),
     path("ops/undelivered/<int:email_id>/resend/", views.resend, name="resend"),
     # path, not str: an address may hold "/" (valid in its local part), and with str the links

@@ -14,6 +14,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from intake.models import Message
+from intake.services import message_retry as hand_back
 from ops import diagram, forms, history, selectors
 from ops.models import PrunedThread
 from refunds import permissions, policy, runner, services
@@ -154,7 +156,11 @@ def failed(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "ops/failed.html",
-        {"tickets": selectors.failed_threads(), "is_admin": permissions.is_admin(request.user)},
+        {
+            "tickets": selectors.failed_threads(),
+            "messages_given_up": selectors.failed_messages(),
+            "is_admin": permissions.is_admin(request.user),
+        },
     )
 
 
@@ -166,6 +172,19 @@ def retry(request: HttpRequest, ticket_id: int) -> HttpResponse:
         messages.success(request, f"Ticket {ticket.pk} is back in line; a worker takes it up.")
     else:
         messages.error(request, f"Ticket {ticket.pk} is not failed any more; nothing done.")
+    return redirect("ops:failed")
+
+
+@require_POST
+@admins_only
+def message_retry(request: HttpRequest, message_id: int) -> HttpResponse:
+    message = get_object_or_404(Message, pk=message_id)
+    if hand_back(message=message, by=request.user):
+        messages.success(
+            request, f"Message {message.pk} from {message.sender} is back with the intake."
+        )
+    else:
+        messages.error(request, f"Message {message.pk} was handed back already; nothing done.")
     return redirect("ops:failed")
 
 

@@ -5,7 +5,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from refunds import currencies, permissions, persistence, services
+from refunds import currencies, mail, permissions, persistence, services
 from refunds.flow.words import dollars
 from refunds.models import (
     CannedReason,
@@ -344,12 +344,23 @@ class ChargeAdmin(Dollars, ReadOnly, admin.ModelAdmin):
 
 @admin.register(Email)
 class EmailAdmin(ReadOnly, admin.ModelAdmin):
-    # Five columns fit a 1280 px screen; the key, the last error and an unknown outcome are on
-    # each email's own page (and the Undelivered page lists what needs a person).
-    list_display = ["subject", "to", "status", "attempts", "sent_at"]
+    # Five columns fit a 1280 px screen; the key, the attempts, the last error and an unknown
+    # outcome are on each email's own page (and the Undelivered page lists what needs a person).
+    list_display = ["subject", "to", "regarding", "status", "sent_at"]
     list_filter = ["status"]
     search_fields = ["key", "to"]
     actions = ["resend"]
+
+    @admin.display(description="About")
+    def regarding(self, email: Email) -> str:
+        """Its ticket, or the message another run (the intake) sends it for."""
+        other = mail.about([email]).get(email.pk)
+        if other is not None:
+            return format_html('<a href="{}">{}</a>', other[1], other[0])
+        if email.ticket_id is None:
+            return "—"
+        url = reverse("admin:refunds_ticket_change", args=[email.ticket_id])
+        return format_html('<a href="{}">Ticket {}</a>', url, email.ticket_id)
 
     def has_resend_permission(self, request) -> bool:
         return permissions.is_admin(request.user)

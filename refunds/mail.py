@@ -37,8 +37,10 @@ import smtplib
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from anymail.exceptions import AnymailAPIError, AnymailRecipientsRefused
 from django.conf import settings
@@ -153,9 +155,59 @@ def _claim_for_run(
     )
 
 
+@dataclass(frozen=True)
+class OtherRun:
+    """Outbox rows that a run other than a ticket's sends (the intake's acknowledgments, which
+    may name a ticket or none): registered by the app that runs it (intake/apps.py), since
+    refunds imports nothing of it. `owns` is a Q on Email naming its rows; `settled` the ones
+    whose run is over and will not send them again (a Resend may claim those; the claim is one
+    conditional UPDATE, so a run that starts again meanwhile and the Resend still send once);
+    `busy` says why one not settled is not resent; `about(emails)` what each row is about for
+    the admins' pages ({email id: (words, url)}); `resent(email, by)` records a Resend."""
+
+    owns: Callable[[], Q]
+    settled: Callable[[], Q]
+    busy: str
+    about: Callable[[list[Email]], dict[int, tuple[str, str]]]
+    resent: Callable[[Email, Any], None]
+
+
+OTHER_RUNS: list[OtherRun] = []
+
+
+def also_sent_by(other: OtherRun) -> None:
+    if other not in OTHER_RUNS:
+        OTHER_RUNS.append(other)
+
+
+def owner(email: Email) -> OtherRun | None:
+    """The other run that sends this row, if not a ticket's."""
+    for other in OTHER_RUNS:
+        if Email.objects.filter(other.owns(), pk=email.pk).exists():
+            return other
+    return None
+
+
+def resendable() -> Q:
+    """Outbox rows no run will send any more: a final ticket's (unless another run owns them),
+    or another run's once it settled. Only these appear undelivered and may be resent."""
+    q = Q(ticket__status__in=Ticket.FINAL)
+    for other in OTHER_RUNS:
+        q = (q & ~other.owns()) | other.settled()
+    return q
+
+
+def about(emails: list[Email]) -> dict[int, tuple[str, str]]:
+    """{email id: (words, url)} for rows another run owns (what the admins' pages link to)."""
+    found: dict[int, tuple[str, str]] = {}
+    for other in OTHER_RUNS:
+        found |= other.about(emails)
+    return found
+
+
 def resend(email_id: int) -> bool:
     """Send an outbox message again outside any run (an admin's Resend): True once delivered
-    (now or before). Only a final ticket's messages: no run will send them concurrently."""
+    (now or before). Only rows no run will send concurrently (resendable())."""
     email = Email.objects.select_related("ticket").get(pk=email_id)
     if email.status == Email.Status.SENT:
         return True
@@ -163,7 +215,7 @@ def resend(email_id: int) -> bool:
     with effect_lock(email.key) as held:
         if not held:
             raise EffectBusy(f"another process is sending {email.key}")
-        if not _claim(email.key, claim, Q(ticket__status__in=Ticket.FINAL)):
+        if not _claim(email.key, claim, resendable()):
             return Email.objects.filter(pk=email_id, status=Email.Status.SENT).exists()
         _deliver(email.key, Sender(claim), email.to, email.subject, email.body)
     return True

@@ -2,8 +2,9 @@
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from celery import shared_task
 
@@ -18,25 +19,27 @@ from refunds import mail, metrics, runner, services
     max_retries=3,  # a task that kills its worker every time stops; the sweep takes over
 )
 def advance_ticket(ticket_id: int) -> str:
-    with soft_limit_drains():
+    with soft_limit_drains(advance_ticket, runner.drain_running):
         return runner.advance(ticket_id)
 
 
 @contextmanager
-def soft_limit_drains() -> Iterator[None]:
+def soft_limit_drains(task: Any, drain: Callable[[str], None]) -> Iterator[None]:
     """Celery's soft time limit (CELERY_TASK_SOFT_TIME_LIMIT) is a SIGUSR1 that raises
     SoftTimeLimitExceeded wherever the run is: inside a node, between a charge and its ledger
     row, where a node's retry policy may even retry it. For an advance it asks the run to stop at
     its next step instead, the drain a lost lease takes, and the sweep hands the thread on; the
-    hard limit still ends a node that never returns. Prefork children run tasks on their main
-    thread, the only one that may set a signal handler; other pools have no soft limit."""
+    hard limit still ends a node that never returns. `task` is the running Celery task, `drain`
+    what asks its runs to stop (runner.drain_running; the intake's workflow.drain_running).
+    Prefork children run tasks on their main thread, the only one that may set a signal
+    handler; other pools have no soft limit."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     # The limit travels in the message, set by whoever sent it, else the worker's own.
-    soft = (advance_ticket.request.timelimit or (None, None))[1] or advance_ticket.soft_time_limit
+    soft = (task.request.timelimit or (None, None))[1] or task.soft_time_limit
     reason = f"soft time limit ({soft} s) passed"
-    previous = signal.signal(signal.SIGUSR1, lambda *_: runner.drain_running(reason))
+    previous = signal.signal(signal.SIGUSR1, lambda *_: drain(reason))
     try:
         yield
     finally:

@@ -245,6 +245,33 @@ def test_the_admins_pages_fit_the_screen_and_say_what_they_hold(
     Email.objects.filter(ticket=ticket).update(
         status="failed", last_error="SMTPRecipientsRefused: 550 mailbox unavailable"
     )
+    # A customer's message the intake gave up on, its acknowledgment (of no ticket) undelivered.
+    from django.utils import timezone
+
+    from intake.models import Message
+
+    gave_up = "The intake stopped after 5 attempts (OperationalError: database is locked)."
+    message = Message.objects.create(
+        key="email:<m1@mail.example.com>",
+        channel="email",
+        sender="someone.with.a.long.address@example.com",
+        subject="Where is my parcel? It has been two weeks and nobody answers my emails",
+        body="Hello?",
+        received_at=timezone.now(),
+        thread_id="intake-browser",
+        status="needs_sorting",
+        sorting_reason=gave_up,
+        last_error=gave_up,
+        finished_at=timezone.now(),
+    )
+    Email.objects.create(
+        key=message.ack_key,
+        to=message.sender,
+        subject=f"Re: {message.subject}",
+        body="Thank you for writing to us.",
+        status="failed",
+        last_error="SMTPServerDisconnected: Connection unexpectedly closed",
+    )
     page = page_for(browser, live_server, admin_user, width=width)
 
     page.goto(f"{live_server.url}/tickets/{ticket.pk}/history/")
@@ -272,7 +299,13 @@ def test_the_admins_pages_fit_the_screen_and_say_what_they_hold(
 
     for name in ("failed", "undelivered"):
         page.goto(f"{live_server.url}/ops/{name}/")
-        expect(page.locator("th .sr-only")).to_have_text("Action")
+        expect(
+            page.locator(
+                f"#given-up-{message.pk}, #email-{Email.objects.get(key=message.ack_key).pk}"
+            )
+        ).to_be_visible()
+        for header in page.locator("th .sr-only").all():
+            expect(header).to_have_text("Action")
         _fits(page, width)
         page.screenshot(path=str(shots() / f"shift-{name}-{width}.png"), full_page=True)
 

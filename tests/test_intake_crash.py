@@ -126,3 +126,50 @@ def test_a_worker_paused_past_its_lease_and_woken_after_a_takeover_changes_nothi
         os.kill(pid, signal.SIGCONT)
     # The woken worker finishes its task (acked: quiet) having changed nothing.
     assert_one_ticket_and_one_acknowledgment(message, sinks, workers)
+
+
+def test_a_run_past_the_soft_time_limit_drains_before_its_next_task_and_is_handed_on(
+    workers, sinks, crash_plan, sweep_now, late_order, monkeypatch
+):
+    """The soft limit (3 s) passes while find_orders is slow (6 s): the task finishes, the run
+    stops before open_ticket with the results before it saved, the lease is released, the worker
+    lives on, and the next run opens the ticket and acknowledges without reading or finding the
+    orders again. Celery's own SoftTimeLimitExceeded would have been raised inside the task."""
+    from intake.tasks import take_message
+
+    env = crash_plan(
+        {
+            "*": [
+                {"point": "intake:find_orders", "times": 1, "action": "sleep", "seconds": 6},
+                # Zero-second sleeps: markers that count how often each task ran.
+                {"point": "intake:read", "times": -1, "action": "sleep", "seconds": 0},
+                {"point": "intake:find_orders:done", "times": -1, "action": "sleep", "seconds": 0},
+            ]
+        }
+    )
+    env |= {"CELERY_TASK_SOFT_TIME_LIMIT": "3", "CELERY_TASK_TIME_LIMIT": "60"}
+    env |= {"WEBHOOK_SWEEP_BUDGET_SECONDS": "1", "WEBHOOK_TIMEOUT": "1"}
+    # The limits travel in the message: the sender (this process) is configured like the worker.
+    monkeypatch.setattr(take_message, "soft_time_limit", 3)
+    monkeypatch.setattr(take_message, "time_limit", 60)
+    monkeypatch.setattr(take_message, "_exec_options", None)
+    worker = workers("w1", env=env)
+    message, _ = receive()
+
+    def drained() -> bool:
+        return Message.objects.filter(
+            pk=message.pk,
+            last_error__startswith="drained: soft time limit (3 s) passed",
+            lease_owner="",
+            finished_at__isnull=True,
+        ).exists()
+
+    wait_for(drained, timeout=30, what="the slow run to drain and release its lease")
+    assert "run drained: soft time limit (3 s) passed" in worker.output()
+    assert not Ticket.objects.exists()  # it stopped before open_ticket
+    settle(message, sweep_now)
+    assert_one_ticket_and_one_acknowledgment(message, sinks, workers)
+    ran = [f.split("@")[1] for f in fired(crash_plan.path)]
+    assert ran.count("intake:read") == 1 and ran.count("intake:find_orders:done") == 1
+    assert "SoftTimeLimitExceeded" not in worker.output()
+    assert worker.alive

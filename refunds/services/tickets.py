@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from core.clock import local_words
-from refunds import audit, enqueue, order_source, permissions, policy
+from refunds import audit, enqueue, mail, order_source, permissions, policy
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
 from refunds.models import (
@@ -114,17 +114,23 @@ def email_resend(*, email_id: int, by) -> None:
     if email.status == Email.Status.SENT:
         when = f" ({local_words(email.sent_at)})" if email.sent_at else ""
         raise RefundError(f"That email was already delivered{when}.")
-    if email.ticket is None:
-        raise RefundError("That email belongs to no ticket; only a ticket's emails are resent.")
-    if not email.ticket.is_final:
+    other = mail.owner(email)
+    if not Email.objects.filter(mail.resendable(), pk=email.pk).exists():
+        if other is not None:
+            raise RefundError(other.busy)
+        if email.ticket is None:
+            raise RefundError("That email belongs to no ticket and no other run; nothing sends it.")
         raise RefundError("The ticket is still running; its own run sends this email.")
     with transaction.atomic():
-        audit.record(
-            email.ticket,
-            AuditEvent.Action.RESEND,
-            actor=by,
-            seen={"key": email.key, "last_error": email.last_error},
-        )
+        if email.ticket is not None:
+            audit.record(
+                email.ticket,
+                AuditEvent.Action.RESEND,
+                actor=by,
+                seen={"key": email.key, "last_error": email.last_error},
+            )
+        if other is not None:
+            other.resent(email, by)
         enqueue.resend_on_commit(email.pk)
 
 

@@ -1,0 +1,117 @@
+"""A handful of customers' emails for the demo, handed to the intake as the inbound webhook
+would (intake.services.message_receive, channel email), so a new user finds the intake at work:
+a ticket it opened, one waiting for a manager, and "Needs sorting" with three kinds of message.
+Stable keys: a second run adds nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from intake.services import message_receive
+from refunds.management.commands.demo_data import ORDERS, demo_email
+from refunds.models import Order
+
+# demo_data keeps one customer per order (no repeat-refunder flags); the customer who writes
+# without an order number needs several recent ones, so she gets two of her own, dated from today
+# (the intake looks at the sender's orders of the last INTAKE_RECENT_ORDER_DAYS days).
+SEVERAL = ("Iris Kwan", "iris@example.com", ["1090", "1091"])
+
+
+def _customer(number: str) -> tuple[str, str]:
+    name = next(name for n, name, _late, _fee in ORDERS if n == number)
+    return name, demo_email(number, name)
+
+
+# (key, order whose customer writes, subject, body, what the user will find)
+MESSAGES = [
+    (
+        "demo-late-1044",
+        "1044",
+        "Late delivery, order 1044",
+        "Hi, my order #1044 came two days after the date you promised. Could I get the "
+        "shipping fee back? Thanks, Chloe",
+        "a ticket for order 1044, in the agents' queue",
+    ),
+    (
+        "demo-damaged-1046",
+        "1046",
+        "Broken on arrival",
+        "Hello, order 1046 arrived today and the box was crushed: the lamp inside is broken. "
+        "I would like a refund please. Eli",
+        "a ticket for order 1046 that waits for a manager (damaged)",
+    ),
+    (
+        "demo-no-order-iris",
+        None,
+        "Where is my refund?",
+        "Hi, one of my parcels came late last week and I'd like the delivery charge back. Iris",
+        "Needs sorting: no order number, and the sender has two recent orders",
+    ),
+    (
+        "demo-address-1043",
+        "1043",
+        "New address",
+        "Hello, I moved last month. Please send my future orders to 12 Elm Street. Thank you, Ben",
+        "Needs sorting: not about a refund",
+    ),
+    (
+        "demo-spanish-1054",
+        "1054",
+        "Pedido 1054 con retraso",
+        "Hola, mi pedido 1054 llegó con varios días de retraso. ¿Me pueden devolver el "
+        "costo del envío? Gracias, Mateo",
+        "a ticket for order 1054, read as Spanish",
+    ),
+]
+
+
+class Command(BaseCommand):
+    help = "Hand a few demo customers' emails to the intake (idempotent; the demo only)."
+
+    def handle(self, *args, **options):
+        if not (settings.DEMO and settings.DEBUG):
+            # The same guard as demo_data: demo customers' mail never enters a real desk.
+            raise CommandError(
+                "demo_messages runs only in the demo (REFUNDS_DEMO=true, as bin/run sets); "
+                "this is production, so no demo messages are made."
+            )
+        if not Order.objects.filter(number="1044").exists():
+            raise CommandError("The demo orders are missing: run manage.py demo_data first.")
+        name, email, numbers = SEVERAL
+        today = timezone.localdate()
+        for weeks_ago, own in enumerate(numbers, start=1):
+            Order.objects.get_or_create(
+                number=own,
+                defaults={
+                    "customer_name": name,
+                    "customer_email": email,
+                    "promised_on": today - timedelta(days=7 * weeks_ago),
+                    "delivered_on": today - timedelta(days=7 * weeks_ago - 3),
+                    "shipping_fee_cents": 850,
+                },
+            )
+        added = 0
+        now = timezone.now()
+        for key, number, subject, body, _found in MESSAGES:
+            sender_name, sender = _customer(number) if number else (name, email)
+            _message, created = message_receive(
+                channel="email",
+                key=f"<{key}@demo.example.com>",
+                sender=sender,
+                sender_name=sender_name,
+                subject=subject,
+                body=body,
+                received_at=now,
+                raw=f"From: {sender_name} <{sender}>\nSubject: {subject}\n\n{body}\n",
+                # bin/run loads the demo before it starts the broker: the sweep hands them on.
+                wake=False,
+            )
+            added += created
+        self.stdout.write(
+            f"Demo messages: {added} new of {len(MESSAGES)}; the intake reads them once the "
+            "workers are up (the recovery sweep hands them on)."
+        )
