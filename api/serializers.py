@@ -45,7 +45,22 @@ extend_schema_field({"oneOf": [{"type": "string", "maxLength": 32}, {"type": "in
 )
 
 
-class TicketOpen(serializers.Serializer):
+class StrictBody(serializers.Serializer):
+    """A request body that is a JSON object with only the fields the serializer names: anything
+    else is a 400 that says so, not a field silently dropped."""
+
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
+            )
+        return super().to_internal_value(data)
+
+
+class TicketOpen(StrictBody):
     """Open a refund ticket for an order."""
 
     order_number = OrderNumberField(help_text="The order to refund the shipping fee of.")
@@ -62,16 +77,6 @@ class TicketOpen(serializers.Serializer):
             "max_length": f"The note is too long (at most {NOTE_MAX} characters)",
         },
     )
-
-    def to_internal_value(self, data: Any) -> dict:
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError(
-                {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
-            )
-        return super().to_internal_value(data)
 
     def validate_note(self, value: Any) -> str:
         if not isinstance(self.initial_data.get("note", ""), str):
@@ -270,7 +275,7 @@ class AnyOrderLine(serializers.JSONField):
     is refused on its own, not the whole request); the schema shows what it should hold."""
 
 
-class OrdersPush(serializers.Serializer):
+class OrdersPush(StrictBody):
     """Create or update up to 1,000 orders by order number."""
 
     orders = serializers.ListField(
@@ -286,16 +291,6 @@ class OrdersPush(serializers.Serializer):
             "null": "orders must be a list of orders.",
         },
     )
-
-    def to_internal_value(self, data: Any) -> dict:
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError(
-                {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
-            )
-        return super().to_internal_value(data)
 
 
 class OrderResult(serializers.Serializer):
@@ -313,7 +308,7 @@ class OrdersPushed(serializers.Serializer):
     results = OrderResult(many=True)
 
 
-class MessageIn(serializers.Serializer):
+class MessageIn(StrictBody):
     """A customer's message, as a helpdesk received it; the intake reads it and opens the
     ticket (or sends it to "Needs sorting")."""
 
@@ -339,16 +334,6 @@ class MessageIn(serializers.Serializer):
     received_at = serializers.DateTimeField(
         required=False, help_text="When the customer sent it; now when left out."
     )
-
-    def to_internal_value(self, data: Any) -> dict:
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({NON_FIELD: ["The body must be a JSON object."]})
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError(
-                {NON_FIELD: [f"Unknown field(s): {', '.join(unknown)}."]}
-            )
-        return super().to_internal_value(data)
 
 
 class MessageOut(serializers.Serializer):
