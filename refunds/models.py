@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, Sum
 from django.db.models.functions import Now, Upper
 
@@ -264,18 +266,25 @@ class Ticket(models.Model):
             models.Index(fields=["status", "amount_cents", "id"], name="ticket_status_amount_idx"),
             models.Index(fields=["created_at"], name="ticket_created_idx"),
         ]
-        constraints = [
-            # One open ticket per order, kept by the database: a helpdesk retrying a POST, or two
-            # people opening the same order at once, cannot start a second refund of it.
-            models.UniqueConstraint(
-                fields=["order"],
-                condition=Q(status__in=["new", "running", "awaiting_review", "failed"]),
-                name="one_open_ticket_per_order",
-            ),
-        ]
 
     def __str__(self) -> str:
         return f"Ticket {self.pk} ({self.thread_id})"
+
+    def save(self, *args, **kwargs) -> None:
+        """A new ticket is linked to its first order in the same transaction (ticket_open links
+        the others): the link's partial UNIQUE index is what refuses a second open ticket."""
+        if self.pk is not None:
+            return super().save(*args, **kwargs)
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            TicketOrder.close_finished([self.order_id])
+            TicketOrder.objects.create(
+                ticket=self, order_id=self.order_id, position=0, open=self.status in self.OPEN
+            )
+
+    def order_numbers(self) -> list[str]:
+        """The ticket's orders, first order first (the prefetched links when there are some)."""
+        return [link.order.number for link in self.links.all()]
 
     @property
     def is_final(self) -> bool:
@@ -311,6 +320,40 @@ def user_roles(user) -> set[str]:
     return cached
 
 
+class TicketOrder(models.Model):
+    """One order a ticket covers (a ticket covers one or more orders of one customer; its first
+    is also Ticket.order). `open` says the ticket may still refund the order: set when the link
+    is made, cleared when a later ticket for the order finds this one finished (ticket_open),
+    and the partial UNIQUE index on it keeps one open ticket per order, whoever races."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="links")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="links")
+    position = models.PositiveSmallIntegerField(default=0)
+    open = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["ticket", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["ticket", "order"], name="ticket_order_once"),
+            # One open ticket per order, kept by the database: a helpdesk retrying a POST, or two
+            # tickets naming one order at once, cannot start a second refund of it.
+            models.UniqueConstraint(
+                fields=["order"], condition=Q(open=True), name="one_open_ticket_per_order"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.ticket} covers {self.order}"
+
+    @classmethod
+    def close_finished(cls, order_ids) -> None:
+        """Close these orders' links whose ticket finished (a link is closed lazily, by whoever
+        needs the order next: the partial UNIQUE index only counts open links)."""
+        cls.objects.filter(order_id__in=order_ids, open=True).exclude(
+            ticket__status__in=Ticket.OPEN
+        ).update(open=False)
+
+
 class UnappliedQuerySet(models.QuerySet):
     def unapplied(self) -> UnappliedQuerySet:
         """Recorded and neither applied nor refused: the thread still owes it a run."""
@@ -330,6 +373,9 @@ class Decision(models.Model):
     reason = models.TextField(blank=True)  # for the customer: their email quotes it
     note = models.TextField(blank=True)  # internal: stays on the desk, never in the thread
     amount_cents = models.PositiveIntegerField(null=True, blank=True)  # a manager's lower amount
+    # A ticket of several orders: the answer per order number ({"answer", "amount_cents",
+    # "reason"}); `answer` then says whether any was approved. None: `answer` is for them all.
+    orders = models.JSONField(null=True, blank=True)
     decided_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
@@ -343,16 +389,26 @@ class Decision(models.Model):
         return f"{self.get_answer_display()} by {self.reviewer} on {self.ticket}"
 
     def as_resume_value(self) -> dict:
-        return resume_value(self.answer, self.reason, self.reviewer.username, self.amount_cents)
+        return resume_value(
+            self.answer, self.reason, self.reviewer.username, self.amount_cents, self.orders
+        )
 
 
-def resume_value(answer: str, reason: str, reviewer: str, amount_cents: int | None) -> dict:
+def resume_value(
+    answer: str,
+    reason: str,
+    reviewer: str,
+    amount_cents: int | None,
+    orders: dict | None = None,
+) -> dict:
     """What a decision sends into the thread with `Command(resume=...)`. The internal note is
     left out on purpose: what enters the thread can reach the customer's email, the note must
     not."""
-    value: dict[str, str | int] = {"answer": answer, "reason": reason, "reviewer": reviewer}
+    value: dict[str, Any] = {"answer": answer, "reason": reason, "reviewer": reviewer}
     if amount_cents is not None:
         value["amount_cents"] = amount_cents  # an "edit": the amount to pay instead
+    if orders:
+        value["orders"] = orders  # the answer per order of a ticket of several
     return value
 
 

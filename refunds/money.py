@@ -101,7 +101,8 @@ def _reserve(
             "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
             f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s), "
             "k.id, k.status, k.receipt "
-            "FROM refunds_ticket t JOIN refunds_order o ON o.id = t.order_id "
+            "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
+            "JOIN refunds_order o ON o.id = l.order_id "
             "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
             "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else ""),
             [key, key, ticket_id, order_id],

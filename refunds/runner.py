@@ -19,6 +19,7 @@ nodes (tests/test_crash.py). Every run that can reach `charge_card`, `email` or 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -42,13 +43,14 @@ from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
-from refunds.models import Charge, Decision, Fork, Order, Ticket, resume_value
+from refunds.models import Charge, Decision, Fork, Order, Ticket, TicketOrder, resume_value
 from refunds.payments import get_gateway
 from refunds.persistence import FenceLost, graph, snapshot, thread_config
 
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
-EFFECT_NODES = ["charge_card", "email", "notify"]  # the first leg stops before these
+# The first leg stops before these.
+EFFECT_NODES = ["charge_card", "charge_order", "email", "notify"]
 _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
 
 
@@ -179,16 +181,34 @@ def collaborators(lease: leases.Lease) -> Collaborators:
 
     return Collaborators(
         find_order=find_order,
-        pay=partial(
-            money.pay,
-            gateway=get_gateway(),
-            ticket_id=lease.ticket_id,
-            order_id=lease.order_id,
-            lease=lease,
-        ),
+        pay=partial(_pay, gateway=get_gateway(), lease=lease),
         send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
         agent_limit_cents=policy.agent_limit_cents(),
         track=carrier.track if (carrier := get_carrier()) is not None else None,
+    )
+
+
+def _pay(
+    *, gateway, lease: leases.Lease, key: str, amount_cents: int, order_number: str = ""
+) -> str:
+    """money.pay for one of the ticket's orders: its first, or the one a charge_order names."""
+    order_id = lease.order_id
+    if order_number and order_number != lease.order_number:
+        found = (
+            TicketOrder.objects.filter(ticket_id=lease.ticket_id, order__number=order_number)
+            .values_list("order_id", flat=True)
+            .first()
+        )
+        if found is None:
+            raise ValueError(f"ticket {lease.ticket_id} covers no order {order_number}")
+        order_id = found
+    return money.pay(
+        gateway=gateway,
+        ticket_id=lease.ticket_id,
+        order_id=order_id,
+        lease=lease,
+        key=key,
+        amount_cents=amount_cents,
     )
 
 
@@ -225,9 +245,15 @@ def initial_input(lease: leases.Lease) -> RefundState:
     reason, reading = (
         Ticket.objects.filter(pk=lease.ticket_id).values_list("reason", "reading").get()
     )
+    numbers = list(
+        TicketOrder.objects.filter(ticket_id=lease.ticket_id)
+        .order_by("position")
+        .values_list("order__number", flat=True)
+    )
     return {
         "ticket_key": lease.thread_id,
         "order_number": lease.order_number,
+        "order_numbers": numbers or [lease.order_number],
         "note": lease.note,
         "reason": reason,
         "reading": reading,
@@ -251,7 +277,7 @@ class _Answer:
 def _open_decisions(ticket_id: int) -> list[tuple]:
     users = get_user_model()._meta.db_table
     return sql.fetchall(
-        "SELECT d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username "
+        "SELECT d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username, d.orders "
         f"FROM refunds_decision d JOIN {users} u ON u.id = d.reviewer_id "
         f"WHERE d.ticket_id = %s AND {queries.unapplied('d')} ORDER BY d.id",
         [ticket_id],
@@ -261,12 +287,14 @@ def _open_decisions(ticket_id: int) -> list[tuple]:
 def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | None):
     """Return the recorded decision the thread waits on, if any; close out the others."""
     chosen = None
-    for pk, interrupt_id, answer, reason, amount_cents, reviewer in _open_decisions(
+    for pk, interrupt_id, answer, reason, amount_cents, reviewer, orders in _open_decisions(
         lease.ticket_id
     ):
         one = _fenced(Decision.objects.filter(pk=pk), lease)
         if interrupt_id in pending and chosen is None:
-            value = resume_value(answer, reason, reviewer, amount_cents)
+            if isinstance(orders, str):  # SQLite hands JSON back as text, PostgreSQL parsed
+                orders = json.loads(orders)
+            value = resume_value(answer, reason, reviewer, amount_cents, orders)
             chosen = _Answer(pk, interrupt_id, value)
         elif pk == answered:  # a crash after the resume landed, before we noted it
             one.update(applied_at=timezone.now())

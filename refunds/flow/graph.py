@@ -37,7 +37,16 @@ def build_graph(
     g.add_node("email", node("email"), retry_policy=nodes.MAIL_RETRY)
     g.add_node("notify", node("notify"), retry_policy=nodes.MAIL_RETRY)
 
-    g.add_edge(START, "lookup")
+    # A ticket of several orders (flow version 4) fans out here: one check_order per order,
+    # gathered by `checks`' reducer; later its charges fan out the same way.
+    g.add_node("check_order", node("check_order"))
+    g.add_node("gather", node("gather"))
+    g.add_node("charge_order", node("charge_order"), retry_policy=nodes.CHARGE_RETRY)
+    g.add_node("settle_charges", node("settle_charges"))
+    g.add_conditional_edges(START, nodes.fan_out, ["lookup", "check_order"])
+    g.add_edge("check_order", "gather")
+    g.add_conditional_edges("gather", nodes.route_gathered, ["decline", "triage"])
+    g.add_edge("charge_order", "settle_charges")
     # Two edges out: the fraud and history checks run in the same step.
     g.add_edge("lookup", "fraud_check")
     g.add_edge("lookup", "history_check")
@@ -50,7 +59,9 @@ def build_graph(
         g.add_edge(["fraud_check", "history_check", "carrier_tracking"], "check_policy")
     g.add_conditional_edges("check_policy", nodes.route_policy, ["decline", "triage"])
     g.add_edge("decline", "notify")
-    g.add_conditional_edges("approve", nodes.route_decision, ["charge_card", "notify"])
+    g.add_conditional_edges(
+        "approve", nodes.route_decision, ["charge_card", "charge_order", "email", "notify"]
+    )
     g.add_edge("notify", END)
     g.add_edge("email", END)
     return g

@@ -3,11 +3,12 @@ context. No Django imports: the graph runs against fakes in memory for tests."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date, timedelta
-from typing import Literal
+from typing import Any, Literal, cast
 
 from langgraph.runtime import Runtime
-from langgraph.types import Command, RetryPolicy, interrupt
+from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 from core.clock import day_words
 from refunds import policy
@@ -19,10 +20,16 @@ from refunds.flow.errors import (
     RetryableGatewayError,
 )
 from refunds.flow.state import (
+    ChargeTask,
+    CheckTask,
     Collaborators,
     CustomerHistory,
+    OrderAnswer,
+    OrderCharge,
+    OrderCheck,
     RefundState,
     ReviewAnswer,
+    ReviewOrder,
     ReviewRequest,
 )
 from refunds.flow.words import days, dollars
@@ -93,7 +100,8 @@ def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> Refund
         items = runtime.store.search(
             customer_namespace(state["order"]["customer_email"]), limit=1000
         )
-        refunds = [i.value for i in items if i.key != state["ticket_key"]]
+        own = state["ticket_key"]
+        refunds = [i.value for i in items if i.key != own and not i.key.startswith(own + ":")]
     since = (runtime.context.today() - timedelta(days=RECENT_DAYS)).isoformat()
     recent = [r for r in refunds if r.get("refunded_on", "") >= since]
     history: CustomerHistory = {
@@ -144,6 +152,9 @@ def route_policy(state: RefundState) -> Literal["decline", "triage"]:
 
 
 def decline(state: RefundState) -> RefundState:
+    if several(state):
+        reasons = " ".join(f"Order {c['number']}: {c['declined_reason']}" for c in _checks(state))
+        return {"outcome": "declined", "outcome_reason": reasons, "trail": ["decline"]}
     order = state["order"]
     if state["late_by_days"] > 0 or not policy.routes_by_lateness(_reason(state)):
         # Nothing left to refund.
@@ -223,6 +234,8 @@ def review_request(state: RefundState) -> ReviewRequest:
 
 
 def approve(state: RefundState) -> RefundState:
+    if several(state):
+        return approve_several(state)
     # This node runs again from the top on resume: nothing before interrupt() may have an effect.
     answer: ReviewAnswer = interrupt(review_request(state))
     if answer.get("answer") not in ("approve", "reject"):
@@ -247,7 +260,11 @@ def approve(state: RefundState) -> RefundState:
     return update
 
 
-def route_decision(state: RefundState) -> Literal["charge_card", "notify"]:
+def route_decision(
+    state: RefundState,
+) -> list[Send] | Literal["charge_card", "notify", "email"]:
+    if several(state):
+        return send_charges(state)
     return "charge_card" if state["decision"]["answer"] == "approve" else "notify"
 
 
@@ -326,17 +343,19 @@ def notify_key(state: RefundState) -> str:
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     """Tell the customer why there is no refund (declined by policy or rejected by a reviewer)."""
     order = state["order"]
-    error = _deliver(
-        runtime,
-        key=notify_key(state),
-        to=order["customer_email"],
-        subject=f"About your refund request for order {order['number']}",
-        body=(
+    if several(state):
+        subject = f"About your refund request for orders {', '.join(state['order_numbers'])}"
+        body = several_email_body(state, refunded_words=False)
+    else:
+        subject = f"About your refund request for order {order['number']}"
+        body = (
             f"Hello {order['customer_name']},\n\n"
             f"We looked at your request about order {order['number']} and cannot refund "
             f"the shipping fee. {state['outcome_reason']}\n\n"
             "Reply to this message if something is not right.\n\nRefund Desk"
-        ),
+        )
+    error = _deliver(
+        runtime, key=notify_key(state), to=order["customer_email"], subject=subject, body=body
     )
     note = f"Told {order['customer_email']} why." if not error else f"Email not delivered: {error}."
     return {"email_delivered": not error, "notes": [note], "trail": ["notify"]}
@@ -354,29 +373,43 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     refund standing, with the email shown as not delivered."""
     order = state["order"]
     amount = state["amount_cents"]
-    error = _deliver(
-        runtime,
-        key=email_key(state["ticket_key"]),
-        to=order["customer_email"],
-        subject=f"Your refund for order {order['number']}",
-        body=(
+    if several(state):
+        subject = f"Your refund for orders {', '.join(state['order_numbers'])}"
+        body = several_email_body(state, refunded_words=True)
+        paid = {
+            f"{state['ticket_key']}:{c['number']}": (c["number"], c["amount_cents"])
+            for c in (state.get("charges") or {}).values()
+            if c.get("receipt")
+        }
+    else:
+        subject = f"Your refund for order {order['number']}"
+        body = (
             f"Hello {order['customer_name']},\n\n"
             f"We refunded {dollars(amount)} in shipping for order {order['number']}, "
             f"{_why_refunded(state)}. Receipt: {state['receipt']}.\n\n"
             "Refund Desk"
-        ),
+        )
+        paid = {state["ticket_key"]: (order["number"], amount)}
+    error = _deliver(
+        runtime,
+        key=email_key(state["ticket_key"]),
+        to=order["customer_email"],
+        subject=subject,
+        body=body,
     )
     if runtime.store is not None:
-        # Keyed by the ticket, so a re-run writes the same record again, not a second one.
-        runtime.store.put(
-            customer_namespace(order["customer_email"]),
-            state["ticket_key"],
-            {
-                "amount_cents": amount,
-                "order": order["number"],
-                "refunded_on": runtime.context.today().isoformat(),
-            },
-        )
+        # Keyed by the ticket (and the order, for several), so a re-run writes the same records
+        # again, not second ones.
+        for key, (number, cents) in paid.items():
+            runtime.store.put(
+                customer_namespace(order["customer_email"]),
+                key,
+                {
+                    "amount_cents": cents,
+                    "order": number,
+                    "refunded_on": runtime.context.today().isoformat(),
+                },
+            )
     note = (
         f"Confirmation sent to {order['customer_email']}."
         if not error
@@ -389,3 +422,348 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         "notes": [note],
         "trail": ["email"],
     }
+
+
+# --- a ticket of several orders ----------------------------------------------------------------
+# One order runs the nodes above as they are. Several fan out: `fan_out` sends one check_order
+# per order (the same lookup, fraud, history and policy as above, on that order alone), `gather`
+# sums them up for triage, the one review answers per order, `send_charges` sends one
+# charge_order per approved order, and `settle_charges` sends the refused ones back to a
+# manager or goes on to the one email that lists every order.
+
+
+def several(state: RefundState) -> bool:
+    return len(state.get("order_numbers") or []) > 1
+
+
+def fan_out(state: RefundState) -> list[Send] | Literal["lookup"]:
+    if not several(state):
+        return "lookup"
+    return [
+        Send(
+            "check_order",
+            CheckTask(ticket_key=state["ticket_key"], order_number=number, reason=_reason(state)),
+        )
+        for number in state["order_numbers"]
+    ]
+
+
+def check_order(task: CheckTask, runtime: Runtime[Collaborators]) -> RefundState:
+    """lookup, fraud_check, history_check and check_policy for one order, in one task: pure
+    reads, so a task that dies is simply run again."""
+    local: RefundState = {
+        "ticket_key": task["ticket_key"],
+        "order_number": task["order_number"],
+        "reason": task["reason"],
+    }
+    steps: list[Callable[[RefundState], RefundState]] = [
+        lambda s: lookup(s, runtime),
+        fraud_check,
+        lambda s: history_check(s, runtime),
+        check_policy,
+    ]
+    for step in steps:
+        _fold(local, step(local))
+    refundable = route_policy(local) == "triage"
+    number = local["order"]["number"]
+    check: OrderCheck = {
+        "number": number,
+        "order": local["order"],
+        "balance_cents": local["balance_cents"],
+        "amount_cents": local["balance_cents"] if refundable else 0,
+        "late_by_days": local["late_by_days"],
+        "refundable": refundable,
+        "declined_reason": "" if refundable else decline(local)["outcome_reason"],
+        "flags": local.get("flags", []),
+        "notes": local.get("notes", []),
+        "history": local["history"],
+    }
+    return {"checks": {number: check}, "trail": [f"check_order:{number}"]}
+
+
+def _fold(local: RefundState, update: RefundState) -> None:
+    """Apply a node's update to a task's own state as the graph would: lists append."""
+    merged = cast(dict[str, Any], local)
+    for key, value in update.items():
+        merged[key] = merged.get(key, []) + value if key in ("flags", "notes", "trail") else value
+
+
+def _checks(state: RefundState) -> list[OrderCheck]:
+    """The ticket's orders' checks, in the ticket's order."""
+    checks = state.get("checks") or {}
+    return [checks[n] for n in state.get("order_numbers", []) if n in checks]
+
+
+def gather(state: RefundState) -> RefundState:
+    """Every order checked: the ticket's amount is the sum of what the policy allows."""
+    checks = _checks(state)
+    first = checks[0]
+    open_ = [c for c in checks if c["refundable"]]
+    flags = [f"Order {c['number']}: {flag}" for c in open_ for flag in c["flags"]]
+    declined = [c for c in checks if not c["refundable"]]
+    notes = [
+        f"{len(checks)} orders for {first['order']['customer_name']}: "
+        f"{len(open_)} refundable ({dollars(sum(c['amount_cents'] for c in open_))}), "
+        f"{len(declined)} declined by policy."
+    ]
+    return {
+        "order": first["order"],
+        "history": first["history"],
+        "balance_cents": sum(c["balance_cents"] for c in checks),
+        "amount_cents": sum(c["amount_cents"] for c in open_),
+        "late_by_days": max(c["late_by_days"] for c in checks),
+        "flags": flags,
+        "notes": notes,
+        "trail": ["gather"],
+    }
+
+
+def route_gathered(state: RefundState) -> Literal["decline", "triage"]:
+    return "triage" if any(c["refundable"] for c in _checks(state)) else "decline"
+
+
+def _review_orders(state: RefundState) -> list[ReviewOrder]:
+    charges = state.get("charges") or {}
+    lines: list[ReviewOrder] = []
+    for check in _checks(state):
+        charge = charges.get(check["number"], {})
+        status: Literal["open", "declined", "refunded"] = "open"
+        if not check["refundable"]:
+            status = "declined"
+        elif charge.get("receipt"):
+            status = "refunded"
+        lines.append(
+            {
+                "number": check["number"],
+                "amount_cents": check["amount_cents"] if status == "open" else 0,
+                "fee_cents": check["order"]["fee_cents"],
+                "late_by_days": check["late_by_days"],
+                "status": status,
+                "declined_reason": check.get("declined_reason", ""),
+                "receipt": charge.get("receipt", ""),
+                "notes": list(check["notes"]),
+                "flags": list(check["flags"]),
+            }
+        )
+    return lines
+
+
+def several_review_request(state: RefundState) -> ReviewRequest:
+    request = review_request(state)
+    orders = _review_orders(state)
+    open_ = [o for o in orders if o["status"] == "open"]
+    first = state["order"]
+    lines = [
+        f"**Refund {dollars(sum(o['amount_cents'] for o in open_))}** shipping on "
+        f"{len(open_)} of {len(orders)} orders for {first['customer_name']} "
+        f"({first['customer_email']}): "
+        + ", ".join(f"**{o['number']}** {dollars(o['amount_cents'])}" for o in open_)
+        + "."
+    ]
+    for o in orders:
+        if o["status"] == "declined":
+            lines.append(f"Order {o['number']} is declined by policy: {o['declined_reason']}")
+        elif o["status"] == "refunded":
+            lines.append(f"Order {o['number']} is refunded already (receipt {o['receipt']}).")
+    if state.get("payment_error"):
+        lines.append(
+            f"**A charge was refused:** {state['payment_error']}. Approve to try again, or reject."
+        )
+    # The reason and the customer's words, as one order's review says them.
+    lines += [
+        line
+        for line in request["description"].split("\n\n")
+        if line.startswith(("**Reason", "Customer says"))
+    ]
+    numbers = [o["number"] for o in open_]
+    request["action_request"] = {
+        "action": "refund",
+        "args": {"orders": numbers, "amount_cents": sum(o["amount_cents"] for o in open_)},
+    }
+    request["description"] = "\n\n".join(lines)
+    request["amount_cents"] = sum(o["amount_cents"] for o in open_)
+    request["orders"] = orders
+    return request
+
+
+def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAnswer]:
+    """The reviewer's answer for each open order: its own entry in `orders`, else the
+    answer for all. Refuses an order that is not open or an amount above what it asks."""
+    open_ = {o["number"]: o for o in _review_orders(state) if o["status"] == "open"}
+    given = answer.get("orders") or {}
+    unknown = set(given) - set(open_)
+    if unknown:
+        raise ValueError(f"the review has no open order {', '.join(sorted(unknown))}")
+    answers: dict[str, OrderAnswer] = {}
+    for number, line in open_.items():
+        one = given.get(number) or {"answer": answer["answer"], "reason": answer.get("reason", "")}
+        if one.get("answer") not in ("approve", "reject"):
+            raise ValueError(f"order {number}: the answer must be approve or reject")
+        if one["answer"] == "reject":
+            answers[number] = {"answer": "reject", "reason": one.get("reason", "")}
+            continue
+        amount = one.get("amount_cents", line["amount_cents"])
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise ValueError(f"order {number}: the amount must be whole cents")
+        if not 0 < amount <= line["amount_cents"]:
+            raise ValueError(
+                f"order {number}: an approved amount must be between 1 and {line['amount_cents']}"
+            )
+        answers[number] = {"answer": "approve", "amount_cents": amount}
+    return answers
+
+
+def approve_several(state: RefundState) -> RefundState:
+    # This node runs again from the top on resume: nothing before interrupt() may have an effect.
+    answer: ReviewAnswer = interrupt(several_review_request(state))
+    if answer.get("answer") not in ("approve", "reject"):
+        raise ValueError(f"review answer must be approve or reject, got {answer!r}")
+    answers = answer_orders(state, answer)
+    checks = state.get("checks") or {}
+    who = answer.get("reviewer", "a reviewer")
+    words = []
+    for number, one in answers.items():
+        if one["answer"] == "approve":
+            asked = checks[number]["amount_cents"]
+            lowered = f", lowered from {dollars(asked)}" if one["amount_cents"] < asked else ""
+            words.append(f"{number} approved {dollars(one['amount_cents'])}{lowered}")
+        else:
+            why = f" ({one['reason']})" if one.get("reason") else ""
+            words.append(f"{number} rejected{why}")
+    approved = [n for n, one in answers.items() if one["answer"] == "approve"]
+    paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
+    update: RefundState = {
+        "decision": answer,
+        "checks": {n: {**checks[n], "answer": one} for n, one in answers.items()},
+        "amount_cents": sum(answers[n]["amount_cents"] for n in approved)
+        + sum(c["amount_cents"] for c in paid),
+        "payment_error": "",
+        "notes": [f"Reviewed by {who}: " + "; ".join(words) + "."],
+        "trail": ["approve"],
+    }
+    if not approved and not paid:
+        reasons = [one.get("reason", "") for one in answers.values() if one.get("reason")]
+        update |= {"outcome": "rejected", "outcome_reason": "; ".join(dict.fromkeys(reasons))}
+    return update
+
+
+def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
+    """One charge_order per approved order not refunded yet; none left: the email (or, with
+    nothing approved at all, the note of why not)."""
+    charges = state.get("charges") or {}
+    sends = [
+        Send(
+            "charge_order",
+            ChargeTask(
+                ticket_key=state["ticket_key"],
+                number=check["number"],
+                amount_cents=check["answer"]["amount_cents"],
+            ),
+        )
+        for check in _checks(state)
+        if check.get("answer", {}).get("answer") == "approve"
+        and not charges.get(check["number"], {}).get("receipt")
+    ]
+    if sends:
+        return sends
+    return "email" if any(c.get("receipt") for c in charges.values()) else "notify"
+
+
+def order_charge_key(ticket_key: str, number: str, amount_cents: int) -> str:
+    # charge_key's rule, per order: a re-run finds the first charge, a lower amount its own key.
+    return f"{ticket_key}:charge_card:{number}:{amount_cents}"
+
+
+def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundState:
+    """Move one order's money once, checked against that order's balance at charge time. A
+    definite "no" is written down for settle_charges (a manager decides); an outcome not known
+    propagates and stops the run, as charge_card's does."""
+    number, amount = task["number"], task["amount_cents"]
+    charge: OrderCharge = {"number": number, "amount_cents": amount}
+    try:
+        charge["receipt"] = runtime.context.pay(
+            key=order_charge_key(task["ticket_key"], number, amount),
+            amount_cents=amount,
+            order_number=number,
+        )
+    except ChargeRefused as exc:
+        charge["error"] = str(exc)
+    except RetryableGatewayError as exc:
+        if _attempt(runtime) < CHARGE_RETRY.max_attempts:
+            raise  # the RetryPolicy runs this order's task again
+        charge["error"] = f"the gateway stayed unavailable ({exc})"
+    note = (
+        f"Order {number}: charged {dollars(amount)}, receipt {charge['receipt']}."
+        if charge.get("receipt")
+        else f"Order {number}: charge refused: {charge['error']}. No money moved."
+    )
+    return {"charges": {number: charge}, "notes": [note], "trail": [f"charge_order:{number}"]}
+
+
+def settle_charges(state: RefundState) -> Command[Literal["email", "approve"]]:
+    """Every charge of the fan-out answered: a refused one goes back to a manager (the others
+    stay paid), else on to the one email."""
+    charges = state.get("charges") or {}
+    refused = {
+        c["number"]: charges[c["number"]].get("error", "")
+        for c in _checks(state)
+        if (c.get("answer") or {}).get("answer") == "approve"
+        and charges.get(c["number"], {}).get("error")
+        and not charges[c["number"]].get("receipt")
+    }
+    paid = sum(c["amount_cents"] for c in charges.values() if c.get("receipt"))
+    if refused:
+        why = "; ".join(f"order {n}: {e}" for n, e in refused.items())
+        return Command(
+            update={
+                "payment_error": why,
+                "required_role": "manager",
+                # The refused orders' charge entries are dropped, so the re-review asks again.
+                "charges": {n: {"number": n, "amount_cents": 0} for n in refused},
+                "amount_cents": paid,
+                "notes": [f"Charge refused ({why}); {dollars(paid)} paid stands."],
+                "trail": ["payment_failed"],
+            },
+            goto="approve",
+        )
+    receipts = ", ".join(c["receipt"] for c in charges.values() if c.get("receipt"))
+    return Command(
+        update={
+            "receipt": receipts,
+            "payment_error": "",
+            "amount_cents": paid,
+            "trail": ["settle_charges"],
+        },
+        goto="email",
+    )
+
+
+def several_lines(state: RefundState) -> tuple[list[str], list[str]]:
+    """The email's two lists: what was refunded, and what was not and why."""
+    charges = state.get("charges") or {}
+    refunded, not_refunded = [], []
+    for check in _checks(state):
+        number = check["number"]
+        charge = charges.get(number, {})
+        answer = check.get("answer") or {}
+        if charge.get("receipt"):
+            refunded.append(
+                f"- Order {number}: {dollars(charge['amount_cents'])} (receipt {charge['receipt']})"
+            )
+        elif not check["refundable"]:
+            not_refunded.append(f"- Order {number}: {check['declined_reason']}")
+        else:
+            why = answer.get("reason") or state.get("outcome_reason") or "not approved"
+            not_refunded.append(f"- Order {number}: not refunded ({why}).")
+    return refunded, not_refunded
+
+
+def several_email_body(state: RefundState, *, refunded_words: bool) -> str:
+    refunded, not_refunded = several_lines(state)
+    parts = [f"Hello {state['order']['customer_name']},", ""]
+    if refunded_words and refunded:
+        parts += ["We refunded the shipping fee of these orders:", *refunded, ""]
+    if not_refunded:
+        parts += ["We could not refund these:", *not_refunded, ""]
+    parts += ["Reply to this message if something is not right.", "", "Refund Desk"]
+    return "\n".join(parts)

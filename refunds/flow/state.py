@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 3  # bump with a state-shape change; see refunds/flow/versions.py
+FLOW_VERSION = 4  # bump with a state-shape change; see refunds/flow/versions.py
 
 
 class OrderFacts(TypedDict):
@@ -45,17 +45,82 @@ class Tracking(TypedDict, total=False):
     error: str
 
 
+class OrderAnswer(TypedDict, total=False):
+    """A reviewer's answer for one order of a ticket of several."""
+
+    answer: Literal["approve", "reject"]
+    amount_cents: int  # approve: what to pay (a manager may lower it)
+    reason: str  # reject: why, for the customer
+
+
 class ReviewAnswer(TypedDict, total=False):
     answer: Literal["approve", "reject"]
     reason: str
     reviewer: str
     decision_id: int
     amount_cents: int  # an "edit": a manager approves a lower amount
+    # A ticket of several orders: the answer per order number; an order left out gets `answer`.
+    orders: dict[str, OrderAnswer]
+
+
+class OrderCheck(TypedDict, total=False):
+    """What the per-order check (lookup, fraud, history, policy) found for one order of a ticket
+    of several; the review lists one per order."""
+
+    number: str
+    order: OrderFacts
+    balance_cents: int
+    amount_cents: int  # what the ticket asks for it: its balance, 0 when the policy declines
+    late_by_days: int
+    refundable: bool
+    declined_reason: str  # why the policy declines it, in words for the customer
+    flags: list[str]
+    notes: list[str]
+    history: CustomerHistory
+    # After the review: approved (with the amount to pay) or rejected (with why).
+    answer: OrderAnswer
+
+
+class OrderCharge(TypedDict, total=False):
+    """One order's charge in the charge fan-out: its receipt, or a definite "no"."""
+
+    number: str
+    amount_cents: int
+    receipt: str
+    error: str
+
+
+class ChargeTask(TypedDict):
+    """What Send hands one charge_order task: the order, the amount, the thread's key."""
+
+    ticket_key: str
+    number: str
+    amount_cents: int
+
+
+class CheckTask(TypedDict):
+    """What Send hands one check_order task."""
+
+    ticket_key: str
+    order_number: str
+    reason: str
+
+
+def merge_by_order(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """The fan-outs' reducer: each task writes its own order's entry; a later write for the same
+    order (a re-review, a retried charge) replaces that entry only."""
+    return {**(left or {}), **(right or {})}
 
 
 class RefundState(TypedDict, total=False):
     ticket_key: str  # the thread's business key, also the prefix of every idempotency key
-    order_number: str
+    order_number: str  # the ticket's first (or only) order
+    # Every order the ticket covers, first first (flow version 4). One order runs the checks as
+    # nodes of their own; several fan out with Send, one check_order per order, and their
+    # results gather in `checks`, their charges in `charges`, keyed by order number.
+    order_numbers: list[str]
+    checks: Annotated[dict[str, OrderCheck], merge_by_order]
+    charges: Annotated[dict[str, OrderCharge], merge_by_order]
     note: str
     # Why the customer asks (refunds.policy.REASONS) and what the intake's reader found in their
     # message (intake.reading.Reading's JSON; None for a ticket a person opened by number).
@@ -111,12 +176,28 @@ class ReviewRequest(TypedDict):
     payment_error: str
     reason: str  # refunds.policy.REASONS; the queue and the API show it
     reading: dict[str, Any] | None  # what the reader found, with its quotes and who read it
+    # A ticket of several orders: one line per order (its amount, notes and flags, whether the
+    # policy declined it or it is refunded already); `amount_cents` is then their total.
+    orders: NotRequired[list[ReviewOrder]]
+
+
+class ReviewOrder(TypedDict):
+    number: str
+    amount_cents: int  # 0: nothing to decide (declined by policy, or refunded already)
+    fee_cents: int
+    late_by_days: int
+    status: Literal["open", "declined", "refunded"]
+    declined_reason: str
+    receipt: str
+    notes: list[str]
+    flags: list[str]
 
 
 class Payer(Protocol):
-    def __call__(self, *, key: str, amount_cents: int) -> str:
+    def __call__(self, *, key: str, amount_cents: int, order_number: str = "") -> str:
         """Move the money once per key and return the receipt. Raises ChargeRefused (a person
-        decides), RetryableGatewayError (try again), or anything else (the run stops)."""
+        decides), RetryableGatewayError (try again), or anything else (the run stops). The
+        order is the ticket's first unless `order_number` names another of its orders."""
         ...
 
 

@@ -16,6 +16,9 @@ History:
 - 3: `reason` (why the customer asks; the policy routes by it) and `reading` (what the intake
   read from their message). A thread paused before them was opened by order number for a late
   delivery: it carries on as one, with no reading.
+- 4: `order_numbers` (a ticket covers one or more orders), `checks` and `charges` (the fan-outs'
+  per-order results). A thread from before covers its one order: it gets `order_numbers` and
+  runs the one-order path it started on, whose nodes and keys are unchanged.
 """
 
 from __future__ import annotations
@@ -37,7 +40,11 @@ def _to_3(values: dict[str, Any]) -> dict[str, Any]:
     return {"reason": LATE_DELIVERY, "reading": None}
 
 
-UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3}
+def _to_4(values: dict[str, Any]) -> dict[str, Any]:
+    return {"order_numbers": [values["order_number"]]} if values.get("order_number") else {}
+
+
+UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4}
 
 
 def version_of(values: dict[str, Any] | None) -> int:

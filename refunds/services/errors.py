@@ -23,12 +23,13 @@ class AlreadyDecided(RefundError):
 class TicketAlreadyOpen(RefundError):
     """The order has an open ticket: at most one per order. `ticket` is that one."""
 
-    def __init__(self, ticket: Ticket, *, note_kept: bool = False):
+    def __init__(self, ticket: Ticket, *, note_kept: bool = False, number: str = ""):
         self.ticket = ticket
         self.note_kept = note_kept
+        self.number = number or ticket.order.number  # the order asked for that it covers
         kept = " Your note is added to its timeline." if note_kept else ""
         super().__init__(
-            f"Order {ticket.order.number} already has an open ticket ({ticket.pk}, "
+            f"Order {self.number} already has an open ticket ({ticket.pk}, "
             f"{ticket.get_status_display().lower()}); it is shown instead of a new one.{kept}"
         )
 

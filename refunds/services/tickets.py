@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
@@ -17,6 +18,7 @@ from refunds.models import (
     Fork,
     Order,
     Ticket,
+    TicketOrder,
 )
 from refunds.money import money_moved
 from refunds.services.errors import (
@@ -27,59 +29,118 @@ from refunds.services.errors import (
     TicketAlreadyOpen,
 )
 
+NUMBER_MAX = 32  # Order.number's max_length
+ORDERS_MAX = 20  # orders one ticket may cover: a customer's batch, not a whole shop
+
 
 def ticket_open(
     *,
-    order_number: str,
+    order_number: str = "",
+    order_numbers: Sequence[str] | None = None,
     note: str = "",
     opened_by=None,
     reason: str = policy.LATE_DELIVERY,
     reading: dict | None = None,
 ) -> Ticket:
-    """Open a ticket for an order. `opened_by` None is the desk itself (intake, tools); a person
-    must be in a desk group (refunds.permissions.open_refusal). `reason` is why the customer asks
-    (refunds.policy.REASONS); `reading`, what the intake's reader found in their message."""
+    """Open a ticket for one order (`order_number`) or several of one customer's
+    (`order_numbers`, the first becomes Ticket.order). `opened_by` None is the desk itself
+    (intake, tools); a person must be in a desk group (refunds.permissions.open_refusal).
+    `reason` is why the customer asks (refunds.policy.REASONS); `reading`, what the intake's
+    reader found in their message. An order that has an open ticket raises TicketAlreadyOpen
+    with that ticket; nothing is opened then."""
     if opened_by is not None:
         refusal = permissions.open_refusal(opened_by)
         if refusal:
             raise PermissionDenied(refusal)
-    number = (order_number or "").strip()
-    if not number:
-        raise RefundError("Enter an order number.")
-    # PostgreSQL refuses a NUL in any text (a 500), and no order number holds a control character.
-    if not number.isprintable():
-        raise RefundError("An order number holds no control characters (such as NUL).")
+    numbers = order_numbers_clean([order_number] if order_numbers is None else order_numbers)
     if "\x00" in (note or ""):
         raise RefundError("The note holds a NUL character; remove it.")
     if len(note or "") > NOTE_MAX:
         raise RefundError(f"The note is too long ({len(note)} characters, at most {NOTE_MAX}).")
     if reason not in policy.TICKET_REASONS:
         raise RefundError(f"{policy.REASONS.get(reason, repr(reason))} opens no refund ticket.")
-    order = order_find(order_number=number)
-    if order is None:
-        raise RefundError(f"There is no order {number}.")
-    existing = Ticket.objects.open().filter(order=order).select_related("order").first()
+    orders = []
+    for number in numbers:
+        order = order_find(order_number=number)
+        if order is None:
+            raise RefundError(f"There is no order {number}.")
+        orders.append(order)
+    customers = {o.customer_email.lower() for o in orders}
+    if len(customers) > 1:
+        raise RefundError(
+            "A ticket covers one customer's orders; "
+            + ", ".join(f"{o.number} is {o.customer_email}'s" for o in orders)
+            + "."
+        )
+    existing = _open_ticket_of(orders)
     if existing is not None:
-        raise _already_open(existing, note, opened_by)
+        raise _already_open(*existing, note, opened_by)
+    first = orders[0]
     try:
         with transaction.atomic():
+            # A link still marked open whose ticket finished is closed now, by whoever needs
+            # the order next (the partial UNIQUE index only counts open links).
+            TicketOrder.close_finished([o.pk for o in orders])
             ticket = Ticket.objects.create(
-                thread_id=f"refund-{order.number}-{uuid.uuid4().hex[:10]}",
-                order=order,
+                thread_id=f"refund-{first.number}-{uuid.uuid4().hex[:10]}",
+                order=first,
                 note=(note or "").strip(),
                 opened_by=opened_by if opened_by and opened_by.is_authenticated else None,
                 reason=reason,
                 reading=reading,
                 flow_version=FLOW_VERSION,  # the shape its thread starts with (see flow/state.py)
             )
+            TicketOrder.objects.bulk_create(
+                TicketOrder(ticket=ticket, order=order, position=i)
+                for i, order in enumerate(orders[1:], start=1)
+            )
             audit.record(ticket, AuditEvent.Action.OPEN, actor=opened_by, note=ticket.note)
             enqueue.advance_on_commit(ticket.pk)
     except IntegrityError:  # two requests at once: the partial UNIQUE index let one through
-        existing = Ticket.objects.open().filter(order=order).select_related("order").first()
+        existing = _open_ticket_of(orders)
         if existing is None:
             raise
-        raise _already_open(existing, note, opened_by) from None
+        raise _already_open(*existing, note, opened_by) from None
     return ticket
+
+
+def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
+    """The order numbers a ticket is asked for, stripped, each once, in the order given; a
+    RefundError says what is wrong with them."""
+    cleaned: list[str] = []
+    for raw in numbers:
+        if not isinstance(raw, str):
+            raise RefundError("Each order number is text, such as 1042.")
+        number = raw.strip()
+        if not number:
+            continue
+        # PostgreSQL refuses a NUL in any text (a 500), and no order number holds a control
+        # character.
+        if not number.isprintable():
+            raise RefundError("An order number holds no control characters (such as NUL).")
+        if len(number) > NUMBER_MAX:
+            raise RefundError(f"{number[:40]}… is too long for an order number.")
+        if number not in cleaned:
+            cleaned.append(number)
+    if not cleaned:
+        raise RefundError("Enter an order number.")
+    if len(cleaned) > ORDERS_MAX:
+        raise RefundError(
+            f"A ticket covers at most {ORDERS_MAX} orders ({len(cleaned)} given); "
+            "open another for the rest."
+        )
+    return cleaned
+
+
+def _open_ticket_of(orders: list[Order]) -> tuple[Ticket, str] | None:
+    """An open ticket covering one of these orders, and which order, or None."""
+    link = (
+        TicketOrder.objects.filter(order__in=orders, ticket__status__in=Ticket.OPEN)
+        .select_related("ticket__order", "order")
+        .order_by("ticket_id")
+        .first()
+    )
+    return (link.ticket, link.order.number) if link is not None else None
 
 
 def order_find(*, order_number: str) -> Order | None:
@@ -94,14 +155,14 @@ def order_find(*, order_number: str) -> Order | None:
         raise ShopUnavailable(str(exc)) from exc
 
 
-def _already_open(ticket: Ticket, note: str, by) -> TicketAlreadyOpen:
+def _already_open(ticket: Ticket, number: str, note: str, by) -> TicketAlreadyOpen:
     """The order's open ticket, with what the person typed kept on its timeline: a second
     report of the same order is often the one with the detail that matters."""
     note = (note or "").strip()
     if note:
         actor = by if by and by.is_authenticated else None
         audit.record(ticket, AuditEvent.Action.NOTE, actor=actor, note=note)
-    return TicketAlreadyOpen(ticket, note_kept=bool(note))
+    return TicketAlreadyOpen(ticket, note_kept=bool(note), number=number)
 
 
 def email_resend(*, email_id: int, by) -> None:
@@ -200,6 +261,11 @@ def ticket_fork(
     over = fork_balance_refusal(ticket, amount_cents)
     if over:
         raise RefundError(over)
+    if ticket.links.count() > 1:
+        raise RefundError(
+            "A ticket of several orders cannot be forked; a reviewer lowers any order's amount "
+            "in the review instead."
+        )
     if ticket.status not in FORKABLE:
         raise RefundError(
             "Only a ticket awaiting review, rejected or failed can be forked; "
@@ -217,6 +283,9 @@ def ticket_fork(
             )
             if not moved:
                 raise RefundError("The ticket moved on meanwhile; reload it and try again.")
+            # Open again: its order's link too (a finished ticket's stale link closed first).
+            TicketOrder.close_finished([ticket.order_id])
+            TicketOrder.objects.filter(ticket=ticket).update(open=True)
             fork = Fork.objects.create(
                 ticket=ticket,
                 by=by,
