@@ -15,6 +15,7 @@ from refunds.models import (
     Fork,
     Order,
     Ticket,
+    TicketOrder,
 )
 from refunds.money import money_moved
 
@@ -124,6 +125,15 @@ class OrderAdmin(admin.ModelAdmin):
         return f"{currencies.from_minor(order.shipping_fee_cents, order.currency)} {order.currency}"
 
 
+class TicketOrderInline(ReadOnly, admin.TabularInline):
+    model = TicketOrder
+    extra = 0
+    fields = readonly_fields = ("position", "order", "open")
+    can_delete = False
+    verbose_name = "order covered"
+    verbose_name_plural = "orders covered (the first is the ticket's order)"
+
+
 class DecisionInline(Dollars, ReadOnly, admin.TabularInline):
     model = Decision
     extra = 0
@@ -132,6 +142,7 @@ class DecisionInline(Dollars, ReadOnly, admin.TabularInline):
         "reviewer",
         "answer",
         "amount",
+        "orders",
         "reason",
         "note",
         "decided_at",
@@ -200,7 +211,7 @@ class TicketAdmin(Dollars, ReadOnly, admin.ModelAdmin):
         "updated_at",
     ]
     list_filter = ["status", "required_role"]
-    search_fields = ["thread_id", "order__number"]
+    search_fields = ["thread_id", "links__order__number"]
     list_select_related = ["order"]
     readonly_fields = [
         "thread_id",
@@ -226,7 +237,7 @@ class TicketAdmin(Dollars, ReadOnly, admin.ModelAdmin):
         "fork_link",
         "checkpoint_history",
     ]
-    inlines = [DecisionInline, ForkInline, ChargeInline, EmailInline]
+    inlines = [TicketOrderInline, DecisionInline, ForkInline, ChargeInline, EmailInline]
     actions = ["retry_failed"]
 
     @admin.display(description="Checkpoint history (newest first)")
