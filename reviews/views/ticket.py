@@ -24,6 +24,7 @@ from intake import services as intake
 from intake.models import Message
 from refunds import permissions, selectors, services
 from refunds.models import CannedReason, Ticket
+from reviews.forms import order_numbers_typed
 from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, with_pending_decisions
 
 
@@ -38,12 +39,23 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
         values = {k: request.POST.get(k, "") for k in values}
         if values["message"].strip() or values["sender"].strip():
             return _paste(request, values)
+        numbers = order_numbers_typed(values["order_number"])
         try:
             ticket = services.ticket_open(
-                opened_by=request.user, order_number=values["order_number"], note=values["note"]
+                opened_by=request.user, order_numbers=numbers, note=values["note"]
             )
         except services.TicketAlreadyOpen as exc:
-            messages.info(request, str(exc))
+            # "Order 1044 already has an open ticket (7, …)": which order, which ticket; and
+            # the other orders typed, none opened either.
+            said = str(exc)
+            others = [n for n in numbers if n not in exc.ticket.order_numbers()]
+            if others:
+                said += (
+                    f" No ticket was opened for {', '.join(others)}: type "
+                    f"{'it' if len(others) == 1 else 'them'} again without {exc.number} to "
+                    "open one."
+                )
+            messages.info(request, said)
             url = reverse("reviews:ticket", args=[exc.ticket.pk])
             if request.htmx:
                 return HttpResponseClientRedirect(url)
@@ -52,7 +64,12 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
             context: dict[str, Any] = {"error": str(exc), "values": values}
             template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
             return render(request, template, context, status=400)
-        text = f"Opened ticket {ticket.pk} for order {ticket.order.number}."
+        covered = ticket.order_numbers()
+        text = (
+            f"Opened ticket {ticket.pk} for order {covered[0]}."
+            if len(covered) == 1
+            else f"Opened ticket {ticket.pk} for orders {', '.join(covered)}."
+        )
         if request.htmx:
             context = {"opened": ticket, "values": {}}
             response = render(request, "reviews/_ticket_form.html", context)
