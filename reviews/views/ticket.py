@@ -23,7 +23,7 @@ from django_htmx.http import (
 from intake import services as intake
 from intake.models import Message
 from refunds import permissions, selectors, services
-from refunds.models import CannedReason, Ticket
+from refunds.models import AuditEvent, CannedReason, Ticket
 from reviews.forms import order_numbers_typed
 from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, with_pending_decisions
 
@@ -125,12 +125,22 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     if refusal:
         raise PermissionDenied(refusal)
     message = get_object_or_404(Message.objects.select_related("ticket__order"), pk=message_id)
-    tickets = (
-        Ticket.objects.filter(audit_events__seen__message_id=message.pk)
-        .select_related("order")
-        .distinct()
+    # Where the intake placed it: each ticket's entry names the message, whether it was added
+    # to an open ticket, and the message's orders that ticket covers.
+    events = (
+        AuditEvent.objects.filter(seen__message_id=message.pk)
+        .select_related("ticket__order")
+        .order_by("id")
     )
-    context = {"message": message, "tickets": tickets}
+    placed = [
+        {
+            "ticket": e.ticket,
+            "added": bool(e.seen.get("added")),
+            "orders": list(e.seen.get("orders") or [e.ticket.order.number]),
+        }
+        for e in events
+    ]
+    context = {"message": message, "placed": placed}
     if request.htmx:
         response = render(request, "reviews/_message_status.html", context)
         if message.status != Message.Status.RECEIVED:
