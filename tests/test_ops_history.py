@@ -461,3 +461,9 @@ def test_a_refunded_ticket_of_several_orders_tells_each_orders_charge_from_its_s
     assert "Next: Charged the refund of order 1042, Charged the refund of order 1044" in text
     assert "Charged the refund of order 1042, Charged the refund of order 1044 " in text
     assert not re.search(r"\{(&#x27;|')", html)  # the checks and charges in words, not dicts
+    # The ticket page's trail says each fan-out once, with its orders.
+    ticket_page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    assert (
+        "Checked orders 1042, 1044 and 1047 → Gathered the orders&#x27; checks → Chose who "
+        "reviews → Review by a person → Charged the refunds of orders 1042 and 1044 → Settled"
+    ) in ticket_page
