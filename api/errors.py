@@ -2,11 +2,12 @@
 
     {"status": 404, "code": "not_found", "error": "There is no ticket 7."}
 
-plus `fields` for a validation error (which field said what) and `ticket` for a 409 (the open
-ticket of the order). DRF's exceptions get this shape from `exception_handler`; anything else
-under /api/ that would answer HTML or an empty body (Django's 404 for an unknown URL, a CSRF
-failure page, a 500) is rewritten to it by `api_guard_middleware`, which also answers 413 for a
-body over API_MAX_BODY_BYTES and 429 past the per-address rate before any view runs."""
+plus `fields` for a validation error (which field said what), and for a 409 `ticket` (the open
+ticket of the order) and `order_number` (which of the orders asked for it covers). DRF's
+exceptions get this shape from `exception_handler`; anything else under /api/ that would answer
+HTML or an empty body (Django's 404 for an unknown URL, a CSRF failure page, a 500) is rewritten
+to it by `api_guard_middleware`, which also answers 413 for a body over API_MAX_BODY_BYTES and
+429 past the per-address rate before any view runs."""
 
 from __future__ import annotations
 
@@ -64,9 +65,10 @@ class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
 
-    def __init__(self, message: str, ticket: dict):
+    def __init__(self, message: str, ticket: dict, order_number: str = ""):
         super().__init__(message)
         self.ticket = ticket
+        self.order_number = order_number  # the order asked for that the open ticket covers
 
 
 class Unprocessable(exceptions.APIException):
@@ -122,6 +124,8 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
             code = "parse_error"
         elif isinstance(exc, Conflict):
             extra["ticket"] = exc.ticket
+            if exc.order_number:
+                extra["order_number"] = exc.order_number
         elif isinstance(exc, ShopUnavailable):
             code = ShopUnavailable.default_code
             response["Retry-After"] = str(ORDER_SOURCE_RETRY_AFTER)

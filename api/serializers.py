@@ -13,9 +13,11 @@ from rest_framework.settings import api_settings
 from refunds import policy
 from refunds.models import Charge, Decision, Email, Ticket
 from refunds.services import NOTE_MAX
+from refunds.services import tickets as tickets_service
 
 NON_FIELD = api_settings.NON_FIELD_ERRORS_KEY
 ORDERS_PUSH_MAX = 1000
+ORDERS_MAX = tickets_service.ORDERS_MAX  # orders one ticket may cover
 
 
 class OrderNumberField(serializers.Field):
@@ -45,6 +47,51 @@ extend_schema_field({"oneOf": [{"type": "string", "maxLength": 32}, {"type": "in
 )
 
 
+class OrderNumbersField(serializers.Field):
+    """Several order numbers of one customer: a list of strings (or whole numbers), each once."""
+
+    default_error_messages = {
+        "invalid": 'order_numbers must be a list of order numbers, such as ["1042", "1044"]',
+        "empty": "order_numbers is empty: name at least one order",
+        "too_many": f"order_numbers names {{count}} orders; a ticket covers at most {ORDERS_MAX}",
+        "item": 'order_numbers[{index}] must be a string such as "1042"',
+        "blank": "order_numbers[{index}] is blank",
+        "item_too_long": "order_numbers[{index}] is too long (at most 32 characters)",
+    }
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        if not isinstance(data, list):
+            self.fail("invalid")
+        if not data:
+            self.fail("empty")
+        if len(data) > ORDERS_MAX:
+            self.fail("too_many", count=len(data))
+        numbers = []
+        for index, item in enumerate(data):
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                self.fail("item", index=index)
+            text = str(item)
+            if not text.strip():
+                self.fail("blank", index=index)
+            if len(text) > 32:
+                self.fail("item_too_long", index=index)
+            numbers.append(text)
+        return numbers
+
+    def to_representation(self, value: list[str]) -> list[str]:
+        return value
+
+
+extend_schema_field(
+    {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": ORDERS_MAX,
+        "items": {"oneOf": [{"type": "string", "maxLength": 32}, {"type": "integer"}]},
+    }
+)(OrderNumbersField)
+
+
 class StrictBody(serializers.Serializer):
     """A request body that is a JSON object with only the fields the serializer names: anything
     else is a 400 that says so, not a field silently dropped."""
@@ -61,9 +108,17 @@ class StrictBody(serializers.Serializer):
 
 
 class TicketOpen(StrictBody):
-    """Open a refund ticket for an order."""
+    """Open a refund ticket for an order (`order_number`) or for several of one customer's
+    (`order_numbers`): one of the two."""
 
-    order_number = OrderNumberField(help_text="The order to refund the shipping fee of.")
+    order_number = OrderNumberField(
+        required=False, help_text="The order to refund the shipping fee of."
+    )
+    order_numbers = OrderNumbersField(
+        required=False,
+        help_text="Instead of order_number: several orders of one customer, one ticket for "
+        f"them all (the first is its order_number; at most {ORDERS_MAX}).",
+    )
     note = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -82,6 +137,18 @@ class TicketOpen(StrictBody):
         if not isinstance(self.initial_data.get("note", ""), str):
             raise serializers.ValidationError("note must be a string")
         return value
+
+    def validate(self, attrs: dict) -> dict:
+        given = [name for name in ("order_number", "order_numbers") if name in attrs]
+        if not given:
+            raise serializers.ValidationError(
+                {"order_number": ["Missing field: order_number (or order_numbers, a list)"]}
+            )
+        if len(given) == 2:
+            raise serializers.ValidationError(
+                {NON_FIELD: ["Give order_number or order_numbers, not both."]}
+            )
+        return attrs
 
 
 class TicketRef(serializers.ModelSerializer):
@@ -127,7 +194,12 @@ class EmailOut(serializers.ModelSerializer):
 
 
 class TicketOut(serializers.ModelSerializer):
-    order_number = serializers.CharField(source="order.number")
+    order_number = serializers.CharField(source="order.number", help_text="Its first order.")
+    order_numbers = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Every order the ticket covers, its first order first.",
+    )
     # Lazy: the words follow the agent limit in force when the schema is drawn.
     required_role = serializers.SerializerMethodField(help_text=lazy(policy.role_help, str)())
     nodes_run = serializers.ListField(child=serializers.CharField())
@@ -142,6 +214,7 @@ class TicketOut(serializers.ModelSerializer):
             "id",
             "thread_id",
             "order_number",
+            "order_numbers",
             "note",
             "status",
             "required_role",
@@ -191,6 +264,9 @@ class Error(serializers.Serializer):
     code = serializers.CharField()
     error = serializers.CharField(help_text="What went wrong, in words for a person.")
     ticket = TicketRef(required=False, help_text="On 409: the order's open ticket.")
+    order_number = serializers.CharField(
+        required=False, help_text="On 409: the order asked for that the open ticket covers."
+    )
 
 
 # "fields" cannot be a class attribute of a serializer (it is the serializer's own field map).

@@ -22,6 +22,7 @@ from api import idempotency
 from api.errors import Conflict, ShopUnavailable, Unprocessable, body
 from api.serializers import (
     NON_FIELD,
+    ORDERS_MAX,
     DecisionIn,
     DecisionMade,
     Error,
@@ -56,6 +57,7 @@ def _errors(*codes: int) -> dict:
 def _with_details(tickets):
     return tickets.select_related("order").prefetch_related(
         "charges",
+        "links__order",
         "emails",
         Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")),
     )
@@ -95,7 +97,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 @extend_schema(
     methods=["POST"],
     operation_id="tickets_open",
-    summary="Open a refund ticket for an order",
+    summary="Open a refund ticket for an order, or one for several orders of one customer",
     request=TicketOpen,
     parameters=[IDEMPOTENCY_HEADER],
     responses={201: TicketRef, **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)},
@@ -138,15 +140,20 @@ def _order_from_the_shop(request: Request) -> None:
     """An order the desk lacks, asked of the shop (REFUNDS_ORDER_SOURCE) and stored."""
     if not order_source.configured():
         return  # nothing to ask: the desk's own orders are read inside the transaction
-    number = request.data.get("order_number") if isinstance(request.data, dict) else None
-    if not isinstance(number, str) or not number.strip():
-        return  # the form below says what is wrong
-    try:
-        found = services.order_find(order_number=number.strip())
-    except services.ShopUnavailable as exc:
-        raise ShopUnavailable(str(exc)) from None
-    if found is None:  # said here: inside the transaction the shop is not asked again
-        raise serializers.ValidationError(f"There is no order {number.strip()}.")
+    data = request.data if isinstance(request.data, dict) else {}
+    asked = data.get("order_numbers")
+    numbers = asked if isinstance(asked, list) else [data.get("order_number")]
+    if len(numbers) > ORDERS_MAX:
+        return  # the form below says so
+    for number in numbers:
+        if not isinstance(number, str) or not number.strip() or len(number) > 32:
+            continue  # the form below says what is wrong
+        try:
+            found = services.order_find(order_number=number.strip())
+        except services.ShopUnavailable as exc:
+            raise ShopUnavailable(str(exc)) from None
+        if found is None:  # said here: inside the transaction the shop is not asked again
+            raise serializers.ValidationError(f"There is no order {number.strip()}.")
 
 
 def _open(request: Request, *, raise_conflict: bool = True) -> Response:
@@ -161,8 +168,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
     except services.TicketAlreadyOpen as exc:
         ref = TicketRef(exc.ticket, context={"request": request}).data
         if raise_conflict:
-            raise Conflict(str(exc), ticket=ref) from None
-        return Response(body(409, str(exc), ticket=ref), status=409)
+            raise Conflict(str(exc), ticket=ref, order_number=exc.number) from None
+        return Response(body(409, str(exc), ticket=ref, order_number=exc.number), status=409)
     except services.ShopUnavailable as exc:
         raise ShopUnavailable(str(exc)) from None
     except PermissionDenied as exc:

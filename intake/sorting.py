@@ -18,15 +18,14 @@ from django.utils import timezone
 
 from core.clock import local_words
 from intake.models import Message, MessageEvent
+from intake.placing import open_or_add
 from refunds import audit, permissions, policy
 from refunds.models import AuditEvent, Order, Ticket
 from refunds.services import (
     NOTE_MAX,
     RefundError,
-    TicketAlreadyOpen,
     order_find,
     ticket_decide,
-    ticket_open,
 )
 
 ORDERS_MAX = 10  # one message names a few orders; more is a paste gone wrong
@@ -45,25 +44,30 @@ class SortingError(RefundError):
 
 @dataclass
 class Sorted:
-    """What sorting did: tickets opened, open tickets the message was added to."""
+    """What sorting did: the ticket opened (with its orders), open tickets the message was
+    added to (each with the message's orders it covers)."""
 
     opened: list[Ticket] = field(default_factory=list)
     added: list[Ticket] = field(default_factory=list)
+    orders: dict[int, list[str]] = field(default_factory=dict)  # ticket id: the message's orders
 
     def words(self) -> str:
         parts = []
         if self.opened:
             parts.append(
-                "Opened "
-                + ", ".join(f"ticket {t.pk} for order {t.order.number}" for t in self.opened)
+                "Opened " + ", ".join(f"ticket {t.pk} for {self._orders(t)}" for t in self.opened)
             )
         if self.added:
             parts.append(
                 "Added the message to "
-                + ", ".join(f"the open ticket {t.pk} of order {t.order.number}" for t in self.added)
+                + ", ".join(f"the open ticket {t.pk} of {self._orders(t)}" for t in self.added)
                 + " (an order has one open ticket)"
             )
         return "; ".join(parts) + "."
+
+    def _orders(self, ticket: Ticket) -> str:
+        numbers = self.orders.get(ticket.pk) or [ticket.order.number]
+        return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
 
 
 def order_numbers_read(text: str) -> list[str]:
@@ -114,9 +118,10 @@ def message_sort(
     by,
     other_customer_ok: bool = False,
 ) -> Sorted:
-    """Open the ticket for a message a person sorted: one per order (until a ticket holds
-    several, issue 18), with the reason they chose and what the reader read; an order that has
-    an open ticket gets the message on that ticket's timeline instead. An order of a customer
+    """Open the ticket for a message a person sorted: one ticket covering its orders, with the
+    reason they chose and what the reader read; an order that has an open ticket gets the
+    message on that ticket's timeline instead (intake/placing.py). Orders of several customers
+    are refused (a ticket covers one customer's orders). An order of a customer
     other than the sender is refused unless `other_customer_ok` (the person ticked that they
     checked it: a forwarded message, a partner writing for a customer)."""
     _refuse_unless_desk_user(by)
@@ -147,16 +152,19 @@ def message_sort(
         )
         if not won:
             raise _taken(message)
-        for order in orders:
-            try:
-                # No note: the message itself is on the ticket's page, its reading on the card.
-                ticket = ticket_open(
-                    order_number=order.number, opened_by=by, reason=reason, reading=message.reading
-                )
-            except TicketAlreadyOpen as exc:
-                result.added.append(exc.ticket)
-            else:
-                result.opened.append(ticket)
+        try:
+            # No note: the message itself is on the ticket's page, its reading on the card.
+            where = open_or_add(
+                [o.number for o in orders], opened_by=by, reason=reason, reading=message.reading
+            )
+        except RefundError as exc:  # several customers' orders: nothing of it is kept
+            raise SortingError(f"{exc} Nothing was opened; sort one customer's orders.") from exc
+        if where.opened is not None:
+            result.opened.append(where.opened)
+            result.orders[where.opened.pk] = where.opened_orders
+        for ticket, numbers in where.added:
+            result.added.append(ticket)
+            result.orders[ticket.pk] = numbers
         first = (result.opened or result.added)[0]
         status = Message.Status.OPENED if result.opened else Message.Status.ADDED
         Message.objects.filter(pk=message.pk).update(ticket=first, status=status)

@@ -6,10 +6,12 @@ Message.thread_id) with four @tasks, each run once per message:
    desk; each asked of the desk, then of the shop (refunds.services.order_find). An order whose
    customer is not the sender, several customers' orders, no order, a message not about a
    refund or a reader that failed: the message goes to "Needs sorting" with the reason.
-3. open the ticket: in one transaction fenced by the message's lease epoch, a ticket per order
-   (refunds.services.ticket_open, with the reason and the reading), or the message added to the
-   timeline of the order's open ticket, or the message marked "Needs sorting". The message's
-   status is the record that it was placed: a replay finds it placed and opens nothing.
+3. open the ticket: in one transaction fenced by the message's lease epoch, one ticket covering
+   the message's orders (refunds.services.ticket_open(order_numbers=...), with the reason and the
+   reading; intake/placing.py), the message added to the timeline of the open ticket of an order
+   that has one, or the message marked "Needs sorting" (also when ticket_open refuses the
+   orders). The message's status is the record that it was placed: a replay finds it placed and
+   opens nothing.
 4. acknowledge: one email to the sender through the outbox (refunds/mail.py), claimed with the
    message's lease epoch, also for a message that went to "Needs sorting".
 
@@ -41,7 +43,7 @@ from langgraph.func import entrypoint, task
 from langgraph.runtime import get_runtime
 
 from core import sql
-from intake import reader
+from intake import placing, reader
 from intake.models import Message
 from intake.reading import Reading
 from intake.services import message_problems
@@ -180,48 +182,43 @@ def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict
         reading = Reading.from_json(read["reading"])
         try:
             with transaction.atomic():  # all of the message's orders, or none
-                opened, added = _open_each(message, reading, found["orders"])
+                where = _open_together(message, reading, found["orders"])
         except services.RefundError as exc:
             return _to_sorting(message, f"The ticket could not be opened: {exc}")
-        first = (opened or added)[0]
         Message.objects.filter(pk=message.pk).update(
-            status=Message.Status.OPENED if opened else Message.Status.ADDED, ticket_id=first
+            status=Message.Status.OPENED if where.opened else Message.Status.ADDED,
+            ticket_id=where.first.pk,
         )
         return placed(Message.objects.get(pk=message.pk))
 
 
-def _open_each(message: Message, reading: Reading, numbers: list[str]):
-    opened: list[int] = []
-    added: list[int] = []
+def _open_together(message: Message, reading: Reading, numbers: list[str]) -> placing.Placed:
+    """One ticket for the message's orders that have no open ticket; the message added to the
+    open tickets of the others (each ticket's audit entry names the message and its orders:
+    placed() reads them back)."""
     words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
-    for number in numbers:
-        try:
-            ticket = services.ticket_open(
-                order_number=number,
-                note=f"{words}: {reading.summary}"[:NOTE_MAX],
-                opened_by=None,
-                reason=reading.reason,
-                reading=reading.as_json(),
-            )
-        except services.TicketAlreadyOpen as exc:
-            audit.record(
-                exc.ticket,
-                AuditEvent.Action.NOTE,
-                note=f"{words} added to this ticket (from {message.sender}): {message.body}"[
-                    :NOTE_MAX
-                ],
-                seen={"message_id": message.pk, "added": True},
-            )
-            added.append(exc.ticket.pk)
-            continue
+    where = placing.open_or_add(
+        numbers,
+        note=f"{words}: {reading.summary}"[:NOTE_MAX],
+        opened_by=None,
+        reason=reading.reason,
+        reading=reading.as_json(),
+    )
+    for ticket, orders in where.added:
         audit.record(
             ticket,
             AuditEvent.Action.NOTE,
-            note=f"Opened from {words.lower()} (from {message.sender}).",
-            seen={"message_id": message.pk},
+            note=f"{words} added to this ticket (from {message.sender}): {message.body}"[:NOTE_MAX],
+            seen={"message_id": message.pk, "added": True, "orders": orders},
         )
-        opened.append(ticket.pk)
-    return opened, added
+    if where.opened is not None:
+        audit.record(
+            where.opened,
+            AuditEvent.Action.NOTE,
+            note=f"Opened from {words.lower()} (from {message.sender}).",
+            seen={"message_id": message.pk, "orders": where.opened_orders},
+        )
+    return where
 
 
 def _to_sorting(message: Message, reason: str) -> dict[str, Any]:
@@ -232,10 +229,16 @@ def _to_sorting(message: Message, reason: str) -> dict[str, Any]:
 
 
 def placed(message: Message) -> dict[str, Any]:
-    """Where the message went: its status, and the tickets its audit entries name."""
+    """Where the message went: its status, and the tickets its audit entries name, each with
+    the message's orders it covers (an entry from before tickets of several orders names none:
+    its ticket's order)."""
     events = AuditEvent.objects.filter(seen__message_id=message.pk).order_by("id")
     tickets = [
-        {"id": e.ticket_id, "order": e.ticket.order.number, "added": bool(e.seen.get("added"))}
+        {
+            "id": e.ticket_id,
+            "orders": list(e.seen.get("orders") or [e.ticket.order.number]),
+            "added": bool(e.seen.get("added")),
+        }
         for e in events.select_related("ticket__order")
     ]
     return {"status": message.status, "tickets": tickets}
@@ -265,18 +268,19 @@ def acknowledgment(message: Message, where: dict[str, Any]) -> tuple[str, str]:
     never says why a message waits for a person (that may name someone else's order)."""
     subject = f"Re: {message.subject}" if message.subject else "We got your message"
     hello = f"Hello {message.sender_name.split()[0]}," if message.sender_name.strip() else "Hello,"
-    opened = [t["order"] for t in where["tickets"] if not t["added"]]
-    added = [t["order"] for t in where["tickets"] if t["added"]]
+    opened = [t for t in where["tickets"] if not t["added"]]
+    added = [t for t in where["tickets"] if t["added"]]
     lines = [hello, "", "Thank you for writing to us."]
     if opened:
         lines.append(
-            f"We have opened a refund request for order {_and(opened)}. Someone on our team "
-            "will look at it, and we will email you again once it is decided."
+            f"We have opened {_requests(opened, 'a refund request')} for {_orders_words(opened)}. "
+            "Someone on our team will look at it, and we will email you again once it is decided."
         )
     if added:
         lines.append(
-            f"We have added your message to the refund request already open for order "
-            f"{_and(added)}; we will email you once it is decided."
+            "We have added your message to "
+            f"{_requests(added, 'the refund request')} already open for {_orders_words(added)}; "
+            "we will email you once it is decided."
         )
     if not where["tickets"]:
         lines.append(
@@ -285,6 +289,22 @@ def acknowledgment(message: Message, where: dict[str, Any]) -> tuple[str, str]:
         )
     lines += ["", "The Refund Desk"]
     return subject[:200], "\n".join(lines) + "\n"
+
+
+def _orders_of(placed_ticket: dict[str, Any]) -> list[str]:
+    """A placed ticket's orders; a result checkpointed before tickets of several orders (a
+    thread resumed across the upgrade) has its one "order"."""
+    return placed_ticket.get("orders") or [placed_ticket["order"]]
+
+
+def _requests(tickets: list[dict[str, Any]], one: str) -> str:
+    return one if len(tickets) == 1 else "the refund requests"
+
+
+def _orders_words(tickets: list[dict[str, Any]]) -> str:
+    """ "order 1042", or "your orders 1042, 1044 and 1047" for a request of several."""
+    numbers = [n for t in tickets for n in _orders_of(t)]
+    return f"order {numbers[0]}" if len(numbers) == 1 else f"your orders {_and(numbers)}"
 
 
 def _and(numbers: list[str]) -> str:

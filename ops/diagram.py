@@ -10,7 +10,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from refunds import persistence
-from refunds.flow.words import node_words
+from refunds.flow.words import node_words, split_order_step
 
 BOX_W, BOX_H, ROW_H, COL_W, PAD = 250, 40, 66, 270, 14
 # Room beside the boxes for edges that pass rows (decline -> notify) or go back up (a refused
@@ -73,7 +73,8 @@ def svg(path: list[str], current: list[str]) -> SafeString:
         offset = (width - len(names) * COL_W) / 2
         for i, n in enumerate(names):
             where[n] = (offset + i * COL_W + COL_W / 2, PAD + lvl * ROW_H + BOX_H / 2)
-    visited = set(path) | {"__start__"}
+    # A per-order step of a ticket of several is in the trail as "check_order:1042".
+    visited = {split_order_step(n)[0] for n in path} | {"__start__"}
     if path and not current:
         visited.add("__end__")
     parts = [

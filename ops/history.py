@@ -45,6 +45,11 @@ HIDDEN = {
     "decision",
     "order",
     "history",
+    # A ticket of several orders: its per-order checks and charges are told lane by lane
+    # (Entry.lanes, order_lanes), its orders as one line.
+    "checks",
+    "charges",
+    "order_numbers",
 }
 
 
@@ -53,6 +58,15 @@ class Change:
     label: str
     before: str
     after: str
+
+
+@dataclass
+class Lane:
+    """One order of a ticket of several, at one checkpoint (or now): what happened to it."""
+
+    number: str
+    words: list[str]
+    state: str = ""  # the summary's lanes: "done", "now", "declined", "refused", "waiting"
 
 
 @dataclass
@@ -77,6 +91,7 @@ class Entry:
     is_head: bool = False
     forkable: bool = False
     errors: list[str] = field(default_factory=list)
+    lanes: list[Lane] = field(default_factory=list)
 
 
 @dataclass
@@ -157,6 +172,9 @@ def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]
         now = _show(key, after.get(key))
         if was != now:
             changes.append(Change(LABELS.get(key, key.replace("_", " ")), was, now))
+    numbers = after.get("order_numbers") or []
+    if len(numbers) > 1 and numbers != before.get("order_numbers"):
+        changes.insert(0, Change("Orders", "—", ", ".join(numbers)))
     if after.get("order") and after.get("order") != before.get("order"):
         changes.insert(0, Change("Order", "—", describe_order(after["order"])))
     if after.get("history") and after.get("history") != before.get("history"):
@@ -204,6 +222,128 @@ def _ran(snapshot, parent, before: dict, after: dict) -> list[str]:
     return ["Started" if (snapshot.metadata or {}).get("step") == -1 else "—"]
 
 
+def _check_words(check: dict) -> str:
+    if not check.get("refundable", True):
+        return f"declined by policy: {check.get('declined_reason') or 'not refundable'}"
+    late = check.get("late_by_days")
+    words = f"checked: {dollars(check.get('amount_cents'))} to refund"
+    if late:
+        words += f", late by {days(late)}"
+    if check.get("flags"):
+        words += f" (flagged: {'; '.join(check['flags'])})"
+    return words
+
+
+def _answer_words(answer: dict) -> str:
+    if answer.get("answer") == "approve":
+        return f"approved {dollars(answer.get('amount_cents'))}"
+    return "rejected" + (f": “{answer['reason']}”" if answer.get("reason") else "")
+
+
+def _charge_words(charge: dict) -> str:
+    if charge.get("receipt"):
+        return f"charged {dollars(charge.get('amount_cents'))}, receipt {charge['receipt']}"
+    if charge.get("error"):
+        return f"charge refused: {charge['error']}"
+    return "charge to be asked again"
+
+
+def lanes(before: dict, after: dict) -> list[Lane]:
+    """What one checkpoint did to each order of a ticket of several (nothing for one order)."""
+    numbers = after.get("order_numbers") or []
+    if len(numbers) < 2:
+        return []
+    out = []
+    for number in numbers:
+        was = (before.get("checks") or {}).get(number) or {}
+        now = (after.get("checks") or {}).get(number) or {}
+        words = []
+        if now and not was:
+            words.append(_check_words(now))
+        if now.get("answer") and now.get("answer") != was.get("answer"):
+            words.append(_answer_words(now["answer"]))
+        paid_was = (before.get("charges") or {}).get(number)
+        paid_now = (after.get("charges") or {}).get(number)
+        if paid_now and paid_now != paid_was:
+            words.append(_charge_words(paid_now))
+        if words:
+            out.append(Lane(number, words))
+    return out
+
+
+def _sends(snapshot) -> list[Any]:
+    """The Send packets a checkpoint's push tasks run (their args name the order)."""
+    if not any(t.path and t.path[0] == "__pregel_push" for t in snapshot.tasks):
+        return []
+    saved = persistence.graph().checkpointer.get_tuple(snapshot.config)
+    values = saved.checkpoint.get("channel_values", {}) if saved is not None else {}
+    return list(values.get("__pregel_tasks") or [])
+
+
+def task_words(snapshot) -> list[str]:
+    """What a checkpoint waits on: a per-order task named with its order (its Send's args)."""
+    sends = _sends(snapshot)
+    if not sends:
+        return [node_words(n) for n in snapshot.next]
+    return [_task_name(t, sends) for t in snapshot.tasks]
+
+
+def _task_number(task, sends: list[Any]) -> str:
+    if task.path and task.path[0] == "__pregel_push" and isinstance(task.path[1], int):
+        index = task.path[1]
+        arg = getattr(sends[index], "arg", None) if index < len(sends) else None
+        if isinstance(arg, dict):
+            return str(arg.get("number") or arg.get("order_number") or "")
+    return ""
+
+
+def _task_name(task, sends: list[Any]) -> str:
+    number = _task_number(task, sends)
+    return node_words(f"{task.name}:{number}" if number else task.name)
+
+
+def order_lanes(ticket: Ticket) -> list[Lane]:
+    """Now, one lane per order of a ticket of several: how far each has come through the
+    fan-out (checked, answered, charged), in words; `state` says where it stands (waiting,
+    declined, now, refused, done). Nothing for a ticket of one order."""
+    snap = persistence.snapshot(ticket.thread_id)
+    values = snap.values or {}
+    numbers = values.get("order_numbers") or []
+    if len(numbers) < 2:
+        return []
+    checks, charges = values.get("checks") or {}, values.get("charges") or {}
+    sends = _sends(snap)
+    running = {(t.name, _task_number(t, sends)) for t in snap.tasks}
+    out = []
+    for number in numbers:
+        check, charge = checks.get(number) or {}, charges.get(number) or {}
+        answer = check.get("answer") or {}
+        if not check:
+            checking = ("check_order", number) in running
+            out.append(
+                Lane(number, ["being checked" if checking else "not checked yet"], "waiting")
+            )
+            continue
+        words = [_check_words(check)]
+        if not check.get("refundable", True):
+            out.append(Lane(number, words, "declined"))
+            continue
+        state = "now"
+        if answer:
+            words.append(_answer_words(answer))
+            if answer.get("answer") == "reject":
+                state = "done"
+        elif snap.interrupts:
+            words.append("waiting on the review")
+        if ("charge_order", number) in running:
+            words.append("being charged")
+        elif charge.get("receipt") or charge.get("error"):
+            words.append(_charge_words(charge))
+            state = "done" if charge.get("receipt") else "refused"
+        out.append(Lane(number, words, state))
+    return out
+
+
 def _interrupts(snapshot, answers: dict[str, Decision]) -> list[dict[str, Any]]:
     out = []
     for interrupt in snapshot.interrupts or ():
@@ -247,6 +387,7 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
             )
             by_id[parent_id] = parent
         before_values = dict(parent.values) if parent is not None else {}
+        sends = _sends(snap)
         after = dict(snap.values or {})
         changes, notes, flags = diff(before_values, after)
         decision_id = (after.get("decision") or {}).get("decision_id")
@@ -263,7 +404,9 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
                 changes=changes,
                 added_notes=notes,
                 added_flags=flags,
-                waiting=[node_words(n) for n in snap.next],
+                waiting=[_task_name(t, sends) for t in snap.tasks]
+                if sends
+                else [node_words(n) for n in snap.next],
                 interrupts=_interrupts(snap, answers),
                 decision=decisions.get(decision_id)
                 if decision_id is not None
@@ -281,7 +424,8 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
                 size=tree.size.get(cid, 0),
                 is_head=cid == tree.head,
                 forkable=runner.is_forkable(snap),
-                errors=[f"{node_words(t.name)}: {t.error}" for t in snap.tasks if t.error],
+                errors=[f"{_task_name(t, sends)}: {t.error}" for t in snap.tasks if t.error],
+                lanes=lanes(before_values, after),
             )
         )
     return {

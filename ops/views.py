@@ -52,7 +52,9 @@ def admins_only(view: Callable) -> Callable:
 @require_GET
 @readers_only
 def thread_history(request: HttpRequest, ticket_id: int) -> HttpResponse:
-    ticket = get_object_or_404(Ticket.objects.select_related("order"), pk=ticket_id)
+    ticket = get_object_or_404(
+        Ticket.objects.select_related("order").prefetch_related("links__order"), pk=ticket_id
+    )
     before = request.GET.get("before") or None
     data = history.page(ticket, before=before)
     trail, current = history.path(ticket)
@@ -62,12 +64,14 @@ def thread_history(request: HttpRequest, ticket_id: int) -> HttpResponse:
         "before": before,
         "diagram": diagram.svg(trail, current),
         "current_words": [node_words(n) for n in current],
+        "order_lanes": history.order_lanes(ticket),
         "audit": ticket.audit_events.select_related("actor"),
         "pruned": PrunedThread.objects.filter(ticket=ticket).first(),
         "is_admin": permissions.is_admin(request.user),
         "may_fork": permissions.is_admin(request.user)
         and ticket.status in services.FORKABLE
-        and money_moved(ticket) is None,
+        and money_moved(ticket) is None
+        and len(ticket.order_numbers()) < 2,  # ticket_fork refuses a ticket of several orders
     }
     return render(request, "ops/history.html", context)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django import forms
 
 from refunds import currencies
@@ -14,6 +16,12 @@ def cents(amount: str) -> int | None:
     if not (amount or "").strip():
         return None
     return currencies.read_typed(amount, currencies.DESK)
+
+
+def order_numbers_typed(text: str) -> list[str]:
+    """The order numbers typed in "Open a ticket": "1042, 1044 1047" (commas, semicolons or
+    spaces between them, a "#" before one allowed); ticket_open says what is wrong with them."""
+    return [n.lstrip("#") for n in re.split(r"[\s,;]+", text or "") if n.lstrip("#")]
 
 
 class DecideForm(forms.Form):

@@ -116,7 +116,7 @@ def test_a_csrf_failure_answers_a_json_403(agent, late_order):
 
 def test_a_validation_error_names_the_field(api, late_order):
     body = assert_error(api.post(URL, data="{}", content_type="application/json"), 400, "invalid")
-    assert body["error"] == "Missing field: order_number."
+    assert body["error"] == "Missing field: order_number (or order_numbers, a list)."
     assert "order_number" in body["fields"]
 
 

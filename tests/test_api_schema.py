@@ -61,3 +61,15 @@ def test_the_docs_page_loads_everything_from_here(client, db):
     assert script.status_code == 200 and b"SwaggerUIBundle" in script.content
     for asset in sources:
         assert client.get(asset.split("?")[0]).status_code == 200, asset
+
+
+def test_the_schema_documents_order_numbers_beside_order_number(client, db):
+    components = schema(client)["components"]["schemas"]
+    body = components["TicketOpenRequest"]
+    assert "required" not in body or "order_number" not in body["required"]  # one of the two
+    several = body["properties"]["order_numbers"]
+    assert several["type"] == "array" and several["minItems"] == 1 and several["maxItems"] == 20
+    assert several["items"]["oneOf"] == [{"type": "string", "maxLength": 32}, {"type": "integer"}]
+    read = components["TicketOut"]["properties"]["order_numbers"]
+    assert read["type"] == "array" and read["readOnly"] is True
+    assert "order_number" in components["Error"]["properties"]  # on 409: which order

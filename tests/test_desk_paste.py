@@ -61,6 +61,27 @@ def test_the_message_page_shows_the_ticket_once_the_intake_opened_it(desk, woken
     assert "Opened" in page.content.decode() and "order 1042" in page.content.decode()
 
 
+def test_the_message_page_says_which_ticket_it_opened_and_which_it_was_added_to(
+    desk, woken, transactional_db
+):
+    from refunds import services
+
+    for number in ("1042", "1044", "1047"):
+        make_order(number)
+    elsewhere = services.ticket_open(order_number="1044")
+    paste = PASTE | {"message": "My last three orders were all late: 1042, 1044 and 1047."}
+    response = desk(paste)
+    message = Message.objects.get()
+    assert workflow.message_take(message.pk) == "finished"
+    new = Ticket.objects.exclude(pk=elsewhere.pk).get()
+    html = " ".join(desk.client.get(response["Location"]).content.decode().split())
+    assert f'Opened <a href="/tickets/{new.pk}/">ticket {new.pk}</a> for orders 1042, 1047.' in html
+    assert (
+        f'Added to the open <a href="/tickets/{elsewhere.pk}/">ticket {elsewhere.pk}</a> '
+        "for order 1044." in html
+    )
+
+
 def test_a_message_that_went_to_sorting_says_so_on_its_page(desk, woken, transactional_db):
     desk({"sender": "zoe@example.com", "message": "My parcel came late, refund please"})
     message = Message.objects.get()

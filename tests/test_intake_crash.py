@@ -173,3 +173,44 @@ def test_a_run_past_the_soft_time_limit_drains_before_its_next_task_and_is_hande
     assert ran.count("intake:read") == 1 and ran.count("intake:find_orders:done") == 1
     assert "SoftTimeLimitExceeded" not in worker.output()
     assert worker.alive
+
+
+THREE = "My last three orders were all late: 1042, 1044 and 1047. Refund the delivery? Ana"
+
+
+def test_a_worker_killed_after_opening_a_ticket_of_three_orders_opens_no_second(
+    workers, sinks, crash_plan, sweep_now, late_order
+):
+    """The ticket covering the message's three orders committed, the worker died before its
+    result was saved: the next worker's open_ticket finds the message placed and opens nothing;
+    the acknowledgment names the three orders once."""
+    from tests.conftest import make_order
+
+    make_order("1044")
+    make_order("1047")
+    env = crash_plan({"*": {"point": "intake:open_ticket:done", "times": 1}})
+    doomed = workers("doomed", pool="solo", env=env)
+    message, _ = message_receive(
+        channel="email",
+        key="<three@mail.example.com>",
+        sender="ana@example.com",
+        sender_name="Ana Souza",
+        subject="Three late parcels",
+        body=THREE,
+        received_at=timezone.now(),
+        raw=THREE,
+    )
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die after the ticket")
+    assert Ticket.objects.count() == 1  # its effect committed before the kill
+    workers("second", pool="solo", env=env)
+    settle(message, sweep_now)
+    quiesce(workers)
+    message.refresh_from_db()
+    ticket = Ticket.objects.get()
+    assert message.status == "opened" and message.ticket == ticket
+    assert ticket.order_numbers() == ["1042", "1044", "1047"]
+    wait_for(lambda: sinks.smtp.count(message.thread_id), what="the acknowledgment")
+    assert sinks.smtp.keys() == {f"{message.thread_id}:ack": 1}
+    assert (
+        "your orders 1042, 1044 and 1047" in Email.objects.get(key=f"{message.thread_id}:ack").body
+    )

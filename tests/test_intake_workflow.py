@@ -109,13 +109,103 @@ def test_a_message_naming_its_own_and_another_customers_order_opens_nothing(ana)
     assert message.status == "needs_sorting" and Ticket.objects.count() == 0
 
 
-def test_a_message_naming_two_orders_of_the_sender_opens_one_ticket_for_each(ana):
+def test_a_message_naming_two_orders_of_the_sender_opens_one_ticket_covering_both(ana):
     make_order("1044")
     message = take(receive("Orders #1042 and #1044 both came late, refund the delivery please"))
-    assert message.status == "opened"
-    assert sorted(Ticket.objects.values_list("order__number", flat=True)) == ["1042", "1044"]
+    ticket = Ticket.objects.get()
+    assert message.status == "opened" and message.ticket == ticket
+    assert ticket.order_numbers() == ["1042", "1044"]
     assert len(django_mail.outbox) == 1
-    assert "order 1042 and 1044" in django_mail.outbox[0].body
+    assert "a refund request for your orders 1042 and 1044" in django_mail.outbox[0].body
+
+
+THREE = "My last three orders were all late: 1042, 1044 and 1047. Refund the delivery? Ana"
+
+
+def test_a_message_naming_three_orders_opens_one_ticket_covering_the_three(ana):
+    make_order("1044")
+    make_order("1047")
+    message = take(receive(THREE))
+    ticket = Ticket.objects.get()
+    assert ticket.order_numbers() == ["1042", "1044", "1047"] and ticket.order == ana
+    assert message.status == "opened" and message.ticket == ticket
+    assert ticket.reading["orders"] == ["1042", "1044", "1047"]
+    note = AuditEvent.objects.get(ticket=ticket, seen__message_id=message.pk)
+    assert note.seen["orders"] == ["1042", "1044", "1047"]
+    assert workflow.placed(message)["tickets"] == [
+        {"id": ticket.pk, "orders": ["1042", "1044", "1047"], "added": False}
+    ]
+    body = django_mail.outbox[0].body
+    assert "We have opened a refund request for your orders 1042, 1044 and 1047." in body
+
+
+def test_one_of_three_orders_open_elsewhere_gets_the_message_and_the_other_two_one_ticket(ana):
+    make_order("1044")
+    make_order("1047")
+    elsewhere = services.ticket_open(order_number="1044")
+    message = take(receive(THREE))
+    new = Ticket.objects.exclude(pk=elsewhere.pk).get()
+    assert new.order_numbers() == ["1042", "1047"]
+    assert elsewhere.order_numbers() == ["1044"]  # untouched: no second link to 1044
+    assert message.status == "opened" and message.ticket == new  # the ticket opened first
+    added = AuditEvent.objects.get(ticket=elsewhere, seen__message_id=message.pk)
+    assert added.seen == {"message_id": message.pk, "added": True, "orders": ["1044"]}
+    assert "added to this ticket" in added.note and "1044 and 1047" in added.note
+    body = django_mail.outbox[0].body
+    assert "opened a refund request for your orders 1042 and 1047" in body
+    assert "the refund request already open for order 1044" in body
+
+
+def test_all_orders_open_on_one_ticket_add_the_message_there_once(ana):
+    make_order("1044")
+    already = services.ticket_open(order_numbers=["1042", "1044"])
+    message = take(receive("Orders #1042 and #1044 both came late, refund the delivery please"))
+    assert Ticket.objects.count() == 1 and message.status == "added"
+    assert message.ticket == already
+    (added,) = AuditEvent.objects.filter(seen__message_id=message.pk)
+    assert added.ticket == already and added.seen["orders"] == ["1042", "1044"]
+    assert "already open for your orders 1042 and 1044" in django_mail.outbox[0].body
+
+
+def test_orders_ticket_open_refuses_together_send_the_message_to_sorting(ana, monkeypatch):
+    """The orders were the sender's when found; one changed hands before the ticket (a shop
+    correcting an email): ticket_open refuses two customers' orders, nothing is opened and the
+    message waits for a person with why."""
+    make_order("1044")
+    message = receive("Orders #1042 and #1044 both came late, refund the delivery please")
+    real = workflow.open_ticket
+
+    def moved_first(item, read, found):
+        type(ana).objects.filter(number="1044").update(customer_email="ben@example.com")
+        return real(item, read, found)
+
+    monkeypatch.setitem(workflow.TASKS, "open_ticket", moved_first)
+    workflow._compiled.cache_clear()
+    try:
+        message = take(message)
+    finally:
+        workflow._compiled.cache_clear()
+    assert message.status == "needs_sorting" and Ticket.objects.count() == 0
+    assert message.sorting_reason == (
+        "The ticket could not be opened: A ticket covers one customer's orders; 1042 is "
+        "ana@example.com's, 1044 is ben@example.com's."
+    )
+    assert "ben" not in django_mail.outbox[0].body.lower()
+
+
+def test_an_acknowledgment_of_a_result_saved_before_tickets_of_several_orders_still_reads():
+    """A thread checkpointed by the intake before this change (a ticket per order, each with
+    its "order") and resumed after it acknowledges as before."""
+    message = Message(sender="ana@example.com", sender_name="Ana", subject="Late")
+    where = {
+        "status": "opened",
+        "tickets": [
+            {"id": 1, "order": "1042", "added": False},
+            {"id": 2, "order": "1044", "added": False},
+        ],
+    }
+    _, body = workflow.acknowledgment(message, where)
+    assert "opened the refund requests for your orders 1042 and 1044" in body
 
 
 def test_a_message_naming_no_order_is_placed_on_the_senders_only_recent_order(ana):
@@ -264,8 +354,9 @@ def test_the_result_channel_the_tasks_wait_for_is_langgraphs():
 
 
 @pytest.mark.parametrize("point", ["intake:open_ticket:done", "intake:acknowledge:done"])
+@pytest.mark.parametrize("orders", [1, 3])
 def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effect(
-    ana, settings, tmp_path, point
+    ana, settings, tmp_path, point, orders
 ):
     """The effect committed, the result never reached the checkpoint (a database error in its
     place here; a kill in test_intake_crash.py): the task runs again and changes nothing."""
@@ -274,7 +365,10 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
     plan.write_text(json.dumps({"*": {"point": point, "action": "error", "times": 1}}))
     settings.REFUNDS_CRASH_PLAN = str(plan)
     settings.INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
-    message = receive(LATE.format(n=1042))
+    if orders == 3:
+        make_order("1044")
+        make_order("1047")
+    message = receive(LATE.format(n=1042) if orders == 1 else THREE)
     try:
         assert workflow.message_take(message.pk) == "error"
         Message.objects.filter(pk=message.pk).update(lease_expires_at=None)
@@ -283,6 +377,7 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
         workflow._compiled.cache_clear()
     message.refresh_from_db()
     assert message.status == "opened" and Ticket.objects.count() == 1
+    assert len(Ticket.objects.get().order_numbers()) == orders
     assert AuditEvent.objects.filter(seen__message_id=message.pk).count() == 1
     assert len(django_mail.outbox) == 1
 

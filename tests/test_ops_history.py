@@ -404,3 +404,66 @@ def test_no_edge_of_the_diagram_runs_across_a_box(db):
     assert len(lines) == drawn.count('class="edge')  # every edge was looked at
     width = float(re.search(r'viewBox="0 0 ([\d.]+)', drawn)[1])
     assert all(0 <= x <= width for points in lines for x, _ in points)
+
+
+# --- a ticket of several orders: one lane per order ----------------------------------------------
+@pytest.fixture
+def three_orders(transactional_db):
+    from tests.conftest import make_order
+
+    make_order("1044")
+    make_order("1047", late=0)  # on time: the policy declines it
+
+
+def history_text(client, ticket: Ticket) -> str:
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_a_ticket_of_several_orders_shows_one_lane_per_order_while_it_waits(
+    client, admin_user, late_order, three_orders
+):
+    ticket = review(services.ticket_open(order_numbers=["1042", "1044", "1047"]))
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    assert "History of ticket" in html and "orders 1042, 1044, 1047</h1>" in html
+    lanes = re.findall(r'<li class="lane lane-(\w+)" id="lane-(\d+)">', html)
+    assert lanes == [("now", "1042"), ("now", "1044"), ("declined", "1047")]
+    text = history_text(client, ticket)
+    assert "Order 1042 checked: $6.99 to refund, late by 4 days waiting on the review" in text
+    assert "Order 1047 declined by policy:" in text
+    assert "Checked order 1042, Checked order 1044, Checked order 1047, Gathered the orders" in text
+    assert "Orders 1042, 1044, 1047" in text  # the orders line, not the raw list
+    assert not re.search(r"\{(&#x27;|')", html) and "check_order:" not in text  # no dict, no ids
+    assert "Fork from here" not in html  # ticket_fork refuses a ticket of several orders
+    # The diagram marks the fan-out's node as run (its trail entries are "check_order:<n>").
+    assert '<g class="node visited"><title>check_order</title>' in html
+    assert '<g class="node visited"><title>lookup</title>' not in html  # one order's path
+
+
+def test_a_refunded_ticket_of_several_orders_tells_each_orders_charge_from_its_send(
+    client, admin_user, late_order, three_orders
+):
+    ticket = review(services.ticket_open(order_numbers=["1042", "1044", "1047"]))
+    decide(ticket, admin_user, reason="late, both")
+    assert runner.advance(ticket.pk) == "refunded"
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    lanes = re.findall(r'<li class="lane lane-(\w+)" id="lane-(\d+)">', html)
+    assert lanes == [("done", "1042"), ("done", "1044"), ("declined", "1047")]
+    text = history_text(client, ticket)
+    receipts = dict(Charge.objects.values_list("order__number", "receipt"))
+    assert set(receipts) == {"1042", "1044"}
+    for number in ("1042", "1044"):
+        lane = f"Order {number} checked: $6.99 to refund, late by 4 days approved $6.99 charged"
+        assert f"{lane} $6.99, receipt {receipts[number]}" in text
+    # The checkpoint before the charges waits on one task per order: named from its Send.
+    assert "Next: Charged the refund of order 1042, Charged the refund of order 1044" in text
+    assert "Charged the refund of order 1042, Charged the refund of order 1044 " in text
+    assert not re.search(r"\{(&#x27;|')", html)  # the checks and charges in words, not dicts
+    # The ticket page's trail says each fan-out once, with its orders.
+    ticket_page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    assert (
+        "Checked orders 1042, 1044 and 1047 → Gathered the orders&#x27; checks → Chose who "
+        "reviews → Review by a person → Charged the refunds of orders 1042 and 1044 → Settled"
+    ) in ticket_page

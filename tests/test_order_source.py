@@ -210,3 +210,39 @@ def test_the_api_answers_503_with_retry_after_and_then_opens_the_ticket(
     up = post()  # the shop answers now; with a key, nothing was kept from the 503
     assert up.status_code == 201, up.content
     assert Ticket.objects.get().order.number == "7001"
+
+
+def test_the_api_asks_the_shop_for_each_of_order_numbers_before_its_idempotent_transaction(
+    agent, shop, late_order, monkeypatch
+):
+    """Several orders with an Idempotency-Key: the orders the desk lacks are asked of the shop
+    first (no network wait inside the key's transaction); one the shop does not know is a 400
+    naming it, and nothing is opened."""
+    from api import idempotency
+
+    shop.orders["7003"] = dict(ORDER, number="7003")
+    inside: list[bool] = []
+    real = idempotency.idempotent
+
+    def watched(**kwargs):
+        inside.append(True)
+        return real(**kwargs)
+
+    monkeypatch.setattr(idempotency, "idempotent", watched)
+    api = Client(headers={"Authorization": f"Token {ApiToken.issue(agent)[1]}"})
+
+    def post(numbers, key):
+        return api.post(
+            "/api/tickets/",
+            json.dumps({"order_numbers": numbers}),
+            content_type="application/json",
+            headers={"Idempotency-Key": key},
+        )
+
+    missing = post(["7001", "7002"], "k-missing")
+    assert missing.status_code == 400 and "There is no order 7002." in missing.json()["error"]
+    assert inside == [] and not Ticket.objects.exists()  # refused before the key's transaction
+    opened = post(["7001", "7003"], "k-two")
+    assert opened.status_code == 201, opened.content
+    assert Ticket.objects.get().order_numbers() == ["7001", "7003"]
+    assert shop.requests.count("/shop/orders/7003") == 1  # asked once, before; found inside

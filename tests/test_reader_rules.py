@@ -39,6 +39,8 @@ def read(body: str, subject: str = ""):
         ("pedidos 1042 y 1044", ["1042", "1044"]),
         ("commandes 1042 et 1044", ["1042", "1044"]),
         ("order #L000123 was late", ["L000123"]),
+        ("my last three orders were all late: 1042, 1044 and 1047", ["1042", "1044", "1047"]),
+        ("mis pedidos llegaron tarde: 1042 y 1044", ["1042", "1044"]),
     ],
 )
 def test_order_numbers_are_read_however_the_customer_writes_them(body, orders):
@@ -67,6 +69,7 @@ def test_a_number_in_the_subject_is_an_order_when_the_body_names_none():
         "order shipped in March 2025, 3 days late",
         "mi pedido de 2024 llegó tarde, la commande du 2023 aussi",
         "the whole order 129,90 € came late, order #1,042.00 charged",
+        "my order came late: 12/03/2025, by 3 days, at 10:42",
     ],
 )
 def test_dates_phones_amounts_years_postcodes_and_tracking_numbers_are_not_orders(body):

@@ -52,12 +52,42 @@ def test_sorting_opens_the_ticket_with_the_reason_chosen_and_the_reading(db, age
     assert done.words() == f"Opened ticket {ticket.pk} for order 1042."
 
 
-def test_one_ticket_per_order_until_a_ticket_holds_several(db, agent, late_order):
+def test_one_ticket_covers_the_orders_sorted_together(db, agent, late_order):
     make_order("1044", fee_cents=1250)  # Ana's too
     message = waiting_message()
     done = sort(message, agent, orders=["1042", "#1044", "1042"])
-    assert sorted(t.order.number for t in done.opened) == ["1042", "1044"]
-    assert Ticket.objects.count() == 2
+    (ticket,) = done.opened
+    assert ticket.order_numbers() == ["1042", "1044"] and Ticket.objects.count() == 1
+    assert done.words() == f"Opened ticket {ticket.pk} for orders 1042, 1044."
+    message.refresh_from_db()
+    assert message.ticket == ticket and message.status == Message.Status.OPENED
+
+
+def test_an_order_open_elsewhere_gets_the_message_and_the_others_one_ticket(db, agent, late_order):
+    make_order("1044")
+    make_order("1047")
+    already = services.ticket_open(order_number="1044")
+    message = waiting_message()
+    done = sort(message, agent, orders=["1042", "1044", "1047"])
+    (ticket,) = done.opened
+    assert ticket.order_numbers() == ["1042", "1047"] and done.added == [already]
+    assert done.words() == (
+        f"Opened ticket {ticket.pk} for orders 1042, 1047; Added the message to the open "
+        f"ticket {already.pk} of order 1044 (an order has one open ticket)."
+    )
+    message.refresh_from_db()
+    assert message.ticket == ticket
+
+
+def test_orders_of_two_customers_are_refused_together_and_nothing_changes(db, agent, late_order):
+    make_order("2001", name="Ben Okafor")
+    message = waiting_message()
+    with pytest.raises(sorting.SortingError, match="one customer's orders") as refused:
+        sort(message, agent, orders=["1042", "2001"], other_customer_ok=True)
+    assert "2001 is ben@example.com's" in str(refused.value)
+    message.refresh_from_db()
+    assert message.status == Message.Status.NEEDS_SORTING and message.ticket is None
+    assert Ticket.objects.count() == 0 and not MessageEvent.objects.exists()
 
 
 def test_an_order_with_an_open_ticket_gets_the_message_instead_of_a_second_ticket(

@@ -22,6 +22,13 @@ _ORDER_LED = re.compile(
     + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + words.LIST_JOINERS + r"#?\s?"
     + _ID + r"\b)*)"
 )  # fmt: skip
+# "my last three orders were all late: 1042, 1044 and 1047": a few words between the order word
+# and a colon that opens the numbers (letters only: nothing between holds a number).
+_ORDER_COLON = re.compile(
+    r"(?<![\w#])(?:" + "|".join(words.ORDER_WORDS) + r")\b(?:\s+[a-z']+){1,5}\s*:\s*"
+    + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + words.LIST_JOINERS + r"#?\s?"
+    + _ID + r"\b)*)"
+)  # fmt: skip
 _HASH = re.compile(r"(?<![\w&])#\s?(?P<first>" + _ID + r")\b")
 _ANY_ID = re.compile(r"#?\s?(" + _ID + r")\b")
 _NOT_ORDER_BEFORE = re.compile(
@@ -159,7 +166,7 @@ def _orders_in_part(part: _Part) -> list[tuple[str, str]]:
         number = part.folded.words_at(start, end).upper()
         hits.append((start, number, part.folded.words_at(quoted_from, end)))
 
-    for match in _ORDER_LED.finditer(text):
+    for match in (*_ORDER_LED.finditer(text), *_ORDER_COLON.finditer(text)):
         first_start, first_end = match.span("first")
         between = text[match.start() : first_start]
         if _YEAR.match(match["first"]) and re.search(

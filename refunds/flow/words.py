@@ -29,19 +29,60 @@ NODE_WORDS = {
     "carrier_tracking": "Asked the carrier for tracking",
     "email": "Emailed the confirmation",
     "notify": "Told the customer why not",
+    # A ticket of several orders (flow version 4): one check and one charge per order.
+    "check_order": "Checked an order",
+    "gather": "Gathered the orders' checks",
+    "charge_order": "Charged an order's refund",
+    "settle_charges": "Settled the orders' charges",
+}
+# The per-order steps of a ticket of several orders: their trail entries are "<node>:<number>".
+ORDER_NODE_WORDS = {
+    "check_order": ("Checked order", "Checked orders"),
+    "charge_order": ("Charged the refund of order", "Charged the refunds of orders"),
 }
 
 
+def split_order_step(name: str) -> tuple[str, str]:
+    """("check_order", "1042") for the trail entry "check_order:1042"; (name, "") otherwise."""
+    node, _, number = name.partition(":")
+    return (node, number) if number and node in ORDER_NODE_WORDS else (name, "")
+
+
 def node_words(name: str) -> str:
+    node, number = split_order_step(name)
+    if number:
+        return f"{ORDER_NODE_WORDS[node][0]} {number}"
     return NODE_WORDS.get(name, name.replace("_", " ").capitalize())
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def trail_words(nodes: list[str] | None) -> list[str]:
     """A thread's steps in the desk's words. A step that ran again right after itself (triage
     after an escalation, parallel checks collected) is said once: to a reviewer it is one thing
-    that happened."""
+    that happened. The per-order steps of a fan-out in a row are said once, with their orders
+    ("Checked orders 1042, 1044 and 1047")."""
     said: list[str] = []
-    for name in nodes or []:
+    run: tuple[str, list[str]] | None = None  # the per-order step being collected
+    for name in [*(nodes or []), ""]:
+        node, number = split_order_step(name)
+        if run is not None and (node != run[0] or not number):
+            step, numbers = run
+            one, several = ORDER_NODE_WORDS[step]
+            words = f"{one} {numbers[0]}" if len(numbers) == 1 else f"{several} {_and(numbers)}"
+            if not said or said[-1] != words:
+                said.append(words)
+            run = None
+        if number:
+            if run is None:
+                run = (node, [])
+            if number not in run[1]:
+                run[1].append(number)
+            continue
+        if not name:
+            break
         words = node_words(name)
         if not said or said[-1] != words:
             said.append(words)

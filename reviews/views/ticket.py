@@ -23,7 +23,8 @@ from django_htmx.http import (
 from intake import services as intake
 from intake.models import Message
 from refunds import permissions, selectors, services
-from refunds.models import CannedReason, Ticket
+from refunds.models import AuditEvent, CannedReason, Ticket
+from reviews.forms import order_numbers_typed
 from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, with_pending_decisions
 
 
@@ -38,12 +39,23 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
         values = {k: request.POST.get(k, "") for k in values}
         if values["message"].strip() or values["sender"].strip():
             return _paste(request, values)
+        numbers = order_numbers_typed(values["order_number"])
         try:
             ticket = services.ticket_open(
-                opened_by=request.user, order_number=values["order_number"], note=values["note"]
+                opened_by=request.user, order_numbers=numbers, note=values["note"]
             )
         except services.TicketAlreadyOpen as exc:
-            messages.info(request, str(exc))
+            # "Order 1044 already has an open ticket (7, …)": which order, which ticket; and
+            # the other orders typed, none opened either.
+            said = str(exc)
+            others = [n for n in numbers if n not in exc.ticket.order_numbers()]
+            if others:
+                said += (
+                    f" No ticket was opened for {', '.join(others)}: type "
+                    f"{'it' if len(others) == 1 else 'them'} again without {exc.number} to "
+                    "open one."
+                )
+            messages.info(request, said)
             url = reverse("reviews:ticket", args=[exc.ticket.pk])
             if request.htmx:
                 return HttpResponseClientRedirect(url)
@@ -52,7 +64,12 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
             context: dict[str, Any] = {"error": str(exc), "values": values}
             template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
             return render(request, template, context, status=400)
-        text = f"Opened ticket {ticket.pk} for order {ticket.order.number}."
+        covered = ticket.order_numbers()
+        text = (
+            f"Opened ticket {ticket.pk} for order {covered[0]}."
+            if len(covered) == 1
+            else f"Opened ticket {ticket.pk} for orders {', '.join(covered)}."
+        )
         if request.htmx:
             context = {"opened": ticket, "values": {}}
             response = render(request, "reviews/_ticket_form.html", context)
@@ -108,12 +125,22 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     if refusal:
         raise PermissionDenied(refusal)
     message = get_object_or_404(Message.objects.select_related("ticket__order"), pk=message_id)
-    tickets = (
-        Ticket.objects.filter(audit_events__seen__message_id=message.pk)
-        .select_related("order")
-        .distinct()
+    # Where the intake placed it: each ticket's entry names the message, whether it was added
+    # to an open ticket, and the message's orders that ticket covers.
+    events = (
+        AuditEvent.objects.filter(seen__message_id=message.pk)
+        .select_related("ticket__order")
+        .order_by("id")
     )
-    context = {"message": message, "tickets": tickets}
+    placed = [
+        {
+            "ticket": e.ticket,
+            "added": bool(e.seen.get("added")),
+            "orders": list(e.seen.get("orders") or [e.ticket.order.number]),
+        }
+        for e in events
+    ]
+    context = {"message": message, "placed": placed}
     if request.htmx:
         response = render(request, "reviews/_message_status.html", context)
         if message.status != Message.Status.RECEIVED:

@@ -1,0 +1,54 @@
+"""One message's orders into tickets: one new ticket covering every order of it that has no open
+ticket, and the message added to the open tickets of the others. Shared by the intake
+(intake/workflow.py, open_ticket) and a person sorting a message (intake/sorting.py); both call
+it inside the transaction that records where the message went, so all of it happens or none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from refunds.models import Ticket
+from refunds.services import RefundError, TicketAlreadyOpen, ticket_open
+
+
+@dataclass
+class Placed:
+    """The ticket opened (None when every order had an open ticket), and each open ticket the
+    message is added to with the message's orders it covers."""
+
+    opened: Ticket | None = None
+    opened_orders: list[str] = field(default_factory=list)
+    added: list[tuple[Ticket, list[str]]] = field(default_factory=list)
+
+    @property
+    def first(self) -> Ticket:
+        """Message.ticket: the ticket opened, or else the first one it was added to."""
+        return self.opened if self.opened is not None else self.added[0][0]
+
+
+def open_or_add(numbers: list[str], **open_kwargs: Any) -> Placed:
+    """ticket_open(order_numbers=...) for the orders left; an order with an open ticket takes
+    that ticket (and the message's other orders it covers) out of the new one, and the rest is
+    asked again. Each round takes at least one order out: it ends. RefundError (several
+    customers' orders, say) is the caller's to place; nothing of this call is kept then when the
+    caller's transaction rolls back."""
+    placed = Placed()
+    left = list(dict.fromkeys(numbers))
+    while left:
+        try:
+            ticket = ticket_open(order_numbers=left, **open_kwargs)
+        except TicketAlreadyOpen as exc:
+            covers = set(exc.ticket.order_numbers()) | {exc.number}
+            taken = [n for n in left if n in covers]
+            if not taken:  # an order found by another spelling: never loop on it
+                raise RefundError(
+                    f"Order {exc.number} has an open ticket ({exc.ticket.pk})."
+                ) from exc
+            placed.added.append((exc.ticket, taken))
+            left = [n for n in left if n not in covers]
+            continue
+        placed.opened, placed.opened_orders = ticket, ticket.order_numbers()
+        break
+    return placed
