@@ -37,7 +37,7 @@ from api.serializers import (
 from intake import services as intake
 from intake.models import Message
 from refunds import order_source, permissions, services
-from refunds.models import Decision, Ticket
+from refunds.models import Decision, Ticket, TicketOrder
 from refunds.services import orders
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -55,6 +55,7 @@ def _errors(*codes: int) -> dict:
 
 def _with_details(tickets):
     return tickets.select_related("order").prefetch_related(
+        Prefetch("links", queryset=TicketOrder.objects.select_related("order")),
         "charges",
         "emails",
         Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")),

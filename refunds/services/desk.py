@@ -316,14 +316,14 @@ def _order_answers(
                 f"Order {number}: the amount must be in dollars and cents, like 12.50."
             )
         if amount != asked:
-            refusal = permissions.edit_refusal(reviewer, ticket)
-            if refusal:
-                raise PermissionDenied(refusal)
             if not 0 < amount < asked:
                 raise RefundError(
                     f"Order {number}: the new amount must be more than $0.00 and at most the "
                     f"{dollars(asked)} asked."
                 )
+            refusal = permissions.edit_refusal(reviewer, ticket)
+            if refusal:
+                raise PermissionDenied(refusal)
             lowered = True
         answers[number] = {"answer": "approve", "amount_cents": amount}
     return answers, lowered
