@@ -165,6 +165,10 @@ def test_a_three_order_ticket_reviewed_per_order_runs_to_its_end(transactional_d
     assert f"Ticket {ticket.pk} · orders 1042, 1043, 1049" in html
     assert "1042 approved $6.99; 1049 rejected (A fee this high" in html
     assert "Order 1042 · $6.99" in html  # the charge names its order
+    assert (
+        "manager answered per order: approved $6.99 on 1042; rejected 1049 (told the customer: "
+        "“A fee this high needs the carrier&#x27;s report.”)." in html
+    )
     listed = client.get("/tickets/").content.decode()
     assert f"#{ticket.pk} · orders 1042, 1043, 1049" in listed
     dashboard = client.get("/dashboard/").content.decode()

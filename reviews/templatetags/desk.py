@@ -98,6 +98,8 @@ def audit_words(event) -> str:
     if action == "escalate":
         text = "sent the review to managers" if event.actor else "escalated the review to managers"
         return f"{who} {text}" + (f": “{event.note}”" if event.note else ".")
+    if action in ("approve", "edit", "reject") and isinstance(answer.get("orders"), dict):
+        return f"{who} answered per order: {_per_order_words(answer['orders'], seen)}."
     if action == "approve":
         return f"{who} approved {amount or 'the refund'}."
     if action == "edit":
@@ -119,6 +121,26 @@ def audit_words(event) -> str:
     if action == "note":
         return f"{who} added a note (while opening a second ticket for this order): “{event.note}”"
     return f"{who}: {event.get_action_display()}."
+
+
+def _per_order_words(orders: dict, seen: dict) -> str:
+    asked = {
+        str(line.get("number")): line.get("amount_cents")
+        for line in (seen.get("review") or {}).get("orders") or []
+    }
+    parts = []
+    for number, one in orders.items():
+        if one.get("answer") == "approve":
+            paid = one.get("amount_cents")
+            lowered = (
+                f" (lowered from {words.dollars(asked[number])})"
+                if asked.get(number) and paid is not None and paid < asked[number]
+                else ""
+            )
+            parts.append(f"approved {words.dollars(paid)} on {number}{lowered}")
+        else:
+            parts.append(f"rejected {number} (told the customer: “{one.get('reason', '')}”)")
+    return "; ".join(parts)
 
 
 @register.filter
