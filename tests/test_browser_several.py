@@ -60,6 +60,22 @@ def test_a_manager_answers_a_three_order_ticket_per_order_on_the_queue_card(
         row_box, aside = row.bounding_box(), page.locator("aside").bounding_box()
         assert row_box and aside and row_box["x"] + row_box["width"] <= aside["x"], (row_box, aside)
     page.screenshot(path=str(SCREENS / f"several-queue-{width}.png"), full_page=True)
+    # The ticket page's review card: the same lines and answers, its own form.
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
+    card = page.locator(".review-card")
+    expect(card.locator("li.order-line")).to_have_count(3)
+    for control in (
+        card.locator(f"#ticket-decide-{ticket.pk}-answer-1049"),
+        card.locator(f"#ticket-decide-{ticket.pk}-amount-1042"),
+        card.locator("button[name=orders]"),
+        card.locator("button[name=approve]"),
+    ):
+        expect(control).to_be_visible()
+        _on_screen(control, width)
+    _fits(page, width)
+    page.screenshot(path=str(SCREENS / f"several-ticket-review-{width}.png"), full_page=True)
+    page.goto(f"{live_server.url}/")
+    row = page.locator(f"#review-{ticket.pk}")
 
     row.locator(f"#decide-{ticket.pk}-amount-1042").fill("5.00")
     row.locator(f"#decide-{ticket.pk}-answer-1049").select_option("reject")
