@@ -8,11 +8,21 @@ import re
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from refunds import enqueue, runner, services
-from refunds.models import AuditEvent, Charge, Decision, DemoProcessorRefund, Email, Ticket
+from refunds.models import (
+    AuditEvent,
+    Charge,
+    Decision,
+    DemoProcessorRefund,
+    Email,
+    Order,
+    Ticket,
+    TicketOrder,
+)
 from tests.conftest import make_order
 from tests.test_desk_several import agents_ticket, several
 
@@ -129,6 +139,39 @@ def test_the_queue_costs_the_same_queries_with_more_tickets_of_several_orders(
         ticket = services.ticket_open(order_numbers=[f"31{n}1", f"31{n}2", f"31{n}3"])
         assert runner.advance(ticket.pk) == "awaiting_review"
     assert queries() == few
+
+
+def test_the_tickets_page_and_the_api_list_cost_the_same_queries_with_more_orders(
+    transactional_db, client, admin_user
+):
+    from api.models import ApiToken
+
+    api = Client(headers={"Authorization": f"Token {ApiToken.issue(admin_user)[1]}"})
+
+    def queries() -> list[int]:
+        counts = []
+        for who, url in ((client, "/tickets/"), (client, QUEUE), (api, "/api/tickets/")):
+            with CaptureQueriesContext(connection) as seen:
+                assert who.get(url).status_code == 200
+            counts.append(len(seen))
+        return counts
+
+    client.force_login(admin_user)
+    several(("3001", 4, 699), ("3002", 3, 800))
+    queries()  # the first call of a token notes its use once
+    few = queries()
+    for n in range(3):
+        numbers = [f"31{n}{i}" for i in range(4)]
+        for number in numbers:
+            make_order(number, late=4, fee_cents=650, name=f"Zed{n} Roe")
+        Ticket.objects.create(thread_id=f"t{n}", order=Order.objects.get(number=numbers[0]))
+        ticket = Ticket.objects.get(thread_id=f"t{n}")
+        for i, number in enumerate(numbers[1:], start=1):
+            TicketOrder.objects.create(
+                ticket=ticket, order=Order.objects.get(number=number), position=i
+            )
+    assert queries() == few
+    assert "· orders 3100, 3101, 3102, 3103</a>" in client.get("/tickets/").content.decode()
 
 
 def test_a_three_order_ticket_reviewed_per_order_runs_to_its_end(transactional_db, client, manager):
