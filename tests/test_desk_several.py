@@ -255,3 +255,18 @@ def test_bulk_approve_approves_every_open_order_of_a_ticket(transactional_db, ag
     }
     assert runner.advance(ticket.pk) == "refunded"
     assert sorted(DemoProcessorRefund.objects.values_list("amount_cents", flat=True)) == [699, 1250]
+
+
+def test_the_agent_limit_counts_the_tickets_total(transactional_db, agent, manager):
+    # $12.50 and $20.00: each within an agent's $20.00, together $32.50: a manager's.
+    ticket = several(("1044", 3, 1250), ("1047", 2, 2000))
+    assert (ticket.amount_cents, ticket.required_role) == (3250, "manager")
+    with pytest.raises(PermissionDenied):
+        decide(ticket, agent, orders={"1044": {"answer": "approve"}})
+    [result] = services.reviews_approve_bulk(
+        picks=[(ticket.pk, ticket.pending_interrupt_id)], by=agent
+    )
+    assert result["ok"] is False
+    assert not Decision.objects.exists()
+    decide(ticket, manager)
+    assert Decision.objects.get().answer == "approve"

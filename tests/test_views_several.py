@@ -229,3 +229,15 @@ def test_the_dashboard_counts_tickets_and_orders_apart(transactional_db, client,
     dashboard = client.get("/dashboard/").content.decode()
     tiles = dict(re.findall(r'id="kpi-(\w+-refunded)"><span class="kpi">(\d+)', dashboard))
     assert tiles == {"tickets-refunded": "1", "orders-refunded": "2"}
+
+
+def test_bulk_approve_on_the_queue_names_every_order_of_a_ticket(transactional_db, client, agent):
+    ticket = agents_ticket()
+    client.force_login(agent)
+    response = client.post(
+        reverse("reviews:bulk_approve"),
+        {"pick": [f"{ticket.pk}:{ticket.pending_interrupt_id}"]},
+        headers=HTMX,
+    )
+    assert "Orders 1042, 1044, 1043: ✔ Approved $19.49" in response.content.decode()
+    assert set(Decision.objects.get().orders) == {"1042", "1044"}

@@ -342,7 +342,8 @@ def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
         response = render(request, "reviews/_bulk_results.html", {"results": results})
         return trigger_client_event(response, "queueChanged")
     for result in results:
-        where = f"Order {result['order']}: " if result.get("order") else ""
+        label = "Orders" if "," in result.get("order", "") else "Order"
+        where = f"{label} {result['order']}: " if result.get("order") else ""
         (messages.success if result["ok"] else messages.error)(request, where + result["text"])
     return redirect("reviews:queue")
 
