@@ -241,3 +241,56 @@ def test_bulk_approve_on_the_queue_names_every_order_of_a_ticket(transactional_d
     )
     assert "Orders 1042, 1044, 1043: ✔ Approved $19.49" in response.content.decode()
     assert set(Decision.objects.get().orders) == {"1042", "1044"}
+
+
+def test_a_refused_charge_comes_back_with_the_paid_order_shown_refunded(
+    transactional_db, client, agent, manager, monkeypatch
+):
+    from refunds.flow.errors import PermanentGatewayError
+    from refunds.payments import DemoGateway
+
+    ticket = agents_ticket()
+    services.ticket_decide(
+        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+    )
+    charge = DemoGateway.charge
+
+    def refuse_1044(self, *, idempotency_key, **kwargs):
+        if ":1044:" in idempotency_key:
+            raise PermanentGatewayError("card_declined: the issuer refused it")
+        return charge(self, idempotency_key=idempotency_key, **kwargs)
+
+    monkeypatch.setattr(DemoGateway, "charge", refuse_1044)
+    assert runner.advance(ticket.pk) == "awaiting_review"  # back to a manager
+    ticket.refresh_from_db()
+    assert ticket.required_role == "manager"
+    lines = {o["number"]: o for o in ticket.pending_payload["orders"]}
+    assert (lines["1042"]["status"], lines["1044"]["status"]) == ("refunded", "open")
+
+    client.force_login(manager)
+    row = row_of(client.get(QUEUE).content.decode(), ticket)
+    assert re.search(r'order-refunded[^"]*" data-order="1042"', row)
+    assert lines["1042"]["receipt"] in row and "card_declined" in row
+    assert 'name="order-1042"' not in row and 'name="order-1044"' in row
+    with pytest.raises(services.RefundError, match="Order 1042 is refunded already"):
+        services.ticket_decide(
+            ticket=ticket,
+            interrupt_id=ticket.pending_interrupt_id,
+            answer="approve",
+            reviewer=manager,
+            orders={"1042": {"answer": "approve"}},
+        )
+    assert Decision.objects.count() == 1
+    form = {
+        "interrupt_id": ticket.pending_interrupt_id,
+        "orders": "1",
+        "order-1044": "reject",
+        "reason": "The card issuer refuses this refund.",
+    }
+    client.post(reverse("reviews:decide", args=[ticket.pk]), form)
+    assert Decision.objects.latest("id").orders == {
+        "1044": {"answer": "reject", "reason": "The card issuer refuses this refund."}
+    }
+    assert runner.advance(ticket.pk) == "refunded"
+    assert list(DemoProcessorRefund.objects.values_list("amount_cents", flat=True)) == [699]
+    assert Email.objects.filter(ticket=ticket).count() == 1
