@@ -294,3 +294,18 @@ def test_a_refused_charge_comes_back_with_the_paid_order_shown_refunded(
     assert runner.advance(ticket.pk) == "refunded"
     assert list(DemoProcessorRefund.objects.values_list("amount_cents", flat=True)) == [699]
     assert Email.objects.filter(ticket=ticket).count() == 1
+
+
+def test_a_search_by_any_of_its_orders_finds_the_ticket(transactional_db, client, manager):
+    from api.models import ApiToken
+
+    ticket = three_orders()
+    make_order("P00049", name="Other Person")
+    client.force_login(manager)
+    for q in ("1042", "1049", "#1043"):
+        html = client.get("/tickets/", {"q": q}).content.decode()
+        assert f"#{ticket.pk} · orders 1042, 1043, 1049" in html, q
+    assert "No ticket matches" in client.get("/tickets/", {"q": "1050"}).content.decode()
+    api = Client(headers={"Authorization": f"Token {ApiToken.issue(manager)[1]}"})
+    found = api.get("/api/tickets/", {"order_number": "1049"}).json()
+    assert [t["id"] for t in found["results"]] == [ticket.pk] and found["count"] == 1
