@@ -181,7 +181,8 @@ def _list(request: Request) -> Response:
     if "status" in wanted:
         found = found.filter(status=wanted["status"])
     if "order_number" in wanted:
-        found = found.filter(order__number=wanted["order_number"])
+        # Any order the ticket covers, not only its first.
+        found = found.filter(links__order__number=wanted["order_number"]).distinct()
     if "required_role" in wanted:
         found = found.filter(required_role=wanted["required_role"])
     if "created_after" in wanted:
