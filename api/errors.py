@@ -93,7 +93,7 @@ def _flatten(detail: Any, prefix: str = "") -> list[str]:
         found = []
         for key, value in detail.items():
             name = "" if key == "non_field_errors" else f"{prefix}{key}"
-            found += _flatten(value, f"{name}." if name else "")
+            found += _flatten(value, f"{name}." if name else prefix)
         return found
     if isinstance(detail, list):
         return [m for item in detail for m in _flatten(item, prefix)]

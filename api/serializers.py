@@ -12,7 +12,7 @@ from rest_framework.settings import api_settings
 
 from refunds import policy
 from refunds.models import Charge, Decision, Email, Ticket
-from refunds.services import NOTE_MAX
+from refunds.services import NOTE_MAX, REASON_MAX
 from refunds.services import tickets as tickets_service
 
 NON_FIELD = api_settings.NON_FIELD_ERRORS_KEY
@@ -164,9 +164,35 @@ class TicketRef(serializers.ModelSerializer):
         return request.build_absolute_uri(path) if request else path
 
 
+class ReviewOrderOut(serializers.Serializer):
+    """One order of a ticket of several, as its review lists it."""
+
+    number = serializers.CharField()
+    amount_cents = serializers.IntegerField(
+        help_text="What the review asks for it; 0 when there is nothing to decide."
+    )
+    fee_cents = serializers.IntegerField()
+    late_by_days = serializers.IntegerField()
+    status = serializers.ChoiceField(
+        choices=["open", "declined", "refunded"],
+        help_text="open: answer it; declined: by policy (declined_reason); refunded: already "
+        "(receipt).",
+    )
+    declined_reason = serializers.CharField()
+    receipt = serializers.CharField()
+    notes = serializers.ListField(child=serializers.CharField())
+    flags = serializers.ListField(child=serializers.CharField())
+
+
 class PendingReview(serializers.Serializer):
     interrupt_id = serializers.CharField()
     payload = serializers.JSONField(help_text="LangChain Agent Inbox shape: action_request, ...")
+    orders = ReviewOrderOut(
+        many=True,
+        allow_null=True,
+        help_text="A ticket of several orders: one line per order (payload.orders); answer the "
+        "open ones in the decision's `orders`. null for a ticket of one order.",
+    )
 
 
 class DecisionOut(serializers.ModelSerializer):
@@ -175,7 +201,15 @@ class DecisionOut(serializers.ModelSerializer):
 
     class Meta:
         model = Decision
-        fields = ["interrupt_id", "answer", "reason", "reviewer", "decided_at", "applied"]
+        fields = [
+            "interrupt_id",
+            "answer",
+            "reason",
+            "orders",
+            "reviewer",
+            "decided_at",
+            "applied",
+        ]
 
     def get_applied(self, decision: Decision) -> bool:
         return decision.applied_at is not None
@@ -195,10 +229,8 @@ class EmailOut(serializers.ModelSerializer):
 
 class TicketOut(serializers.ModelSerializer):
     order_number = serializers.CharField(source="order.number", help_text="Its first order.")
-    order_numbers = serializers.ListField(
-        child=serializers.CharField(),
-        read_only=True,
-        help_text="Every order the ticket covers, its first order first.",
+    order_numbers = serializers.SerializerMethodField(
+        help_text="Every order the ticket covers, its first order first."
     )
     # Lazy: the words follow the agent limit in force when the schema is drawn.
     required_role = serializers.SerializerMethodField(help_text=lazy(policy.role_help, str)())
@@ -234,11 +266,20 @@ class TicketOut(serializers.ModelSerializer):
     def get_required_role(self, ticket: Ticket) -> str | None:
         return ticket.required_role or None
 
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_order_numbers(self, ticket: Ticket) -> list[str]:
+        return ticket.order_numbers()
+
     @extend_schema_field(PendingReview(allow_null=True))
     def get_pending_review(self, ticket: Ticket) -> dict | None:
         if ticket.status != Ticket.Status.AWAITING_REVIEW:
             return None
-        return {"interrupt_id": ticket.pending_interrupt_id, "payload": ticket.pending_payload}
+        payload = ticket.pending_payload or {}
+        return {
+            "interrupt_id": ticket.pending_interrupt_id,
+            "payload": ticket.pending_payload,
+            "orders": payload.get("orders") if isinstance(payload, dict) else None,
+        }
 
     @extend_schema_field(DecisionOut(allow_null=True))
     def get_decision(self, ticket: Ticket) -> dict | None:
@@ -275,6 +316,52 @@ Error._declared_fields["fields"] = serializers.DictField(
 )
 
 
+class WholeCents(serializers.IntegerField):
+    """Whole cents as a JSON integer: not a string, a fraction or a boolean."""
+
+    default_error_messages = {"invalid": "must be whole cents, a JSON integer such as 1250"}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class Text(serializers.CharField):
+    """Text as a JSON string only (DRF's CharField turns a number into text)."""
+
+    default_error_messages = {"invalid": "must be a string"}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class OrderAnswerIn(StrictBody):
+    """The answer for one order of a ticket of several."""
+
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {NON_FIELD: ['must be an object such as {"answer": "approve"}']}
+            )
+        return super().to_internal_value(data)
+
+    answer = serializers.ChoiceField(choices=Decision.Answer.choices)
+    amount_cents = WholeCents(
+        required=False,
+        min_value=1,
+        help_text="approve: pay this much (managers may lower it; at most what it asks).",
+    )
+    reason = Text(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX,
+        help_text="reject: why, for the customer (else the decision's `reason`).",
+    )
+
+
 class DecisionIn(serializers.Serializer):
     """Answer a ticket's pending review, as a reviewer does on the desk."""
 
@@ -295,7 +382,18 @@ class DecisionIn(serializers.Serializer):
         allow_null=True,
         default=None,
         min_value=1,
-        help_text="Managers: approve this lower amount instead (an edit).",
+        help_text="Managers: approve this lower amount instead (an edit). One order only.",
+    )
+    orders = serializers.DictField(
+        child=OrderAnswerIn(),
+        required=False,
+        allow_null=True,
+        allow_empty=False,
+        default=None,
+        help_text="A ticket of several orders: the answer per open order number "
+        '(pending_review.orders), e.g. {"1042": {"answer": "approve"}, "1049": {"answer": '
+        '"reject", "reason": "..."}}. An order left out gets `answer`; a rejection without its '
+        "own reason gets `reason`.",
     )
 
 
@@ -312,6 +410,7 @@ class DecisionMade(serializers.ModelSerializer):
             "answer",
             "reason",
             "amount_cents",
+            "orders",
             "reviewer",
             "decided_at",
         ]

@@ -38,7 +38,7 @@ from api.serializers import (
 from intake import services as intake
 from intake.models import Message
 from refunds import order_source, permissions, services
-from refunds.models import Decision, Ticket
+from refunds.models import Decision, Ticket, TicketOrder
 from refunds.services import orders
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -56,6 +56,7 @@ def _errors(*codes: int) -> dict:
 
 def _with_details(tickets):
     return tickets.select_related("order").prefetch_related(
+        Prefetch("links", queryset=TicketOrder.objects.select_related("order")),
         "charges",
         "links__order",
         "emails",
@@ -187,7 +188,8 @@ def _list(request: Request) -> Response:
     if "status" in wanted:
         found = found.filter(status=wanted["status"])
     if "order_number" in wanted:
-        found = found.filter(order__number=wanted["order_number"])
+        # Any order the ticket covers, not only its first.
+        found = found.filter(links__order__number=wanted["order_number"]).distinct()
     if "required_role" in wanted:
         found = found.filter(required_role=wanted["required_role"])
     if "created_after" in wanted:

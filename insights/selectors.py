@@ -95,3 +95,17 @@ def outcomes(days: list[date]) -> dict[str, list[int]]:
     )
     found = {(row["day"], row["status"]): row["n"] for row in rows}
     return {status: [found.get((d, status), 0) for d in days] for status in Ticket.FINAL}
+
+
+def refunded_counts(days: list[date]) -> dict[str, int]:
+    """Over the period: tickets that ended refunded, and the orders money was refunded for (a
+    ticket of several orders counts once among tickets, once per paid order among orders)."""
+    start = _start_of(days[0])
+    tickets = Ticket.objects.filter(status=Ticket.Status.REFUNDED, updated_at__gte=start).count()
+    orders = (
+        Charge.objects.filter(status=Charge.Status.SUCCEEDED, settled_at__gte=start)
+        .values("ticket_id", "order_id")
+        .distinct()
+        .count()
+    )
+    return {"tickets": tickets, "orders": orders}

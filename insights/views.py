@@ -40,6 +40,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     minutes = selectors.time_to_decision(days)
     paid = selectors.refunded_cents(days)
     ended = selectors.outcomes(days)
+    counted = selectors.refunded_counts(days)
     context = {
         "days": days_wanted,
         "day_choices": DAY_CHOICES,
@@ -47,6 +48,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "waiting": Ticket.objects.awaiting().count(),
             "refunded": dollars(sum(paid)),
             "ended": sum(sum(v) for v in ended.values()),
+            "tickets_refunded": counted["tickets"],
+            "orders_refunded": counted["orders"],
         },
         "charts": [
             charts.bar_chart(

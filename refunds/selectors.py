@@ -93,21 +93,24 @@ def ticket_search(
     from django.db.models import Q, Value
     from django.db.models.functions import Upper
 
-    from refunds.models import Decision, Order
+    from refunds.models import Decision, Order, TicketOrder
+
+    def covering(orders: Q) -> Q:  # any order the ticket covers, not only its first
+        return Q(pk__in=TicketOrder.objects.filter(orders).values("ticket_id"))
 
     q = (q or "").strip()
     if q:
         number = q.lstrip("#")
         upper_number = Order.objects.alias(upper=Upper("number")).filter(upper=Upper(Value(q)))
         if number.isdigit():
-            match = Q(order__number=number)
+            match = covering(Q(order__number=number))
             if len(number) <= 18:
                 match |= Q(pk=int(number))
             tickets = tickets.filter(match)
         elif "@" in q:
             tickets = _same_email(tickets, q)
         elif upper_number.exists():  # an order number like "P00042", in any case
-            tickets = tickets.filter(order__number__in=upper_number.values("number"))
+            tickets = tickets.filter(covering(Q(order__number__in=upper_number.values("number"))))
         else:  # part of a name: the one search that reads every order
             tickets = tickets.filter(order__customer_name__icontains=q)
     if status:

@@ -32,11 +32,36 @@ class DecideForm(forms.Form):
     amount = forms.CharField(required=False, max_length=20)
 
     def answer(self, post) -> str:
-        """The button pressed: one of approve, reject, escalate; "" for none; "both" for two."""
-        pressed = [a for a in ("approve", "reject", "escalate") if a in post]
+        """The button pressed: one of approve, reject, escalate, orders (the answers per order
+        of a ticket of several); "" for none; "both" for two."""
+        pressed = [a for a in ("approve", "reject", "escalate", "orders") if a in post]
         if len(pressed) > 1:
             return "both"
         return pressed[0] if pressed else ""
+
+
+def order_answers(post, lines: list[dict]) -> dict[str, dict]:
+    """The answers per open order a review form posts (`order-<number>`: approve or reject;
+    `amount-<number>`: dollars, for those who may lower it); ValueError says what is missing.
+    An amount left as asked is no edit."""
+    answers: dict[str, dict] = {}
+    for line in lines:
+        if line.get("status") != "open":
+            continue
+        number = line["number"]
+        choice = post.get(f"order-{number}", "")
+        if choice not in ("approve", "reject"):
+            raise ValueError(f"Choose approve or reject for order {number}.")
+        one: dict = {"answer": choice}
+        if choice == "approve":
+            try:
+                amount = cents(post.get(f"amount-{number}", ""))
+            except ValueError as exc:
+                raise ValueError(f"Order {number}: {exc}") from None
+            if amount is not None and amount != line.get("amount_cents"):
+                one["amount_cents"] = amount
+        answers[number] = one
+    return answers
 
 
 class _AnyPicks(forms.MultipleChoiceField):

@@ -275,7 +275,9 @@ def test_it_shows_the_pending_review_of_an_awaiting_ticket(api, late_order):
     assert body["status"] == "awaiting_review"
     assert body["required_role"] == "agent"
     assert body["amount_cents"] == 699
-    assert body["pending_review"] == {"interrupt_id": "a" * 32, "payload": payload}
+    # One order: no per-order lines (a ticket of several lists them: tests/test_api_several.py).
+    assert body["pending_review"] == {"interrupt_id": "a" * 32, "payload": payload, "orders": None}
+    assert body["order_numbers"] == ["1042"]
 
 
 def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(
@@ -323,6 +325,7 @@ def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(
         "interrupt_id": "b" * 32,
         "answer": "approve",
         "reason": "",
+        "orders": None,
         "reviewer": "manager",
         "decided_at": None,
         "applied": True,

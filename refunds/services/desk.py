@@ -111,18 +111,40 @@ def ticket_decide(
     note: str = "",
     amount_cents: int | None = None,
     canned: CannedReason | None = None,
+    orders: dict[str, Any] | None = None,
 ) -> Decision:
     """Record a reviewer's answer to one pending interrupt, then let a worker apply it.
 
     `reason` (with a canned reason in front of it) goes to the customer; `note` stays on the
-    desk. `amount_cents` makes an approval an "edit": a manager pays less than asked."""
+    desk. `amount_cents` makes an approval an "edit": a manager pays less than asked.
+
+    A ticket of several orders (its pending payload lists `orders`) takes `orders`, the answer
+    per order number ({"answer": "approve", "amount_cents"?} or {"answer": "reject",
+    "reason"?}); an open order left out gets `answer`, a rejection without its own reason gets
+    `reason`. Every open order's answer is recorded in Decision.orders; Decision.answer says
+    whether any was approved. A lower amount per order follows the one-order edit's rule (who,
+    and more than $0.00)."""
     if answer not in ANSWERS:
         raise RefundError("Choose approve or reject.")
     reason = (reason or "").strip()
-    if canned is not None and answer == Decision.Answer.REJECT:
+    lines = _several_lines(ticket)
+    if orders is not None and lines is None:
+        raise RefundError(
+            f"This ticket covers one order ({ticket.order.number}); answer it without per-order "
+            "answers."
+        )
+    if lines is not None and amount_cents is not None:
+        raise RefundError(
+            "This ticket covers several orders: lower an order's own amount, not the total."
+        )
+    rejecting = answer == Decision.Answer.REJECT or any(
+        isinstance(one, dict) and one.get("answer") == Decision.Answer.REJECT
+        for one in (orders.values() if isinstance(orders, dict) else ())
+    )
+    if canned is not None and rejecting:
         reason = f"{canned.text} {reason}".strip()
     note = (note or "").strip()
-    if answer == Decision.Answer.REJECT and not reason:
+    if answer == Decision.Answer.REJECT and not reason and lines is None:
         raise RefundError("Give a reason for the rejection; the customer is sent it.")
     if len(reason) > REASON_MAX:
         raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
@@ -139,6 +161,12 @@ def ticket_decide(
     refusal = permissions.decision_refusal(reviewer, ticket)
     if refusal:
         raise PermissionDenied(refusal)
+    answers: dict[str, dict[str, Any]] | None = None
+    lowered = False
+    if lines is not None:
+        answers, lowered = _order_answers(ticket, lines, orders or {}, answer, reason, reviewer)
+        approved = any(a["answer"] == Decision.Answer.APPROVE for a in answers.values())
+        answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
     if amount_cents is not None:
         if answer != Decision.Answer.APPROVE:
             raise RefundError("Only an approval carries a new amount.")
@@ -182,11 +210,15 @@ def ticket_decide(
                 reason=reason,
                 note=note,
                 amount_cents=amount_cents,
+                orders=answers,
             )
-            action = AuditEvent.Action.EDIT if amount_cents is not None else answer
+            edited = amount_cents is not None or lowered
+            action = AuditEvent.Action.EDIT if edited else answer
             given: dict[str, Any] = {"answer": answer, "reason": reason, "note": note}
             if amount_cents is not None:
                 given |= {"amount_cents": amount_cents, "asked_cents": ticket.amount_cents}
+            if answers is not None:
+                given["orders"] = answers
             if canned is not None:
                 given["canned"] = canned.title
             audit.record(
@@ -202,6 +234,99 @@ def ticket_decide(
         earlier = Decision.objects.select_related("reviewer").get(interrupt_id=interrupt_id)
         raise AlreadyDecided(_already_decided_message(earlier)) from None
     return decision
+
+
+def _several_lines(ticket: Ticket) -> dict[str, dict[str, Any]] | None:
+    """The pending review's line per order, by number, for a ticket of several orders; None for
+    one order (its review has no `orders`)."""
+    payload = ticket.pending_payload or {}
+    lines = payload.get("orders") if isinstance(payload, dict) else None
+    if not lines:
+        return None
+    return {str(line["number"]): line for line in lines}
+
+
+def _order_answers(
+    ticket: Ticket,
+    lines: dict[str, dict[str, Any]],
+    given: Any,
+    answer: str,
+    reason: str,
+    reviewer,
+) -> tuple[dict[str, dict[str, Any]], bool]:
+    """Each open order's answer, checked against the pending review: `given`'s own, else
+    `answer` for all. Returns them and whether any amount was lowered. A RefundError (or
+    PermissionDenied for a lower amount the reviewer may not set) says what is wrong."""
+    if not isinstance(given, dict):
+        raise RefundError("The answers per order must map each order number to its answer.")
+    given = {str(number): one for number, one in given.items()}
+    for number in given:
+        line = lines.get(str(number))
+        if line is None:
+            raise RefundError(
+                f"This ticket covers no order {str(number)[:40]}; its orders are "
+                f"{', '.join(lines)}."
+            )
+        if line.get("status") != "open":
+            why = (
+                "declined by policy"
+                if line.get("status") == "declined"
+                else f"refunded already (receipt {line.get('receipt') or 'on file'})"
+            )
+            raise RefundError(f"Order {number} is {why}; there is nothing to decide for it.")
+    answers: dict[str, dict[str, Any]] = {}
+    lowered = False
+    for number, line in lines.items():
+        if line.get("status") != "open":
+            continue
+        one = given.get(number, {"answer": answer})
+        if not isinstance(one, dict):
+            raise RefundError(f"Order {number}: give its answer as approve or reject.")
+        unknown = sorted(set(one) - {"answer", "amount_cents", "reason"})
+        if unknown:
+            raise RefundError(f"Order {number}: unknown field(s) {', '.join(unknown)}.")
+        choice = one.get("answer")
+        if choice not in ANSWERS:
+            raise RefundError(f"Order {number}: choose approve or reject.")
+        asked = int(line.get("amount_cents") or 0)
+        if choice == Decision.Answer.REJECT:
+            if one.get("amount_cents") is not None:
+                raise RefundError(f"Order {number}: only an approval carries an amount.")
+            own = one.get("reason") or ""
+            if not isinstance(own, str):
+                raise RefundError(f"Order {number}: the reason must be text.")
+            why = own.strip() or reason
+            if not why:
+                raise RefundError(
+                    f"Give a reason for rejecting order {number}; the customer is sent it."
+                )
+            if len(why) > REASON_MAX:
+                raise RefundError(
+                    f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
+                )
+            answers[number] = {"answer": "reject", "reason": why}
+            continue
+        if one.get("reason") not in (None, ""):
+            raise RefundError(f"Order {number}: a reason goes with a rejection only.")
+        amount = one.get("amount_cents")
+        if amount is None:
+            amount = asked
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise RefundError(
+                f"Order {number}: the amount must be in dollars and cents, like 12.50."
+            )
+        if amount != asked:
+            if not 0 < amount < asked:
+                raise RefundError(
+                    f"Order {number}: the new amount must be more than $0.00 and at most the "
+                    f"{dollars(asked)} asked."
+                )
+            refusal = permissions.edit_refusal(reviewer, ticket)
+            if refusal:
+                raise PermissionDenied(refusal)
+            lowered = True
+        answers[number] = {"answer": "approve", "amount_cents": amount}
+    return answers, lowered
 
 
 def ticket_escalate(*, ticket: Ticket, by, note: str = "") -> Ticket:
@@ -262,18 +387,24 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
             ticket_decide(ticket=ticket, interrupt_id=interrupt_id, answer="approve", reviewer=by)
         except (PermissionDenied, RefundError) as exc:
             results.append(
-                {"ticket": pk, "ok": False, "order": ticket.order.number, "text": str(exc)}
+                {"ticket": pk, "ok": False, "order": numbers_words(ticket), "text": str(exc)}
             )
         else:
             results.append(
                 {
                     "ticket": pk,
                     "ok": True,
-                    "order": ticket.order.number,
+                    "order": numbers_words(ticket),
                     "text": f"Approved {dollars(ticket.amount_cents)}; it is being paid out.",
                 }
             )
     return results
+
+
+def numbers_words(ticket: Ticket) -> str:
+    """The ticket's order numbers as its review lists them ("1042, 1044"), without a query."""
+    lines = _several_lines(ticket)
+    return ", ".join(lines) if lines else ticket.order.number
 
 
 def _already_decided_message(decision: Decision) -> str:

@@ -98,6 +98,8 @@ def audit_words(event) -> str:
     if action == "escalate":
         text = "sent the review to managers" if event.actor else "escalated the review to managers"
         return f"{who} {text}" + (f": “{event.note}”" if event.note else ".")
+    if action in ("approve", "edit", "reject") and isinstance(answer.get("orders"), dict):
+        return f"{who} answered per order: {_per_order_words(answer['orders'], seen)}."
     if action == "approve":
         return f"{who} approved {amount or 'the refund'}."
     if action == "edit":
@@ -121,8 +123,89 @@ def audit_words(event) -> str:
     return f"{who}: {event.get_action_display()}."
 
 
+def _per_order_words(orders: dict, seen: dict) -> str:
+    asked = {
+        str(line.get("number")): line.get("amount_cents")
+        for line in (seen.get("review") or {}).get("orders") or []
+    }
+    parts = []
+    for number, one in orders.items():
+        if one.get("answer") == "approve":
+            paid = one.get("amount_cents")
+            lowered = (
+                f" (lowered from {words.dollars(asked[number])})"
+                if asked.get(number) and paid is not None and paid < asked[number]
+                else ""
+            )
+            parts.append(f"approved {words.dollars(paid)} on {number}{lowered}")
+        else:
+            parts.append(f"rejected {number} (told the customer: “{one.get('reason', '')}”)")
+    return "; ".join(parts)
+
+
 @register.filter
 def reads_audit(user) -> bool:
     from refunds.permissions import can_read_audit
 
     return can_read_audit(user)
+
+
+# --- a ticket of several orders --------------------------------------------------------------
+@register.filter
+def order_lines(ticket) -> list:
+    """The pending review's line per order of a ticket of several ([] for one order)."""
+    payload = getattr(ticket, "pending_payload", None) or {}
+    lines = payload.get("orders") if isinstance(payload, dict) else None
+    return list(lines) if lines and len(lines) > 1 else []
+
+
+@register.filter
+def open_lines(lines: list) -> list:
+    return [line for line in lines if line.get("status") == "open"]
+
+
+SEVERAL_LISTED = 4  # more orders than this: "6 orders: 1042, 1044, 1047, …"
+
+
+@register.filter
+def orders_words(ticket) -> str:
+    """ "order 1042", "orders 1042, 1044, 1047", or "6 orders: 1042, 1044, 1047, …", from the
+    ticket's links (prefetch them with their orders on a list)."""
+    numbers = [link.order.number for link in ticket.links.all()] or [ticket.order.number]
+    if len(numbers) == 1:
+        return f"order {numbers[0]}"
+    if len(numbers) > SEVERAL_LISTED:
+        shown = ", ".join(numbers[: SEVERAL_LISTED - 1])
+        return f"{len(numbers)} orders: {shown}, …"
+    return "orders " + ", ".join(numbers)
+
+
+@register.filter
+def lowers_amounts(user) -> bool:
+    """Managers and admins lower an amount before approving (refunds.permissions.edit_refusal
+    says it for one ticket)."""
+    from refunds.permissions import is_admin, is_manager
+
+    return is_admin(user) or is_manager(user)
+
+
+@register.filter
+def order_answers_words(decision) -> str:
+    """A decision per order in words: "1042 approved $6.99; 1044 rejected (On time.)"."""
+    parts = []
+    for number, one in (decision.orders or {}).items():
+        if one.get("answer") == "approve":
+            parts.append(f"{number} approved {words.dollars(one.get('amount_cents') or 0)}")
+        else:
+            why = f" ({one['reason']})" if one.get("reason") else ""
+            parts.append(f"{number} rejected{why}")
+    return "; ".join(parts)
+
+
+@register.filter
+def late_words(late_by_days) -> str:
+    """ "4 days late", "on time", "1 day early"."""
+    n = int(late_by_days or 0)
+    if n > 0:
+        return f"{words.days(n)} late"
+    return "on time" if n == 0 else f"{words.days(-n)} early"

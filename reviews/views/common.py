@@ -6,12 +6,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
 from django_htmx.middleware import HtmxDetails
 
-from refunds.models import CannedReason, Decision, Ticket
+from refunds.models import CannedReason, Decision, Ticket, TicketOrder
 
 RECENT = 10
 
@@ -27,6 +28,9 @@ AUDIT_PAGE = 50
 
 COUNT_CAP = 1000
 
+
+# A list's tickets with every order they cover, in one query for the page (ticket.links).
+ORDER_LINKS = Prefetch("links", queryset=TicketOrder.objects.select_related("order"))
 
 TICKET_STATUS = "ticket-status"  # the ticket page's polled region, also a target of its form
 

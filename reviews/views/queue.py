@@ -25,6 +25,7 @@ from refunds.models import CannedReason, Decision, Ticket, user_roles
 from reviews import forms, paging
 from reviews.views.common import (
     COUNT_CAP,
+    ORDER_LINKS,
     QUEUE_PAGE,
     RECENT,
     TICKET_STATUS,
@@ -43,9 +44,9 @@ def _queue_context(request: HtmxHttpRequest) -> dict:
     # cost must not grow with a backlog of 10,000 reviews.
     page = paging.capped_page(
         request,
-        reviewable.select_related("order", "claimed_by", "opened_by").order_by(
-            "review_since", "id"
-        ),
+        reviewable.select_related("order", "claimed_by", "opened_by")
+        .prefetch_related(ORDER_LINKS)
+        .order_by("review_since", "id"),
         size=QUEUE_PAGE,
         cap=COUNT_CAP,
     )
@@ -62,7 +63,8 @@ def _queue_context(request: HtmxHttpRequest) -> dict:
         "version": _queue_version(reviews, page.total, page.number),
         "recent": permissions.visible(request.user)
         .filter(opened_by=request.user)
-        .select_related("order")[:RECENT],
+        .select_related("order")
+        .prefetch_related(ORDER_LINKS)[:RECENT],
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
         "canned": list(CannedReason.objects.filter(active=True)),
@@ -79,8 +81,19 @@ DECIDED_SHOWN = timedelta(seconds=8)
 def decided_line(decision: Decision, ticket: Ticket) -> str:
     """The short line that takes a decided review's place in the queue."""
     number = ticket.order.number
+    if decision.orders:
+        number = ", ".join(decision.orders)
     if decision.refused_reason:
         return f"Your decision on order {number} was not applied: {decision.refused_reason}"
+    if decision.orders:
+        paid = {n: o for n, o in decision.orders.items() if o["answer"] == "approve"}
+        rejected = [n for n in decision.orders if n not in paid]
+        if not paid:
+            return f"Rejected the refund for orders {number} — the customer is told why"
+        total = sum(o["amount_cents"] for o in paid.values())
+        on = ("order " if len(paid) == 1 else "orders ") + ", ".join(paid)
+        also = f", rejected {', '.join(rejected)}" if rejected else ""
+        return f"Approved {dollars(total)} on {on}{also} — being paid out"
     if decision.answer == Decision.Answer.REJECT:
         return f"Rejected the refund for order {number} — the customer is told why"
     amount = decision.amount_cents if decision.amount_cents is not None else ticket.amount_cents
@@ -179,6 +192,9 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         if answer == "escalate":
             services.ticket_escalate(ticket=ticket, by=request.user, note=data["note"])
             text = f"Escalated the review of order {ticket.order.number} to managers."
+        elif answer == "orders" or (answer and several_lines(ticket)):
+            decision = _decide_several(request, ticket, answer, data)
+            text = decided_text(decision, ticket)
         else:
             try:
                 amount = forms.cents(data["amount"]) if answer == "approve" else None
@@ -221,6 +237,60 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         messages.success(request, text)
         return back(request, ticket)
     return trigger_client_event(response, "queueChanged")
+
+
+def several_lines(ticket: Ticket) -> list[dict]:
+    """The pending review's lines per order of a ticket of several; [] for one order."""
+    payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
+    lines = payload.get("orders") or []
+    return lines if len(lines) > 1 else []
+
+
+def _decide_several(request: HtmxHttpRequest, ticket: Ticket, answer: str, data) -> Decision:
+    """A ticket of several orders: "Approve all" and "Reject all" answer every open order,
+    "Save the answers per order" sends each order's own."""
+    orders = None
+    if answer == "orders":
+        lines = several_lines(ticket)
+        if not lines:
+            raise services.RefundError(
+                "This review has no orders to answer one by one; reload the page."
+            )
+        try:
+            orders = forms.order_answers(request.POST, lines)
+        except ValueError as exc:
+            raise services.RefundError(str(exc)) from None
+        approved = any(one["answer"] == "approve" for one in orders.values())
+        answer = "approve" if approved else "reject"
+    return services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=data["interrupt_id"],
+        answer=answer,
+        reason=data["reason"],
+        note=data["note"],
+        canned=data["canned"],
+        orders=orders,
+        reviewer=request.user,
+    )
+
+
+def decided_text(decision: Decision, ticket: Ticket) -> str:
+    """What a decision on a ticket of several orders did, order by order."""
+    parts = []
+    for number, one in (decision.orders or {}).items():
+        if one["answer"] == "approve":
+            parts.append(f"approved {dollars(one['amount_cents'])} on {number}")
+        else:
+            parts.append(f"rejected {number}")
+    paying = decision.answer == Decision.Answer.APPROVE
+    return (
+        "Answered orders "
+        + ", ".join(decision.orders or {})
+        + ": "
+        + "; ".join(parts)
+        + "."
+        + (" It is being paid out." if paying else " The customer is told why.")
+    )
 
 
 @require_POST
@@ -272,7 +342,8 @@ def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
         response = render(request, "reviews/_bulk_results.html", {"results": results})
         return trigger_client_event(response, "queueChanged")
     for result in results:
-        where = f"Order {result['order']}: " if result.get("order") else ""
+        label = "Orders" if "," in result.get("order", "") else "Order"
+        where = f"{label} {result['order']}: " if result.get("order") else ""
         (messages.success if result["ok"] else messages.error)(request, where + result["text"])
     return redirect("reviews:queue")
 

@@ -25,7 +25,12 @@ from intake.models import Message
 from refunds import permissions, selectors, services
 from refunds.models import AuditEvent, CannedReason, Ticket
 from reviews.forms import order_numbers_typed
-from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, with_pending_decisions
+from reviews.views.common import (
+    ORDER_LINKS,
+    TICKET_STATUS,
+    HtmxHttpRequest,
+    with_pending_decisions,
+)
 
 
 @require_http_methods(["GET", "POST"])
@@ -155,7 +160,7 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
     return {
         "ticket": with_pending_decisions([ticket])[0],
         "decisions": ticket.decisions.select_related("reviewer"),
-        "charges": ticket.charges.all(),
+        "charges": ticket.charges.select_related("order"),
         "emails": ticket.emails.all(),
         "may_decide": not refusal,
         "refusal": refusal,
@@ -172,7 +177,11 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
 def ticket_status_fragment(
     request: HtmxHttpRequest, ticket: Ticket, *, status: int = 200, **extra
 ) -> HttpResponse:
-    ticket = Ticket.objects.select_related("order", "opened_by", "claimed_by").get(pk=ticket.pk)
+    ticket = (
+        Ticket.objects.select_related("order", "opened_by", "claimed_by")
+        .prefetch_related(ORDER_LINKS)
+        .get(pk=ticket.pk)
+    )
     context = _ticket_context(request, ticket) | extra
     if status == 200 and (ticket.is_final or ticket.status == Ticket.Status.FAILED):
         status = HttpResponseStopPolling.status_code  # nothing left to wait for
@@ -184,7 +193,9 @@ def ticket_status_fragment(
 @vary_on_headers("HX-Request", "HX-Target")
 def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     ticket = get_object_or_404(
-        permissions.visible(request.user).select_related("order", "opened_by", "claimed_by"),
+        permissions.visible(request.user)
+        .select_related("order", "opened_by", "claimed_by")
+        .prefetch_related(ORDER_LINKS),
         pk=ticket_id,
     )
     if request.htmx.target == TICKET_STATUS:

@@ -13,7 +13,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from refunds import permissions, selectors
 from reviews import forms, paging
-from reviews.views.common import COUNT_CAP, TICKETS_PAGE, HtmxHttpRequest
+from reviews.views.common import COUNT_CAP, ORDER_LINKS, TICKETS_PAGE, HtmxHttpRequest
 
 
 @require_GET
@@ -47,7 +47,7 @@ def tickets(request: HtmxHttpRequest) -> HttpResponse:
     )
     page = paging.capped_page(
         request,
-        found.select_related("order", "opened_by", "claimed_by"),
+        found.select_related("order", "opened_by", "claimed_by").prefetch_related(ORDER_LINKS),
         size=TICKETS_PAGE,
         cap=COUNT_CAP,
     )
