@@ -177,7 +177,7 @@ def test_refunds_are_counted_per_order_from_the_charge_key(db, monkeypatch, sett
     approved each fail the run."""
     from devtools.management.commands.crashtest import Run, broken_promises
     from refunds import enqueue, services
-    from refunds.models import Ticket
+    from refunds.models import Ticket, TicketOrder
     from tests.conftest import make_order
 
     monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
@@ -188,16 +188,18 @@ def test_refunds_are_counted_per_order_from_the_charge_key(db, monkeypatch, sett
     one = services.ticket_open(order_number="A1").thread_id
     three = services.ticket_open(order_numbers=["B1", "B2", "B3"]).thread_id
     Ticket.objects.update(status="refunded")  # both settled; what reached the processor varies
+    TicketOrder.objects.update(open=False)
+    asked_again = services.ticket_open(order_number="B1").thread_id  # a ticket of one order
+    Ticket.objects.filter(thread_id=asked_again).update(status="declined")  # refunded already
     run = Run({"seed": 1, "backend": "embedded", "workers": 2}, progress=None)
     run.approved = {"A1": True, "B1": True, "B2": True, "B3": False}  # B3: on time
-    run.several = {"B1"}
 
     def summary(keys: dict[str, int]) -> dict:
         refunds = {
             key: {"amount_cents": cents, "reference": key.split(":")[0]}
             for key, cents in keys.items()
         }
-        run.gateway = run.smtp = _Counted(refunds, told=[one, three])
+        run.gateway = run.smtp = _Counted(refunds, told=[one, three, asked_again])
         return run._summary({}, True, 1.0)
 
     paid = {

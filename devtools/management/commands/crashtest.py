@@ -247,8 +247,7 @@ class Run:
         # Order number -> its first ticket approves it (late, not rejected): the processor must
         # count exactly one refund for each such order over all its tickets, and none for others.
         self.approved: dict[str, bool] = {}
-        self.several: set[str] = set()  # first order numbers of the tickets of several orders
-        self.several_ids: set[int] = set()  # and their ids
+        self.several_ids: set[int] = set()  # the tickets of several orders
         self.events: list[tuple[float, str]] = []  # (time, what) of outside kills and pauses
 
     def execute(self) -> dict:
@@ -336,7 +335,6 @@ class Run:
             ids.append(ticket.pk)
             first = numbers[0]
             if count > 1:
-                self.several.add(first)
                 self.several_ids.add(ticket.pk)
             if self.rng.random() < 0.1:
                 self.rejects.add(first)  # the whole ticket: every order of it
@@ -529,7 +527,7 @@ class Run:
     def _summary(self, plan: dict, settled: bool, seconds: float) -> dict:
         from refunds.models import Order, Ticket
 
-        tickets = list(Ticket.objects.select_related("order"))
+        tickets = list(Ticket.objects.select_related("order").prefetch_related("links__order"))
         statuses = Counter(t.status for t in tickets)
         by_key = {t.thread_id: t for t in tickets}
         # At the processor: refunds per ticket (the reference is the thread id) and per order
@@ -544,7 +542,8 @@ class Run:
             number = rest[0] if len(rest) == 2 else ticket.order.number if ticket else "?"
             by_order[number].append(refund["amount_cents"])
         fee = dict(Order.objects.values_list("number", "shipping_fee_cents"))
-        several = [t for t in tickets if t.order.number in self.several]
+        # A second ticket asks about one order again: it is a ticket of one.
+        several = [t for t in tickets if len(t.order_numbers()) > 1]
         delivered = self.smtp.keys()
         twice = self._explain_duplicates()
         told = {key.split(":")[0] for key in delivered}
