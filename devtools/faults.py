@@ -9,11 +9,16 @@ REFUNDS_CRASH_PLAN names a JSON file {"<thread_id or *>": {"point": "...", "time
 several points of one thread). Points:
 
 - "<node>": at the start of that node's body (lookup, fraud_check, ..., charge_card, email);
+  the fan-out's tasks of a ticket of several orders also fire "<node>:<order>" (check_order:1044,
+  charge_order:1044), so a plan can stop one order's task and not its siblings (they run in
+  parallel threads of one superstep);
 - "intake:<task>", "intake:<task>:done": the intake workflow's tasks (read, find_orders,
   open_ticket, acknowledge), at their start and once they returned (effect made, result not yet
   checkpointed); the thread is the message's (intake-...);
 - "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
-- "gateway:before", "gateway:after": around the gateway's charge call;
+- "gateway:before", "gateway:after": around the gateway's charge call; a charge of one order of
+  several (its key `<thread>:charge_card:<order>:<amount>`) also fires "gateway:before:<order>"
+  and "gateway:after:<order>";
 - "smtp:before": before the mail server conversation; "smtp:handed_over": the final "." went to
   the server (its handover mark committed) and its answer has not come back yet; "smtp:after":
   the server accepted the message and its sent mark has not committed yet (both inside the one
@@ -21,9 +26,11 @@ several points of one thread). Points:
 - "renew": in the lease renewal ("error" makes the renewal fail with a database error).
 
 Actions: "exit" is os._exit(1), what an OOM kill or a pulled plug looks like; "sleep" stalls for
-`seconds` while holding the lease; "stop" sends this process SIGSTOP (the test sends SIGCONT
-later); "error" raises a database OperationalError. Each firing leaves a marker file beside the
-plan ("<thread>@<point>@<n>@<pid>"), so times=1 fires once; times=-1 fires every time.
+`seconds` while holding the lease; "stop" stops this process (SIGSTOP, sent to the thread at
+the point, so it stops there and not a moment later; the test sends SIGCONT later); "error"
+raises a database OperationalError. Each firing leaves a marker file beside the plan
+("<thread>@<point>@<n>@<pid>"), so times=1 fires once; times=-1 fires every time (the parallel
+tasks of one process count their firings under one lock, so times=1 fires once there too).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import functools
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -47,6 +55,9 @@ def _plan() -> dict:
         return {}
 
 
+_counting = threading.Lock()  # a fan-out's tasks are threads of one process
+
+
 def crash_point(thread_id: str, point: str) -> None:
     if not settings.REFUNDS_CRASH_PLAN:
         return
@@ -59,15 +70,20 @@ def crash_point(thread_id: str, point: str) -> None:
     times = int(entry.get("times", 1))
     markers = Path(settings.REFUNDS_CRASH_PLAN + ".fired")
     markers.mkdir(exist_ok=True)
-    fired_before = len(list(markers.glob(f"{thread_id}@{point}@*")))
-    if 0 <= times <= fired_before:
-        return
-    (markers / f"{thread_id}@{point}@{fired_before}@{os.getpid()}").touch()
+    with _counting:
+        fired_before = len(list(markers.glob(f"{thread_id}@{point}@*")))
+        if 0 <= times <= fired_before:
+            return
+        (markers / f"{thread_id}@{point}@{fired_before}@{os.getpid()}").touch()
     action = entry.get("action", "exit")
     if action == "sleep":
         time.sleep(float(entry.get("seconds", 30)))
     elif action == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # From this thread: a SIGSTOP sent to the process (os.kill) is taken by another of its
+        # threads (the main one), and this one runs on until that thread stops the group: a
+        # charge task went on into its ledger row before it stopped. Sent to this thread, the
+        # whole process stops before the next line.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     elif action == "error":
         raise OperationalError(f"injected database error at {point}")
     else:
@@ -88,13 +104,28 @@ def _step_point(sender, *, thread_id: str, event: str, **kwargs) -> None:
     crash_point(thread_id, event)
 
 
+# The fan-out's tasks (refunds/flow/state.py's CheckTask, ChargeTask): where each names its order.
+_TASK_ORDER = {"check_order": "order_number", "charge_order": "number"}
+
+
 def wrap_node(name: str, fn):
+    order_field = _TASK_ORDER.get(name)
+
     @functools.wraps(fn)
     def with_crash_point(state, *args, **kwargs):
         crash_point(state["ticket_key"], name)
+        if order_field and state.get(order_field):
+            crash_point(state["ticket_key"], f"{name}:{state[order_field]}")
         return fn(state, *args, **kwargs)
 
     return with_crash_point
+
+
+def charged_order(ticket_key: str, idempotency_key: str) -> str:
+    """The order a charge of a ticket of several is for ('<thread>:charge_card:<order>:<amount>');
+    '' for a one-order ticket's key ('<thread>:charge_card:<amount>')."""
+    parts = idempotency_key.removeprefix(ticket_key + ":").split(":")
+    return parts[1] if len(parts) == 3 and parts[0] == "charge_card" else ""
 
 
 def wrap_intake_task(name: str, fn):
@@ -126,7 +157,10 @@ class CrashingGateway:
         ticket_key: str,
         payment_reference: str = "",
     ) -> str:
+        order = charged_order(ticket_key, idempotency_key)
         crash_point(ticket_key, "gateway:before")
+        if order:
+            crash_point(ticket_key, f"gateway:before:{order}")
         receipt = self.inner.charge(
             idempotency_key=idempotency_key,
             amount_cents=amount_cents,
@@ -134,6 +168,8 @@ class CrashingGateway:
             payment_reference=payment_reference,
         )
         crash_point(ticket_key, "gateway:after")
+        if order:
+            crash_point(ticket_key, f"gateway:after:{order}")
         return receipt
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:

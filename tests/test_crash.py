@@ -20,9 +20,9 @@ from django.db import connection
 
 from devtools.faults import fired
 from refunds import enqueue, persistence, services
-from refunds.models import Decision, Email, Ticket
+from refunds.models import Charge, Decision, Email, Ticket
 from refunds.tasks import advance_ticket
-from tests.conftest import beat_process, wait_for
+from tests.conftest import beat_process, make_order, wait_for
 from tests.quiescence import quiesce
 
 pytestmark = pytest.mark.slow
@@ -517,3 +517,181 @@ def test_a_run_past_the_soft_time_limit_drains_at_its_next_step_and_is_handed_on
     assert ticket.nodes_run.count("charge_card") == 1
     assert "SoftTimeLimitExceeded" not in worker.output()
     assert worker.alive
+
+
+# --- a ticket of several orders: the charge fan-out -------------------------------------------
+# Three orders of one customer, all approved: approve sends one charge_order per order, and the
+# three run in parallel threads of one superstep. A plan stops one order's task and holds its
+# siblings (devtools/faults.py's "<node>:<order>" and "gateway:*:<order>" points), so "after the
+# first charge" means exactly one refund at the processor when the kill lands.
+SEVERAL = {"1042": 699, "1044": 1250, "1047": 2000}
+FIRST, SECOND, THIRD = SEVERAL
+
+
+@pytest.fixture
+def three_orders(db):
+    return [make_order(number, fee_cents=fee) for number, fee in SEVERAL.items()]
+
+
+def open_several_and_wait_for_review(who) -> Ticket:
+    ticket = services.ticket_open(order_numbers=list(SEVERAL), note="late", opened_by=who)
+    wait_for(lambda: status(ticket) == "awaiting_review", timeout=30, what="the review")
+    ticket.refresh_from_db()
+    assert [o["status"] for o in ticket.pending_payload["orders"]] == ["open"] * 3
+    return ticket
+
+
+def order_key(ticket: Ticket, number: str) -> str:
+    return f"{ticket.thread_id}:charge_card:{number}:{SEVERAL[number]}"
+
+
+def refunded_at_the_processor(sinks, ticket: Ticket) -> dict[str, list[int]]:
+    """Refunds of the ticket at the processor, by the order its key names."""
+    by_order: dict[str, list[int]] = {}
+    for key, refund in list(sinks.gateway.refunds.items()):
+        if refund["reference"] == ticket.thread_id:
+            number = key.removeprefix(f"{ticket.thread_id}:charge_card:").split(":")[0]
+            by_order.setdefault(number, []).append(refund["amount_cents"])
+    return by_order
+
+
+def hold_the_others(*numbers: str, seconds: float = 30) -> list[dict]:
+    """Hold these orders' charge tasks at their start (before the ledger), once."""
+    return [
+        {"point": f"charge_order:{n}", "times": 1, "action": "sleep", "seconds": seconds}
+        for n in numbers
+    ]
+
+
+def fired_at(plan_path, point: str) -> list[str]:
+    return [m for m in fired(plan_path) if m.split("@")[1] == point]
+
+
+def assert_each_order_refunded_once(ticket: Ticket, sinks, workers) -> None:
+    """Counted where it lands, once everything is quiet: each order one refund at the processor
+    (one charge call per key), the ledger one succeeded row per order, one email for the
+    ticket at the mail server, one line of checkpoint history."""
+    quiesce(workers)
+    assert status(ticket) == "refunded"
+    assert refunded_at_the_processor(sinks, ticket) == {n: [c] for n, c in SEVERAL.items()}
+    assert sinks.gateway.charge_calls == {order_key(ticket, n): 1 for n in SEVERAL}
+    ledger = Charge.objects.filter(ticket=ticket).values_list("order__number", "status")
+    assert sorted(ledger) == [(n, "succeeded") for n in sorted(SEVERAL)]
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
+    assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
+    assert Decision.objects.get(ticket=ticket).applied_at is not None
+    assert branch_points(ticket) == []
+
+
+def test_sigkill_after_the_first_of_three_charges_landed_charges_each_order_once(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, three_orders
+):
+    """The first order's money reached the processor and its answer was not recorded (the
+    process stopped there, its siblings held before the ledger); then a SIGKILL of the whole
+    worker. A second worker looks the first order's key up and charges the other two."""
+    first = workers("first", pool="solo")
+    ticket = open_several_and_wait_for_review(agent)
+    stop = {"point": f"gateway:after:{FIRST}", "times": 1, "action": "stop"}
+    env = crash_plan({ticket.thread_id: [stop, *hold_the_others(SECOND, THIRD)]})
+    first.stop()
+    doomed = workers("doomed", pool="solo", env=env)
+    approve(ticket, admin_user)
+    wait_for(
+        lambda: fired_at(crash_plan.path, f"gateway:after:{FIRST}"),
+        what="the first charge to land",
+    )
+    assert refunded_at_the_processor(sinks, ticket) == {FIRST: [SEVERAL[FIRST]]}
+    doomed.kill()  # SIGKILL of the stopped worker: no answer recorded, no cleanup
+
+    workers("second", pool="solo", env=env)
+    settle(ticket, sweep_now)
+    assert_each_order_refunded_once(ticket, sinks, workers)
+    assert sinks.gateway.lookup_calls[order_key(ticket, FIRST)] == 1  # found, not charged again
+
+
+def test_a_worker_killed_between_the_charges_of_three_orders_charges_each_once(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, three_orders
+):
+    """The first order's charge task finished (its update streamed out of the superstep), the
+    other two had not charged: the process dies there. The next worker runs what is left."""
+    first = workers("first", pool="solo")
+    ticket = open_several_and_wait_for_review(agent)
+    die = {"point": "after:charge_order", "times": 1, "action": "exit"}
+    env = crash_plan({ticket.thread_id: [die, *hold_the_others(SECOND, THIRD)]})
+    first.stop()
+    doomed = workers("doomed", pool="solo", env=env)
+    approve(ticket, admin_user)
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die between charges")
+    assert doomed.proc.returncode == 1
+    assert refunded_at_the_processor(sinks, ticket) == {FIRST: [SEVERAL[FIRST]]}
+
+    workers("second", pool="solo", env=env)
+    settle(ticket, sweep_now)
+    assert_each_order_refunded_once(ticket, sinks, workers)
+
+
+@pytest.mark.parametrize("point", ["smtp:before", "email", "after:email"])
+def test_a_worker_killed_around_the_email_of_three_orders_mails_once_and_charges_nothing_again(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, three_orders, point
+):
+    first = workers("first", pool="solo")
+    ticket = open_several_and_wait_for_review(agent)
+    env = crash_plan({ticket.thread_id: {"point": point, "times": 1}})
+    first.stop()
+    doomed = workers("doomed", pool="solo", env=env)
+    approve(ticket, admin_user)
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the email")
+    assert doomed.proc.returncode == 1
+    # Every charge was made before the email: the kill comes after all three.
+    assert refunded_at_the_processor(sinks, ticket) == {n: [c] for n, c in SEVERAL.items()}
+    workers("second", pool="solo", env=env)
+    settle(ticket, sweep_now)
+    assert_each_order_refunded_once(ticket, sinks, workers)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        f"charge_order:{FIRST}",  # in the first order's task, before its ledger row
+        f"gateway:after:{FIRST}",  # its money moved, the answer not recorded, its lock held
+    ],
+)
+def test_a_worker_paused_in_the_charge_fan_out_past_its_lease_changes_nothing_when_woken(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, three_orders, point
+):
+    """SIGSTOP inside the fan-out (the siblings held at their start, so they wake after the
+    takeover too), for longer than the lease: a second worker takes the thread over and charges
+    what is left; the woken process neither charges nor mails again."""
+    first = workers("first")
+    ticket = open_several_and_wait_for_review(agent)
+    stop = {"point": point, "times": 1, "action": "stop"}
+    env = crash_plan({ticket.thread_id: [stop, *hold_the_others(SECOND, THIRD, seconds=5)]})
+    first.stop()
+    workers("paused", env=env)
+    approve(ticket, admin_user)
+    marker = wait_for(lambda: fired_at(crash_plan.path, point), what="the worker to pause")[0]
+    pid = int(marker.rsplit("@", 1)[1])
+    wait_for(
+        lambda: Ticket.objects.leasable().filter(pk=ticket.pk).exists(),
+        what="the stopped process's lease to run out",
+    )
+    workers("successor", env=env)
+    try:
+        if point.startswith("charge_order"):
+            settle(ticket, sweep_now)  # the successor finishes the thread on its own
+        else:
+            # The paused process holds the first order's effect lock: its successor charges the
+            # other two and waits for that one.
+            wait_for(
+                lambda: sweep_now() is not None and "another process" in _last_error(ticket),
+                what="the successor to find the first charge under way",
+            )
+            wait_for(
+                lambda: set(refunded_at_the_processor(sinks, ticket)) == set(SEVERAL),
+                what="the successor to charge the other two",
+            )
+            assert sinks.smtp.count(ticket.thread_id) == 0  # no email while one is not settled
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    settle(ticket, sweep_now)
+    assert_each_order_refunded_once(ticket, sinks, workers)  # quiet: the woken one finished

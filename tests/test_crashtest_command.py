@@ -15,8 +15,11 @@ pytestmark = pytest.mark.slow
 
 def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     env = {**os.environ}
-    env.pop("DATABASE_URL", None)  # crashtest makes its own database either way
+    url = env.pop("DATABASE_URL", "")  # crashtest makes its own database either way
     backend = "postgres" if settings.IS_POSTGRES else "embedded"  # the configuration under test
+    # On PostgreSQL: a database of its own beside the suite's, and the suite's broker (no worker
+    # of the suite runs meanwhile), so two checkouts' runs do not share one.
+    where = ["--database-url", f"{url}_crashtest", "--broker-url", settings.CELERY_BROKER_URL]
     done = subprocess.run(
         [
             sys.executable,
@@ -32,6 +35,7 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
             "20261129",
             "--backend",
             backend,
+            *(where if settings.IS_POSTGRES else []),
         ],
         cwd=ROOT,
         env=env,
@@ -48,12 +52,22 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
         "failed_by_crash",
         "double_charges",
         "refunds_per_order_over_balance",
+        "approved_orders_not_refunded",
+        "orders_refunded_unapproved",
         "paid_but_not_refunded",
         "refunded_without_payment",
         "emails_delivered_twice_unexplained",
         "customers_never_told",
     ):
         assert summary[promise] == 0, (promise, summary)
+    # A third of the tickets (--several's default) cover two or three orders of one customer;
+    # each approved order is refunded once at the processor, whichever ticket it is in.
+    assert summary["tickets_several"] >= 3, summary
+    assert summary["kills_inside_several"] >= 2, summary  # kills inside their fan-outs too
+    several = summary["orders_in_tickets_of_several"]
+    assert 2 * summary["tickets_several"] <= several <= 3 * summary["tickets_several"]
+    assert summary["orders"] == 20 - summary["tickets_several"] + several
+    assert summary["orders_refunded"] == summary["orders_approved"] > 0
     tickets = summary["tickets"]  # 20, and the second tickets some orders got
     assert tickets == 20 + summary["second_tickets"]
     assert summary["refunded"] + summary["declined"] + summary["rejected"] == tickets
@@ -64,16 +78,23 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     assert "settled" in done.stderr  # progress is shown while it runs
 
 
-def test_crashtest_refuses_nonsense_counts_with_a_clear_message():
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--tickets", "0"], "--tickets must be at least 1"),
+        (["--several", "1.5"], "--several must be between 0 and 1"),
+    ],
+)
+def test_crashtest_refuses_nonsense_counts_with_a_clear_message(args, said):
     done = subprocess.run(
-        [sys.executable, "manage.py", "crashtest", "--tickets", "0"],
+        [sys.executable, "manage.py", "crashtest", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode != 0
-    assert "--tickets must be at least 1" in done.stderr
+    assert said in done.stderr
 
 
 KEY = "t-1:email"
@@ -132,3 +153,68 @@ def test_the_readme_names_exactly_the_counters_that_fail_the_run():
     sentence = re.search(r"exits non-zero when any of (.+?) is not 0", readme, re.S)
     assert sentence, "README.md no longer says when crashtest fails"
     assert re.findall(r"`(\w+)`", sentence.group(1)) == list(BROKEN_PROMISES)
+
+
+class _Counted:
+    """What _summary reads of the processor and the SMTP server."""
+
+    def __init__(self, refunds: dict[str, dict], told: list[str]) -> None:
+        self.refunds, self.told = refunds, told
+        self.charge_calls = dict.fromkeys(refunds, 1)
+        self.lookup_calls: dict[str, int] = {}
+        self.delivered: list = []
+
+    def keys(self) -> dict[str, int]:
+        return {f"{thread}:email": 1 for thread in self.told}
+
+    def delivered_twice(self) -> list[str]:
+        return []
+
+
+def test_refunds_are_counted_per_order_from_the_charge_key(db, monkeypatch, settings, tmp_path):
+    """Two refunds of one ticket of several orders are one per order, not a double charge; a
+    second refund of one order, an approved order with none and a refund of an order not
+    approved each fail the run."""
+    from devtools.management.commands.crashtest import Run, broken_promises
+    from refunds import enqueue, services
+    from refunds.models import Ticket, TicketOrder
+    from tests.conftest import make_order
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
+    settings.REFUNDS_CRASH_PLAN = str(tmp_path / "crash-plan.json")
+    make_order("A1", fee_cents=699, name="Ana Souza")
+    for number in ("B1", "B2", "B3"):
+        make_order(number, fee_cents=1000, name="Bo Berg")
+    one = services.ticket_open(order_number="A1").thread_id
+    three = services.ticket_open(order_numbers=["B1", "B2", "B3"]).thread_id
+    Ticket.objects.update(status="refunded")  # both settled; what reached the processor varies
+    TicketOrder.objects.update(open=False)
+    asked_again = services.ticket_open(order_number="B1").thread_id  # a ticket of one order
+    Ticket.objects.filter(thread_id=asked_again).update(status="declined")  # refunded already
+    run = Run({"seed": 1, "backend": "embedded", "workers": 2}, progress=None)
+    run.approved = {"A1": True, "B1": True, "B2": True, "B3": False}  # B3: on time
+
+    def summary(keys: dict[str, int]) -> dict:
+        refunds = {
+            key: {"amount_cents": cents, "reference": key.split(":")[0]}
+            for key, cents in keys.items()
+        }
+        run.gateway = run.smtp = _Counted(refunds, told=[one, three, asked_again])
+        return run._summary({}, True, 1.0)
+
+    paid = {
+        f"{one}:charge_card:699": 699,
+        f"{three}:charge_card:B1:1000": 1000,
+        f"{three}:charge_card:B2:1000": 1000,
+    }
+    good = summary(paid)
+    assert broken_promises(good) == []
+    assert (good["orders"], good["orders_approved"], good["orders_refunded"]) == (4, 3, 3)
+    assert (good["tickets_several"], good["orders_in_tickets_of_several"]) == (1, 3)
+
+    again = summary(paid | {f"{three}:charge_card:B2:400": 400})  # B2 a second time
+    assert broken_promises(again) == ["double_charges", "refunds_per_order_over_balance"]
+    missing = summary({k: v for k, v in paid.items() if ":B2:" not in k})
+    assert broken_promises(missing) == ["approved_orders_not_refunded"]
+    unapproved = summary(paid | {f"{three}:charge_card:B3:1000": 1000})
+    assert broken_promises(unapproved) == ["orders_refunded_unapproved"]

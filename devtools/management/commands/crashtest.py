@@ -6,14 +6,17 @@ during a resume, around the gateway call and the SMTP conversation; planned per 
 devtools/faults.py) and from outside (SIGKILL of a whole worker, main process and pool
 child, at random moments, then a restart). Pauses SIGSTOP a whole worker for longer than the lease
 and SIGCONT it after another worker may have taken its thread over. Some orders get a second
-ticket once their first one is settled (a helpdesk asking again). Reviewers approve (and
-sometimes reject) as reviews appear. A seed makes the plan reproducible. Every run works in its
-own temporary data folder and database.
+ticket once their first one is settled (a helpdesk asking again). A share of the tickets
+(`--several`) cover two or three orders of one customer: their checks and charges fan out, and
+kills land inside the fan-out too (a task's own point, "charge_order:<order>", or around one
+order's gateway call). Reviewers approve (and sometimes reject) as reviews appear. A seed makes
+the plan reproducible. Every run works in its own temporary data folder and database.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -59,6 +62,33 @@ LATE_POINTS = [
     "smtp:before",
     "after:email",
 ]
+# A ticket of several orders: the fan-outs' nodes, and "<point>:<order>" for one order's task or
+# gateway call (devtools/faults.py); "{order}" is one of the ticket's orders (late, so charged).
+EARLY_POINTS_SEVERAL = [
+    "check_order",
+    "check_order:{order}",
+    "after:check_order",
+    "gather",
+    "after:gather",
+]
+LATE_POINTS_SEVERAL = [
+    "after:triage",
+    "resume",
+    "approve",
+    "after:approve",
+    "charge_order",
+    "charge_order:{order}",
+    "gateway:before",
+    "gateway:before:{order}",
+    "gateway:after",
+    "gateway:after:{order}",
+    "after:charge_order",
+    "settle_charges",
+    "after:settle_charges",
+    "email",
+    "smtp:before",
+    "after:email",
+]
 # Not planned: "smtp:handed_over" and "smtp:after", kills between handing the final "." over and
 # recording the server's answer. That is the one window no SMTP server lets us close (README.md,
 # "Mail once"); tests/test_crash.py pins what happens there. A random outside kill (or a pause
@@ -72,6 +102,8 @@ BROKEN_PROMISES = (
     "failed_by_crash",
     "double_charges",
     "refunds_per_order_over_balance",
+    "approved_orders_not_refunded",
+    "orders_refunded_unapproved",
     "paid_but_not_refunded",
     "refunded_without_payment",
     "emails_delivered_twice_unexplained",
@@ -98,6 +130,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--seed", type=int, default=None)
         parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument(
+            "--several",
+            type=float,
+            default=0.33,
+            help="the share of tickets that cover two or three orders of one customer (0 to 1)",
+        )
         parser.add_argument(
             "--backend",
             choices=["embedded", "postgres"],
@@ -129,6 +167,8 @@ class Command(BaseCommand):
         for name in ("kills", "pauses"):
             if opts[name] < 0:
                 raise CommandError(f"--{name} must be 0 or more")
+        if not 0 <= opts["several"] <= 1:
+            raise CommandError("--several must be between 0 and 1 (a share of the tickets)")
         if opts["seed"] is None:
             opts["seed"] = random.randrange(1_000_000)
         if os.environ.get(CHILD_FLAG):
@@ -161,7 +201,7 @@ class Command(BaseCommand):
             _recreate_postgres(opts["database_url"])
             env |= {"DATABASE_URL": opts["database_url"], "CELERY_BROKER_URL": opts["broker_url"]}
         argv = ["crashtest"]
-        for name in ("tickets", "kills", "pauses", "seed", "workers", "backend"):
+        for name in ("tickets", "kills", "pauses", "seed", "workers", "backend", "several"):
             argv += [f"--{name}", str(opts[name])]
         if opts["timeout"]:
             argv += ["--timeout", str(opts["timeout"])]
@@ -204,6 +244,10 @@ class Run:
         self.rejects: set[str] = set()  # order numbers, chosen up front: the seed fixes outcomes
         self.asks_again: set[str] = set()  # orders that get a second ticket once settled
         self.asked_again: set[str] = set()
+        # Order number -> its first ticket approves it (late, not rejected): the processor must
+        # count exactly one refund for each such order over all its tickets, and none for others.
+        self.approved: dict[str, bool] = {}
+        self.several_ids: set[int] = set()  # the tickets of several orders
         self.events: list[tuple[float, str]] = []  # (time, what) of outside kills and pauses
 
     def execute(self) -> dict:
@@ -270,24 +314,34 @@ class Run:
         limit = policy.agent_limit_cents()
         ids = []
         for i in range(self.opts["tickets"]):
-            late = self.rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, 8])  # about 2 in 9 are not late
-            fee = self.rng.choice([499, 699, 1250, limit, limit + 1, 3500, 4800])  # both sides
-            order = Order.objects.create(
-                number=f"C{i:05d}",
-                customer_name=f"Customer {i}",
-                customer_email=f"customer{i % max(5, self.opts['tickets'] // 3)}@example.com",
-                promised_on=promised,
-                delivered_on=promised + timedelta(days=late),
-                shipping_fee_cents=fee,
-            )
+            count = self.rng.choice([2, 3]) if self.rng.random() < self.opts["several"] else 1
+            numbers = [f"C{i:05d}"] + [f"C{i:05d}-{k}" for k in range(2, count + 1)]
+            lateness = {}
+            for number in numbers:
+                late = self.rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, 8])  # about 2 in 9 not late
+                fee = self.rng.choice([499, 699, 1250, limit, limit + 1, 3500, 4800])  # both sides
+                Order.objects.create(
+                    number=number,
+                    customer_name=f"Customer {i}",
+                    customer_email=f"customer{i % max(5, self.opts['tickets'] // 3)}@example.com",
+                    promised_on=promised,
+                    delivered_on=promised + timedelta(days=late),
+                    shipping_fee_cents=fee,
+                )
+                lateness[number] = late
             ticket = services.ticket_open(
-                order_number=order.number, note="crashtest", opened_by=self.opener
+                order_numbers=numbers, note="crashtest", opened_by=self.opener
             )
             ids.append(ticket.pk)
+            first = numbers[0]
+            if count > 1:
+                self.several_ids.add(ticket.pk)
             if self.rng.random() < 0.1:
-                self.rejects.add(order.number)
+                self.rejects.add(first)  # the whole ticket: every order of it
             if self.rng.random() < 0.15:
-                self.asks_again.add(order.number)
+                self.asks_again.add(first)
+            for number, late in lateness.items():
+                self.approved[number] = late > 0 and first not in self.rejects
         return ids
 
     def _plan_kills(self, tickets: list[int]) -> tuple[dict, int]:
@@ -295,13 +349,27 @@ class Run:
 
         kills = self.opts["kills"]
         inside_count = min(len(tickets), (kills + 1) // 2)
-        chosen = self.rng.sample(tickets, inside_count)
+        # Tickets of several orders get at least their share of the inside kills (rounded up),
+        # so a short run kills inside the fan-outs too.
+        several = [pk for pk in tickets if pk in self.several_ids]
+        single = [pk for pk in tickets if pk not in self.several_ids]
+        in_several = min(len(several), math.ceil(inside_count * self.opts["several"]))
+        in_several = max(in_several, inside_count - len(single))
+        chosen = self.rng.sample(several, in_several)
+        chosen += self.rng.sample(single, inside_count - in_several)
         plan = {}
         for ticket in Ticket.objects.filter(pk__in=chosen).select_related("order"):
             # Points after the review only for tickets that get there, so every kill fires.
-            charged = ticket.order.delivered_on > ticket.order.promised_on
-            charged = charged and ticket.order.number not in self.rejects
-            point = self.rng.choice(EARLY_POINTS + (LATE_POINTS if charged else []))
+            numbers = ticket.order_numbers()
+            charged = [n for n in numbers if self.approved[n]]
+            if len(numbers) > 1:
+                early, late = EARLY_POINTS_SEVERAL, LATE_POINTS_SEVERAL
+            else:
+                early, late = EARLY_POINTS, LATE_POINTS
+            point = self.rng.choice(early + (late if charged else []))
+            # One order's own point: any order for the checks, a charged one after the review.
+            among = charged if point in late else numbers
+            point = point.format(order=self.rng.choice(among))
             plan[ticket.thread_id] = {"point": point, "times": 1}
         Path(settings.REFUNDS_CRASH_PLAN).write_text(json.dumps(plan, indent=1))
         return plan, kills - inside_count
@@ -457,19 +525,25 @@ class Run:
         return out
 
     def _summary(self, plan: dict, settled: bool, seconds: float) -> dict:
-        from refunds.models import Ticket
+        from refunds.models import Order, Ticket
 
-        tickets = list(Ticket.objects.select_related("order"))
+        tickets = list(Ticket.objects.select_related("order").prefetch_related("links__order"))
         statuses = Counter(t.status for t in tickets)
-        # At the processor: refunds per ticket (the reference is the thread id) and per order.
+        by_key = {t.thread_id: t for t in tickets}
+        # At the processor: refunds per ticket (the reference is the thread id) and per order
+        # (the key names it: '<thread>:charge_card:<amount>' is the ticket's one order,
+        # '<thread>:charge_card:<order>:<amount>' one of several).
         by_thread: dict[str, list[int]] = defaultdict(list)
-        for refund in self.gateway.refunds.values():
+        by_order: dict[str, list[int]] = defaultdict(list)
+        for key, refund in self.gateway.refunds.items():
             by_thread[refund["reference"]].append(refund["amount_cents"])
-        per_order: dict[str, int] = defaultdict(int)
-        fee = {}
-        for t in tickets:
-            per_order[t.order.number] += sum(by_thread.get(t.thread_id, []))
-            fee[t.order.number] = t.order.shipping_fee_cents
+            ticket = by_key.get(refund["reference"])
+            rest = key.removeprefix(refund["reference"] + ":charge_card:").split(":")
+            number = rest[0] if len(rest) == 2 else ticket.order.number if ticket else "?"
+            by_order[number].append(refund["amount_cents"])
+        fee = dict(Order.objects.values_list("number", "shipping_fee_cents"))
+        # A second ticket asks about one order again: it is a ticket of one.
+        several = [t for t in tickets if len(t.order_numbers()) > 1]
         delivered = self.smtp.keys()
         twice = self._explain_duplicates()
         told = {key.split(":")[0] for key in delivered}
@@ -478,6 +552,10 @@ class Run:
             "kills": len(_markers()) + self.outside_kills,
             "kills_inside": len(_markers()),
             "kills_outside": self.outside_kills,
+            # Inside kills planned on a ticket of several orders (that fired).
+            "kills_inside_several": sum(
+                1 for m in _markers() if m.split("@")[0] in {t.thread_id for t in several}
+            ),
             "pauses": self.pauses,
             "refunded": statuses["refunded"],
             "declined": statuses["declined"],
@@ -486,9 +564,22 @@ class Run:
             # No poison tickets in this run: a ticket that ended failed was failed by a crash.
             "failed_by_crash": statuses["failed"],
             "lost": sum(n for s, n in statuses.items() if s not in FINAL),
-            "double_charges": sum(1 for amounts in by_thread.values() if len(amounts) > 1),
+            "tickets_several": len(several),
+            "orders": len(fee),
+            "orders_in_tickets_of_several": sum(len(t.order_numbers()) for t in several),
+            "orders_approved": sum(self.approved.values()),
+            "orders_refunded": len(by_order),
+            # Per order, counted at the processor over every ticket of it: more than one refund,
+            # more money than its fee, an approved order with none, a refund for one not approved.
+            "double_charges": sum(1 for amounts in by_order.values() if len(amounts) > 1),
             "refunds_per_order_over_balance": sum(
-                1 for number, total in per_order.items() if total > fee[number]
+                1 for number, amounts in by_order.items() if sum(amounts) > fee.get(number, 0)
+            ),
+            "approved_orders_not_refunded": sum(
+                1 for number, yes in self.approved.items() if yes and not by_order.get(number)
+            ),
+            "orders_refunded_unapproved": sum(
+                1 for number in by_order if not self.approved.get(number)
             ),
             "paid_but_not_refunded": sum(
                 1 for t in tickets if by_thread.get(t.thread_id) and t.status != "refunded"
