@@ -42,6 +42,18 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureR
     )
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test that started real workers shows the end of each one's log in its report:
+    CI prints the report and nothing else of the run's temporary directory."""
+    report = yield
+    started = getattr(item, "funcargs", {}).get("workers")
+    if report.failed and isinstance(started, Workers):
+        for worker in started:
+            report.sections.append((f"worker {worker.name} log (end)", worker.output()[-6000:]))
+    return report
+
+
 # --- personas and orders -----------------------------------------------------------------------
 def _persona(username: str, group: str, **flags) -> User:
     user = User.objects.create_user(username, password="pw", **flags)
