@@ -53,7 +53,7 @@ def test_the_demo_messages_go_where_the_readme_says_and_a_second_run_adds_nothin
 ):
     settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
     call_command("demo_messages", verbosity=0)
-    assert Message.objects.count() == 5 and not sent  # no broker yet: bin/run starts it later
+    assert Message.objects.count() == 6 and not sent  # no broker yet: bin/run starts it later
     assert all(m.channel == "email" for m in Message.objects.all())
     assert messages_recover(), "the sweep hands them to a worker"
     for message in Message.objects.all():
@@ -65,20 +65,22 @@ def test_the_demo_messages_go_where_the_readme_says_and_a_second_run_adds_nothin
         "no-order-iris": "needs_sorting",
         "address-1043": "needs_sorting",
         "spanish-1054": "opened",
+        "three-tomas": "opened",
     }
     assert "several orders" in placed["no-order-iris"].sorting_reason
     assert "Not about a refund" in placed["address-1043"].sorting_reason
     assert placed["spanish-1054"].reading["language"] == "es"
     tickets = {t.order.number: t for t in Ticket.objects.select_related("order")}
-    assert set(tickets) == {"1044", "1046", "1054"}
+    assert set(tickets) == {"1044", "1046", "1054", "1092"}
+    assert tickets["1092"].order_numbers() == ["1092", "1093", "1094"]  # one ticket, all three
     assert tickets["1046"].reason == "damaged" and tickets["1044"].reason == "late_delivery"
     # The orders the README's intro has a new user open by hand are left free.
     assert not Ticket.objects.filter(order__number="1042").exists()
 
     asked = len(sent)
     call_command("demo_messages", verbosity=0)
-    assert Message.objects.count() == 5 and len(sent) == asked  # nothing new to take
-    assert Ticket.objects.count() == 3
+    assert Message.objects.count() == 6 and len(sent) == asked  # nothing new to take
+    assert Ticket.objects.count() == 4
 
 
 def test_bin_run_hands_the_demo_messages_in_after_the_demo_data():

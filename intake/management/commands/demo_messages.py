@@ -1,11 +1,12 @@
 """A handful of customers' emails for the demo, handed to the intake as the inbound webhook
 would (intake.services.message_receive, channel email), so a new user finds the intake at work:
-a ticket it opened, one waiting for a manager, and "Needs sorting" with three kinds of message.
+a ticket it opened, one waiting for a manager, one covering three orders, and "Needs sorting"
+with two kinds of message.
 Stable keys: a second run adds nothing."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -19,9 +20,18 @@ from refunds.models import Order
 # without an order number needs several recent ones, so she gets two of her own, dated from today
 # (the intake looks at the sender's orders of the last INTAKE_RECENT_ORDER_DAYS days).
 SEVERAL = ("Iris Kwan", "iris@example.com", ["1090", "1091"])
+# The customer who writes about three late orders at once (one ticket covers all three): his
+# own orders too, (number, days late, shipping fee in cents), dated as demo_data's.
+THREE = (
+    "Tomás Reyes",
+    "tomas@example.com",
+    [("1092", 4, 899), ("1093", 2, 1450), ("1094", 6, 650)],
+)
 
 
 def _customer(number: str) -> tuple[str, str]:
+    if number in {own for own, _late, _fee in THREE[2]}:
+        return THREE[0], THREE[1]
     name = next(name for n, name, _late, _fee in ORDERS if n == number)
     return name, demo_email(number, name)
 
@@ -66,6 +76,14 @@ MESSAGES = [
         "costo del envío? Gracias, Mateo",
         "a ticket for order 1054, read as Spanish",
     ),
+    (
+        "demo-three-tomas",
+        "1092",
+        "Three late orders",
+        "Hello, my last three orders were all late: 1092, 1093 and 1094. Could I have the "
+        "shipping back on each of them? Thank you, Tomás",
+        "one ticket for orders 1092, 1093 and 1094, waiting for a manager (the total is $29.99)",
+    ),
 ]
 
 
@@ -92,6 +110,19 @@ class Command(BaseCommand):
                     "promised_on": today - timedelta(days=7 * weeks_ago),
                     "delivered_on": today - timedelta(days=7 * weeks_ago - 3),
                     "shipping_fee_cents": 850,
+                },
+            )
+        three_name, three_email, three = THREE
+        promised = date(2026, 11, 2)
+        for own, late, fee in three:
+            Order.objects.get_or_create(
+                number=own,
+                defaults={
+                    "customer_name": three_name,
+                    "customer_email": three_email,
+                    "promised_on": promised,
+                    "delivered_on": promised + timedelta(days=late),
+                    "shipping_fee_cents": fee,
                 },
             )
         added = 0
