@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from refunds import enqueue, runner
+from refunds import enqueue, runner, services
 from refunds.models import Charge, Decision, DemoProcessorRefund, Email
+from tests.conftest import make_order
 from tests.test_browser import csp_problems
 from tests.test_browser_desk import browser, page_for  # noqa: F401  (the fixture)
 from tests.test_browser_shift import _fits
@@ -25,6 +26,16 @@ def _on_screen(locator, width: int) -> None:
     assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, box
 
 
+def _table_fits(page) -> None:
+    """The queue's table ends inside its section (not under the aside beside it)."""
+    over = page.evaluate(
+        "(() => { const t = document.querySelector('table.queue');"
+        " return t.getBoundingClientRect().right - t.parentElement.getBoundingClientRect().right"
+        " })()"
+    )
+    assert over <= 1, f"the queue's table runs {over:.0f} px past its section"
+
+
 @pytest.mark.parametrize("width", [390, 1280])
 def test_a_manager_answers_a_three_order_ticket_per_order_on_the_queue_card(
     browser,  # noqa: F811
@@ -37,10 +48,16 @@ def test_a_manager_answers_a_three_order_ticket_per_order_on_the_queue_card(
 
     monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
     SCREENS.mkdir(parents=True, exist_ok=True)
+    # A review of one order first, as on a real shift: its row's buttons want a wide decision
+    # column, the three orders' lines a wide notes column, and the table must still fit beside
+    # the page's aside.
+    make_order("1045", late=6, fee_cents=4800, name="Dev Patel")
+    assert runner.advance(services.ticket_open(order_number="1045").pk) == "awaiting_review"
     # 1042 late, 1043 on time (declined by policy), 1049 $150.00 (flagged): a manager's review.
     ticket = several(("1042", 4, 699), ("1043", -1, 499), ("1049", 5, 15000))
     page = page_for(browser, live_server, manager, width=width)
     page.goto(f"{live_server.url}/")
+    _table_fits(page)
     row = page.locator(f"#review-{ticket.pk}")
     expect(row.locator("li.order-line")).to_have_count(3)
     expect(row.locator('li[data-order="1043"]')).to_contain_text("Declined by policy")
