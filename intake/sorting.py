@@ -174,6 +174,8 @@ def message_sort(
                 AuditEvent.Action.NOTE,
                 actor=by,
                 note=f"Message {message.pk} from {message.sender} added to this ticket.",
+                # Not "message_id": workflow.placed() reads the intake's own entries by it.
+                seen={"sorted_message_id": message.pk},
             )
         MessageEvent.objects.create(
             message=message,

@@ -19,6 +19,7 @@ from intake.services import message_receive, messages_recover
 from refunds import enqueue, persistence, services
 from refunds import lease as leases
 from refunds.models import AuditEvent, Email, Ticket
+from reviews.templatetags.desk import audit_words
 from tests.conftest import make_order
 
 LATE = "Hi, my order #{n} came almost a week late, can I get the delivery charge back? Ana"
@@ -132,6 +133,9 @@ def test_a_message_naming_three_orders_opens_one_ticket_covering_the_three(ana):
     assert ticket.reading["orders"] == ["1042", "1044", "1047"]
     note = AuditEvent.objects.get(ticket=ticket, seen__message_id=message.pk)
     assert note.seen["orders"] == ["1042", "1044", "1047"]
+    assert audit_words(note) == (
+        f"The desk noted: Opened from customer's api message {message.pk} (from ana@example.com)."
+    )
     assert workflow.placed(message)["tickets"] == [
         {"id": ticket.pk, "orders": ["1042", "1044", "1047"], "added": False}
     ]

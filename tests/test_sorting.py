@@ -13,6 +13,7 @@ from intake import sorting
 from intake.models import Message, MessageEvent
 from refunds import enqueue, policy, runner, services
 from refunds.models import AuditEvent, Decision, Ticket
+from reviews.templatetags.desk import audit_words
 from tests.conftest import make_order
 from tests.reviewing import advance_to_review
 from tests.sorting_messages import a_reading, waiting_message
@@ -103,6 +104,10 @@ def test_an_order_with_an_open_ticket_gets_the_message_instead_of_a_second_ticke
     assert Ticket.objects.count() == 1
     note = AuditEvent.objects.get(ticket=already, action="note")
     assert f"Message {message.pk} from ana@example.com" in note.note
+    # The timeline says what the note is, not what a second ticket's would be.
+    assert audit_words(note) == (
+        f"{agent.username} noted: Message {message.pk} from ana@example.com added to this ticket."
+    )
 
 
 def test_a_second_sort_of_the_same_message_opens_nothing(db, agent, colleague, late_order):

@@ -118,6 +118,8 @@ def audit_words(event) -> str:
         return f"{who} retried the failed thread."
     if action == "resend":
         return f"{who} sent the email again."
+    if action == "note" and {"message_id", "sorted_message_id"} & set(seen):  # a message's
+        return f"{who} noted: {event.note}"
     if action == "note":
         return f"{who} added a note (while opening a second ticket for this order): “{event.note}”"
     return f"{who}: {event.get_action_display()}."
