@@ -260,8 +260,12 @@ def test_a_renewal_that_fails_stops_the_run_before_its_next_effect(
     workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order
 ):
     # The run stalls in charge_card (before the ledger) while every renewal hits a database
-    # error: the lease counts as lost at once, and the run stops before the gateway.
-    env = crash_plan(
+    # error: the lease counts as lost at once, and the run stops before the gateway. The plan
+    # is armed once the review waits (the worker reads it at each point): a loaded machine's
+    # first leg may be long enough to renew, and the error belongs to the resumed leg.
+    first = workers("first", env=crash_plan({}))
+    ticket = open_and_wait_for_review("1042", agent)
+    crash_plan(
         {
             "*": [
                 {"point": "charge_card", "times": 1, "action": "sleep", "seconds": LEASE},
@@ -269,8 +273,6 @@ def test_a_renewal_that_fails_stops_the_run_before_its_next_effect(
             ]
         }
     )
-    first = workers("first", env=env)
-    ticket = open_and_wait_for_review("1042", agent)
     approve(ticket, admin_user)
     wait_for(lambda: "lease lost" in _last_error(ticket), what="the run to stop")
     assert sinks.gateway.charge_calls == {}  # it stopped before the effect
