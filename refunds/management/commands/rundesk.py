@@ -8,6 +8,7 @@ one process dies, and is one file with no extra dependency."""
 
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -54,7 +55,13 @@ class Command(BaseCommand):
             "--log-level",
             "warning",
         ]
-        procs.append(("web", subprocess.Popen(gunicorn)))
+        web = subprocess.Popen(gunicorn)
+        procs.append(("web", web))
+        if not _serving(addr, web, timeout=60):
+            why = f"exited with {web.returncode}" if web.poll() is not None else "did not answer"
+            self.stderr.write(f"The web server on {addr} {why} (within 60 s); stopping.")
+            _stop_all(procs)
+            sys.exit(1)
         mode = (
             "THE DEMO: demo users, console mail, DEBUG on. Not for real customers.\n"
             "Log in as agent, manager or admin, password 'refund-demo'.\n"
@@ -84,11 +91,33 @@ class Command(BaseCommand):
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
-        for _, proc in reversed(procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        _stop_all(procs)
+
+
+def _serving(addr: str, web: subprocess.Popen, *, timeout: float) -> bool:
+    """Wait until the web server accepts connections on `addr` (host:port), so "running at" is
+    said only once a browser can open the page; False if it exits or the time runs out. Another
+    form of bind (a unix socket) is not waited for."""
+    host, _, port = addr.rpartition(":")
+    if not port.isdigit():
+        return True
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "::1"}.get(host, host.strip("[]"))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and web.poll() is None:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def _stop_all(procs: list[tuple[str, subprocess.Popen]]) -> None:
+    for _, proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    for _, proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
