@@ -312,6 +312,9 @@ def test_a_task_boundary_keeps_the_database_connection(transactional_db):
     from config.celery_app import app, recycle_connections
 
     fixup = DjangoWorkerFixup(app)
+    # A connection this process opened for an earlier test may be past CONN_MAX_AGE by now, and
+    # then recycling it is right: start from a fresh one, well inside its age.
+    connection.close()
     connection.ensure_connection()
     opened = connection.connection
     for _ in range(3):  # task_prerun, then task_postrun
