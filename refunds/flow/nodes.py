@@ -754,7 +754,8 @@ def several_lines(state: RefundState) -> tuple[list[str], list[str]]:
             not_refunded.append(f"- Order {number}: {check['declined_reason']}")
         else:
             why = answer.get("reason") or state.get("outcome_reason") or "not approved"
-            not_refunded.append(f"- Order {number}: not refunded ({why}).")
+            # A reviewer's reason is a sentence of its own: "(… already.)." read twice stopped.
+            not_refunded.append(f"- Order {number}: not refunded ({why.rstrip('. ')}).")
     return refunded, not_refunded
 
 
