@@ -99,6 +99,11 @@ def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> d
     finally:
         for worker in workers:
             worker.stop()
+        # Importing the glue made its Celery app the current one, and the desk's services send
+        # through the current app: give it back, or the full stack's tasks go to the glue's queue.
+        from config.celery_app import app as desk_app
+
+        desk_app.set_current()
     return {
         "tickets": len(numbers),
         "seconds": elapsed,

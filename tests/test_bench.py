@@ -1,0 +1,70 @@
+"""The benchmark scripts still run end to end (tiny sizes, no figure asserted: speed belongs in
+the benchmarks themselves). Both broke once without a test noticing: production's refusal of the
+fakes they measure with, and the naive glue's Celery app left current so the full stack's tasks
+went to the glue's queue and nothing was ever refunded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        settings.IS_POSTGRES,
+        reason="the scripts pick their databases themselves: run once, in the embedded suite",
+    ),
+]
+
+
+def run(script: str, *args: str, results: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REFUNDS_"))}
+    env |= {"BENCH_RESULTS_DIR": str(results), "BENCH_PG_DB": "bench_refunds_smoke"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def latest(results: Path, name: str) -> dict:
+    return json.loads((results / f"{name}-latest.json").read_text())
+
+
+def test_the_throughput_script_refunds_every_ticket_of_the_full_stack(tmp_path):
+    run(
+        "throughput.py",
+        *("--configs", "embedded:1", "--tickets", "3", "--idle", "2", "--burst", "2"),
+        results=tmp_path,
+    )
+    (config,) = latest(tmp_path, "throughput")["results"]
+    assert config["full"]["tickets"] == 3 and config["full"]["worker_errors"] == 0
+    assert config["latency_idle"]["p50_ms"] > 0 and config["latency_burst"]["p95_ms"] > 0
+
+
+def test_the_pages_script_fetches_every_page_with_the_same_queries_at_two_sizes(tmp_path):
+    run(
+        "pages.py",
+        *("--backends", "sqlite", "--sizes", "100,200", "--requests", "2"),
+        results=tmp_path,
+    )
+    out = latest(tmp_path, "pages")
+    assert out["queries_constant"] and all(out["queries_constant"].values())
+
+
+def test_the_statements_script_counts_what_a_refunded_ticket_costs(tmp_path):
+    done = run("statements.py", *("--backends", "embedded", "--tickets", "2"), results=tmp_path)
+    assert "app statements" in done.stdout and "checkpoint bytes" in done.stdout
