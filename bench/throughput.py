@@ -11,9 +11,11 @@ the Redis on 127.0.0.1:6379, db 13) and worker count, in one fresh database:
 2. naive Celery glue (bench/naive_glue.py) with N worker processes;
 3. the full stack with N worker processes: `ticket_open` -> Celery -> interrupt -> mirror ->
    `ticket_decide` -> Celery -> charge (ledger row) -> email (outbox, locmem backend);
-4. decision -> refunded latency on an idle queue (one ticket at a time) and under a burst of
+4. decision -> refunded latency on an idle queue (one ticket at a time), the same for tickets
+   of three orders of one customer (`--several`, their charges fanned out), and under a burst of
    decisions for tickets that all wait at once;
-5. checkpoint rows and bytes per ticket.
+5. the intake's rules reader in the driver process: messages read per second;
+6. checkpoint rows and bytes per ticket.
 
 Each configuration runs in a child process (settings come from the environment at start).
 Figures print as they come; everything lands in bench/results/throughput-<time>.json.
@@ -127,6 +129,11 @@ class Desk:
 
         return [services.ticket_open(order_number=n, note="late").pk for n in numbers]
 
+    def open_several(self, numbers: list[str]) -> int:
+        from refunds import services
+
+        return services.ticket_open(order_numbers=numbers, note="late").pk
+
     def decide_pending(self, ids: list[int] | None = None) -> int:
         from refunds import services
         from refunds.models import Ticket
@@ -196,12 +203,18 @@ def latencies_ms(ids: list[int]) -> list[float]:
     return sorted((done - decided).total_seconds() * 1000 for decided, done in rows)
 
 
-def run_idle_latency(desk: Desk, numbers: list[str]) -> dict:
+def run_idle_latency(desk: Desk, numbers: list[str], several: int = 1) -> dict:
+    """Decisions one at a time on an idle queue; with `several`, each ticket covers that many
+    consecutive orders of `numbers` (one customer's: see several_orders)."""
     from refunds.models import Ticket
 
     wall: list[float] = []
-    for number in numbers:
-        (ticket_id,) = desk.open([number])
+    groups = [numbers[i : i + several] for i in range(0, len(numbers), several)]
+    for group in groups:
+        if several == 1:
+            (ticket_id,) = desk.open(group)
+        else:
+            ticket_id = desk.open_several(group)
         wait_until(
             lambda ticket_id=ticket_id: Ticket.objects.filter(
                 pk=ticket_id, status="awaiting_review"
@@ -232,6 +245,44 @@ def run_idle_latency(desk: Desk, numbers: list[str]) -> dict:
         "polled_p50_ms": pct(sorted(wall), 50),
         "where_p50_ms": idle_breakdown(idle_ids),
     }
+
+
+def several_orders(groups: int, per_ticket: int) -> list[str]:
+    """`groups` customers with `per_ticket` late orders each, numbered in order."""
+    from bench.reference import order_facts
+    from refunds.models import Order
+
+    numbers = []
+    for g in range(groups):
+        for k in range(per_ticket):
+            f = order_facts(f"T{g * per_ticket + k:05d}")
+            Order.objects.create(
+                number=f["number"],
+                customer_name=f"Customer T{g}",
+                customer_email=f"several{g}@example.com",
+                promised_on=f["promised_on"],
+                delivered_on=f["delivered_on"],
+                shipping_fee_cents=f["fee_cents"],
+            )
+            numbers.append(f["number"])
+    return numbers
+
+
+def reader_rate(seconds: float = 1.0) -> dict:
+    """The intake's rules reader, in this process: labelled messages read per second (the 90 of
+    tests/data/intake_eval.jsonl, over and over, for about `seconds`)."""
+    from intake.reader import rules
+
+    path = Path(__file__).resolve().parent.parent / "tests" / "data" / "intake_eval.jsonl"
+    messages = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for m in messages:  # warm: patterns compiled, caches filled
+        rules.read(sender=m["sender"], subject=m["subject"], body=m["body"])
+    read, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for m in messages:
+            rules.read(sender=m["sender"], subject=m["subject"], body=m["body"])
+        read += len(messages)
+    return {"messages": read, "messages_per_s": read / (time.perf_counter() - started)}
 
 
 def idle_breakdown(ids: set[int]) -> dict:
@@ -415,13 +466,25 @@ def run_one(backend: str, n_workers: int, args) -> dict:
         )
         legs = result["latency_idle"]["where_p50_ms"]
         say(f"{label}:   idle p50 by leg: " + ", ".join(f"{k} {v:.1f} ms" for k, v in legs.items()))
+        if args.several:
+            say(f"{label}: decision -> refunded for {args.several} tickets of three orders")
+            three = several_orders(args.several, 3)
+            result["latency_idle_three"] = run_idle_latency(desk, three, several=3)
+            say(
+                f"{label}:   three orders: idle p50 "
+                f"{result['latency_idle_three']['p50_ms']:.1f} ms, "
+                f"p95 {result['latency_idle_three']['p95_ms']:.1f} ms"
+            )
+        result["reader"] = reader_rate()
+        say(f"{label}: rules reader {result['reader']['messages_per_s']:,.0f} messages/s")
         say(f"{label}: decision -> refunded under a burst of {args.burst} decisions")
         result["latency_burst"] = run_burst_latency(desk, numbers[t + i :])
         say(
             f"{label}:   burst p50 {result['latency_burst']['p50_ms']:.0f} ms, "
             f"p95 {result['latency_burst']['p95_ms']:.0f} ms"
         )
-        result["checkpoints"] = checkpoint_sizes("refund-")
+        # One-order tickets only (their numbers start with F), as before tickets of several.
+        result["checkpoints"] = checkpoint_sizes("refund-F")
         result["full"]["worker_errors"] = sum(w.errors() for w in workers)
     finally:
         for worker in workers:
@@ -494,6 +557,15 @@ def print_table(results: list[dict], ratios: dict) -> None:
             f"{r['config']:<12} {bare:20.1f} {naive:14.1f} {full:13.1f} "
             f"{bare / full:10.2f} {naive / full:11.2f}"
         )
+    print()
+    for r in results:
+        three = r.get("latency_idle_three")
+        if three:
+            print(
+                f"{r['config']:<12} three-order ticket, decision -> refunded: idle p50 "
+                f"{three['p50_ms']:.1f} ms, p95 {three['p95_ms']:.1f} ms"
+            )
+        print(f"{r['config']:<12} rules reader: {r['reader']['messages_per_s']:,.0f} messages/s")
     for name, value in ratios.items():
         if not isinstance(value, dict):
             print(f"{name}: {value:.2f}x")
@@ -509,6 +581,9 @@ def main() -> None:
     parser.add_argument("--tickets", type=int, default=200, help="tickets per throughput run")
     parser.add_argument("--idle", type=int, default=30, help="decisions timed one at a time")
     parser.add_argument("--burst", type=int, default=200, help="decisions in the burst")
+    parser.add_argument(
+        "--several", type=int, default=10, help="idle decisions on tickets of three orders"
+    )
     parser.add_argument("--keep", action="store_true", help="keep each run's data folder")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -542,6 +617,8 @@ def main() -> None:
                 str(args.idle),
                 "--burst",
                 str(args.burst),
+                "--several",
+                str(args.several),
             ] + (["--keep"] if args.keep else [])
             subprocess.run(command, check=True)
             results.append(json.loads(Path(out.name).read_text()))

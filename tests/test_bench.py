@@ -48,11 +48,14 @@ def test_the_throughput_script_refunds_every_ticket_of_the_full_stack(tmp_path):
     run(
         "throughput.py",
         *("--configs", "embedded:1", "--tickets", "3", "--idle", "2", "--burst", "2"),
+        *("--several", "2"),
         results=tmp_path,
     )
     (config,) = latest(tmp_path, "throughput")["results"]
     assert config["full"]["tickets"] == 3 and config["full"]["worker_errors"] == 0
     assert config["latency_idle"]["p50_ms"] > 0 and config["latency_burst"]["p95_ms"] > 0
+    assert config["latency_idle_three"]["decisions"] == 2  # two tickets of three orders
+    assert config["reader"]["messages_per_s"] > 0
 
 
 def test_the_pages_script_fetches_every_page_with_the_same_queries_at_two_sizes(tmp_path):
