@@ -384,6 +384,11 @@ class Decision(models.Model):
 
     class Meta:
         ordering = ["decided_at"]
+        indexes = [
+            # The queue's lines for what its reviewer decided in the last seconds, read on every
+            # poll: without it, every decision the reviewer ever made.
+            models.Index(fields=["reviewer", "decided_at"], name="decision_reviewer_recent_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_answer_display()} by {self.reviewer} on {self.ticket}"
