@@ -1,0 +1,74 @@
+"""The indexes the desk's pages rely on at 100,000 tickets: each query plan names its index, on
+SQLite and on PostgreSQL (told to avoid sequential scans, which tiny test tables invite)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from refunds import selectors
+from refunds.models import Decision, Order, Ticket
+from reviews.views.queue import DECIDED_SHOWN
+from tests.conftest import make_order
+from tests.reviewing import awaiting_review
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_seqscan(db) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:  # the test's transaction: undone with it
+            cursor.execute("SET LOCAL enable_seqscan = off")
+
+
+def _plan(queryset) -> str:
+    return queryset.explain()
+
+
+def _names(q: str, user) -> set[str]:
+    return {
+        t.order.customer_name
+        for t in selectors.ticket_search(Ticket.objects.all(), user=user, q=q).select_related(
+            "order"
+        )
+    }
+
+
+def test_the_queue_reads_a_reviewers_recent_decisions_through_their_index(agent, late_order):
+    ticket = awaiting_review(late_order)
+    Decision.objects.create(ticket=ticket, interrupt_id="i1", reviewer=agent, answer="approve")
+    recent = Decision.objects.filter(
+        reviewer_id=agent.pk, decided_at__gte=timezone.now() - DECIDED_SHOWN
+    )
+    assert "decision_reviewer_recent_idx" in _plan(recent)
+
+
+def test_a_search_by_part_of_a_name_reads_the_name_index(manager):
+    for n in range(30):
+        awaiting_review(make_order(f"77{n:02d}", name=f"Customer {n}"))
+    found = selectors.ticket_search(Ticket.objects.all(), user=manager, q="stomer 12")
+    plan = _plan(found)
+    if connection.vendor == "sqlite":
+        assert "refunds_order_name VIRTUAL TABLE" in plan
+    else:
+        assert "order_name_trgm_idx" in plan
+    assert [t.order.customer_name for t in found] == ["Customer 12"]
+
+
+def test_the_name_search_follows_new_renamed_and_deleted_orders_whatever_the_case(manager):
+    order = make_order("8801", name="José Álvarez")
+    awaiting_review(order)
+    awaiting_review(make_order("8802", name="Ana Souza"))
+    assert _names("josé", manager) == {"José Álvarez"}
+    assert _names("ÁLVAREZ", manager) == {"José Álvarez"}
+    assert _names("Jo", manager) == {"José Álvarez"}  # under three characters: read them all
+    Order.objects.filter(pk=order.pk).update(customer_name="Joana Lima")
+    assert _names("álvarez", manager) == set()
+    assert _names("joana", manager) == {"Joana Lima"}
+    Ticket.objects.filter(order=order).delete()
+    order.links.all().delete()
+    Order.objects.filter(pk=order.pk).delete()
+    assert _names("joana", manager) == set()
+    assert _names("souza", manager) == {"Ana Souza"}
