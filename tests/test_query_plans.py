@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from refunds import selectors
 from refunds.models import Decision, Order, Ticket
-from reviews.views.queue import DECIDED_SHOWN
+from reviews.views.queue import DECIDED_SHOWN, QUEUE_ORDER
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 
@@ -72,3 +72,47 @@ def test_the_name_search_follows_new_renamed_and_deleted_orders_whatever_the_cas
     Order.objects.filter(pk=order.pk).delete()
     assert _names("joana", manager) == set()
     assert _names("souza", manager) == {"Ana Souza"}
+
+
+@pytest.mark.parametrize("persona", ["agent", "manager"])
+def test_the_queue_counts_its_reviews_from_the_covering_index(request, persona, late_order):
+    from refunds import permissions
+
+    awaiting_review(late_order)
+    _finished_tickets(2000)
+    user = request.getfixturevalue(persona)
+    waiting = permissions.reviewable(user).order_by(*QUEUE_ORDER).values("pk")[:1001]
+    plan = _plan(waiting)
+    assert "ticket_queue_cover_idx" in plan
+    if connection.vendor == "sqlite":
+        assert "COVERING INDEX ticket_queue_cover_idx" in plan  # no row read at all
+
+
+def _finished_tickets(count: int) -> None:
+    """A desk's history: many finished tickets beside the few that wait, and fresh statistics
+    (SQLite's planner weighs its indexes by them, as it would on a desk that ran a while)."""
+    from datetime import date
+
+    orders = Order.objects.bulk_create(
+        Order(
+            number=f"H{n:06d}",
+            customer_name=f"Customer {n}",
+            customer_email=f"c{n}@example.com",
+            promised_on=date(2026, 11, 2),
+            delivered_on=date(2026, 11, 5),
+            shipping_fee_cents=500 + n % 4000,
+        )
+        for n in range(count)
+    )
+    Ticket.objects.bulk_create(
+        Ticket(
+            thread_id=f"history-{order.number}",
+            order=order,
+            status=Ticket.Status.REFUNDED,
+            required_role="agent" if n % 2 else "manager",
+            amount_cents=order.shipping_fee_cents,
+        )
+        for n, order in enumerate(orders)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")

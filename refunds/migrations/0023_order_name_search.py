@@ -6,14 +6,18 @@ a table SQLite rebuilds (an altered column) would lose the triggers. tests/test_
 checks that the search uses them and that the SQLite table follows inserts, renames and deletes.
 """
 
-from django.contrib.postgres.operations import TrigramExtension
 from django.db import migrations
 
 POSTGRES = (
-    # The expression is the one Django's icontains compares: UPPER("customer_name"::text).
-    "CREATE INDEX order_name_trgm_idx ON refunds_order "
-    "USING gin ((UPPER(customer_name::text)) gin_trgm_ops)",
-    "DROP INDEX IF EXISTS order_name_trgm_idx",
+    [
+        # What django.contrib.postgres's TrigramExtension does; that operation is no no-op on
+        # SQLite when migrating backwards (it reads pg_extension). Kept when unapplied.
+        "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+        # The expression is the one Django's icontains compares: UPPER("customer_name"::text).
+        "CREATE INDEX order_name_trgm_idx ON refunds_order "
+        "USING gin ((UPPER(customer_name::text)) gin_trgm_ops)",
+    ],
+    ["DROP INDEX IF EXISTS order_name_trgm_idx"],
 )
 
 SQLITE_TABLE = "refunds_order_name"
@@ -55,7 +59,7 @@ def backwards(apps, schema_editor) -> None:
 def run(schema_editor, *, forward: bool) -> None:
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
-        statements = [POSTGRES[0 if forward else 1]]
+        statements = POSTGRES[0 if forward else 1]
     elif vendor == "sqlite":
         statements = SQLITE[0 if forward else 1]
     else:
@@ -67,7 +71,4 @@ def run(schema_editor, *, forward: bool) -> None:
 class Migration(migrations.Migration):
     dependencies = [("refunds", "0022_decision_reviewer_recent_idx")]
 
-    operations = [
-        TrigramExtension(),  # a no-op on SQLite
-        migrations.RunPython(forwards, backwards),
-    ]
+    operations = [migrations.RunPython(forwards, backwards)]

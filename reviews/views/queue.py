@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -37,12 +38,14 @@ from reviews.views.common import (
 )
 from reviews.views.ticket import ticket_status_fragment
 
+QUEUE_ORDER = ("review_since", "id")  # oldest first, as ticket_queue_cover_idx reads them
+
 
 def _covering(request: HtmxHttpRequest) -> bool:
     return request.GET.get("cover") == "1" and permissions.is_manager(request.user)
 
 
-def _queue_context(request: HtmxHttpRequest, version: str) -> dict:
+def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
     cover = _covering(request)
     reviewable = permissions.reviewable(request.user, cover=cover)
     # Oldest first: a queue is worked from the longest wait. Counted up to a cap: the page's
@@ -51,9 +54,10 @@ def _queue_context(request: HtmxHttpRequest, version: str) -> dict:
         request,
         reviewable.select_related("order", "claimed_by", "opened_by")
         .prefetch_related(ORDER_LINKS)
-        .order_by("review_since", "id"),
+        .order_by(*QUEUE_ORDER),
         size=QUEUE_PAGE,
         cap=COUNT_CAP,
+        total=version.total,
     )
     reviews = _with_decided_lines(request.user, with_pending_decisions(page.rows), page.number)
     return {
@@ -65,7 +69,7 @@ def _queue_context(request: HtmxHttpRequest, version: str) -> dict:
         "cover": cover,
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
-        "version": version,
+        "version": version.digest,
         "recent": permissions.visible(request.user)
         .filter(opened_by=request.user)
         .select_related("order")
@@ -147,7 +151,13 @@ VERSION_COLUMNS = (
 )
 
 
-def queue_version(request: HtmxHttpRequest) -> str:
+@dataclass(frozen=True)
+class QueueVersion:
+    digest: str
+    total: int  # the capped count of the reviews waiting, which the page shows too
+
+
+def queue_version(request: HtmxHttpRequest) -> QueueVersion:
     """What the rows show, as a short digest read from a few indexed columns (no rows built, no
     template): a poll that carries the same one gets a 204 and the browser keeps its rows (and
     the reviewer's half-typed reason) untouched.
@@ -158,15 +168,13 @@ def queue_version(request: HtmxHttpRequest) -> str:
     between shows at the next poll instead of being hidden under a version that already has it."""
     user = request.user
     now = timezone.now()
-    reviewable = permissions.reviewable(user, cover=_covering(request))
-    total = reviewable[: COUNT_CAP + 1].count()
+    reviewable = permissions.reviewable(user, cover=_covering(request)).order_by(*QUEUE_ORDER)
+    total = paging.capped_count(reviewable, cap=COUNT_CAP)
     number, pages = paging.page_of(request, total, size=QUEUE_PAGE, cap=COUNT_CAP)
     answered = Decision.objects.filter(interrupt_id=OuterRef("pending_interrupt_id"))
-    rows = (
-        reviewable.order_by("review_since", "id")
-        .annotate(decision=Subquery(answered.values("pk")[:1]))
-        .values_list(*VERSION_COLUMNS, "decision")[(number - 1) * QUEUE_PAGE : number * QUEUE_PAGE]
-    )
+    rows = reviewable.annotate(decision=Subquery(answered.values("pk")[:1])).values_list(
+        *VERSION_COLUMNS, "decision"
+    )[(number - 1) * QUEUE_PAGE : number * QUEUE_PAGE]
     mine = Decision.objects.filter(reviewer_id=user.pk, decided_at__gte=now - DECIDED_SHOWN)
     warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
     parts: list[object] = [total, number, pages]
@@ -175,8 +183,9 @@ def queue_version(request: HtmxHttpRequest) -> str:
         live = bool(row[3] and claim_expires_at and claim_expires_at > now)
         late = bool(review_since and now - review_since > warn)
         parts.append((*row, live, late))
-    parts.extend(mine.order_by("pk").values_list("pk", "ticket_id", "refused_reason"))
-    return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+    # Sorted here: an ORDER BY id lets SQLite prefer reading every decision in id order.
+    parts.extend(sorted(mine.order_by().values_list("pk", "ticket_id", "refused_reason")))
+    return QueueVersion(hashlib.sha1(repr(parts).encode()).hexdigest()[:16], total)
 
 
 def _queue_scope(user) -> str:
@@ -194,7 +203,7 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
     """The review queue page; its regions poll this same URL for their fragments. A rows poll
     that names the version it shows gets 204 (nothing to swap) until something changed."""
     version = queue_version(request)
-    if request.htmx.target == "queue-rows" and request.GET.get("v") == version:
+    if request.htmx.target == "queue-rows" and request.GET.get("v") == version.digest:
         return HttpResponse(status=204)
     context = _queue_context(request, version)
     if request.htmx.target == "queue-rows":
