@@ -490,3 +490,42 @@ def test_the_queue_reads_as_many_statements_at_10_tickets_as_at_10000(client, ag
     small = counts()
     fill(9990)
     assert counts() == small
+
+
+def test_a_kept_card_carries_each_requests_own_csrf_token(agent, reviews):
+    import re
+
+    from django.test import Client
+
+    small = reviews["small"]
+    for _ in range(2):  # the second session gets the card the first one rendered
+        browser = Client(enforce_csrf_checks=True)
+        browser.force_login(agent)
+        row = _row(browser.get(QUEUE).content.decode(), small)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', row).group(1)
+        claimed = browser.post(
+            reverse("reviews:claim", args=[small.pk]), {"claim": "1", "csrfmiddlewaretoken": token}
+        )
+        assert claimed.status_code == 302
+        browser.post(
+            reverse("reviews:claim", args=[small.pk]),
+            {"unclaim": "1", "csrfmiddlewaretoken": token},
+        )
+
+
+def test_a_kept_card_changes_with_its_ticket_its_reader_and_the_clock(
+    client, agent, colleague, reviews
+):
+    small = reviews["small"]
+    client.force_login(agent)
+    assert "Approve $6.99" in _row(_rows(client), small)
+    Ticket.objects.filter(pk=small.pk).update(amount_cents=650)
+    assert "Approve $6.50" in _row(_rows(client), small)
+    client.post(reverse("reviews:claim", args=[small.pk]), {"claim": "1"})
+    assert "Yours until" in _row(_rows(client), small)
+    client.force_login(colleague)
+    assert "Being looked at by <strong>agent</strong>" in _row(_rows(client), small)
+    client.force_login(agent)
+    assert "0 min" in _row(_rows(client), small)
+    with time_machine.travel(timezone.now() + timedelta(minutes=3), tick=False):
+        assert "3 min" in _row(_rows(client), small)
