@@ -269,6 +269,7 @@ class Ticket(models.Model):
                 fields=[
                     "status",
                     "review_since",
+                    "id",
                     "required_role",
                     "opened_by",
                     "escalated_for",

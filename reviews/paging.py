@@ -48,13 +48,10 @@ def page_of(request: HttpRequest, total: int, *, size: int, cap: int) -> tuple[i
     return min(page_number(request), pages), pages
 
 
-def capped_page(
-    request: HttpRequest, rows: QuerySet, *, size: int, cap: int, total: int | None = None
-) -> Page:
+def capped_page(request: HttpRequest, rows: QuerySet, *, size: int, cap: int) -> Page:
     """The requested page of `rows` (already filtered and ordered), `size` to a page; a page
-    past the last shows the last. `total`: the capped count when the caller has just read it."""
-    if total is None:
-        total = capped_count(rows, cap=cap)
+    past the last shows the last."""
+    total = capped_count(rows, cap=cap)
     number, pages = page_of(request, total, size=size, cap=cap)
     query = request.GET.copy()
     query.pop("page", None)

@@ -47,25 +47,25 @@ def _covering(request: HtmxHttpRequest) -> bool:
 
 def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
     cover = _covering(request)
-    reviewable = permissions.reviewable(request.user, cover=cover)
-    # Oldest first: a queue is worked from the longest wait. Counted up to a cap: the page's
-    # cost must not grow with a backlog of 10,000 reviews.
-    page = paging.capped_page(
-        request,
-        reviewable.select_related("order", "claimed_by", "opened_by")
+    # The page's cards are the reviews the version just read (oldest first: a queue is worked
+    # from the longest wait), fetched whole by id, still filtered as the queue is: one that left
+    # it since is left out, and the next poll brings the rows in step.
+    rows = (
+        permissions.reviewable(request.user, cover=cover)
+        .filter(pk__in=version.pks)
+        .select_related("order", "claimed_by", "opened_by")
         .prefetch_related(ORDER_LINKS)
-        .order_by(*QUEUE_ORDER),
-        size=QUEUE_PAGE,
-        cap=COUNT_CAP,
-        total=version.total,
+        .order_by(*QUEUE_ORDER)
     )
-    reviews = _with_decided_lines(request.user, with_pending_decisions(page.rows), page.number)
+    reviews = _with_decided_lines(
+        with_pending_decisions(list(rows) if version.pks else []), version.number, version.decided
+    )
     return {
         "reviews": reviews,
-        "review_count": page.total,
-        "count_cap": page.cap,
-        "page": page.number,
-        "pages": page.pages,
+        "review_count": version.total,
+        "count_cap": COUNT_CAP,
+        "page": version.number,
+        "pages": version.pages,
         "cover": cover,
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
@@ -109,16 +109,12 @@ def decided_line(decision: Decision, ticket: Ticket) -> str:
     return f"Approved {dollars(amount)} for order {number} — being paid out"
 
 
-def _with_decided_lines(user, reviews: list[Ticket], page: int) -> list[Ticket]:
-    """The page's rows, with the reviews this reviewer decided moments ago as one-line
-    outcomes in their places (those a worker already took out of the queue put back by age)."""
+def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision]) -> list[Ticket]:
+    """The page's rows, with the reviews this reviewer decided moments ago (`decided`, read with
+    the version) as one-line outcomes in their places (those a worker already took out of the
+    queue put back by age)."""
     since = timezone.now() - DECIDED_SHOWN
-    recent = {
-        d.ticket_id: d
-        for d in Decision.objects.filter(reviewer=user, decided_at__gte=since).select_related(
-            "ticket__order"
-        )
-    }
+    recent = {d.ticket_id: d for d in decided}
     if not recent:
         return reviews
     for ticket in reviews:
@@ -135,8 +131,10 @@ def _with_decided_lines(user, reviews: list[Ticket], page: int) -> list[Ticket]:
     return reviews
 
 
-# The columns of a queue row that the rows' version is drawn from: whatever the row shows
-# that can change while the review waits (a claim, an escalation, the interrupt it answers).
+# The columns of a queue row that the rows' version is drawn from: whatever the row shows that
+# can change while the review waits (a claim, an escalation, the interrupt it answers), all in
+# ticket_queue_cover_idx so the version reads no row. The amount and the escalation's note are
+# written only with the interrupt and with escalated_for, which are here.
 VERSION_COLUMNS = (
     "pk",
     "status",
@@ -144,17 +142,21 @@ VERSION_COLUMNS = (
     "claimed_by_id",
     "claim_expires_at",
     "escalated_for",
-    "escalation_note",
     "review_since",
-    "amount_cents",
     "required_role",
 )
 
 
 @dataclass(frozen=True)
 class QueueVersion:
+    """The version, and what it read that the page shows too."""
+
     digest: str
-    total: int  # the capped count of the reviews waiting, which the page shows too
+    total: int  # the reviews waiting, counted up to COUNT_CAP + 1
+    number: int  # the page shown, and how many there are
+    pages: int
+    pks: tuple[int, ...]  # the page's reviews, oldest first
+    decided: list[Decision]  # this reviewer's decisions of the last seconds, with their tickets
 
 
 def queue_version(request: HtmxHttpRequest) -> QueueVersion:
@@ -178,14 +180,18 @@ def queue_version(request: HtmxHttpRequest) -> QueueVersion:
     mine = Decision.objects.filter(reviewer_id=user.pk, decided_at__gte=now - DECIDED_SHOWN)
     warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
     parts: list[object] = [total, number, pages]
+    pks = []
     for row in rows:
-        claim_expires_at, review_since = row[4], row[7]
+        claim_expires_at, review_since = row[4], row[6]
         live = bool(row[3] and claim_expires_at and claim_expires_at > now)
         late = bool(review_since and now - review_since > warn)
         parts.append((*row, live, late))
-    # Sorted here: an ORDER BY id lets SQLite prefer reading every decision in id order.
-    parts.extend(sorted(mine.order_by().values_list("pk", "ticket_id", "refused_reason")))
-    return QueueVersion(hashlib.sha1(repr(parts).encode()).hexdigest()[:16], total)
+        pks.append(row[0])
+    # In no SQL order: an ORDER BY id lets SQLite prefer reading every decision in id order.
+    decided = list(mine.select_related("ticket__order").order_by())
+    parts.extend(sorted((d.pk, d.ticket_id, d.refused_reason) for d in decided))
+    digest = hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+    return QueueVersion(digest, total, number, pages, tuple(pks), decided)
 
 
 def _queue_scope(user) -> str:
