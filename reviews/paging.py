@@ -36,12 +36,23 @@ def page_number(request: HttpRequest) -> int:
     return max(int(raw), 1) if raw.isdigit() and len(raw) < 7 else 1
 
 
+def capped_count(rows: QuerySet, *, cap: int) -> int:
+    """How many `rows` there are, counting no further than cap + 1. Counted in the rows' own
+    order, which an index gives: the planner reads cap + 1 entries of it and stops."""
+    return rows[: cap + 1].count()
+
+
+def page_of(request: HttpRequest, total: int, *, size: int, cap: int) -> tuple[int, int]:
+    """The page number to show of `total` rows counted up to `cap`, and the number of pages."""
+    pages = max((min(total, cap) + size - 1) // size, 1)
+    return min(page_number(request), pages), pages
+
+
 def capped_page(request: HttpRequest, rows: QuerySet, *, size: int, cap: int) -> Page:
     """The requested page of `rows` (already filtered and ordered), `size` to a page; a page
     past the last shows the last."""
-    total = rows[: cap + 1].count()
-    pages = max((min(total, cap) + size - 1) // size, 1)
-    number = min(page_number(request), pages)
+    total = capped_count(rows, cap=cap)
+    number, pages = page_of(request, total, size=size, cap=cap)
     query = request.GET.copy()
     query.pop("page", None)
     return Page(

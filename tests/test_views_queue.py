@@ -1,10 +1,16 @@
 """The review queue page, its polled fragments, and the open-ticket form it carries."""
 
+from datetime import date, timedelta
+
 import pytest
+import time_machine
+from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds.models import Decision, Ticket
+from refunds.models import Decision, Order, Ticket
 from reviews.views.queue import DECIDED_SHOWN
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
@@ -364,3 +370,162 @@ def test_a_reviewer_sends_a_misread_message_back_from_the_queue(
     # Without JavaScript the same form redirects back to the queue.
     again = client.post(url, {"why": "twice"})
     assert again.status_code == 302
+
+
+POLL = {"HX-Request": "true", "HX-Target": "queue-rows"}
+
+
+def _version(client) -> str:
+    return client.get(QUEUE).context["version"]
+
+
+def test_an_unchanged_poll_renders_nothing_and_reads_a_few_indexed_rows(
+    client, agent, reviews, django_assert_max_num_queries
+):
+    client.force_login(agent)
+    version = _version(client)
+    # Session, user, groups, then the capped count, the page's columns, the recent decisions.
+    with django_assert_max_num_queries(6):
+        unchanged = client.get(f"{QUEUE}?v={version}", headers=POLL)
+    assert unchanged.status_code == 204 and unchanged.content == b""
+    assert unchanged.templates == []
+
+
+def test_a_claim_that_lapses_changes_the_version_with_nothing_written(
+    client, agent, colleague, reviews
+):
+    client.force_login(colleague)
+    client.post(reverse("reviews:claim", args=[reviews["small"].pk]), {"claim": "1"})
+    client.force_login(agent)
+    version = _version(client)
+    assert client.get(f"{QUEUE}?v={version}", headers=POLL).status_code == 204
+    claim = timedelta(seconds=settings.REFUNDS_CLAIM_SECONDS)
+    assert claim < timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)  # only the claim ends
+    with time_machine.travel(timezone.now() + claim + timedelta(seconds=5), tick=False):
+        lapsed = client.get(f"{QUEUE}?v={version}", headers=POLL)
+    assert lapsed.status_code == 200
+    assert "Being looked at by" not in _row(lapsed.content.decode(), reviews["small"])
+
+
+def test_a_review_turning_overdue_changes_the_version_with_nothing_written(client, agent, reviews):
+    client.force_login(agent)
+    version = _version(client)
+    warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
+    with time_machine.travel(timezone.now() + warn + timedelta(minutes=1), tick=False):
+        overdue = client.get(f"{QUEUE}?v={version}", headers=POLL)
+    assert overdue.status_code == 200
+    assert "overdue" in _row(overdue.content.decode(), reviews["small"])
+
+
+def test_a_decision_my_colleague_recorded_changes_the_version(client, agent, colleague, reviews):
+    client.force_login(agent)
+    version = _version(client)
+    small = reviews["small"]
+    Decision.objects.create(
+        ticket=small, interrupt_id=small.pending_interrupt_id, reviewer=colleague, answer="approve"
+    )
+    changed = client.get(f"{QUEUE}?v={version}", headers=POLL)
+    assert changed.status_code == 200
+    assert "Approved by bea at" in _row(changed.content.decode(), small)
+
+
+def test_my_decided_line_going_away_with_time_changes_the_version(client, agent, reviews):
+    small = reviews["small"]
+    client.force_login(agent)
+    client.post(
+        reverse("reviews:decide", args=[small.pk]),
+        {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
+    )
+    Ticket.objects.filter(pk=small.pk).update(status=Ticket.Status.RUNNING)  # a worker took it
+    version = _version(client)
+    assert client.get(f"{QUEUE}?v={version}", headers=POLL).status_code == 204
+    with time_machine.travel(timezone.now() + DECIDED_SHOWN + timedelta(seconds=1), tick=False):
+        gone = client.get(f"{QUEUE}?v={version}", headers=POLL)
+    assert gone.status_code == 200
+    assert f'id="review-{small.pk}"' not in gone.content.decode()
+
+
+def test_the_queue_reads_as_many_statements_at_10_tickets_as_at_10000(client, agent, manager, db):
+    def fill(count: int) -> None:
+        start = Order.objects.count()
+        orders = Order.objects.bulk_create(
+            Order(
+                number=f"Q{start + n:06d}",
+                customer_name=f"Customer {start + n}",
+                customer_email=f"c{start + n}@example.com",
+                promised_on=date(2026, 11, 2),
+                delivered_on=date(2026, 11, 5),
+                shipping_fee_cents=500 + n % 4000,
+            )
+            for n in range(count)
+        )
+        Ticket.objects.bulk_create(
+            Ticket(
+                thread_id=f"queue-{order.number}",
+                order=order,
+                status=Ticket.Status.AWAITING_REVIEW,
+                pending_interrupt_id=f"{order.pk:032x}",
+                pending_payload={"notes": ["Late."], "late_by_days": 3},
+                required_role="agent" if n % 2 else "manager",
+                amount_cents=order.shipping_fee_cents,
+                review_since=timezone.now() - timedelta(minutes=n % 90),
+                opened_by=manager if n % 3 else agent,
+            )
+            for n, order in enumerate(orders)
+        )
+
+    def counts() -> list[int]:
+        found = []
+        for user, url in ((agent, QUEUE), (manager, QUEUE), (manager, f"{QUEUE}?cover=1")):
+            client.force_login(user)
+            with CaptureQueriesContext(connection) as page:
+                version = client.get(url).context["version"]
+            poll_url = f"{url}{'&' if '?' in url else '?'}v={version}"
+            with CaptureQueriesContext(connection) as poll:
+                assert client.get(poll_url, headers=POLL).status_code == 204
+            found += [len(page), len(poll)]
+        return found
+
+    fill(10)
+    small = counts()
+    fill(9990)
+    assert counts() == small
+
+
+def test_a_kept_card_carries_each_requests_own_csrf_token(agent, reviews):
+    import re
+
+    from django.test import Client
+
+    small = reviews["small"]
+    for _ in range(2):  # the second session gets the card the first one rendered
+        browser = Client(enforce_csrf_checks=True)
+        browser.force_login(agent)
+        row = _row(browser.get(QUEUE).content.decode(), small)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', row).group(1)
+        claimed = browser.post(
+            reverse("reviews:claim", args=[small.pk]), {"claim": "1", "csrfmiddlewaretoken": token}
+        )
+        assert claimed.status_code == 302
+        browser.post(
+            reverse("reviews:claim", args=[small.pk]),
+            {"unclaim": "1", "csrfmiddlewaretoken": token},
+        )
+
+
+def test_a_kept_card_changes_with_its_ticket_its_reader_and_the_clock(
+    client, agent, colleague, reviews
+):
+    small = reviews["small"]
+    client.force_login(agent)
+    assert "Approve $6.99" in _row(_rows(client), small)
+    Ticket.objects.filter(pk=small.pk).update(amount_cents=650)
+    assert "Approve $6.50" in _row(_rows(client), small)
+    client.post(reverse("reviews:claim", args=[small.pk]), {"claim": "1"})
+    assert "Yours until" in _row(_rows(client), small)
+    client.force_login(colleague)
+    assert "Being looked at by <strong>agent</strong>" in _row(_rows(client), small)
+    client.force_login(agent)
+    assert "0 min" in _row(_rows(client), small)
+    with time_machine.travel(timezone.now() + timedelta(minutes=3), tick=False):
+        assert "3 min" in _row(_rows(client), small)

@@ -211,3 +211,28 @@ def late_words(late_by_days) -> str:
     if n > 0:
         return f"{words.days(n)} late"
     return "on time" if n == 0 else f"{words.days(-n)} early"
+
+
+@register.simple_tag(takes_context=True)
+def review_row(context, ticket, may_decide: bool = True) -> SafeString:
+    """A queue card (reviews/_review_row.html) for `ticket`, kept while nothing it shows
+    changes (reviews/rows.py)."""
+    from reviews import rows
+
+    extra = (may_decide, context.get("error"), context.get("follow"))
+    key = rows.row_key(
+        ticket,
+        user=context["user"],
+        canned=context.get("canned") or [],
+        warn_after=context.get("warn_after"),
+        now=timezone.now(),
+        extra=extra,
+    )
+    html = rows.kept.get(key)
+    if html is None:
+        row = context.template.engine.get_template("reviews/_review_row.html")
+        with context.push(ticket=ticket, may_decide=may_decide, csrf_token=rows.CSRF_MARK):
+            html = row.render(context)
+        rows.kept.put(key, html)
+    token = str(context.get("csrf_token", ""))
+    return mark_safe(html.replace(rows.CSRF_MARK, conditional_escape(token)))  # noqa: S308

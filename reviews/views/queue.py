@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -36,31 +38,38 @@ from reviews.views.common import (
 )
 from reviews.views.ticket import ticket_status_fragment
 
+QUEUE_ORDER = ("review_since", "id")  # oldest first, as ticket_queue_cover_idx reads them
 
-def _queue_context(request: HtmxHttpRequest) -> dict:
-    cover = request.GET.get("cover") == "1" and permissions.is_manager(request.user)
-    reviewable = permissions.reviewable(request.user, cover=cover)
-    # Oldest first: a queue is worked from the longest wait. Counted up to a cap: the page's
-    # cost must not grow with a backlog of 10,000 reviews.
-    page = paging.capped_page(
-        request,
-        reviewable.select_related("order", "claimed_by", "opened_by")
+
+def _covering(request: HtmxHttpRequest) -> bool:
+    return request.GET.get("cover") == "1" and permissions.is_manager(request.user)
+
+
+def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
+    cover = _covering(request)
+    # The page's cards are the reviews the version just read (oldest first: a queue is worked
+    # from the longest wait), fetched whole by id, still filtered as the queue is: one that left
+    # it since is left out, and the next poll brings the rows in step.
+    rows = (
+        permissions.reviewable(request.user, cover=cover)
+        .filter(pk__in=version.pks)
+        .select_related("order", "claimed_by", "opened_by")
         .prefetch_related(ORDER_LINKS)
-        .order_by("review_since", "id"),
-        size=QUEUE_PAGE,
-        cap=COUNT_CAP,
+        .order_by(*QUEUE_ORDER)
     )
-    reviews = _with_decided_lines(request.user, with_pending_decisions(page.rows), page.number)
+    reviews = _with_decided_lines(
+        with_pending_decisions(list(rows) if version.pks else []), version.number, version.decided
+    )
     return {
         "reviews": reviews,
-        "review_count": page.total,
-        "count_cap": page.cap,
-        "page": page.number,
-        "pages": page.pages,
+        "review_count": version.total,
+        "count_cap": COUNT_CAP,
+        "page": version.number,
+        "pages": version.pages,
         "cover": cover,
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
-        "version": _queue_version(reviews, page.total, page.number),
+        "version": version.digest,
         "recent": permissions.visible(request.user)
         .filter(opened_by=request.user)
         .select_related("order")
@@ -100,16 +109,12 @@ def decided_line(decision: Decision, ticket: Ticket) -> str:
     return f"Approved {dollars(amount)} for order {number} — being paid out"
 
 
-def _with_decided_lines(user, reviews: list[Ticket], page: int) -> list[Ticket]:
-    """The page's rows, with the reviews this reviewer decided moments ago as one-line
-    outcomes in their places (those a worker already took out of the queue put back by age)."""
+def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision]) -> list[Ticket]:
+    """The page's rows, with the reviews this reviewer decided moments ago (`decided`, read with
+    the version) as one-line outcomes in their places (those a worker already took out of the
+    queue put back by age)."""
     since = timezone.now() - DECIDED_SHOWN
-    recent = {
-        d.ticket_id: d
-        for d in Decision.objects.filter(reviewer=user, decided_at__gte=since).select_related(
-            "ticket__order"
-        )
-    }
+    recent = {d.ticket_id: d for d in decided}
     if not recent:
         return reviews
     for ticket in reviews:
@@ -126,22 +131,67 @@ def _with_decided_lines(user, reviews: list[Ticket], page: int) -> list[Ticket]:
     return reviews
 
 
-def _queue_version(reviews: list[Ticket], count: int, page: int) -> str:
-    """What the rows show, as a short digest: a poll that carries the same one gets a 204 and
-    the browser keeps its rows (and the reviewer's half-typed reason) untouched."""
+# The columns of a queue row that the rows' version is drawn from: whatever the row shows that
+# can change while the review waits (a claim, an escalation, the interrupt it answers), all in
+# ticket_queue_cover_idx so the version reads no row. The amount and the escalation's note are
+# written only with the interrupt and with escalated_for, which are here.
+VERSION_COLUMNS = (
+    "pk",
+    "status",
+    "pending_interrupt_id",
+    "claimed_by_id",
+    "claim_expires_at",
+    "escalated_for",
+    "review_since",
+    "required_role",
+)
+
+
+@dataclass(frozen=True)
+class QueueVersion:
+    """The version, and what it read that the page shows too."""
+
+    digest: str
+    total: int  # the reviews waiting, counted up to COUNT_CAP + 1
+    number: int  # the page shown, and how many there are
+    pages: int
+    pks: tuple[int, ...]  # the page's reviews, oldest first
+    decided: list[Decision]  # this reviewer's decisions of the last seconds, with their tickets
+
+
+def queue_version(request: HtmxHttpRequest) -> QueueVersion:
+    """What the rows show, as a short digest read from a few indexed columns (no rows built, no
+    template): a poll that carries the same one gets a 204 and the browser keeps its rows (and
+    the reviewer's half-typed reason) untouched.
+
+    Besides the page's reviews and the count it holds what changes with the clock alone: which
+    claims are still live, which reviews are overdue, and this reviewer's decisions of the last
+    seconds (shown as lines in their places). It is read before the rows are, so a change in
+    between shows at the next poll instead of being hidden under a version that already has it."""
+    user = request.user
     now = timezone.now()
+    reviewable = permissions.reviewable(user, cover=_covering(request)).order_by(*QUEUE_ORDER)
+    total = paging.capped_count(reviewable, cap=COUNT_CAP)
+    number, pages = paging.page_of(request, total, size=QUEUE_PAGE, cap=COUNT_CAP)
+    answered = Decision.objects.filter(interrupt_id=OuterRef("pending_interrupt_id"))
+    rows = reviewable.annotate(decision=Subquery(answered.values("pk")[:1])).values_list(
+        *VERSION_COLUMNS, "decision"
+    )[(number - 1) * QUEUE_PAGE : number * QUEUE_PAGE]
+    mine = Decision.objects.filter(reviewer_id=user.pk, decided_at__gte=now - DECIDED_SHOWN)
     warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
-    parts = [str(count), str(page)]
-    for t in reviews:
-        holder = t.claim_holder(now)
-        late = bool(t.review_since and now - t.review_since > warn)
-        decided = getattr(t, "pending_decision", None)
-        parts.append(
-            f"{t.pk}:{t.pending_interrupt_id}:{holder.pk if holder else ''}:"
-            f"{t.escalated_for}:{late}:{decided.pk if decided else ''}:"
-            f"{getattr(t, 'decided_line', '')}"
-        )
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+    parts: list[object] = [total, number, pages]
+    pks = []
+    for row in rows:
+        claim_expires_at, review_since = row[4], row[6]
+        live = bool(row[3] and claim_expires_at and claim_expires_at > now)
+        late = bool(review_since and now - review_since > warn)
+        parts.append((*row, live, late))
+        pks.append(row[0])
+    # In no SQL order: an ORDER BY id lets SQLite prefer reading every decision in id order.
+    decided = list(mine.select_related("ticket__order").order_by())
+    parts.extend(sorted((d.pk, d.ticket_id, d.refused_reason) for d in decided))
+    digest = hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+    return QueueVersion(digest, total, number, pages, tuple(pks), decided)
 
 
 def _queue_scope(user) -> str:
@@ -158,10 +208,11 @@ def _queue_scope(user) -> str:
 def queue(request: HtmxHttpRequest) -> HttpResponse:
     """The review queue page; its regions poll this same URL for their fragments. A rows poll
     that names the version it shows gets 204 (nothing to swap) until something changed."""
-    context = _queue_context(request)
+    version = queue_version(request)
+    if request.htmx.target == "queue-rows" and request.GET.get("v") == version.digest:
+        return HttpResponse(status=204)
+    context = _queue_context(request, version)
     if request.htmx.target == "queue-rows":
-        if request.GET.get("v") == context["version"]:
-            return HttpResponse(status=204)
         response = render(request, "reviews/_queue_rows.html", context)
         # The rows changed: the recent tickets beside them refresh now too, not on their own
         # clock, so a review in the queue never sits beside a ticket still shown as "Running".
