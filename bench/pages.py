@@ -44,10 +44,7 @@ def prepare_pages_environment(backend: str, data_dir: Path) -> None:
         SECRET_KEY="bench-only-secret-key-bench-only-secret-key",
         ALLOWED_HOSTS="testserver",
         LOG_LEVEL="ERROR",
-        # Console mail and the demo gateway are refused without DEBUG unless allowed: the
-        # bench sends nothing (its pages then carry the fakes banner, as a staging box's do).
-        REFUNDS_ALLOW_FAKES="true",
-    )
+    )  # fakes allowed by prepare_environment: the pages carry the banner, as a staging box's do
 
 
 def fill(size: int) -> dict:
