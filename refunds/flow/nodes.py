@@ -754,8 +754,9 @@ def several_lines(state: RefundState) -> tuple[list[str], list[str]]:
             not_refunded.append(f"- Order {number}: {check['declined_reason']}")
         else:
             why = answer.get("reason") or state.get("outcome_reason") or "not approved"
-            # A reviewer's reason is a sentence of its own: "(… already.)." read twice stopped.
-            not_refunded.append(f"- Order {number}: not refunded ({why.rstrip('. ')}).")
+            # The reviewer's words as they wrote them (a sentence of its own, often with its own
+            # full stop: in brackets it read "(… already.).").
+            not_refunded.append(f"- Order {number}: not refunded: {why}")
     return refunded, not_refunded
 
 
