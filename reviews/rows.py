@@ -61,11 +61,17 @@ def _columns(row: Model | None) -> list:
 
 
 def row_key(
-    ticket: Ticket, *, user, canned: list, warn_after: timedelta, now: datetime, extra: tuple
+    ticket: Ticket,
+    *,
+    user,
+    canned: list,
+    warn_after: timedelta,
+    now: datetime,
+    waited: str,
+    extra: tuple,
 ) -> str:
-    """Everything a queue card of `ticket` shows for `user` at `now`, as a digest."""
-    from reviews.templatetags.desk import waited
-
+    """Everything a queue card of `ticket` shows for `user` at `now` (`waited`: the wait in the
+    words the card shows it), as a digest."""
     decision = getattr(ticket, "pending_decision", None)
     holder = ticket.claim_holder(now)
     since = ticket.review_since
@@ -82,7 +88,7 @@ def row_key(
         [_columns(reason) for reason in canned],
         warn_after,
         timezone.get_current_timezone_name(),
-        waited(since, now),
+        waited,
         bool(since and now - since > warn_after),
         extra,
     ]

@@ -220,12 +220,14 @@ def review_row(context, ticket, may_decide: bool = True) -> SafeString:
     from reviews import rows
 
     extra = (may_decide, context.get("error"), context.get("follow"))
+    now = timezone.now()
     key = rows.row_key(
         ticket,
         user=context["user"],
         canned=context.get("canned") or [],
         warn_after=context.get("warn_after"),
-        now=timezone.now(),
+        now=now,
+        waited=waited(ticket.review_since, now),
         extra=extra,
     )
     html = rows.kept.get(key)
