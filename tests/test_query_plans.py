@@ -48,7 +48,9 @@ def test_the_queue_reads_a_reviewers_recent_decisions_through_their_index(agent,
     recent = Decision.objects.filter(
         reviewer_id=agent.pk, decided_at__gte=timezone.now() - DECIDED_SHOWN
     )
-    assert "decision_reviewer_recent_idx" in _plan(recent)
+    # Their newest first needs no sort through this index; through the reviewer's own foreign-key
+    # index it does, which a planner with fresh statistics on a tiny table may otherwise prefer.
+    assert "decision_reviewer_recent_idx" in _plan(recent, avoid="sort")
 
 
 def test_a_search_by_part_of_a_name_reads_the_name_index(manager):
