@@ -8,7 +8,10 @@ process that dies releases it: the kernel drops a file lock, PostgreSQL drops an
 with the session.
 
 - SQLite (one machine): `flock` on one of 1,024 lock files in the data folder, by key hash.
-- PostgreSQL (many machines): `pg_try_advisory_lock` on the worker's own connection.
+- PostgreSQL (many machines): `pg_try_advisory_lock` on the worker's own connection. It costs no
+  round trip of its own on the hot path: the effect's first statement takes it (`taking`, or
+  `claiming` for a data-modifying one) and its last gives it back (`execute_releasing`); only a
+  path that never reaches such a statement gives it back with a statement of its own.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
+
+from core import sql
 
 STRIPES = 1024
 
@@ -30,51 +36,123 @@ def _hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True)
 
 
-@contextmanager
-def effect_lock(key: str) -> Iterator[bool]:
-    """Yield True with the lock held, or False at once if another process holds it."""
-    if connection.vendor == "postgresql":
-        with _advisory(key) as held:
-            yield held
-    else:
-        with _flock(key) as held:
-            yield held
+class EffectLock:
+    """The lock of one effect's key, as `effect_lock()` hands it out. `held` says whether this
+    process holds it; on PostgreSQL it may also be "asked": a statement that takes it was sent
+    and its answer not read (the statement failed), so leaving gives it back to be sure."""
 
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.id = _hash(key)
+        self.postgres = connection.vendor == "postgresql"
+        self.held = False
+        self._asked = False
+        self._fd: int | None = None
 
-@contextmanager
-def _flock(key: str) -> Iterator[bool]:
-    folder = Path(settings.DATA_DIR) / "locks"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{_hash(key) % STRIPES:04d}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
+    def take(self) -> bool:
+        """Take it now, with a statement of its own on PostgreSQL."""
+        if not self.postgres:
+            return self._flock()
+        row = sql.fetchone("SELECT pg_try_advisory_lock(%s)", [self.id])
+        return self.answered(bool(row and row[0]))
+
+    def taking(self) -> tuple[str, list]:
+        """An SQL expression, with its params, that takes the lock where it stands in the
+        caller's next statement; hand what it read to `answered()` (False when the statement
+        found no row: then PostgreSQL never evaluated it). On PostgreSQL an uncorrelated
+        subquery: evaluated once per statement, never again when a row lock wait makes
+        PostgreSQL re-check the row (which a plain call in the target list may be, stacking the
+        lock). On SQLite the file lock is taken now and the expression is its answer."""
+        if not self.postgres:
+            return ("1" if self._flock() else "0"), []
+        self._asked = True
+        return "(SELECT pg_try_advisory_lock(%s))", [self.id]
+
+    def answered(self, value: Any) -> bool:
+        self._asked = False
+        self.held = bool(value)
+        return self.held
+
+    def claiming(self, statement: str, params: list) -> tuple | None:
+        """Run `statement`, a data-modifying statement with RETURNING whose rows come `FROM lk
+        WHERE lk.held`, with the lock taken first in the same statement. Its one row, or None;
+        `held` tells whether the lock was taken (nothing is written without it)."""
+        if not self.postgres:
+            if not self._flock():
+                return None
+            return sql.fetchone(f"WITH lk AS (SELECT 1 AS held) {statement}", params)
+        self._asked = True
+        row = sql.fetchone(
+            "WITH lk AS MATERIALIZED (SELECT pg_try_advisory_lock(%s) AS held), "
+            f"done AS ({statement}) "
+            "SELECT lk.held, d.* FROM lk LEFT JOIN (SELECT 1 AS found, * FROM done) d ON true",
+            [self.id, *params],
+        )
+        assert row is not None  # lk has one row
+        self.answered(row[0])
+        return tuple(row[2:]) if row[1] else None
+
+    def execute_releasing(self, statement: str, params: list) -> int:
+        """Run `statement`, an UPDATE without RETURNING, and give the lock back with it: on
+        PostgreSQL in the same statement, after the UPDATE (it reads the UPDATE's count first).
+        The number of rows it changed."""
+        if not (self.postgres and self.held):
+            changed = sql.execute(statement, params)
+            self.release()
+            return changed
+        row = sql.fetchone(
+            f"WITH done AS ({statement} RETURNING 1) "
+            "SELECT d.n, pg_advisory_unlock(%s) FROM (SELECT count(*) AS n FROM done) d",
+            [*params, self.id],
+        )
+        self.held = False
+        return int(row[0]) if row else 0
+
+    def connection_lost(self) -> None:
+        """The session that held it was closed: PostgreSQL gave the lock back with it."""
+        if self.postgres:
+            self.held = self._asked = False
+
+    def release(self) -> None:
+        """Give it back if this process holds it (or may: a statement that took it failed)."""
+        if not self.postgres:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+                self._fd = None
+            self.held = False
+            return
+        if not (self.held or self._asked):
+            return
+        self.held = self._asked = False
+        try:
+            sql.fetchone("SELECT pg_advisory_unlock(%s)", [self.id])
+        except Exception:  # noqa: BLE001 - a dropped session already released the lock
+            connection.close()
+
+    def _flock(self) -> bool:
+        folder = Path(settings.DATA_DIR) / "locks"
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / f"{self.id % STRIPES:04d}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            os.close(fd)
+            self.held = False
+            return False
+        self._fd = fd
+        self.held = True
+        return True
 
 
 @contextmanager
-def _advisory(key: str) -> Iterator[bool]:
-    lock_id = _hash(key)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock_id])
-        held = cursor.fetchone()[0]
-    if not held:
-        yield False
-        return
+def effect_lock(key: str, *, take: bool = True) -> Iterator[EffectLock]:
+    """The lock of `key`, given back on leaving. take=True takes it at once (`held` says
+    whether); take=False leaves it to the effect's first statement (`taking`, `claiming`)."""
+    lock = EffectLock(key)
     try:
-        yield True
+        if take:
+            lock.take()
+        yield lock
     finally:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_id])
-        except Exception:  # noqa: BLE001 - a dropped session already released the lock
-            connection.close()
+        lock.release()

@@ -2,16 +2,18 @@
 only while the run's lease epoch holds.
 
 pay() in order:
-1. Hold the effect lock for the key (refunds/locks.py); if another process holds it, it is in the
-   middle of this very charge: stop (EffectBusy) and let the thread be retried later.
-2. In one transaction, with the order locked: check the epoch; find the key's ledger row. Paid:
-   return its receipt. Under way from an earlier run: its outcome is not known yet. None: check
-   the balance (fee minus what the ledger holds for the order) and write a pending row.
+1. In one transaction, with the order locked: take the effect lock for the key (refunds/locks.py,
+   in the same statement); if another process holds it, it is in the middle of this very charge:
+   stop (EffectBusy) and let the thread be retried later. Check the epoch; find the key's ledger
+   row. Paid: return its receipt. Under way from an earlier run: its outcome is not known yet.
+   None: check the balance (fee minus what the ledger holds for the order) and write a pending
+   row.
 3. An outcome not known is settled by `gateway.lookup(key)` before anything else.
 4. Check the lease once more, then call the gateway, outside any transaction.
-5. Record what happened. A decline or a definite "not charged" frees the balance; an answer that
-   was lost is looked up at once, and if the lookup fails too the row stays pending and the run
-   stops (PaymentOutcomeUnknown): never "failed, approve again" while money may have moved.
+5. Record what happened, and give the effect lock back in the same statement. A decline or a
+   definite "not charged" frees the balance; an answer that was lost is looked up at once, and if
+   the lookup fails too the row stays pending and the run stops (PaymentOutcomeUnknown): never
+   "failed, approve again" while money may have moved.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from refunds.flow.errors import (
 )
 from refunds.flow.words import dollars
 from refunds.lease import Lease
-from refunds.locks import effect_lock
+from refunds.locks import EffectLock, effect_lock
 from refunds.models import Charge, Order, Ticket
 from refunds.payments import Gateway
 
@@ -45,17 +47,15 @@ def pay(
     *, gateway: Gateway, ticket_id: int, order_id: int, lease: Lease, key: str, amount_cents: int
 ) -> str:
     lease.check()
-    with effect_lock(key) as held:
-        if not held:
-            raise EffectBusy(f"another process is charging {key}")
-        row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents)
+    with effect_lock(key, take=False) as lock:
+        row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents, lock)
         if state == "paid" and row.receipt:
             return row.receipt
         if state == "unknown":
             # A run before ours sent it and never heard back.
             receipt = _look_up(gateway, key, row.payment_reference)
             if receipt:
-                return _settle(row, receipt=receipt)
+                return _settle(row, lock, receipt=receipt)
         lease.check()
         try:
             receipt = gateway.charge(
@@ -65,18 +65,18 @@ def pay(
                 payment_reference=row.payment_reference,
             )
         except PermanentGatewayError as exc:
-            _settle(row, refused=str(exc))
+            _settle(row, lock, refused=str(exc))
             raise
         except RetryableGatewayError as exc:
-            _settle(row, refused=f"not charged: {exc}")
+            _settle(row, lock, refused=f"not charged: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - whatever it was, the money may have moved
             log.warning("charge %s: outcome unknown (%r); looking the key up", key, exc)
             receipt = _look_up(gateway, key, row.payment_reference)
             if not receipt:
-                _settle(row, refused=f"not charged (looked up after: {exc})")
+                _settle(row, lock, refused=f"not charged (looked up after: {exc})")
                 raise RetryableGatewayError(f"{exc}; the gateway has no charge for it") from exc
-        return _settle(row, receipt=receipt)
+        return _settle(row, lock, receipt=receipt)
 
 
 @dataclass
@@ -87,17 +87,18 @@ class _Row:
 
 
 def _reserve(
-    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int
+    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int, lock: EffectLock
 ) -> tuple[_Row, str]:
     """The key's ledger row, claimed for this epoch, and what is known of it: "paid", "new" (no
     call made yet) or "unknown" (a call was made and its answer was never recorded).
 
-    Two statements in one transaction: everything needed read at once, with the order locked
-    (two tickets of one order never check its balance at the same time; on SQLite the IMMEDIATE
-    transaction holds the write lock), then the row written."""
+    Two statements in one transaction: the effect lock taken and everything needed read at once,
+    with the order locked (two tickets of one order never check its balance at the same time; on
+    SQLite the IMMEDIATE transaction holds the write lock), then the row written."""
+    take, take_params = lock.taking()
     with transaction.atomic():
         found = sql.fetchone(
-            "SELECT t.lease_epoch, o.shipping_fee_cents, o.number, o.payment_reference, "
+            f"SELECT {take}, t.lease_epoch, o.shipping_fee_cents, o.number, o.payment_reference, "
             "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
             f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s), "
             "k.id, k.status, k.receipt "
@@ -105,11 +106,14 @@ def _reserve(
             "JOIN refunds_order o ON o.id = l.order_id "
             "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
             "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else ""),
-            [key, key, ticket_id, order_id],
+            [*take_params, key, key, ticket_id, order_id],
         )
         if found is None:  # the ticket was deleted under the run (its lease went with it)
+            lock.answered(False)  # no row, so the lock was never asked for
             raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-        current_epoch, fee, number, reference, held, row_id, status, receipt = found
+        taken, current_epoch, fee, number, reference, held, row_id, status, receipt = found
+        if not lock.answered(taken):
+            raise EffectBusy(f"another process is charging {key}")
         if current_epoch != epoch:
             raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
         if status == Charge.Status.SUCCEEDED:
@@ -151,9 +155,10 @@ def _look_up(gateway: Gateway, key: str, payment_reference: str) -> str | None:
         ) from exc
 
 
-def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
-    """Record the gateway's answer. A fact, so it is written whatever the lease says, and
-    retried on a fresh connection if the database dropped ours meanwhile."""
+def _settle(row: _Row, lock: EffectLock, *, receipt: str | None = None, refused: str = "") -> str:
+    """Record the gateway's answer and give the effect lock back with it. A fact, so it is
+    written whatever the lease says, and retried on a fresh connection if the database dropped
+    ours meanwhile (the lock went with that session)."""
     if receipt:
         statement = f"status = {queries.CHARGE_SUCCEEDED}, receipt = %s, error = ''"
         params = [receipt]
@@ -161,7 +166,7 @@ def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
         statement, params = f"status = {queries.CHARGE_REFUSED}, error = %s", [refused[:2000]]
     for attempt in range(10):
         try:
-            sql.execute(
+            lock.execute_releasing(
                 f"UPDATE refunds_charge SET {statement}, settled_at = {sql.now()} "
                 f"WHERE id = %s AND status <> {queries.CHARGE_SUCCEEDED}",
                 [*params, row.pk],
@@ -171,6 +176,7 @@ def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
             if attempt == 9:
                 raise
             connection.close()
+            lock.connection_lost()
             time.sleep(0.2 * (attempt + 1))
     return receipt or ""
 

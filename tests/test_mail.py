@@ -17,7 +17,7 @@ from refunds import lease as leases
 from refunds import mail, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.models import Email, Ticket
-from tests.conftest import held_elsewhere
+from tests.conftest import free_elsewhere, held_elsewhere
 
 
 @pytest.fixture
@@ -55,6 +55,26 @@ def test_a_worker_whose_epoch_was_taken_over_never_sends(ticket):
         send(ticket, lease)
     assert django_mail.outbox == []
     assert not Email.objects.exclude(status="pending").exists()  # nothing claimed, or sent
+
+
+@pytest.mark.parametrize("path", ["sent, then sent again", "epoch taken over", "refused"])
+def test_every_way_out_of_a_send_gives_its_effect_lock_back(ticket, settings, path):
+    """The lock is taken in the outbox claim and given back with the "sent" mark on PostgreSQL;
+    a way out that kept it would leave the message busy for every other worker."""
+    lease = leases.grant(ticket)
+    if path == "sent, then sent again":
+        send(ticket, lease)
+        send(ticket, lease)
+    elif path == "epoch taken over":
+        Ticket.objects.filter(pk=ticket.pk).update(lease_epoch=F("lease_epoch") + 1)
+        with pytest.raises(GraphDrained):
+            send(ticket, lease)
+    else:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", 9  # nothing listens: refused
+        with pytest.raises(MailRetryable):
+            send(ticket, lease)
+    assert free_elsewhere("refund-1042-mail:email")
 
 
 def test_a_message_another_process_is_sending_is_left_to_it(transactional_db, late_order):

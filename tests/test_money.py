@@ -4,12 +4,15 @@ at a real HTTP processor, not only in our rows."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from django.db import connection, transaction
 from django.db.models import F
 from langgraph.errors import GraphDrained
 
+from core import sql
 from devtools.fake_processor import FakeProcessor
 from refunds import lease as leases
 from refunds import money
@@ -19,9 +22,9 @@ from refunds.flow.errors import (
     PaymentOutcomeUnknown,
     PermanentGatewayError,
 )
-from refunds.models import Charge, Ticket
+from refunds.models import Charge, Order, Ticket
 from refunds.payments import HttpGateway
-from tests.conftest import held_elsewhere, make_order
+from tests.conftest import free_elsewhere, held_elsewhere, make_order, wait_for
 
 
 @pytest.fixture
@@ -156,3 +159,88 @@ def test_a_second_order_is_its_own_balance(processor, db):
     ticket = Ticket.objects.create(thread_id="refund-5000-x", order=order)
     assert pay(processor, ticket, held(ticket), amount=300)
     assert money.refundable_cents(order) == 0
+
+
+def _way_out(path: str, processor, ticket: Ticket) -> None:
+    lease = held(ticket)
+    if path == "paid, then paid again":
+        pay(processor, ticket, lease)
+        pay(processor, ticket, lease)
+    elif path == "declined":
+        processor.queue("decline")
+        with pytest.raises(PermanentGatewayError):
+            pay(processor, ticket, lease)
+    elif path == "over the balance":
+        with pytest.raises(OverBalance):
+            pay(processor, ticket, lease, amount=700)
+    elif path == "epoch taken over":
+        Ticket.objects.filter(pk=ticket.pk).update(lease_epoch=F("lease_epoch") + 1)
+        with pytest.raises(GraphDrained):
+            pay(processor, ticket, lease)
+    elif path == "ticket deleted":
+        Ticket.objects.filter(pk=ticket.pk).delete()
+        with pytest.raises(GraphDrained):
+            pay(processor, ticket, lease)
+    elif path == "answer lost, found by lookup":
+        processor.queue("timeout_after")
+        pay(processor, ticket, lease)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "paid, then paid again",
+        "declined",
+        "over the balance",
+        "epoch taken over",
+        "ticket deleted",
+        "answer lost, found by lookup",
+    ],
+)
+def test_every_way_out_of_a_charge_gives_its_effect_lock_back(processor, ticket, path):
+    """The lock is taken and given back inside the ledger's own statements on PostgreSQL: a way
+    out that kept it would leave the key busy for every other worker until this connection
+    closes (workers keep theirs across tasks)."""
+    _way_out(path, processor, ticket)
+    assert free_elsewhere(f"{ticket.thread_id}:charge_card:699")
+    assert free_elsewhere(f"{ticket.thread_id}:charge_card:700")
+
+
+def test_a_charge_that_waited_on_its_order_row_takes_its_effect_lock_once(
+    processor, transactional_db, late_order
+):
+    """PostgreSQL re-checks a row that changed while the reserve waited for its lock; the effect
+    lock is asked for in a subquery evaluated once, so one release gives it back."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks and their re-check are PostgreSQL's")
+    ticket = Ticket.objects.create(thread_id="refund-1042-m", order=late_order)
+    lease = held(ticket)
+    updated = threading.Event()
+
+    def another_session_updates_the_order() -> None:
+        try:
+            with transaction.atomic():
+                Order.objects.filter(pk=late_order.pk).update(customer_name=F("customer_name"))
+                updated.set()
+                wait_for(
+                    lambda: sql.fetchone(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()",
+                        [],
+                    ),
+                    timeout=10,
+                    every=0.02,
+                    what="the reserve to wait on the order row",
+                )
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=another_session_updates_the_order)
+    other.start()
+    assert updated.wait(10)
+    try:
+        receipt = pay(processor, ticket, lease)
+    finally:
+        other.join(15)
+    assert receipt and Charge.objects.get().status == "succeeded"
+    assert free_elsewhere(f"{ticket.thread_id}:charge_card:699")
