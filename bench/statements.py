@@ -10,7 +10,8 @@ its review, approve, advance it to refunded. Counts, per ticket:
 - SQL statements on the app database (Django's execute wrapper) and on the checkpoint database
   (SQLite's trace callback; psycopg cursor calls that are not Django's);
 - checkpointer reads (`get_tuple` and `list` calls: what a `get_state` costs);
-- wall time of each advance, and checkpoint bytes left per refunded ticket.
+- wall time of each advance (on PostgreSQL also the part spent inside psycopg calls, the app's
+  and the checkpointer's round trips), and checkpoint bytes left per refunded ticket.
 
 It uses only public entry points (services, runner.advance), so the same file runs against an
 older checkout to show before and after: `cd /tmp/old && python /path/to/bench/statements.py`.
@@ -97,6 +98,7 @@ def measure(backend: str, tickets: int) -> dict:
         return real_list(*args, **kwargs)
 
     saver.get_tuple, saver.list = get_tuple, listing
+    in_sql = [0.0]  # seconds spent inside psycopg calls (PostgreSQL only)
     if backend == "embedded":
 
         def traced(sql: str) -> None:
@@ -111,23 +113,32 @@ def measure(backend: str, tickets: int) -> dict:
 
         def execute(self, *args, **kwargs):
             counts.c["psycopg calls"] += 1
-            return real_execute(self, *args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return real_execute(self, *args, **kwargs)
+            finally:
+                in_sql[0] += time.perf_counter() - started
 
         def executemany(self, *args, **kwargs):
             counts.c["psycopg calls"] += 1
-            return real_many(self, *args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return real_many(self, *args, **kwargs)
+            finally:
+                in_sql[0] += time.perf_counter() - started
 
         psycopg.Cursor.execute, psycopg.Cursor.executemany = execute, executemany
 
     times: dict[str, list[float]] = {"to review": [], "to refunded": []}
+    sql_times: dict[str, list[float]] = {"to review": [], "to refunded": []}
     with connection.execute_wrapper(counts.app):
         for i, number in enumerate(numbers):
             warmup = i == 0
             before = Counter(counts.c)
             ticket = services.ticket_open(order_number=number, note="late")
-            t0 = time.perf_counter()
+            t0, s0 = time.perf_counter(), in_sql[0]
             assert runner.advance(ticket.pk) == "awaiting_review"
-            t1 = time.perf_counter()
+            t1, s1 = time.perf_counter(), in_sql[0]
             ticket = Ticket.objects.get(pk=ticket.pk)
             services.ticket_decide(
                 ticket=ticket,
@@ -135,14 +146,16 @@ def measure(backend: str, tickets: int) -> dict:
                 answer="approve",
                 reviewer=reviewer,
             )
-            t2 = time.perf_counter()
+            t2, s2 = time.perf_counter(), in_sql[0]
             assert runner.advance(ticket.pk) == "refunded"
-            t3 = time.perf_counter()
+            t3, s3 = time.perf_counter(), in_sql[0]
             if warmup:  # the first ticket opens connections and compiles the graph
                 counts.c = before
                 continue
             times["to review"].append((t1 - t0) * 1000)
             times["to refunded"].append((t3 - t2) * 1000)
+            sql_times["to review"].append((s1 - s0) * 1000)
+            sql_times["to refunded"].append((s3 - s2) * 1000)
 
     per = {k: v / tickets for k, v in counts.c.items()}
     if backend == "postgres":
@@ -150,6 +163,8 @@ def measure(backend: str, tickets: int) -> dict:
     per["checkpoint bytes"] = checkpoint_bytes(saver, backend) / (tickets + 1)
     for phase, values in times.items():
         per[f"advance {phase} ms (p50)"] = statistics.median(values)
+        if backend == "postgres":  # waiting on psycopg calls, app's and checkpointer's
+            per[f"advance {phase}: in SQL ms (p50)"] = statistics.median(sql_times[phase])
     from django.db import connections
 
     connections.close_all()

@@ -67,3 +67,46 @@ def decide(ticket: Ticket, reviewer, answer: str = "approve", reason: str = ""):
         reason=reason,
         reviewer=reviewer,
     )
+
+
+def many_tickets(count: int, *, prefix: str, waiting: bool = False, **per_ticket) -> list[Ticket]:
+    """`count` tickets of as many new orders ("<prefix>000000" on; customers "Customer <n>"), in
+    two statements: finished (refunded) ones, or with `waiting` ones awaiting review with an
+    interrupt, a payload and a review clock. Odd ones are the agents', even ones the managers'.
+    `per_ticket` names a field and a function of the ticket's index for it."""
+    from datetime import date, timedelta
+
+    start = Order.objects.filter(number__startswith=prefix).count()
+    orders = Order.objects.bulk_create(
+        Order(
+            number=f"{prefix}{start + n:06d}",
+            customer_name=f"Customer {start + n}",
+            customer_email=f"c{start + n}@example.com",
+            promised_on=date(2026, 11, 2),
+            delivered_on=date(2026, 11, 5),
+            shipping_fee_cents=500 + n % 4000,
+        )
+        for n in range(count)
+    )
+    now = timezone.now()
+
+    def ticket(n: int, order: Order) -> Ticket:
+        fields = {name: value(n) for name, value in per_ticket.items()}
+        if waiting:
+            fields |= {
+                "status": Ticket.Status.AWAITING_REVIEW,
+                "pending_interrupt_id": f"{order.pk:032x}",
+                "pending_payload": {"notes": ["Late."], "late_by_days": 3},
+                "review_since": now - timedelta(minutes=n % 90),
+            }
+        else:
+            fields["status"] = Ticket.Status.REFUNDED
+        return Ticket(
+            thread_id=f"{prefix.lower()}-{order.number}",
+            order=order,
+            required_role="agent" if n % 2 else "manager",
+            amount_cents=order.shipping_fee_cents,
+            **fields,
+        )
+
+    return Ticket.objects.bulk_create(ticket(n, order) for n, order in enumerate(orders))

@@ -14,7 +14,7 @@ from refunds import selectors
 from refunds.models import Decision, Order, Ticket
 from reviews.views.queue import DECIDED_SHOWN, QUEUE_ORDER
 from tests.conftest import make_order
-from tests.reviewing import awaiting_review
+from tests.reviewing import awaiting_review, many_tickets
 
 pytestmark = pytest.mark.django_db
 
@@ -99,28 +99,6 @@ def test_the_queue_counts_its_reviews_from_the_covering_index(request, persona, 
 def _finished_tickets(count: int) -> None:
     """A desk's history: many finished tickets beside the few that wait, and fresh statistics
     (SQLite's planner weighs its indexes by them, as it would on a desk that ran a while)."""
-    from datetime import date
-
-    orders = Order.objects.bulk_create(
-        Order(
-            number=f"H{n:06d}",
-            customer_name=f"Customer {n}",
-            customer_email=f"c{n}@example.com",
-            promised_on=date(2026, 11, 2),
-            delivered_on=date(2026, 11, 5),
-            shipping_fee_cents=500 + n % 4000,
-        )
-        for n in range(count)
-    )
-    Ticket.objects.bulk_create(
-        Ticket(
-            thread_id=f"history-{order.number}",
-            order=order,
-            status=Ticket.Status.REFUNDED,
-            required_role="agent" if n % 2 else "manager",
-            amount_cents=order.shipping_fee_cents,
-        )
-        for n, order in enumerate(orders)
-    )
+    many_tickets(count, prefix="H")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")

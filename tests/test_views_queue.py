@@ -1,6 +1,6 @@
 """The review queue page, its polled fragments, and the open-ticket form it carries."""
 
-from datetime import date, timedelta
+from datetime import timedelta
 
 import pytest
 import time_machine
@@ -10,10 +10,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds.models import Decision, Order, Ticket
+from refunds.models import Decision, Ticket
 from reviews.views.queue import DECIDED_SHOWN
 from tests.conftest import make_order
-from tests.reviewing import awaiting_review
+from tests.reviewing import awaiting_review, many_tickets
 
 QUEUE = reverse("reviews:queue")
 
@@ -447,31 +447,8 @@ def test_my_decided_line_going_away_with_time_changes_the_version(client, agent,
 
 def test_the_queue_reads_as_many_statements_at_10_tickets_as_at_10000(client, agent, manager, db):
     def fill(count: int) -> None:
-        start = Order.objects.count()
-        orders = Order.objects.bulk_create(
-            Order(
-                number=f"Q{start + n:06d}",
-                customer_name=f"Customer {start + n}",
-                customer_email=f"c{start + n}@example.com",
-                promised_on=date(2026, 11, 2),
-                delivered_on=date(2026, 11, 5),
-                shipping_fee_cents=500 + n % 4000,
-            )
-            for n in range(count)
-        )
-        Ticket.objects.bulk_create(
-            Ticket(
-                thread_id=f"queue-{order.number}",
-                order=order,
-                status=Ticket.Status.AWAITING_REVIEW,
-                pending_interrupt_id=f"{order.pk:032x}",
-                pending_payload={"notes": ["Late."], "late_by_days": 3},
-                required_role="agent" if n % 2 else "manager",
-                amount_cents=order.shipping_fee_cents,
-                review_since=timezone.now() - timedelta(minutes=n % 90),
-                opened_by=manager if n % 3 else agent,
-            )
-            for n, order in enumerate(orders)
+        many_tickets(
+            count, prefix="Q", waiting=True, opened_by=lambda n: manager if n % 3 else agent
         )
 
     def counts() -> list[int]:
