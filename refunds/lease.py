@@ -72,6 +72,9 @@ class Lease:
     note: str = ""
     has_forks: bool = False
     flow_version: int = 0  # the state shape the thread was stamped with (refunds/flow/versions.py)
+    # The decisions recorded and not applied, as the grant read them (runner._open_decisions
+    # takes them once; None: read them afresh).
+    open_decisions: list[tuple] | None = None
     lost_reason: str = ""
     drain_reason: str = ""  # asked to stop at its next step while the lease still holds
     table: str = Ticket._meta.db_table
@@ -353,14 +356,15 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
             "RETURNING lease_epoch, attempts, thread_id, order_id, status, pending_interrupt_id, "
             "mirror_epoch, last_error, note, "
             "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "
-            f"{queries.fork_waiting('refunds_ticket.id')}, flow_version",
+            f"{queries.fork_waiting('refunds_ticket.id')}, flow_version, "
+            f"{queries.open_decisions('refunds_ticket.id')}",
             [owner, seconds, ticket_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
     (epoch, attempts, thread_id, order_id, status, pending, mirror_epoch, last_error) = row[:8]
-    note, order_number, has_forks, flow_version = row[8:]
+    note, order_number, has_forks, flow_version, decisions = row[8:]
     return Lease(
         ticket_id=ticket_id,
         thread_id=thread_id,
@@ -378,6 +382,7 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
         note=note,
         has_forks=bool(has_forks),
         flow_version=flow_version,
+        open_decisions=queries.read_open_decisions(decisions),
     )
 
 

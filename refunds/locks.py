@@ -62,7 +62,10 @@ class EffectLock:
         found no row: then PostgreSQL never evaluated it). On PostgreSQL an uncorrelated
         subquery: evaluated once per statement, never again when a row lock wait makes
         PostgreSQL re-check the row (which a plain call in the target list may be, stacking the
-        lock). On SQLite the file lock is taken now and the expression is its answer."""
+        lock). On SQLite the file lock is taken now and the expression is its answer. Once held,
+        the expression is a plain true."""
+        if self.held:  # taken by an earlier statement of the same effect
+            return ("TRUE" if self.postgres else "1"), []
         if not self.postgres:
             return ("1" if self._flock() else "0"), []
         self._asked = True

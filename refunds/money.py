@@ -92,42 +92,20 @@ def _reserve(
     """The key's ledger row, claimed for this epoch, and what is known of it: "paid", "new" (no
     call made yet) or "unknown" (a call was made and its answer was never recorded).
 
-    Two statements in one transaction: the effect lock taken and everything needed read at once,
-    with the order locked (two tickets of one order never check its balance at the same time; on
-    SQLite the IMMEDIATE transaction holds the write lock), then the row written."""
-    take, take_params = lock.taking()
+    The effect lock taken and everything needed read at once, with the order locked (two tickets
+    of one order never check its balance at the same time; on SQLite the IMMEDIATE transaction
+    holds the write lock), then the row written. On PostgreSQL a key never charged is one
+    statement, its pending row written by the reading one (a data-modifying WITH); only a key
+    refused before goes on to a transaction of its own."""
+    if sql.is_postgres():
+        row, state = _read(ticket_id, order_id, epoch, key, amount_cents, lock, write_new=True)
+        if state == "written":
+            return row, "new"
+        if state not in ("new", "refused"):  # "new" only if the statement's own check differed
+            return row, state
     with transaction.atomic():
-        found = sql.fetchone(
-            f"SELECT {take}, t.lease_epoch, o.shipping_fee_cents, o.number, o.payment_reference, "
-            "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
-            f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s), "
-            "k.id, k.status, k.receipt "
-            "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
-            "JOIN refunds_order o ON o.id = l.order_id "
-            "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
-            "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else ""),
-            [*take_params, key, key, ticket_id, order_id],
-        )
-        if found is None:  # the ticket was deleted under the run (its lease went with it)
-            lock.answered(False)  # no row, so the lock was never asked for
-            raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-        taken, current_epoch, fee, number, reference, held, row_id, status, receipt = found
-        if not lock.answered(taken):
-            raise EffectBusy(f"another process is charging {key}")
-        if current_epoch != epoch:
-            raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
-        if status == Charge.Status.SUCCEEDED:
-            return _Row(row_id, receipt, reference), "paid"
-        if status == Charge.Status.PENDING:
-            sql.execute("UPDATE refunds_charge SET epoch = %s WHERE id = %s", [epoch, row_id])
-            return _Row(row_id, None, reference), "unknown"
-        balance = fee - held
-        if amount_cents > balance:
-            raise OverBalance(
-                f"order {number} has {dollars(max(balance, 0))} left to refund of its "
-                f"{dollars(fee)} fee; {dollars(amount_cents)} is more"
-            )
-        if row_id is None:
+        row, state = _read(ticket_id, order_id, epoch, key, amount_cents, lock)
+        if state == "new":
             inserted = sql.fetchone(
                 "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
                 "status, error, epoch, created_at) "
@@ -136,14 +114,94 @@ def _reserve(
                 [ticket_id, order_id, key, amount_cents, epoch],
             )
             assert inserted is not None  # INSERT ... RETURNING answers one row or raises
-            (row_id,) = inserted
-        else:  # refused before (a decline); a manager approved trying again
+            row = _Row(inserted[0], None, row.payment_reference)
+        elif state == "refused":  # a decline before; a manager approved trying again
             sql.execute(
                 f"UPDATE refunds_charge SET status = {queries.CHARGE_PENDING}, epoch = %s, "
                 "error = '', settled_at = NULL WHERE id = %s",
-                [epoch, row_id],
+                [epoch, row.pk],
             )
-    return _Row(row_id, None, reference), "new"
+    return row, "new" if state in ("new", "refused") else state
+
+
+def _read(
+    ticket_id: int,
+    order_id: int,
+    epoch: int,
+    key: str,
+    amount_cents: int,
+    lock: EffectLock,
+    *,
+    write_new: bool = False,
+) -> tuple[_Row, str]:
+    """Take the effect lock and read the key's row, the order's balance and the epoch, with the
+    order row locked; refuse (EffectBusy, GraphDrained, OverBalance) or say where the key stands:
+    "paid", "unknown" (its epoch moved to ours), "refused" or "new". With `write_new`
+    (PostgreSQL, outside a transaction) a "new" key's pending row is written by this very
+    statement, on the same conditions, and comes back "written"."""
+    columns_from = (
+        "t.lease_epoch, o.shipping_fee_cents AS fee, o.number, o.payment_reference, "
+        "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
+        f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s) AS held, "
+        "k.id AS k_id, k.status AS k_status, k.receipt "
+        "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
+        "JOIN refunds_order o ON o.id = l.order_id "
+        "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
+        "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else "")
+    )
+    if write_new and not lock.held:
+        # The lock in a CTE of its own, read first and once: inside the row-locking SELECT,
+        # PostgreSQL's re-check of an order row that changed while we waited would ask again.
+        read = (
+            "WITH lk AS MATERIALIZED (SELECT pg_try_advisory_lock(%s) AS taken), "
+            f"f AS (SELECT {columns_from}), written AS ("
+            "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
+            "status, error, epoch, created_at) "
+            f"SELECT %s, %s, %s, %s, {queries.CHARGE_PENDING}, '', %s, {sql.now()} FROM lk, f "
+            "WHERE lk.taken AND f.lease_epoch = %s AND f.k_id IS NULL AND %s <= f.fee - f.held "
+            "RETURNING id) "
+            "SELECT lk.taken, f.*, (SELECT id FROM written) FROM lk LEFT JOIN f ON true"
+        )
+        params = [lock.id, key, key, ticket_id, order_id]
+        params += [ticket_id, order_id, key, amount_cents, epoch, epoch, amount_cents]
+        found = sql.fetchone(read, params)
+        assert found is not None  # lk has one row
+        lock.answered(found[0])
+        if found[1] is None:
+            found = None  # no ticket row (the LEFT JOIN found none)
+    else:
+        take, take_params = lock.taking()
+        found = sql.fetchone(
+            f"SELECT {take} AS taken, {columns_from}",
+            [*take_params, key, key, ticket_id, order_id],
+        )
+        write_new = False
+    if found is None:  # the ticket was deleted under the run (its lease went with it)
+        if not write_new:
+            lock.answered(lock.held)  # no row: the lock was not asked for in this statement
+        raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
+    taken, current_epoch, fee, number, reference, held, row_id, status, receipt = found[:9]
+    written = found[9] if write_new else None
+    if not lock.answered(taken):
+        raise EffectBusy(f"another process is charging {key}")
+    if current_epoch != epoch:
+        raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
+    if status == Charge.Status.SUCCEEDED:
+        return _Row(row_id, receipt, reference), "paid"
+    if status == Charge.Status.PENDING:
+        sql.execute("UPDATE refunds_charge SET epoch = %s WHERE id = %s", [epoch, row_id])
+        return _Row(row_id, None, reference), "unknown"
+    balance = fee - held
+    if amount_cents > balance:
+        raise OverBalance(
+            f"order {number} has {dollars(max(balance, 0))} left to refund of its "
+            f"{dollars(fee)} fee; {dollars(amount_cents)} is more"
+        )
+    if row_id is not None:
+        return _Row(row_id, None, reference), "refused"
+    if written is not None:
+        return _Row(written, None, reference), "written"
+    return _Row(0, None, reference), "new"  # no row yet: the caller writes it
 
 
 def _look_up(gateway: Gateway, key: str, payment_reference: str) -> str | None:

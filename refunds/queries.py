@@ -14,6 +14,9 @@ SQL is here too, and the test checks that each fragment picks the same rows as i
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from core.sql import literal, literals
 from refunds.models import Charge, Decision, Email, Fork
 from refunds.statuses import (
@@ -64,6 +67,32 @@ def unapplied(alias: str) -> str:
     """A decision or fork row (by its alias) recorded and neither applied nor refused: the thread
     still owes it a run. The ORM's twin: `Decision.objects.unapplied()`, `Fork.objects...`."""
     return f"{alias}.applied_at IS NULL AND {alias}.refused_reason = ''"
+
+
+def open_decisions(ticket: str) -> str:
+    """The ticket's decisions recorded and not yet applied (an SQL expression for its id), as one
+    JSON array of [id, interrupt_id, answer, reason, amount_cents, reviewer's username, orders]:
+    the lease grant returns them with the lease, so a resume needs no read of its own. Read it
+    with `read_open_decisions`."""
+    from django.contrib.auth import get_user_model
+
+    from core.sql import is_postgres
+
+    users = get_user_model()._meta.db_table
+    columns = "d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username"
+    rows = (
+        f"FROM {Decision._meta.db_table} d JOIN {users} u ON u.id = d.reviewer_id "
+        f"WHERE d.ticket_id = {ticket} AND {unapplied('d')}"
+    )
+    if is_postgres():
+        return f"(SELECT coalesce(json_agg(json_build_array({columns}, d.orders)), '[]') {rows})"
+    return f"(SELECT json_group_array(json_array({columns}, json(d.orders))) {rows})"
+
+
+def read_open_decisions(value: Any) -> list[tuple]:
+    """What `open_decisions` read: one tuple per decision, oldest first."""
+    rows = json.loads(value) if isinstance(value, str) else (value or [])
+    return sorted((tuple(row) for row in rows), key=lambda row: row[0])
 
 
 def decision_waiting(ticket: str) -> str:

@@ -27,7 +27,6 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F
 from django.utils import timezone
@@ -274,22 +273,19 @@ class _Answer:
     value: dict
 
 
-def _open_decisions(ticket_id: int) -> list[tuple]:
-    users = get_user_model()._meta.db_table
-    return sql.fetchall(
-        "SELECT d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username, d.orders "
-        f"FROM refunds_decision d JOIN {users} u ON u.id = d.reviewer_id "
-        f"WHERE d.ticket_id = %s AND {queries.unapplied('d')} ORDER BY d.id",
-        [ticket_id],
-    )
+def _open_decisions(lease: leases.Lease) -> list[tuple]:
+    """The ticket's decisions not yet applied: the first time, as the grant returned them."""
+    if lease.open_decisions is not None:
+        rows, lease.open_decisions = lease.open_decisions, None
+        return rows
+    row = sql.fetchone(f"SELECT {queries.open_decisions('%s')}", [lease.ticket_id])
+    return queries.read_open_decisions(row[0] if row else None)
 
 
 def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | None):
     """Return the recorded decision the thread waits on, if any; close out the others."""
     chosen = None
-    for pk, interrupt_id, answer, reason, amount_cents, reviewer, orders in _open_decisions(
-        lease.ticket_id
-    ):
+    for pk, interrupt_id, answer, reason, amount_cents, reviewer, orders in _open_decisions(lease):
         one = _fenced(Decision.objects.filter(pk=pk), lease)
         if interrupt_id in pending and chosen is None:
             if isinstance(orders, str):  # SQLite hands JSON back as text, PostgreSQL parsed

@@ -96,6 +96,27 @@ def test_a_resume_is_keyed_by_interrupt_id_and_applied_once(paused, agent):
     assert state["decision"]["decision_id"] == decision.pk
 
 
+def test_a_resume_finds_its_decision_in_the_grant_and_reads_none_of_its_own(paused, manager):
+    """The lease grant returns the decisions waiting, with the reviewer's name and answer per
+    order, so the resume costs no statement to find them."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    services.ticket_decide(
+        ticket=paused,
+        interrupt_id=paused.pending_interrupt_id,
+        answer="approve",
+        reviewer=manager,
+        amount_cents=500,
+    )
+    with CaptureQueriesContext(connection) as statements:
+        assert runner.advance(paused.pk) == "refunded"
+    reads = [q["sql"] for q in statements if "FROM refunds_decision d JOIN" in q["sql"]]
+    assert len(reads) == 1 and reads[0].startswith("UPDATE refunds_ticket SET lease_owner")
+    state = persistence.snapshot(paused.thread_id).values
+    assert (state["decision"]["reviewer"], state["amount_cents"]) == ("manager", 500)
+
+
 def test_a_crash_after_the_resume_landed_is_noticed_not_replayed(paused, agent):
     decision = services.ticket_decide(
         ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
