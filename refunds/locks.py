@@ -9,7 +9,7 @@ with the session.
 
 - SQLite (one machine): `flock` on one of 1,024 lock files in the data folder, by key hash.
 - PostgreSQL (many machines): `pg_try_advisory_lock` on the worker's own connection. It costs no
-  round trip of its own on the hot path: the effect's first statement takes it (`taking`, or
+  round trip of its own on the hot path: the effect's first statement takes it (`cte`, or
   `claiming` for a data-modifying one) and its last gives it back (`execute_releasing`); only a
   path that never reaches such a statement gives it back with a statement of its own.
 """
@@ -57,19 +57,25 @@ class EffectLock:
         return self.answered(bool(row and row[0]))
 
     def taking(self) -> tuple[str, list]:
-        """An SQL expression, with its params, that takes the lock where it stands in the
-        caller's next statement; hand what it read to `answered()` (False when the statement
-        found no row: then PostgreSQL never evaluated it). On PostgreSQL an uncorrelated
-        subquery: evaluated once per statement, never again when a row lock wait makes
-        PostgreSQL re-check the row (which a plain call in the target list may be, stacking the
-        lock). On SQLite the file lock is taken now and the expression is its answer. Once held,
-        the expression is a plain true."""
+        """An SQL expression, with its params, for the caller's next statement: on SQLite the
+        file lock is taken now and the expression is its answer; once held (on either database)
+        a plain true. Hand what it read to `answered()`. On PostgreSQL a lock not yet held is
+        taken in a CTE of its own instead (`cte()`)."""
         if self.held:  # taken by an earlier statement of the same effect
             return ("TRUE" if self.postgres else "1"), []
-        if not self.postgres:
-            return ("1" if self._flock() else "0"), []
+        if self.postgres:
+            raise RuntimeError("on PostgreSQL the lock is taken in a CTE of its own: cte()")
+        return ("1" if self._flock() else "0"), []
+
+    def cte(self) -> tuple[str, list]:
+        """On PostgreSQL, a WITH item `lk` of one row whose `held` takes the lock, and its
+        params: put it first and read `lk.held` (then hand it to `answered()`). MATERIALIZED
+        and apart from any row-locking SELECT, it is evaluated once: inside a SELECT ... FOR
+        UPDATE, PostgreSQL's re-check of a row that changed while the statement waited on it
+        may ask again and stack the lock (one release then leaves it held: seen with a plain call
+        in the target list, and with a subquery once that SELECT sat in a WITH)."""
         self._asked = True
-        return "(SELECT pg_try_advisory_lock(%s))", [self.id]
+        return "lk AS MATERIALIZED (SELECT pg_try_advisory_lock(%s) AS held)", [self.id]
 
     def answered(self, value: Any) -> bool:
         self._asked = False
@@ -84,12 +90,11 @@ class EffectLock:
             if not self._flock():
                 return None
             return sql.fetchone(f"WITH lk AS (SELECT 1 AS held) {statement}", params)
-        self._asked = True
+        lk, lk_params = self.cte()
         row = sql.fetchone(
-            "WITH lk AS MATERIALIZED (SELECT pg_try_advisory_lock(%s) AS held), "
-            f"done AS ({statement}) "
+            f"WITH {lk}, done AS ({statement}) "
             "SELECT lk.held, d.* FROM lk LEFT JOIN (SELECT 1 AS found, * FROM done) d ON true",
-            [self.id, *params],
+            [*lk_params, *params],
         )
         assert row is not None  # lk has one row
         self.answered(row[0])

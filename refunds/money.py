@@ -150,19 +150,17 @@ def _read(
         "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else "")
     )
     if write_new and not lock.held:
-        # The lock in a CTE of its own, read first and once: inside the row-locking SELECT,
-        # PostgreSQL's re-check of an order row that changed while we waited would ask again.
+        lk, lk_params = lock.cte()  # read first, and once (refunds/locks.py)
         read = (
-            "WITH lk AS MATERIALIZED (SELECT pg_try_advisory_lock(%s) AS taken), "
-            f"f AS (SELECT {columns_from}), written AS ("
+            f"WITH {lk}, f AS (SELECT {columns_from}), written AS ("
             "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
             "status, error, epoch, created_at) "
             f"SELECT %s, %s, %s, %s, {queries.CHARGE_PENDING}, '', %s, {sql.now()} FROM lk, f "
-            "WHERE lk.taken AND f.lease_epoch = %s AND f.k_id IS NULL AND %s <= f.fee - f.held "
+            "WHERE lk.held AND f.lease_epoch = %s AND f.k_id IS NULL AND %s <= f.fee - f.held "
             "RETURNING id) "
-            "SELECT lk.taken, f.*, (SELECT id FROM written) FROM lk LEFT JOIN f ON true"
+            "SELECT lk.held, f.*, (SELECT id FROM written) FROM lk LEFT JOIN f ON true"
         )
-        params = [lock.id, key, key, ticket_id, order_id]
+        params = [*lk_params, key, key, ticket_id, order_id]
         params += [ticket_id, order_id, key, amount_cents, epoch, epoch, amount_cents]
         found = sql.fetchone(read, params)
         assert found is not None  # lk has one row
