@@ -525,17 +525,14 @@ def message_id(key: str) -> str:
 
 def _write_sql(statement: str, params: list, *, releasing: EffectLock | None = None) -> int:
     """_write of one UPDATE in SQL, giving `releasing` back in the same statement."""
-    if releasing is None:
-        return _write(None, statement=(statement, params))
-    return _write(None, run=lambda: releasing.execute_releasing(statement, params), lock=releasing)
+    return _write(None, statement=(statement, params), releasing=releasing)
 
 
 def _write(
     qs,
     *,
     statement: tuple[str, list] | None = None,
-    run: Callable[[], int] | None = None,
-    lock: EffectLock | None = None,
+    releasing: EffectLock | None = None,
     **fields,
 ) -> int:
     """An UPDATE that records a fact, the rows it changed: retried on a fresh connection if the
@@ -543,8 +540,8 @@ def _write(
     unsent; an effect lock held on that session went with it)."""
     for attempt in range(10):
         try:
-            if run is not None:
-                return run()
+            if statement is not None and releasing is not None:
+                return releasing.execute_releasing(*statement)
             if statement is not None:
                 return sql.execute(*statement)
             return qs.update(**fields)
@@ -553,7 +550,7 @@ def _write(
                 raise
             log.warning("outbox: database connection lost; recording again", exc_info=True)
             connection.close()
-            if lock is not None:
-                lock.connection_lost()
+            if releasing is not None:
+                releasing.connection_lost()
             time.sleep(0.2 * (attempt + 1))
     return 0

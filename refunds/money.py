@@ -149,37 +149,32 @@ def _read(
         "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
         "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else "")
     )
+    written = None
     if write_new and not lock.held:
         lk, lk_params = lock.cte()  # read first, and once (refunds/locks.py)
-        read = (
+        found = sql.fetchone(
             f"WITH {lk}, f AS (SELECT {columns_from}), written AS ("
             "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
             "status, error, epoch, created_at) "
             f"SELECT %s, %s, %s, %s, {queries.CHARGE_PENDING}, '', %s, {sql.now()} FROM lk, f "
             "WHERE lk.held AND f.lease_epoch = %s AND f.k_id IS NULL AND %s <= f.fee - f.held "
             "RETURNING id) "
-            "SELECT lk.held, f.*, (SELECT id FROM written) FROM lk LEFT JOIN f ON true"
+            "SELECT lk.held, f.*, (SELECT id FROM written) FROM lk LEFT JOIN f ON true",
+            [*lk_params, key, key, ticket_id, order_id]
+            + [ticket_id, order_id, key, amount_cents, epoch, epoch, amount_cents],
         )
-        params = [*lk_params, key, key, ticket_id, order_id]
-        params += [ticket_id, order_id, key, amount_cents, epoch, epoch, amount_cents]
-        found = sql.fetchone(read, params)
         assert found is not None  # lk has one row
         lock.answered(found[0])
-        if found[1] is None:
-            found = None  # no ticket row (the LEFT JOIN found none)
-    else:
+        found, written = (found[:9], found[9]) if found[1] is not None else (None, None)
+    else:  # SQLite (its file lock taken here), or PostgreSQL with the lock already held
         take, take_params = lock.taking()
         found = sql.fetchone(
             f"SELECT {take} AS taken, {columns_from}",
             [*take_params, key, key, ticket_id, order_id],
         )
-        write_new = False
     if found is None:  # the ticket was deleted under the run (its lease went with it)
-        if not write_new:
-            lock.answered(lock.held)  # no row: the lock was not asked for in this statement
         raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-    taken, current_epoch, fee, number, reference, held, row_id, status, receipt = found[:9]
-    written = found[9] if write_new else None
+    taken, current_epoch, fee, number, reference, held, row_id, status, receipt = found
     if not lock.answered(taken):
         raise EffectBusy(f"another process is charging {key}")
     if current_epoch != epoch:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -265,25 +265,35 @@ def _fast_passwords(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def in_another_session(work: Callable[[], object]) -> threading.Thread:
+    """Start `work` in another thread, on a database session of its own (as another process
+    would have), closed when the work ends."""
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 @contextmanager
 def held_elsewhere(key: str) -> Iterator[None]:
-    """Hold the effect lock for `key` from another thread (its own database session, as another
-    process would)."""
+    """Hold the effect lock for `key` from another session, as another process would."""
     from refunds.locks import effect_lock
 
     taken, done = threading.Event(), threading.Event()
 
     def hold() -> None:
-        try:
-            with effect_lock(key) as lock:
-                assert lock.held
-                taken.set()
-                done.wait(30)
-        finally:
-            connection.close()
+        with effect_lock(key) as lock:
+            assert lock.held
+            taken.set()
+            done.wait(30)
 
-    holder = threading.Thread(target=hold)
-    holder.start()
+    holder = in_another_session(hold)
     assert taken.wait(10)
     try:
         yield
@@ -293,20 +303,15 @@ def held_elsewhere(key: str) -> Iterator[None]:
 
 
 def free_elsewhere(key: str) -> bool:
-    """Whether another process could take the effect lock for `key` now (from another thread,
-    on its own database session); it gives it back at once."""
+    """Whether another process could take the effect lock for `key` now (from another session);
+    it gives it back at once."""
     from refunds.locks import effect_lock
 
     answer: list[bool] = []
 
     def try_it() -> None:
-        try:
-            with effect_lock(key) as lock:
-                answer.append(lock.held)
-        finally:
-            connection.close()
+        with effect_lock(key) as lock:
+            answer.append(lock.held)
 
-    other = threading.Thread(target=try_it)
-    other.start()
-    other.join(10)
+    in_another_session(try_it).join(10)
     return answer == [True]

@@ -24,7 +24,13 @@ from refunds.flow.errors import (
 )
 from refunds.models import Charge, Order, Ticket
 from refunds.payments import HttpGateway
-from tests.conftest import free_elsewhere, held_elsewhere, make_order, wait_for
+from tests.conftest import (
+    free_elsewhere,
+    held_elsewhere,
+    in_another_session,
+    make_order,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -210,33 +216,29 @@ def test_a_charge_that_waited_on_its_order_row_takes_its_effect_lock_once(
     processor, transactional_db, late_order
 ):
     """PostgreSQL re-checks a row that changed while the reserve waited for its lock; the effect
-    lock is asked for in a subquery evaluated once, so one release gives it back."""
+    lock is asked for in a CTE of its own, read once, so one release gives it back."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks and their re-check are PostgreSQL's")
     ticket = Ticket.objects.create(thread_id="refund-1042-m", order=late_order)
     lease = held(ticket)
     updated = threading.Event()
 
-    def another_session_updates_the_order() -> None:
-        try:
-            with transaction.atomic():
-                Order.objects.filter(pk=late_order.pk).update(customer_name=F("customer_name"))
-                updated.set()
-                wait_for(
-                    lambda: sql.fetchone(
-                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND datname = current_database()",
-                        [],
-                    ),
-                    timeout=10,
-                    every=0.02,
-                    what="the reserve to wait on the order row",
-                )
-        finally:
-            connection.close()
+    def update_the_order_and_hold_it() -> None:
+        with transaction.atomic():
+            Order.objects.filter(pk=late_order.pk).update(customer_name=F("customer_name"))
+            updated.set()
+            wait_for(
+                lambda: sql.fetchone(
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()",
+                    [],
+                ),
+                timeout=10,
+                every=0.02,
+                what="the reserve to wait on the order row",
+            )
 
-    other = threading.Thread(target=another_session_updates_the_order)
-    other.start()
+    other = in_another_session(update_the_order_and_hold_it)
     assert updated.wait(10)
     try:
         receipt = pay(processor, ticket, lease)
