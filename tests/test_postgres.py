@@ -54,6 +54,22 @@ def test_the_checkpointer_uses_a_connection_pool(db):
 
 
 @on_postgres
+def test_the_app_sends_parameters_apart_from_its_sql_and_prepares_nothing(db):
+    """Server-side binding (docs/benchmarks.md: the advance spends less in Python quoting), with
+    unnamed statements only, which any pooler in transaction mode passes through."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::int + 1", [41])
+        assert cursor.fetchone() == (42,)
+        assert type(cursor.cursor).__name__ == "ServerBindingCursor"
+    assert connection.connection.prepare_threshold is None
+    with connection.cursor() as cursor:
+        for _ in range(10):  # past psycopg's usual threshold of 5: still nothing named
+            cursor.execute("SELECT count(*) FROM refunds_ticket WHERE id > %s", [0])
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone() == (0,)
+
+
+@on_postgres
 def test_setup_checkpoints_can_run_again_at_the_next_deploy(db, capsys):
     call_command("setup_checkpoints")
     call_command("setup_checkpoints")

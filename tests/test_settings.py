@@ -180,6 +180,13 @@ def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
             "DATABASE_URL must start with one of sqlite://, postgres://, postgresql://",
         ),
         ({"CHECKPOINT_URL": "redis://localhost"}, "CHECKPOINT_URL must start with one of"),
+        (
+            {
+                "DATABASE_URL": "postgres://u@127.0.0.1:5432/refunds",
+                "DATABASE_SERVER_SIDE_BINDING": "maybe",
+            },
+            "DATABASE_SERVER_SIDE_BINDING must be one of true/false/1/0/yes/no, got 'maybe'",
+        ),
         ({"CELERY_BROKER_URL": "sqs://queue"}, "CELERY_BROKER_URL must start with one of"),
         (
             {"CELERY_TASK_TIME_LIMIT": "360"},
