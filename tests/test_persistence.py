@@ -111,10 +111,14 @@ def test_the_control_a_connection_in_autocommit_mode_does_leave_half_written_cal
     """What the test above would see if the saver's connection committed row by row (as it did):
     proof that the test can tell."""
     persistence.setup_persistence()
-    counts = kill_writers(
-        "autocommit", f"autocommit-{uuid.uuid4().hex}", kills=4, tmp_path=tmp_path
-    )
-    assert any(n != ROWS for n in counts.values())
+    thread = f"autocommit-{uuid.uuid4().hex}"
+    # A kill can land between two calls (more often on a loaded machine): kill again, up to 24
+    # times, until one lands inside a call. The transactional test above kills 12 times.
+    for _ in range(6):
+        counts = kill_writers("autocommit", thread, kills=4, tmp_path=tmp_path)
+        if any(n != ROWS for n in counts.values()):
+            break
+    assert any(n != ROWS for n in counts.values()), counts
 
 
 def test_a_write_with_an_old_epoch_is_refused_and_writes_nothing(transactional_db):
