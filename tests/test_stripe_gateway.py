@@ -30,6 +30,9 @@ from tests.conftest import make_order
 KEY = "refund-1042-s:charge_card:699"
 
 
+LATE_TIMEOUT = 1.0
+
+
 def gateway(base: str, *, timeout: float = 2.0) -> StripeGateway:
     return StripeGateway(secret_key=SECRET_KEY, api_base=base, timeout=timeout)
 
@@ -45,7 +48,9 @@ def charge(gw: StripeGateway, reference: str, key: str = KEY, amount: int = 699)
 
 @pytest.fixture
 def faults(localstripe):
-    proxy = StripeFaults(localstripe.url, late_by=1.0).start()
+    # The late answer comes 3 s after the request; the gateway under test gives up after 1 s
+    # (LATE_TIMEOUT), which leaves localstripe a second for the lookup on a loaded machine.
+    proxy = StripeFaults(localstripe.url, late_by=3.0).start()
     yield proxy
     proxy.stop()
 
@@ -129,7 +134,7 @@ def test_an_answer_lost_after_the_request_left_is_an_unknown_outcome(
     faults.queue(behaviour)
 
     with pytest.raises(GatewayOutcomeUnknown):
-        charge(gateway(faults.url, timeout=0.3), paid)
+        charge(gateway(faults.url, timeout=LATE_TIMEOUT), paid)
     assert [r["amount"] for r in localstripe.refunds(paid)] == [699]  # the money did move
 
 
@@ -173,7 +178,7 @@ def test_a_lost_answer_is_resolved_by_lookup_before_any_retry(
     localstripe, faults, ticket_paid_at_stripe
 ):
     faults.queue("answer_late")
-    gw = gateway(faults.url, timeout=0.3)
+    gw = gateway(faults.url, timeout=LATE_TIMEOUT)
 
     receipt = pay(gw, ticket_paid_at_stripe)  # timed out, then found by its metadata
 
