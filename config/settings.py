@@ -204,14 +204,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 IS_POSTGRES = DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql")
 if IS_POSTGRES:
     # An unreachable database answers in seconds, not after the operating system's TCP timeout.
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options.setdefault("connect_timeout", 5)
     # psycopg sends the parameters apart from the SQL (the extended protocol) instead of Django
     # quoting them into the text in Python first: about 3 ms less per refund advance on the
     # bench's host (docs/benchmarks.md). Unnamed statements only, so any pooler in transaction
     # mode works; Django keeps psycopg's named prepared statements off (prepare_threshold None).
-    DATABASES["default"]["OPTIONS"]["server_side_binding"] = env_bool(
-        "DATABASE_SERVER_SIDE_BINDING", True
-    )
+    _options["server_side_binding"] = env_bool("DATABASE_SERVER_SIDE_BINDING", True)
 
 # Where LangGraph keeps checkpoints and the customer store. Empty means "beside the app
 # database": a SQLite file next to it, or the same PostgreSQL database (so a test database

@@ -3,7 +3,8 @@ DEBUG off, so they need a SECRET_KEY; worker processes the tests start inherit i
 
 Under pytest-xdist (bin/test runs three pytest processes) each one gets a data folder of its own
 (SQLite files, the embedded broker's socket, the checkpoints, the metrics) and, on a configured
-Redis, a database number of its own: a test's broker flush or SQLite file never touches the other's.
+Redis, a database number of its own: a test's broker flush or SQLite file never touches
+another's.
 pytest-django gives each its own test database (`..._gw0`, `..._gw1`)."""
 
 import os
@@ -16,7 +17,8 @@ os.environ.setdefault("REFUNDS_ALLOW_FAKES", "true")
 
 
 def _per_worker(worker: str) -> None:
-    """This pytest process's own data folder and Redis database (`worker` is "gw0", "gw1"...)."""
+    """This pytest process's own data and metrics folders and Redis database (`worker` is "gw0",
+    "gw1"...)."""
     number = int(worker.removeprefix("gw"))
     base = os.environ.get("REFUNDS_DATA_DIR") or str(Path(__file__).parent.parent / "var" / "test")
     os.environ["REFUNDS_DATA_DIR"] = str(Path(base) / worker)
