@@ -4,14 +4,17 @@ checkpointer's parent links, read in one statement, so a page costs its own chec
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
+from langgraph.types import Send
 
 from core.clock import day_words
 from refunds import persistence, runner
+from refunds.flow import nodes
 from refunds.flow.words import days, dollars, node_words
 from refunds.models import Decision, Fork, Ticket
 from refunds.persistence import storage
@@ -271,34 +274,40 @@ def lanes(before: dict, after: dict) -> list[Lane]:
     return out
 
 
-def _sends(snapshot) -> list[Any]:
-    """The Send packets a checkpoint's push tasks run (their args name the order)."""
-    if not any(t.path and t.path[0] == "__pregel_push" for t in snapshot.tasks):
-        return []
-    saved = persistence.graph().checkpointer.get_tuple(snapshot.config)
-    values = saved.checkpoint.get("channel_values", {}) if saved is not None else {}
-    return list(values.get("__pregel_tasks") or [])
+# A fan-out's tasks come in the order its router made their Sends: the router run again on the
+# checkpoint's state (the state it routed from) names each task's order.
+FAN_OUTS = {"check_order": nodes.fan_out, "charge_order": nodes.send_charges}
+
+
+def _task_numbers(snapshot) -> list[str]:
+    """The order each of a checkpoint's tasks runs for ('' for a step of the whole ticket)."""
+    made: dict[str, list[str]] = {}
+    for name, router in FAN_OUTS.items():
+        if any(t.name == name for t in snapshot.tasks):
+            values: Any = snapshot.values or {}
+            routed = router(values)
+            args = (
+                [s.arg for s in routed if isinstance(s, Send)] if isinstance(routed, list) else []
+            )
+            made[name] = [str(a.get("number") or a.get("order_number") or "") for a in args]
+    seen: Counter[str] = Counter()
+    out = []
+    for task in snapshot.tasks:
+        numbers, index = made.get(task.name, []), seen[task.name]
+        seen[task.name] += 1
+        out.append(numbers[index] if index < len(numbers) else "")
+    return out
 
 
 def task_words(snapshot) -> list[str]:
-    """What a checkpoint waits on: a per-order task named with its order (its Send's args)."""
-    sends = _sends(snapshot)
-    if not sends:
+    """What a checkpoint waits on: a per-order task named with its order."""
+    numbers = _task_numbers(snapshot)
+    if not any(numbers):
         return [node_words(n) for n in snapshot.next]
-    return [_task_name(t, sends) for t in snapshot.tasks]
+    return [_task_name(t, n) for t, n in zip(snapshot.tasks, numbers, strict=True)]
 
 
-def _task_number(task, sends: list[Any]) -> str:
-    if task.path and task.path[0] == "__pregel_push" and isinstance(task.path[1], int):
-        index = task.path[1]
-        arg = getattr(sends[index], "arg", None) if index < len(sends) else None
-        if isinstance(arg, dict):
-            return str(arg.get("number") or arg.get("order_number") or "")
-    return ""
-
-
-def _task_name(task, sends: list[Any]) -> str:
-    number = _task_number(task, sends)
+def _task_name(task, number: str) -> str:
     return node_words(f"{task.name}:{number}" if number else task.name)
 
 
@@ -312,8 +321,7 @@ def order_lanes(ticket: Ticket) -> list[Lane]:
     if len(numbers) < 2:
         return []
     checks, charges = values.get("checks") or {}, values.get("charges") or {}
-    sends = _sends(snap)
-    running = {(t.name, _task_number(t, sends)) for t in snap.tasks}
+    running = set(zip((t.name for t in snap.tasks), _task_numbers(snap), strict=True))
     out = []
     for number in numbers:
         check, charge = checks.get(number) or {}, charges.get(number) or {}
@@ -387,7 +395,7 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
             )
             by_id[parent_id] = parent
         before_values = dict(parent.values) if parent is not None else {}
-        sends = _sends(snap)
+        numbers = _task_numbers(snap)
         after = dict(snap.values or {})
         changes, notes, flags = diff(before_values, after)
         decision_id = (after.get("decision") or {}).get("decision_id")
@@ -404,9 +412,7 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
                 changes=changes,
                 added_notes=notes,
                 added_flags=flags,
-                waiting=[_task_name(t, sends) for t in snap.tasks]
-                if sends
-                else [node_words(n) for n in snap.next],
+                waiting=task_words(snap),
                 interrupts=_interrupts(snap, answers),
                 decision=decisions.get(decision_id)
                 if decision_id is not None
@@ -424,7 +430,11 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
                 size=tree.size.get(cid, 0),
                 is_head=cid == tree.head,
                 forkable=runner.is_forkable(snap),
-                errors=[f"{_task_name(t, sends)}: {t.error}" for t in snap.tasks if t.error],
+                errors=[
+                    f"{_task_name(t, n)}: {t.error}"
+                    for t, n in zip(snap.tasks, numbers, strict=True)
+                    if t.error
+                ],
                 lanes=lanes(before_values, after),
             )
         )

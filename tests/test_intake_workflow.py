@@ -351,12 +351,6 @@ def test_a_message_that_fails_every_time_goes_to_sorting_after_the_attempts(ana,
     assert message.finished_at is not None
 
 
-def test_the_result_channel_the_tasks_wait_for_is_langgraphs():
-    from langgraph._internal._constants import RETURN
-
-    assert workflow.RESULT_CHANNEL == RETURN
-
-
 @pytest.mark.parametrize("point", ["intake:open_ticket:done", "intake:acknowledge:done"])
 @pytest.mark.parametrize("orders", [1, 3])
 def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effect(
@@ -386,20 +380,18 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
     assert len(django_mail.outbox) == 1
 
 
-def test_a_task_starts_only_once_the_results_before_it_are_saved(ana, tmp_path):
-    """LangGraph saves a task's result in the background; the next task waits for it, so an
-    effect never runs while the result before it may still be lost (a checkpointer that takes
-    its time to save shows the order)."""
+def test_a_step_starts_only_once_the_checkpoint_before_it_is_saved(ana, tmp_path):
+    """Each step is a node of its own, and durability "sync" saves the checkpoint holding its
+    result before the next starts: an effect never runs while the result before it may still
+    be lost (a checkpointer that takes its time to save shows the order)."""
     events: list[str] = []
 
     class SlowSaver(persistence.FencedSqliteSaver):
-        def put_writes(self, config, writes, task_id, task_path=""):
-            result = any(channel == workflow.RESULT_CHANNEL for channel, _ in writes)
-            if result:
-                time.sleep(0.2)
-            super().put_writes(config, writes, task_id, task_path)
-            if result:
-                events.append("saved")
+        def put(self, config, checkpoint, metadata, new_versions):
+            time.sleep(0.05)
+            saved = super().put(config, checkpoint, metadata, new_versions)
+            events.append("saved")
+            return saved
 
     def noting(name, fn):
         def started(item, *args):
@@ -417,15 +409,39 @@ def test_a_task_starts_only_once_the_results_before_it_are_saved(ana, tmp_path):
     item: workflow.Item = {"message_id": message.pk, "thread_id": message.thread_id}
     config = {"configurable": {"thread_id": message.thread_id, "fence": lease.epoch}}
     flow.invoke(item, config, context=workflow.IntakeContext(lease=lease), durability="sync")
-    assert events[:7] == [
-        "read",
-        "saved",
-        "find_orders",
-        "saved",
-        "open_ticket",
-        "saved",
-        "acknowledge",
-    ]
+    steps = [e for e in events if e != "saved"]
+    assert steps == ["read", "find_orders", "open_ticket", "acknowledge"]
+    for earlier, later in zip(steps, steps[1:], strict=False):
+        between = events[events.index(earlier) + 1 : events.index(later)]
+        assert "saved" in between, f"{later} started before {earlier}'s result was saved"
+
+
+def test_a_message_begun_on_the_functional_api_is_carried_to_the_graph(ana):
+    """A thread paused under the intake's earlier shape (an @entrypoint of @tasks) after its
+    first task: the graph starts it again from the message, and every step being idempotent by
+    the message, it ends with one ticket and one acknowledgment."""
+    from langgraph.func import entrypoint, task
+
+    message = receive(LATE.format(n=1042))
+
+    @task(name="read")
+    def read(item):
+        return {"reading": {"reason": "late_delivery"}}
+
+    @task(name="find_orders")
+    def find(item, got):
+        raise OperationalError("the worker died here")
+
+    @entrypoint(checkpointer=persistence.checkpointer())
+    def intake(item):
+        return find(item, read(item).result()).result()
+
+    item = {"message_id": message.pk, "thread_id": message.thread_id}
+    with pytest.raises(OperationalError):
+        intake.invoke(item, {"configurable": {"thread_id": message.thread_id}})
+    message = take(message)
+    assert message.status == "opened" and Ticket.objects.count() == 1
+    assert acks() == ["ana@example.com"]
 
 
 def test_a_model_that_names_another_customers_order_opens_no_ticket_for_it(ana):

@@ -2,6 +2,7 @@
 everything, the graph code free of Django, devtools used by nothing the app ships."""
 
 import importlib.util
+import re
 import sys
 
 from devtools.processes import ROOT
@@ -39,3 +40,34 @@ def test_the_refund_graph_imports_no_django():
 def test_services_never_import_tasks():
     services = [name for name in FOUND if name.startswith("refunds.services")]
     assert services and all("refunds.tasks" not in MODULES[name] for name in services)
+
+
+PRIVATE_LANGGRAPH = re.compile(
+    r"__pregel_\w+|__return__|langgraph(\.\w+)*\._\w+|from langgraph[\w.]* import \(?\s*_\w+"
+)
+
+
+def test_no_code_of_the_project_names_a_private_langgraph_name():
+    """A private name (a module under `_internal`, a `__pregel_*` channel or path, the
+    functional API's `__return__` channel) can change in any release: the app keeps to public
+    API (DESIGN.md, invariant 17)."""
+    offenders = [
+        f"{path.relative_to(ROOT)}: {found.group(0)}"
+        for folder in sorted(ROOT.iterdir())
+        if folder.is_dir() and folder.name not in {"tests", "var"} and folder.name[0] != "."
+        for path in folder.rglob("*.py")
+        for found in PRIVATE_LANGGRAPH.finditer(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_private_name_rule_finds_each_kind_of_name():
+    for text in (
+        'path[0] == "__pregel_push"',
+        'RESULT = "__return__"',
+        "from langgraph._internal._constants import RETURN",
+        "import langgraph.pregel._read",
+        "from langgraph.constants import _TAG",
+    ):
+        assert PRIVATE_LANGGRAPH.search(text), text
+    assert not PRIVATE_LANGGRAPH.search("from langgraph.types import Send")
