@@ -184,15 +184,24 @@ def ticket_decide(
     now = timezone.now()
     try:
         with transaction.atomic():
-            # Only the claimer decides while a claim is live: one conditional UPDATE checks it
-            # (and locks the row) and gives the claim back, since the review is answered. Of
-            # two deciding at once the UNIQUE interrupt id below still picks one.
-            held = (
-                Ticket.objects.filter(pk=ticket.pk)
-                .filter(_claimable(now) | Q(claimed_by=reviewer))
-                .update(claimed_by=None, claim_expires_at=None)
+            # One conditional UPDATE checks, on the row and not on the caller's copy, that this
+            # review still waits (a fork applied since the page read it put another interrupt
+            # in its place) and that only the claimer decides while a claim is live; it locks
+            # the row and gives the claim back, since the review is answered. Of two deciding
+            # at once the UNIQUE interrupt id below still picks one.
+            pending = Ticket.objects.filter(
+                pk=ticket.pk,
+                status=Ticket.Status.AWAITING_REVIEW,
+                pending_interrupt_id=interrupt_id,
+            )
+            held = pending.filter(_claimable(now) | Q(claimed_by=reviewer)).update(
+                claimed_by=None, claim_expires_at=None
             )
             if not held:
+                if not pending.exists():
+                    raise RefundError(
+                        "This review is no longer pending; reload to see where the ticket is."
+                    )
                 # Two at once: the other one's decision may be what took the claim.
                 earlier = (
                     Decision.objects.filter(interrupt_id=interrupt_id)
