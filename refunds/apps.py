@@ -8,3 +8,7 @@ class RefundsConfig(AppConfig):
 
     def ready(self) -> None:
         from refunds import checks, delivery, signals  # noqa: F401
+        from refunds.mail import also_sent_by
+        from refunds.services import timers
+
+        also_sent_by(timers.REMINDERS)

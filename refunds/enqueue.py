@@ -48,5 +48,6 @@ def advance_on_commit(ticket_id: int) -> None:
 
 
 def resend_on_commit(email_id: int) -> None:
-    """An admin's Resend, once the audit entry commits (the outbox makes it send once)."""
-    transaction.on_commit(lambda: current_app.send_task(RESEND, args=[email_id]))
+    """An admin's Resend, once the audit entry commits (the outbox makes it send once). A
+    broker that is down is logged, not raised: the row stays on the Undelivered page."""
+    send_on_commit(RESEND, email_id)

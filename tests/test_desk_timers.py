@@ -9,9 +9,10 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core import mail
+from django.utils.timezone import now as timezone_now
 
 from refunds import tasks
-from refunds.models import AuditEvent, Ticket
+from refunds.models import AuditEvent, Email, Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 
@@ -78,3 +79,54 @@ def test_the_timers_run_on_celery_beat(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["review-escalation-timers"]
     assert entry["task"] == "refunds.tasks.escalate_overdue_reviews"
     assert entry["schedule"] == settings.REFUNDS_TIMER_SECONDS
+
+
+@pytest.fixture
+def smtp(settings):
+    from devtools.smtp_sink import SmtpSink
+
+    sink = SmtpSink().start()
+    for name, value in sink.env().items():
+        setattr(settings, name, int(value) if name == "EMAIL_PORT" else value)
+    yield sink
+    sink.stop()
+
+
+def test_a_reminder_the_mail_server_refuses_waits_in_the_outbox_and_is_resent_once(
+    client, desk, smtp, admin_user
+):
+    """The reminder goes through the outbox: refused, it is neither lost nor marked sent; it
+    shows on the admins' Undelivered page, and a Resend delivers it once."""
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=False) as clock:
+        awaiting_review(make_order("8004", fee_cents=4800))
+        clock.shift(timedelta(minutes=61))
+        smtp.refuse(-1, code=550)
+        assert tasks.escalate_overdue_reviews() == 1
+        assert tasks.escalate_overdue_reviews() == 0  # reminded once, tried again
+        row = Email.objects.get(key__startswith="reminder:")
+        assert row.status == "pending" and "550" in row.last_error and row.attempts == 2
+        assert smtp.count() == 0
+        smtp.accept()
+        client.force_login(admin_user)
+        page = client.get("/ops/undelivered/").content.decode()
+        assert "Reminder to a manager: Refund Desk: 1 review overdue" in page
+        client.post(f"/ops/undelivered/{row.pk}/resend/")
+        assert tasks.resend_email(row.pk) is True  # what the Resend enqueued, run here
+        assert smtp.count("reminder:") == 1
+        assert tasks.escalate_overdue_reviews() == 0
+        assert smtp.count("reminder:") == 1
+
+
+def test_a_reminder_whose_delivery_died_is_sent_by_the_next_run(desk, smtp):
+    """The reminder was marked and put in the outbox, then the timer's process died before
+    delivering it: the next run delivers it, once."""
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=False) as clock:
+        ticket = awaiting_review(make_order("8005", fee_cents=4800))
+        clock.shift(timedelta(minutes=61))
+        from refunds.services import timers
+
+        assert [t.pk for t in timers._remind_managers([ticket], timezone_now())] == [ticket.pk]
+        assert smtp.count() == 0  # marked and queued, not delivered
+        assert tasks.escalate_overdue_reviews() == 0
+        assert smtp.count("reminder:") == 1
+        assert Email.objects.get(key__startswith="reminder:").status == "sent"

@@ -123,3 +123,28 @@ def test_every_column_of_the_queues_has_a_header_a_screen_reader_says(client, ad
     headers = re.findall(r"<th>(.*?)</th>", html.split("<thead>")[1].split("</thead>")[0])
     assert headers and all(re.sub(r"<[^>]+>", "", h).strip() for h in headers), headers
     assert '<th><span class="sr-only">Action</span></th>' in html
+
+
+def test_a_resend_while_the_broker_is_down_keeps_the_email_undelivered_and_answers_no_500(
+    client, db, admin_user, late_order, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    from kombu.exceptions import OperationalError
+
+    from config.celery_app import app
+
+    def unreachable(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to the broker. Connection refused.")
+
+    monkeypatch.setattr(app, "send_task", unreachable)  # on the app: Celery's pools outlive us
+    ticket = Ticket.objects.create(thread_id="refund-1042-y", order=late_order, status="refunded")
+    email = Email.objects.create(
+        ticket=ticket, key="refund-1042-y:email", to="ana@example.com", subject="s", body="b"
+    )
+    client.force_login(admin_user)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("ops:resend", args=[email.pk]))
+    assert response.status_code == 302
+    assert "could not enqueue refunds.tasks.resend_email" in caplog.text
+    email.refresh_from_db()
+    assert email.status == "pending"
+    assert "ana@example.com" in client.get(reverse("ops:undelivered")).content.decode()

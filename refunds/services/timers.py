@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
+from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit
+from refunds import audit, mail
+from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.words import dollars
 from refunds.models import (
     ROLE_GROUPS,
     AuditEvent,
+    Email,
     Role,
     Ticket,
 )
@@ -58,35 +61,66 @@ def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
                     answer={"to": "manager", "by": "timer"},
                     note="Waited too long for an agent.",
                 )
-    reminded = []
     due = list(
         overdue.exclude(reminded_for=F("pending_interrupt_id"))
         .select_related("order")
         .order_by("review_since")
     )
-    for ticket in due:
-        if (
-            Ticket.objects.filter(pk=ticket.pk, pending_interrupt_id=ticket.pending_interrupt_id)
-            .exclude(reminded_for=F("pending_interrupt_id"))
-            .update(reminded_for=ticket.pending_interrupt_id)
-        ):
-            reminded.append(ticket)
-    if reminded:
-        _remind_managers(reminded, now)
+    reminded = _remind_managers(due, now)
+    remind_pending()
     return {"escalated": escalated, "reminded": [t.pk for t in reminded]}
 
 
-def _remind_managers(tickets: list[Ticket], now) -> None:
+def _remind_managers(due: list[Ticket], now) -> list[Ticket]:
+    """Mark each due review reminded (a conditional UPDATE: two beats at once remind once) and
+    put one reminder per manager in the outbox, in the same transaction: a reminder is never
+    marked without its email, nor lost when the mail server refuses it (it waits on the
+    admins' Undelivered page)."""
     to = list(
         get_user_model()
         .objects.filter(groups__name=ROLE_GROUPS[Role.MANAGER], is_active=True)
         .exclude(email="")
-        .values_list("email", flat=True)
+        .values_list("pk", "email")
         .distinct()
     )
-    if not to:
-        log.warning("%s overdue reviews, but no manager has an email address", len(tickets))
-        return
+    if due and not to:
+        log.warning("%s overdue reviews, but no manager has an email address", len(due))
+        return []
+    reminded = []
+    with transaction.atomic():
+        for ticket in due:
+            if (
+                Ticket.objects.filter(
+                    pk=ticket.pk, pending_interrupt_id=ticket.pending_interrupt_id
+                )
+                .exclude(reminded_for=F("pending_interrupt_id"))
+                .update(reminded_for=ticket.pending_interrupt_id)
+            ):
+                reminded.append(ticket)
+        if reminded:
+            subject, body = _reminder(reminded, now)
+            batch = uuid.uuid4().hex[:16]
+            Email.objects.bulk_create(
+                Email(key=f"{REMINDER_PREFIX}{batch}:{pk}", to=email, subject=subject, body=body)
+                for pk, email in to
+            )
+    return reminded
+
+
+def remind_pending() -> None:
+    """Deliver the reminders not sent yet (this run's, or a run's that died before it sent
+    them), each through the outbox's claim; a few tries each, then they wait for an admin."""
+    waiting = Email.objects.filter(key__startswith=REMINDER_PREFIX, attempts__lt=3).exclude(
+        status=Email.Status.SENT
+    )
+    for email_id in waiting.values_list("pk", flat=True):
+        try:
+            mail.resend(email_id)
+        except (MailRefused, MailRetryable, EffectBusy) as exc:
+            log.warning("reminder %s not delivered: %s", email_id, exc)
+
+
+def _reminder(tickets: list[Ticket], now) -> tuple[str, str]:
     lines = []
     for t in tickets:
         waited = int((now - t.review_since).total_seconds() // 60)
@@ -94,14 +128,37 @@ def _remind_managers(tickets: list[Ticket], now) -> None:
             f"- Order {t.order.number}: {dollars(t.amount_cents)}, waiting {waited} minutes "
             f"(ticket {t.pk})"
         )
-    send_mail(
-        subject=f"Refund Desk: {len(tickets)} review{'s' if len(tickets) != 1 else ''} overdue",
-        message=(
-            "These refund reviews have waited longer than "
-            f"{settings.REFUNDS_REVIEW_ESCALATE_MINUTES:g} minutes:\n\n"
-            + "\n".join(lines)
-            + "\n\nThey are in the managers' queue now.\n\nRefund Desk"
-        ),
-        from_email=None,
-        recipient_list=to,
+    subject = f"Refund Desk: {len(tickets)} review{'s' if len(tickets) != 1 else ''} overdue"
+    body = (
+        "These refund reviews have waited longer than "
+        f"{settings.REFUNDS_REVIEW_ESCALATE_MINUTES:g} minutes:\n\n"
+        + "\n".join(lines)
+        + "\n\nThey are in the managers' queue now.\n\nRefund Desk"
     )
+    return subject, body
+
+
+# The managers' reminders in the outbox (refunds/mail.py): no run sends them, so each is
+# always free for the timer's delivery or an admin's Resend (one conditional claim either way).
+REMINDER_PREFIX = "reminder:"
+
+
+def _reminders() -> Q:
+    return Q(key__startswith=REMINDER_PREFIX)
+
+
+def _about(emails: list[Email]) -> dict[int, tuple[str, str]]:
+    return {
+        e.pk: (f"Reminder to a manager: {e.subject}", reverse("reviews:queue"))
+        for e in emails
+        if e.key.startswith(REMINDER_PREFIX)
+    }
+
+
+REMINDERS = mail.OtherRun(
+    owns=_reminders,
+    settled=_reminders,
+    busy="",
+    about=_about,
+    resent=lambda email, by: None,  # the outbox row keeps its attempts and last error
+)
