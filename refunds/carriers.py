@@ -5,11 +5,13 @@ attempt off after REFUNDS_CARRIER_TIMEOUT seconds (refunds/flow/tracking.py)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 from django.db import connection
 from django.utils.module_loading import import_string
 
+from core.network import outside_transaction
 from refunds.flow.state import Tracking
 
 
@@ -35,3 +37,16 @@ class DemoCarrier:
 
 def get_carrier():
     return import_string(settings.REFUNDS_CARRIER)() if settings.REFUNDS_CARRIER else None
+
+
+def tracker() -> Callable[[str], Awaitable[Tracking]] | None:
+    """The configured carrier's lookup, as the workflow calls it; None without a carrier."""
+    carrier = get_carrier()
+    if carrier is None:
+        return None
+
+    def track(order_number: str) -> Awaitable[Tracking]:
+        outside_transaction("the carrier")  # where the lookup is asked for, before it runs
+        return carrier.track(order_number)
+
+    return track

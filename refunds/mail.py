@@ -54,6 +54,7 @@ from django.db.models.functions import Coalesce, Now
 from langgraph.errors import GraphDrained
 
 from core import sql
+from core.network import outside_transaction
 from refunds import metrics, queries, signals
 from refunds.delivery import METADATA_KEY
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
@@ -276,6 +277,7 @@ class AnswerLost(smtplib.SMTPServerDisconnected):
 
 
 def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None:
+    outside_transaction("the mail server")
     message = EmailMessage(
         subject, body, to=[to], headers={"X-Refund-Key": key, "Message-ID": message_id(key)}
     )

@@ -26,6 +26,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from langgraph.errors import GraphDrained
 
 from core import sql
+from core.network import outside_transaction
 from refunds import queries
 from refunds.flow.errors import (
     EffectBusy,
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 def pay(
     *, gateway: Gateway, ticket_id: int, order_id: int, lease: Lease, key: str, amount_cents: int
 ) -> str:
+    outside_transaction("the payment gateway")
     lease.check()
     with effect_lock(key, take=False) as lock:
         row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents, lock)

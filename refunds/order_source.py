@@ -20,8 +20,9 @@ from urllib.parse import quote
 
 import httpx
 from django.conf import settings
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 
+from core.network import outside_transaction
 from refunds.models import Order
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,7 @@ def fetch(number: str) -> Order | None:
     source is configured. Raises ShopDidNotAnswer or ShopRefused."""
     if not configured():
         return None
-    if connection.in_atomic_block:
-        raise RuntimeError("the order source is never asked inside a database transaction")
+    outside_transaction("the shop's order source")
     data = _ask(number)
     if data is None:
         return None

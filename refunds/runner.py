@@ -37,7 +37,7 @@ from core import sql
 from core.logs import bound
 from refunds import lease as leases
 from refunds import mail, metrics, mirror, money, persistence, policy, queries, signals
-from refunds.carriers import get_carrier
+from refunds.carriers import tracker
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
@@ -183,7 +183,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
         pay=partial(_pay, gateway=get_gateway(), lease=lease),
         send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
         agent_limit_cents=policy.agent_limit_cents(),
-        track=carrier.track if (carrier := get_carrier()) is not None else None,
+        track=tracker(),
     )
 
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from core.logs import bound
 from core.masking import mask
+from core.network import outside_transaction
 from refunds import metrics
 from webhooks import addresses, signing
 from webhooks.models import Attempt, Delivery, Endpoint, Event
@@ -105,6 +106,7 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
     never answers holds only its own queue. An endpoint that fails is left until the next sweep:
     a dead one costs one timeout per sweep, not one per delivery. Nothing new is claimed after
     WEBHOOK_SWEEP_BUDGET_SECONDS, so the sweep ends within budget + WEBHOOK_TIMEOUT."""
+    outside_transaction("webhook endpoints")  # the pool's threads post; this one waits for them
     fan_out()
     now = timezone.now()
     due = (

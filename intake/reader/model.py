@@ -22,6 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.masking import mask
+from core.network import outside_transaction
 from intake.reader import rules
 from intake.reader.text import fold
 from intake.reading import Reading
@@ -172,6 +173,7 @@ def read_with(
 ) -> Reading:
     """The seam tests drive with LangChain's fake chat models: read with `chat`, which
     REFUNDS_MODEL's spec names (`spec`), the rules when it fails or answers out of shape."""
+    outside_transaction("the chat model")
     message = _message(sender, subject, body)
     failed: ModelFailed | None = None
     for attempt in range(1, attempts + 1):
