@@ -296,6 +296,9 @@ REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, min
 REFUNDS_REWAKE_SECONDS = env_number("REFUNDS_REWAKE_SECONDS", 30.0, minimum=0.0)
 REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments.HttpGateway
 REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
+# A gateway that is down for a while (nothing charged) is tried again with the same key, backing
+# off, for about this long under the run's lease before a manager hears that no money moved.
+REFUNDS_CHARGE_RETRY_SECONDS = env_number("REFUNDS_CHARGE_RETRY_SECONDS", 45.0, minimum=0.0)
 # Stripe, for refunds.payments.StripeGateway: the secret key (sk_test_... in test mode; sk_live_...
 # or a restricted rk_live_... key allowed to write refunds in live mode; masked in error pages and
 # logs), where Stripe's API answers (the tests point it at localstripe) and how long one call may
@@ -409,6 +412,12 @@ if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
     raise BadSetting(
         f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT} s) must be below "
         f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT} s)"
+    )
+if REFUNDS_CHARGE_RETRY_SECONDS >= CELERY_TASK_SOFT_TIME_LIMIT / 2:
+    # The retries and the rest of the run fit in one task, well before it is asked to stop.
+    raise BadSetting(
+        f"REFUNDS_CHARGE_RETRY_SECONDS ({REFUNDS_CHARGE_RETRY_SECONDS} s) must be below half of "
+        f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT} s)"
     )
 CELERY_TASK_ACKS_LATE = True  # a task is acked after it ran, so a crash redelivers it
 CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool child puts its task back
