@@ -7,6 +7,7 @@ users ever (demo_data refuses), and the HTTPS settings `check --deploy` names co
 environment (HTTPS=true turns them all on)."""
 
 import importlib.util
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -47,8 +48,18 @@ if not SECRET_KEY:
         raise BadSetting("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
-# Proxies in front that each append the address they saw to X-Forwarded-For (core/addresses.py).
+# Proxies in front that each append the address they saw to X-Forwarded-For (core/addresses.py),
+# believed only from the addresses of TRUSTED_PROXY_IPS: a caller that reaches gunicorn directly
+# would otherwise choose the address its lockout and limits count against.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+TRUSTED_PROXY_IPS: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+for _ip in env_list("TRUSTED_PROXY_IPS", "127.0.0.1,::1"):
+    try:
+        TRUSTED_PROXY_IPS.append(ipaddress.ip_network(_ip, strict=False))
+    except ValueError:
+        raise BadSetting(
+            f"TRUSTED_PROXY_IPS must be IP addresses or networks: {_ip!r} is not"
+        ) from None
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 # --- HTTPS (what `manage.py check --deploy` asks for; HTTPS=true sets them all) ---------------
