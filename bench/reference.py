@@ -76,6 +76,7 @@ def fake_context() -> Collaborators:
         pay=FakeGateway(),
         send_mail=mailer,
         agent_limit_cents=policy.DEFAULT_AGENT_LIMIT_CENTS,
+        charge_retry_seconds=45.0,
     )
 
 

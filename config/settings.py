@@ -7,6 +7,7 @@ users ever (demo_data refuses), and the HTTPS settings `check --deploy` names co
 environment (HTTPS=true turns them all on)."""
 
 import importlib.util
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -47,8 +48,18 @@ if not SECRET_KEY:
         raise BadSetting("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
-# Proxies in front that each append the address they saw to X-Forwarded-For (core/addresses.py).
+# Proxies in front that each append the address they saw to X-Forwarded-For (core/addresses.py),
+# believed only from the addresses of TRUSTED_PROXY_IPS: a caller that reaches gunicorn directly
+# would otherwise choose the address its lockout and limits count against.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+TRUSTED_PROXY_IPS: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+for _ip in env_list("TRUSTED_PROXY_IPS", "127.0.0.1,::1"):
+    try:
+        TRUSTED_PROXY_IPS.append(ipaddress.ip_network(_ip, strict=False))
+    except ValueError:
+        raise BadSetting(
+            f"TRUSTED_PROXY_IPS must be IP addresses or networks: {_ip!r} is not"
+        ) from None
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 # --- HTTPS (what `manage.py check --deploy` asks for; HTTPS=true sets them all) ---------------
@@ -296,6 +307,9 @@ REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, min
 REFUNDS_REWAKE_SECONDS = env_number("REFUNDS_REWAKE_SECONDS", 30.0, minimum=0.0)
 REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments.HttpGateway
 REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
+# A gateway that is down for a while (nothing charged) is tried again with the same key, backing
+# off, for about this long under the run's lease before a manager hears that no money moved.
+REFUNDS_CHARGE_RETRY_SECONDS = env_number("REFUNDS_CHARGE_RETRY_SECONDS", 45.0, minimum=0.0)
 # Stripe, for refunds.payments.StripeGateway: the secret key (sk_test_... in test mode; sk_live_...
 # or a restricted rk_live_... key allowed to write refunds in live mode; masked in error pages and
 # logs), where Stripe's API answers (the tests point it at localstripe) and how long one call may
@@ -409,6 +423,12 @@ if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
     raise BadSetting(
         f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT} s) must be below "
         f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT} s)"
+    )
+if REFUNDS_CHARGE_RETRY_SECONDS >= CELERY_TASK_SOFT_TIME_LIMIT / 2:
+    # The retries and the rest of the run fit in one task, well before it is asked to stop.
+    raise BadSetting(
+        f"REFUNDS_CHARGE_RETRY_SECONDS ({REFUNDS_CHARGE_RETRY_SECONDS} s) must be below half of "
+        f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT} s)"
     )
 CELERY_TASK_ACKS_LATE = True  # a task is acked after it ran, so a crash redelivers it
 CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool child puts its task back

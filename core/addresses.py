@@ -1,7 +1,9 @@
 """The caller's address, one rule for every limit (the API's, the login's, django-axes'
-lockout): REMOTE_ADDR, or, behind TRUSTED_PROXY_COUNT proxies that each append the address they
-saw to X-Forwarded-For, the entry the outermost trusted proxy appended (DRF's NUM_PROXIES rule).
-Entries further left are whatever the client wrote and are never believed."""
+lockout): REMOTE_ADDR, or, when the request comes from a trusted proxy's address
+(TRUSTED_PROXY_IPS) behind TRUSTED_PROXY_COUNT proxies that each append the address they saw to
+X-Forwarded-For, the entry the outermost trusted proxy appended (DRF's NUM_PROXIES rule).
+Entries further left are whatever the client wrote and are never believed; nor is the header of a
+caller that reached the app directly, not through the proxy (it would choose its own address)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ from django.http import HttpRequest
 
 
 def client_address(request: HttpRequest) -> str:
+    remote = request.META.get("REMOTE_ADDR", "") or "unknown"
     proxies = settings.TRUSTED_PROXY_COUNT
     forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if proxies and forwarded:
+    if proxies and forwarded and _from_a_trusted_proxy(remote):
         hops = [h.strip() for h in forwarded.split(",") if h.strip()]
         if hops:
             return hops[-min(proxies, len(hops))]
-    return request.META.get("REMOTE_ADDR", "") or "unknown"
+    return remote
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -30,3 +33,11 @@ def client_ip(request: HttpRequest) -> str | None:
         return str(ipaddress.ip_address(address))
     except ValueError:
         return None
+
+
+def _from_a_trusted_proxy(remote: str) -> bool:
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return False
+    return any(address in network for network in settings.TRUSTED_PROXY_IPS)

@@ -127,6 +127,7 @@ class StripeFaults:
     """A loopback proxy in front of localstripe that misbehaves on cue, as the network and a busy
     Stripe do: the gateway under test talks to it as to Stripe. Test-side only.
 
+    `go_down()` and `come_back()` make Stripe unreachable for a while (an outage).
     Behaviours, queued for the next `POST /v1/refunds` calls (everything else passes through):
     "rate_limited" answers 429 with Stripe's error body and forwards nothing; "answer_late"
     forwards the request (the refund is made) and answers after `late_by` seconds, past the
@@ -142,6 +143,7 @@ class StripeFaults:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._up = False
 
     @property
     def url(self) -> str:
@@ -153,11 +155,27 @@ class StripeFaults:
 
     def start(self) -> StripeFaults:
         self._thread.start()
+        self._up = True
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._up:
+            self._server.shutdown()
+            self._server.server_close()
+            self._up = False
+
+    def go_down(self) -> None:
+        """Stripe unreachable: the proxy stops listening, so every connection is refused and
+        nothing reaches the emulator, until come_back()."""
+        self.stop()
+
+    def come_back(self) -> None:
+        """Listen again on the same port, the emulator's state untouched."""
+        port = self._server.server_address[1]
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.start()
 
     def _next(self, method: str, path: str, idempotency_key: str) -> str:
         if (method, path.split("?")[0]) != ("POST", "/v1/refunds"):

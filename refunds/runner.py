@@ -183,6 +183,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
         pay=partial(_pay, gateway=get_gateway(), lease=lease),
         send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
         agent_limit_cents=policy.agent_limit_cents(),
+        charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
         track=tracker(),
     )
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphDrained
+from langgraph.runtime import RunControl
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
@@ -90,6 +91,7 @@ class Desk:
         *,
         gateway: FakeGateway | None = None,
         mailer: FakeMailer | None = None,
+        charge_retry_seconds: float = 45.0,
     ):
         self.order = order
         self.lookups: list[str] = []
@@ -103,6 +105,7 @@ class Desk:
             pay=self.gateway,
             send_mail=self.mailer,
             agent_limit_cents=policy.DEFAULT_AGENT_LIMIT_CENTS,
+            charge_retry_seconds=charge_retry_seconds,
         )
 
     def find_order(self, number: str) -> OrderFacts | None:
@@ -122,14 +125,26 @@ class Desk:
             durability="sync",
         )
 
-    def resume(self, resume: Any) -> dict:
+    def resume(self, resume: Any, *, control: RunControl | None = None) -> dict:
         return self.graph.invoke(
-            Command(resume=resume), self.config, context=self.context, durability="sync"
+            Command(resume=resume),
+            self.config,
+            context=self.context,
+            durability="sync",
+            control=control,
         )
 
-    def answer(self, answer: str, *, reason: str = "", reviewer: str = "agent") -> dict:
+    def answer(
+        self,
+        answer: str,
+        *,
+        reason: str = "",
+        reviewer: str = "agent",
+        control: RunControl | None = None,
+    ) -> dict:
         return self.resume(
-            {self.pending().id: {"answer": answer, "reason": reason, "reviewer": reviewer}}
+            {self.pending().id: {"answer": answer, "reason": reason, "reviewer": reviewer}},
+            control=control,
         )
 
     def state(self):
@@ -408,18 +423,64 @@ def test_a_permanent_gateway_error_goes_back_to_a_manager_with_the_error():
     assert len(desk.mailer.sent) == 1
 
 
-def test_retryable_errors_that_outlast_the_retries_go_to_a_manager():
-    attempts = nodes.CHARGE_RETRY.max_attempts
-    gateway = FakeGateway([RetryableGatewayError("timeout")] * attempts)
+def test_an_outage_of_several_retryable_errors_is_ridden_out_with_the_same_key():
+    gateway = FakeGateway([RetryableGatewayError("Stripe unreachable")] * 6)
     desk = Desk(order_facts(), gateway=gateway)
     desk.start()
 
     desk.answer("approve")
 
-    assert len(gateway.calls) == attempts
+    assert desk.state().values["outcome"] == "refunded"
+    assert [c["key"] for c in gateway.calls] == [f"{TICKET}:charge_card:699"] * 7
+    assert "payment_failed" not in desk.state().values["trail"]
+
+
+class Outage(FakeGateway):
+    """A gateway that stays down: every call is a retryable error."""
+
+    def __call__(self, *, key: str, amount_cents: int) -> str:
+        self.calls.append({"key": key, "amount_cents": amount_cents})
+        raise RetryableGatewayError("timeout")
+
+
+def test_retryable_errors_that_outlast_the_retry_budget_go_to_a_manager(monkeypatch):
+    # A back-off of 50 ms against a budget of 0.3 s: the budget, not the attempts, ends it.
+    monkeypatch.setattr(
+        nodes, "CHARGE_RETRY", nodes.CHARGE_RETRY._replace(initial_interval=0.05, max_interval=0.05)
+    )
+    gateway = Outage()
+    desk = Desk(order_facts(), gateway=gateway, charge_retry_seconds=0.3)
+    desk.start()
+
+    desk.answer("approve")
+
+    assert 2 <= len(gateway.calls) < nodes.CHARGE_RETRY.max_attempts
     payload = desk.pending().value
     assert payload["required_role"] == "manager"
     assert payload["payment_error"] == "the gateway stayed unavailable (timeout)"
+
+
+def test_a_drain_during_the_retries_stops_them_without_a_manager():
+    # The lease lost (or the worker's time up) while the gateway is down: no further call, and
+    # the thread stays before charge_card for the next run, not sent back to a person.
+    control = RunControl()
+
+    class DrainedWhileDown(Outage):
+        def __call__(self, *, key: str, amount_cents: int) -> str:
+            if len(self.calls) == 1:
+                control.request_drain("lease lost: another worker took the thread over")
+            return super().__call__(key=key, amount_cents=amount_cents)
+
+    desk = Desk(order_facts(), gateway=DrainedWhileDown())
+    desk.start()
+
+    with pytest.raises(GraphDrained):
+        desk.answer("approve", control=control)
+
+    state = desk.state()
+    assert len(desk.gateway.calls) == 2
+    assert state.next == ("charge_card",)
+    assert "payment_failed" not in state.values["trail"]
 
 
 def test_a_lost_lease_stops_the_run_before_the_charge_and_writes_nothing():

@@ -49,6 +49,7 @@ class Desk:
             pay=self.gateway,
             send_mail=self.mailer,
             agent_limit_cents=policy.DEFAULT_AGENT_LIMIT_CENTS,
+            charge_retry_seconds=45.0,
         )
 
     def start(self) -> dict:

@@ -71,7 +71,8 @@ START = {"ticket_key": TICKET, "order_number": "1042", "note": "late", "flow_ver
         ),
         (
             order_facts(),
-            FakeGateway([RetryableGatewayError("503")] * 3),
+            # Down through every attempt (the retries here do not sleep): back to a manager.
+            FakeGateway([RetryableGatewayError("503")] * nodes.CHARGE_RETRY.max_attempts),
             None,
             ["approve", "reject"],
             "rejected",

@@ -237,6 +237,15 @@ def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
             "CELERY_TASK_SOFT_TIME_LIMIT (240 s)",
         ),
         ({"REFUNDS_DEMO": "true", "WEBHOOK_ALLOW_PRIVATE": "sure"}, "WEBHOOK_ALLOW_PRIVATE must"),
+        (
+            {"REFUNDS_DEMO": "true", "REFUNDS_CHARGE_RETRY_SECONDS": "120"},
+            "REFUNDS_CHARGE_RETRY_SECONDS (120.0 s) must be below half of "
+            "CELERY_TASK_SOFT_TIME_LIMIT (240 s)",
+        ),
+        (
+            {"REFUNDS_DEMO": "true", "TRUSTED_PROXY_IPS": "127.0.0.1,proxy.example"},
+            "TRUSTED_PROXY_IPS must be IP addresses or networks: 'proxy.example' is not",
+        ),
     ],
 )
 def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, message):

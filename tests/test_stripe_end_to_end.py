@@ -1,20 +1,32 @@
 """Refunds through StripeGateway with real workers, counted at localstripe (a stateful Stripe
 emulator run as a real HTTP server): the shipping fee only, once per order across tickets, and
-once when a worker is killed inside charge_card before or after the request left.
+once when a worker is killed inside charge_card before or after the request left, and once
+through an outage that the charge's retries ride out.
 
 localstripe ignores Idempotency-Key (tests/test_stripe_gateway.py documents it), so "once" here
 is kept by our ledger and the gateway's lookup alone, not by Stripe's idempotency."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from devtools.faults import fired
-from refunds import services
-from refunds.models import Charge, Order
+from devtools.localstripe import StripeFaults
+from refunds import persistence, services
+from refunds.models import Charge, Decision, Order, Ticket
 from tests import test_crash
 from tests.conftest import make_order, wait_for
-from tests.test_crash import approve, branch_points, open_and_wait_for_review, settle, status
+from tests.quiescence import quiesce
+from tests.test_crash import (
+    _last_error,
+    approve,
+    branch_points,
+    open_and_wait_for_review,
+    settle,
+    status,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +137,105 @@ def test_a_worker_killed_inside_charge_card_refunds_once_at_stripe(
     wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
     assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
     assert branch_points(ticket) == []
+
+
+# --- Stripe down for a while: the charge's retries (REFUNDS_CHARGE_RETRY_SECONDS) -----------------
+OUTAGE = 5.0  # seconds Stripe stays unreachable after the first charge meets it
+
+
+@pytest.fixture
+def stripe_proxy(localstripe):
+    """Stripe as the workers see it, through a loopback proxy that can go down."""
+    proxy = StripeFaults(localstripe.url).start()
+    yield proxy
+    proxy.stop()
+
+
+def charge_error(ticket: Ticket) -> str:
+    return Charge.objects.filter(ticket=ticket).values_list("error", flat=True).first() or ""
+
+
+def trail(ticket: Ticket) -> list[str]:
+    return persistence.snapshot(ticket.thread_id).values["trail"]
+
+
+def test_a_stripe_outage_of_a_few_seconds_is_ridden_out_and_refunds_once(
+    workers, localstripe, stripe_proxy, sinks, agent, admin_user, paid_order
+):
+    # A lease of 6 s is renewed every 2 s and counts as lost after 4 s without a renewal: the
+    # retries outlast that, so a refund under the epoch of the run that met the outage shows
+    # the lease was renewed while they slept.
+    env = localstripe.env() | {"STRIPE_API_BASE": stripe_proxy.url, "REFUNDS_LEASE_SECONDS": "6"}
+    workers("w1", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    stripe_proxy.go_down()
+    approve(ticket, admin_user)
+    wait_for(lambda: "Stripe unreachable" in charge_error(ticket), what="the charge to meet it")
+    time.sleep(OUTAGE)  # the outage goes on while the retries back off
+    stripe_proxy.come_back()
+
+    wait_for(lambda: status(ticket) == "refunded", timeout=60, what="the refund")
+    assert refunded_at_stripe(localstripe, paid_order) == [699]
+    key = f"{ticket.thread_id}:charge_card:699"
+    assert stripe_proxy.idempotency_keys == [key]  # the one request that reached Stripe
+    charge = Charge.objects.get(ticket=ticket)
+    assert (charge.idempotency_key, charge.status) == (key, Charge.Status.SUCCEEDED)
+    # One run, one lease: no takeover, no second run, and no manager asked to approve again.
+    assert charge.epoch == ticket.lease_epoch + 1
+    assert Ticket.objects.get(pk=ticket.pk).lease_epoch == ticket.lease_epoch + 1
+    assert Decision.objects.filter(ticket=ticket).count() == 1
+    assert "payment_failed" not in trail(ticket)
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
+
+
+def test_an_outage_longer_than_the_retry_budget_goes_to_a_manager_with_no_money_moved(
+    workers, localstripe, stripe_proxy, agent, admin_user, manager, paid_order
+):
+    env = localstripe.env() | {
+        "STRIPE_API_BASE": stripe_proxy.url,
+        "REFUNDS_CHARGE_RETRY_SECONDS": "2",
+    }
+    workers("w1", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    stripe_proxy.go_down()
+    approve(ticket, admin_user)
+
+    def back_for_review() -> bool:
+        ticket.refresh_from_db()
+        return ticket.status == "awaiting_review" and ticket.required_role == "manager"
+
+    wait_for(back_for_review, timeout=60, what="the ticket back with a manager")
+    description = ticket.pending_payload["description"]
+    assert "the gateway stayed unavailable (Stripe unreachable" in description
+    assert "No money moved" in description
+    assert refunded_at_stripe(localstripe, paid_order) == []
+
+    stripe_proxy.come_back()
+    approve(ticket, manager)
+    wait_for(lambda: status(ticket) == "refunded", timeout=60, what="the refund")
+    assert refunded_at_stripe(localstripe, paid_order) == [699]
+
+
+def test_a_lease_lost_during_the_retries_stops_them_before_the_next_gateway_call(
+    workers, localstripe, stripe_proxy, crash_plan, agent, admin_user, paid_order
+):
+    # Stripe answers every refund with a rate limit (retryable, and counted at the proxy); a
+    # renewal then fails, so the lease counts as lost: the fence in the ledger and the run's
+    # drain stop the retries, and the budget (a minute here) is not waited out.
+    env = localstripe.env() | {
+        "STRIPE_API_BASE": stripe_proxy.url,
+        "REFUNDS_CHARGE_RETRY_SECONDS": "60",
+    }
+    workers("w1", env=env | crash_plan({}))
+    ticket = open_and_wait_for_review("1042", agent)
+    stripe_proxy.queue(*["rate_limited"] * 1000)
+    approve(ticket, admin_user)
+    wait_for(lambda: stripe_proxy.refund_posts >= 2, timeout=30, what="the retries")
+    crash_plan({"*": [{"point": "renew", "times": 1, "action": "error"}]})
+
+    wait_for(lambda: "lease lost" in _last_error(ticket), timeout=20, what="the run to stop")
+    posts = stripe_proxy.refund_posts
+    quiesce(workers, needing=[ticket.pk])
+    assert stripe_proxy.refund_posts == posts
+    assert refunded_at_stripe(localstripe, paid_order) == []
+    assert status(ticket) != "awaiting_review"  # not sent back to a person

@@ -3,10 +3,12 @@ context. No Django imports: the graph runs against fakes in memory for tests."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Any, Literal, cast
 
+from langgraph.errors import GraphDrained
 from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy, Send, interrupt
 
@@ -39,10 +41,16 @@ RECENT_DAYS = 30
 RECENT_FLAG_AT = 2  # two refunds in the last 30 days: the third goes to a manager
 FEE_FLAG_CENTS = 10_000  # a shipping fee above $100 is unusual enough for a second look
 
-# Transient gateway errors are retried with the same key (harmless: the gateway answers a repeated
-# key with the first result); when the retries run out a manager hears that no money moved.
+# A gateway that is down (nothing charged) is tried again with the same key, harmless since the
+# gateway answers a repeated key with the first result, backing off, for the context's
+# `charge_retry_seconds`: an outage of a few seconds is ridden out under the run's lease, and a
+# manager hears that no money moved only after that. The attempts only bound a budget of minutes.
 CHARGE_RETRY = RetryPolicy(
-    max_attempts=3, initial_interval=0.2, max_interval=2.0, retry_on=RetryableGatewayError
+    max_attempts=100,
+    initial_interval=0.5,
+    backoff_factor=2.0,
+    max_interval=5.0,
+    retry_on=RetryableGatewayError,
 )
 # A mail server that refuses for a while is tried again with backoff; when the retries run out the
 # refund stands and the email shows as not delivered, with a Resend for admins.
@@ -63,6 +71,26 @@ def customer_namespace(email: str) -> tuple[str, ...]:
 def _attempt(runtime: Runtime[Collaborators]) -> int:
     info = runtime.execution_info
     return info.node_attempt if info is not None else 1
+
+
+def _stop_if_drained(runtime: Runtime[Collaborators]) -> None:
+    """A run asked to stop (its lease lost, the worker's time up) makes no further gateway call
+    and sends nobody to a manager: the next run of the thread starts the retries afresh. Checked
+    before every attempt, since LangGraph's retries do not look at the drain."""
+    if runtime.drain_requested:
+        raise GraphDrained(runtime.drain_reason or "drain requested")
+
+
+def _retry_charge(runtime: Runtime[Collaborators]) -> bool:
+    """After a retryable gateway error: True while the RetryPolicy should run the charge again."""
+    _stop_if_drained(runtime)
+    info = runtime.execution_info
+    started = info.node_first_attempt_time if info is not None else None
+    spent = time.time() - started if started is not None else 0.0
+    return (
+        _attempt(runtime) < CHARGE_RETRY.max_attempts
+        and spent < runtime.context.charge_retry_seconds
+    )
 
 
 def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
@@ -281,6 +309,7 @@ def charge_card(
     through every retry with nothing charged) goes back to a manager; anything whose outcome is
     not known propagates, stops the run, and is resolved by looking the key up on the next."""
     amount = state["amount_cents"]
+    _stop_if_drained(runtime)
     try:
         receipt = runtime.context.pay(
             key=charge_key(state["ticket_key"], amount), amount_cents=amount
@@ -288,8 +317,8 @@ def charge_card(
     except ChargeRefused as exc:
         return _back_to_a_manager(str(exc))
     except RetryableGatewayError as exc:
-        if _attempt(runtime) < CHARGE_RETRY.max_attempts:
-            raise  # the RetryPolicy runs the node again
+        if _retry_charge(runtime):
+            raise  # the RetryPolicy runs the node again, after its back-off
         return _back_to_a_manager(f"the gateway stayed unavailable ({exc})")
     return Command(
         update={
@@ -680,6 +709,7 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
     propagates and stops the run, as charge_card's does."""
     number, amount = task["number"], task["amount_cents"]
     charge: OrderCharge = {"number": number, "amount_cents": amount}
+    _stop_if_drained(runtime)
     try:
         charge["receipt"] = runtime.context.pay(
             key=order_charge_key(task["ticket_key"], number, amount),
@@ -689,8 +719,8 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
     except ChargeRefused as exc:
         charge["error"] = str(exc)
     except RetryableGatewayError as exc:
-        if _attempt(runtime) < CHARGE_RETRY.max_attempts:
-            raise  # the RetryPolicy runs this order's task again
+        if _retry_charge(runtime):
+            raise  # the RetryPolicy runs this order's task again, after its back-off
         charge["error"] = f"the gateway stayed unavailable ({exc})"
     note = (
         f"Order {number}: charged {dollars(amount)}, receipt {charge['receipt']}."

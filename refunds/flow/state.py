@@ -218,6 +218,9 @@ class Collaborators:
     # Support agents review refunds up to this many cents (refunds/policy.py reads the setting;
     # the graph stays Django-free, so the runner passes it in).
     agent_limit_cents: int
+    # A charge whose gateway is down is retried for about this long (REFUNDS_CHARGE_RETRY_SECONDS)
+    # before a manager hears that no money moved.
+    charge_retry_seconds: float
     # Today's date as the desk's clock says it: the customer memory's 30-day window and the date
     # a refund is remembered under. A function, so tests can move the clock.
     today: Callable[[], date] = field(default=date.today)
