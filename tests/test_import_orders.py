@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from datetime import date
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from refunds import services
 from refunds.models import Charge, Order, Ticket
-from tests.conftest import make_order
+from refunds.services import orders
+from tests.conftest import in_another_session, make_order, wait_for
 
 HEADER = (
     "order_number,customer_name,customer_email,currency,shipping_fee,promised_on,delivered_on,"
@@ -108,6 +112,21 @@ def test_an_order_with_money_refunded_is_never_changed(db, tmp_path, agent):
     assert code == 1
     assert "line 2 (order 2001): order 2001 has 8.99 USD refunded or under way" in out
     assert "0 created, 0 updated, 0 unchanged, 1 refused" in out
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("status", ["new", "running", "awaiting_review", "failed"])
+def test_an_order_with_an_open_ticket_is_not_changed(db, tmp_path, status):
+    order = make_order("2001", fee_cents=899)
+    ticket = Ticket.objects.create(thread_id="refund-2001-x", order=order, status=status)
+    before = snapshot()
+    changed = f"2001,Ana Souza,ana@example.com,USD,19.99,{order.promised_on},2026-12-30,pi_x\n"
+
+    code, out = run(write(tmp_path, [changed]))
+
+    assert code == 1
+    assert f"line 2 (order 2001): order 2001 has an open refund ticket ({ticket.pk})" in out
+    assert "(shipping_fee_cents, delivered_on, payment_reference differ)" in out
     assert snapshot() == before
 
 
@@ -277,3 +296,47 @@ def test_the_progress_bar_shows_rate_and_eta(db, tmp_path):
     call_command("import_orders", str(write(tmp_path, GOOD)), stdout=io.StringIO(), stderr=err)
 
     assert "3/3" in err.getvalue() and "orders/s" in err.getvalue() and "ETA" in err.getvalue()
+
+
+# --- the guard holds at the write --------------------------------------------------------------
+@pytest.mark.skipif(
+    not settings.IS_POSTGRES,
+    reason="on SQLite the import's IMMEDIATE transaction holds the whole database",
+)
+def test_a_ticket_opened_between_the_check_and_the_write_reads_the_order_written(
+    transactional_db, broker
+):
+    """The import has found no open ticket and is about to write; a ticket for the order is
+    opened from another session and its lookup reads the order. It must read what the import
+    writes, never the old order that the import then changes under an open ticket."""
+    make_order("2001", fee_cents=899)
+    read_by_the_ticket: list[str] = []
+    opener: list[threading.Thread] = []
+
+    def open_and_look_up() -> None:
+        services.ticket_open(order_number="2001")
+        read_by_the_ticket.append(Order.objects.get(number="2001").payment_reference)
+
+    def waiting_on_a_lock() -> bool:
+        with connection.cursor() as cursor:  # pg_locks is live; pg_stat_activity is a snapshot
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            return cursor.fetchone()[0] > 0
+
+    def before_the_write(execute, sql, params, many, context):
+        if sql.startswith(f"UPDATE {Order._meta.db_table}") and not opener:
+            opener.append(in_another_session(open_and_look_up))
+            wait_for(
+                lambda: waiting_on_a_lock() or not opener[0].is_alive(),
+                timeout=10,
+                what="the ticket to open or wait",
+            )
+        return execute(sql, params, many, context)
+
+    line = {**dict(zip(orders.FIELDS, GOOD[0].strip().split(","), strict=True))}
+    line |= {"order_number": "2001", "payment_reference": "pi_new"}
+    with connection.execute_wrapper(before_the_write):
+        outcomes = orders.orders_upsert([(1, line)])
+    opener[0].join(10)
+
+    assert [o.result for o in outcomes] == [orders.UPDATED]
+    assert read_by_the_ticket == ["pi_new"] == [Order.objects.get(number="2001").payment_reference]
