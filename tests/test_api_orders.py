@@ -171,6 +171,19 @@ def test_an_order_whose_ticket_finished_without_money_takes_the_change(api):
     assert Order.objects.get(number="7203").payment_reference == "pi_corrected"
 
 
+@pytest.mark.parametrize("field", ["order_number", "customer_name", "payment_reference"])
+def test_a_nul_is_refused_on_its_line_and_the_good_lines_are_taken(api, field):
+    response = push(
+        api, {"orders": [order("7301"), order("7302", **{field: "Ana\x00"}), order("7303")]}
+    )
+
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [r["result"] for r in results] == ["created", "refused", "created"]
+    assert results[1]["reason"] == f"{field}: Null characters are not allowed."
+    assert sorted(fees()) == ["7301", "7303"]
+
+
 def test_a_thousand_orders_are_taken_and_one_more_is_refused_whole(api):
     thousand = [order(f"8{n:04d}") for n in range(1000)]
 

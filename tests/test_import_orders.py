@@ -184,6 +184,39 @@ def test_each_refused_line_is_reported_with_its_number_and_reason(db, tmp_path, 
     assert list(Order.objects.values_list("number", flat=True)) == ["2001"]
 
 
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("2004,Ana\x00Souza,ana@example.com,USD,8.99,2026-11-02,2026-11-06,\n", "customer_name"),
+        ("20\x0004,Ana Souza,ana@example.com,USD,8.99,2026-11-02,2026-11-06,\n", "order_number"),
+        (
+            "2004,Ana Souza,ana@example.com,USD,8.99,2026-11-02,2026-11-06,pi\x00\n",
+            "payment_reference",
+        ),
+    ],
+    ids=["customer_name", "order_number", "payment_reference"],
+)
+def test_a_nul_is_refused_on_its_line_and_the_good_lines_are_taken(db, tmp_path, line, field):
+    code, out = run(write(tmp_path, [GOOD[0], line, GOOD[1]]))
+
+    assert code == 1
+    assert "line 3" in out and f"{field}: Null characters are not allowed." in out
+    assert "2 created, 0 updated, 0 unchanged, 1 refused" in out
+    assert sorted(Order.objects.values_list("number", flat=True)) == ["2001", "2002"]
+
+
+def test_a_nul_in_json_lines_is_refused_on_its_line(db, tmp_path):
+    good = {**dict(zip(orders.FIELDS, GOOD[0].strip().split(","), strict=True))}
+    bad = {**good, "order_number": "2009", "customer_name": "Ana\u0000"}
+    path = write(tmp_path, [json.dumps(good) + "\n", json.dumps(bad) + "\n"], "orders.jsonl")
+
+    code, out = run(path)
+
+    assert code == 1
+    assert "line 2 (order 2009): customer_name: Null characters are not allowed." in out
+    assert list(Order.objects.values_list("number", flat=True)) == ["2001"]
+
+
 def test_a_line_with_too_few_fields_is_refused(db, tmp_path):
     code, out = run(write(tmp_path, [GOOD[0], "3001,Cy,cy@example.com,USD,1.00,2026-11-02\n"]))
 

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
+from django.core.validators import ProhibitNullCharactersValidator, validate_email
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Sum
 
@@ -91,11 +91,21 @@ def _text(raw: Mapping[str, Any], name: str, limit: int) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise LineRefused(f"{name} must be text")
     text = str(value).strip()
+    no_nul(text, name)
     if not text and name not in OPTIONAL:
         raise LineRefused(f"missing {name}")
     if len(text) > limit:
         raise LineRefused(f"{name} is too long (at most {limit} characters)")
     return text
+
+
+def no_nul(text: str, name: str) -> None:
+    """LineRefused when the text holds a NUL: PostgreSQL text cannot (a DataError for the whole
+    batch), and SQLite would keep what no shop means."""
+    try:
+        ProhibitNullCharactersValidator()(text)
+    except ValidationError as exc:
+        raise LineRefused(f"{name}: {' '.join(exc.messages)}") from None
 
 
 def _date(raw: Mapping[str, Any], name: str) -> date:
