@@ -252,8 +252,9 @@ PUSH_ORDERS = "refunds.push_orders"
     "ship)",
     description="The same checks and the same upsert as `manage.py import_orders`. Each order "
     "is answered on its own: created, updated, unchanged, or refused with the reason (a bad "
-    "date, a negative amount, an unknown currency, a number twice in one request, an order "
-    "the desk has refunded money for). Needs the permission refunds.push_orders (the group "
+    "date, a negative amount, an unknown currency, a NUL character, a number twice in one "
+    "request, an order the desk has refunded money for or that has an open ticket). Needs "
+    "the permission refunds.push_orders (the group "
     "Shop integrations).",
     request=OrdersPush,
     parameters=[IDEMPOTENCY_HEADER],

@@ -20,7 +20,13 @@ from urllib.parse import quote
 
 import httpx
 from django.conf import settings
+<<<<<<< HEAD
 from django.db import IntegrityError
+=======
+from django.core.exceptions import ValidationError
+from django.core.validators import ProhibitNullCharactersValidator
+from django.db import IntegrityError, connection
+>>>>>>> orders
 
 from core.network import outside_transaction
 from refunds.models import Order
@@ -125,6 +131,11 @@ def _order_fields(number: str, data: dict) -> dict:
         raise bad(f"missing {', '.join(missing)}")
     if str(data.get("number", number)) != number:
         raise bad(f"it describes order {data.get('number')!r}")
+    for name in ("customer_name", "customer_email", "payment_reference"):
+        try:  # PostgreSQL text cannot hold a NUL: the ticket would fail with a 500
+            ProhibitNullCharactersValidator()(str(data.get(name) or ""))
+        except ValidationError as exc:
+            raise bad(f"{name}: {' '.join(exc.messages)}") from None
     dates = {}
     for name in ("promised_on", "delivered_on"):
         try:

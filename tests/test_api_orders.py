@@ -14,6 +14,7 @@ from django.test import Client
 from api.models import ApiToken, IdempotentRequest
 from refunds.models import Charge, Order, Ticket
 from tests.conftest import make_order
+from tests.reviewing import awaiting_review
 
 URL = "/api/orders/"
 
@@ -137,6 +138,50 @@ def test_an_order_with_money_refunded_is_not_changed_by_a_push(api):
     assert result["result"] == "refused"
     assert "has 5.00 USD refunded or under way" in result["reason"]
     assert fees() == {"7201": 899}
+
+
+def test_an_order_under_review_keeps_its_payment_reference_and_says_why(api):
+    existing = make_order("7202", fee_cents=899)
+    Order.objects.filter(pk=existing.pk).update(
+        customer_email="ana@example.com", payment_reference="pi_7202"
+    )
+    existing.refresh_from_db()
+    ticket = awaiting_review(existing)
+    before = list(Order.objects.values_list())
+
+    response = push(
+        api,
+        {"orders": [order("7202", shipping_fee="8.99", payment_reference="pi_someone_else")]},
+    )
+
+    (result,) = response.json()["results"]
+    assert result["result"] == "refused"
+    assert f"order 7202 has an open refund ticket ({ticket.pk})" in result["reason"]
+    assert "(payment_reference differ)" in result["reason"]
+    assert list(Order.objects.values_list()) == before
+
+
+def test_an_order_whose_ticket_finished_without_money_takes_the_change(api):
+    existing = make_order("7203", fee_cents=899)
+    Ticket.objects.create(thread_id="refund-7203-x", order=existing, status="rejected")
+
+    response = push(api, {"orders": [order("7203", payment_reference="pi_corrected")]})
+
+    assert response.json()["results"][0]["result"] == "updated"
+    assert Order.objects.get(number="7203").payment_reference == "pi_corrected"
+
+
+@pytest.mark.parametrize("field", ["order_number", "customer_name", "payment_reference"])
+def test_a_nul_is_refused_on_its_line_and_the_good_lines_are_taken(api, field):
+    response = push(
+        api, {"orders": [order("7301"), order("7302", **{field: "Ana\x00"}), order("7303")]}
+    )
+
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [r["result"] for r in results] == ["created", "refused", "created"]
+    assert results[1]["reason"] == f"{field}: Null characters are not allowed."
+    assert sorted(fees()) == ["7301", "7303"]
 
 
 def test_a_thousand_orders_are_taken_and_one_more_is_refused_whole(api):

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from datetime import date
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from refunds import services
 from refunds.models import Charge, Order, Ticket
-from tests.conftest import make_order
+from refunds.services import orders
+from tests.conftest import in_another_session, make_order, wait_for
 
 HEADER = (
     "order_number,customer_name,customer_email,currency,shipping_fee,promised_on,delivered_on,"
@@ -111,6 +115,21 @@ def test_an_order_with_money_refunded_is_never_changed(db, tmp_path, agent):
     assert snapshot() == before
 
 
+@pytest.mark.parametrize("status", ["new", "running", "awaiting_review", "failed"])
+def test_an_order_with_an_open_ticket_is_not_changed(db, tmp_path, status):
+    order = make_order("2001", fee_cents=899)
+    ticket = Ticket.objects.create(thread_id="refund-2001-x", order=order, status=status)
+    before = snapshot()
+    changed = f"2001,Ana Souza,ana@example.com,USD,19.99,{order.promised_on},2026-12-30,pi_x\n"
+
+    code, out = run(write(tmp_path, [changed]))
+
+    assert code == 1
+    assert f"line 2 (order 2001): order 2001 has an open refund ticket ({ticket.pk})" in out
+    assert "(shipping_fee_cents, delivered_on, payment_reference differ)" in out
+    assert snapshot() == before
+
+
 def test_an_unchanged_line_of_a_refunded_order_is_not_a_refusal(db, tmp_path):
     order = make_order("2001", fee_cents=899)
     ticket = Ticket.objects.create(thread_id="refund-2001-x", order=order, status="refunded")
@@ -162,6 +181,39 @@ def test_each_refused_line_is_reported_with_its_number_and_reason(db, tmp_path, 
     assert code == 1
     assert "line 3 (order 3001): " in out and reason in out, out
     assert "1 created, 0 updated, 0 unchanged, 1 refused" in out
+    assert list(Order.objects.values_list("number", flat=True)) == ["2001"]
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("2004,Ana\x00Souza,ana@example.com,USD,8.99,2026-11-02,2026-11-06,\n", "customer_name"),
+        ("20\x0004,Ana Souza,ana@example.com,USD,8.99,2026-11-02,2026-11-06,\n", "order_number"),
+        (
+            "2004,Ana Souza,ana@example.com,USD,8.99,2026-11-02,2026-11-06,pi\x00\n",
+            "payment_reference",
+        ),
+    ],
+    ids=["customer_name", "order_number", "payment_reference"],
+)
+def test_a_nul_is_refused_on_its_line_and_the_good_lines_are_taken(db, tmp_path, line, field):
+    code, out = run(write(tmp_path, [GOOD[0], line, GOOD[1]]))
+
+    assert code == 1
+    assert "line 3" in out and f"{field}: Null characters are not allowed." in out
+    assert "2 created, 0 updated, 0 unchanged, 1 refused" in out
+    assert sorted(Order.objects.values_list("number", flat=True)) == ["2001", "2002"]
+
+
+def test_a_nul_in_json_lines_is_refused_on_its_line(db, tmp_path):
+    good = {**dict(zip(orders.FIELDS, GOOD[0].strip().split(","), strict=True))}
+    bad = {**good, "order_number": "2009", "customer_name": "Ana\u0000"}
+    path = write(tmp_path, [json.dumps(good) + "\n", json.dumps(bad) + "\n"], "orders.jsonl")
+
+    code, out = run(path)
+
+    assert code == 1
+    assert "line 2 (order 2009): customer_name: Null characters are not allowed." in out
     assert list(Order.objects.values_list("number", flat=True)) == ["2001"]
 
 
@@ -277,3 +329,47 @@ def test_the_progress_bar_shows_rate_and_eta(db, tmp_path):
     call_command("import_orders", str(write(tmp_path, GOOD)), stdout=io.StringIO(), stderr=err)
 
     assert "3/3" in err.getvalue() and "orders/s" in err.getvalue() and "ETA" in err.getvalue()
+
+
+# --- the guard holds at the write --------------------------------------------------------------
+@pytest.mark.skipif(
+    not settings.IS_POSTGRES,
+    reason="on SQLite the import's IMMEDIATE transaction holds the whole database",
+)
+def test_a_ticket_opened_between_the_check_and_the_write_reads_the_order_written(
+    transactional_db, broker
+):
+    """The import has found no open ticket and is about to write; a ticket for the order is
+    opened from another session and its lookup reads the order. It must read what the import
+    writes, never the old order that the import then changes under an open ticket."""
+    make_order("2001", fee_cents=899)
+    read_by_the_ticket: list[str] = []
+    opener: list[threading.Thread] = []
+
+    def open_and_look_up() -> None:
+        services.ticket_open(order_number="2001")
+        read_by_the_ticket.append(Order.objects.get(number="2001").payment_reference)
+
+    def waiting_on_a_lock() -> bool:
+        with connection.cursor() as cursor:  # pg_locks is live; pg_stat_activity is a snapshot
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            return cursor.fetchone()[0] > 0
+
+    def before_the_write(execute, sql, params, many, context):
+        if sql.startswith(f"UPDATE {Order._meta.db_table}") and not opener:
+            opener.append(in_another_session(open_and_look_up))
+            wait_for(
+                lambda: waiting_on_a_lock() or not opener[0].is_alive(),
+                timeout=10,
+                what="the ticket to open or wait",
+            )
+        return execute(sql, params, many, context)
+
+    line = {**dict(zip(orders.FIELDS, GOOD[0].strip().split(","), strict=True))}
+    line |= {"order_number": "2001", "payment_reference": "pi_new"}
+    with connection.execute_wrapper(before_the_write):
+        outcomes = orders.orders_upsert([(1, line)])
+    opener[0].join(10)
+
+    assert [o.result for o in outcomes] == [orders.UPDATED]
+    assert read_by_the_ticket == ["pi_new"] == [Order.objects.get(number="2001").payment_reference]

@@ -156,6 +156,9 @@ def test_a_4xx_is_permanent_and_asked_once(db, shop):
         ({"currency": "euro"}, "currency is not an ISO 4217 code"),
         ({"customer_email": "iris"}, "customer_email is not an address"),
         ({"number": "7009"}, "it describes order '7009'"),
+        ({"customer_name": "Iris\x00"}, "customer_name: Null characters are not allowed"),
+        ({"customer_email": "i\x00@x.example"}, "customer_email: Null characters"),
+        ({"payment_reference": "pi_\x001"}, "payment_reference: Null characters"),
     ],
 )
 def test_an_answer_that_is_no_order_is_refused_and_nothing_is_stored(db, shop, change, words):

@@ -8,9 +8,11 @@ is kept by our ledger and the gateway's lookup alone, not by Stripe's idempotenc
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+from django.contrib.auth.models import Group, User
 
 from devtools.faults import fired
 from devtools.localstripe import StripeFaults
@@ -19,6 +21,7 @@ from refunds.models import Charge, Decision, Order, Ticket
 from tests import test_crash
 from tests.conftest import make_order, wait_for
 from tests.quiescence import quiesce
+from tests.test_api_orders import client_for
 from tests.test_crash import (
     _last_error,
     approve,
@@ -239,3 +242,33 @@ def test_a_lease_lost_during_the_retries_stops_them_before_the_next_gateway_call
     assert stripe_proxy.refund_posts == posts
     assert refunded_at_stripe(localstripe, paid_order) == []
     assert status(ticket) != "awaiting_review"  # not sent back to a person
+
+
+def test_a_push_moving_a_reviewed_order_to_another_payment_is_refused_and_the_first_is_refunded(
+    workers, localstripe, agent, admin_user, paid_order
+):
+    other_payment = localstripe.payment_intent(PAID)
+    shop = User.objects.create_user("shop")
+    shop.groups.add(Group.objects.get(name="Shop integrations"))
+    workers("w1", env=localstripe.env())
+    ticket = open_and_wait_for_review("1042", agent)
+
+    line = {
+        "order_number": "1042",
+        "customer_name": paid_order.customer_name,
+        "customer_email": paid_order.customer_email,
+        "currency": "USD",
+        "shipping_fee": "6.99",
+        "promised_on": paid_order.promised_on.isoformat(),
+        "delivered_on": paid_order.delivered_on.isoformat(),
+        "payment_reference": other_payment,
+    }
+    answer = client_for(shop).post(
+        "/api/orders/", json.dumps({"orders": [line]}), content_type="application/json"
+    )
+    assert answer.json()["results"][0]["result"] == "refused"
+
+    approve(ticket, admin_user)
+    wait_for(lambda: status(ticket) == "refunded", timeout=60, what="the refund")
+    assert refunded_at_stripe(localstripe, paid_order) == [699]
+    assert localstripe.refunds(other_payment) == []

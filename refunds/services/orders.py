@@ -4,7 +4,10 @@
 A line is refused with its reason, never guessed: a bad date, a negative amount, an unknown
 currency, an order number that appears twice in the same input (every copy is refused: which
 one the shop meant is not ours to pick). An order the ledger holds money for (refunded, or a
-charge under way) is never changed: what the customer was refunded was worked out from it."""
+charge under way) is never changed: what the customer was refunded was worked out from it. Nor
+is an order with an open ticket: its review shows what lookup read, and its charge pays against
+the order's payment reference and fee as they stand then; the shop sends the change again once
+the ticket is finished."""
 
 from __future__ import annotations
 
@@ -17,13 +20,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
+from django.core.validators import ProhibitNullCharactersValidator, validate_email
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Sum
 
 from core import sql
 from refunds import currencies
-from refunds.models import Charge, Order
+from refunds.models import Charge, Order, Ticket, TicketOrder
 from refunds.services.errors import RefundError
 
 # The columns of a file and the keys of a pushed order, in the order a template lists them.
@@ -88,11 +91,21 @@ def _text(raw: Mapping[str, Any], name: str, limit: int) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise LineRefused(f"{name} must be text")
     text = str(value).strip()
+    no_nul(text, name)
     if not text and name not in OPTIONAL:
         raise LineRefused(f"missing {name}")
     if len(text) > limit:
         raise LineRefused(f"{name} is too long (at most {limit} characters)")
     return text
+
+
+def no_nul(text: str, name: str) -> None:
+    """LineRefused when the text holds a NUL: PostgreSQL text cannot (a DataError for the whole
+    batch), and SQLite would keep what no shop means."""
+    try:
+        ProhibitNullCharactersValidator()(text)
+    except ValidationError as exc:
+        raise LineRefused(f"{name}: {' '.join(exc.messages)}") from None
 
 
 def _date(raw: Mapping[str, Any], name: str) -> date:
@@ -240,6 +253,17 @@ def _write_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Out
         .values("order_id")
         .annotate(total=Sum("amount_cents"), ticket=Max("ticket_id"))
     }
+    # Read after the lock: a ticket opened meanwhile either committed before it (seen here) or
+    # waits for this batch to commit (its foreign key check takes a share lock on the order row)
+    # and its lookup reads the order written.
+    reviewed = dict(
+        TicketOrder.objects.filter(
+            order_id__in=[o.pk for o in existing.values()], ticket__status__in=Ticket.OPEN
+        )
+        .values("order_id")
+        .annotate(ticket=Max("ticket_id"))
+        .values_list("order_id", "ticket")
+    )
     outcomes, new, changed = [], [], []
     for line, order in batch:
         current = existing.get(order.number)
@@ -261,6 +285,18 @@ def _write_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Out
                     f"{currencies.from_minor(money['total'], current.currency)} "
                     f"{current.currency} refunded or under way (ticket {money['ticket']}); "
                     f"it is never changed ({', '.join(differs)} differ)",
+                ),
+            )
+        elif current.pk in reviewed:
+            outcomes.append(
+                Outcome(
+                    line,
+                    order.number,
+                    REFUSED,
+                    f"order {order.number} has an open refund ticket ({reviewed[current.pk]}), "
+                    f"whose review and charge use the order as it is; it is not changed "
+                    f"while the ticket is open ({', '.join(differs)} differ); send it again "
+                    "once the ticket is finished",
                 ),
             )
         else:
