@@ -330,6 +330,7 @@ def _receive(request: Request, key: str) -> Response:
             body=data["body"],
             received_at=data.get("received_at") or timezone.now(),
             raw=request._request.body.decode("utf-8", errors="replace"),
+            brought_by=request.user,
         )
     except intake.MessageRefused as exc:
         raise serializers.ValidationError(str(exc)) from None

@@ -198,7 +198,9 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
     where = placing.open_or_add(
         numbers,
         note=f"{words}: {reading.summary}"[:NOTE_MAX],
-        opened_by=None,
+        # Four-eyes: who pasted or posted the message opened its ticket; the intake only acts.
+        opened_by=message.brought_by,
+        actor=None,
         reason=reading.reason,
         reading=reading.as_json(),
     )
