@@ -50,12 +50,12 @@ def message_receive(
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
     Returns (message, created): a message delivered again (the same key) is the first one,
-    created False, and starts nothing new. `brought_by` is the person who brought it in (pasted
-    it, or the API token's user): the opener of the ticket it opens (four-eyes); the desk and the
-    API always have one, the mail provider never. Raises MessageRefused for the API and the
-    desk; an email's faults send it to "Needs sorting" instead (see the module's doc). With wake False no
-    worker is asked: the recovery sweep finds the message (the demo loads its messages before
-    the broker is up)."""
+    created False, and starts nothing new. `brought_by` is the person who brought it in (who
+    pasted it, the API token's user): the opener of the ticket it opens (four-eyes); the desk and
+    the API always have one, the mail provider never. Raises MessageRefused for the API and the
+    desk; an email's faults send it to "Needs sorting" instead (see the module's doc). With wake
+    False no worker is asked: the recovery sweep finds the message (the demo loads its messages
+    before the broker is up)."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     if (brought_by is None) != (channel == Message.Channel.EMAIL):
