@@ -97,9 +97,7 @@ def test_a_message_is_read_by_exactly_who_may_see_it(
 
 
 @pytest.mark.parametrize("state", ["on_managers_ticket", "not_refund", "emailed_being_read"])
-def test_sorting_a_message_the_agent_may_not_see_is_a_404_and_changes_nothing(
-    client, agent, state
-):
+def test_sorting_a_message_the_agent_may_not_see_is_a_404_and_changes_nothing(client, agent, state):
     message = a_message(state, agent)
     client.force_login(agent)
     response = client.post(

@@ -132,7 +132,9 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     if refusal:
         raise PermissionDenied(refusal)
     message = get_object_or_404(
-        intake_selectors.messages_visible(request.user).select_related("ticket__order", "brought_by"),
+        intake_selectors.messages_visible(request.user).select_related(
+            "ticket__order", "brought_by"
+        ),
         pk=message_id,
     )
     # Where the intake placed it: each ticket's entry names the message, whether it was added
@@ -176,7 +178,9 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "timeline": _timeline(ticket, ticket_messages),
         "ticket_messages": ticket_messages,
         # The customer's message it was opened from, if any: "Opened by … from a pasted message".
-        "opened_from": next((m for m in ticket_messages if m.status == Message.Status.OPENED), None),
+        "opened_from": next(
+            (m for m in ticket_messages if m.status == Message.Status.OPENED), None
+        ),
         "canned": list(CannedReason.objects.filter(active=True)),
     }
 
