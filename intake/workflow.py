@@ -8,7 +8,7 @@ Message.thread_id), four nodes in a line, each its own step:
    refund or a reader that failed: the message goes to "Needs sorting" with the reason.
 3. open the ticket: in one transaction fenced by the message's lease epoch, one ticket covering
    the message's orders (refunds.services.ticket_open(order_numbers=...), with the reason and the
-   reading; intake/placing.py), the message added to the timeline of the open ticket of an order
+   reading, opened by whoever brought the message in; intake/placing.py), the message added to the timeline of the open ticket of an order
    that has one, or the message marked "Needs sorting" (also when ticket_open refuses the
    orders). The message's status is the record that it was placed: a replay finds it placed and
    opens nothing.
