@@ -31,7 +31,7 @@ from refunds.services.errors import (
 )
 
 NUMBER_MAX = 32  # Order.number's max_length
-OPENER: Any = object()  # ticket_open's `actor` when it is the opener, as it is but for messages
+OPENER: Any = object()  # `actor` left out: the opener acts (all but a message's ticket)
 ORDERS_MAX = 20  # orders one ticket may cover: a customer's batch, not a whole shop
 
 
