@@ -291,7 +291,8 @@ def _push(request: Request) -> Response:
     "202 while the intake reads it (status received); the message's status and ticket follow "
     "as it is placed. The sender must be an email address and the body some text of at most "
     "INTAKE_MAX_CHARS characters; anything else is a 400 and nothing is stored. Anyone who "
-    "may open tickets (POST /api/tickets/) may hand in messages.",
+    "may open tickets (POST /api/tickets/) may hand in messages; the caller is the opener of "
+    "the ticket a message opens, and four-eyes keeps them from deciding it.",
     request=MessageIn,
     parameters=[IDEMPOTENCY_HEADER],
     responses={
@@ -331,6 +332,7 @@ def _receive(request: Request, key: str) -> Response:
             body=data["body"],
             received_at=data.get("received_at") or timezone.now(),
             raw=request._request.body.decode("utf-8", errors="replace"),
+            brought_by=request.user,
         )
     except intake.MessageRefused as exc:
         raise serializers.ValidationError(str(exc)) from None

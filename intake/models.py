@@ -50,6 +50,11 @@ class Message(models.Model):
     body = models.TextField(blank=True)
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
+    # Who brought it in (pasted it at the desk, posted it with their API token); None for the
+    # mail provider's. Four-eyes: the ticket it opens counts as theirs, so they never decide it.
+    brought_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The intake workflow's thread (LangGraph's functional API), one per message.
     thread_id = models.CharField(max_length=64, unique=True)
 

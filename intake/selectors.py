@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from intake.models import Message
+from refunds import permissions
 from refunds.models import Order
 
 COUNT_CAP = 1000  # the nav says "1000+" past this: a count must not cost more with a backlog
 SENDER_ORDERS = 5  # the sender's recent orders offered beside the numbers read
+
+
+def messages_visible(user) -> QuerySet[Message]:
+    """The customers' messages this user may read: one on a ticket by whoever may see that
+    ticket (refunds.permissions.visible), one in "Needs sorting" by anyone at the desk, one not
+    placed yet by who brought it in; managers and admins, who see every ticket, read them all."""
+    messages = Message.objects.all()
+    if permissions.is_admin(user) or permissions.is_manager(user):
+        return messages
+    if not permissions.is_agent(user):
+        return messages.none()
+    return messages.filter(
+        Q(ticket__in=permissions.visible(user))
+        | Q(status=Message.Status.NEEDS_SORTING)
+        | Q(ticket__isnull=True, brought_by=user)
+    )
 
 
 def messages_needing_sorting() -> QuerySet[Message]:

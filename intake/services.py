@@ -45,16 +45,21 @@ def message_receive(
     body: str,
     received_at: datetime,
     raw: str,
+    brought_by=None,
     wake: bool = True,
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
     Returns (message, created): a message delivered again (the same key) is the first one,
-    created False, and starts nothing new. Raises MessageRefused for the API and the desk; an
-    email's faults send it to "Needs sorting" instead (see the module's doc). With wake False no
-    worker is asked: the recovery sweep finds the message (the demo loads its messages before
-    the broker is up)."""
+    created False, and starts nothing new. `brought_by` is the person who brought it in (who
+    pasted it, the API token's user): the opener of the ticket it opens (four-eyes); the desk and
+    the API always have one, the mail provider never. Raises MessageRefused for the API and the
+    desk; an email's faults send it to "Needs sorting" instead (see the module's doc). With wake
+    False no worker is asked: the recovery sweep finds the message (the demo loads its messages
+    before the broker is up)."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
+    if (brought_by is None) != (channel == Message.Channel.EMAIL):
+        raise ValueError(f"a message by {channel} is brought in by a person; only email is not")
     key = _channel_key(channel, key)
     sender = _clean(sender).strip()
     body = _clean(body)
@@ -69,6 +74,7 @@ def message_receive(
         "body": body[: settings.INTAKE_MAX_CHARS],
         "received_at": received_at,
         "raw": _clean(raw),
+        "brought_by": brought_by,
         # Random, not derived from the key: a thread id is never reused, even by a database
         # restored from a backup beside checkpoints that were not.
         "thread_id": f"intake-{uuid.uuid4().hex}",

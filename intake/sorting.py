@@ -154,8 +154,13 @@ def message_sort(
             raise _taken(message)
         try:
             # No note: the message itself is on the ticket's page, its reading on the card.
+            # The sorter acts; who brought the message in (if anyone) stays its opener.
             where = open_or_add(
-                [o.number for o in orders], opened_by=by, reason=reason, reading=message.reading
+                [o.number for o in orders],
+                opened_by=message.brought_by,
+                actor=by,
+                reason=reason,
+                reading=message.reading,
             )
         except RefundError as exc:  # several customers' orders: nothing of it is kept
             raise SortingError(f"{exc} Nothing was opened; sort one customer's orders.") from exc

@@ -8,10 +8,10 @@ Message.thread_id), four nodes in a line, each its own step:
    refund or a reader that failed: the message goes to "Needs sorting" with the reason.
 3. open the ticket: in one transaction fenced by the message's lease epoch, one ticket covering
    the message's orders (refunds.services.ticket_open(order_numbers=...), with the reason and the
-   reading; intake/placing.py), the message added to the timeline of the open ticket of an order
-   that has one, or the message marked "Needs sorting" (also when ticket_open refuses the
-   orders). The message's status is the record that it was placed: a replay finds it placed and
-   opens nothing.
+   reading, opened by whoever brought the message in; intake/placing.py), the message added to
+   the timeline of the open ticket of an order that has one, or the message marked "Needs
+   sorting" (also when ticket_open refuses the orders). The message's status is the record that
+   it was placed: a replay finds it placed and opens nothing.
 4. acknowledge: one email to the sender through the outbox (refunds/mail.py), claimed with the
    message's lease epoch, also for a message that went to "Needs sorting".
 
@@ -198,7 +198,9 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
     where = placing.open_or_add(
         numbers,
         note=f"{words}: {reading.summary}"[:NOTE_MAX],
-        opened_by=None,
+        # Four-eyes: who pasted or posted the message opened its ticket; the intake only acts.
+        opened_by=message.brought_by,
+        actor=None,
         reason=reading.reason,
         reading=reading.as_json(),
     )

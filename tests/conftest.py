@@ -82,6 +82,11 @@ def admin_user(db) -> User:
     return _persona("admin", "Admins", is_staff=True, is_superuser=True)
 
 
+def helpdesk() -> User:
+    """A helpdesk integration's user (in no desk group): whoever its API token brings in."""
+    return User.objects.get_or_create(username="zendesk")[0]
+
+
 def make_order(
     number: str, *, late: int = 4, fee_cents: int = 699, name: str = "Ana Souza"
 ) -> Order:

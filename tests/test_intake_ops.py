@@ -16,7 +16,7 @@ from intake.models import Message, MessageEvent
 from intake.services import message_receive, message_retry
 from refunds import enqueue
 from refunds.models import Email, Ticket
-from tests.conftest import make_order
+from tests.conftest import helpdesk, make_order
 
 LATE = "Hi, my order #1042 came almost a week late, can I get the delivery charge back? Ana"
 
@@ -37,6 +37,7 @@ def ana(transactional_db):
 def receive(body: str = LATE, key: str = "m1", subject: str = "Late parcel") -> Message:
     message, _ = message_receive(
         channel="api",
+        brought_by=helpdesk(),
         key=key,
         sender="ana@example.com",
         sender_name="Ana Souza",

@@ -13,6 +13,7 @@ from django.utils import timezone
 from intake.models import Message
 from intake.services import MessageRefused, message_receive
 from refunds import enqueue
+from tests.conftest import helpdesk
 
 BODY = "Hi, my order #1042 came a week late, can I have the delivery charge back?"
 
@@ -33,6 +34,7 @@ def receive(channel: str = "api", key: str = "k1", **changes):
         "body": BODY,
         "received_at": timezone.now(),
         "raw": BODY,
+        "brought_by": None if channel == "email" else helpdesk(),
         **changes,
     }
     return message_receive(**fields)

@@ -20,7 +20,7 @@ from refunds import enqueue, persistence, services
 from refunds import lease as leases
 from refunds.models import AuditEvent, Email, Ticket
 from reviews.templatetags.desk import audit_words
-from tests.conftest import make_order
+from tests.conftest import helpdesk, make_order
 
 LATE = "Hi, my order #{n} came almost a week late, can I get the delivery charge back? Ana"
 
@@ -43,6 +43,7 @@ def receive(
 ):
     message, _ = message_receive(
         channel="api",
+        brought_by=helpdesk(),
         key=key,
         sender=sender,
         sender_name="Ana Souza",

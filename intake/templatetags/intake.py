@@ -37,3 +37,17 @@ def quoted(reading: dict | None) -> list[tuple[str, str]]:
     known = [(label, quotes[key]) for key, label in QUOTED if quotes.get(key)]
     others = [(k.capitalize(), v) for k, v in quotes.items() if k not in dict(QUOTED) and v]
     return known + others
+
+
+# How each way in reads after "Opened by agent2 from …" on the ticket's page.
+SOURCES = {
+    "desk": "a pasted message",
+    "api": "a message sent to the API",
+    "email": "a customer's email",
+}
+
+
+@register.filter
+def message_source(message) -> str:
+    """ "a pasted message": the way a customer's message came in, in words."""
+    return SOURCES.get(message.channel, "a customer's message")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
@@ -30,6 +31,7 @@ from refunds.services.errors import (
 )
 
 NUMBER_MAX = 32  # Order.number's max_length
+OPENER: Any = object()  # `actor` left out: the opener acts (all but a message's ticket)
 ORDERS_MAX = 20  # orders one ticket may cover: a customer's batch, not a whole shop
 
 
@@ -39,17 +41,24 @@ def ticket_open(
     order_numbers: Sequence[str] | None = None,
     note: str = "",
     opened_by=None,
+    actor: Any = OPENER,
     reason: str = policy.LATE_DELIVERY,
     reading: dict | None = None,
 ) -> Ticket:
     """Open a ticket for one order (`order_number`) or several of one customer's
-    (`order_numbers`, the first becomes Ticket.order). `opened_by` None is the desk itself
-    (intake, tools); a person must be in a desk group (refunds.permissions.open_refusal).
+    (`order_numbers`, the first becomes Ticket.order). `opened_by` is its opener, whom
+    four-eyes keeps from deciding it: who typed its orders, or who brought the customer's
+    message in; None when no person did (the mail provider's message, tools). `actor` is who
+    opens it now, named on its audit entry, when that is not the opener: a colleague sorting a
+    message, None for the intake. An actor must be in a desk group
+    (refunds.permissions.open_refusal); a message's opener was checked at the door.
     `reason` is why the customer asks (refunds.policy.REASONS); `reading`, what the intake's
     reader found in their message. An order that has an open ticket raises TicketAlreadyOpen
     with that ticket; nothing is opened then."""
-    if opened_by is not None:
-        refusal = permissions.open_refusal(opened_by)
+    if actor is OPENER:
+        actor = opened_by
+    if actor is not None:
+        refusal = permissions.open_refusal(actor)
         if refusal:
             raise PermissionDenied(refusal)
     numbers = order_numbers_clean([order_number] if order_numbers is None else order_numbers)
@@ -74,7 +83,7 @@ def ticket_open(
         )
     existing = _open_ticket_of(orders)
     if existing is not None:
-        raise _already_open(*existing, note, opened_by)
+        raise _already_open(*existing, note, actor)
     first = orders[0]
     try:
         with transaction.atomic():
@@ -94,13 +103,13 @@ def ticket_open(
                 TicketOrder(ticket=ticket, order=order, position=i)
                 for i, order in enumerate(orders[1:], start=1)
             )
-            audit.record(ticket, AuditEvent.Action.OPEN, actor=opened_by, note=ticket.note)
+            audit.record(ticket, AuditEvent.Action.OPEN, actor=actor, note=ticket.note)
             enqueue.advance_on_commit(ticket.pk)
     except IntegrityError:  # two requests at once: the partial UNIQUE index let one through
         existing = _open_ticket_of(orders)
         if existing is None:
             raise
-        raise _already_open(*existing, note, opened_by) from None
+        raise _already_open(*existing, note, actor) from None
     return ticket
 
 

@@ -87,7 +87,7 @@ def needs_sorting(request: HtmxHttpRequest) -> HttpResponse:
 def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     """ "Open the ticket" and "Not a refund request": named buttons of one form, one view."""
     _refuse_unless_desk_user(request)
-    message = get_object_or_404(Message, pk=message_id)
+    message = get_object_or_404(selectors.messages_visible(request.user), pk=message_id)
     form = forms.SortForm(request.POST)
     action = form.action(request.POST)
     values: dict[str, Any] = {}

@@ -20,6 +20,7 @@ from django_htmx.http import (
     trigger_client_event,
 )
 
+from intake import selectors as intake_selectors
 from intake import services as intake
 from intake.models import Message
 from refunds import permissions, selectors, services
@@ -110,6 +111,7 @@ def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
                 body=values["message"],
                 received_at=timezone.now(),
                 raw=values["message"],
+                brought_by=request.user,
             )
         except intake.MessageRefused as exc:
             error = str(exc)
@@ -129,7 +131,12 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     refusal = permissions.open_refusal(request.user)
     if refusal:
         raise PermissionDenied(refusal)
-    message = get_object_or_404(Message.objects.select_related("ticket__order"), pk=message_id)
+    message = get_object_or_404(
+        intake_selectors.messages_visible(request.user).select_related(
+            "ticket__order", "brought_by"
+        ),
+        pk=message_id,
+    )
     # Where the intake placed it: each ticket's entry names the message, whether it was added
     # to an open ticket, and the message's orders that ticket covers.
     events = (
@@ -170,6 +177,10 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "is_admin": permissions.is_admin(request.user),
         "timeline": _timeline(ticket, ticket_messages),
         "ticket_messages": ticket_messages,
+        # The customer's message it was opened from, if any: "Opened by … from a pasted message".
+        "opened_from": next(
+            (m for m in ticket_messages if m.status == Message.Status.OPENED), None
+        ),
         "canned": list(CannedReason.objects.filter(active=True)),
     }
 
