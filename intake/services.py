@@ -45,6 +45,7 @@ def message_receive(
     body: str,
     received_at: datetime,
     raw: str,
+    attachments: list[dict] | None = None,
     wake: bool = True,
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
@@ -69,6 +70,10 @@ def message_receive(
         "body": body[: settings.INTAKE_MAX_CHARS],
         "received_at": received_at,
         "raw": _clean(raw),
+        "attachments": [
+            {k: _clean(v) if isinstance(v, str) else v for k, v in about.items()}
+            for about in attachments or []
+        ],
         # Random, not derived from the key: a thread id is never reused, even by a database
         # restored from a backup beside checkpoints that were not.
         "thread_id": f"intake-{uuid.uuid4().hex}",
