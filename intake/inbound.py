@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime, timedelta
-from datetime import timezone as tz
+from datetime import UTC, datetime, timedelta
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
 from email.utils import getaddresses
@@ -94,7 +93,7 @@ def _received_at(stamp: datetime | None) -> datetime:
     """The provider's time of the email, unless it is absurd (year 1, next year): then now."""
     now = timezone.now()
     if stamp is not None and timezone.is_naive(stamp):
-        stamp = stamp.replace(tzinfo=tz.utc)
+        stamp = stamp.replace(tzinfo=UTC)
     window = timedelta(seconds=settings.INBOUND_SIGNATURE_MAX_AGE_SECONDS)
     if stamp is None or not now - PLAUSIBLE_AGE <= stamp <= now + window:
         if stamp is not None:

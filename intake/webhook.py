@@ -61,7 +61,7 @@ class WholeForm(FileUploadHandler):
         form = BytesParser(EmailMessage, policy=HTTP).parsebytes(head + data)
         if not form.is_multipart():
             raise MultiPartParserError("the multipart body has no parts")
-        post, files = QueryDict(mutable=True), MultiValueDict()
+        post, files = QueryDict(mutable=True), MultiValueDict[str, SimpleUploadedFile]()
         for part in form.iter_parts():
             name = part.get_param("name", header="content-disposition")
             if not isinstance(name, str):
@@ -77,7 +77,7 @@ class WholeForm(FileUploadHandler):
         return post, files
 
 
-def door(view: Callable[..., HttpResponse], *, max_bytes: int | None = None):
+def door(view: Callable[..., HttpResponse], *, max_bytes: str | None = None):
     """`view` behind the door: with `max_bytes` (a setting's name), bodies up to that setting are
     taken and larger ones refused with 413 before anything is parsed."""
 

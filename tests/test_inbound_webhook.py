@@ -73,7 +73,10 @@ def test_a_signed_email_becomes_a_message_and_starts_its_intake(post, db, woken)
     response = post(signed({"body-mime": mime(), "recipient": "refunds@desk.example.com"}))
     assert response.status_code == 200
     message = Message.objects.get()
-    assert message.channel == "email" and message.key == "email:<m1@mail.example.com> from ana@example.com"
+    assert (
+        message.channel == "email"
+        and message.key == "email:<m1@mail.example.com> from ana@example.com"
+    )
     assert message.sender == "ana@example.com" and message.sender_name == "Ana Souza"
     assert message.subject == "Late parcel" and "#1042" in message.body
     assert "Message-ID: <m1@mail.example.com>" in message.raw
@@ -210,6 +213,15 @@ def test_a_post_over_the_inbound_limit_is_refused_413_counted_and_stores_nothing
     assert Message.objects.count() == 0 and woken == []
 
 
+def test_a_post_whose_content_length_is_over_the_limit_is_refused_before_it_is_read(
+    client, db, woken, settings
+):
+    settings.INBOUND_MAX_BODY_BYTES = 2 * 1024 * 1024
+    payload = signed({"body-mime": mime()})
+    response = client.post(URL, payload, CONTENT_LENGTH=str(2 * 1024 * 1024 + 1))
+    assert response.status_code == 413 and Message.objects.count() == 0
+
+
 def test_a_body_longer_than_its_content_length_said_is_refused_by_what_was_read():
     request = RequestFactory().post(URL)
     form = WholeForm(request, limit=1000)
@@ -329,7 +341,9 @@ PARSED_ODD = {
 
 @pytest.mark.parametrize("shape", [*ODD, *PARSED_ODD])
 def test_every_odd_shape_answers_2xx_or_a_clear_4xx(post, db, woken, shape):
-    fields, url = (ODD[shape], URL) if shape in ODD else (PARSED_ODD[shape], "/mail/mailgun/inbound/")
+    fields, url = (
+        (ODD[shape], URL) if shape in ODD else (PARSED_ODD[shape], "/mail/mailgun/inbound/")
+    )
     response = post(signed(fields), url)
     assert response.status_code in (200, 400), response.content
     if response.status_code == 400:
