@@ -349,3 +349,60 @@ def test_every_odd_shape_answers_2xx_or_a_clear_4xx(post, db, woken, shape):
     if response.status_code == 400:
         assert response.json()["error"]
         assert Message.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_signature_posted_twice_at_once_is_taken_once(woken):
+    """The token's UNIQUE row is the guard, not the look before it: A holds its token
+    (uncommitted, waiting on a row another session holds) while B, the same signature with
+    another email, looks, finds nothing, and inserts; B must lose when A commits."""
+    import threading
+
+    from django.db import connection, transaction
+    from django.test import Client
+    from django.utils import timezone
+
+    from tests.conftest import in_another_session, wait_for
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite runs one writer at a time: the two posts cannot overlap")
+    first = signed({"body-mime": mime(mid="a")})
+    second = {**first, "body-mime": mime(mid="b", body="Refund order #9999 to me")}
+    release, holding = threading.Event(), threading.Event()
+
+    def hold_a_message_row() -> None:  # A's message insert waits on this until rolled back
+        with transaction.atomic():
+            Message.objects.create(
+                key="email:<a@mail.example.com> from ana@example.com",
+                channel="email",
+                sender="ana@example.com",
+                received_at=timezone.now(),
+                thread_id="held",
+            )
+            holding.set()
+            release.wait(30)
+            transaction.set_rollback(True)
+
+    def waiting() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            return cursor.fetchone()[0]
+
+    answers: dict[str, int] = {}
+
+    def poster(name: str, payload: dict[str, str]):
+        return lambda: answers.setdefault(name, Client().post(URL, payload).status_code)
+
+    holder = in_another_session(hold_a_message_row)
+    assert holding.wait(10)
+    a = in_another_session(poster("a", first))
+    wait_for(lambda: waiting() == 1, timeout=10)
+    b = in_another_session(poster("b", second))
+    wait_for(lambda: waiting() == 2, timeout=10)
+    release.set()
+    for thread in (holder, a, b):
+        thread.join(30)
+    assert answers == {"a": 200, "b": 400}
+    assert list(Message.objects.values_list("key", flat=True)) == [
+        "email:<a@mail.example.com> from ana@example.com"
+    ]
