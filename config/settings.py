@@ -382,6 +382,13 @@ INTAKE_MAX_CHARS = env_int("INTAKE_MAX_CHARS", 20_000, minimum=100)
 # A message that names no order is placed on its sender's only order of the last this many days
 # (by promised date) in the desk; with none or several, it goes to "Needs sorting".
 INTAKE_RECENT_ORDER_DAYS = env_int("INTAKE_RECENT_ORDER_DAYS", 60, minimum=1)
+# The mail provider's inbound webhook (intake/webhook.py) takes posts up to this size, a photo of
+# the damage with them (Mailgun's own limit is 25 MB); larger ones answer 413. Every other URL
+# keeps Django's 2.5 MB (DATA_UPLOAD_MAX_MEMORY_SIZE).
+INBOUND_MAX_BODY_BYTES = env_int("INBOUND_MAX_BODY_BYTES", 25 * 1024 * 1024, minimum=1024 * 1024)
+# A signed inbound post whose signature's timestamp is further than this from now is refused, and
+# each signature's token is taken once (Mailgun's advice: not too tight, its deliveries may lag).
+INBOUND_SIGNATURE_MAX_AGE_SECONDS = env_int("INBOUND_SIGNATURE_MAX_AGE_SECONDS", 900, minimum=60)
 INTAKE_TASK_WRAPPER = ""  # a dotted path wrapping every intake task (crash tests: devtools)
 
 # devtools/ (crash points, worker processes, the SMTP sink, the fake processor, `manage.py

@@ -7,8 +7,9 @@ from refunds import health
 urlpatterns = [
     path("", include("reviews.urls")),
     path("api/", include("api.urls")),
-    # The mail provider's tracking webhooks, e.g. /mail/mailgun/tracking/ (refunds/delivery.py)
-    path("mail/", include("anymail.urls")),
+    # The mail provider's webhooks, e.g. /mail/mailgun/tracking/ (refunds/delivery.py) and
+    # /mail/mailgun/inbound_mime/ (intake/inbound.py), behind intake/webhook.py's door
+    path("mail/", include("intake.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", include("insights.urls")),

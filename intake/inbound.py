@@ -1,27 +1,43 @@
 """Email in: the mail provider's inbound webhook, through django-anymail. anymail's ESP view
-(mounted under /mail/, e.g. /mail/mailgun/inbound/) checks the provider's signature and refuses
-a bad one before anything here runs; this receiver turns the message into a Message.
+(mounted under /mail/ behind intake/webhook.py's door, e.g. /mail/mailgun/inbound_mime/) checks
+the provider's signature and refuses a bad one before anything here runs; this receiver refuses a
+signature that is stale or used already (what anymail leaves to the app) and turns the message
+into a Message.
 
 An email is never refused once signed: the customer already sent it. Its faults (no text, too
 long, a From that is no address) send it to "Needs sorting" (intake/services.py). Text in a
-charset that does not decode is kept with replacement characters; the raw MIME is kept too."""
+charset that does not decode is kept with replacement characters; the raw MIME is kept too, with
+each attachment set aside in a line that says so (named on the message, not kept yet)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from datetime import UTC, datetime, timedelta
+from email.errors import HeaderParseError
+from email.header import decode_header, make_header
+from email.utils import getaddresses
+from typing import Any
 
 from anymail.exceptions import AnymailInvalidAddress
 from anymail.inbound import AnymailInboundMessage
 from anymail.signals import AnymailInboundEvent, inbound
+from django.conf import settings
+from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.html import strip_tags
 
-from intake.models import Message
+from intake.models import Message, SignatureToken
 from intake.services import message_receive
+from intake.webhook import Refused
 
 log = logging.getLogger(__name__)
+# Providers retry a delivery for hours (Mailgun 8 h, others up to 3 days): an unsigned time
+# older than this, or in the future, is not when the email came; the time it reached us is.
+PLAUSIBLE_AGE = timedelta(days=7)
+# ESPs that sign a timestamp and a one-time token (anymail hands the token over as event_id).
+SIGNS_TIMESTAMP_AND_TOKEN = {"Mailgun"}
 
 
 @receiver(inbound, dispatch_uid="intake.inbound.message_in")
@@ -30,19 +46,60 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
     if email is None:  # an ESP's event without a message: nothing a customer wrote
         log.warning("inbound %s event %s carried no message", esp_name, event.event_id)
         return
+    attachments = _set_aside(email)
     raw = _raw(email)
     sender, name = _from(email)
-    message, created = message_receive(
-        channel=Message.Channel.EMAIL,
-        key=_key(email, raw),
-        sender=sender,
-        sender_name=name,
-        subject=email.subject or "",
-        body=body_text(email),
-        received_at=event.timestamp or timezone.now(),
-        raw=raw,
-    )
+    with transaction.atomic():  # the token is taken only with the message it brought
+        if esp_name in SIGNS_TIMESTAMP_AND_TOKEN:
+            _signed_once(event)
+        message, created = message_receive(
+            channel=Message.Channel.EMAIL,
+            key=_key(email, raw, sender),
+            sender=sender,
+            sender_name=name,
+            subject=email.subject or "",
+            body=body_text(email),
+            received_at=_received_at(event.timestamp),
+            raw=raw,
+            attachments=attachments,
+        )
     log.info("inbound %s: message %s (%s)", esp_name, message.pk, "new" if created else "again")
+
+
+def _signed_once(event: AnymailInboundEvent) -> None:
+    """Refuse a signature signed too long ago (or ahead), and one used already: a signed post
+    replayed, with the same email or another, stores nothing. The token's row is the guard: two
+    posts of one signature at once, one of them inserts it."""
+    now = timezone.now()
+    window = timedelta(seconds=settings.INBOUND_SIGNATURE_MAX_AGE_SECONDS)
+    signed_at = event.timestamp
+    if signed_at is None or abs(now - signed_at) > window:
+        raise Refused(
+            f"The signature's timestamp ({signed_at.isoformat()}) is more than "
+            f"{window.total_seconds():.0f} s from now."
+            if signed_at
+            else "The signature has no timestamp.",
+            reason="stale",
+        )
+    SignatureToken.objects.filter(signed_at__lt=now - window).delete()  # refused by age anyway
+    _, first = SignatureToken.objects.get_or_create(
+        token=event.event_id or "", defaults={"signed_at": signed_at}
+    )
+    if not first:
+        raise Refused("This signature was used already.", reason="replayed")
+
+
+def _received_at(stamp: datetime | None) -> datetime:
+    """The provider's time of the email, unless it is absurd (year 1, next year): then now."""
+    now = timezone.now()
+    if stamp is not None and timezone.is_naive(stamp):
+        stamp = stamp.replace(tzinfo=UTC)
+    window = timedelta(seconds=settings.INBOUND_SIGNATURE_MAX_AGE_SECONDS)
+    if stamp is None or not now - PLAUSIBLE_AGE <= stamp <= now + window:
+        if stamp is not None:
+            log.warning("inbound email stamped %s: taken as received now", stamp.isoformat())
+        return now
+    return stamp
 
 
 def body_text(email: AnymailInboundMessage) -> str:
@@ -62,22 +119,57 @@ def body_text(email: AnymailInboundMessage) -> str:
 
 
 def _from(email: AnymailInboundMessage) -> tuple[str, str]:
-    """(address, display name) of the From; a From that is no address is kept as written, and
-    the message goes to "Needs sorting" saying so."""
+    """(address, display name) of the From; a From that is not one address Python can read
+    (several, none, CR/LF in its name, junk) is kept as written, and the message goes to
+    "Needs sorting" saying so."""
     try:
-        address = email.from_email
-    except AnymailInvalidAddress:
-        return (email.get("From") or "").strip(), ""
-    if address is None:
-        return "", ""
-    return address.addr_spec, address.display_name
+        addresses = email.get_address_header("From")
+    except (AnymailInvalidAddress, ValueError, IndexError):  # the email package's refusals
+        addresses = []
+    if len(addresses) == 1:
+        return addresses[0].addr_spec, addresses[0].display_name
+    written = " ".join(value for name, value in email.raw_items() if name.lower() == "from")
+    found = getaddresses([written])  # the standard library's lenient reading
+    if len(found) == 1 and "@" in found[0][1]:
+        return found[0][1], _words(found[0][0])
+    return " ".join(written.split()), ""
 
 
-def _key(email: AnymailInboundMessage, raw: str) -> str:
-    """The sender's Message-ID; without one, the message's own bytes (a redelivery repeats
+def _words(name: str) -> str:
+    """A display name's encoded words decoded, on one line."""
+    try:
+        name = str(make_header(decode_header(name)))
+    except (LookupError, UnicodeError, HeaderParseError):  # an unknown or lying charset
+        pass
+    return " ".join(name.split())
+
+
+def _key(email: AnymailInboundMessage, raw: str, sender: str) -> str:
+    """The sender's Message-ID with the sender's address (another sender's email that reuses
+    the ID is another message); without one, the message's own bytes (a redelivery repeats
     them)."""
-    message_id = (email.get("Message-ID") or "").strip()
-    return message_id or "sha256:" + hashlib.sha256(raw.encode()).hexdigest()
+    message_id = " ".join((email.get("Message-ID") or "").split())
+    if not message_id:
+        return "sha256:" + hashlib.sha256(raw.encode()).hexdigest()
+    return f"{message_id} from {sender.lower()}"
+
+
+def _set_aside(email: AnymailInboundMessage) -> list[dict[str, Any]]:
+    """What is attached, named and set aside: each part that is no text of the message (a
+    photo, a PDF, a file) leaves a line in its place in the raw MIME."""
+    about = []
+    for part in email.walk():
+        if part.is_multipart() or not (
+            part.is_attachment() or part.get_content_maintype() != "text"
+        ):
+            continue
+        content = part.get_payload(decode=True)
+        size = len(content) if isinstance(content, bytes) else 0
+        name = " ".join((part.get_filename() or "").split())
+        about.append({"name": name, "type": part.get_content_type(), "size": size})
+        del part["Content-Transfer-Encoding"]
+        part.set_payload(f"(attachment {name or 'without a name'}, {size} bytes: not kept)\n")
+    return about
 
 
 def _raw(email: AnymailInboundMessage) -> str:

@@ -55,7 +55,10 @@ class Message(models.Model):
     brought_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # The intake workflow's thread (LangGraph's functional API), one per message.
+    # What was attached, set aside and not kept yet: [{"name", "type", "size"}]; the raw MIME
+    # keeps a line in each one's place.
+    attachments = models.JSONField(default=list, blank=True)
+    # The intake workflow's thread (a LangGraph StateGraph), one per message.
     thread_id = models.CharField(max_length=64, unique=True)
 
     status = models.CharField(max_length=16, choices=Status, default=Status.RECEIVED, db_index=True)
@@ -132,3 +135,16 @@ class MessageEvent(models.Model):
     def __str__(self) -> str:
         who = self.actor or "the desk"
         return f"{self.get_action_display()} by {who} on message {self.message_id}"
+
+
+class SignatureToken(models.Model):
+    """A signed inbound post's token (Mailgun signs timestamp + token), taken once: the same
+    signature posted again, with this email or another, is refused. Kept while its timestamp is
+    young enough to pass the age check (INBOUND_SIGNATURE_MAX_AGE_SECONDS); older ones are
+    refused by their age and removed."""
+
+    token = models.CharField(max_length=200, unique=True)
+    signed_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"Signature token {self.token[:12]}… of {self.signed_at:%Y-%m-%d %H:%M:%S}"

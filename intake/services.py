@@ -46,6 +46,7 @@ def message_receive(
     received_at: datetime,
     raw: str,
     brought_by=None,
+    attachments: list[dict] | None = None,
     wake: bool = True,
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
@@ -75,6 +76,10 @@ def message_receive(
         "received_at": received_at,
         "raw": _clean(raw),
         "brought_by": brought_by,
+        "attachments": [
+            {k: _clean(v) if isinstance(v, str) else v for k, v in about.items()}
+            for about in attachments or []
+        ],
         # Random, not derived from the key: a thread id is never reused, even by a database
         # restored from a backup beside checkpoints that were not.
         "thread_id": f"intake-{uuid.uuid4().hex}",

@@ -279,7 +279,10 @@ class AnswerLost(smtplib.SMTPServerDisconnected):
 def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None:
     outside_transaction("the mail server")
     message = EmailMessage(
-        subject, body, to=[to], headers={"X-Refund-Key": key, "Message-ID": message_id(key)}
+        header_text(subject),
+        body,
+        to=[header_text(to)],
+        headers={"X-Refund-Key": key, "Message-ID": message_id(key)},
     )
     backend = get_connection()
     try:
@@ -517,6 +520,13 @@ def _classify_provider(exc: Exception) -> MailRetryable | MailRefused | None:
     if status is not None and 400 <= status < 500 and status != 429:
         return MailRefused(f"the mail provider refused the message: {status} {first}")
     return MailRetryable(f"the mail provider did not take the message: {first}")
+
+
+def header_text(text: str) -> str:
+    """A header built from a customer's words (a subject "Re: ...", a name) on one line: a CR or
+    LF in it would start a header of their choosing (`Late\r\nBcc: ...`), or make Django refuse
+    the message on every attempt."""
+    return " ".join(text.split())
 
 
 def message_id(key: str) -> str:

@@ -42,3 +42,9 @@ WEBHOOK_FAILURES = Counter(
     "refund_desk_webhook_failures_total",
     "Webhook POSTs that did not get a 2xx (each is retried with backoff).",
 )
+INBOUND_REFUSED = Counter(
+    "refund_desk_inbound_refused_total",
+    "Posts to the mail provider's webhooks refused, by why (too_large, signature, stale, "
+    "replayed, malformed).",
+    ["reason"],
+)

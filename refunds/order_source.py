@@ -20,13 +20,9 @@ from urllib.parse import quote
 
 import httpx
 from django.conf import settings
-<<<<<<< HEAD
-from django.db import IntegrityError
-=======
 from django.core.exceptions import ValidationError
 from django.core.validators import ProhibitNullCharactersValidator
-from django.db import IntegrityError, connection
->>>>>>> orders
+from django.db import IntegrityError
 
 from core.network import outside_transaction
 from refunds.models import Order

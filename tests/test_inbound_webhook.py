@@ -4,14 +4,21 @@ signature = HMAC-SHA256(signing key, timestamp + token)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import logging
 import time
 import uuid
+from io import BytesIO
 
 import pytest
+from django.core.exceptions import RequestDataTooBig
+from django.test import RequestFactory
+from prometheus_client import REGISTRY
 
-from intake.models import Message
+from intake.models import Message, SignatureToken
+from intake.webhook import WholeForm
 from refunds import enqueue
 
 KEY = "inbound-signing-key"
@@ -41,8 +48,8 @@ def woken(monkeypatch) -> list[int]:
     return ids
 
 
-def signed(fields: dict[str, str], key: str = KEY) -> dict[str, str]:
-    timestamp, token = str(int(time.time())), uuid.uuid4().hex
+def signed(fields: dict[str, str], key: str = KEY, *, at: float | None = None) -> dict[str, str]:
+    timestamp, token = str(int(time.time() if at is None else at)), uuid.uuid4().hex
     signature = hmac.new(key.encode(), f"{timestamp}{token}".encode(), hashlib.sha256).hexdigest()
     return {**fields, "timestamp": timestamp, "token": token, "signature": signature}
 
@@ -55,9 +62,9 @@ def mime(body: str = LATE, *, mid: str = "m1", charset: str = "utf-8", cte: str 
 def post(client, django_capture_on_commit_callbacks):
     """POST as the provider does; what would run on commit runs."""
 
-    def send(payload: dict[str, str]):
+    def send(payload: dict[str, str], url: str = URL):
         with django_capture_on_commit_callbacks(execute=True):
-            return client.post(URL, payload)
+            return client.post(url, payload)
 
     return send
 
@@ -66,7 +73,10 @@ def test_a_signed_email_becomes_a_message_and_starts_its_intake(post, db, woken)
     response = post(signed({"body-mime": mime(), "recipient": "refunds@desk.example.com"}))
     assert response.status_code == 200
     message = Message.objects.get()
-    assert message.channel == "email" and message.key == "email:<m1@mail.example.com>"
+    assert (
+        message.channel == "email"
+        and message.key == "email:<m1@mail.example.com> from ana@example.com"
+    )
     assert message.sender == "ana@example.com" and message.sender_name == "Ana Souza"
     assert message.subject == "Late parcel" and "#1042" in message.body
     assert "Message-ID: <m1@mail.example.com>" in message.raw
@@ -133,3 +143,266 @@ def test_an_email_without_a_message_id_is_one_message_by_its_bytes(post, db, wok
     assert post(signed({"body-mime": payload})).status_code == 200
     assert post(signed({"body-mime": payload})).status_code == 200
     assert Message.objects.get().key.startswith("email:sha256:")
+
+
+def refused(reason: str) -> float:
+    return REGISTRY.get_sample_value("refund_desk_inbound_refused_total", {"reason": reason}) or 0
+
+
+PHOTO = bytes(range(256)) * 12_000  # 3 MB, 4 MB once base64 in the MIME
+WITH_PHOTO = (
+    "From: Ana Souza <ana@example.com>\r\n"
+    "Subject: Broken on arrival\r\n"
+    "Message-ID: <photo@mail.example.com>\r\n"
+    'Content-Type: multipart/mixed; boundary="b1"\r\n'
+    "\r\n--b1\r\n"
+    "Content-Type: text/plain; charset=utf-8\r\n\r\n"
+    "Order #1042 arrived broken, photo attached. Olá, Ana\r\n"
+    "--b1\r\n"
+    'Content-Type: image/jpeg; name="damage.jpg"\r\n'
+    'Content-Disposition: attachment; filename="damage.jpg"\r\n'
+    "Content-Transfer-Encoding: base64\r\n\r\n"
+    + base64.encodebytes(PHOTO).decode().replace("\n", "\r\n")
+    + "--b1--\r\n"
+)
+
+
+def test_an_email_with_a_3_mb_photo_is_taken_and_its_photo_named_not_kept(post, db, woken):
+    assert len(WITH_PHOTO) > 4_000_000  # over Django's 2.5 MB for one form field
+    response = post(signed({"body-mime": WITH_PHOTO}))
+    assert response.status_code == 200
+    message = Message.objects.get()
+    assert "#1042 arrived broken" in message.body and "Olá" in message.body
+    assert message.attachments == [{"name": "damage.jpg", "type": "image/jpeg", "size": 3_072_000}]
+    assert "(attachment damage.jpg, 3072000 bytes: not kept)" in message.raw
+    assert len(message.raw) < 10_000 and woken == [message.pk]
+
+
+def test_the_parsed_route_takes_a_3_mb_attachment_and_names_it(client, db, woken):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    fields = signed(
+        {
+            "body-plain": "Order #1042 arrived broken.",
+            "message-headers": '[["From", "Ana Souza <ana@example.com>"], '
+            '["Subject", "Broken"], ["Message-Id", "<parsed@mail.example.com>"]]',
+            "attachment-count": "1",
+        }
+    )
+    photo = SimpleUploadedFile("damage.jpg", PHOTO, content_type="image/jpeg")
+    response = client.post("/mail/mailgun/inbound/", {**fields, "attachment-1": photo})
+    assert response.status_code == 200
+    message = Message.objects.get()
+    assert message.sender == "ana@example.com" and "#1042" in message.body
+    assert message.attachments == [{"name": "damage.jpg", "type": "image/jpeg", "size": 3_072_000}]
+
+
+def test_a_post_over_the_inbound_limit_is_refused_413_counted_and_stores_nothing(
+    post, db, woken, settings
+):
+    settings.INBOUND_MAX_BODY_BYTES = 2 * 1024 * 1024
+    before = refused("too_large")
+    response = post(signed({"body-mime": WITH_PHOTO}))
+    assert response.status_code == 413
+    assert response.json() == {
+        "status": 413,
+        "code": "payload_too_large",
+        "error": "The request body is too large (at most 2097152 bytes).",
+    }
+    assert refused("too_large") == before + 1
+    assert Message.objects.count() == 0 and woken == []
+
+
+def test_a_post_whose_content_length_is_over_the_limit_is_refused_before_it_is_read(
+    client, db, woken, settings
+):
+    settings.INBOUND_MAX_BODY_BYTES = 2 * 1024 * 1024
+    payload = signed({"body-mime": mime()})
+    response = client.post(URL, payload, CONTENT_LENGTH=str(2 * 1024 * 1024 + 1))
+    assert response.status_code == 413 and Message.objects.count() == 0
+
+
+def test_a_body_longer_than_its_content_length_said_is_refused_by_what_was_read():
+    request = RequestFactory().post(URL)
+    form = WholeForm(request, limit=1000)
+    with pytest.raises(RequestDataTooBig):
+        form.handle_raw_input(BytesIO(b"x" * 1001), request.META, 10, b"b1")
+
+
+def test_other_urls_keep_djangos_limit(client, db):
+    response = client.post("/login/", {"username": "x" * 3_000_000, "password": "pw"})
+    assert response.status_code == 400
+
+
+def test_a_signature_used_again_is_refused_whatever_email_it_carries(post, db, woken):
+    first = signed({"body-mime": mime(mid="first")})
+    before = refused("replayed")
+    assert post(first).status_code == 200
+    again = post({**first, "body-mime": mime(mid="second", body="Refund order #9999 to me")})
+    assert again.status_code == 400
+    assert again.json()["error"] == "This signature was used already."
+    assert post(first).status_code == 400
+    assert refused("replayed") == before + 2
+    assert Message.objects.count() == 1 and len(woken) == 1
+
+
+@pytest.mark.parametrize("years", [-2, 1])
+def test_a_signature_two_years_old_or_a_year_ahead_is_refused(post, db, woken, years):
+    before = refused("stale")
+    response = post(signed({"body-mime": mime()}, at=time.time() + years * 365 * 86400))
+    assert response.status_code == 400 and "from now" in response.json()["error"]
+    assert refused("stale") == before + 1
+    assert Message.objects.count() == 0 and SignatureToken.objects.count() == 0
+
+
+def test_a_signature_of_year_1_is_refused_not_stored_as_received_then(post, db, woken):
+    response = post(signed({"body-mime": mime()}, at=-62135596800))
+    assert response.status_code == 400 and "0001-01-01" in response.json()["error"]
+    assert Message.objects.count() == 0
+
+
+def test_a_signature_within_the_window_is_taken_and_its_token_kept_until_it_expires(
+    post, db, woken, settings
+):
+    settings.INBOUND_SIGNATURE_MAX_AGE_SECONDS = 600
+    assert post(signed({"body-mime": mime(mid="late")}, at=time.time() - 500)).status_code == 200
+    SignatureToken.objects.create(token="old", signed_at="2020-01-01T00:00:00Z")
+    assert post(signed({"body-mime": mime(mid="now")})).status_code == 200
+    assert SignatureToken.objects.count() == 2 and Message.objects.count() == 2
+
+
+def test_a_bad_signature_is_one_warning_line_without_a_traceback(post, db, woken, caplog):
+    before = refused("signature")
+    with caplog.at_level(logging.INFO):
+        assert post(signed({"body-mime": mime()}, key="not-the-key")).status_code == 400
+    ours = [r for r in caplog.records if r.name == "intake.webhook"]
+    assert [(r.levelname, r.exc_info) for r in ours] == [("WARNING", None)]
+    assert "incorrect signature" in ours[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert refused("signature") == before + 1
+
+
+def test_the_same_message_id_from_another_sender_is_another_message(post, db, woken):
+    assert post(signed({"body-mime": mime()})).status_code == 200
+    other = mime(body="Refund my order #2001 please").replace("ana@example.com", "bo@example.com")
+    assert post(signed({"body-mime": other})).status_code == 200
+    assert sorted(Message.objects.values_list("sender", flat=True)) == [
+        "ana@example.com",
+        "bo@example.com",
+    ]
+    assert len(woken) == 2
+
+
+def test_a_from_whose_name_holds_cr_lf_is_taken_with_its_address(post, db, woken):
+    payload = mime().replace("Ana Souza", "=?utf-8?q?Ana=0D=0ABcc=3A_x=40evil.example?=")
+    assert post(signed({"body-mime": payload})).status_code == 200
+    message = Message.objects.get()
+    assert message.sender == "ana@example.com" and message.sorting_reason == ""
+    assert message.sender_name == "Ana Bcc: x@evil.example"
+
+
+ODD = {
+    "no body-mime field": {},
+    "an empty message": {"body-mime": ""},
+    "no headers, junk": {"body-mime": "\x00\xff junk"},
+    "a From that is junk": {"body-mime": 'From: <<<@@@>>>, "\r\n\r\nhi #1042'},
+    "two From addresses": {"body-mime": "From: a@example.com, b@example.com\r\n\r\nhi"},
+    "a header of 200,000 characters": {
+        "body-mime": "Subject: " + "a" * 200_000 + "\r\nFrom: a@example.com\r\n\r\nhi"
+    },
+    "a boundary never closed, a charset that is junk": {
+        "body-mime": 'From: a@example.com\r\nContent-Type: multipart/mixed; boundary="z"\r\n\r\n'
+        '--z\r\nContent-Type: text/plain; charset="\xff"\r\n\r\nhi\r\n'
+    },
+    "base64 that is not": {
+        "body-mime": "From: a@example.com\r\nContent-Transfer-Encoding: base64\r\n\r\n!!!"
+    },
+    "encoded words in an unknown charset": {
+        "body-mime": "From: =?x-bad?q?Ana?= <a@example.com>\r\nSubject: =?x-bad?b?!!!?=\r\n\r\nhi"
+    },
+    "an attachment without a name or content": {
+        "body-mime": 'From: a@example.com\r\nContent-Type: multipart/mixed; boundary="z"\r\n\r\n'
+        "--z\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment\r\n\r\n--z--"
+    },
+}
+PARSED_ODD = {
+    "no fields at all": {},
+    "no message-headers": {"from": "a@example.com", "body-plain": "hi"},
+    "message-headers that are not JSON": {"from": "a@example.com", "message-headers": "[bad"},
+    "a content-id-map that is not JSON": {
+        "message-headers": "[]",
+        "attachment-count": "1",
+        "content-id-map": "{bad",
+    },
+    "the store() action's fields": {"message-headers": "[]", "attachments": "[]"},
+    "a tracking event": {"event": "delivered", "message-headers": "[]"},
+}
+
+
+@pytest.mark.parametrize("shape", [*ODD, *PARSED_ODD])
+def test_every_odd_shape_answers_2xx_or_a_clear_4xx(post, db, woken, shape):
+    fields, url = (
+        (ODD[shape], URL) if shape in ODD else (PARSED_ODD[shape], "/mail/mailgun/inbound/")
+    )
+    response = post(signed(fields), url)
+    assert response.status_code in (200, 400), response.content
+    if response.status_code == 400:
+        assert response.json()["error"]
+        assert Message.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_signature_posted_twice_at_once_is_taken_once(woken):
+    """The token's UNIQUE row is the guard, not the look before it: A holds its token
+    (uncommitted, waiting on a row another session holds) while B, the same signature with
+    another email, looks, finds nothing, and inserts; B must lose when A commits."""
+    import threading
+
+    from django.db import connection, transaction
+    from django.test import Client
+    from django.utils import timezone
+
+    from tests.conftest import in_another_session, wait_for
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite runs one writer at a time: the two posts cannot overlap")
+    first = signed({"body-mime": mime(mid="a")})
+    second = {**first, "body-mime": mime(mid="b", body="Refund order #9999 to me")}
+    release, holding = threading.Event(), threading.Event()
+
+    def hold_a_message_row() -> None:  # A's message insert waits on this until rolled back
+        with transaction.atomic():
+            Message.objects.create(
+                key="email:<a@mail.example.com> from ana@example.com",
+                channel="email",
+                sender="ana@example.com",
+                received_at=timezone.now(),
+                thread_id="held",
+            )
+            holding.set()
+            release.wait(30)
+            transaction.set_rollback(True)
+
+    def waiting() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            return cursor.fetchone()[0]
+
+    answers: dict[str, int] = {}
+
+    def poster(name: str, payload: dict[str, str]):
+        return lambda: answers.setdefault(name, Client().post(URL, payload).status_code)
+
+    holder = in_another_session(hold_a_message_row)
+    assert holding.wait(10)
+    a = in_another_session(poster("a", first))
+    wait_for(lambda: waiting() == 1, timeout=10)
+    b = in_another_session(poster("b", second))
+    wait_for(lambda: waiting() == 2, timeout=10)
+    release.set()
+    for thread in (holder, a, b):
+        thread.join(30)
+    assert answers == {"a": 200, "b": 400}
+    assert list(Message.objects.values_list("key", flat=True)) == [
+        "email:<a@mail.example.com> from ana@example.com"
+    ]

@@ -383,3 +383,20 @@ def observe_deliveries(monkeypatch, hook) -> None:
 
     monkeypatch.setattr(signals.mail_delivery, "receivers", list(signals.mail_delivery.receivers))
     signals.mail_delivery.connect(receiver, weak=False)
+
+
+def test_a_customers_cr_lf_never_reaches_a_header(ticket):
+    lease = leases.grant(ticket)
+    mail.send_once(
+        ticket_id=ticket.pk,
+        lease=lease,
+        key="refund-1042-mail:ack",
+        to="ana@example.com",
+        subject="Re: Late\r\nBcc: x@evil.example\u2028X-Other: y",
+        body="Thank you for writing to us.",
+    )
+    message = django_mail.outbox[0]
+    assert message.subject == "Re: Late Bcc: x@evil.example X-Other: y"
+    headers = message.message().as_string().split("\n\n")[0]
+    assert "\nBcc:" not in headers and "\nX-Other:" not in headers
+    assert Email.objects.get().status == "sent"

@@ -1,0 +1,23 @@
+"""anymail's webhook URLs (e.g. /mail/mailgun/inbound_mime/, /mail/mailgun/tracking/) behind
+intake/webhook.py's door, under anymail's own names; the inbound ones take bodies up to
+INBOUND_MAX_BODY_BYTES."""
+
+from anymail.urls import urlpatterns as anymail_urls
+from django.urls import URLPattern
+
+from intake.webhook import door
+
+app_name = "anymail"
+urlpatterns = [
+    URLPattern(
+        url.pattern,
+        door(
+            url.callback,
+            max_bytes="INBOUND_MAX_BODY_BYTES" if "inbound" in (url.name or "") else None,
+        ),
+        url.default_args,
+        url.name,
+    )
+    for url in anymail_urls
+    if isinstance(url, URLPattern)
+]

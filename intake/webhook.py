@@ -1,0 +1,122 @@
+"""The door in front of the mail provider's webhooks (anymail's views under /mail/): the size a
+post may have, and a clear 4xx, logged in one line, for a post that is not one we take.
+
+Django parses a form and refuses any form field over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) with a
+400, site-wide; Mailgun's raw-MIME route posts the whole email, a photo of the damage with it, as
+one field. So the inbound routes parse their form themselves (WholeForm, through Django's upload
+handler hook), up to INBOUND_MAX_BODY_BYTES, and every other URL keeps Django's limit."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from email.message import EmailMessage
+from email.parser import BytesParser
+from email.policy import HTTP
+from functools import wraps
+from typing import Any
+
+from anymail.exceptions import AnymailConfigurationError, AnymailWebhookValidationFailure
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadhandler import FileUploadHandler
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http.multipartparser import MultiPartParserError
+from django.utils.datastructures import MultiValueDict
+
+from refunds import metrics
+
+log = logging.getLogger(__name__)
+# What anymail's views raise on a post that is not the shape their provider sends (a field
+# missing, JSON that does not parse, a tracking webhook pointed at the inbound URL): the post's
+# fault, so a 400 that says so, never a 500 the provider retries for hours.
+MALFORMED = (KeyError, json.JSONDecodeError, MultiPartParserError, AnymailConfigurationError)
+
+
+class Refused(AnymailWebhookValidationFailure):
+    """A signed post the desk will not take (stale, or its signature used already); `reason` is
+    the metric's label."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class WholeForm(FileUploadHandler):
+    """Parses a multipart form of up to `limit` bytes in place of Django's parser (whose limit
+    per field is site-wide): read at most limit + 1 bytes, so a body larger than its
+    Content-Length said is refused by what was read."""
+
+    def __init__(self, request: HttpRequest, limit: int) -> None:
+        super().__init__(request)
+        self.limit = limit
+
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
+        data = input_data.read(self.limit + 1)
+        if len(data) > self.limit:
+            raise RequestDataTooBig(f"the body is over {self.limit} bytes")
+        head = f"Content-Type: {META.get('CONTENT_TYPE', '')}\r\n\r\n".encode()
+        form = BytesParser(EmailMessage, policy=HTTP).parsebytes(head + data)
+        if not form.is_multipart():
+            raise MultiPartParserError("the multipart body has no parts")
+        post, files = QueryDict(mutable=True), MultiValueDict[str, SimpleUploadedFile]()
+        for part in form.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if not isinstance(name, str):
+                continue
+            content = part.get_payload(decode=True)
+            content = content if isinstance(content, bytes) else b""
+            filename = part.get_filename()
+            if filename is None:
+                post.appendlist(name, content.decode(encoding or "utf-8", errors="replace"))
+            else:
+                upload = SimpleUploadedFile(filename, content, part.get_content_type())
+                files.appendlist(name, upload)
+        return post, files
+
+
+def door(view: Callable[..., HttpResponse], *, max_bytes: str | None = None):
+    """`view` behind the door: with `max_bytes` (a setting's name), bodies up to that setting are
+    taken and larger ones refused with 413 before anything is parsed."""
+
+    @wraps(view)  # keeps anymail's csrf_exempt
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        limit = getattr(settings, max_bytes) if max_bytes else None
+        if limit is not None:
+            try:
+                length = int(request.META.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                return _refused(request, 400, "malformed", "The Content-Length is not a number.")
+            if length > limit:
+                return _too_large(request, limit)
+            request.upload_handlers = [WholeForm(request, limit)]
+        try:
+            return view(request, *args, **kwargs)
+        except RequestDataTooBig:
+            return _too_large(request, limit or settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        except Refused as exc:
+            return _refused(request, 400, exc.reason, str(exc))
+        except AnymailWebhookValidationFailure as exc:
+            return _refused(request, 400, "signature", str(exc))
+        except MALFORMED as exc:
+            why = str(exc) if isinstance(exc, AnymailConfigurationError) else repr(exc)
+            return _refused(request, 400, "malformed", f"The post is not the provider's: {why}")
+
+    return guarded
+
+
+def _too_large(request: HttpRequest, limit: int) -> HttpResponse:
+    return _refused(
+        request, 413, "too_large", f"The request body is too large (at most {limit} bytes)."
+    )
+
+
+def _refused(request: HttpRequest, status: int, reason: str, message: str) -> HttpResponse:
+    """One WARNING line with why, no traceback (Django would log a bad signature at ERROR with
+    one, as a SuspiciousOperation), counted by reason."""
+    metrics.INBOUND_REFUSED.labels(reason=reason).inc()
+    log.warning("%s %s refused (%s): %s", request.method, request.path, status, message[:300])
+    code = {400: "bad_request", 413: "payload_too_large"}[status]
+    return JsonResponse({"status": status, "code": code, "error": message}, status=status)
