@@ -268,6 +268,7 @@ class Run:
         self.data = Path(settings.DATA_DIR)
         self.logs = self.data / "logs"
         self.workers: list = []
+        self.housekeeping: CeleryProcess | None = None
         self.outside_kills = 0
         self.leased_groups: set[int] = set()  # workers killed from outside holding a lease
         self.restarts: set[str] = set()  # workers killed from outside, to be started again
@@ -436,7 +437,7 @@ class Run:
         in_tickets = inside_count - in_messages
         several = [pk for pk in tickets if pk in self.several_ids]
         single = [pk for pk in tickets if pk not in self.several_ids]
-        in_several = min(len(several), math.ceil(in_tickets * self.opts["several"]))
+        in_several = min(len(several), in_tickets, math.ceil(inside_count * self.opts["several"]))
         in_several = max(in_several, in_tickets - len(single))
         chosen = self.rng.sample(several, in_several)
         chosen += self.rng.sample(single, in_tickets - in_several)
@@ -532,7 +533,7 @@ class Run:
     def _start_dead_workers(self) -> None:
         """Start again, without waiting for it, every worker that is down: killed from outside,
         or died by itself (then counted)."""
-        for worker in [*self.workers, self.housekeeping]:
+        for worker in [*self.workers, *([self.housekeeping] if self.housekeeping else [])]:
             if worker.alive:
                 continue
             if worker.name in self.restarts:
