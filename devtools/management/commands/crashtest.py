@@ -520,6 +520,7 @@ class Run:
         if not ready:
             return False
         worker = self.rng.choice(ready)
+        assert worker.proc is not None  # ready: started
         group = worker.proc.pid  # its process group
         if _holds_a_lease(group):
             self.leased_groups.add(group)
