@@ -25,6 +25,10 @@ several points of one thread). Points:
   window of "mail once");
 - "renew": in the lease renewal ("error" makes the renewal fail with a database error).
 
+Besides, every process logs what it holds and when, beside the plan ("<plan>.calls": a Celery
+task running, a call open at the gateway, a connection open to the mail server), so a crash
+test tells what an outside kill of a worker interrupted (calls()).
+
 Actions: "exit" is os._exit(1), what an OOM kill or a pulled plug looks like; "sleep" stalls for
 `seconds` while holding the lease; "stop" stops this process (SIGSTOP, sent to the thread at
 the point, so it stops there and not a moment later; the test sends SIGCONT later); "error"
@@ -35,15 +39,19 @@ tasks of one process count their firings under one lock, so times=1 fires once t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
+from celery.signals import task_postrun, task_prerun
 from django.conf import settings
+from django.core.mail.backends.smtp import EmailBackend
 from django.db import OperationalError
 from django.utils.module_loading import import_string
 
@@ -161,19 +169,85 @@ class CrashingGateway:
         crash_point(ticket_key, "gateway:before")
         if order:
             crash_point(ticket_key, f"gateway:before:{order}")
-        receipt = self.inner.charge(
-            idempotency_key=idempotency_key,
-            amount_cents=amount_cents,
-            ticket_key=ticket_key,
-            payment_reference=payment_reference,
-        )
+        with open_call("gateway"):
+            receipt = self.inner.charge(
+                idempotency_key=idempotency_key,
+                amount_cents=amount_cents,
+                ticket_key=ticket_key,
+                payment_reference=payment_reference,
+            )
         crash_point(ticket_key, "gateway:after")
         if order:
             crash_point(ticket_key, f"gateway:after:{order}")
         return receipt
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
-        return self.inner.lookup(idempotency_key, payment_reference=payment_reference)
+        with open_call("gateway"):
+            return self.inner.lookup(idempotency_key, payment_reference=payment_reference)
+
+
+class TracedSmtpBackend(EmailBackend):
+    """Django's SMTP backend, logging when its connection to the mail server opens and closes
+    (crashtest sets it as EMAIL_BACKEND): the outbox closes it after every conversation."""
+
+    def open(self) -> bool | None:
+        record_call("smtp", "start")
+        return super().open()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            record_call("smtp", "end")
+
+
+@contextlib.contextmanager
+def open_call(kind: str) -> Iterator[None]:
+    record_call(kind, "start")
+    try:
+        yield
+    finally:
+        record_call(kind, "end")
+
+
+def record_call(kind: str, event: str) -> None:
+    """That this process started or ended holding a `kind` ("task", "gateway", "smtp")."""
+    if not settings.REFUNDS_CRASH_PLAN:
+        return
+    line = f"{time.time():.6f} {os.getpid()} {os.getpgid(0)} {kind} {event}\n"
+    with open(settings.REFUNDS_CRASH_PLAN + ".calls", "a") as calls:
+        calls.write(line)
+
+
+def calls(plan_path: str | Path) -> list[tuple[float, int, int, str, str]]:
+    """(time, pid, process group, kind, "start" or "end") of what processes held, oldest
+    first."""
+    path = Path(str(plan_path) + ".calls")
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        at, pid, group, kind, event = line.split(" ")
+        rows.append((float(at), int(pid), int(group), kind, event))
+    return sorted(rows)
+
+
+def held(
+    rows: list[tuple[float, int, int, str, str]], group: int, *, died: Collection[int] = ()
+) -> set[str]:
+    """What the processes of `group` held when they last logged (a killed group: when it was
+    killed): each kind whose last event in some process was "start". `died`: processes that
+    died at a crash point of their own, whose last "start" says nothing about the group's end."""
+    last = {(pid, kind): event for _, pid, g, kind, event in rows if g == group and pid not in died}
+    return {kind for (_, kind), event in last.items() if event == "start"}
+
+
+def _task_started(**kwargs) -> None:
+    record_call("task", "start")
+
+
+def _task_ended(**kwargs) -> None:
+    record_call("task", "end")
 
 
 _DELIVERY_POINTS = {
@@ -221,6 +295,8 @@ def install() -> None:
     # Nodes are wrapped through REFUNDS_NODE_WRAPPER (config/settings.py sets it with the plan).
     signals.mail_delivery.connect(_delivery_signal, dispatch_uid="devtools.faults.mail")
     signals.step_reached.connect(_step_point, dispatch_uid="devtools.faults.step")
+    task_prerun.connect(_task_started, dispatch_uid="devtools.faults.task_started")
+    task_postrun.connect(_task_ended, dispatch_uid="devtools.faults.task_ended")
     real_renew = lease.Lease.renew
     if getattr(real_renew, "crash_point", False):
         return

@@ -22,6 +22,7 @@ class CeleryProcess:
         self.name = name or log.stem
         self.proc: subprocess.Popen | None = None
         self._log_offset = 0
+        self._ready = False
 
     @classmethod
     def worker(
@@ -62,6 +63,7 @@ class CeleryProcess:
     def start(self, *, wait_ready: bool = False, timeout: float = 60) -> CeleryProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log_offset = self.log.stat().st_size if self.log.exists() else 0
+        self._ready = False
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", self.app, *self.args],
@@ -75,10 +77,19 @@ class CeleryProcess:
             self.wait_ready(timeout)
         return self
 
+    def is_ready(self) -> bool:
+        """Whether this start logged its "ready." line and still runs (a restarted worker
+        appends to the same log): its pool is up and takes tasks. Does not wait."""
+        if not self._ready and self.proc is not None:
+            with self.log.open("rb") as log:
+                log.seek(self._log_offset)
+                self._ready = b"ready." in log.read()
+        return self._ready and self.alive
+
     def wait_ready(self, timeout: float = 60) -> None:
-        """Wait for this start's "ready." line (a restarted worker appends to the same log)."""
+        """Wait for this start's "ready." line."""
         deadline = time.monotonic() + timeout
-        while b"ready." not in self.log.read_bytes()[self._log_offset :]:
+        while not self.is_ready():
             if not self.alive:
                 raise RuntimeError(f"{self.log.name} exited:\n{self.output()[-3000:]}")
             if time.monotonic() > deadline:

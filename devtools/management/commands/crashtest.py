@@ -9,8 +9,13 @@ and SIGCONT it after another worker may have taken its thread over. Some orders 
 ticket once their first one is settled (a helpdesk asking again). A share of the tickets
 (`--several`) cover two or three orders of one customer: their checks and charges fan out, and
 kills land inside the fan-out too (a task's own point, "charge_order:<order>", or around one
-order's gateway call). Reviewers approve (and sometimes reject) as reviews appear. A seed makes
-the plan reproducible. Every run works in its own temporary data folder and database.
+order's gateway call). A share of the tickets (`--messages`) arrive as customers' emails through
+the inbound webhook's service, read by the intake workflow in the same workers under the same
+kills ("intake:<task>" points); each message must open one ticket and be acknowledged once,
+counted at the SMTP server. Outside kills hit only a worker whose pool is ready, and each is
+counted by what its worker then held (a task, a lease, a call open at the gateway or the mail
+server). Reviewers approve (and sometimes reject) as reviews appear. A seed makes the plan
+reproducible. Every run works in its own temporary data folder and database.
 """
 
 from __future__ import annotations
@@ -89,6 +94,12 @@ LATE_POINTS_SEVERAL = [
     "smtp:before",
     "after:email",
 ]
+# The intake's tasks of a message (devtools/faults.py), and its acknowledgment's conversation.
+INTAKE_POINTS = [
+    f"intake:{task}{end}"
+    for task in ("read", "find_orders", "open_ticket", "acknowledge")
+    for end in ("", ":done")
+] + ["smtp:before"]
 # Not planned: "smtp:handed_over" and "smtp:after", kills between handing the final "." over and
 # recording the server's answer. That is the one window no SMTP server lets us close (README.md,
 # "Mail once"); tests/test_crash.py pins what happens there. A random outside kill (or a pause
@@ -108,6 +119,10 @@ BROKEN_PROMISES = (
     "refunded_without_payment",
     "emails_delivered_twice_unexplained",
     "customers_never_told",
+    "messages_lost",
+    "messages_placed_not_once",
+    "messages_acknowledged_twice_unexplained",
+    "messages_never_acknowledged",
 )
 
 
@@ -137,6 +152,12 @@ class Command(BaseCommand):
             help="the share of tickets that cover two or three orders of one customer (0 to 1)",
         )
         parser.add_argument(
+            "--messages",
+            type=float,
+            default=0.33,
+            help="the share of tickets that arrive as customers' emails, read by the intake",
+        )
+        parser.add_argument(
             "--backend",
             choices=["embedded", "postgres"],
             default="embedded",
@@ -156,7 +177,8 @@ class Command(BaseCommand):
             "--timeout",
             type=float,
             default=None,
-            help="seconds to wait for every ticket to settle (default 60 + 2/ticket + 5/pause)",
+            help="seconds to wait for every ticket to settle "
+            "(default 60 + 2/ticket + 5/pause + 10/outside kill)",
         )
         parser.add_argument("--keep", action="store_true", help="keep the data folder and logs")
 
@@ -167,8 +189,9 @@ class Command(BaseCommand):
         for name in ("kills", "pauses"):
             if opts[name] < 0:
                 raise CommandError(f"--{name} must be 0 or more")
-        if not 0 <= opts["several"] <= 1:
-            raise CommandError("--several must be between 0 and 1 (a share of the tickets)")
+        for name in ("several", "messages"):
+            if not 0 <= opts[name] <= 1:
+                raise CommandError(f"--{name} must be between 0 and 1 (a share of the tickets)")
         if opts["seed"] is None:
             opts["seed"] = random.randrange(1_000_000)
         if os.environ.get(CHILD_FLAG):
@@ -201,7 +224,16 @@ class Command(BaseCommand):
             _recreate_postgres(opts["database_url"])
             env |= {"DATABASE_URL": opts["database_url"], "CELERY_BROKER_URL": opts["broker_url"]}
         argv = ["crashtest"]
-        for name in ("tickets", "kills", "pauses", "seed", "workers", "backend", "several"):
+        for name in (
+            "tickets",
+            "kills",
+            "pauses",
+            "seed",
+            "workers",
+            "backend",
+            "several",
+            "messages",
+        ):
             argv += [f"--{name}", str(opts[name])]
         if opts["timeout"]:
             argv += ["--timeout", str(opts["timeout"])]
@@ -236,7 +268,12 @@ class Run:
         self.data = Path(settings.DATA_DIR)
         self.logs = self.data / "logs"
         self.workers: list = []
+        self.housekeeping: CeleryProcess | None = None
         self.outside_kills = 0
+        self.leased_groups: set[int] = set()  # workers killed from outside holding a lease
+        self.restarts: set[str] = set()  # workers killed from outside, to be started again
+        self.died_by_themselves = 0
+        self.without_a_ready_worker = 0.0  # seconds no thread worker was ready (up, not paused)
         self.group_kills: list[tuple[float, int]] = []  # (time, process group) of outside kills
         self.group_pauses: list[tuple[float, float, int]] = []  # (SIGSTOP, SIGCONT, group)
         self.pauses = 0
@@ -248,6 +285,7 @@ class Run:
         # count exactly one refund for each such order over all its tickets, and none for others.
         self.approved: dict[str, bool] = {}
         self.several_ids: set[int] = set()  # the tickets of several orders
+        self.messages: dict[int, list[str]] = {}  # message id -> the orders it names
         self.events: list[tuple[float, str]] = []  # (time, what) of outside kills and pauses
 
     def execute(self) -> dict:
@@ -262,18 +300,26 @@ class Run:
         self.gateway = FakeProcessor(answer_late_by=2.0).start()
         tickets = self._open_tickets()
         inside, outside = self._plan_kills(tickets)
-        env = {**os.environ, **self.smtp.env(), **self.gateway.env(timeout=1.0)}
-        # As in production: the killed and paused workers advance threads; the sweeps and
-        # webhooks run on a housekeeping worker of their own, which is never killed.
+        env = {
+            **os.environ,
+            **self.smtp.env(),
+            "EMAIL_BACKEND": "devtools.faults.TracedSmtpBackend",
+            **self.gateway.env(timeout=1.0),
+        }
+        # As in production: the killed and paused workers advance threads and read messages;
+        # the sweeps and webhooks run on a housekeeping worker of their own, never killed.
         self.workers = [
-            CeleryProcess.worker(f"crash{i}", self.logs, env, queues="threads")
+            CeleryProcess.worker(f"crash{i}", self.logs, env, queues=_thread_queues())
             for i in range(self.opts["workers"])
         ]
         housekeeping = CeleryProcess.worker("housekeeping", self.logs, env, queues="housekeeping")
+        self.housekeeping = housekeeping
         for w in [*self.workers, housekeeping]:
             w.start(wait_ready=True)
         beat = CeleryProcess.beat(self.logs, env).start()
-        timeout = self.opts["timeout"] or 60 + 2 * len(tickets) + 5 * self.opts["pauses"]
+        timeout = self.opts["timeout"] or (
+            60 + 2 * len(tickets) + 5 * self.opts["pauses"] + 10 * outside
+        )
         try:
             settled = self._drive(outside, deadline=time.monotonic() + timeout)
         finally:
@@ -315,7 +361,9 @@ class Run:
         ids = []
         for i in range(self.opts["tickets"]):
             count = self.rng.choice([2, 3]) if self.rng.random() < self.opts["several"] else 1
-            numbers = [f"C{i:05d}"] + [f"C{i:05d}-{k}" for k in range(2, count + 1)]
+            # "C000122": the rules reader reads no suffix after a dash ("C00012-2").
+            numbers = [f"C{i:05d}"] + [f"C{i:05d}{k}" for k in range(2, count + 1)]
+            email = f"customer{i % max(5, self.opts['tickets'] // 3)}@example.com"
             lateness = {}
             for number in numbers:
                 late = self.rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, 8])  # about 2 in 9 not late
@@ -323,19 +371,22 @@ class Run:
                 Order.objects.create(
                     number=number,
                     customer_name=f"Customer {i}",
-                    customer_email=f"customer{i % max(5, self.opts['tickets'] // 3)}@example.com",
+                    customer_email=email,
                     promised_on=promised,
                     delivered_on=promised + timedelta(days=late),
                     shipping_fee_cents=fee,
                 )
                 lateness[number] = late
-            ticket = services.ticket_open(
-                order_numbers=numbers, note="crashtest", opened_by=self.opener
-            )
-            ids.append(ticket.pk)
+            if self.rng.random() < self.opts["messages"]:
+                self._write_in(i, email, numbers)
+            else:
+                ticket = services.ticket_open(
+                    order_numbers=numbers, note="crashtest", opened_by=self.opener
+                )
+                ids.append(ticket.pk)
+                if count > 1:
+                    self.several_ids.add(ticket.pk)
             first = numbers[0]
-            if count > 1:
-                self.several_ids.add(ticket.pk)
             if self.rng.random() < 0.1:
                 self.rejects.add(first)  # the whole ticket: every order of it
             if self.rng.random() < 0.15:
@@ -344,20 +395,56 @@ class Run:
                 self.approved[number] = late > 0 and first not in self.rejects
         return ids
 
+    def _write_in(self, i: int, email: str, numbers: list[str]) -> None:
+        """A customer's email, through the service the inbound webhook calls (intake/inbound.py):
+        the intake workflow reads it in a worker and opens its ticket."""
+        from django.utils import timezone
+
+        from intake.models import Message
+        from intake.services import message_receive
+
+        orders = (
+            numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
+        )
+        body = (
+            f"{'Order' if len(numbers) == 1 else 'My orders'} {orders} arrived 4 days late, "
+            f"please refund the shipping.\n\nCustomer {i}"
+        )
+        subject = "Late delivery"
+        message, _ = message_receive(
+            channel=Message.Channel.EMAIL,
+            key=f"<crashtest-{i}@example.com>",
+            sender=email,
+            sender_name=f"Customer {i}",
+            subject=subject,
+            body=body,
+            received_at=timezone.now(),
+            raw=f"From: {email}\nSubject: {subject}\n\n{body}",
+        )
+        self.messages[message.pk] = numbers
+
     def _plan_kills(self, tickets: list[int]) -> tuple[dict, int]:
+        from intake.models import Message
         from refunds.models import Ticket
 
         kills = self.opts["kills"]
-        inside_count = min(len(tickets), (kills + 1) // 2)
-        # Tickets of several orders get at least their share of the inside kills (rounded up),
-        # so a short run kills inside the fan-outs too.
+        messages = sorted(self.messages)
+        inside_count = min(len(tickets) + len(messages), (kills + 1) // 2)
+        # Messages, and tickets of several orders, get at least their share of the inside kills
+        # (rounded up), so a short run kills inside the intake and the fan-outs too.
+        in_messages = math.ceil(inside_count * len(messages) / (len(tickets) + len(messages)))
+        in_messages = max(min(len(messages), in_messages), inside_count - len(tickets))
+        in_tickets = inside_count - in_messages
         several = [pk for pk in tickets if pk in self.several_ids]
         single = [pk for pk in tickets if pk not in self.several_ids]
-        in_several = min(len(several), math.ceil(inside_count * self.opts["several"]))
-        in_several = max(in_several, inside_count - len(single))
+        in_several = min(len(several), in_tickets, math.ceil(inside_count * self.opts["several"]))
+        in_several = max(in_several, in_tickets - len(single))
         chosen = self.rng.sample(several, in_several)
-        chosen += self.rng.sample(single, inside_count - in_several)
+        chosen += self.rng.sample(single, in_tickets - in_several)
         plan = {}
+        killed_messages = self.rng.sample(messages, in_messages)
+        for message in Message.objects.filter(pk__in=killed_messages).order_by("pk"):
+            plan[message.thread_id] = {"point": self.rng.choice(INTAKE_POINTS), "times": 1}
         for ticket in Ticket.objects.filter(pk__in=chosen).select_related("order"):
             # Points after the review only for tickets that get there, so every kill fires.
             numbers = ticket.order_numbers()
@@ -381,6 +468,7 @@ class Run:
         next_kill = time.monotonic() + self.rng.uniform(0.5, 2.0)
         next_pause = time.monotonic() + self.rng.uniform(1.0, 3.0)
         last_report = 0.0
+        last = time.monotonic()
         while time.monotonic() < deadline:
             self._review()
             self._ask_again()
@@ -388,6 +476,9 @@ class Run:
             total = sum(statuses.values())
             done = sum(n for s, n in statuses.items() if s in FINAL)
             now = time.monotonic()
+            if not self._ready_workers():
+                self.without_a_ready_worker += now - last
+            last = now
             for resume_at, worker in list(self.paused):
                 if now >= resume_at:
                     worker.signal(signal.SIGCONT)
@@ -399,14 +490,16 @@ class Run:
                 and self.pauses >= pauses
                 and not self.paused
                 and self.asked_again >= self._settled_asks()
+                and not self._messages_unfinished()
             ):
                 return True
-            if self.outside_kills < outside and now >= next_kill:
-                self._kill_a_worker()
+            # A kill waits for a ready worker: one still starting holds nothing to lose.
+            if self.outside_kills < outside and now >= next_kill and self._kill_a_worker():
                 next_kill = now + self.rng.uniform(0.5, 2.5)
             if self.pauses < pauses and now >= next_pause:
                 self._pause_a_worker(now)
                 next_pause = now + self.rng.uniform(1.0, 3.0)
+            self._start_dead_workers()
             if now - last_report > 2:
                 last_report = now
                 self.progress.write(
@@ -417,16 +510,44 @@ class Run:
             time.sleep(0.1)
         return False
 
-    def _kill_a_worker(self) -> None:
-        running = [w for w in self.workers if all(w is not p for _, p in self.paused)]
-        if not running:
-            return
-        worker = self.rng.choice(running)
-        self.group_kills.append((time.time(), worker.proc.pid))  # its process group
-        worker.kill()  # SIGKILL main process and pool child from outside, at a random moment
+    def _ready_workers(self) -> list[CeleryProcess]:
+        """The thread workers whose pool is up and that are not paused."""
+        return [w for w in self.workers if w.is_ready() and all(w is not p for _, p in self.paused)]
+
+    def _kill_a_worker(self) -> bool:
+        """SIGKILL a ready worker from outside, at a random moment; False when none is ready."""
+        ready = self._ready_workers()
+        if not ready:
+            return False
+        worker = self.rng.choice(ready)
+        assert worker.proc is not None  # ready: started
+        group = worker.proc.pid  # its process group
+        if _holds_a_lease(group):
+            self.leased_groups.add(group)
+        self.group_kills.append((time.time(), group))
+        worker.kill()  # main process and pool child
         self.events.append((time.time(), f"SIGKILL {worker.name}"))
         self.outside_kills += 1
-        worker.start()
+        self.restarts.add(worker.name)
+        return True
+
+    def _start_dead_workers(self) -> None:
+        """Start again, without waiting for it, every worker that is down: killed from outside,
+        or died by itself (then counted)."""
+        for worker in [*self.workers, *([self.housekeeping] if self.housekeeping else [])]:
+            if worker.alive:
+                continue
+            if worker.name in self.restarts:
+                self.restarts.discard(worker.name)
+            else:
+                self.died_by_themselves += 1
+                self.events.append((time.time(), f"{worker.name} died by itself"))
+            worker.start()
+
+    def _messages_unfinished(self) -> bool:
+        from intake.models import Message
+
+        return Message.objects.filter(pk__in=self.messages, finished_at=None).exists()
 
     def _pause_a_worker(self, now: float) -> None:
         running = [w for w in self.workers if all(w is not p for _, p in self.paused)]
@@ -458,8 +579,12 @@ class Run:
         """A helpdesk asks about an order again: while its ticket is open it is refused (the
         one-open-ticket rule), once settled a second ticket is opened."""
         from refunds import services
+        from refunds.models import Ticket
 
+        from_messages = {numbers[0] for numbers in self.messages.values()}
         for number in sorted(self.asks_again - self.asked_again):
+            if number in from_messages and not Ticket.objects.filter(order__number=number).exists():
+                continue  # its message is not read yet: the customer's own ticket comes first
             try:
                 services.ticket_open(order_number=number, note="again", opened_by=self.opener)
             except services.TicketAlreadyOpen:
@@ -524,6 +649,54 @@ class Run:
             )
         return out
 
+    def _outside_hits(self) -> dict:
+        """How many outside kills interrupted something: a task running in the worker, a lease
+        it held (checked just before the kill), a call open at the gateway or the SMTP server
+        (devtools/faults.py's log of what each process held)."""
+        from devtools.faults import calls, held
+
+        rows = calls(settings.REFUNDS_CRASH_PLAN)
+        died = {int(m.split("@")[3]) for m in _markers()}  # pool children killed from inside
+        task = in_call = effective = 0
+        for _, group in self.group_kills:
+            holding = held(rows, group, died=died)
+            task += "task" in holding
+            in_call += bool(holding & {"gateway", "smtp"})
+            effective += bool(holding) or group in self.leased_groups
+        kills = len(self.group_kills)
+        return {
+            "kills_outside_holding_task": task,
+            "kills_outside_holding_lease": len(self.leased_groups),
+            "kills_outside_in_open_call": in_call,
+            "kills_outside_effective": effective,
+            "kills_outside_effective_share": round(effective / kills, 2) if kills else 0.0,
+        }
+
+    def _messages_summary(self) -> dict:
+        """Each customer's email: handled (its intake finished, not left "received"), placed in
+        exactly one new ticket for the orders it names, acknowledged once at the SMTP server."""
+        from intake.models import Message
+        from intake.workflow import placed
+
+        messages = list(Message.objects.filter(pk__in=self.messages))
+        delivered = self.smtp.keys()
+        lost = [m for m in messages if m.finished_at is None or m.status == Message.Status.RECEIVED]
+        once = [
+            m
+            for m in messages
+            if m.status == Message.Status.OPENED
+            and [(t["orders"], t["added"]) for t in placed(m)["tickets"]]
+            == [(self.messages[m.pk], False)]
+        ]
+        return {
+            "messages": len(messages),
+            "messages_lost": len(lost) + len(self.messages) - len(messages),
+            "messages_placed_not_once": len(messages) - len(lost) - len(once),
+            "messages_never_acknowledged": sum(1 for m in messages if not delivered.get(m.ack_key)),
+            "acknowledgments_delivered": sum(delivered.get(m.ack_key, 0) for m in messages),
+            "ack_keys": {m.ack_key for m in messages},
+        }
+
     def _summary(self, plan: dict, settled: bool, seconds: float) -> dict:
         from refunds.models import Order, Ticket
 
@@ -544,18 +717,26 @@ class Run:
         fee = dict(Order.objects.values_list("number", "shipping_fee_cents"))
         # A second ticket asks about one order again: it is a ticket of one.
         several = [t for t in tickets if len(t.order_numbers()) > 1]
-        delivered = self.smtp.keys()
+        messages = self._messages_summary()
+        acks = messages.pop("ack_keys")
+        delivered = Counter({k: n for k, n in self.smtp.keys().items() if k not in acks})
         twice = self._explain_duplicates()
+        acks_twice = [d for d in twice if d["key"] in acks]
         told = {key.split(":")[0] for key in delivered}
+        hits = self._outside_hits()
         return {
             "tickets": len(tickets),
             "kills": len(_markers()) + self.outside_kills,
             "kills_inside": len(_markers()),
             "kills_outside": self.outside_kills,
+            **hits,
+            "seconds_without_a_ready_worker": round(self.without_a_ready_worker, 1),
+            "workers_died_by_themselves": self.died_by_themselves,
             # Inside kills planned on a ticket of several orders (that fired).
             "kills_inside_several": sum(
                 1 for m in _markers() if m.split("@")[0] in {t.thread_id for t in several}
             ),
+            "kills_inside_intake": sum(1 for m in _markers() if m.startswith("intake-")),
             "pauses": self.pauses,
             "refunded": statuses["refunded"],
             "declined": statuses["declined"],
@@ -587,12 +768,25 @@ class Run:
             "refunded_without_payment": sum(
                 1 for t in tickets if t.status == "refunded" and not by_thread.get(t.thread_id)
             ),
+            # The tickets' own emails (the intake's acknowledgments are counted with messages).
             "emails_delivered": sum(delivered.values()),
-            "emails_delivered_twice": len(twice),
-            "emails_twice_in_the_window": sum(1 for d in twice if d["in_the_window"]),
-            "emails_delivered_twice_unexplained": sum(1 for d in twice if not d["in_the_window"]),
+            "emails_delivered_twice": len(twice) - len(acks_twice),
+            "emails_twice_in_the_window": sum(
+                1 for d in twice if d["in_the_window"] and d["key"] not in acks
+            ),
+            "emails_delivered_twice_unexplained": sum(
+                1 for d in twice if not d["in_the_window"] and d["key"] not in acks
+            ),
             "customers_never_told": sum(
                 1 for t in tickets if t.status in FINAL - {"failed"} and t.thread_id not in told
+            ),
+            **messages,
+            "messages_acknowledged_twice": len(acks_twice),
+            "messages_acknowledged_twice_in_the_window": sum(
+                1 for d in acks_twice if d["in_the_window"]
+            ),
+            "messages_acknowledged_twice_unexplained": sum(
+                1 for d in acks_twice if not d["in_the_window"]
             ),
             "deliveries_twice": twice,
             "gateway_charge_calls": sum(self.gateway.charge_calls.values()),
@@ -604,6 +798,39 @@ class Run:
             "backend": self.opts["backend"],
             "workers": self.opts["workers"],
         }
+
+
+def _thread_queues() -> str:
+    """The queues (for -Q) that carry the tasks advancing threads and reading messages, as
+    CELERY_TASK_ROUTES routes them."""
+    from intake.services import TAKE
+    from refunds.enqueue import ADVANCE
+
+    routes = settings.CELERY_TASK_ROUTES
+    default = settings.CELERY_TASK_DEFAULT_QUEUE
+    queues = [routes.get(task, {}).get("queue", default) for task in (ADVANCE, TAKE)]
+    return ",".join(dict.fromkeys(queues))
+
+
+def _holds_a_lease(group: int) -> bool:
+    """Whether a process of this worker (process group) holds a lease now: a ticket's or a
+    message's, unexpired on the database clock (the owner names its process id)."""
+    from django.db.models.functions import Now
+
+    from intake.models import Message
+    from refunds.models import Ticket
+
+    owners = [
+        *Ticket.objects.filter(lease_expires_at__gt=Now()).values_list("lease_owner", flat=True),
+        *Message.objects.filter(lease_expires_at__gt=Now()).values_list("lease_owner", flat=True),
+    ]
+    for owner in owners:
+        try:
+            if owner and os.getpgid(int(owner.split(":")[-2])) == group:
+                return True
+        except (ProcessLookupError, ValueError):
+            continue  # a process that died since (an inside kill) holds nothing
+    return False
 
 
 def _in_the_window(
