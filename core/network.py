@@ -19,7 +19,7 @@ def outside_transaction(what: str) -> None:
     As Django's own durable atomic blocks decide it: a test case's wrapping transaction, which
     stands for autocommit, does not count."""
     blocks = connection.atomic_blocks
-    if blocks and not blocks[-1]._from_testcase:
+    if blocks and not blocks[-1]._from_testcase:  # type: ignore[attr-defined] # set in __init__; the stubs omit it
         raise NetworkInTransaction(
             f"{what} is never called inside a database transaction: it would hold the "
             "transaction's locks while it waits; call it after the transaction ends"
