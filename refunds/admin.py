@@ -100,6 +100,10 @@ class OrderForm(forms.ModelForm):
             self.add_error("shipping_fee", str(exc))
             return cleaned
         order = self.instance
+        if order.pk and self.changed_data:
+            refusal = open_ticket_refusal(order)
+            if refusal:
+                raise forms.ValidationError(refusal)
         if order.pk and (fee, currency) != (order.shipping_fee_cents, order.currency):
             # As for imports: what a customer was refunded was worked out from this fee.
             held = order.refunded_cents()
@@ -112,9 +116,33 @@ class OrderForm(forms.ModelForm):
         return cleaned
 
 
+def open_ticket_refusal(order: Order) -> str:
+    """Why an order may not change now: its open ticket's review shows what lookup read, and
+    its charge pays against the order as it stands (as for imports and pushes)."""
+    ticket = Ticket.objects.filter(links__order=order, status__in=Ticket.OPEN).first()
+    if ticket is None:
+        return ""
+    return (
+        f"Order {order.number} has an open ticket ({ticket.pk}, "
+        f"{ticket.get_status_display().lower()}): it stays as it is until that ticket is "
+        "finished."
+    )
+
+
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
     form = OrderForm
+
+    def save_model(self, request, obj, form, change) -> None:
+        if change:
+            # Again at the write, the row locked (the admin's view is one transaction): a
+            # ticket opened since the form was checked keeps the order it read.
+            Order.objects.select_for_update().filter(pk=obj.pk).first()
+            refusal = open_ticket_refusal(obj)
+            if refusal:
+                raise PermissionDenied(refusal)
+        super().save_model(request, obj, form, change)
+
     list_display = ["number", "customer_name", "promised_on", "delivered_on", "fee", "currency"]
     search_fields = ["number", "customer_name", "customer_email", "payment_reference"]
 

@@ -117,3 +117,39 @@ def test_the_fee_of_an_order_with_money_refunded_stays(admin_client, late_order)
     assert fixed_name.status_code == 302
     late_order.refresh_from_db()
     assert (late_order.shipping_fee_cents, late_order.customer_name) == (699, "Ana M. Souza")
+
+
+def test_an_order_with_an_open_ticket_is_not_changed_in_the_admin(admin_client, late_order):
+    from tests.reviewing import awaiting_review
+
+    ticket = awaiting_review(late_order)
+    url = reverse("admin:refunds_order_change", args=[late_order.pk])
+    response = admin_client.post(
+        url, form(number="1042", shipping_fee="6.99", payment_reference="pi_elsewhere")
+    )
+    assert response.status_code == 200
+    assert f"has an open ticket ({ticket.pk}, awaiting review)" in response.content.decode()
+    assert Order.objects.get(pk=late_order.pk).payment_reference == late_order.payment_reference
+
+
+def test_a_ticket_opened_after_the_admins_form_was_checked_keeps_its_order(
+    rf, admin_user, late_order
+):
+    """The late guard: the form found no open ticket; one opened before the save."""
+    from django.contrib.admin.sites import site
+    from django.core.exceptions import PermissionDenied
+
+    from tests.reviewing import awaiting_review
+
+    order_admin = site._registry[Order]
+    bound = order_admin.get_form(rf.get("/"), late_order)(
+        form(number="1042", shipping_fee="6.99", payment_reference="pi_elsewhere"),
+        instance=late_order,
+    )
+    assert bound.is_valid(), bound.errors
+    awaiting_review(late_order)
+    request = rf.post("/")
+    request.user = admin_user
+    with pytest.raises(PermissionDenied, match="has an open ticket"):
+        order_admin.save_model(request, bound.save(commit=False), bound, change=True)
+    assert Order.objects.get(pk=late_order.pk).payment_reference == ""
