@@ -457,8 +457,9 @@ CELERY_TASK_ROUTES = {
     "webhooks.tasks.*": {"queue": "housekeeping"},
 }
 # Exactly one beat: RedBeat holds a lock in Redis while it schedules; a second beat waits on the
-# lock and takes over once it lapses (a dead beat's lock lapses after BEAT_LOCK_SECONDS).
-CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+# lock and takes over once it lapses (a dead beat's lock lapses after BEAT_LOCK_SECONDS). A beat
+# that loses its lock (a tick too late, a FLUSHDB) stands by instead of exiting (config/beat.py).
+CELERY_BEAT_SCHEDULER = "config.beat.StandbyScheduler"
 CELERY_BEAT_MAX_LOOP_INTERVAL = 1.0  # how often a waiting beat tries the lock
 BEAT_LOCK_SECONDS = env_int("BEAT_LOCK_SECONDS", 30, minimum=5)
 CELERY_REDBEAT_LOCK_TIMEOUT = BEAT_LOCK_SECONDS
