@@ -14,6 +14,7 @@ import redis.exceptions
 from celery.signals import beat_init
 from celery.utils.log import get_logger
 from redbeat.schedulers import (
+    DEFAULT_MAX_INTERVAL,
     LUA_EXTEND_TO_SCRIPT,
     RedBeatScheduler,
     acquire_distributed_beat_lock,
@@ -28,11 +29,13 @@ beat_init.disconnect(acquire_distributed_beat_lock)
 
 
 class StandbyScheduler(RedBeatScheduler):
-    def tick(self, min: Any = min, **kwargs: Any) -> float:
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        # How long beat sleeps before the next tick: a standby beat tries the lock this often.
+        again = float(self.max_interval or DEFAULT_MAX_INTERVAL)
         try:
             if self.lock is None and not self._take_lock():
-                return self.max_interval
-            return super().tick(min=min, **kwargs)
+                return again
+            return super().tick(*args, **kwargs)
         except redis.exceptions.LockError as exc:
             # Another beat may send the schedule now: this one sends nothing until it holds the
             # lock again.
@@ -42,7 +45,7 @@ class StandbyScheduler(RedBeatScheduler):
             # Unknown whether the lock still holds: the next tick's renewal says, before anything
             # is sent.
             logger.warning("beat: Redis did not answer (%s); trying again", exc)
-        return self.max_interval
+        return again
 
     def _take_lock(self) -> bool:
         client = get_redis(self.app)

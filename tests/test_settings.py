@@ -237,6 +237,11 @@ def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
             "CELERY_TASK_SOFT_TIME_LIMIT (240 s)",
         ),
         ({"REFUNDS_DEMO": "true", "WEBHOOK_ALLOW_PRIVATE": "sure"}, "WEBHOOK_ALLOW_PRIVATE must"),
+        (
+            {"REFUNDS_DEMO": "true", "READYZ_SWEEP_LATE_SECONDS": "30"},
+            "READYZ_SWEEP_LATE_SECONDS (30 s) must be above REFUNDS_SWEEP_SECONDS + "
+            "BEAT_LOCK_SECONDS (5 + 30 s)",
+        ),
     ],
 )
 def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, message):
