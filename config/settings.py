@@ -484,8 +484,9 @@ CELERY_TASK_ROUTES = {
     "webhooks.tasks.*": {"queue": "housekeeping"},
 }
 # Exactly one beat: RedBeat holds a lock in Redis while it schedules; a second beat waits on the
-# lock and takes over once it lapses (a dead beat's lock lapses after BEAT_LOCK_SECONDS).
-CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+# lock and takes over once it lapses (a dead beat's lock lapses after BEAT_LOCK_SECONDS). A beat
+# that loses its lock (a tick too late, a FLUSHDB) stands by instead of exiting (config/beat.py).
+CELERY_BEAT_SCHEDULER = "config.beat.StandbyScheduler"
 CELERY_BEAT_MAX_LOOP_INTERVAL = 1.0  # how often a waiting beat tries the lock
 BEAT_LOCK_SECONDS = env_int("BEAT_LOCK_SECONDS", 30, minimum=5)
 CELERY_REDBEAT_LOCK_TIMEOUT = BEAT_LOCK_SECONDS
@@ -599,6 +600,16 @@ CELERY_BEAT_SCHEDULE["deliver-webhooks"] = {
 
 # --- Health and metrics ----------------------------------------------------------------------
 READYZ_TIMEOUT_SECONDS = env_number("READYZ_TIMEOUT_SECONDS", 1.0, minimum=0.1)
+# /readyz's "schedule" check fails when the recovery sweep has not run for this long: beat gone
+# (a beat once exited and nothing swept for 25 minutes while /readyz said ok) or no housekeeping
+# worker. Room for a standby beat's takeover (BEAT_LOCK_SECONDS) and a busy housekeeping worker.
+READYZ_SWEEP_LATE_SECONDS = env_number("READYZ_SWEEP_LATE_SECONDS", 120.0, minimum=1.0)
+if READYZ_SWEEP_LATE_SECONDS <= REFUNDS_SWEEP_SECONDS + BEAT_LOCK_SECONDS:
+    raise BadSetting(
+        f"READYZ_SWEEP_LATE_SECONDS ({READYZ_SWEEP_LATE_SECONDS:g} s) must be above "
+        f"REFUNDS_SWEEP_SECONDS + BEAT_LOCK_SECONDS ({REFUNDS_SWEEP_SECONDS:g} + "
+        f"{BEAT_LOCK_SECONDS} s)"
+    )
 # /metrics answers admins' sessions and `Authorization: Bearer <METRICS_TOKEN>` (a scraper).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # Counters and histograms from every process on this machine (gunicorn and Celery children)

@@ -3,7 +3,8 @@
 - /healthz: liveness. The process answers HTTP; nothing else is checked and nothing is said.
 - /readyz: readiness. The database, the checkpoint store and the broker each answer within
   READYZ_TIMEOUT_SECONDS (checked at once, each in its own thread, so the whole answer comes in
-  about that long even when PostgreSQL or Redis hangs); 200 or 503. Only admins see which check
+  about that long even when PostgreSQL or Redis hangs), and the schedule ticks (the recovery
+  sweep ran within READYZ_SWEEP_LATE_SECONDS); 200 or 503. Only admins see which check
   failed and why (masked): an anonymous caller learns nothing about the insides."""
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from core.masking import mask
 from refunds import permissions, persistence
+from refunds.models import SweepRun
+from refunds.services import RECOVERY_SWEEP
 
 
 @never_cache
@@ -61,7 +65,32 @@ def check_broker() -> None:
             client.ping()
 
 
-CHECKS = {"database": check_database, "checkpoints": check_checkpoints, "broker": check_broker}
+class ScheduleStopped(Exception):
+    pass
+
+
+def check_schedule() -> None:
+    try:
+        ran_at = SweepRun.objects.filter(name=RECOVERY_SWEEP).values_list("ran_at", flat=True)
+        last = ran_at.first()
+    finally:
+        connection.close()  # this thread's own connection
+    late = settings.READYZ_SWEEP_LATE_SECONDS
+    if last is None:
+        raise ScheduleStopped("the recovery sweep has never run (is beat running?)")
+    ago = (timezone.now() - last).total_seconds()
+    if ago > late:
+        raise ScheduleStopped(
+            f"the recovery sweep last ran {ago:.0f} s ago, over {late:g} s (is beat running?)"
+        )
+
+
+CHECKS = {
+    "database": check_database,
+    "checkpoints": check_checkpoints,
+    "broker": check_broker,
+    "schedule": check_schedule,
+}
 
 
 def run_checks() -> dict[str, dict[str, Any]]:

@@ -611,3 +611,14 @@ class AuditEvent(models.Model):
     def __str__(self) -> str:
         who = self.actor or "the desk"
         return f"{self.get_action_display()} by {who} on {self.ticket_id} at {local_words(self.at)}"
+
+
+class SweepRun(models.Model):
+    """When a periodic sweep last ran, one row per sweep: /readyz reports a schedule that stopped
+    (no beat holds the lock, no housekeeping worker runs it), which nothing else shows."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    ran_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {local_words(self.ran_at)}"

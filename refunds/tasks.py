@@ -48,6 +48,8 @@ def soft_limit_drains(task: Any, drain: Callable[[str], None]) -> Iterator[None]
 
 @shared_task(ignore_result=True)
 def recover_tickets() -> int:
+    # First: a sweep that fails on the broker still shows the schedule ticks (/readyz).
+    services.sweep_mark_ran(name=services.RECOVERY_SWEEP)
     try:
         ids = services.tickets_recover()
     except services.BrokerUnavailable as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import signal
 import socket
 import time
 from pathlib import Path
@@ -145,3 +146,63 @@ def test_two_beats_send_each_sweep_once_and_a_standby_takes_over_when_the_first_
         what="the standby beat to take over",
     )
     assert "Acquired lock" in standby.output()
+
+
+# --- a beat that loses its lock stands by, it does not exit ------------------------------------
+def beat_lock_held() -> bool:
+    with app.connection_for_write() as conn:
+        return bool(
+            conn.default_channel.client.exists(f"{settings.CELERY_REDBEAT_KEY_PREFIX}:lock")
+        )
+
+
+def test_a_beat_paused_past_its_lock_time_takes_the_lock_again_and_the_sweep_carries_on(beats):
+    """Under load beat went 34 s without a tick (lock 30 s), and RedBeat's LockNotOwnedError
+    ended it: no sweep, no timers, no webhooks until a person restarted it."""
+    beat = beats("only")
+    wait_for(lambda: len(sweeps_queued()) >= 2, timeout=60, what="sweeps")
+    beat.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: not beat_lock_held(), timeout=30, what="the paused beat's lock to lapse")
+    finally:
+        beat.signal(signal.SIGCONT)
+    before = len(sweeps_queued())
+    wait_for(lambda: len(sweeps_queued()) >= before + 3, timeout=30, what="sweeps again")
+    assert beat.alive, beat.output()[-3000:]
+    assert "Lost lock" in beat.output()
+    assert set(sweeps_queued()) == {f"gen{beat.proc.pid}@{socket.gethostname()}"}
+
+
+def test_a_beat_woken_after_a_standby_took_over_stands_by_and_sends_nothing(beats):
+    first = beats("first")
+    wait_for(lambda: sweeps_queued(), timeout=60, what="the first beat's sweeps")
+    second = beats("second")
+    wait_for(lambda: "beat: Starting" in second.output(), timeout=60, what="the second beat")
+    host = socket.gethostname()
+    first.signal(signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: f"gen{second.proc.pid}@{host}" in sweeps_queued(),
+            timeout=60,
+            what="the standby beat to take over",
+        )
+    finally:
+        first.signal(signal.SIGCONT)
+    wait_for(lambda: "Lost lock" in first.output(), timeout=30, what="the woken beat to stand by")
+    since = len(sweeps_queued())
+    wait_for(lambda: len(sweeps_queued()) >= since + 6, timeout=30, what="more sweeps")
+    queued = sweeps_queued()  # newest first: Celery's Redis transport pushes on the left
+    assert set(queued[: len(queued) - since]) == {f"gen{second.proc.pid}@{host}"}
+    assert first.alive, first.output()[-3000:]
+
+
+def test_a_flushdb_of_the_broker_leaves_beat_running_and_the_schedule_back_in_place(beats):
+    """A FLUSHDB takes RedBeat's lock and its schedule: beat takes the lock again and puts the
+    schedule back, and the sweeps carry on from the same process."""
+    beat = beats("only")
+    wait_for(lambda: len(sweeps_queued()) >= 2, timeout=60, what="sweeps")
+    purge_broker()
+    wait_for(lambda: len(sweeps_queued()) >= 3, timeout=30, what="sweeps after the FLUSHDB")
+    assert beat.alive, beat.output()[-3000:]
+    assert "Lost lock" in beat.output()
+    assert beat_lock_held()

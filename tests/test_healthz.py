@@ -1,13 +1,18 @@
 """/healthz says the process lives and nothing more; /readyz checks the database, the checkpoint
-store and the broker, each with a short timeout, and tells only admins which one failed."""
+store, the broker and that the schedule ticks, each with a short timeout, and tells only admins
+which one failed."""
 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from refunds import health, persistence
+from refunds import health, persistence, services
+from refunds.models import SweepRun
+from refunds.tasks import recover_tickets
 
 
 def test_healthz_answers_ok_with_no_details(client, db):
@@ -24,6 +29,7 @@ def test_healthz_does_not_touch_the_database(client, db, django_assert_num_queri
 @pytest.fixture
 def broker_up(monkeypatch):
     monkeypatch.setitem(health.CHECKS, "broker", lambda: None)
+    monkeypatch.setitem(health.CHECKS, "schedule", lambda: None)
 
 
 def test_readyz_answers_200_when_everything_answers(client, db, broker_up):
@@ -39,6 +45,7 @@ def test_readyz_shows_admins_each_check(client, admin_user, broker_up):
         "database": True,
         "checkpoints": True,
         "broker": True,
+        "schedule": True,
     }
 
 
@@ -118,3 +125,45 @@ def test_readyz_answers_503_within_3_s_when_the_broker_does_not_answer(client, d
 @pytest.mark.parametrize("method", ["post", "put", "delete"])
 def test_health_rejects_other_methods(client, db, url, method):
     assert getattr(client, method)(url).status_code == 405
+
+
+# --- the schedule: a beat that stopped (the sweep, the timers, the webhooks with it) ------------
+def test_the_recovery_sweep_says_when_it_ran(transactional_db):
+    recover_tickets()
+    ran_at = SweepRun.objects.get(name=services.RECOVERY_SWEEP).ran_at
+    assert timezone.now() - ran_at < timedelta(seconds=30)
+    health.check_schedule()
+
+
+def test_readyz_answers_503_and_names_the_schedule_when_the_sweep_stopped(
+    client, admin_user, monkeypatch, settings, transactional_db
+):
+    """Beat exited and nothing swept for 25 minutes while /readyz said ok."""
+    monkeypatch.setitem(health.CHECKS, "broker", lambda: None)
+    settings.READYZ_SWEEP_LATE_SECONDS = 120
+    SweepRun.objects.create(
+        name=services.RECOVERY_SWEEP, ran_at=timezone.now() - timedelta(minutes=25)
+    )
+    client.force_login(admin_user)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["schedule"]["ok"] is False
+    assert checks["schedule"]["error"].startswith(
+        "ScheduleStopped: the recovery sweep last ran 1500 s ago, over 120 s"
+    )
+    assert all(checks[name]["ok"] for name in ("database", "checkpoints", "broker"))
+
+
+def test_readyz_answers_503_when_no_sweep_ever_ran(client, admin_user, monkeypatch):
+    monkeypatch.setitem(health.CHECKS, "broker", lambda: None)
+    client.force_login(admin_user)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert "never run" in response.json()["checks"]["schedule"]["error"]
+
+
+def test_readyz_answers_200_while_the_sweep_runs(client, transactional_db, monkeypatch):
+    monkeypatch.setitem(health.CHECKS, "broker", lambda: None)
+    recover_tickets()
+    assert client.get("/readyz").status_code == 200

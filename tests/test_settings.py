@@ -246,6 +246,11 @@ def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
             {"REFUNDS_DEMO": "true", "TRUSTED_PROXY_IPS": "127.0.0.1,proxy.example"},
             "TRUSTED_PROXY_IPS must be IP addresses or networks: 'proxy.example' is not",
         ),
+        (
+            {"REFUNDS_DEMO": "true", "READYZ_SWEEP_LATE_SECONDS": "30"},
+            "READYZ_SWEEP_LATE_SECONDS (30 s) must be above REFUNDS_SWEEP_SECONDS + "
+            "BEAT_LOCK_SECONDS (5 + 30 s)",
+        ),
     ],
 )
 def test_a_bad_setting_stops_django_at_start_with_one_line(tmp_path, env, message):

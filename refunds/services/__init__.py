@@ -19,7 +19,12 @@ from refunds.services.errors import (
     ShopUnavailable,
     TicketAlreadyOpen,
 )
-from refunds.services.sweep import also_recover, tickets_recover
+from refunds.services.sweep import (
+    RECOVERY_SWEEP,
+    also_recover,
+    sweep_mark_ran,
+    tickets_recover,
+)
 from refunds.services.tickets import (
     FORK_MAX_CENTS,
     FORKABLE,
@@ -38,6 +43,7 @@ __all__ = [
     "FORK_MAX_CENTS",
     "NOTE_MAX",
     "REASON_MAX",
+    "RECOVERY_SWEEP",
     "AlreadyDecided",
     "BrokerUnavailable",
     "ClaimTaken",
@@ -57,5 +63,6 @@ __all__ = [
     "order_find",
     "ticket_open",
     "ticket_retry",
+    "sweep_mark_ran",
     "tickets_recover",
 ]

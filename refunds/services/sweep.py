@@ -10,14 +10,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from refunds import enqueue
-from refunds.models import (
-    Ticket,
-)
+from refunds.models import SweepRun, Ticket
 from refunds.services.errors import BrokerUnavailable
 
 # Other workflows' sweeps (the intake's messages), registered by their app at start-up, so the
 # one periodic sweep finds their unfinished rows too without refunds/ importing them.
 _ALSO: list[Callable[[], list[int]]] = []
+RECOVERY_SWEEP = "recovery"  # its SweepRun row, which /readyz reads
 
 
 def also_recover(sweep: Callable[[], list[int]]) -> None:
@@ -25,6 +24,11 @@ def also_recover(sweep: Callable[[], list[int]]) -> None:
     raising BrokerUnavailable when the broker took only some."""
     if sweep not in _ALSO:
         _ALSO.append(sweep)
+
+
+def sweep_mark_ran(*, name: str) -> None:
+    """Say that the periodic sweep `name` ran now (beat sent it and a worker took it)."""
+    SweepRun.objects.update_or_create(name=name, defaults={"ran_at": timezone.now()})
 
 
 def tickets_recover() -> list[int]:

@@ -3,8 +3,11 @@ housekeeping), Celery beat and the web server (gunicorn, static files by WhiteNo
 production runs, not the dev server). Ctrl-C stops all of them.
 
 The Procfile's processes, on one machine, plus the embedded broker. A hand-written supervisor
-rather than honcho: it starts the broker first and waits until it answers, stops everything when
-one process dies, and is one file with no extra dependency."""
+rather than honcho: it starts the broker first and waits until it answers, starts again a process
+that dies (honcho stops everything, and the browser then met "connection refused" because beat
+had exited), and is one file with no extra dependency."""
+
+from __future__ import annotations
 
 import shutil
 import signal
@@ -12,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -28,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--web-workers", type=int, default=2)
 
     def handle(self, *args, addr: str, concurrency: int, web_workers: int, **options):
-        procs: list[tuple[str, subprocess.Popen]] = []
+        procs: list[Child] = []
         # Counts of processes that are gone would be summed forever: a fresh start, fresh files.
         shutil.rmtree(settings.PROMETHEUS_MULTIPROC_DIR, ignore_errors=True)
         settings.PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
@@ -36,16 +40,16 @@ class Command(BaseCommand):
             if embedded_redis.is_running(settings.EMBEDDED_REDIS_SOCKET):
                 self.stdout.write("Embedded Redis already running; using it.")
             else:
-                procs.append(("redis", embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET)))
+                procs.append(Child("redis", embedded_redis.start, settings.EMBEDDED_REDIS_SOCKET))
         celery = [sys.executable, "-m", "celery", "-A", "config"]
         # The Procfile's two worker lines: advances on `threads`, the sweeps, timers, webhooks
         # and resends on `housekeeping`, so a backlog of advances never holds a sweep back.
         workers = (("worker", "threads", concurrency), ("housekeeping", "housekeeping", 1))
         for name, queue, children in workers:
             worker = [*celery, "worker", "-Q", queue, "-n", f"{queue}@%h", "-l", "warning"]
-            procs.append((name, subprocess.Popen([*worker, "--concurrency", str(children)])))
+            procs.append(Child(name, subprocess.Popen, [*worker, "--concurrency", str(children)]))
         # RedBeat keeps the schedule and its one-beat lock in the broker's Redis, not a file.
-        procs.append(("beat", subprocess.Popen([*celery, "beat", "-l", "warning"])))
+        procs.append(Child("beat", subprocess.Popen, [*celery, "beat", "-l", "warning"]))
         gunicorn = [sys.executable, "-m", "gunicorn", "config.wsgi", "-c", "python:config.gunicorn"]
         gunicorn += [
             "--bind",
@@ -55,10 +59,11 @@ class Command(BaseCommand):
             "--log-level",
             "warning",
         ]
-        web = subprocess.Popen(gunicorn)
-        procs.append(("web", web))
-        if not _serving(addr, web, timeout=60):
-            why = f"exited with {web.returncode}" if web.poll() is not None else "did not answer"
+        web = Child("web", subprocess.Popen, gunicorn)
+        procs.append(web)
+        if not _serving(addr, web.proc, timeout=60):
+            code = web.proc.poll()
+            why = f"exited with {code}" if code is not None else "did not answer"
             self.stderr.write(f"The web server on {addr} {why} (within 60 s); stopping.")
             _stop_all(procs)
             sys.exit(1)
@@ -84,14 +89,13 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, _stop)
         try:
             while not stop:
-                for name, proc in procs:
-                    if proc.poll() is not None:
-                        self.stderr.write(f"{name} exited with {proc.returncode}; stopping.")
-                        stop = True
+                for child in procs:
+                    child.keep_running(self.stderr.write)
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
-        _stop_all(procs)
+        finally:  # also when a process cannot be started again (the broker's socket taken)
+            _stop_all(procs)
 
 
 def _serving(addr: str, web: subprocess.Popen, *, timeout: float) -> bool:
@@ -112,12 +116,39 @@ def _serving(addr: str, web: subprocess.Popen, *, timeout: float) -> bool:
     return False
 
 
-def _stop_all(procs: list[tuple[str, subprocess.Popen]]) -> None:
-    for _, proc in reversed(procs):
-        if proc.poll() is None:
-            proc.terminate()
-    for _, proc in procs:
+def _stop_all(procs: list[Child]) -> None:
+    for child in reversed(procs):
+        if child.proc.poll() is None:
+            child.proc.terminate()
+    for child in procs:
         try:
-            proc.wait(timeout=15)
+            child.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            child.proc.kill()
+
+
+class Child:
+    """One of the desk's processes, started again when it dies. One that keeps dying young (a bad
+    setting, a port in use) waits longer each time, up to 30 s, instead of restarting in a loop."""
+
+    def __init__(self, name: str, start: Callable[..., subprocess.Popen], *args) -> None:
+        self.name, self._start, self._args = name, start, args
+        self._pause = 0.0
+        self._due: float | None = None
+        self.proc = start(*args)
+        self._started = time.monotonic()
+
+    def keep_running(self, say: Callable[[str], None]) -> None:
+        code = self.proc.poll()
+        if code is None:
+            return
+        now = time.monotonic()
+        if self._due is None:
+            young = now - self._started < 60
+            self._pause = min(max(self._pause * 2, 1.0), 30.0) if young else 1.0
+            self._due = now + self._pause
+            say(f"{self.name} exited with {code}; starting it again in {self._pause:g} s.")
+        elif now >= self._due:
+            self._due = None
+            self.proc = self._start(*self._args)
+            self._started = now

@@ -1,0 +1,62 @@
+"""Celery beat's scheduler: RedBeat's, which stands by instead of exiting when it loses its lock.
+
+RedBeat renews its one-beat lock at every tick and lets `LockNotOwnedError` end the process when
+the lock lapsed meanwhile: a tick later than BEAT_LOCK_SECONDS (a loaded machine, a paused
+process) or a FLUSHDB of its Redis took beat down, and the sweeps, timers and webhooks with it,
+until someone restarted it. Here a beat that loses its lock forgets it and tries to take it again
+at every tick, as a standby beat does, and sends nothing until it holds it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions
+from celery.signals import beat_init
+from celery.utils.log import get_logger
+from redbeat.schedulers import (
+    DEFAULT_MAX_INTERVAL,
+    LUA_EXTEND_TO_SCRIPT,
+    RedBeatScheduler,
+    acquire_distributed_beat_lock,
+    get_redis,
+)
+
+logger = get_logger("celery.beat")
+
+# RedBeat takes the lock once, at start-up, blocking; here every tick takes it when it is not held,
+# so starting and coming back after a lost lock are one path.
+beat_init.disconnect(acquire_distributed_beat_lock)
+
+
+class StandbyScheduler(RedBeatScheduler):
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        # How long beat sleeps before the next tick: a standby beat tries the lock this often.
+        again = float(self.max_interval or DEFAULT_MAX_INTERVAL)
+        try:
+            if self.lock is None and not self._take_lock():
+                return again
+            return super().tick(*args, **kwargs)
+        except redis.exceptions.LockError as exc:
+            # Another beat may send the schedule now: this one sends nothing until it holds the
+            # lock again.
+            logger.warning("beat: Lost lock (%s); standing by", exc)
+            self.lock = None
+        except redis.exceptions.RedisError as exc:
+            # Unknown whether the lock still holds: the next tick's renewal says, before anything
+            # is sent.
+            logger.warning("beat: Redis did not answer (%s); trying again", exc)
+        return again
+
+    def _take_lock(self) -> bool:
+        client = get_redis(self.app)
+        lock = client.lock(self.lock_key, timeout=self.lock_timeout, sleep=self.max_interval)
+        # RedBeat's renewal sets the lock's time to live; redis-py's would add to it.
+        lock.lua_extend = client.register_script(LUA_EXTEND_TO_SCRIPT)
+        if not lock.acquire(blocking=False):
+            return False
+        logger.info("beat: Acquired lock")
+        self.lock = lock
+        # A FLUSHDB that took the lock took the schedule too: put its entries back (an entry that
+        # is still there keeps its last run).
+        self.setup_schedule()
+        return True
