@@ -34,3 +34,28 @@ def test_the_api_app_takes_over_tokens_counters_and_kept_responses_with_their_ro
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_emails_kept_before_the_sender_joined_their_key_are_found_again_by_a_redelivery():
+    before = [("intake", "0006_inbound_attachments_and_signature_tokens")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Message = old.get_model("intake", "Message")
+    fields = {"subject": "Late", "body": "late", "received_at": "2026-12-01T09:00:00Z"}
+    Message.objects.create(
+        channel="email", key="email:<a1@mail>", sender="Ana@Example.com", thread_id="i-1", **fields
+    )
+    Message.objects.create(
+        channel="api", key="api:<a1@mail>", sender="ana@example.com", thread_id="i-2", **fields
+    )
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    from intake.services import _channel_key
+
+    keys = set(Message.objects.values_list("key", flat=True))
+    assert keys == {_channel_key("email", "<a1@mail> from ana@example.com"), "api:<a1@mail>"}
