@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from core.clock import local_words
 from refunds.models import Ticket
 
 ACK_SUFFIX = ":ack"
@@ -147,4 +148,4 @@ class SignatureToken(models.Model):
     signed_at = models.DateTimeField(db_index=True)
 
     def __str__(self) -> str:
-        return f"Signature token {self.token[:12]}… of {self.signed_at:%Y-%m-%d %H:%M:%S}"
+        return f"Signature token {self.token[:12]}… of {local_words(self.signed_at)}"
