@@ -559,7 +559,7 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Refund Desk API",
-    "DESCRIPTION": "Open refund tickets and follow them to the end. See README.md, JSON API.",
+    "DESCRIPTION": "Open refund tickets and follow them to the end. See docs/integrations.md.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

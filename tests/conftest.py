@@ -42,6 +42,18 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureR
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fast tier (`bin/test -m "not slow"`) starts no worker: a test that asks for real
+    workers without the `slow` mark is refused before anything runs."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "workers" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("slow")
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"mark these @pytest.mark.slow (they start workers): {unmarked}")
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A failed test that started real workers shows the end of each one's log in its report:

@@ -54,6 +54,7 @@ def test_the_procfile_runs_a_worker_for_every_queue_a_task_is_routed_to():
     assert consumed == routed == {"threads", "housekeeping"}
 
 
+@pytest.mark.slow
 def test_a_sweep_runs_on_the_housekeeping_worker_while_every_thread_worker_is_busy(
     workers, tmp_path, agent
 ):
@@ -114,6 +115,7 @@ def beats(broker, tmp_path):
     purge_broker()
 
 
+@pytest.mark.slow
 def test_two_beats_send_each_sweep_once_and_a_standby_takes_over_when_the_first_dies(beats):
     first = beats("first")
     wait_for(lambda: "beat: Starting" in first.output(), timeout=60, what="the first beat")
@@ -156,6 +158,7 @@ def beat_lock_held() -> bool:
         )
 
 
+@pytest.mark.slow
 def test_a_beat_paused_past_its_lock_time_takes_the_lock_again_and_the_sweep_carries_on(beats):
     """Under load beat went 34 s without a tick (lock 30 s), and RedBeat's LockNotOwnedError
     ended it: no sweep, no timers, no webhooks until a person restarted it."""
@@ -173,6 +176,7 @@ def test_a_beat_paused_past_its_lock_time_takes_the_lock_again_and_the_sweep_car
     assert set(sweeps_queued()) == {f"gen{beat.proc.pid}@{socket.gethostname()}"}
 
 
+@pytest.mark.slow
 def test_a_beat_woken_after_a_standby_took_over_stands_by_and_sends_nothing(beats):
     first = beats("first")
     wait_for(lambda: sweeps_queued(), timeout=60, what="the first beat's sweeps")
@@ -196,6 +200,7 @@ def test_a_beat_woken_after_a_standby_took_over_stands_by_and_sends_nothing(beat
     assert first.alive, first.output()[-3000:]
 
 
+@pytest.mark.slow
 def test_a_flushdb_of_the_broker_leaves_beat_running_and_the_schedule_back_in_place(beats):
     """A FLUSHDB takes RedBeat's lock and its schedule: beat takes the lock again and puts the
     schedule back, and the sweeps carry on from the same process."""

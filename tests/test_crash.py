@@ -458,11 +458,11 @@ def test_a_mail_server_that_never_accepts_leaves_a_refund_and_resend_delivers_on
 def test_the_one_window_left_a_kill_after_the_final_dot_sends_a_second_identical_copy(
     workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point
 ):
-    """README.md names this window of "mail once": a process killed between handing the final
-    "." over and recording the server's answer. The next epoch finds the handover mark with no
+    """docs/guarantees.md names this window of "mail once": a process killed between handing the
+    final "." over and recording the server's answer. The next epoch finds the handover mark with no
     answer, records "outcome unknown" (when, by which epoch and worker) and sends the message
     again, with the same Message-ID; the ticket is refunded. If this test ever sees one copy,
-    the window closed and the README should say so."""
+    the window closed and docs/guarantees.md should say so."""
     env = crash_plan({"*": {"point": point, "times": 1}})
     doomed = workers("doomed", pool="solo", env=env)
     ticket = open_and_wait_for_review("1042", agent)

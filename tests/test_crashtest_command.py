@@ -62,7 +62,7 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     assert tickets == 20 + summary["second_tickets"]
     assert summary["refunded"] + summary["declined"] + summary["rejected"] == tickets
     # One per ticket (a confirmation or why not), and a second copy only where an outside SIGKILL
-    # of its sender landed in the one window of mail once (README.md, "Mail once").
+    # of its sender landed in the one window of mail once (docs/guarantees.md, "Mail once").
     assert summary["emails_delivered_twice"] == summary["emails_twice_in_the_window"]
     assert summary["emails_delivered"] == tickets + summary["emails_twice_in_the_window"]
     assert "settled" in done.stderr  # progress is shown while it runs
@@ -146,14 +146,14 @@ def test_a_refund_without_a_payment_fails_the_run():
     assert broken_promises(summary) == ["refunded_without_payment"]
 
 
-def test_the_readme_names_exactly_the_counters_that_fail_the_run():
+def test_the_guarantees_page_names_exactly_the_counters_that_fail_the_run():
     import re
 
     from devtools.management.commands.crashtest import BROKEN_PROMISES
 
-    readme = (ROOT / "README.md").read_text()
-    sentence = re.search(r"exits non-zero when any of (.+?) is not 0", readme, re.S)
-    assert sentence, "README.md no longer says when crashtest fails"
+    page = (ROOT / "docs" / "guarantees.md").read_text()
+    sentence = re.search(r"exits non-zero when any of (.+?) is not 0", page, re.S)
+    assert sentence, "docs/guarantees.md no longer says when crashtest fails"
     assert re.findall(r"`(\w+)`", sentence.group(1)) == list(BROKEN_PROMISES)
 
 

@@ -1,6 +1,6 @@
-"""Email in through Mailgun's inbound webhook (README's default ESP), with payloads signed the way
-anymail's own tests sign them: the form fields Mailgun's forward() route posts, and
-signature = HMAC-SHA256(signing key, timestamp + token)."""
+"""Email in through Mailgun's inbound webhook (the default ESP of docs/integrations.md), with
+payloads signed the way anymail's own tests sign them: the form fields Mailgun's forward() route
+posts, and signature = HMAC-SHA256(signing key, timestamp + token)."""
 
 from __future__ import annotations
 

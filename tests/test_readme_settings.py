@@ -1,5 +1,6 @@
-"""README's settings tables stay true to config/settings.py: every environment variable the
-settings read is in a table, with its default, so an operator never meets one only in the code."""
+"""The settings tables of docs/operations.md stay true to config/settings.py: every environment
+variable the settings read is in a table, with its default, so an operator never meets one only
+in the code."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def read_by_settings() -> tuple[set[str], set[str]]:
 
 
 def documented() -> dict[str, str]:
-    """Each variable in README's settings tables -> the default its row gives."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """Each variable in docs/operations.md's settings tables -> the default its row gives."""
+    readme = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     rows: dict[str, str] = {}
     for heading in TABLES_IN:
         section = readme.split(heading, 1)[1].split("\n## ", 1)[0]
@@ -70,7 +71,7 @@ def test_every_variable_the_settings_read_is_in_the_readme_with_its_default():
     names, prefixes = read_by_settings()
     rows = documented()
     missing = sorted(names - rows.keys())
-    assert missing == [], f"README's settings tables lack {missing}"
+    assert missing == [], f"docs/operations.md's settings tables lack {missing}"
     assert all(f"{prefix}<NAME>" in rows for prefix in prefixes), prefixes
     no_default = sorted(name for name in names if not rows[name])
-    assert no_default == [], f"README gives no default for {no_default}"
+    assert no_default == [], f"docs/operations.md gives no default for {no_default}"

@@ -101,11 +101,12 @@ INTAKE_POINTS = [
     for end in ("", ":done")
 ] + ["smtp:before"]
 # Not planned: "smtp:handed_over" and "smtp:after", kills between handing the final "." over and
-# recording the server's answer. That is the one window no SMTP server lets us close (README.md,
-# "Mail once"); tests/test_crash.py pins what happens there. A random outside kill (or a pause
-# past the send window) can still land in it: such a copy is counted in emails_delivered_twice
-# and, only when its first sender's worker was SIGKILLed or stopped inside that window, in
-# emails_twice_in_the_window (see _in_the_window). Any other copy is a broken promise.
+# recording the server's answer. That is the one window no SMTP server lets us close
+# (docs/guarantees.md, "Mail once"); tests/test_crash.py pins what happens there. A random outside
+# kill (or a pause past the send window) can still land in it: such a copy is counted in
+# emails_delivered_twice and, only when its first sender's worker was SIGKILLed or stopped inside
+# that window, in emails_twice_in_the_window (see _in_the_window). Any other copy is a broken
+# promise.
 FINAL = {"refunded", "declined", "rejected", "failed"}
 # Any of these not 0 fails the run.
 BROKEN_PROMISES = (
