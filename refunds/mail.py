@@ -1,19 +1,19 @@
 """Customer email through Django's mail framework, once, through the outbox table.
 
 send_once(), for a run that holds the thread's lease:
-1. Take the effect lock for the key (refunds/locks.py), write the outbox row if it is not there
-   and claim it, in one statement: nothing is claimed without the lock (a process paused
-   mid-send keeps it, so its successor waits instead of sending a second copy); status
-   "sending", claimed by this lease epoch, only while that epoch holds the ticket. A worker that
+1. Take the effect lock for the key (refunds/locks.py): nothing is claimed without it (a process
+   paused mid-send keeps it, so its successor waits instead of sending a second copy). Write the
+   outbox row if it is not there and claim it, in one statement: status "sending", claimed by
+   this lease epoch, only while that epoch holds the ticket. A worker that
    lost its epoch never sends.
 3. Talk to the mail server (EMAIL_TIMEOUT bounds every step of the conversation). Just before
    the final "." the row is marked "handed over" (when, by whom) in one committed statement, only
    while the row is still this sender's claim and, for a run, its epoch still holds the ticket:
    otherwise the connection is dropped mid-message and the server discards it. After the
    server's answer the row is marked "sent" in another committed statement, again only while the
-   claim is ours, and the effect lock is given back in that statement. No transaction is open
-   while we wait for the server: on SQLite an open write transaction holds the whole database
-   (every lease renewal on the machine would wait with it).
+   claim is ours, and the effect lock is given back. No transaction is open while we wait for
+   the server: on SQLite an open write transaction holds the whole database (every lease
+   renewal on the machine would wait with it).
 4. If the database went away, the mark is written again on a fresh connection.
 
 What "once" means, exactly: a second copy is possible only when the sender stopped (killed, or
@@ -59,7 +59,7 @@ from refunds import metrics, queries, signals
 from refunds.delivery import METADATA_KEY
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
-from refunds.locks import EffectLock, effect_lock
+from refunds.locks import effect_lock
 from refunds.models import Email, Ticket
 
 log = logging.getLogger(__name__)
@@ -81,12 +81,12 @@ def send_once(
     row belongs to; None for mail about no ticket (an acknowledgment that opened none)."""
     lease.check()
     claim = f"epoch:{lease.epoch}"
-    with effect_lock(key, take=False) as lock:
-        row = _claim_for_run(
-            ticket_id=ticket_id, lease=lease, key=key, to=to, subject=subject, body=body, lock=lock
-        )
+    with effect_lock(key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is sending {key}")
+        row = _claim_for_run(
+            ticket_id=ticket_id, lease=lease, key=key, to=to, subject=subject, body=body
+        )
         if row is None:
             status, claimed_by = Email.objects.filter(key=key).values_list(
                 "status", "claimed_by"
@@ -99,7 +99,7 @@ def send_once(
                 )
             raise EffectBusy(f"{key} was claimed by {claimed_by} moments ago")
         fence = (lease.holds_sql(), lease.holds_params())
-        _deliver(key, Sender(claim, fence=fence, lock=lock), *row)
+        _deliver(key, Sender(claim, fence=fence), *row)
 
 
 # A takeover of a row whose handover has no answer recorded keeps what is known: the message was
@@ -134,20 +134,18 @@ def _claim_for_run(
     to: str,
     subject: str,
     body: str,
-    lock: EffectLock,
 ) -> tuple[str, str, str] | None:
-    """Take the effect lock, write the outbox row if it is not there and claim it for this
-    epoch, in one statement: only with the lock, while the epoch holds the lease's row, and only
-    if nobody sent the message, nobody else is (or may still be) sending it. Returns the row's
-    (to, subject, body) when it is ours; `lock.held` says whether the lock was taken."""
+    """Write the outbox row if it is not there and claim it for this epoch, in one statement:
+    only while the epoch holds the lease's row, and only if nobody sent the message, nobody else
+    is (or may still be) sending it. Returns the row's (to, subject, body) when it is ours."""
     claim = f"epoch:{lease.epoch}"
     holds = lease.holds_sql()
-    row = lock.claiming(
+    row = sql.fetchone(
         'INSERT INTO refunds_email (ticket_id, "key", "to", subject, body, status, claimed_by, '
         "claimed_at, attempts, last_error, created_at, handed_over_by, outcome_unknown_by) "
         f"SELECT %s, %s, %s, %s, %s, {queries.EMAIL_SENDING}, %s, {sql.now()}, 1, '', "
         f"{sql.now()}, '', '' "
-        f"FROM lk WHERE lk.held AND {holds} "
+        f"WHERE {holds} "
         f'ON CONFLICT ("key") DO UPDATE SET status = {queries.EMAIL_SENDING}, '
         "claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, "
         f"attempts = refunds_email.attempts + 1, {_UNKNOWN_SQL} "
@@ -228,7 +226,7 @@ def resend(email_id: int) -> bool:
             raise EffectBusy(f"another process is sending {email.key}")
         if not _claim(email.key, claim, resendable()):
             return Email.objects.filter(pk=email_id, status=Email.Status.SENT).exists()
-        _deliver(email.key, Sender(claim, lock=lock), email.to, email.subject, email.body)
+        _deliver(email.key, Sender(claim), email.to, email.subject, email.body)
     return True
 
 
@@ -256,13 +254,11 @@ def _claim(key: str, claim: str, holds: Q) -> bool:
 
 @dataclass(frozen=True)
 class Sender:
-    """Who is sending: the row's claim, for a run the fence that must still hold when the
-    message is handed over (SQL and its params: the lease's epoch on its row), and the effect
-    lock it holds, given back with the "sent" mark."""
+    """Who is sending: the row's claim, and for a run the fence that must still hold when the
+    message is handed over (SQL and its params: the lease's epoch on its row)."""
 
     claim: str
     fence: tuple[str, list] | None = None
-    lock: EffectLock | None = None
 
     def label(self) -> str:
         return f"{self.claim} on {socket.gethostname()}:{os.getpid()}"
@@ -430,7 +426,6 @@ def _record_sent(key: str, sender: Sender) -> None:
         f"UPDATE refunds_email SET {done} "
         f'WHERE "key" = %s AND status = {queries.EMAIL_SENDING} AND claimed_by = %s',
         [key, sender.claim],
-        releasing=sender.lock,
     ) or _write_sql(
         f"UPDATE refunds_email SET {done} "
         f'WHERE "key" = %s AND status <> {queries.EMAIL_SENT} AND handed_over_at IS NULL',
@@ -535,25 +530,17 @@ def message_id(key: str) -> str:
     return f"<{key.replace(':', '.')}@refund-desk>"
 
 
-def _write_sql(statement: str, params: list, *, releasing: EffectLock | None = None) -> int:
-    """_write of one UPDATE in SQL, giving `releasing` back in the same statement."""
-    return _write(None, statement=(statement, params), releasing=releasing)
+def _write_sql(statement: str, params: list) -> int:
+    """_write of one UPDATE in SQL."""
+    return _write(None, statement=(statement, params))
 
 
-def _write(
-    qs,
-    *,
-    statement: tuple[str, list] | None = None,
-    releasing: EffectLock | None = None,
-    **fields,
-) -> int:
+def _write(qs, *, statement: tuple[str, list] | None = None, **fields) -> int:
     """An UPDATE that records a fact, the rows it changed: retried on a fresh connection if the
     database dropped ours (a blip after the server accepted the message must not make it look
-    unsent; an effect lock held on that session went with it)."""
+    unsent)."""
     for attempt in range(10):
         try:
-            if statement is not None and releasing is not None:
-                return releasing.execute_releasing(*statement)
             if statement is not None:
                 return sql.execute(*statement)
             return qs.update(**fields)
@@ -562,7 +549,5 @@ def _write(
                 raise
             log.warning("outbox: database connection lost; recording again", exc_info=True)
             connection.close()
-            if releasing is not None:
-                releasing.connection_lost()
             time.sleep(0.2 * (attempt + 1))
     return 0

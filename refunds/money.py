@@ -2,18 +2,18 @@
 only while the run's lease epoch holds.
 
 pay() in order:
-1. In one transaction, with the order locked: take the effect lock for the key (refunds/locks.py,
-   in the same statement); if another process holds it, it is in the middle of this very charge:
-   stop (EffectBusy) and let the thread be retried later. Check the epoch; find the key's ledger
-   row. Paid: return its receipt. Under way from an earlier run: its outcome is not known yet.
+1. Take the effect lock for the key (refunds/locks.py); if another process holds it, it is in
+   the middle of this very charge: stop (EffectBusy) and let the thread be retried later.
+2. In one transaction, with the order locked: check the epoch; find the key's ledger row.
+   Paid: return its receipt. Under way from an earlier run: its outcome is not known yet.
    None: check the balance (fee minus what the ledger holds for the order) and write a pending
    row.
 3. An outcome not known is settled by `gateway.lookup(key)` before anything else.
 4. Check the lease once more, then call the gateway, outside any transaction.
-5. Record what happened, and give the effect lock back in the same statement. A decline or a
-   definite "not charged" frees the balance; an answer that was lost is looked up at once, and if
-   the lookup fails too the row stays pending and the run stops (PaymentOutcomeUnknown): never
-   "failed, approve again" while money may have moved.
+5. Record what happened, then give the effect lock back. A decline or a definite "not charged"
+   frees the balance; an answer that was lost is looked up at once, and if the lookup fails too
+   the row stays pending and the run stops (PaymentOutcomeUnknown): never "failed, approve
+   again" while money may have moved.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from refunds.flow.errors import (
 )
 from refunds.flow.words import dollars
 from refunds.lease import Lease
-from refunds.locks import EffectLock, effect_lock
+from refunds.locks import effect_lock
 from refunds.models import Charge, Order, Ticket
 from refunds.payments import Gateway
 
@@ -49,15 +49,17 @@ def pay(
 ) -> str:
     outside_transaction("the payment gateway")
     lease.check()
-    with effect_lock(key, take=False) as lock:
-        row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents, lock)
+    with effect_lock(key) as lock:
+        if not lock.held:
+            raise EffectBusy(f"another process is charging {key}")
+        row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents)
         if state == "paid" and row.receipt:
             return row.receipt
         if state == "unknown":
             # A run before ours sent it and never heard back.
             receipt = _look_up(gateway, key, row.payment_reference)
             if receipt:
-                return _settle(row, lock, receipt=receipt)
+                return _settle(row, receipt=receipt)
         lease.check()
         try:
             receipt = gateway.charge(
@@ -67,18 +69,18 @@ def pay(
                 payment_reference=row.payment_reference,
             )
         except PermanentGatewayError as exc:
-            _settle(row, lock, refused=str(exc))
+            _settle(row, refused=str(exc))
             raise
         except RetryableGatewayError as exc:
-            _settle(row, lock, refused=f"not charged: {exc}")
+            _settle(row, refused=f"not charged: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - whatever it was, the money may have moved
             log.warning("charge %s: outcome unknown (%r); looking the key up", key, exc)
             receipt = _look_up(gateway, key, row.payment_reference)
             if not receipt:
-                _settle(row, lock, refused=f"not charged (looked up after: {exc})")
+                _settle(row, refused=f"not charged (looked up after: {exc})")
                 raise RetryableGatewayError(f"{exc}; the gateway has no charge for it") from exc
-        return _settle(row, lock, receipt=receipt)
+        return _settle(row, receipt=receipt)
 
 
 @dataclass
@@ -89,24 +91,16 @@ class _Row:
 
 
 def _reserve(
-    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int, lock: EffectLock
+    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int
 ) -> tuple[_Row, str]:
     """The key's ledger row, claimed for this epoch, and what is known of it: "paid", "new" (no
     call made yet) or "unknown" (a call was made and its answer was never recorded).
 
-    The effect lock taken and everything needed read at once, with the order locked (two tickets
-    of one order never check its balance at the same time; on SQLite the IMMEDIATE transaction
-    holds the write lock), then the row written. On PostgreSQL a key never charged is one
-    statement, its pending row written by the reading one (a data-modifying WITH); only a key
-    refused before goes on to a transaction of its own."""
-    if sql.is_postgres():
-        row, state = _read(ticket_id, order_id, epoch, key, amount_cents, lock, write_new=True)
-        if state == "written":
-            return row, "new"
-        if state not in ("new", "refused"):  # "new" only if the statement's own check differed
-            return row, state
+    Everything needed is read with the order locked (two tickets of one order never check its
+    balance at the same time; on SQLite the IMMEDIATE transaction holds the write lock), then
+    the row written in the same transaction."""
     with transaction.atomic():
-        row, state = _read(ticket_id, order_id, epoch, key, amount_cents, lock)
+        row, state = _read(ticket_id, order_id, epoch, key, amount_cents)
         if state == "new":
             inserted = sql.fetchone(
                 "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
@@ -127,58 +121,25 @@ def _reserve(
 
 
 def _read(
-    ticket_id: int,
-    order_id: int,
-    epoch: int,
-    key: str,
-    amount_cents: int,
-    lock: EffectLock,
-    *,
-    write_new: bool = False,
+    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int
 ) -> tuple[_Row, str]:
-    """Take the effect lock and read the key's row, the order's balance and the epoch, with the
-    order row locked; refuse (EffectBusy, GraphDrained, OverBalance) or say where the key stands:
-    "paid", "unknown" (its epoch moved to ours), "refused" or "new". With `write_new`
-    (PostgreSQL, outside a transaction) a "new" key's pending row is written by this very
-    statement, on the same conditions, and comes back "written"."""
-    columns_from = (
-        "t.lease_epoch, o.shipping_fee_cents AS fee, o.number, o.payment_reference, "
+    """Read the key's row, the order's balance and the epoch, with the order row locked; refuse
+    (GraphDrained, OverBalance) or say where the key stands: "paid", "unknown" (its epoch moved
+    to ours), "refused" or "new"."""
+    found = sql.fetchone(
+        "SELECT t.lease_epoch, o.shipping_fee_cents AS fee, o.number, o.payment_reference, "
         "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
         f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s) AS held, "
         "k.id AS k_id, k.status AS k_status, k.receipt "
         "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
         "JOIN refunds_order o ON o.id = l.order_id "
         "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
-        "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else "")
+        "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else ""),
+        [key, key, ticket_id, order_id],
     )
-    written = None
-    if write_new and not lock.held:
-        lk, lk_params = lock.cte()  # read first, and once (refunds/locks.py)
-        found = sql.fetchone(
-            f"WITH {lk}, f AS (SELECT {columns_from}), written AS ("
-            "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
-            "status, error, epoch, created_at) "
-            f"SELECT %s, %s, %s, %s, {queries.CHARGE_PENDING}, '', %s, {sql.now()} FROM lk, f "
-            "WHERE lk.held AND f.lease_epoch = %s AND f.k_id IS NULL AND %s <= f.fee - f.held "
-            "RETURNING id) "
-            "SELECT lk.held, f.*, (SELECT id FROM written) FROM lk LEFT JOIN f ON true",
-            [*lk_params, key, key, ticket_id, order_id]
-            + [ticket_id, order_id, key, amount_cents, epoch, epoch, amount_cents],
-        )
-        assert found is not None  # lk has one row
-        lock.answered(found[0])
-        found, written = (found[:9], found[9]) if found[1] is not None else (None, None)
-    else:  # SQLite (its file lock taken here), or PostgreSQL with the lock already held
-        take, take_params = lock.taking()
-        found = sql.fetchone(
-            f"SELECT {take} AS taken, {columns_from}",
-            [*take_params, key, key, ticket_id, order_id],
-        )
     if found is None:  # the ticket was deleted under the run (its lease went with it)
         raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-    taken, current_epoch, fee, number, reference, held, row_id, status, receipt = found
-    if not lock.answered(taken):
-        raise EffectBusy(f"another process is charging {key}")
+    current_epoch, fee, number, reference, held, row_id, status, receipt = found
     if current_epoch != epoch:
         raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
     if status == Charge.Status.SUCCEEDED:
@@ -194,8 +155,6 @@ def _read(
         )
     if row_id is not None:
         return _Row(row_id, None, reference), "refused"
-    if written is not None:
-        return _Row(written, None, reference), "written"
     return _Row(0, None, reference), "new"  # no row yet: the caller writes it
 
 
@@ -208,10 +167,9 @@ def _look_up(gateway: Gateway, key: str, payment_reference: str) -> str | None:
         ) from exc
 
 
-def _settle(row: _Row, lock: EffectLock, *, receipt: str | None = None, refused: str = "") -> str:
-    """Record the gateway's answer and give the effect lock back with it. A fact, so it is
-    written whatever the lease says, and retried on a fresh connection if the database dropped
-    ours meanwhile (the lock went with that session)."""
+def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
+    """Record the gateway's answer. A fact, so it is written whatever the lease says, and
+    retried on a fresh connection if the database dropped ours meanwhile."""
     if receipt:
         statement = f"status = {queries.CHARGE_SUCCEEDED}, receipt = %s, error = ''"
         params = [receipt]
@@ -219,7 +177,7 @@ def _settle(row: _Row, lock: EffectLock, *, receipt: str | None = None, refused:
         statement, params = f"status = {queries.CHARGE_REFUSED}, error = %s", [refused[:2000]]
     for attempt in range(10):
         try:
-            lock.execute_releasing(
+            sql.execute(
                 f"UPDATE refunds_charge SET {statement}, settled_at = {sql.now()} "
                 f"WHERE id = %s AND status <> {queries.CHARGE_SUCCEEDED}",
                 [*params, row.pk],
@@ -229,7 +187,6 @@ def _settle(row: _Row, lock: EffectLock, *, receipt: str | None = None, refused:
             if attempt == 9:
                 raise
             connection.close()
-            lock.connection_lost()
             time.sleep(0.2 * (attempt + 1))
     return receipt or ""
 

@@ -225,17 +225,18 @@ def _run(lease: leases.Lease, graph_input: Any, ctx: Collaborators, *, first_leg
         # run stops before any node that has one.
         options = {"durability": "exit", "interrupt_before": EFFECT_NODES}
     events = mirror.RunEvents()
-    for mode, chunk in graph().stream(
-        graph_input,
-        config,
-        context=ctx,
-        stream_mode=mirror.RunEvents.MODES,
-        control=lease.control(),
-        **options,
-    ):
-        # Between nodes (under "sync" the step's checkpoint is on disk before the next).
-        for node in events.see(mode, chunk):
-            _emit(lease.thread_id, f"after:{node}")
+    with persistence.invoked_here():
+        for mode, chunk in graph().stream(
+            graph_input,
+            config,
+            context=ctx,
+            stream_mode=mirror.RunEvents.MODES,
+            control=lease.control(),
+            **options,
+        ):
+            # Between nodes (under "sync" the step's checkpoint is on disk before the next).
+            for node in events.see(mode, chunk):
+                _emit(lease.thread_id, f"after:{node}")
     # Nothing ran (nothing was left to run): ask the checkpointer.
     return events.outcome() or snapshot(lease.thread_id)
 

@@ -204,9 +204,8 @@ def _way_out(path: str, processor, ticket: Ticket) -> None:
     ],
 )
 def test_every_way_out_of_a_charge_gives_its_effect_lock_back(processor, ticket, path):
-    """The lock is taken and given back inside the ledger's own statements on PostgreSQL: a way
-    out that kept it would leave the key busy for every other worker until this connection
-    closes (workers keep theirs across tasks)."""
+    """A way out that kept the lock would leave the key busy for every other worker until this
+    connection closes (workers keep theirs across tasks)."""
     _way_out(path, processor, ticket)
     assert free_elsewhere(f"{ticket.thread_id}:charge_card:699")
     assert free_elsewhere(f"{ticket.thread_id}:charge_card:700")
@@ -216,7 +215,7 @@ def test_a_charge_that_waited_on_its_order_row_takes_its_effect_lock_once(
     processor, transactional_db, late_order
 ):
     """PostgreSQL re-checks a row that changed while the reserve waited for its lock; the effect
-    lock is asked for in a CTE of its own, read once, so one release gives it back."""
+    lock, taken before by a statement of its own, is taken once, so one release gives it back."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks and their re-check are PostgreSQL's")
     ticket = Ticket.objects.create(thread_id="refund-1042-m", order=late_order)

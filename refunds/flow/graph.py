@@ -1,6 +1,6 @@
 """build_graph(): the uncompiled refund workflow; refunds/persistence.py compiles it with a
-checkpointer. `wrap` lets tests and crashtest put a hook around every node (crash points); the
-app never passes one."""
+checkpointer. `wrap` puts a wrapper around every node: the app's closes the database connections
+of LangGraph's own threads, tests and crashtest add their hooks (crash points) inside it."""
 
 from __future__ import annotations
 

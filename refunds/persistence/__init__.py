@@ -21,9 +21,11 @@ import json
 import os
 import select
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
+from contextvars import ContextVar
+from functools import cache, wraps
 from typing import Any
 
 from django.conf import settings
@@ -492,10 +494,42 @@ def tracking_options() -> TrackingOptions | None:
     )
 
 
+# The thread that runs the graph; LangGraph copies it into the threads of its pool.
+_invoker: ContextVar[int | None] = ContextVar("graph_invoker", default=None)
+
+
+@contextmanager
+def invoked_here() -> Iterator[None]:
+    """Run the graph from this thread: nodes that LangGraph runs on threads of its own (a step of
+    several tasks: `Send`, parallel checks) close those threads' database connections at the end,
+    as a worker closes its own between tasks; otherwise each would stay open, unseen."""
+    token = _invoker.set(threading.get_ident())
+    try:
+        yield
+    finally:
+        _invoker.reset(token)
+
+
+def _on_managed_connections(fn: Callable) -> Callable:
+    @wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if _invoker.get() not in (None, threading.get_ident()):
+                connections.close_all()
+
+    return run
+
+
 @cache
-def _compiled(pid: int, wrapper: Callable | None, tracking: TrackingOptions | None = None):
+def _compiled(pid: int, wrapper: NodeWrapper | None, tracking: TrackingOptions | None = None):
     saver, the_store = _persistence(pid)
-    return build_graph(wrap=wrapper, tracking=tracking).compile(checkpointer=saver, store=the_store)
+
+    def wrap(name: str, fn: Callable) -> Callable:
+        return _on_managed_connections(wrapper(name, fn) if wrapper else fn)
+
+    return build_graph(wrap=wrap, tracking=tracking).compile(checkpointer=saver, store=the_store)
 
 
 def node_wrapper() -> NodeWrapper | None:
