@@ -35,6 +35,7 @@ from api.serializers import (
     TicketPage,
     TicketRef,
 )
+from core.clock import local_words
 from intake import services as intake
 from intake.models import Message
 from refunds import order_source, permissions, services
@@ -128,9 +129,11 @@ def _with_idempotency_key(request: Request, respond: Callable[[], Response]) -> 
         response = respond()
         return response.status_code, response.data
 
+    match = request.resolver_match
+    endpoint = f"{request.method} {match.view_name}" if match else request.path
     try:
         status, data = idempotency.idempotent(
-            user=request.user, key=key, request_body=raw, respond=kept
+            user=request.user, endpoint=endpoint, key=key, request_body=raw, respond=kept
         )
     except idempotency.IdempotencyConflict as exc:
         raise Unprocessable(str(exc)) from None
@@ -333,4 +336,12 @@ def _receive(request: Request, key: str) -> Response:
         )
     except intake.MessageRefused as exc:
         raise serializers.ValidationError(str(exc)) from None
-    return Response(MessageOut(message).data, status=202 if created else 200)
+    if not created:
+        # Within 24 hours the kept answer replays before this point; an older use of the key
+        # brought in this message, and answering as if this body were it would drop the new one.
+        raise Unprocessable(
+            f"Message {message.pk} was handed in with this Idempotency-Key on "
+            f"{local_words(message.created_at)}, longer ago than the 24 hours a key's answer is "
+            "kept; a new message needs a new key."
+        )
+    return Response(MessageOut(message).data, status=202)
