@@ -82,10 +82,11 @@ LIST_PARAMETERS = [
 ]
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX},
     location=OpenApiParameter.HEADER,
     description="Any string up to 255 characters, unique per request: the same key and body "
-    "within 24 hours answer the first response again; the same key with another body, 422.",
+    "within 24 hours answer the first response again; the same key with another body, 422. "
+    "A key is the caller's, for this endpoint only; after 24 hours it is new again.",
 )
 
 
@@ -157,7 +158,7 @@ def _order_from_the_shop(request: Request) -> None:
         except services.ShopUnavailable as exc:
             raise ShopUnavailable(str(exc)) from None
         if found is None:  # said here: inside the transaction the shop is not asked again
-            raise serializers.ValidationError(f"There is no order {number.strip()}.")
+            raise Unprocessable(f"There is no order {number.strip()}.")
 
 
 def _open(request: Request, *, raise_conflict: bool = True) -> Response:
@@ -178,8 +179,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         raise ShopUnavailable(str(exc)) from None
     except PermissionDenied as exc:
         raise Forbidden(str(exc)) from None
-    except services.RefundError as exc:
-        raise serializers.ValidationError(str(exc)) from None
+    except services.RefundError as exc:  # well-formed, but the desk's orders say no
+        raise Unprocessable(str(exc)) from None
     return Response(TicketRef(ticket, context={"request": request}).data, status=201)
 
 
@@ -222,7 +223,7 @@ def ticket_detail(request: Request, ticket_id: int) -> Response:
     operation_id="tickets_decide",
     summary="Answer a ticket's pending review (approve, reject, or approve a lower amount)",
     request=DecisionIn,
-    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 429)},
+    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 422, 429)},
 )
 @api_view(["POST"])
 def ticket_decision(request: Request, ticket_id: int) -> Response:
@@ -241,8 +242,8 @@ def ticket_decision(request: Request, ticket_id: int) -> Response:
         raise Forbidden(str(exc)) from None
     except (services.AlreadyDecided, services.ClaimTaken) as exc:
         return Response(body(409, str(exc)), status=409)
-    except services.RefundError as exc:
-        raise serializers.ValidationError(str(exc)) from None
+    except services.RefundError as exc:  # well-formed, but the ticket's review says no
+        raise Unprocessable(str(exc)) from None
     return Response(DecisionMade(decision).data, status=201)
 
 
@@ -289,18 +290,24 @@ def _push(request: Request) -> Response:
     operation_id="messages_receive",
     summary="Hand in a customer's message: the intake reads it and opens the ticket",
     description="One message per Idempotency-Key (required): the same key and body again "
-    "answer the first response, so a message delivered twice is one message. The answer is "
+    "within 24 hours answer the first response, so a message delivered twice is one message; "
+    "the key used again later answers 422 naming its message. The answer is "
     "202 while the intake reads it (status received); the message's status and ticket follow "
     "as it is placed. The sender must be an email address and the body some text of at most "
     "INTAKE_MAX_CHARS characters; anything else is a 400 and nothing is stored. Anyone who "
     "may open tickets (POST /api/tickets/) may hand in messages.",
     request=MessageIn,
-    parameters=[IDEMPOTENCY_HEADER],
-    responses={
-        202: MessageOut,
-        200: MessageOut,
-        **_errors(400, 401, 403, 413, 415, 422, 429),
-    },
+    parameters=[
+        OpenApiParameter(
+            "Idempotency-Key",
+            # Spaces around the key are not part of it: a blank key is no key.
+            {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX, "pattern": r"\S"},
+            location=OpenApiParameter.HEADER,
+            required=True,
+            description=IDEMPOTENCY_HEADER.description,
+        )
+    ],
+    responses={202: MessageOut, **_errors(400, 401, 403, 413, 415, 422, 429)},
 )
 @api_view(["POST"])
 def messages(request: Request) -> Response:
