@@ -19,6 +19,7 @@ from refunds import policy
 from refunds.models import Charge, Decision, Email, Ticket
 from refunds.services import NOTE_MAX, REASON_MAX
 from refunds.services import tickets as tickets_service
+from refunds.services.tickets import CONTROL_CHARACTERS
 
 NON_FIELD = api_settings.NON_FIELD_ERRORS_KEY
 ORDERS_PUSH_MAX = 1000
@@ -47,9 +48,13 @@ class OrderNumberField(serializers.Field):
         return value
 
 
-extend_schema_field({"oneOf": [{"type": "string", "maxLength": 32}, {"type": "integer"}]})(
-    OrderNumberField
-)
+# What refunds.services.tickets.order_numbers_clean refuses: blank, or a control character.
+ORDER_NUMBER_TEXT = {
+    "type": "string",
+    "maxLength": 32,
+    "pattern": f"^\\s*[^\\s{CONTROL_CHARACTERS}]+(?: [^\\s{CONTROL_CHARACTERS}]+)*\\s*$",
+}
+extend_schema_field({"oneOf": [ORDER_NUMBER_TEXT, {"type": "integer"}]})(OrderNumberField)
 
 
 class OrderNumbersField(serializers.Field):
@@ -92,9 +97,7 @@ extend_schema_field(
         "type": "array",
         "minItems": 1,
         "maxItems": ORDERS_MAX,
-        "items": {
-            "oneOf": [{"type": "string", "maxLength": 32, "pattern": r"\S"}, {"type": "integer"}]
-        },
+        "items": {"oneOf": [ORDER_NUMBER_TEXT, {"type": "integer"}]},
     }
 )(OrderNumbersField)
 
@@ -389,10 +392,18 @@ class DecisionIn(serializers.Serializer):
         choices=Decision.Answer.choices, help_text="approve, or reject (with a reason)."
     )
     reason = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text="For the customer (to reject)."
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=REASON_MAX,
+        help_text="For the customer (to reject).",
     )
     note = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text="Internal; never emailed."
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=NOTE_MAX,
+        help_text="Internal; never emailed.",
     )
     amount_cents = serializers.IntegerField(
         required=False,

@@ -179,8 +179,10 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         raise ShopUnavailable(str(exc)) from None
     except PermissionDenied as exc:
         raise Forbidden(str(exc)) from None
-    except services.RefundError as exc:  # well-formed, but the desk's orders say no
+    except services.OrdersRefused as exc:  # well-formed, but the desk's orders say no
         raise Unprocessable(str(exc)) from None
+    except services.RefundError as exc:
+        raise serializers.ValidationError(str(exc)) from None
     return Response(TicketRef(ticket, context={"request": request}).data, status=201)
 
 
