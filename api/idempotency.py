@@ -1,4 +1,5 @@
-"""Idempotency-Key for the API's POSTs: the same key and body within 24 hours answer the same."""
+"""Idempotency-Key for the API's POSTs: the same caller, endpoint, key and body within 24 hours
+answer the same; after that the key is new again."""
 
 from __future__ import annotations
 
@@ -19,30 +20,38 @@ class IdempotencyConflict(RefundError):
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
-def idempotent(*, user, key: str, request_body: bytes, respond) -> tuple[int, dict]:
+def idempotent(*, user, endpoint: str, key: str, request_body: bytes, respond) -> tuple[int, dict]:
     """Answer a request made with an Idempotency-Key: the first time, call `respond()` and keep
     its (status, body); a retry with the same key and body gets the kept response, a retry with
-    another body an IdempotencyConflict. The key row and whatever `respond` writes commit in one
-    transaction, so two concurrent retries cannot both open a ticket: the second waits on the
-    key's UNIQUE index and then reads the first one's answer."""
+    another body an IdempotencyConflict. The key is claimed by an insert under its UNIQUE
+    constraint before `respond()` runs, in the transaction that keeps whatever `respond` writes:
+    of two concurrent requests with one key the second waits on the first's claim, then reads
+    its answer, and never runs `respond()` itself."""
     digest = hashlib.sha256(request_body).hexdigest()
     IdempotentRequest.objects.filter(created_at__lt=timezone.now() - IDEMPOTENCY_WINDOW).delete()
-    for _ in range(2):
-        earlier = IdempotentRequest.objects.filter(user=user, key=key).first()
-        if earlier is not None:
-            if earlier.request_hash != digest:
-                raise IdempotencyConflict(
-                    "This Idempotency-Key was used with a different request body in the last "
-                    "24 hours; use a new key for a new request."
-                )
-            return earlier.status_code, earlier.response
+    with transaction.atomic():
         try:
             with transaction.atomic():
-                status, body = respond()
-                IdempotentRequest.objects.create(
-                    user=user, key=key, request_hash=digest, status_code=status, response=body
+                claim = IdempotentRequest.objects.create(
+                    user=user,
+                    endpoint=endpoint,
+                    key=key,
+                    request_hash=digest,
+                    status_code=0,
+                    response={},
                 )
-            return status, body
         except IntegrityError:
-            continue  # a concurrent request with the same key won; read its answer
-    raise RefundError("The request could not be completed; try again.")
+            return _kept(user=user, endpoint=endpoint, key=key, digest=digest)
+        claim.status_code, claim.response = respond()
+        claim.save(update_fields=["status_code", "response"])
+    return claim.status_code, claim.response
+
+
+def _kept(*, user, endpoint: str, key: str, digest: str) -> tuple[int, dict]:
+    earlier = IdempotentRequest.objects.get(user=user, endpoint=endpoint, key=key)
+    if earlier.request_hash != digest:
+        raise IdempotencyConflict(
+            "This Idempotency-Key was used with a different request body in the last "
+            "24 hours; use a new key for a new request."
+        )
+    return earlier.status_code, earlier.response

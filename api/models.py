@@ -11,10 +11,14 @@ from django.db import models
 
 
 class IdempotentRequest(models.Model):
-    """An API request made with an Idempotency-Key header, and the response it got: the same key
-    and body within 24 hours answer the same response; the same key with another body, a 422."""
+    """An API request made with an Idempotency-Key header, and the response it got: the same
+    caller, endpoint, key and body within 24 hours answer the same response; the same key with
+    another body, a 422. A key on one endpoint says nothing about another."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # The method and route, such as "POST api:messages"; rows kept from before it was recorded
+    # have "" and answer nothing.
+    endpoint = models.CharField(max_length=100)
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
     status_code = models.PositiveSmallIntegerField()
@@ -23,7 +27,9 @@ class IdempotentRequest(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["user", "key"], name="one_response_per_key"),
+            models.UniqueConstraint(
+                fields=["user", "endpoint", "key"], name="one_response_per_endpoint_and_key"
+            ),
         ]
 
     def __str__(self) -> str:

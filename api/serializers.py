@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.utils.functional import lazy
+from drf_spectacular.extensions import (
+    OpenApiSerializerExtension,
+    OpenApiSerializerFieldExtension,
+)
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
@@ -14,6 +19,7 @@ from refunds import policy
 from refunds.models import Charge, Decision, Email, Ticket
 from refunds.services import NOTE_MAX, REASON_MAX
 from refunds.services import tickets as tickets_service
+from refunds.services.tickets import CONTROL_CHARACTERS
 
 NON_FIELD = api_settings.NON_FIELD_ERRORS_KEY
 ORDERS_PUSH_MAX = 1000
@@ -42,9 +48,13 @@ class OrderNumberField(serializers.Field):
         return value
 
 
-extend_schema_field({"oneOf": [{"type": "string", "maxLength": 32}, {"type": "integer"}]})(
-    OrderNumberField
-)
+# What refunds.services.tickets.order_numbers_clean refuses: blank, or a control character.
+ORDER_NUMBER_TEXT = {
+    "type": "string",
+    "maxLength": 32,
+    "pattern": f"^\\s*[^\\s{CONTROL_CHARACTERS}]+(?: [^\\s{CONTROL_CHARACTERS}]+)*\\s*$",
+}
+extend_schema_field({"oneOf": [ORDER_NUMBER_TEXT, {"type": "integer"}]})(OrderNumberField)
 
 
 class OrderNumbersField(serializers.Field):
@@ -87,14 +97,17 @@ extend_schema_field(
         "type": "array",
         "minItems": 1,
         "maxItems": ORDERS_MAX,
-        "items": {"oneOf": [{"type": "string", "maxLength": 32}, {"type": "integer"}]},
+        "items": {"oneOf": [ORDER_NUMBER_TEXT, {"type": "integer"}]},
     }
 )(OrderNumbersField)
 
 
 class StrictBody(serializers.Serializer):
     """A request body that is a JSON object with only the fields the serializer names: anything
-    else is a 400 that says so, not a field silently dropped."""
+    else is a 400 that says so, not a field silently dropped. `schema_rules` adds what the
+    fields cannot say (one field of two) to its OpenAPI schema."""
+
+    schema_rules: dict[str, Any] = {}
 
     def to_internal_value(self, data: Any) -> dict:
         if not isinstance(data, dict):
@@ -107,9 +120,16 @@ class StrictBody(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+@extend_schema_field({"type": "string", "maxLength": NOTE_MAX, "pattern": "^[^\\u0000]*$"})
+class NoteField(serializers.CharField):
+    """Text without a NUL (refunds.services.tickets refuses one: PostgreSQL cannot hold it)."""
+
+
 class TicketOpen(StrictBody):
     """Open a refund ticket for an order (`order_number`) or for several of one customer's
     (`order_numbers`): one of the two."""
+
+    schema_rules = {"oneOf": [{"required": ["order_number"]}, {"required": ["order_numbers"]}]}
 
     order_number = OrderNumberField(
         required=False, help_text="The order to refund the shipping fee of."
@@ -119,7 +139,7 @@ class TicketOpen(StrictBody):
         help_text="Instead of order_number: several orders of one customer, one ticket for "
         f"them all (the first is its order_number; at most {ORDERS_MAX}).",
     )
-    note = serializers.CharField(
+    note = NoteField(
         required=False,
         allow_blank=True,
         trim_whitespace=False,
@@ -372,10 +392,18 @@ class DecisionIn(serializers.Serializer):
         choices=Decision.Answer.choices, help_text="approve, or reject (with a reason)."
     )
     reason = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text="For the customer (to reject)."
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=REASON_MAX,
+        help_text="For the customer (to reject).",
     )
     note = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text="Internal; never emailed."
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=NOTE_MAX,
+        help_text="Internal; never emailed.",
     )
     amount_cents = serializers.IntegerField(
         required=False,
@@ -416,45 +444,36 @@ class DecisionMade(serializers.ModelSerializer):
         ]
 
 
-@extend_schema_field({"oneOf": [{"type": "string", "example": "8.99"}, {"type": "number"}]})
-class AmountField(serializers.CharField):
-    pass
-
-
-class OrderLine(serializers.Serializer):
-    """One order as the shop knows it (the import's columns; refunds.services.orders reads it)."""
-
-    order_number = OrderNumberField()
-    customer_name = serializers.CharField(max_length=200)
-    customer_email = serializers.EmailField()
-    currency = serializers.CharField(
-        min_length=3, max_length=3, help_text="ISO 4217, a currency in use today: USD, EUR, JPY."
-    )
-    shipping_fee = AmountField(
-        help_text='In the currency\'s major unit, with a point: "8.99" (USD), "899" (JPY). '
-        "A JSON number is read the same way; no more decimals than the currency has."
-    )
-    promised_on = serializers.DateField(help_text="YYYY-MM-DD")
-    delivered_on = serializers.DateField(help_text="YYYY-MM-DD")
-    payment_reference = serializers.CharField(
-        max_length=255,
-        required=False,
-        allow_blank=True,
-        help_text="What the payment processor knows the payment by (Stripe: pi_… or ch_…).",
-    )
-
-
-@extend_schema_field(OrderLine)
+@extend_schema_field(
+    {
+        "description": "An order as the shop knows it (the import's columns): order_number, "
+        "customer_name, customer_email, currency (ISO 4217, in use today), shipping_fee (in "
+        'the currency\'s major unit: "8.99" USD, "899" JPY; a JSON number reads the same), '
+        "promised_on and delivered_on (YYYY-MM-DD), payment_reference (optional: pi_… or "
+        "ch_… for Stripe). Any value is taken here: a line that does not fit is refused on its "
+        "own in `results`, with the reason, and the others go in.",
+        "example": {
+            "order_number": "1042",
+            "customer_name": "Ana Souza",
+            "customer_email": "ana@example.com",
+            "currency": "USD",
+            "shipping_fee": "8.99",
+            "promised_on": "2026-11-02",
+            "delivered_on": "2026-11-06",
+            "payment_reference": "pi_3Q…",
+        },
+    }
+)
 class AnyOrderLine(serializers.JSONField):
     """An order as sent: refunds.services.orders reads and answers it line by line (a bad line
-    is refused on its own, not the whole request); the schema shows what it should hold."""
+    is refused on its own, not the whole request), so its schema names no rule."""
 
 
 class OrdersPush(StrictBody):
     """Create or update up to 1,000 orders by order number."""
 
     orders = serializers.ListField(
-        child=AnyOrderLine(),
+        child=AnyOrderLine(allow_null=True),
         min_length=1,
         max_length=ORDERS_PUSH_MAX,
         error_messages={
@@ -483,11 +502,28 @@ class OrdersPushed(serializers.Serializer):
     results = OrderResult(many=True)
 
 
+@extend_schema_field({"type": "string", "format": "email", "maxLength": 254})
+class SenderField(serializers.CharField):
+    """An email address; intake.services.message_problems says when it is not one."""
+
+
+class MessageText(serializers.CharField):
+    """Some text, at most INTAKE_MAX_CHARS characters: intake.services.message_problems checks."""
+
+
+class MessageTextScheme(OpenApiSerializerFieldExtension):
+    target_class = MessageText
+
+    def map_serializer_field(self, auto_schema, direction):
+        # Read when the schema is drawn, as message_problems reads it when a message comes.
+        return {"type": "string", "pattern": r"\S", "maxLength": settings.INTAKE_MAX_CHARS}
+
+
 class MessageIn(StrictBody):
     """A customer's message, as a helpdesk received it; the intake reads it and opens the
     ticket (or sends it to "Needs sorting")."""
 
-    sender = serializers.CharField(
+    sender = SenderField(
         max_length=254,
         trim_whitespace=True,
         help_text="The customer's email address: the acknowledgment goes there, and an order "
@@ -500,11 +536,10 @@ class MessageIn(StrictBody):
     subject = serializers.CharField(
         required=False, allow_blank=True, max_length=998, default="", trim_whitespace=False
     )
-    body = serializers.CharField(
-        allow_blank=True,
+    body = MessageText(
         trim_whitespace=False,
         help_text="What the customer wrote, as plain text.",
-        error_messages={"required": "Missing field: body"},
+        error_messages={"required": "Missing field: body", "blank": "The message has no text."},
     )
     received_at = serializers.DateTimeField(
         required=False, help_text="When the customer sent it; now when left out."
@@ -527,3 +562,14 @@ class MessageOut(serializers.Serializer):
     ticket = serializers.IntegerField(
         source="ticket_id", allow_null=True, help_text="The ticket it opened or was added to."
     )
+
+
+class StrictBodyScheme(OpenApiSerializerExtension):
+    """A StrictBody's schema says what its validation does: no other field, and its rules."""
+
+    target_class = StrictBody
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        return {**schema, "additionalProperties": False, **self.target.schema_rules}

@@ -35,6 +35,7 @@ from api.serializers import (
     TicketPage,
     TicketRef,
 )
+from core.clock import local_words
 from intake import services as intake
 from intake.models import Message
 from refunds import order_source, permissions, services
@@ -81,10 +82,11 @@ LIST_PARAMETERS = [
 ]
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX},
     location=OpenApiParameter.HEADER,
     description="Any string up to 255 characters, unique per request: the same key and body "
-    "within 24 hours answer the first response again; the same key with another body, 422.",
+    "within 24 hours answer the first response again; the same key with another body, 422. "
+    "A key is the caller's, for this endpoint only; after 24 hours it is new again.",
 )
 
 
@@ -128,9 +130,11 @@ def _with_idempotency_key(request: Request, respond: Callable[[], Response]) -> 
         response = respond()
         return response.status_code, response.data
 
+    match = request.resolver_match
+    endpoint = f"{request.method} {match.view_name}" if match else request.path
     try:
         status, data = idempotency.idempotent(
-            user=request.user, key=key, request_body=raw, respond=kept
+            user=request.user, endpoint=endpoint, key=key, request_body=raw, respond=kept
         )
     except idempotency.IdempotencyConflict as exc:
         raise Unprocessable(str(exc)) from None
@@ -154,7 +158,7 @@ def _order_from_the_shop(request: Request) -> None:
         except services.ShopUnavailable as exc:
             raise ShopUnavailable(str(exc)) from None
         if found is None:  # said here: inside the transaction the shop is not asked again
-            raise serializers.ValidationError(f"There is no order {number.strip()}.")
+            raise Unprocessable(f"There is no order {number.strip()}.")
 
 
 def _open(request: Request, *, raise_conflict: bool = True) -> Response:
@@ -175,6 +179,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         raise ShopUnavailable(str(exc)) from None
     except PermissionDenied as exc:
         raise Forbidden(str(exc)) from None
+    except services.OrdersRefused as exc:  # well-formed, but the desk's orders say no
+        raise Unprocessable(str(exc)) from None
     except services.RefundError as exc:
         raise serializers.ValidationError(str(exc)) from None
     return Response(TicketRef(ticket, context={"request": request}).data, status=201)
@@ -219,7 +225,7 @@ def ticket_detail(request: Request, ticket_id: int) -> Response:
     operation_id="tickets_decide",
     summary="Answer a ticket's pending review (approve, reject, or approve a lower amount)",
     request=DecisionIn,
-    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 429)},
+    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 422, 429)},
 )
 @api_view(["POST"])
 def ticket_decision(request: Request, ticket_id: int) -> Response:
@@ -238,8 +244,8 @@ def ticket_decision(request: Request, ticket_id: int) -> Response:
         raise Forbidden(str(exc)) from None
     except (services.AlreadyDecided, services.ClaimTaken) as exc:
         return Response(body(409, str(exc)), status=409)
-    except services.RefundError as exc:
-        raise serializers.ValidationError(str(exc)) from None
+    except services.RefundError as exc:  # well-formed, but the ticket's review says no
+        raise Unprocessable(str(exc)) from None
     return Response(DecisionMade(decision).data, status=201)
 
 
@@ -287,19 +293,25 @@ def _push(request: Request) -> Response:
     operation_id="messages_receive",
     summary="Hand in a customer's message: the intake reads it and opens the ticket",
     description="One message per Idempotency-Key (required): the same key and body again "
-    "answer the first response, so a message delivered twice is one message. The answer is "
+    "within 24 hours answer the first response, so a message delivered twice is one message; "
+    "the key used again later answers 422 naming its message. The answer is "
     "202 while the intake reads it (status received); the message's status and ticket follow "
     "as it is placed. The sender must be an email address and the body some text of at most "
     "INTAKE_MAX_CHARS characters; anything else is a 400 and nothing is stored. Anyone who "
     "may open tickets (POST /api/tickets/) may hand in messages; the caller is the opener of "
     "the ticket a message opens, and four-eyes keeps them from deciding it.",
     request=MessageIn,
-    parameters=[IDEMPOTENCY_HEADER],
-    responses={
-        202: MessageOut,
-        200: MessageOut,
-        **_errors(400, 401, 403, 413, 415, 422, 429),
-    },
+    parameters=[
+        OpenApiParameter(
+            "Idempotency-Key",
+            # Spaces around the key are not part of it: a blank key is no key.
+            {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX, "pattern": r"\S"},
+            location=OpenApiParameter.HEADER,
+            required=True,
+            description=IDEMPOTENCY_HEADER.description,
+        )
+    ],
+    responses={202: MessageOut, **_errors(400, 401, 403, 413, 415, 422, 429)},
 )
 @api_view(["POST"])
 def messages(request: Request) -> Response:
@@ -336,4 +348,12 @@ def _receive(request: Request, key: str) -> Response:
         )
     except intake.MessageRefused as exc:
         raise serializers.ValidationError(str(exc)) from None
-    return Response(MessageOut(message).data, status=202 if created else 200)
+    if not created:
+        # Within 24 hours the kept answer replays before this point; an older use of the key
+        # brought in this message, and answering as if this body were it would drop the new one.
+        raise Unprocessable(
+            f"Message {message.pk} was handed in with this Idempotency-Key on "
+            f"{local_words(message.created_at)}, longer ago than the 24 hours a key's answer is "
+            "kept; a new message needs a new key."
+        )
+    return Response(MessageOut(message).data, status=202)

@@ -565,6 +565,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.schema.request_bodies_required",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "TicketStatusEnum": "refunds.models.Ticket.Status",
         "ChargeStatusEnum": "refunds.models.Charge.Status",

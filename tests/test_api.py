@@ -94,6 +94,13 @@ def test_it_opens_a_ticket_even_when_the_broker_is_unreachable(
 
 
 # --- bad input -----------------------------------------------------------------------------------
+def test_an_order_the_desk_does_not_have_is_a_422(api, late_order):
+    response = post_json(api, {"order_number": "9999"})
+    assert response.status_code == 422, response.content
+    assert "There is no order 9999" in response.json()["error"]
+    assert Ticket.objects.count() == 0
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -111,7 +118,6 @@ def test_it_opens_a_ticket_even_when_the_broker_is_unreachable(
         ({"order_number": 10.42}, "order_number must be a string"),
         ({"order_number": "1042", "note": 5}, "note must be a string"),
         ({"order_number": "   "}, "Enter an order number"),
-        ({"order_number": "9999"}, "There is no order 9999"),
         ({"order_number": "1042", "note": "x" * (NOTE_MAX + 1)}, "The note is too long"),
     ],
 )

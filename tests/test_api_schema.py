@@ -69,7 +69,10 @@ def test_the_schema_documents_order_numbers_beside_order_number(client, db):
     assert "required" not in body or "order_number" not in body["required"]  # one of the two
     several = body["properties"]["order_numbers"]
     assert several["type"] == "array" and several["minItems"] == 1 and several["maxItems"] == 20
-    assert several["items"]["oneOf"] == [{"type": "string", "maxLength": 32}, {"type": "integer"}]
+    text, number = several["items"]["oneOf"]
+    assert (text["type"], text["maxLength"], number) == ("string", 32, {"type": "integer"})
+    assert body["oneOf"] == [{"required": ["order_number"]}, {"required": ["order_numbers"]}]
+    assert body["additionalProperties"] is False
     read = components["TicketOut"]["properties"]["order_numbers"]
     assert read["type"] == "array" and read["readOnly"] is True
     assert "order_number" in components["Error"]["properties"]  # on 409: which order

@@ -86,6 +86,9 @@ BAD = [
     ({"orders": {"1042": {"answer": "approve", "amount_cents": 0}}}, "orders.1042.amount_cents"),
     ({"orders": {"1042": {"answer": "approve", "tip": 1}}}, "Unknown field(s): tip"),
     ({"orders": {"1042": {"answer": "reject", "reason": 5}}}, "orders.1042.reason"),
+]
+# Well-formed, but the ticket's review refuses them: 422.
+REFUSED = [
     ({"orders": {"9999": {"answer": "approve"}}}, "covers no order 9999"),
     ({"orders": {"1043": {"answer": "approve"}}}, "declined by policy"),
     ({"orders": {"1044": {"answer": "approve", "amount_cents": 5000}}}, "at most the $12.50"),
@@ -100,6 +103,18 @@ def test_a_bad_decision_per_order_is_a_400_and_records_nothing(transactional_db,
     body = {"interrupt_id": ticket.pending_interrupt_id, "answer": "approve", **extra}
     answer = post_decision(api, ticket.pk, body)
     assert answer["status"] == 400 and answer["code"] in ("invalid", "bad_request")
+    assert words in answer["error"], answer
+    assert not Decision.objects.exists()
+
+
+@pytest.mark.parametrize(("extra", "words"), REFUSED, ids=[w for _, w in REFUSED])
+def test_a_decision_the_review_refuses_is_a_422_and_records_nothing(
+    transactional_db, api, extra, words
+):
+    ticket = agents_ticket()
+    body = {"interrupt_id": ticket.pending_interrupt_id, "answer": "approve", **extra}
+    answer = post_decision(api, ticket.pk, body)
+    assert (answer["status"], answer["code"]) == (422, "unprocessable")
     assert words in answer["error"], answer
     assert not Decision.objects.exists()
 

@@ -219,7 +219,7 @@ def test_the_api_asks_the_shop_for_each_of_order_numbers_before_its_idempotent_t
     agent, shop, late_order, monkeypatch
 ):
     """Several orders with an Idempotency-Key: the orders the desk lacks are asked of the shop
-    first (no network wait inside the key's transaction); one the shop does not know is a 400
+    first (no network wait inside the key's transaction); one the shop does not know is a 422
     naming it, and nothing is opened."""
     from api import idempotency
 
@@ -243,7 +243,7 @@ def test_the_api_asks_the_shop_for_each_of_order_numbers_before_its_idempotent_t
         )
 
     missing = post(["7001", "7002"], "k-missing")
-    assert missing.status_code == 400 and "There is no order 7002." in missing.json()["error"]
+    assert missing.status_code == 422 and "There is no order 7002." in missing.json()["error"]
     assert inside == [] and not Ticket.objects.exists()  # refused before the key's transaction
     opened = post(["7001", "7003"], "k-two")
     assert opened.status_code == 201, opened.content

@@ -20,6 +20,11 @@ class AlreadyDecided(RefundError):
     pass
 
 
+class OrdersRefused(RefundError):
+    """The order numbers are well-formed but the desk's orders refuse the ticket: one it does
+    not have, or orders of several customers (the API answers 422, not a malformed 400)."""
+
+
 class TicketAlreadyOpen(RefundError):
     """The order has an open ticket: at most one per order. `ticket` is that one."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from refunds.money import money_moved
 from refunds.services.errors import (
     NOTE_MAX,
     REASON_MAX,
+    OrdersRefused,
     RefundError,
     ShopUnavailable,
     TicketAlreadyOpen,
@@ -72,11 +74,11 @@ def ticket_open(
     for number in numbers:
         order = order_find(order_number=number)
         if order is None:
-            raise RefundError(f"There is no order {number}.")
+            raise OrdersRefused(f"There is no order {number}.")
         orders.append(order)
     customers = {o.customer_email.lower() for o in orders}
     if len(customers) > 1:
-        raise RefundError(
+        raise OrdersRefused(
             "A ticket covers one customer's orders; "
             + ", ".join(f"{o.number} is {o.customer_email}'s" for o in orders)
             + "."
@@ -113,6 +115,11 @@ def ticket_open(
     return ticket
 
 
+# C0 and C1 controls, as a pattern the API's schema states too (api/serializers.py).
+CONTROL_CHARACTERS = "\\u0000-\\u001f\\u007f-\\u009f"
+CONTROL_CHARACTER = re.compile(f"[{CONTROL_CHARACTERS}]")
+
+
 def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
     """The order numbers a ticket is asked for, stripped, each once, in the order given; a
     RefundError says what is wrong with them."""
@@ -125,7 +132,7 @@ def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
             continue
         # PostgreSQL refuses a NUL in any text (a 500), and no order number holds a control
         # character.
-        if not number.isprintable():
+        if CONTROL_CHARACTER.search(number):
             raise RefundError("An order number holds no control characters (such as NUL).")
         if len(number) > NUMBER_MAX:
             raise RefundError(f"{number[:40]}… is too long for an order number.")
