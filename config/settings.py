@@ -441,16 +441,17 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
 }
-# Two queues, so housekeeping never waits behind a backlog of advances in the same prefetch
-# slots: `threads` (advances) and `housekeeping` (the sweeps, the timers, webhooks, resends), each
-# with its own workers (Procfile, rundesk). A worker started without -Q consumes both.
+# Three queues, each with its own workers (Procfile, rundesk), so no kind of work waits behind a
+# backlog of another in the same prefetch slots: `threads` (advances), `intake` (customers'
+# messages: a slow read never holds a refund back) and `housekeeping` (the sweeps, the timers,
+# webhooks, resends). A worker started without -Q consumes all three.
 CELERY_TASK_QUEUES = tuple(
-    Queue(name, Exchange(name), routing_key=name) for name in ("threads", "housekeeping")
+    Queue(name, Exchange(name), routing_key=name) for name in ("threads", "intake", "housekeeping")
 )
 CELERY_TASK_DEFAULT_QUEUE = "threads"
 CELERY_TASK_ROUTES = {
     "refunds.tasks.advance_ticket": {"queue": "threads"},
-    "intake.tasks.take_message": {"queue": "threads"},
+    "intake.tasks.take_message": {"queue": "intake"},
     "refunds.tasks.recover_tickets": {"queue": "housekeeping"},
     "refunds.tasks.escalate_overdue_reviews": {"queue": "housekeeping"},
     "refunds.tasks.resend_email": {"queue": "housekeeping"},

@@ -74,6 +74,8 @@ class Message(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_epoch = models.BigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
+    # As Ticket.woken_at: the sweep's wake-up not yet taken by a worker (a grant clears it).
+    woken_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     # When the intake workflow ran to its end (read, placed, acknowledged). Until then the
     # recovery sweep hands the message to a worker whenever no lease holds it.

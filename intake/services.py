@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from intake.models import Message, MessageEvent
 from refunds import enqueue, permissions
-from refunds.services import BrokerUnavailable, RefundError
+from refunds.services import BrokerUnavailable, RefundError, wake_once
 
 TAKE = "intake.tasks.take_message"
 KEY_MAX = Message._meta.get_field("key").max_length or 300
@@ -121,16 +121,10 @@ def messages_recover() -> list[int]:
     """The recovery sweep's part for messages: re-enqueue every message whose intake has not
     finished and that no worker holds (a lost wake-up, a killed worker, a paused one whose lease
     ran out). Registered with refunds' sweep (intake/apps.py), so beat's one sweep runs it."""
-    now = timezone.now()
-    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
-    ids = list(
-        Message.objects.needing_worker(settled_before=settled_before)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    sent = [pk for pk in ids if enqueue.send(TAKE, pk)]
-    # Touched, so the next sweep leaves the wake-up in the queue its grace period long.
-    Message.objects.filter(pk__in=sent).update(updated_at=now)
+    settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    rows = Message.objects.needing_worker(settled_before=settled_before)
+    # Throttled as tickets' wake-ups are: one in the queue per message, not one per sweep.
+    ids, sent = wake_once(rows, lambda pk: enqueue.send(TAKE, pk))
     if len(sent) < len(ids):
         raise BrokerUnavailable(
             f"the broker took {len(sent)} of {len(ids)} message wake-ups", sent=len(sent)

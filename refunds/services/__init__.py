@@ -19,7 +19,7 @@ from refunds.services.errors import (
     ShopUnavailable,
     TicketAlreadyOpen,
 )
-from refunds.services.sweep import also_recover, tickets_recover
+from refunds.services.sweep import also_recover, tickets_recover, wake_once
 from refunds.services.tickets import (
     FORK_MAX_CENTS,
     FORKABLE,
@@ -58,4 +58,5 @@ __all__ = [
     "ticket_open",
     "ticket_retry",
     "tickets_recover",
+    "wake_once",
 ]
