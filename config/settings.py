@@ -363,7 +363,7 @@ REFUNDS_ORDER_SOURCE_ATTEMPTS = env_int("REFUNDS_ORDER_SOURCE_ATTEMPTS", 2, mini
 
 # --- Customers' words in (intake/) -------------------------------------------------------------
 # A message's text beyond this many characters is refused by the API and the desk's form (400)
-# and cut, with the message sent to "Needs sorting", when it comes by email.
+# and cut there for reading when it comes by email (the whole email is kept raw).
 INTAKE_MAX_CHARS = env_int("INTAKE_MAX_CHARS", 20_000, minimum=100)
 # A message that names no order is placed on its sender's only order of the last this many days
 # (by promised date) in the desk; with none or several, it goes to "Needs sorting".

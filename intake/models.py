@@ -48,6 +48,9 @@ class Message(models.Model):
     sender_name = models.CharField(max_length=200, blank=True)
     subject = models.CharField(max_length=998, blank=True)  # RFC 5322's line limit
     body = models.TextField(blank=True)
+    # An email's text longer than INTAKE_MAX_CHARS is cut there for reading (the whole of it is
+    # in `raw`): how long it was. None: not cut.
+    uncut_chars = models.PositiveIntegerField(null=True, blank=True)
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
     # The intake workflow's thread (LangGraph's functional API), one per message.
@@ -95,6 +98,16 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"Message {self.pk} from {self.sender}"
+
+    @property
+    def cut_note(self) -> str:
+        """What every page showing the message says when its text was cut; "" when it was not."""
+        if self.uncut_chars is None:
+            return ""
+        return (
+            f"This message was cut to the first {len(self.body):,} characters for reading "
+            f"(it has {self.uncut_chars:,}); the whole email is kept as it came."
+        )
 
     @property
     def ack_key(self) -> str:

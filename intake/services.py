@@ -5,7 +5,9 @@ POST /api/messages/, the desk's "Open a ticket" form). What it refuses depends o
 read the refusal: a caller of the API or a person at the desk reads a clear error and nothing is
 stored (MessageRefused); the mail provider already took the customer's email, and refusing it
 would lose it, so an email with the same fault is stored and goes to "Needs sorting" with the
-reason (its text cut at the limit). Nothing is dropped without a word.
+reason. An email longer than INTAKE_MAX_CHARS is no fault: it is cut there for reading (what a
+person writes is at its top; the whole email stays in `raw`), and every page showing it says so.
+Nothing is dropped without a word.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ def message_receive(
     key = _channel_key(channel, key)
     sender = _clean(sender).strip()
     body = _clean(body)
+    uncut_chars = None
+    if channel == Message.Channel.EMAIL and len(body) > settings.INTAKE_MAX_CHARS:
+        uncut_chars, body = len(body), body[: settings.INTAKE_MAX_CHARS]
     problems = message_problems(sender=sender, body=body)
     if problems and channel != Message.Channel.EMAIL:
         raise MessageRefused(" ".join(problems))
@@ -66,7 +71,8 @@ def message_receive(
         "sender": sender[:SENDER_MAX],
         "sender_name": _clean(sender_name).strip()[:200],
         "subject": _clean(subject).strip()[:SUBJECT_MAX],
-        "body": body[: settings.INTAKE_MAX_CHARS],
+        "body": body,
+        "uncut_chars": uncut_chars,
         "received_at": received_at,
         "raw": _clean(raw),
         # Random, not derived from the key: a thread id is never reused, even by a database
