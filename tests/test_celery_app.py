@@ -1,8 +1,9 @@
-"""Two queues and exactly one beat, with real workers and real beats on the test broker.
+"""Three queues and exactly one beat, with real workers and real beats on the test broker.
 
-Advances go to `threads`, customers' messages to `intake`, the sweeps, timers, webhooks and resends
-to `housekeeping`, so a backlog of one never holds the others back; RedBeat's lock in the broker's Redis lets one beat of many
-send the schedule, and a standby takes over when that one dies."""
+Advances go to `threads`, customers' messages to `intake`, the sweeps, timers, webhooks and
+resends to `housekeeping`, so a backlog of one never holds the others back; RedBeat's lock in the
+broker's Redis lets one beat of many send the schedule, and a standby takes over when that one
+dies."""
 
 from __future__ import annotations
 
