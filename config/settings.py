@@ -377,7 +377,7 @@ REFUNDS_ORDER_SOURCE_ATTEMPTS = env_int("REFUNDS_ORDER_SOURCE_ATTEMPTS", 2, mini
 
 # --- Customers' words in (intake/) -------------------------------------------------------------
 # A message's text beyond this many characters is refused by the API and the desk's form (400)
-# and cut, with the message sent to "Needs sorting", when it comes by email.
+# and cut there for reading when it comes by email (the whole email is kept raw).
 INTAKE_MAX_CHARS = env_int("INTAKE_MAX_CHARS", 20_000, minimum=100)
 # A message that names no order is placed on its sender's only order of the last this many days
 # (by promised date) in the desk; with none or several, it goes to "Needs sorting".
@@ -468,16 +468,17 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
 }
-# Two queues, so housekeeping never waits behind a backlog of advances in the same prefetch
-# slots: `threads` (advances) and `housekeeping` (the sweeps, the timers, webhooks, resends), each
-# with its own workers (Procfile, rundesk). A worker started without -Q consumes both.
+# Three queues, each with its own workers (Procfile, rundesk), so no kind of work waits behind a
+# backlog of another in the same prefetch slots: `threads` (advances), `intake` (customers'
+# messages: a slow read never holds a refund back) and `housekeeping` (the sweeps, the timers,
+# webhooks, resends). A worker started without -Q consumes all three.
 CELERY_TASK_QUEUES = tuple(
-    Queue(name, Exchange(name), routing_key=name) for name in ("threads", "housekeeping")
+    Queue(name, Exchange(name), routing_key=name) for name in ("threads", "intake", "housekeeping")
 )
 CELERY_TASK_DEFAULT_QUEUE = "threads"
 CELERY_TASK_ROUTES = {
     "refunds.tasks.advance_ticket": {"queue": "threads"},
-    "intake.tasks.take_message": {"queue": "threads"},
+    "intake.tasks.take_message": {"queue": "intake"},
     "refunds.tasks.recover_tickets": {"queue": "housekeeping"},
     "refunds.tasks.escalate_overdue_reviews": {"queue": "housekeeping"},
     "refunds.tasks.resend_email": {"queue": "housekeeping"},

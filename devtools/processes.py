@@ -36,8 +36,9 @@ class CeleryProcess:
         app: str = "config",
         queues: str = "",
     ) -> CeleryProcess:
-        """`queues` as for -Q ("threads", "housekeeping"); empty: every queue the app declares,
-        so a test's single worker both advances threads and runs the sweeps."""
+        """`queues` as for -Q ("threads", "intake", "housekeeping"); empty: every queue the app
+        declares, so a test's single worker advances threads, reads messages and runs the
+        sweeps."""
         args = [
             "worker",
             "-l",

@@ -49,6 +49,9 @@ class Message(models.Model):
     sender_name = models.CharField(max_length=200, blank=True)
     subject = models.CharField(max_length=998, blank=True)  # RFC 5322's line limit
     body = models.TextField(blank=True)
+    # An email's text longer than INTAKE_MAX_CHARS is cut there for reading (the whole of it is
+    # in `raw`): how long it was. None: not cut.
+    uncut_chars = models.PositiveIntegerField(null=True, blank=True)
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
     # Who brought it in (pasted it at the desk, posted it with their API token); None for the
@@ -83,6 +86,8 @@ class Message(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_epoch = models.BigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
+    # As Ticket.woken_at: the sweep's wake-up not yet taken by a worker (a grant clears it).
+    woken_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     # When the intake workflow ran to its end (read, placed, acknowledged). Until then the
     # recovery sweep hands the message to a worker whenever no lease holds it.
@@ -102,6 +107,16 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"Message {self.pk} from {self.sender}"
+
+    @property
+    def cut_note(self) -> str:
+        """What every page showing the message says when its text was cut; "" when it was not."""
+        if self.uncut_chars is None:
+            return ""
+        return (
+            f"This message was cut to the first {len(self.body):,} characters for reading "
+            f"(it has {self.uncut_chars:,}); the whole email is kept as it came."
+        )
 
     @property
     def ack_key(self) -> str:

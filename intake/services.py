@@ -5,7 +5,9 @@ POST /api/messages/, the desk's "Open a ticket" form). What it refuses depends o
 read the refusal: a caller of the API or a person at the desk reads a clear error and nothing is
 stored (MessageRefused); the mail provider already took the customer's email, and refusing it
 would lose it, so an email with the same fault is stored and goes to "Needs sorting" with the
-reason (its text cut at the limit). Nothing is dropped without a word.
+reason. An email longer than INTAKE_MAX_CHARS is no fault: it is cut there for reading (what a
+person writes is at its top; the whole email stays in `raw`), and every page showing it says so.
+Nothing is dropped without a word.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from django.utils import timezone
 
 from intake.models import Message, MessageEvent
 from refunds import enqueue, permissions
-from refunds.services import BrokerUnavailable, RefundError
+from refunds.services import BrokerUnavailable, RefundError, wake_once
 
 TAKE = "intake.tasks.take_message"
 KEY_MAX = Message._meta.get_field("key").max_length or 300
@@ -64,6 +66,9 @@ def message_receive(
     key = _channel_key(channel, key)
     sender = _clean(sender).strip()
     body = _clean(body)
+    uncut_chars = None
+    if channel == Message.Channel.EMAIL and len(body) > settings.INTAKE_MAX_CHARS:
+        uncut_chars, body = len(body), body[: settings.INTAKE_MAX_CHARS]
     problems = message_problems(sender=sender, body=body)
     if problems and channel != Message.Channel.EMAIL:
         raise MessageRefused(" ".join(problems))
@@ -72,7 +77,8 @@ def message_receive(
         "sender": sender[:SENDER_MAX],
         "sender_name": _clean(sender_name).strip()[:200],
         "subject": _clean(subject).strip()[:SUBJECT_MAX],
-        "body": body[: settings.INTAKE_MAX_CHARS],
+        "body": body,
+        "uncut_chars": uncut_chars,
         "received_at": received_at,
         "raw": _clean(raw),
         "brought_by": brought_by,
@@ -132,16 +138,10 @@ def messages_recover() -> list[int]:
     """The recovery sweep's part for messages: re-enqueue every message whose intake has not
     finished and that no worker holds (a lost wake-up, a killed worker, a paused one whose lease
     ran out). Registered with refunds' sweep (intake/apps.py), so beat's one sweep runs it."""
-    now = timezone.now()
-    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
-    ids = list(
-        Message.objects.needing_worker(settled_before=settled_before)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    sent = [pk for pk in ids if enqueue.send(TAKE, pk)]
-    # Touched, so the next sweep leaves the wake-up in the queue its grace period long.
-    Message.objects.filter(pk__in=sent).update(updated_at=now)
+    settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    rows = Message.objects.needing_worker(settled_before=settled_before)
+    # Throttled as tickets' wake-ups are: one in the queue per message, not one per sweep.
+    ids, sent = wake_once(rows, lambda pk: enqueue.send(TAKE, pk))
     if len(sent) < len(ids):
         raise BrokerUnavailable(
             f"the broker took {len(sent)} of {len(ids)} message wake-ups", sent=len(sent)

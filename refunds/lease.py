@@ -49,8 +49,8 @@ def worker_name() -> str:
 class Lease:
     """A granted lease: who holds the thread, with which epoch, until when (locally). A ticket's
     by default; `table` names another table with the same lease columns (lease_owner,
-    lease_expires_at, lease_epoch, attempts), where `ticket_id` is that row's id (the intake's
-    messages: grant_row)."""
+    lease_expires_at, lease_epoch, attempts, woken_at), where `ticket_id` is that row's id (the
+    intake's messages: grant_row)."""
 
     ticket_id: int
     thread_id: str
@@ -390,14 +390,15 @@ def grant_row(
     table: str, row_id: int, *, thread_id: str, leasable: str = "1 = 1", owner: str | None = None
 ) -> Lease | None:
     """grant() for a row of another table with the lease columns (lease_owner, lease_expires_at,
-    lease_epoch, attempts, updated_at): one conditional UPDATE raising the epoch, only while
-    nobody holds the row and `leasable` (SQL on the row) is true. None when it changed nothing."""
+    lease_epoch, attempts, woken_at, updated_at): one conditional UPDATE raising the epoch, only
+    while nobody holds the row and `leasable` (SQL on the row) is true. None when it changed
+    nothing."""
     owner = owner or worker_name()
     seconds = settings.REFUNDS_LEASE_SECONDS
     sent = time.monotonic()
     row = sql.fetchone(
         f"UPDATE {table} SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
-        f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, "
+        f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "
         f"updated_at = {sql.now()} "
         f"WHERE id = %s AND ({leasable}) AND {queries.lease_lapsed(sql.now(), table)} "
         "RETURNING lease_epoch, attempts, last_error",

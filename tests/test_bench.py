@@ -71,3 +71,11 @@ def test_the_pages_script_fetches_every_page_with_the_same_queries_at_two_sizes(
 def test_the_statements_script_counts_what_a_refunded_ticket_costs(tmp_path):
     done = run("statements.py", *("--backends", "embedded", "--tickets", "2"), results=tmp_path)
     assert "app statements" in done.stdout and "checkpoint bytes" in done.stdout
+
+
+def test_the_hostile_mail_script_reads_every_shape_at_each_size(tmp_path):
+    done = run("hostile_mail.py", *("--sizes", "500,1000", "--budget", "30"), results=tmp_path)
+    rows = latest(tmp_path, "hostile_mail")["results"]
+    assert {row["size"] for row in rows} == {500, 1000}
+    assert all(row["seconds"] is not None for row in rows), done.stdout
+    assert "1 MB of text" in done.stdout

@@ -1,8 +1,9 @@
-"""Two queues and exactly one beat, with real workers and real beats on the test broker.
+"""Three queues and exactly one beat, with real workers and real beats on the test broker.
 
-Advances go to `threads`, the sweeps, timers, webhooks and resends to `housekeeping`, so a backlog
-of advances never holds a sweep back; RedBeat's lock in the broker's Redis lets one beat of many
-send the schedule, and a standby takes over when that one dies."""
+Advances go to `threads`, customers' messages to `intake`, the sweeps, timers, webhooks and
+resends to `housekeeping`, so a backlog of one never holds the others back; RedBeat's lock in the
+broker's Redis lets one beat of many send the schedule, and a standby takes over when that one
+dies."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from config.celery_app import app
 from devtools.faults import fired
+from intake.models import Message
+from intake.services import message_receive
 from refunds import services
+from refunds.models import Ticket
 from refunds.tasks import recover_tickets
 from tests.conftest import beat_process, make_order, purge_broker, wait_for
 
@@ -38,20 +43,31 @@ def test_advances_go_to_the_threads_queue():
     assert queue_of("refunds.tasks.advance_ticket") == "threads"
 
 
+def test_customers_messages_go_to_the_intake_queue():
+    assert queue_of("intake.tasks.take_message") == "intake"
+
+
 @pytest.mark.parametrize("task", HOUSEKEEPING_TASKS)
 def test_every_beat_task_and_resends_go_to_the_housekeeping_queue(task):
     assert queue_of(task) == "housekeeping"
 
 
-def test_the_procfile_runs_a_worker_for_every_queue_a_task_is_routed_to():
-    consumed = set()
+def procfile_worker_queues() -> list[str]:
+    """The -Q of each of the Procfile's worker processes."""
+    queues = []
     for line in (ROOT / "Procfile").read_text().splitlines():
         _, _, command = line.partition(":")
         args = shlex.split(command)
         if args[:4] == ["celery", "-A", "config", "worker"]:
-            consumed |= set(args[args.index("-Q") + 1].split(","))
-    routed = {queue_of(task) for task in ["refunds.tasks.advance_ticket", *HOUSEKEEPING_TASKS]}
-    assert consumed == routed == {"threads", "housekeeping"}
+            queues.append(args[args.index("-Q") + 1])
+    return queues
+
+
+def test_the_procfile_runs_a_worker_for_every_queue_a_task_is_routed_to():
+    consumed = {queue for queues in procfile_worker_queues() for queue in queues.split(",")}
+    tasks = ["refunds.tasks.advance_ticket", "intake.tasks.take_message", *HOUSEKEEPING_TASKS]
+    routed = {queue_of(task) for task in tasks}
+    assert consumed == routed == {"threads", "intake", "housekeeping"}
 
 
 @pytest.mark.slow
@@ -78,6 +94,41 @@ def test_a_sweep_runs_on_the_housekeeping_worker_while_every_thread_worker_is_bu
     )
     assert "recover_tickets[" not in stuck.output()
     stuck.kill()  # still inside its 30 s stall: no graceful shutdown to wait for
+
+
+def test_a_refund_reaches_review_while_the_procfiles_workers_read_a_slow_message(
+    workers, tmp_path, agent
+):
+    """The review's finding: an email that took 274 s to read held the only free worker, and a
+    ticket opened meanwhile reached review after 263 s instead of about 2. With the Procfile's
+    workers (one child each), a message stuck in its read holds no refund back."""
+    plan = tmp_path / "crash-plan.json"
+    plan.write_text(
+        json.dumps({"*": {"point": "intake:read", "times": -1, "action": "sleep", "seconds": 120}})
+    )
+    env = {"REFUNDS_CRASH_PLAN": str(plan)}
+    started = [workers(f"w{n}", queues=q, env=env) for n, q in enumerate(procfile_worker_queues())]
+    message, _ = message_receive(
+        channel="email",
+        key="<slow@mail.example.com>",
+        sender="ana@example.com",
+        subject="Late",
+        body="My order 2101 came a week late.",
+        received_at=timezone.now(),
+        raw="My order 2101 came a week late.",
+    )
+    wait_for(lambda: fired(plan), timeout=60, what="a worker to be stuck reading the message")
+
+    make_order("2102")
+    ticket = services.ticket_open(order_number="2102", note="late", opened_by=agent)
+    wait_for(
+        lambda: Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.AWAITING_REVIEW,
+        timeout=30,
+        what="the refund to reach review while the message is read",
+    )
+    assert Message.objects.get(pk=message.pk).finished_at is None  # still being read
+    for worker in started:
+        worker.kill()  # one is inside its 120 s stall: no graceful shutdown to wait for
 
 
 # --- exactly one beat ---------------------------------------------------------------------------

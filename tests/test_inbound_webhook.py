@@ -106,12 +106,17 @@ def test_an_email_without_text_is_kept_and_goes_to_sorting_with_the_reason(post,
     assert message.sorting_reason == "The message has no text." and woken == [message.pk]
 
 
-def test_an_oversized_email_is_kept_cut_at_the_limit_and_goes_to_sorting(post, db, woken, settings):
+def test_an_oversized_email_is_cut_at_the_limit_for_reading_and_kept_whole_raw(
+    post, db, woken, settings
+):
     settings.INTAKE_MAX_CHARS = 500
-    assert post(signed({"body-mime": mime(body="late #1042 " * 200)})).status_code == 200
+    body = "late #1042 " * 199 + "the very end"
+    assert post(signed({"body-mime": mime(body=body)})).status_code == 200
     message = Message.objects.get()
-    assert len(message.body) == 500
-    assert "at most 500 are taken" in message.sorting_reason
+    assert len(message.body) == 500 and message.uncut_chars == len(body) + 1  # MIME's newline
+    assert message.sorting_reason == "" and woken == [message.pk]  # read and placed as any
+    assert "the very end" in message.raw
+    assert message.cut_note.startswith("This message was cut to the first 500 characters")
 
 
 def test_an_email_whose_text_is_not_utf8_is_kept_with_replacement_characters(post, db, woken):

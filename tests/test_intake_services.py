@@ -4,16 +4,22 @@ commit, once."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.celery_app import app
 from intake.models import Message
-from intake.services import MessageRefused, message_receive
+from intake.services import MessageRefused, message_receive, messages_recover
+from intake.workflow import TABLE
 from refunds import enqueue
-from tests.conftest import helpdesk
+from refunds import lease as leases
+from tests.conftest import helpdesk, purge_broker
 
 BODY = "Hi, my order #1042 came a week late, can I have the delivery charge back?"
 
@@ -116,7 +122,6 @@ def test_a_caller_is_refused_a_faulty_message_and_nothing_is_stored(
     [
         ({"body": ""}, "The message has no text."),
         ({"sender": "Ana Souza"}, "is not an email address"),
-        ({"body": "x" * 20_001}, "at most 20,000 are taken"),
     ],
 )
 def test_an_email_with_a_fault_is_kept_and_marked_for_sorting(
@@ -124,7 +129,18 @@ def test_an_email_with_a_fault_is_kept_and_marked_for_sorting(
 ):
     message, created = receive(channel="email", **changes)
     assert created and words in message.sorting_reason and sent == [message.pk]
-    assert len(message.body) <= 20_000
+
+
+def test_an_email_longer_than_the_limit_is_cut_for_reading_and_is_no_fault(transactional_db, sent):
+    message, created = receive(channel="email", body=BODY + "x" * 20_000, raw="the whole MIME")
+    assert created and message.sorting_reason == "" and sent == [message.pk]
+    assert message.body == (BODY + "x" * 20_000)[:20_000]
+    assert message.uncut_chars == len(BODY) + 20_000 and message.raw == "the whole MIME"
+
+
+def test_a_message_within_the_limit_is_not_cut(transactional_db, sent):
+    message, _ = receive(channel="email")
+    assert message.uncut_chars is None and message.cut_note == ""
 
 
 def test_a_nul_character_is_kept_as_a_replacement_character(transactional_db, sent):
@@ -142,3 +158,55 @@ def test_a_very_long_key_is_kept_as_its_digest(transactional_db, sent):
 def test_an_unknown_channel_is_a_bug(db):
     with pytest.raises(ValueError, match="unknown channel"):
         receive(channel="fax")
+
+
+# --- the sweep's wake-ups -------------------------------------------------------------------------
+def queued_wake_ups() -> list[int]:
+    """The message id of every intake wake-up waiting in the broker's `intake` queue."""
+    with app.connection_for_write() as conn:
+        raw = conn.default_channel.client.lrange("intake", 0, -1)
+    bodies = [json.loads(base64.b64decode(json.loads(item)["body"])) for item in raw]
+    return sorted(args[0] for args, _, _ in bodies)
+
+
+@pytest.fixture
+def quiet_broker(broker):
+    purge_broker()
+    yield
+    purge_broker()
+
+
+def test_two_sweeps_in_a_row_queue_one_wake_up_per_message(db, quiet_broker, settings):
+    """The review's finding: 656 intake wake-ups queued for 42 messages, one per sweep each."""
+    settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
+    ids = sorted(receive(key=f"k{n}", wake=False)[0].pk for n in range(3))
+    assert messages_recover() == ids
+    messages_recover()
+    assert queued_wake_ups() == ids
+
+
+def test_the_sweep_wakes_a_message_again_once_a_worker_took_it_and_its_lease_ran_out(
+    db, quiet_broker, settings
+):
+    settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
+    message, _ = receive(wake=False)
+    messages_recover()
+    purge_broker()  # a worker took the wake-up
+    assert leases.grant_row(TABLE, message.pk, thread_id=message.thread_id)
+    Message.objects.filter(pk=message.pk).update(lease_expires_at=timezone.now())  # it died
+    messages_recover()
+    messages_recover()
+    assert queued_wake_ups() == [message.pk]
+
+
+def test_the_sweep_wakes_a_message_again_when_its_wake_up_may_have_been_lost(
+    db, quiet_broker, settings
+):
+    settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
+    message, _ = receive(wake=False)
+    messages_recover()
+    purge_broker()  # lost with the broker
+    woken = timezone.now() - timedelta(seconds=settings.REFUNDS_REWAKE_SECONDS + 1)
+    Message.objects.filter(pk=message.pk).update(woken_at=woken)
+    messages_recover()
+    assert queued_wake_ups() == [message.pk]

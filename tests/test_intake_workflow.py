@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.core import mail as django_mail
 from django.db import OperationalError
+from django.urls import reverse
 from django.utils import timezone
 
 from devtools import faults
@@ -63,6 +64,29 @@ def take(message: Message) -> Message:
 
 def acks() -> list[str]:
     return [m.to[0] for m in django_mail.outbox]
+
+
+def test_an_email_cut_for_reading_opens_its_ticket_and_the_pages_say_it_was_cut(
+    ana, settings, client, agent
+):
+    settings.INTAKE_MAX_CHARS = 200
+    body = LATE.format(n=1042) + "\n" + "and more words " * 100
+    message, _ = message_receive(
+        channel="email",
+        key="<long@mail.example.com>",
+        sender="ana@example.com",
+        subject="Late",
+        body=body,
+        received_at=timezone.now(),
+        raw=body,
+    )
+    message = take(message)
+    assert message.status == "opened" and message.ticket.reading["orders"] == ["1042"]
+    client.force_login(agent)
+    said = f"This message was cut to the first 200 characters for reading (it has {len(body):,})"
+    ticket_page = client.get(reverse("reviews:ticket", args=[message.ticket.pk]))
+    assert said in ticket_page.content.decode()
+    assert said in client.get(reverse("reviews:message", args=[message.pk])).content.decode()
 
 
 def test_a_message_naming_its_order_opens_one_ticket_with_the_reading_and_is_acknowledged(ana):

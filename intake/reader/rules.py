@@ -7,6 +7,8 @@ order number that only a forwarded shop email carries, a reason in a forwarded c
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -147,9 +149,11 @@ def read(*, sender: str, subject: str, body: str) -> Reading:
 def _orders_in(parts: list[_Part]) -> tuple[list[str], list[str]] | None:
     found: list[str] = []
     said: list[str] = []
+    seen: set[str] = set()
     for part in parts:
         for number, words_said in _orders_in_part(part):
-            if number.lower() not in (f.lower() for f in found):
+            if number.lower() not in seen:
+                seen.add(number.lower())
                 found.append(number)
                 said.append(words_said)
     return (found, said) if found else None
@@ -157,11 +161,15 @@ def _orders_in(parts: list[_Part]) -> tuple[list[str], list[str]] | None:
 
 def _orders_in_part(part: _Part) -> list[tuple[str, str]]:
     text = part.folded.text
+    # finditer's matches do not overlap: sorted by start, their ends are sorted too, so the one
+    # span that may overlap a hit is found by bisection, not by a scan per hit.
     blocked = [m.span() for m in _NOT_ORDERS.finditer(text)]
+    ends = [b1 for _, b1 in blocked]
     hits: list[tuple[int, str, str]] = []
 
     def keep(start: int, end: int, quoted_from: int) -> None:
-        if any(b0 < end and start < b1 for b0, b1 in blocked):
+        at = bisect.bisect_right(ends, start)  # the first blocked span ending after `start`
+        if at < len(blocked) and blocked[at][0] < end:
             return
         number = part.folded.words_at(start, end).upper()
         hits.append((start, number, part.folded.words_at(quoted_from, end)))
@@ -227,8 +235,10 @@ def _asked_in(parts: list[_Part]) -> tuple[str, str, str] | None:
     return None
 
 
-# "refund" that names us, not a request: "Dear Refund Desk", "refunds@shop.example".
-_OUR_NAME = re.compile(r"\s*(?:desk|team|department|dept)\b|[\w.+-]*@")
+# "refund" that names us, not a request: "Dear Refund Desk", "refunds@shop.example". An address's
+# local part is at most 64 characters (RFC 5321): unbounded, "refund-refund-...@" read the rest
+# of the message once for each "refund" in it.
+_OUR_NAME = re.compile(r"\s*(?:desk|team|department|dept)\b|[\w.+-]{0,64}@")
 
 
 def _asking(text: str, start: int = 0) -> re.Match[str] | None:
@@ -284,16 +294,22 @@ def _said(folded: Folded, start: int, end: int) -> tuple[str, str]:
 
 
 # --- the amount ---------------------------------------------------------------------------------
+AMOUNTS_READ = 20
+
+
 def _amount_in(parts: list[_Part]) -> tuple[int, str] | None:
     for part in parts:
         text = part.folded.text
-        found = [m for m in _AMOUNT.finditer(text) if _cents(m) is not None]
+        # A person names a few amounts; the first AMOUNTS_READ bound the sentences looked at
+        # (a pasted statement of thousands of "$5" took a second per 700 of them).
+        amounts = (m for m in _AMOUNT.finditer(text) if _cents(m) is not None)
+        found = list(itertools.islice(amounts, AMOUNTS_READ))
         if not found:
             continue
-        # Of several amounts ("I paid $49.99 ... the $6.99 delivery back"), the one in a
+        # Of several amounts ("I paid $49.99 ... the $6.99 delivery back"), the first in a
         # sentence that asks for money back.
-        asked = [m for m in found if _asking(_sentence_of(text, m.start(), m.end()))]
-        chosen = (asked or found)[0]
+        asked = (m for m in found if _asking(_sentence_of(text, m.start(), m.end())))
+        chosen = next(asked, found[0])
         cents = _cents(chosen)
         assert cents is not None
         return cents, part.folded.words_at(*chosen.span()).strip()

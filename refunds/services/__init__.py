@@ -25,6 +25,7 @@ from refunds.services.sweep import (
     also_recover,
     sweep_mark_ran,
     tickets_recover,
+    wake_once,
 )
 from refunds.services.tickets import (
     FORK_MAX_CENTS,
@@ -67,4 +68,5 @@ __all__ = [
     "ticket_retry",
     "sweep_mark_ran",
     "tickets_recover",
+    "wake_once",
 ]

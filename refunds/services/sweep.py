@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from refunds import enqueue
@@ -31,24 +31,31 @@ def sweep_mark_ran(*, name: str) -> None:
     SweepRun.objects.update_or_create(name=name, defaults={"ran_at": timezone.now()})
 
 
+def wake_once(rows: QuerySet, wake: Callable[[int], bool]) -> tuple[list[int], list[int]]:
+    """Send `wake(id)` for each of `rows` (a model with the lease columns) that no wake-up of
+    the sweep waits for, and mark those the broker took. Returns (ids due, ids sent).
+
+    A wake-up the sweep sent that no worker took yet is still in the queue (a backlog): another
+    copy would only lengthen it. Sent again only after REFUNDS_REWAKE_SECONDS, when it may have
+    been lost with the broker; a worker's grant clears the mark."""
+    now = timezone.now()
+    rewake_before = now - timedelta(seconds=settings.REFUNDS_REWAKE_SECONDS)
+    due = rows.filter(Q(woken_at__isnull=True) | Q(woken_at__lt=rewake_before))
+    ids = list(due.order_by("pk").values_list("pk", flat=True))
+    sent = [row_id for row_id in ids if wake(row_id)]
+    rows.model.objects.filter(pk__in=sent).update(woken_at=now)
+    return ids, sent
+
+
 def tickets_recover() -> list[int]:
     """Re-enqueue every thread with work left that no worker holds and no person waits on.
 
     The broker is a wake-up signal, not the record: a lost message, a killed worker or a crash
     between commit and enqueue all end here."""
-    now = timezone.now()
-    settled_before = now - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
-    rewake_before = now - timedelta(seconds=settings.REFUNDS_REWAKE_SECONDS)
-    ids = list(
-        Ticket.objects.needing_worker(settled_before=settled_before)
-        # A wake-up the sweep sent that no worker took yet is still in the queue (a backlog):
-        # another copy would only lengthen it. Sent again only if it may have been lost.
-        .filter(Q(woken_at__isnull=True) | Q(woken_at__lt=rewake_before))
-        .order_by("pk")
-        .values_list("pk", flat=True)
+    settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    ids, sent = wake_once(
+        Ticket.objects.needing_worker(settled_before=settled_before), enqueue.wake
     )
-    sent = [ticket_id for ticket_id in ids if enqueue.wake(ticket_id)]
-    Ticket.objects.filter(pk__in=sent).update(woken_at=now)
     for sweep in _ALSO:
         sweep()
     if len(sent) < len(ids):

@@ -1,5 +1,5 @@
-"""Start the whole desk on this machine: embedded Redis, two Celery workers (threads and
-housekeeping), Celery beat and the web server (gunicorn, static files by WhiteNoise: what
+"""Start the whole desk on this machine: embedded Redis, three Celery workers (threads, intake
+and housekeeping), Celery beat and the web server (gunicorn, static files by WhiteNoise: what
 production runs, not the dev server). Ctrl-C stops all of them.
 
 The Procfile's processes, on one machine, plus the embedded broker. A hand-written supervisor
@@ -24,7 +24,7 @@ from core import embedded_redis
 
 
 class Command(BaseCommand):
-    help = "Run web, two workers, beat (and the embedded broker unless CELERY_BROKER_URL is set)."
+    help = "Run web, three workers, beat (and the embedded broker unless CELERY_BROKER_URL is set)."
 
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000")
@@ -42,9 +42,14 @@ class Command(BaseCommand):
             else:
                 procs.append(Child("redis", embedded_redis.start, settings.EMBEDDED_REDIS_SOCKET))
         celery = [sys.executable, "-m", "celery", "-A", "config"]
-        # The Procfile's two worker lines: advances on `threads`, the sweeps, timers, webhooks
-        # and resends on `housekeeping`, so a backlog of advances never holds a sweep back.
-        workers = (("worker", "threads", concurrency), ("housekeeping", "housekeeping", 1))
+        # The Procfile's worker lines: advances on `threads`, customers' messages on `intake`
+        # (a slow read never holds a refund back), the sweeps, timers, webhooks and resends on
+        # `housekeeping`, so a backlog of advances never holds a sweep back.
+        workers = (
+            ("worker", "threads", concurrency),
+            ("intake", "intake", 1),
+            ("housekeeping", "housekeeping", 1),
+        )
         for name, queue, children in workers:
             worker = [*celery, "worker", "-Q", queue, "-n", f"{queue}@%h", "-l", "warning"]
             procs.append(Child(name, subprocess.Popen, [*worker, "--concurrency", str(children)]))

@@ -1,0 +1,87 @@
+"""The rules reader's time grows with a message's size, not faster, whatever shape the text has:
+blank lines, long lines, deep quoting, many numbers or amounts, a run of separators. `re` holds
+the GIL while it backtracks, so a quadratic pattern also stalls the worker's lease renewal: a
+signed email of 20,000 blank lines once held a worker past its lease for 274 s.
+
+Each read runs under a deadline (SIGALRM; `re` checks for signals as it runs), so a pattern that
+turns quadratic again fails here in seconds instead of hanging the suite. The shapes are the
+benchmark's (bench/hostile_mail.py), which prints the figures."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from bench.hostile_mail import shapes
+from intake.reader import rules, text
+
+SMALL, LARGE = 5_000, 20_000  # characters; the large read is 4x the text
+HOSTILE = [name for name in shapes(1) if name not in ("normal", "1 MB of text")]
+
+
+class TooSlow(Exception):
+    pass
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    def _raise(*_) -> None:
+        raise TooSlow(f"still reading after {seconds:.2f} s")
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def seconds_to_read(body: str, *, within: float) -> float:
+    """The best of three reads, each folding afresh as a new message would."""
+    best = within
+    for _ in range(3):
+        text.fold.cache_clear()
+        started = time.perf_counter()
+        with deadline(within):
+            rules.read(sender="ana@example.com", subject="A question", body=body)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@pytest.mark.parametrize("shape", HOSTILE)
+def test_four_times_the_text_takes_at_most_eight_times_as_long_to_read(shape):
+    """Linear is 4x, quadratic 16x; the floor keeps a few-millisecond read's noise out."""
+    small = max(seconds_to_read(shapes(SMALL)[shape], within=30), 0.01)
+    try:
+        large = seconds_to_read(shapes(LARGE)[shape], within=8 * small)
+    except TooSlow:
+        pytest.fail(f"{shape}: {LARGE:,} characters took over 8x the {small:.3f} s of {SMALL:,}")
+    assert large < 8 * small
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Order 1042 came late.\n" + "\n" * 20_000,  # 274 s in a worker, past its lease
+        "order 1042" + ",  " * 40 + "x",  # 2^40 ways to split the spaces between the commas
+        "refund " + "$5 " * 6_000,  # each amount's sentence looked for from the top
+    ],
+    ids=["20,000 blank lines", "separators after an order", "many amounts"],
+)
+def test_a_hostile_message_is_read_in_seconds_not_minutes(body):
+    """Loose for a shared 2-core machine: the reads take well under a second."""
+    seconds_to_read(body, within=5)
+
+
+def test_an_amount_asked_back_is_found_among_a_few_others():
+    reading = rules.read(
+        sender="ana@example.com",
+        subject="",
+        body="I paid $49.99 and $12.00 for gift wrap. Please refund the $6.99 delivery fee.",
+    )
+    assert reading.amount_cents == 699
