@@ -17,8 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.clock import local_words
-from intake.models import Message, MessageEvent
-from intake.placing import open_or_add
+from intake.models import Message, MessageEvent, MessageTicket
+from intake.placing import link, open_or_add
 from refunds import audit, permissions, policy
 from refunds.models import AuditEvent, Order, Ticket
 from refunds.services import (
@@ -173,13 +173,13 @@ def message_sort(
         first = (result.opened or result.added)[0]
         status = Message.Status.OPENED if result.opened else Message.Status.ADDED
         Message.objects.filter(pk=message.pk).update(ticket=first, status=status)
+        link(message, where)
         for ticket in result.added:
             audit.record(
                 ticket,
                 AuditEvent.Action.NOTE,
                 actor=by,
                 note=f"Message {message.pk} from {message.sender} added to this ticket.",
-                # Not "message_id": workflow.placed() reads the intake's own entries by it.
                 seen={"sorted_message_id": message.pk},
             )
         MessageEvent.objects.create(
@@ -250,6 +250,8 @@ def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
             handled_at=now,
             updated_at=now,
         )
+        # Back in "Needs sorting", the message is no longer on this ticket.
+        MessageTicket.objects.filter(message__in=messages, ticket=ticket).delete()
         for message in messages:
             MessageEvent.objects.create(
                 message=message,

@@ -192,8 +192,8 @@ def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict
 
 def _open_together(message: Message, reading: Reading, numbers: list[str]) -> placing.Placed:
     """One ticket for the message's orders that have no open ticket; the message added to the
-    open tickets of the others (each ticket's audit entry names the message and its orders:
-    placed() reads them back)."""
+    open tickets of the others (each ticket's audit entry says so for people; the message's
+    links, MessageTicket, say it for placed())."""
     words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
     where = placing.open_or_add(
         numbers,
@@ -218,6 +218,7 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
             note=f"Opened from {words.lower()} (from {message.sender}).",
             seen={"message_id": message.pk, "orders": where.opened_orders},
         )
+    placing.link(message, where)
     return where
 
 
@@ -229,17 +230,11 @@ def _to_sorting(message: Message, reason: str) -> dict[str, Any]:
 
 
 def placed(message: Message) -> dict[str, Any]:
-    """Where the message went: its status, and the tickets its audit entries name, each with
-    the message's orders it covers (an entry from before tickets of several orders names none:
-    its ticket's order)."""
-    events = AuditEvent.objects.filter(seen__message_id=message.pk).order_by("id")
+    """Where the message went: its status, and the tickets it opened or was added to, each with
+    the message's orders it covers (intake.models.MessageTicket)."""
     tickets = [
-        {
-            "id": e.ticket_id,
-            "orders": list(e.seen.get("orders") or [e.ticket.order.number]),
-            "added": bool(e.seen.get("added")),
-        }
-        for e in events.select_related("ticket__order")
+        {"id": p.ticket_id, "orders": list(p.orders), "added": p.added}
+        for p in message.placements.order_by("id")
     ]
     return {"status": message.status, "tickets": tickets}
 
