@@ -4,7 +4,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Exists, F, Max, OuterRef, Q, Sum
+from django.db.models import Exists, F, Max, OuterRef, Q, Sum, Value
 from django.db.models.functions import Now, Upper
 
 from core.clock import local_words
@@ -30,10 +30,52 @@ ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
 
 
+ORDER_NUMBER_MAX = 32
+
+
+def order_number_read(raw: object) -> str:
+    """What an order number is, for every way one comes in (the API, the desk's forms, sorting,
+    the reader, the shop's orders): text of at most ORDER_NUMBER_MAX characters, printable, no
+    space inside; a "#" before it ("#1042") is how people write it, not part of it. A whole
+    number is read as its digits (helpdesks send either). ValueError says why it is not one."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        raise ValueError("An order number is text, such as 1042.")
+    number = str(raw).strip().lstrip("#").strip()
+    if not number:
+        raise ValueError("Enter an order number.")
+    # PostgreSQL refuses a NUL in any text (a 500), and no order number holds a control
+    # character or a space.
+    if not number.isprintable() or any(c.isspace() for c in number):
+        raise ValueError(
+            f"{number[:40]!r} is not an order number (no spaces or control characters)."
+        )
+    if len(number) > ORDER_NUMBER_MAX:
+        raise ValueError(
+            f"{number[:40]}… is too long for an order number "
+            f"(at most {ORDER_NUMBER_MAX} characters)."
+        )
+    return number
+
+
+def same_customer(email: str, other: str) -> bool:
+    """ "The same customer" is the same email address whatever its case; of_customer() is the
+    same rule in SQL."""
+    return email.strip().upper() == other.strip().upper()
+
+
+def of_customer(queryset, email: str, *, field: str = "customer_email"):
+    """The rows of `queryset` whose `field` is `email` whatever its case (same_customer), found
+    through the UPPER(customer_email) index (Django's iexact is a LIKE on SQLite, which cannot
+    use it)."""
+    return queryset.alias(customer_upper=Upper(field)).filter(
+        customer_upper=Upper(Value(email.strip()))
+    )
+
+
 class Order(models.Model):
     """An order of the shop's: what lookup reads. Amounts are in the currency's minor unit."""
 
-    number = models.CharField(max_length=32, unique=True)
+    number = models.CharField(max_length=ORDER_NUMBER_MAX, unique=True)
     customer_name = models.CharField(max_length=200)
     customer_email = models.EmailField()
     promised_on = models.DateField()
