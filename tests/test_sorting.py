@@ -171,7 +171,7 @@ def test_another_customers_order_is_refused_unless_the_agent_confirms_it(db, age
         (["  "], policy.DAMAGED, "Pick at least one order"),
         (["9999"], policy.DAMAGED, "There is no order 9999"),
         (["1042", "9999"], policy.DAMAGED, "There is no order 9999"),
-        (["10'42"], policy.DAMAGED, "is not an order number"),
+        (["10\x0042"], policy.DAMAGED, "is not an order number"),
         (["1042"], "refund_please", "Choose the reason"),
         (["1042"], policy.NOT_REFUND, "mark it not a refund request"),
     ],
