@@ -16,10 +16,16 @@ from rest_framework import serializers
 from rest_framework.settings import api_settings
 
 from refunds import policy
-from refunds.models import Charge, Decision, Email, Ticket
+from refunds.models import (
+    ORDER_NUMBER_PATTERN,
+    Charge,
+    Decision,
+    Email,
+    Ticket,
+    order_number_read,
+)
 from refunds.services import NOTE_MAX, REASON_MAX
 from refunds.services import tickets as tickets_service
-from refunds.services.tickets import CONTROL_CHARACTERS
 
 NON_FIELD = api_settings.NON_FIELD_ERRORS_KEY
 ORDERS_PUSH_MAX = 1000
@@ -33,27 +39,22 @@ class OrderNumberField(serializers.Field):
         "required": "Missing field: order_number",
         "null": "Missing field: order_number",
         "invalid": "order_number must be a string",
-        "too_long": "order_number is too long (at most 32 characters)",
     }
 
     def to_internal_value(self, data: Any) -> str:
         if isinstance(data, bool) or not isinstance(data, str | int):
             self.fail("invalid")
-        text = str(data)
-        if len(text) > 32:
-            self.fail("too_long")
-        return text
+        try:
+            return order_number_read(data)
+        except ValueError as exc:
+            raise serializers.ValidationError(f"order_number: {exc}") from None
 
     def to_representation(self, value: str) -> str:
         return value
 
 
-# What refunds.services.tickets.order_numbers_clean refuses: blank, or a control character.
-ORDER_NUMBER_TEXT = {
-    "type": "string",
-    "maxLength": 32,
-    "pattern": f"^\\s*[^\\s{CONTROL_CHARACTERS}]+(?: [^\\s{CONTROL_CHARACTERS}]+)*\\s*$",
-}
+# What refunds.models.order_number_read takes, stated as the same pattern it reads with.
+ORDER_NUMBER_TEXT = {"type": "string", "pattern": ORDER_NUMBER_PATTERN}
 extend_schema_field({"oneOf": [ORDER_NUMBER_TEXT, {"type": "integer"}]})(OrderNumberField)
 
 
@@ -66,7 +67,6 @@ class OrderNumbersField(serializers.Field):
         "too_many": f"order_numbers names {{count}} orders; a ticket covers at most {ORDERS_MAX}",
         "item": 'order_numbers[{index}] must be a string such as "1042"',
         "blank": "order_numbers[{index}] is blank",
-        "item_too_long": "order_numbers[{index}] is too long (at most 32 characters)",
     }
 
     def to_internal_value(self, data: Any) -> list[str]:
@@ -80,12 +80,12 @@ class OrderNumbersField(serializers.Field):
         for index, item in enumerate(data):
             if isinstance(item, bool) or not isinstance(item, str | int):
                 self.fail("item", index=index)
-            text = str(item)
-            if not text.strip():
+            if not str(item).strip():
                 self.fail("blank", index=index)
-            if len(text) > 32:
-                self.fail("item_too_long", index=index)
-            numbers.append(text)
+            try:
+                numbers.append(order_number_read(item))
+            except ValueError as exc:
+                raise serializers.ValidationError(f"order_numbers[{index}]: {exc}") from None
         return numbers
 
     def to_representation(self, value: list[str]) -> list[str]:

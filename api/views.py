@@ -39,7 +39,7 @@ from core.clock import local_words
 from intake import services as intake
 from intake.models import Message
 from refunds import order_source, permissions, services
-from refunds.models import Decision, Ticket, TicketOrder
+from refunds.models import ORDER_NUMBER_MAX, Decision, Ticket, TicketOrder
 from refunds.services import orders
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -67,7 +67,7 @@ def _with_details(tickets):
 
 class TicketFilter(serializers.Serializer):
     status = serializers.ChoiceField(choices=Ticket.Status.choices, required=False)
-    order_number = serializers.CharField(required=False, max_length=32)
+    order_number = serializers.CharField(required=False, max_length=ORDER_NUMBER_MAX)
     required_role = serializers.ChoiceField(choices=["agent", "manager"], required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)

@@ -124,6 +124,26 @@ class Message(models.Model):
         return f"{self.thread_id}{ACK_SUFFIX}"
 
 
+class MessageTicket(models.Model):
+    """Where a message went: one row per ticket it opened or was added to (by the intake or by a
+    person sorting it), with the message's orders that ticket covers. Written in the transaction
+    that places the message; read by the intake's placed() and the message page by its index."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="placements")
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="message_placements")
+    orders = models.JSONField(default=list)  # the message's order numbers this ticket covers
+    added = models.BooleanField(default=False)  # added to a ticket already open, not opened by it
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "ticket"], name="message_ticket_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"Message {self.message_id} {'added to' if self.added else 'opened'} {self.ticket}"
+
+
 class MessageEvent(models.Model):
     """One append-only record per action a person takes on a message (sort it, mark it not a
     refund request, send it back): who, when, what they chose. A message may have no ticket, so

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from intake.models import Message, MessageTicket
 from refunds.models import Ticket
 from refunds.services import RefundError, TicketAlreadyOpen, ticket_open
 
@@ -52,3 +53,11 @@ def open_or_add(numbers: list[str], **open_kwargs: Any) -> Placed:
         placed.opened, placed.opened_orders = ticket, ticket.order_numbers()
         break
     return placed
+
+
+def link(message: Message, where: Placed) -> None:
+    """Record where the message went (MessageTicket), in the caller's placing transaction."""
+    rows = [MessageTicket(message=message, ticket=t, orders=o, added=True) for t, o in where.added]
+    if where.opened is not None:
+        rows.append(MessageTicket(message=message, ticket=where.opened, orders=where.opened_orders))
+    MessageTicket.objects.bulk_create(rows)

@@ -6,7 +6,7 @@ from django.db.models import Q, QuerySet
 
 from intake.models import Message
 from refunds import permissions
-from refunds.models import Order
+from refunds.models import Order, of_customer, same_customer
 
 COUNT_CAP = 1000  # the nav says "1000+" past this: a count must not cost more with a backlog
 SENDER_ORDERS = 5  # the sender's recent orders offered beside the numbers read
@@ -40,7 +40,7 @@ def needs_sorting_count(cap: int = COUNT_CAP) -> int:
 
 def sender_orders(sender: str, limit: int = SENDER_ORDERS) -> list[Order]:
     """The sender's own most recent orders in the desk."""
-    return list(Order.objects.filter(customer_email__iexact=sender).order_by("-id")[:limit])
+    return list(of_customer(Order.objects.all(), sender).order_by("-id")[:limit])
 
 
 def order_choices(message: Message) -> list[dict]:
@@ -48,7 +48,6 @@ def order_choices(message: Message) -> list[dict]:
     sender's recent orders; each says whose it is, so another customer's stands out."""
     read = [str(n) for n in (message.reading or {}).get("orders") or []]
     known = {o.number: o for o in Order.objects.filter(number__in=read)}
-    sender = message.sender.lower()
     choices: list[dict] = []
     for number in read:
         order = known.get(number)
@@ -57,7 +56,8 @@ def order_choices(message: Message) -> list[dict]:
                 "number": number,
                 "read": True,
                 "order": order,
-                "other_customer": order is not None and order.customer_email.lower() != sender,
+                "other_customer": order is not None
+                and not same_customer(order.customer_email, message.sender),
             }
         )
     for order in sender_orders(message.sender):

@@ -9,7 +9,6 @@ the desk lacks) before that transaction opens: no network wait inside it (DESIGN
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from django.core.exceptions import PermissionDenied
@@ -17,10 +16,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.clock import local_words
-from intake.models import Message, MessageEvent
-from intake.placing import open_or_add
+from intake.models import Message, MessageEvent, MessageTicket
+from intake.placing import link, open_or_add
 from refunds import audit, permissions, policy
-from refunds.models import AuditEvent, Order, Ticket
+from refunds.models import AuditEvent, Order, Ticket, order_number_read, same_customer
 from refunds.services import (
     NOTE_MAX,
     RefundError,
@@ -29,7 +28,6 @@ from refunds.services import (
 )
 
 ORDERS_MAX = 10  # one message names a few orders; more is a paste gone wrong
-ORDER_NUMBER = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,39}")
 # Sent to the customer with the rejection that ends a misread ticket's review (the existing
 # decision path emails its reason): the message is being read again, by a person this time.
 SENT_BACK_REASON = (
@@ -70,25 +68,20 @@ class Sorted:
         return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
 
 
-def order_numbers_read(text: str) -> list[str]:
-    """Order numbers typed by a person: separated by spaces or commas, "#" allowed."""
-    return [n.lstrip("#") for n in re.split(r"[\s,;]+", text or "") if n.lstrip("#")]
-
-
 def _refuse_unless_desk_user(by) -> None:
     if not permissions.is_desk_user(by):
         raise PermissionDenied("You are in no desk group, so you sort no messages.")
 
 
 def _orders(numbers: list[str]) -> list[Order]:
-    picked = list(dict.fromkeys(n.strip().lstrip("#") for n in numbers if n.strip().lstrip("#")))
+    try:
+        picked = list(dict.fromkeys(order_number_read(n) for n in numbers if n.strip("# ")))
+    except ValueError as exc:
+        raise SortingError(str(exc)) from None
     if not picked:
         raise SortingError("Pick at least one order (tick one, or type its number).")
     if len(picked) > ORDERS_MAX:
         raise SortingError(f"At most {ORDERS_MAX} orders at once; this has {len(picked)}.")
-    bad = [n for n in picked if not ORDER_NUMBER.fullmatch(n)]
-    if bad:
-        raise SortingError(f"{bad[0]!r} is not an order number (letters, digits and dashes).")
     orders, unknown = [], []
     for number in picked:
         order = order_find(order_number=number)  # outside any transaction: it may ask the shop
@@ -135,8 +128,7 @@ def message_sort(
     if message.status != Message.Status.NEEDS_SORTING:
         raise _taken(message)
     orders = _orders(order_numbers)
-    sender = message.sender.lower()
-    others = [o for o in orders if o.customer_email.lower() != sender]
+    others = [o for o in orders if not same_customer(o.customer_email, message.sender)]
     if others and not other_customer_ok:
         o = others[0]
         raise SortingError(
@@ -173,13 +165,13 @@ def message_sort(
         first = (result.opened or result.added)[0]
         status = Message.Status.OPENED if result.opened else Message.Status.ADDED
         Message.objects.filter(pk=message.pk).update(ticket=first, status=status)
+        link(message, where)
         for ticket in result.added:
             audit.record(
                 ticket,
                 AuditEvent.Action.NOTE,
                 actor=by,
                 note=f"Message {message.pk} from {message.sender} added to this ticket.",
-                # Not "message_id": workflow.placed() reads the intake's own entries by it.
                 seen={"sorted_message_id": message.pk},
             )
         MessageEvent.objects.create(
@@ -250,6 +242,8 @@ def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
             handled_at=now,
             updated_at=now,
         )
+        # Back in "Needs sorting", the message is no longer on this ticket.
+        MessageTicket.objects.filter(message__in=messages, ticket=ticket).delete()
         for message in messages:
             MessageEvent.objects.create(
                 message=message,

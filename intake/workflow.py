@@ -48,7 +48,7 @@ from intake.services import message_problems
 from refunds import audit, mail, persistence, policy, services
 from refunds import lease as leases
 from refunds.flow.errors import EffectBusy
-from refunds.models import AuditEvent, Order
+from refunds.models import AuditEvent, Order, of_customer, order_number_read, same_customer
 from refunds.persistence import FenceLost
 from refunds.services import NOTE_MAX
 
@@ -111,7 +111,10 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
     reading = Reading.from_json(read["reading"])
     if reading.reason not in policy.TICKET_REASONS:
         return {"sorting": f"Not about a refund (read by {reading.read_by})."}
-    numbers = list(dict.fromkeys(n.strip().lstrip("#") for n in reading.orders if n.strip()))
+    try:
+        numbers = list(dict.fromkeys(order_number_read(n) for n in reading.orders if n.strip("# ")))
+    except ValueError as exc:
+        return {"sorting": f"The reader found an order number that is not one: {exc}"}
     if not numbers:
         return _recent_order(message)
     found: list[tuple[str, Order]] = []
@@ -125,8 +128,7 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
             missing.append(number)
         else:
             found.append((number, order))
-    sender = message.sender.casefold()
-    foreign = [n for n, o in found if o.customer_email.casefold() != sender]
+    foreign = [n for n, o in found if not same_customer(o.customer_email, message.sender)]
     if foreign:
         return {
             "sorting": f"Order {', '.join(foreign)} belongs to another customer, not to "
@@ -142,7 +144,7 @@ def _recent_order(message: Message) -> dict[str, Any]:
     days = settings.INTAKE_RECENT_ORDER_DAYS
     since = timezone.localdate() - timedelta(days=days)
     recent = list(
-        Order.objects.filter(customer_email__iexact=message.sender, promised_on__gte=since)
+        of_customer(Order.objects.filter(promised_on__gte=since), message.sender)
         .order_by("-promised_on")
         .values_list("number", flat=True)[:5]
     )
@@ -192,8 +194,8 @@ def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict
 
 def _open_together(message: Message, reading: Reading, numbers: list[str]) -> placing.Placed:
     """One ticket for the message's orders that have no open ticket; the message added to the
-    open tickets of the others (each ticket's audit entry names the message and its orders:
-    placed() reads them back)."""
+    open tickets of the others (each ticket's audit entry says so for people; the message's
+    links, MessageTicket, say it for placed())."""
     words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
     where = placing.open_or_add(
         numbers,
@@ -218,6 +220,7 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
             note=f"Opened from {words.lower()} (from {message.sender}).",
             seen={"message_id": message.pk, "orders": where.opened_orders},
         )
+    placing.link(message, where)
     return where
 
 
@@ -229,17 +232,11 @@ def _to_sorting(message: Message, reason: str) -> dict[str, Any]:
 
 
 def placed(message: Message) -> dict[str, Any]:
-    """Where the message went: its status, and the tickets its audit entries name, each with
-    the message's orders it covers (an entry from before tickets of several orders names none:
-    its ticket's order)."""
-    events = AuditEvent.objects.filter(seen__message_id=message.pk).order_by("id")
+    """Where the message went: its status, and the tickets it opened or was added to, each with
+    the message's orders it covers (intake.models.MessageTicket)."""
     tickets = [
-        {
-            "id": e.ticket_id,
-            "orders": list(e.seen.get("orders") or [e.ticket.order.number]),
-            "added": bool(e.seen.get("added")),
-        }
-        for e in events.select_related("ticket__order")
+        {"id": p.ticket_id, "orders": list(p.orders), "added": p.added}
+        for p in message.placements.order_by("id")
     ]
     return {"status": message.status, "tickets": tickets}
 

@@ -21,7 +21,7 @@ from ops.models import PrunedThread
 from refunds import permissions, policy, runner, services
 from refunds.flow.nodes import charge_key
 from refunds.flow.words import dollars, node_words
-from refunds.models import AuditEvent, Email, Ticket
+from refunds.models import AuditEvent, Email, Ticket, of_customer
 from refunds.money import money_moved
 
 EMAIL_MAX = 254  # RFC 5321's longest path
@@ -229,7 +229,7 @@ def customer(request: HttpRequest, email: str) -> HttpResponse:
     context = {
         "email": email,
         "memory": selectors.customer_memory(email),
-        "tickets": Ticket.objects.filter(order__customer_email__iexact=email)
+        "tickets": of_customer(Ticket.objects.all(), email, field="order__customer_email")
         .select_related("order")
         .order_by("-id")[:50],
         "audit_actions": AuditEvent.Action,

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Exists, F, Max, OuterRef, Q, Sum
+from django.db.models import Exists, F, Max, OuterRef, Q, Sum, Value
 from django.db.models.functions import Now, Upper
 
 from core.clock import local_words
@@ -30,10 +31,57 @@ ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
 
 
+ORDER_NUMBER_MAX = 32
+_NOT_IN_A_NUMBER = r"\s\u0000-\u001f\u007f-\u009f"
+# What an order number is, in one pattern that the code reads with and the API's schema states:
+# spaces around it and "#" before it ("#1042") are how people write it, not part of it; inside,
+# no space and no control character (PostgreSQL refuses a NUL in any text: a 500).
+ORDER_NUMBER_PATTERN = (
+    rf"^\s*#*\s*([^{_NOT_IN_A_NUMBER}#][^{_NOT_IN_A_NUMBER}]{{0,{ORDER_NUMBER_MAX - 1}}})\s*$"
+)
+_ORDER_NUMBER = re.compile(ORDER_NUMBER_PATTERN)
+
+
+def order_number_read(raw: object) -> str:
+    """What an order number is, for every way one comes in (the API, the desk's forms, sorting,
+    the reader, the shop's orders): ORDER_NUMBER_PATTERN. A whole number is read as its digits
+    (helpdesks send either). ValueError says why it is not one."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        raise ValueError("An order number is text, such as 1042.")
+    text = str(raw)
+    found = _ORDER_NUMBER.fullmatch(text)
+    if found:
+        return found[1]
+    number = text.strip().lstrip("#").strip()
+    if not number:
+        raise ValueError("Enter an order number.")
+    if len(number) > ORDER_NUMBER_MAX and not re.search(f"[{_NOT_IN_A_NUMBER}]", number):
+        raise ValueError(
+            f"{number[:40]}… is too long for an order number "
+            f"(at most {ORDER_NUMBER_MAX} characters)."
+        )
+    raise ValueError(f"{number[:40]!r} is not an order number (no spaces or control characters).")
+
+
+def same_customer(email: str, other: str) -> bool:
+    """ "The same customer" is the same email address whatever its case; of_customer() is the
+    same rule in SQL."""
+    return email.strip().upper() == other.strip().upper()
+
+
+def of_customer(queryset, email: str, *, field: str = "customer_email"):
+    """The rows of `queryset` whose `field` is `email` whatever its case (same_customer), found
+    through the UPPER(customer_email) index (Django's iexact is a LIKE on SQLite, which cannot
+    use it)."""
+    return queryset.alias(customer_upper=Upper(field)).filter(
+        customer_upper=Upper(Value(email.strip()))
+    )
+
+
 class Order(models.Model):
     """An order of the shop's: what lookup reads. Amounts are in the currency's minor unit."""
 
-    number = models.CharField(max_length=32, unique=True)
+    number = models.CharField(max_length=ORDER_NUMBER_MAX, unique=True)
     customer_name = models.CharField(max_length=200)
     customer_email = models.EmailField()
     promised_on = models.DateField()

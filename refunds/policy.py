@@ -150,3 +150,74 @@ def reason_sentence(reason: str) -> str:
     if reason == NOT_REFUND:
         return "Not about a refund: no ticket is opened."
     return "Reason: late delivery. The lateness rules decide it."
+
+
+# --- a reviewer's answers per order, and what the desk says of an approval -----------------------
+def order_answers_checked(
+    asked: dict[str, int], given: object, *, answer: str = "", reason: str = ""
+) -> dict[str, dict]:
+    """The one check of a reviewer's answers per order, called by the desk's form, the decision
+    service and the graph's review node alike. `asked`: each open order's number and the amount
+    it asks (cents); `given`: {number: {"answer": "approve" or "reject", "amount_cents"?,
+    "reason"?}}; an open order left out takes `answer` (and `reason`), or is refused when there is
+    none. Returns {number: {"answer": "approve", "amount_cents"} or {"answer": "reject",
+    "reason"}} for every open order; ValueError names the order and what is wrong."""
+    if not isinstance(given, dict):
+        raise ValueError("The answers per order must map each order number to its answer.")
+    given = {str(number): one for number, one in given.items()}
+    unknown = [n for n in given if n not in asked]
+    if unknown:
+        raise ValueError(
+            f"This review has no open order {unknown[0][:40]}; its open orders are "
+            f"{', '.join(asked)}."
+        )
+    answers: dict[str, dict] = {}
+    for number, most in asked.items():
+        one = given.get(number, {"answer": answer, "reason": reason})
+        if not isinstance(one, dict):
+            raise ValueError(f"Order {number}: give its answer as approve or reject.")
+        extra = sorted(set(one) - {"answer", "amount_cents", "reason"})
+        if extra:
+            raise ValueError(f"Order {number}: unknown field(s) {', '.join(extra)}.")
+        why = one.get("reason") or ""
+        if not isinstance(why, str):
+            raise ValueError(f"Order {number}: the reason must be text.")
+        if one.get("answer") == "reject":
+            if one.get("amount_cents") is not None:
+                raise ValueError(f"Order {number}: only an approval carries an amount.")
+            answers[number] = {"answer": "reject", "reason": why.strip() or reason}
+            continue
+        if one.get("answer") != "approve":
+            raise ValueError(f"Choose approve or reject for order {number}.")
+        if why.strip() and number in given:
+            raise ValueError(f"Order {number}: a reason goes with a rejection only.")
+        amount = one.get("amount_cents")
+        amount = most if amount is None else amount
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise ValueError(
+                f"Order {number}: the amount must be in dollars and cents, like 12.50."
+            )
+        if not 0 < amount <= most:
+            raise ValueError(
+                f"Order {number}: the new amount must be more than $0.00 and at most the "
+                f"{dollars(most)} asked."
+            )
+        answers[number] = {"answer": "approve", "amount_cents": amount}
+    return answers
+
+
+def paid_out_words(
+    amount_cents: int | None,
+    orders: list[str],
+    *,
+    asked_cents: int | None = None,
+    rejected: list[str] | tuple[str, ...] = (),
+) -> str:
+    """What every page says of an approval: "Approved $6.99 for order 1042 — being paid out"
+    (with the amount asked when a reviewer lowered it, and the orders rejected beside it)."""
+    on = ("order " if len(orders) == 1 else "orders ") + ", ".join(orders)
+    lowered = (
+        f" (instead of {dollars(asked_cents)})" if asked_cents not in (None, amount_cents) else ""
+    )
+    also = f", rejected {', '.join(rejected)}" if rejected else ""
+    return f"Approved {dollars(amount_cents)}{lowered} for {on}{also} — being paid out"

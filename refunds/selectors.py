@@ -6,7 +6,7 @@ from datetime import datetime
 
 from core.clock import local_words
 from refunds.flow.words import dollars
-from refunds.models import Decision, Ticket
+from refunds.models import Decision, Ticket, of_customer
 
 EARLIER_LIMIT = 10
 
@@ -54,22 +54,11 @@ def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:
     return {
         "order": list(others.filter(order_id=ticket.order_id)[:EARLIER_LIMIT]),
         "customer": list(
-            _same_email(others, ticket.order.customer_email).exclude(order_id=ticket.order_id)[
-                :EARLIER_LIMIT
-            ]
+            of_customer(others, ticket.order.customer_email, field="order__customer_email").exclude(
+                order_id=ticket.order_id
+            )[:EARLIER_LIMIT]
         ),
     }
-
-
-def _same_email(tickets, email: str):
-    """Tickets whose order's customer email is `email`, whatever its case, through the
-    UPPER(customer_email) index (Django's iexact is a LIKE on SQLite, which cannot use it)."""
-    from django.db.models import Value
-    from django.db.models.functions import Upper
-
-    return tickets.alias(email_upper=Upper("order__customer_email")).filter(
-        email_upper=Upper(Value(email))
-    )
 
 
 def _name_contains(part: str):
@@ -127,7 +116,7 @@ def ticket_search(
                 match |= Q(pk=int(number))
             tickets = tickets.filter(match)
         elif "@" in q:
-            tickets = _same_email(tickets, q)
+            tickets = of_customer(tickets, q, field="order__customer_email")
         elif upper_number.exists():  # an order number like "P00042", in any case
             tickets = tickets.filter(covering(Q(order__number__in=upper_number.values("number"))))
         else:  # part of a name, through the name index (refunds/migrations/0023)

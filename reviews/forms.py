@@ -6,7 +6,7 @@ import re
 
 from django import forms
 
-from refunds import currencies
+from refunds import currencies, policy
 from refunds.models import AuditEvent, CannedReason, Role, Ticket
 
 
@@ -42,26 +42,23 @@ class DecideForm(forms.Form):
 
 def order_answers(post, lines: list[dict]) -> dict[str, dict]:
     """The answers per open order a review form posts (`order-<number>`: approve or reject;
-    `amount-<number>`: dollars, for those who may lower it); ValueError says what is missing.
-    An amount left as asked is no edit."""
-    answers: dict[str, dict] = {}
+    `amount-<number>`: dollars, for those who may lower it), checked by the rule the service
+    and the graph use (policy.order_answers_checked); ValueError says what is wrong."""
+    given: dict[str, dict] = {}
+    asked: dict[str, int] = {}
     for line in lines:
         if line.get("status") != "open":
             continue
-        number = line["number"]
-        choice = post.get(f"order-{number}", "")
-        if choice not in ("approve", "reject"):
-            raise ValueError(f"Choose approve or reject for order {number}.")
-        one: dict = {"answer": choice}
-        if choice == "approve":
+        number = str(line["number"])
+        asked[number] = int(line.get("amount_cents") or 0)
+        one: dict = {"answer": post.get(f"order-{number}", "")}
+        if one["answer"] == "approve":
             try:
-                amount = cents(post.get(f"amount-{number}", ""))
+                one["amount_cents"] = cents(post.get(f"amount-{number}", ""))
             except ValueError as exc:
                 raise ValueError(f"Order {number}: {exc}") from None
-            if amount is not None and amount != line.get("amount_cents"):
-                one["amount_cents"] = amount
-        answers[number] = one
-    return answers
+        given[number] = one
+    return policy.order_answers_checked(asked, given)
 
 
 class _AnyPicks(forms.MultipleChoiceField):

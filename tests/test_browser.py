@@ -130,7 +130,7 @@ def _open_approve_and_watch(page, live_server, agent, expect) -> None:
     )
     assert page.locator(f"#review-{mine.pk}").count() == 0
     row.get_by_role("button", name="Approve").click()
-    expect(page.locator("#messages")).to_contain_text("Approved the refund on order 1044")
+    expect(page.locator("#messages")).to_contain_text("for order 1044 — being paid out")
     assert page.evaluate("window.sameDocument") is True
 
     # The worker applies the decision; the ticket page's poll shows the outcome.

@@ -86,7 +86,7 @@ def test_an_agent_claims_and_approves_with_the_keyboard(browser, live_server, ag
     page.keyboard.press("c")
     expect(row).to_contain_text("Yours until")
     page.keyboard.press("a")
-    expect(page.locator("#messages")).to_contain_text("Approved the refund on order 1042")
+    expect(page.locator("#messages")).to_contain_text("for order 1042 — being paid out")
     decision = Decision.objects.get(ticket=ticket)
     assert (decision.reviewer, decision.answer) == (agent, "approve")
     assert csp_problems(page, page.console_messages_seen) == []

@@ -111,7 +111,7 @@ def test_a_manager_answers_a_three_order_ticket_per_order_on_the_queue_card(
     page.screenshot(path=str(SCREENS / f"several-queue-answering-{width}.png"), full_page=True)
     row.locator("button[name=orders]").click()
     expect(page.locator(f"#review-{ticket.pk}")).to_contain_text(
-        "Approved $5.00 on order 1042, rejected 1049"
+        "Approved $5.00 for order 1042, rejected 1049"
     )
     decision = Decision.objects.get()
     assert decision.orders == {

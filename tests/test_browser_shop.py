@@ -119,7 +119,7 @@ def _open_approve_and_count(browser, live_server, agent, second, localstripe, pa
     expect(row).to_contain_text("Iris Vale")
     both_widths(reviewer, "shop-review")
     row.get_by_role("button", name="Approve").click()
-    expect(reviewer.locator("#messages")).to_contain_text("Approved the refund on order 7101")
+    expect(reviewer.locator("#messages")).to_contain_text("for order 7101 — being paid out")
 
     reviewer.goto(f"{live_server.url}/tickets/{ticket.pk}/")
     expect(reviewer.locator("#ticket-status-pill")).to_have_text("Refunded")

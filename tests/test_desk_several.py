@@ -147,7 +147,7 @@ def test_each_order_may_carry_its_own_reason(transactional_db, agent):
 BAD = [
     ({"9999": {"answer": "approve"}}, "covers no order 9999"),
     ({"1043": {"answer": "approve"}}, "Order 1043 is declined by policy"),
-    ({"1042": {"answer": "maybe"}}, "Order 1042: choose approve or reject"),
+    ({"1042": {"answer": "maybe"}}, "Choose approve or reject for order 1042"),
     ({"1042": "approve"}, "Order 1042: give its answer"),
     (["1042"], "must map each order number"),
     ({"1042": {"answer": "reject"}}, "Give a reason for rejecting order 1042"),
@@ -246,7 +246,7 @@ def test_bulk_approve_approves_every_open_order_of_a_ticket(transactional_db, ag
             "ticket": ticket.pk,
             "ok": True,
             "order": "1042, 1044, 1043",
-            "text": "Approved $19.49; it is being paid out.",
+            "text": "Approved $19.49 for orders 1042, 1044, 1043 — being paid out",
         }
     ]
     assert Decision.objects.get().orders == {

@@ -174,7 +174,7 @@ def test_every_order_declined_by_policy_ends_in_one_notify_without_a_review():
     "orders, error",
     [
         ({"1043": {"answer": "approve"}}, "no open order 1043"),
-        ({"1042": {"answer": "approve", "amount_cents": 700}}, "between 1 and 699"),
+        ({"1042": {"answer": "approve", "amount_cents": 700}}, r"at most the \$6.99 asked"),
         ({"1042": {"answer": "maybe"}}, "approve or reject"),
     ],
 )

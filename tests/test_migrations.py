@@ -59,3 +59,80 @@ def test_emails_kept_before_the_sender_joined_their_key_are_found_again_by_a_red
 
     keys = set(Message.objects.values_list("key", flat=True))
     assert keys == {_channel_key("email", "<a1@mail> from ana@example.com"), "api:<a1@mail>"}
+
+
+LINK_BEFORE = [("intake", "0010_message_ticket_link")]
+LINK_AFTER = [("intake", "0011_message_ticket_link_from_audit")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_where_messages_went_is_carried_from_the_audit_log_and_sorting_to_their_links():
+    executor = MigrationExecutor(connection)
+    executor.migrate(LINK_BEFORE)
+    old = executor.loader.project_state(LINK_BEFORE).apps
+    Order = old.get_model("refunds", "Order")
+    Ticket = old.get_model("refunds", "Ticket")
+    Message = old.get_model("intake", "Message")
+    now = "2026-01-05T10:00:00+00:00"
+
+    def order(number):
+        return Order.objects.create(
+            number=number,
+            customer_email="ana@example.com",
+            customer_name="Ana",
+            shipping_fee_cents=800,
+            promised_on="2026-01-01",
+            delivered_on="2026-01-04",
+        )
+
+    def ticket(o, thread):
+        t = Ticket.objects.create(order=o, thread_id=thread)
+        old.get_model("refunds", "TicketOrder").objects.create(ticket=t, order=o)
+        return t
+
+    def message(n):
+        return Message.objects.create(
+            key=f"k{n}", channel="api", sender="ana@example.com", received_at=now, thread_id=f"m{n}"
+        )
+
+    one, two, three = order("1042"), order("1044"), order("1047")
+    opened, added, sorted_, misread = (
+        ticket(one, "t1"),
+        ticket(two, "t2"),
+        ticket(three, "t3"),
+        ticket(order("1050"), "t4"),
+    )
+    by_intake, before_orders, by_hand = message(1), message(2), message(3)
+    AuditEvent = old.get_model("refunds", "AuditEvent")
+    AuditEvent.objects.create(
+        ticket=added, action="note", seen={"message_id": 1, "added": True, "orders": ["1044"]}
+    )
+    AuditEvent.objects.create(
+        ticket=opened, action="note", seen={"message_id": 1, "orders": ["1042"]}
+    )
+    AuditEvent.objects.create(ticket=opened, action="note", seen={"message_id": 2})  # one order
+    AuditEvent.objects.create(ticket=opened, action="note", seen={"sorted_message_id": 3})
+    MessageEvent = old.get_model("intake", "MessageEvent")
+    MessageEvent.objects.create(
+        message=by_hand, action="sort", answer={"orders": ["1050"], "opened": [misread.pk]}
+    )
+    MessageEvent.objects.create(message=by_hand, action="send_back", answer={"ticket": misread.pk})
+    MessageEvent.objects.create(
+        message=by_hand, action="sort", answer={"orders": ["1047"], "opened": [sorted_.pk]}
+    )
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(LINK_AFTER)
+    new = executor.loader.project_state(LINK_AFTER).apps
+    links = new.get_model("intake", "MessageTicket").objects.order_by("message_id", "id")
+    assert [(li.message_id, li.ticket_id, li.orders, li.added) for li in links] == [
+        (by_intake.pk, added.pk, ["1044"], True),
+        (by_intake.pk, opened.pk, ["1042"], False),
+        (before_orders.pk, opened.pk, ["1042"], False),
+        (by_hand.pk, sorted_.pk, ["1047"], False),
+    ]
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

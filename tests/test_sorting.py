@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 
-from intake import sorting
+from intake import sorting, workflow
 from intake.models import Message, MessageEvent
 from refunds import enqueue, policy, runner, services
 from refunds.models import AuditEvent, Decision, Ticket
@@ -79,6 +79,11 @@ def test_an_order_open_elsewhere_gets_the_message_and_the_others_one_ticket(db, 
     )
     message.refresh_from_db()
     assert message.ticket == ticket
+    # Where it went, as the message page and the intake read it: a link per ticket.
+    assert workflow.placed(message)["tickets"] == [
+        {"id": already.pk, "orders": ["1044"], "added": True},
+        {"id": ticket.pk, "orders": ["1042", "1047"], "added": False},
+    ]
 
 
 def test_orders_of_two_customers_are_refused_together_and_nothing_changes(db, agent, late_order):
@@ -166,7 +171,7 @@ def test_another_customers_order_is_refused_unless_the_agent_confirms_it(db, age
         (["  "], policy.DAMAGED, "Pick at least one order"),
         (["9999"], policy.DAMAGED, "There is no order 9999"),
         (["1042", "9999"], policy.DAMAGED, "There is no order 9999"),
-        (["10'42"], policy.DAMAGED, "is not an order number"),
+        (["10\x0042"], policy.DAMAGED, "is not an order number"),
         (["1042"], "refund_please", "Choose the reason"),
         (["1042"], policy.NOT_REFUND, "mark it not a refund request"),
     ],
@@ -233,9 +238,12 @@ def test_sending_back_rejects_the_review_and_the_message_is_sortable_again(
     assert misread.status == Ticket.Status.REJECTED and not misread.charges.exists()
     assert misread.emails.get().body.count(sorting.SENT_BACK_REASON) == 1
 
+    assert workflow.placed(message)["tickets"] == []  # no longer on the misread ticket
+
     make_order("1044", fee_cents=1250)
     done = sort(message, colleague, orders=["1044"])  # sortable again, by someone else
     assert [t.order.number for t in done.opened] == ["1044"]
+    assert [t["id"] for t in workflow.placed(message)["tickets"]] == [done.opened[0].pk]
 
 
 def test_sending_back_needs_a_word_on_what_was_misread(misread, manager):

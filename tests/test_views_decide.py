@@ -108,7 +108,7 @@ def test_it_records_an_approval_and_redirects_to_the_queue(client, agent, small)
     assert decision.applied_at is None  # a worker applies it
 
     page = client.get(response["Location"])
-    assert "Approved the refund on order 1042" in page.content.decode()
+    assert "for order 1042 — being paid out" in page.content.decode()
 
 
 def test_it_answers_htmx_with_the_decided_row_and_a_queue_event(client, agent, small):
@@ -126,7 +126,7 @@ def test_it_answers_htmx_with_the_decided_row_and_a_queue_event(client, agent, s
     assert "Approved $6.99 for order 1042 — being paid out" in html
     # The message region keeps a trail: the newest on top of the earlier ones.
     assert 'hx-swap-oob="afterbegin"' in html
-    assert "Approved the refund on order 1042" in html
+    assert "for order 1042 — being paid out" in html
     assert Decision.objects.get().answer == "approve"
 
 
@@ -253,7 +253,7 @@ def test_it_answers_the_ticket_page_with_its_status_region(client, agent, small)
     assert html.startswith('<div id="ticket-status"')
     assert "Approved by <strong>agent</strong>" in html and "being applied" in html
     assert 'name="approve"' not in html  # answered: no second chance to click
-    assert "Approved the refund on order 1042" in html  # the flash, out of band
+    assert "for order 1042 — being paid out" in html  # the flash, out of band
 
 
 def test_it_shows_an_error_in_the_ticket_page_status_region(client, agent, small):

@@ -82,7 +82,7 @@ def test_answers_per_order_through_the_card_are_recorded(transactional_db, clien
     }
     response = client.post(reverse("reviews:decide", args=[ticket.pk]), form, headers=HTMX)
     assert response.status_code == 200, response.content.decode()
-    assert "Approved $5.00 on order 1042, rejected 1049" in response.content.decode()
+    assert "Approved $5.00 for order 1042, rejected 1049" in response.content.decode()
     decision = Decision.objects.get()
     assert decision.orders == {
         "1042": {"answer": "approve", "amount_cents": 500},

@@ -618,28 +618,11 @@ def several_review_request(state: RefundState) -> ReviewRequest:
 def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAnswer]:
     """The reviewer's answer for each open order: its own entry in `orders`, else the
     answer for all. Refuses an order that is not open or an amount above what it asks."""
-    open_ = {o["number"]: o for o in _review_orders(state) if o["status"] == "open"}
-    given = answer.get("orders") or {}
-    unknown = set(given) - set(open_)
-    if unknown:
-        raise ValueError(f"the review has no open order {', '.join(sorted(unknown))}")
-    answers: dict[str, OrderAnswer] = {}
-    for number, line in open_.items():
-        one = given.get(number) or {"answer": answer["answer"], "reason": answer.get("reason", "")}
-        if one.get("answer") not in ("approve", "reject"):
-            raise ValueError(f"order {number}: the answer must be approve or reject")
-        if one["answer"] == "reject":
-            answers[number] = {"answer": "reject", "reason": one.get("reason", "")}
-            continue
-        amount = one.get("amount_cents", line["amount_cents"])
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            raise ValueError(f"order {number}: the amount must be whole cents")
-        if not 0 < amount <= line["amount_cents"]:
-            raise ValueError(
-                f"order {number}: an approved amount must be between 1 and {line['amount_cents']}"
-            )
-        answers[number] = {"answer": "approve", "amount_cents": amount}
-    return answers
+    asked = {o["number"]: o["amount_cents"] for o in _review_orders(state) if o["status"] == "open"}
+    answers = policy.order_answers_checked(
+        asked, answer.get("orders") or {}, answer=answer["answer"], reason=answer.get("reason", "")
+    )
+    return cast(dict[str, OrderAnswer], answers)
 
 
 def approve_several(state: RefundState) -> RefundState:

@@ -12,7 +12,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.clock import local_words
-from refunds import audit, enqueue, permissions
+from refunds import audit, enqueue, permissions, policy
 from refunds.flow.words import dollars
 from refunds.models import (
     AuditEvent,
@@ -283,58 +283,27 @@ def _order_answers(
                 else f"refunded already (receipt {line.get('receipt') or 'on file'})"
             )
             raise RefundError(f"Order {number} is {why}; there is nothing to decide for it.")
-    answers: dict[str, dict[str, Any]] = {}
-    lowered = False
-    for number, line in lines.items():
-        if line.get("status") != "open":
-            continue
-        one = given.get(number, {"answer": answer})
-        if not isinstance(one, dict):
-            raise RefundError(f"Order {number}: give its answer as approve or reject.")
-        unknown = sorted(set(one) - {"answer", "amount_cents", "reason"})
-        if unknown:
-            raise RefundError(f"Order {number}: unknown field(s) {', '.join(unknown)}.")
-        choice = one.get("answer")
-        if choice not in ANSWERS:
-            raise RefundError(f"Order {number}: choose approve or reject.")
-        asked = int(line.get("amount_cents") or 0)
-        if choice == Decision.Answer.REJECT:
-            if one.get("amount_cents") is not None:
-                raise RefundError(f"Order {number}: only an approval carries an amount.")
-            own = one.get("reason") or ""
-            if not isinstance(own, str):
-                raise RefundError(f"Order {number}: the reason must be text.")
-            why = own.strip() or reason
-            if not why:
-                raise RefundError(
-                    f"Give a reason for rejecting order {number}; the customer is sent it."
-                )
-            if len(why) > REASON_MAX:
-                raise RefundError(
-                    f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
-                )
-            answers[number] = {"answer": "reject", "reason": why}
-            continue
-        if one.get("reason") not in (None, ""):
-            raise RefundError(f"Order {number}: a reason goes with a rejection only.")
-        amount = one.get("amount_cents")
-        if amount is None:
-            amount = asked
-        if isinstance(amount, bool) or not isinstance(amount, int):
+    asked = {n: int(line.get("amount_cents") or 0) for n, line in lines.items()}
+    open_ = {n: cents for n, cents in asked.items() if lines[n].get("status") == "open"}
+    try:
+        answers = policy.order_answers_checked(open_, given, answer=answer, reason=reason)
+    except ValueError as exc:
+        raise RefundError(str(exc)) from None
+    for number, one in answers.items():
+        said = one.get("reason") or ""
+        if one["answer"] == Decision.Answer.REJECT and not said:
             raise RefundError(
-                f"Order {number}: the amount must be in dollars and cents, like 12.50."
+                f"Give a reason for rejecting order {number}; the customer is sent it."
             )
-        if amount != asked:
-            if not 0 < amount < asked:
-                raise RefundError(
-                    f"Order {number}: the new amount must be more than $0.00 and at most the "
-                    f"{dollars(asked)} asked."
-                )
-            refusal = permissions.edit_refusal(reviewer, ticket)
-            if refusal:
-                raise PermissionDenied(refusal)
-            lowered = True
-        answers[number] = {"answer": "approve", "amount_cents": amount}
+        if len(said) > REASON_MAX:
+            raise RefundError(
+                f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
+            )
+    lowered = any(one.get("amount_cents", open_[n]) < open_[n] for n, one in answers.items())
+    if lowered:
+        refusal = permissions.edit_refusal(reviewer, ticket)
+        if refusal:
+            raise PermissionDenied(refusal)
     return answers, lowered
 
 
@@ -404,7 +373,9 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
                     "ticket": pk,
                     "ok": True,
                     "order": numbers_words(ticket),
-                    "text": f"Approved {dollars(ticket.amount_cents)}; it is being paid out.",
+                    "text": policy.paid_out_words(
+                        ticket.amount_cents, numbers_words(ticket).split(", ")
+                    ),
                 }
             )
     return results

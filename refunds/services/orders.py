@@ -26,7 +26,7 @@ from django.db.models import Max, Sum
 
 from core import sql
 from refunds import currencies
-from refunds.models import Charge, Order, Ticket, TicketOrder
+from refunds.models import ORDER_NUMBER_MAX, Charge, Order, Ticket, TicketOrder, order_number_read
 from refunds.services.errors import RefundError
 
 # The columns of a file and the keys of a pushed order, in the order a template lists them.
@@ -144,7 +144,10 @@ def order_line_read(raw: Any, *, decimal_mark: str = ".") -> OrderIn:
     unknown = sorted(str(k) for k in raw if k not in FIELDS)
     if unknown:
         raise LineRefused(f"unknown field(s): {', '.join(unknown)}")
-    number = _text(raw, "order_number", 32)
+    try:
+        number = order_number_read(_text(raw, "order_number", ORDER_NUMBER_MAX))
+    except ValueError as exc:
+        raise LineRefused(f"order_number: {exc}") from None
     currency = _text(raw, "currency", 3).upper()
     if not currencies.is_currency(currency):
         raise LineRefused(f"unknown currency {raw.get('currency')!r}")
@@ -180,7 +183,7 @@ def orders_upsert(
     said: dict[int, str] = {}  # the order number a refused line gave, to name it in the answer
     for line, raw in lines:
         if isinstance(raw, Mapping) and isinstance(raw.get("order_number"), str | int):
-            said[line] = str(raw["order_number"])[:32]
+            said[line] = str(raw["order_number"])[:ORDER_NUMBER_MAX]
         if isinstance(raw, LineRefused):
             read.append((line, raw))
             continue

@@ -22,7 +22,6 @@ from django_htmx.http import (
 )
 
 from refunds import permissions, policy, services
-from refunds.flow.words import dollars
 from refunds.models import CannedReason, Decision, Ticket, user_roles
 from reviews import forms, paging
 from reviews.views.common import (
@@ -100,13 +99,11 @@ def decided_line(decision: Decision, ticket: Ticket) -> str:
         if not paid:
             return f"Rejected the refund for orders {number} — the customer is told why"
         total = sum(o["amount_cents"] for o in paid.values())
-        on = ("order " if len(paid) == 1 else "orders ") + ", ".join(paid)
-        also = f", rejected {', '.join(rejected)}" if rejected else ""
-        return f"Approved {dollars(total)} on {on}{also} — being paid out"
+        return policy.paid_out_words(total, list(paid), rejected=rejected)
     if decision.answer == Decision.Answer.REJECT:
         return f"Rejected the refund for order {number} — the customer is told why"
     amount = decision.amount_cents if decision.amount_cents is not None else ticket.amount_cents
-    return f"Approved {dollars(amount)} for order {number} — being paid out"
+    return policy.paid_out_words(amount, [number])
 
 
 def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision]) -> list[Ticket]:
@@ -245,7 +242,7 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
             text = f"Escalated the review of order {ticket.order.number} to managers."
         elif answer == "orders" or (answer and several_lines(ticket)):
             decision = _decide_several(request, ticket, answer, data)
-            text = decided_text(decision, ticket)
+            text = decided_line(decision, ticket)
         else:
             try:
                 amount = forms.cents(data["amount"]) if answer == "approve" else None
@@ -263,13 +260,12 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
                 amount_cents=amount,
                 reviewer=request.user,
             )
-            if amount is not None:
-                text = (
-                    f"Approved {dollars(amount)} (instead of {dollars(ticket.amount_cents)}) on "
-                    f"order {ticket.order.number}; it is being paid out."
+            if answer == "approve":
+                text = policy.paid_out_words(
+                    ticket.amount_cents if amount is None else amount,
+                    [ticket.order.number],
+                    asked_cents=ticket.amount_cents,
                 )
-            elif answer == "approve":
-                text = f"Approved the refund on order {ticket.order.number}; it is being paid out."
             else:
                 text = f"Rejected the refund on order {ticket.order.number}."
     except PermissionDenied as exc:
@@ -322,25 +318,6 @@ def _decide_several(request: HtmxHttpRequest, ticket: Ticket, answer: str, data)
         canned=data["canned"],
         orders=orders,
         reviewer=request.user,
-    )
-
-
-def decided_text(decision: Decision, ticket: Ticket) -> str:
-    """What a decision on a ticket of several orders did, order by order."""
-    parts = []
-    for number, one in (decision.orders or {}).items():
-        if one["answer"] == "approve":
-            parts.append(f"approved {dollars(one['amount_cents'])} on {number}")
-        else:
-            parts.append(f"rejected {number}")
-    paying = decision.answer == Decision.Answer.APPROVE
-    return (
-        "Answered orders "
-        + ", ".join(decision.orders or {})
-        + ": "
-        + "; ".join(parts)
-        + "."
-        + (" It is being paid out." if paying else " The customer is told why.")
     )
 
 

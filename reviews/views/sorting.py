@@ -18,6 +18,7 @@ from intake import forms, selectors, sorting
 from intake.models import Message
 from refunds import permissions, policy, services
 from reviews import paging
+from reviews.forms import order_numbers_typed
 from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, back
 from reviews.views.queue import decision_error
 from reviews.views.ticket import ticket_status_fragment
@@ -110,7 +111,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
             text = f"Marked the message from {message.sender} not a refund request."
             ticket = None
         elif action == "open":
-            numbers = list(data["order"]) + sorting.order_numbers_read(data["more_orders"])
+            numbers = list(data["order"]) + order_numbers_typed(data["more_orders"])
             done = sorting.message_sort(
                 message=message,
                 order_numbers=numbers,

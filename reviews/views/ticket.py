@@ -24,7 +24,7 @@ from intake import selectors as intake_selectors
 from intake import services as intake
 from intake.models import Message
 from refunds import permissions, selectors, services
-from refunds.models import AuditEvent, CannedReason, Ticket
+from refunds.models import CannedReason, Ticket
 from reviews.forms import order_numbers_typed
 from reviews.views.common import (
     ORDER_LINKS,
@@ -137,21 +137,7 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         ),
         pk=message_id,
     )
-    # Where the intake placed it: each ticket's entry names the message, whether it was added
-    # to an open ticket, and the message's orders that ticket covers.
-    events = (
-        AuditEvent.objects.filter(seen__message_id=message.pk)
-        .select_related("ticket__order")
-        .order_by("id")
-    )
-    placed = [
-        {
-            "ticket": e.ticket,
-            "added": bool(e.seen.get("added")),
-            "orders": list(e.seen.get("orders") or [e.ticket.order.number]),
-        }
-        for e in events
-    ]
+    placed = message.placements.select_related("ticket").order_by("id")
     context = {"message": message, "placed": placed}
     if request.htmx:
         response = render(request, "reviews/_message_status.html", context)
