@@ -348,7 +348,10 @@ FAKE_EMAIL_BACKENDS = {
     "anymail.backends.test.EmailBackend": "mail is kept in memory, never sent",
     "anymail.backends.console.EmailBackend": "mail is printed, never sent",
 }
-FAKE_GATEWAYS = {"refunds.payments.DemoGateway": "refunds move no money (the demo gateway)"}
+FAKE_GATEWAYS = dict.fromkeys(
+    ("refunds.payments.DemoGateway", "refunds.payments.demo.DemoGateway"),
+    "refunds move no money (the demo gateway)",
+)
 REFUNDS_ALLOW_FAKES = env_bool("REFUNDS_ALLOW_FAKES", False)
 REFUNDS_FAKES_IN_USE = [
     f"{name}={value}: {FAKE_EMAIL_BACKENDS.get(value) or FAKE_GATEWAYS[value]}"

@@ -562,19 +562,6 @@ class Email(models.Model):
         return f"{self.subject} -> {self.to}"
 
 
-class DemoProcessorRefund(models.Model):
-    """What the demo payment processor (refunds.payments.DemoGateway) remembers: its side of the
-    story, apart from our ledger, keyed by the idempotency key like a real processor."""
-
-    idempotency_key = models.CharField(max_length=150, unique=True)
-    amount_cents = models.PositiveIntegerField()
-    receipt = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"{self.idempotency_key}: {self.receipt}"
-
-
 class AuditEvent(models.Model):
     """One append-only record per action taken on a ticket, by a person or by the desk itself:
     who, when, what they saw, what they answered, and the checkpoint the thread reached after.
@@ -622,3 +609,8 @@ class SweepRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {local_words(self.ran_at)}"
+
+
+# The demo processor's table lives beside its gateway; Django registers a model when the app's
+# models module imports it.
+from refunds.payments.demo import DemoProcessorRefund  # noqa: E402, F401
