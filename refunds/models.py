@@ -547,7 +547,8 @@ class Email(models.Model):
     outcome_unknown_at = models.DateTimeField(null=True, blank=True)
     outcome_unknown_by = models.CharField(max_length=200, blank=True)
     # A provider's own id for the message (anymail's message_id), and what its tracking webhook
-    # said last (refunds/delivery.py): "bounced: mailbox unknown" shows on the undelivered page.
+    # said last (refunds/mail_tracking.py): "bounced: mailbox unknown" shows on the undelivered
+    # page.
     # (Defaults in the database too: the outbox's claim is a hand-written INSERT.)
     provider_message_id = models.CharField(
         max_length=255, blank=True, default="", db_default="", db_index=True

@@ -9,12 +9,12 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-from intake.reader import words
+from intake.reader import vocabulary
 
 _SUBJECT_PREFIX = re.compile(
     r"^\s*(?:(?:re|fw|fwd|aw|wg|tr|rv|enc|r|i|sv|vs)\s*(?:\[\d+\])?\s*:\s*)+", re.I
 )
-_OPENER = re.compile(r"^\s*(?:" + "|".join(words.QUOTE_OPENERS) + ")", re.I | re.M)
+_OPENER = re.compile(r"^\s*(?:" + "|".join(vocabulary.QUOTE_OPENERS) + ")", re.I | re.M)
 # A sentence ends at ".", "!" or "?" before a space, or at a line break; not after "no." or
 # "Nr." ("order no. 1042" is one sentence).
 _HEADER_LINE = re.compile(
