@@ -405,10 +405,6 @@ REFUNDS_NODE_WRAPPER = ""  # a dotted path wrapping every node (refunds/persiste
 if REFUNDS_CRASH_PLAN:
     if "devtools" not in INSTALLED_APPS:
         raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")
-    REFUNDS_CRASH_INNER = {"gateway": REFUNDS_GATEWAY}
-    REFUNDS_GATEWAY = "devtools.faults.CrashingGateway"
-    REFUNDS_NODE_WRAPPER = "devtools.faults.wrap_node"
-    INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"

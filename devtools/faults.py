@@ -292,7 +292,7 @@ def install() -> None:
     """Hook the crash points in (called by the devtools app when a crash plan is set)."""
     from refunds import lease, signals
 
-    # Nodes are wrapped through REFUNDS_NODE_WRAPPER (config/settings.py sets it with the plan).
+    # Nodes are wrapped through REFUNDS_NODE_WRAPPER (the devtools app sets it with the plan).
     signals.mail_delivery.connect(_delivery_signal, dispatch_uid="devtools.faults.mail")
     signals.step_reached.connect(_step_point, dispatch_uid="devtools.faults.step")
     task_prerun.connect(_task_started, dispatch_uid="devtools.faults.task_started")
