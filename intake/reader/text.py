@@ -116,8 +116,3 @@ def sentence_around(text: str, start: int, end: int, *, limit: int = 160) -> str
     first = max(0, min(middle - limit // 2, len(sentence) - limit))
     cut = sentence[first : first + limit].strip()
     return ("…" if first else "") + cut + ("…" if first + limit < len(sentence) else "")
-
-
-def sentences(text: str) -> list[str]:
-    parts = _SENTENCE_END.split(text)
-    return [part.strip() for part in parts if part and part.strip()]
