@@ -155,7 +155,9 @@ class CrashingGateway:
     """The configured gateway, with crash points around its charge call."""
 
     def __init__(self):
-        self.inner = import_string(settings.REFUNDS_CRASH_INNER["gateway"])()
+        # Set by the devtools app with the plan (devtools/apps.py), not by config/settings.py.
+        inner: dict[str, str] = getattr(settings, "REFUNDS_CRASH_INNER", {})
+        self.inner = import_string(inner["gateway"])()
 
     def charge(
         self,
