@@ -348,7 +348,10 @@ FAKE_EMAIL_BACKENDS = {
     "anymail.backends.test.EmailBackend": "mail is kept in memory, never sent",
     "anymail.backends.console.EmailBackend": "mail is printed, never sent",
 }
-FAKE_GATEWAYS = {"refunds.payments.DemoGateway": "refunds move no money (the demo gateway)"}
+FAKE_GATEWAYS = dict.fromkeys(
+    ("refunds.payments.DemoGateway", "refunds.payments.demo.DemoGateway"),
+    "refunds move no money (the demo gateway)",
+)
 REFUNDS_ALLOW_FAKES = env_bool("REFUNDS_ALLOW_FAKES", False)
 REFUNDS_FAKES_IN_USE = [
     f"{name}={value}: {FAKE_EMAIL_BACKENDS.get(value) or FAKE_GATEWAYS[value]}"
@@ -402,10 +405,6 @@ REFUNDS_NODE_WRAPPER = ""  # a dotted path wrapping every node (refunds/persiste
 if REFUNDS_CRASH_PLAN:
     if "devtools" not in INSTALLED_APPS:
         raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")
-    REFUNDS_CRASH_INNER = {"gateway": REFUNDS_GATEWAY}
-    REFUNDS_GATEWAY = "devtools.faults.CrashingGateway"
-    REFUNDS_NODE_WRAPPER = "devtools.faults.wrap_node"
-    INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"

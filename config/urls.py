@@ -7,7 +7,7 @@ from refunds import health
 urlpatterns = [
     path("", include("reviews.urls")),
     path("api/", include("api.urls")),
-    # The mail provider's webhooks, e.g. /mail/mailgun/tracking/ (refunds/delivery.py) and
+    # The mail provider's webhooks, e.g. /mail/mailgun/tracking/ (refunds/mail_tracking.py) and
     # /mail/mailgun/inbound_mime/ (intake/inbound.py), behind intake/webhook.py's door
     path("mail/", include("intake.urls")),
     path("healthz", health.healthz, name="healthz"),

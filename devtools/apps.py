@@ -13,4 +13,10 @@ class DevtoolsConfig(AppConfig):
         if settings.REFUNDS_CRASH_PLAN:
             from devtools import faults
 
+            # The hooks are wired here, not in config/settings.py, so the settings production
+            # reads name nothing of devtools: the app's own seams point at the crash points.
+            settings.REFUNDS_CRASH_INNER = {"gateway": settings.REFUNDS_GATEWAY}
+            settings.REFUNDS_GATEWAY = "devtools.faults.CrashingGateway"
+            settings.REFUNDS_NODE_WRAPPER = "devtools.faults.wrap_node"
+            settings.INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
             faults.install()

@@ -155,7 +155,9 @@ class CrashingGateway:
     """The configured gateway, with crash points around its charge call."""
 
     def __init__(self):
-        self.inner = import_string(settings.REFUNDS_CRASH_INNER["gateway"])()
+        # Set by the devtools app with the plan (devtools/apps.py), not by config/settings.py.
+        inner: dict[str, str] = getattr(settings, "REFUNDS_CRASH_INNER", {})
+        self.inner = import_string(inner["gateway"])()
 
     def charge(
         self,
@@ -292,7 +294,7 @@ def install() -> None:
     """Hook the crash points in (called by the devtools app when a crash plan is set)."""
     from refunds import lease, signals
 
-    # Nodes are wrapped through REFUNDS_NODE_WRAPPER (config/settings.py sets it with the plan).
+    # Nodes are wrapped through REFUNDS_NODE_WRAPPER (the devtools app sets it with the plan).
     signals.mail_delivery.connect(_delivery_signal, dispatch_uid="devtools.faults.mail")
     signals.step_reached.connect(_step_point, dispatch_uid="devtools.faults.step")
     task_prerun.connect(_task_started, dispatch_uid="devtools.faults.task_started")

@@ -7,7 +7,7 @@ running many copies on one shared machine. It binds 127.0.0.1 on a port the OS p
 as the first line), where the command binds every interface on a fixed port; and it keeps its
 state in memory, where the command pickles the whole store to /tmp/localstripe.pickle after every
 write (one file for every copy on the machine). Everything the emulator answers is its own: its
-gaps (no Idempotency-Key, no Refund search) are documented by tests/test_stripe_gateway.py, and
+gaps (no Idempotency-Key, no Refund search) are documented by tests/test_payments_stripe.py, and
 the proof that money moves once comes from our ledger and the gateway's lookup.
 """
 

@@ -7,7 +7,7 @@ class RefundsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from refunds import checks, delivery, signals  # noqa: F401
+        from refunds import checks, mail_tracking, signals  # noqa: F401
         from refunds.mail import also_sent_by
         from refunds.services import timers
 

@@ -49,10 +49,10 @@ def worker_name() -> str:
 class Lease:
     """A granted lease: who holds the thread, with which epoch, until when (locally). A ticket's
     by default; `table` names another table with the same lease columns (lease_owner,
-    lease_expires_at, lease_epoch, attempts, woken_at), where `ticket_id` is that row's id (the
+    lease_expires_at, lease_epoch, attempts, woken_at), where `row_id` is that row's id (the
     intake's messages: grant_row)."""
 
-    ticket_id: int
+    row_id: int
     thread_id: str
     owner: str
     epoch: int
@@ -102,7 +102,7 @@ class Lease:
             if not self.lost_reason:
                 self.lost_reason = reason
                 log.warning(
-                    "%s %s: lease epoch %s lost: %s", self.table, self.ticket_id, self.epoch, reason
+                    "%s %s: lease epoch %s lost: %s", self.table, self.row_id, self.epoch, reason
                 )
             for control in self._controls:
                 control.request_drain(f"lease lost: {reason}")
@@ -134,7 +134,7 @@ class Lease:
             cursor.execute(
                 f"UPDATE {self.table} SET lease_expires_at = {sql.now_plus()} "
                 "WHERE id = %s AND lease_epoch = %s AND lease_owner = %s",
-                [self.seconds, self.ticket_id, self.epoch, self.owner],
+                [self.seconds, self.row_id, self.epoch, self.owner],
             )
             won = cursor.rowcount == 1
         if won:
@@ -151,10 +151,6 @@ class Lease:
         finally:
             keeper.drop(self)
 
-    @property
-    def row_id(self) -> int:
-        return self.ticket_id
-
     def holds_sql(self, alias: str = "leased") -> str:
         """SQL true while this lease's epoch still holds its row; params: holds_params()."""
         return (
@@ -163,7 +159,7 @@ class Lease:
         )
 
     def holds_params(self) -> list[Any]:
-        return [self.ticket_id, self.epoch]
+        return [self.row_id, self.epoch]
 
     # --- release ---------------------------------------------------------------------------------
     def release(self, **fields: Any) -> bool:
@@ -171,7 +167,7 @@ class Lease:
         epoch holds. A database that dropped our connection gets one fresh try."""
         update = {"lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now()}
         update |= fields
-        qs = Ticket.objects.filter(pk=self.ticket_id, lease_epoch=self.epoch)
+        qs = Ticket.objects.filter(pk=self.row_id, lease_epoch=self.epoch)
         return bool(_with_reconnect(lambda: qs.update(**update)))
 
     def release_with_mirror(self, fields: dict[str, Any]) -> Released:
@@ -218,7 +214,7 @@ class Lease:
 
         def write():
             with connection.cursor() as cursor:
-                cursor.execute(sql, [*params, self.ticket_id, self.epoch])
+                cursor.execute(sql, [*params, self.row_id, self.epoch])
                 return cursor.fetchone()
 
         row = _with_reconnect(write)
@@ -366,7 +362,7 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
     (epoch, attempts, thread_id, order_id, status, pending, mirror_epoch, last_error) = row[:8]
     note, order_number, has_forks, flow_version, decisions = row[8:]
     return Lease(
-        ticket_id=ticket_id,
+        row_id=ticket_id,
         thread_id=thread_id,
         owner=owner,
         epoch=epoch,
@@ -408,7 +404,7 @@ def grant_row(
         return None
     epoch, attempts, last_error = row
     return Lease(
-        ticket_id=row_id,
+        row_id=row_id,
         thread_id=thread_id,
         owner=owner,
         epoch=epoch,

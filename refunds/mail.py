@@ -56,10 +56,10 @@ from langgraph.errors import GraphDrained
 from core import sql
 from core.network import outside_transaction
 from refunds import metrics, queries, signals
-from refunds.delivery import METADATA_KEY
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
+from refunds.mail_tracking import METADATA_KEY
 from refunds.models import Email, Ticket
 
 log = logging.getLogger(__name__)
@@ -289,7 +289,8 @@ def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None
                 raise smtplib.SMTPServerDisconnected("the SMTP connection did not open")
             _send_smtp(backend.connection, message, key, sender)
         else:  # console, file, locmem, a provider's API: the call itself is the handover
-            # Every anymail ESP echoes metadata back in its tracking events (refunds/delivery.py).
+            # Every anymail ESP echoes metadata back in its tracking events
+            # (refunds/mail_tracking.py).
             message.metadata = {METADATA_KEY: key}  # type: ignore[attr-defined]
             _hand_over(key, sender)
             _emit(key, "handing_over")

@@ -595,7 +595,8 @@ class Email(models.Model):
     outcome_unknown_at = models.DateTimeField(null=True, blank=True)
     outcome_unknown_by = models.CharField(max_length=200, blank=True)
     # A provider's own id for the message (anymail's message_id), and what its tracking webhook
-    # said last (refunds/delivery.py): "bounced: mailbox unknown" shows on the undelivered page.
+    # said last (refunds/mail_tracking.py): "bounced: mailbox unknown" shows on the undelivered
+    # page.
     # (Defaults in the database too: the outbox's claim is a hand-written INSERT.)
     provider_message_id = models.CharField(
         max_length=255, blank=True, default="", db_default="", db_index=True
@@ -608,19 +609,6 @@ class Email(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} -> {self.to}"
-
-
-class DemoProcessorRefund(models.Model):
-    """What the demo payment processor (refunds.payments.DemoGateway) remembers: its side of the
-    story, apart from our ledger, keyed by the idempotency key like a real processor."""
-
-    idempotency_key = models.CharField(max_length=150, unique=True)
-    amount_cents = models.PositiveIntegerField()
-    receipt = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"{self.idempotency_key}: {self.receipt}"
 
 
 class AuditEvent(models.Model):
@@ -670,3 +658,8 @@ class SweepRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {local_words(self.ran_at)}"
+
+
+# The demo processor's table lives beside its gateway; Django registers a model when the app's
+# models module imports it.
+from refunds.payments.demo import DemoProcessorRefund  # noqa: E402, F401

@@ -147,18 +147,18 @@ def _release_after_error(lease: leases.Lease, error: str) -> None:
         lease.release(last_error=error[:2000])
     except (OperationalError, InterfaceError):
         connection.close()
-        log.exception("ticket %s: could not release the lease; it lapses", lease.ticket_id)
+        log.exception("ticket %s: could not release the lease; it lapses", lease.row_id)
 
 
 def _give_up(lease: leases.Lease) -> str:
     """The attempt cap: `failed` only when no money moved. Paid means refunded."""
     tries = lease.attempts - 1
     error = (lease.last_error or "worker died") + f" (gave up after {tries} attempts)"
-    charge = money.money_moved(lease.ticket_id)
+    charge = money.money_moved(lease.row_id)
     if charge is None:
         lease.release(status=Ticket.Status.FAILED, last_error=error)
         metrics.FAILURES.inc()
-        log.warning("ticket %s failed after %s attempts", lease.ticket_id, tries)
+        log.warning("ticket %s failed after %s attempts", lease.row_id, tries)
         return Ticket.Status.FAILED
     if charge.status == Charge.Status.SUCCEEDED:
         lease.release(
@@ -176,12 +176,12 @@ def _give_up(lease: leases.Lease) -> str:
 # --- running a thread --------------------------------------------------------------------------
 def collaborators(lease: leases.Lease) -> Collaborators:
     def find_order(number: str):
-        return Order.facts(number, for_ticket=lease.ticket_id)
+        return Order.facts(number, for_ticket=lease.row_id)
 
     return Collaborators(
         find_order=find_order,
         pay=partial(_pay, gateway=get_gateway(), lease=lease),
-        send_mail=partial(mail.send_once, ticket_id=lease.ticket_id, lease=lease),
+        send_mail=partial(mail.send_once, ticket_id=lease.row_id, lease=lease),
         agent_limit_cents=policy.agent_limit_cents(),
         charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
         track=tracker(),
@@ -195,16 +195,16 @@ def _pay(
     order_id = lease.order_id
     if order_number and order_number != lease.order_number:
         found = (
-            TicketOrder.objects.filter(ticket_id=lease.ticket_id, order__number=order_number)
+            TicketOrder.objects.filter(ticket_id=lease.row_id, order__number=order_number)
             .values_list("order_id", flat=True)
             .first()
         )
         if found is None:
-            raise ValueError(f"ticket {lease.ticket_id} covers no order {order_number}")
+            raise ValueError(f"ticket {lease.row_id} covers no order {order_number}")
         order_id = found
     return money.pay(
         gateway=gateway,
-        ticket_id=lease.ticket_id,
+        ticket_id=lease.row_id,
         order_id=order_id,
         lease=lease,
         key=key,
@@ -243,11 +243,9 @@ def _run(lease: leases.Lease, graph_input: Any, ctx: Collaborators, *, first_leg
 
 def initial_input(lease: leases.Lease) -> RefundState:
     # Read once, when the thread starts: from then on the state carries them.
-    reason, reading = (
-        Ticket.objects.filter(pk=lease.ticket_id).values_list("reason", "reading").get()
-    )
+    reason, reading = Ticket.objects.filter(pk=lease.row_id).values_list("reason", "reading").get()
     numbers = list(
-        TicketOrder.objects.filter(ticket_id=lease.ticket_id)
+        TicketOrder.objects.filter(ticket_id=lease.row_id)
         .order_by("position")
         .values_list("order__number", flat=True)
     )
@@ -280,7 +278,7 @@ def _open_decisions(lease: leases.Lease) -> list[tuple]:
     if lease.open_decisions is not None:
         rows, lease.open_decisions = lease.open_decisions, None
         return rows
-    row = sql.fetchone(f"SELECT {queries.open_decisions('%s')}", [lease.ticket_id])
+    row = sql.fetchone(f"SELECT {queries.open_decisions('%s')}", [lease.row_id])
     return queries.read_open_decisions(row[0] if row else None)
 
 
@@ -315,7 +313,7 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         # durability "exit"). Either way one before the charge.
         base = fork_base(lease.thread_id, fork.from_checkpoint_id)
         refusal = ""
-        if money.money_moved(lease.ticket_id) is not None:
+        if money.money_moved(lease.row_id) is not None:
             refusal = "Money moved before the fork could be applied; nothing was changed."
         elif base is None and fork.from_checkpoint_id:
             refusal = "That checkpoint is not one before the charge (or was pruned)."
@@ -360,7 +358,7 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
     if lease.has_forks:  # the grant's UPDATE said so
         forks = list(
             Fork.objects.unapplied()
-            .filter(ticket_id=lease.ticket_id)
+            .filter(ticket_id=lease.row_id)
             .select_related("by")
             .order_by("created_at")
         )
@@ -403,7 +401,7 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
                 f"UPDATE refunds_ticket SET status = {queries.TICKET_RUNNING}, "
                 "pending_interrupt_id = '', pending_payload = NULL "
                 "WHERE id = %s AND lease_epoch = %s",
-                [lease.ticket_id, lease.epoch],
+                [lease.row_id, lease.epoch],
             )
             _emit(lease.thread_id, "resume")
             answer = decision.value | {"decision_id": decision.pk}
@@ -417,7 +415,7 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             sql.execute(
                 f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "
                 "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
-                [decision.pk, lease.ticket_id, lease.epoch],
+                [decision.pk, lease.row_id, lease.epoch],
             )
         elif mirror.has_work(state):
             upgrade = versions.upgrade(state.values) if old_shape else {}

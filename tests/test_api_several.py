@@ -11,7 +11,8 @@ from django.test import Client
 
 from api.models import ApiToken
 from refunds import enqueue, runner
-from refunds.models import Charge, Decision, DemoProcessorRefund, Email
+from refunds.models import Charge, Decision, Email
+from refunds.payments.demo import DemoProcessorRefund
 from tests.test_desk_several import agents_ticket
 
 URL = "/api/tickets/"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from refunds import enqueue, runner, services
-from refunds.models import Charge, Decision, DemoProcessorRefund, Email
+from refunds.models import Charge, Decision, Email
+from refunds.payments.demo import DemoProcessorRefund
 from tests.conftest import make_order
 from tests.test_browser import csp_problems
 from tests.test_browser_desk import browser, page_for  # noqa: F401  (the fixture)

@@ -14,10 +14,10 @@ from refunds.models import (
     CannedReason,
     Charge,
     Decision,
-    DemoProcessorRefund,
     Email,
     Ticket,
 )
+from refunds.payments.demo import DemoProcessorRefund
 from tests.conftest import make_order
 
 

@@ -128,3 +128,35 @@ def test_a_stop_at_a_point_stops_the_process_before_the_task_goes_on(plan, tmp_p
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
+
+
+def test_a_crash_plan_points_the_apps_seams_at_the_crash_points(tmp_path):
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from django.conf import settings as s; print(s.REFUNDS_GATEWAY, "
+            "s.REFUNDS_CRASH_INNER['gateway'], s.REFUNDS_NODE_WRAPPER, s.INTAKE_TASK_WRAPPER)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "REFUNDS_DEMO": "true",
+            "REFUNDS_DATA_DIR": str(tmp_path),
+            "REFUNDS_CRASH_PLAN": str(tmp_path / "crash-plan.json"),
+            "REFUNDS_GATEWAY": "refunds.payments.http.HttpGateway",
+        },
+    )
+
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1].split() == [
+        "devtools.faults.CrashingGateway",
+        "refunds.payments.http.HttpGateway",
+        "devtools.faults.wrap_node",
+        "devtools.faults.wrap_intake_task",
+    ]

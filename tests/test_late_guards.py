@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from devtools import faults
 from refunds import enqueue, payments, persistence, runner, services
-from refunds.models import AuditEvent, Charge, Decision, DemoProcessorRefund, Fork, Ticket
+from refunds.models import AuditEvent, Charge, Decision, Fork, Ticket
 from refunds.payments import DemoGateway
+from refunds.payments.demo import DemoProcessorRefund
 from tests.conftest import make_order
 from tests.reviewing import advance_to_review, awaiting_review, decide
 from tests.test_desk_races import at_once

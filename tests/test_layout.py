@@ -71,3 +71,8 @@ def test_the_private_name_rule_finds_each_kind_of_name():
     ):
         assert PRIVATE_LANGGRAPH.search(text), text
     assert not PRIVATE_LANGGRAPH.search("from langgraph.types import Send")
+
+
+def test_the_production_settings_wire_no_test_hook():
+    # devtools' app wires its crash points in when a plan is set (devtools/apps.py).
+    assert "devtools." not in (ROOT / "config" / "settings.py").read_text()

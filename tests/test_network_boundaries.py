@@ -12,8 +12,9 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from core.network import NetworkInTransaction, outside_transaction
 from intake.reader import model
 from refunds import carriers, mail, money, order_source
-from refunds.models import DemoProcessorRefund, Email, Ticket
+from refunds.models import Email, Ticket
 from refunds.payments import DemoGateway
+from refunds.payments.demo import DemoProcessorRefund
 from webhooks import delivery
 
 REFUSED = pytest.raises(NetworkInTransaction, match="never called inside a database transaction")

@@ -9,7 +9,8 @@ import pytest
 from django.urls import reverse
 
 from refunds import enqueue, persistence, runner, services
-from refunds.models import Charge, DemoProcessorRefund, Fork, Ticket
+from refunds.models import Charge, Fork, Ticket
+from refunds.payments.demo import DemoProcessorRefund
 from tests.reviewing import advance_to_review as review
 from tests.reviewing import decide
 

@@ -362,6 +362,11 @@ FIX = (
             f"(the demo gateway){FIX}",
         ),
         (
+            {"EMAIL_BACKEND": SMTP, "REFUNDS_GATEWAY": "refunds.payments.demo.DemoGateway"},
+            "REFUNDS_GATEWAY=refunds.payments.demo.DemoGateway: refunds move no money "
+            f"(the demo gateway){FIX}",
+        ),
+        (
             {"EMAIL_BACKEND": SMTP, "REFUNDS_GATEWAY": HTTP_GATEWAY, "REFUNDS_ALLOW_FAKES": "no"},
             None,  # nothing fake: production starts
         ),

@@ -3,7 +3,7 @@ emulator run as a real HTTP server): the shipping fee only, once per order acros
 once when a worker is killed inside charge_card before or after the request left, and once
 through an outage that the charge's retries ride out.
 
-localstripe ignores Idempotency-Key (tests/test_stripe_gateway.py documents it), so "once" here
+localstripe ignores Idempotency-Key (tests/test_payments_stripe.py documents it), so "once" here
 is kept by our ledger and the gateway's lookup alone, not by Stripe's idempotency."""
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ from refunds.models import (
     AuditEvent,
     Charge,
     Decision,
-    DemoProcessorRefund,
     Email,
     Order,
     Ticket,
     TicketOrder,
 )
+from refunds.payments.demo import DemoProcessorRefund
 from tests.conftest import make_order
 from tests.test_desk_several import agents_ticket, several
 

@@ -13,28 +13,28 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from intake.reader import words
+from intake.reader import vocabulary
 from intake.reader.text import Folded, clean_subject, fold, sentence_around, split_own
 from intake.reading import RULES, Reading
 from refunds import policy
 
 _ID = r"(?:[a-z]{1,3}-?)?\d{3,12}"
 _ORDER_LED = re.compile(
-    r"(?<![\w#])(?:" + "|".join(words.ORDER_WORDS) + r")\b" + words.ORDER_FILLER
-    + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + words.LIST_JOINERS + r"#?\s?"
+    r"(?<![\w#])(?:" + "|".join(vocabulary.ORDER_WORDS) + r")\b" + vocabulary.ORDER_FILLER
+    + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + vocabulary.LIST_JOINERS + r"#?\s?"
     + _ID + r"\b)*)"
 )  # fmt: skip
 # "my last three orders were all late: 1042, 1044 and 1047": a few words between the order word
 # and a colon that opens the numbers (letters only: nothing between holds a number).
 _ORDER_COLON = re.compile(
-    r"(?<![\w#])(?:" + "|".join(words.ORDER_WORDS) + r")\b(?:\s+[a-z']+){1,5}\s*:\s*"
-    + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + words.LIST_JOINERS + r"#?\s?"
+    r"(?<![\w#])(?:" + "|".join(vocabulary.ORDER_WORDS) + r")\b(?:\s+[a-z']+){1,5}\s*:\s*"
+    + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + vocabulary.LIST_JOINERS + r"#?\s?"
     + _ID + r"\b)*)"
 )  # fmt: skip
 _HASH = re.compile(r"(?<![\w&])#\s?(?P<first>" + _ID + r")\b")
 _ANY_ID = re.compile(r"#?\s?(" + _ID + r")\b")
 _NOT_ORDER_BEFORE = re.compile(
-    r"(?:\b(?:" + words.NOT_ORDER_WORDS + r")\b)\W*(?:\w+\W+)?(?:number|no|nr|num|n[o°º])?\W*$"
+    r"(?:\b(?:" + vocabulary.NOT_ORDER_WORDS + r")\b)\W*(?:\w+\W+)?(?:number|no|nr|num|n[o°º])?\W*$"
 )
 _SUBJECT_BARE = re.compile(r"(?<![\w#$€£.,:/-])(\d{3,12})(?![\w.,:/-]|\s?(?:€|\$|£|%))")
 # Numbers that are something else: dates, times, phone numbers, amounts, decimals, long codes.
@@ -74,10 +74,10 @@ _NUMBER_WORDS = {
     "thirty": 30, "fifty": 50,
 }  # fmt: skip
 _WORD = re.compile(r"[a-z']+")
-_NEGATION_BEFORE = re.compile(r"\b(?:" + words.NEGATIONS + r")\W+(?:\w+\W+)?$")
-_GREETING = re.compile(r"^\s*" + words.GREETINGS + r"[,!:.]*\s*$", re.I)
-_REFUND = re.compile(r"\b(?:" + "|".join(words.REFUND_PHRASES) + r")")
-_REFUND_DONE = re.compile(r"\b(?:" + words.REFUND_DONE_PHRASES + r")")
+_NEGATION_BEFORE = re.compile(r"\b(?:" + vocabulary.NEGATIONS + r")\W+(?:\w+\W+)?$")
+_GREETING = re.compile(r"^\s*" + vocabulary.GREETINGS + r"[,!:.]*\s*$", re.I)
+_REFUND = re.compile(r"\b(?:" + "|".join(vocabulary.REFUND_PHRASES) + r")")
+_REFUND_DONE = re.compile(r"\b(?:" + vocabulary.REFUND_DONE_PHRASES + r")")
 _FUZZY = {
     "refund": None, "reimburse": None, "reembolso": None, "remboursement": None,
     "rimborso": None, "erstattung": None, "ruckerstattung": None,
@@ -93,7 +93,7 @@ _FUZZY = {
 def _reason_patterns() -> list[tuple[str, re.Pattern[str]]]:
     return [
         (reason, re.compile(r"(?<![\w'])(?:" + "|".join(phrases) + r")(?![\w])"))
-        for reason, phrases in words.REASON_PHRASES
+        for reason, phrases in vocabulary.REASON_PHRASES
     ]
 
 
@@ -212,7 +212,7 @@ def _reason_in(parts: list[_Part]) -> tuple[str, str, str] | None:
     for reason, pattern in _reason_patterns():
         for part in parts:
             for match in pattern.finditer(part.folded.text):
-                if reason in words.NEGATABLE and _negated(part.folded.text, match.start()):
+                if reason in vocabulary.NEGATABLE and _negated(part.folded.text, match.start()):
                     continue
                 return reason, *_said(part.folded, match.start(), match.end())
     for part in parts:
@@ -341,7 +341,7 @@ def _language(text: str) -> tuple[str, str]:
     tokens = re.findall(r"[a-z]+(?:'[a-z]+)?", fold(text).text)
     best, best_hits = "en", 0
     said: dict[str, list[str]] = {}
-    for language, stopwords in words.STOPWORDS.items():
+    for language, stopwords in vocabulary.STOPWORDS.items():
         hits = [t for t in tokens if t in stopwords]
         said[language] = hits
         distinct = len(set(hits))
@@ -363,7 +363,7 @@ _HEADER = re.compile(
     r"oggetto|asunto|assunto|envoye|gesendet|enviado|inviato)\s*:",
     re.I,
 )
-_OPENERS_LINE = re.compile(r"^\W*(?:" + "|".join(words.QUOTE_OPENERS) + ")", re.I)
+_OPENERS_LINE = re.compile(r"^\W*(?:" + "|".join(vocabulary.QUOTE_OPENERS) + ")", re.I)
 
 
 # --- the summary --------------------------------------------------------------------------------

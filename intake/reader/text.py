@@ -9,7 +9,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-from intake.reader import words
+from intake.reader import vocabulary
 
 # Every pattern here reads a whole message: none may try two ways over the same characters
 # (bench/hostile_mail.py, tests/test_reader_bounds.py). `re` backtracks and holds the GIL meanwhile,
@@ -19,7 +19,7 @@ _SUBJECT_PREFIX = re.compile(
 )
 # Spaces before an opener, never line breaks: "^\s*" under re.M ran from every line start over
 # all the blank lines below it (20,000 blank lines: minutes).
-_OPENER = re.compile(r"^[^\S\n]*(?:" + "|".join(words.QUOTE_OPENERS) + ")", re.I | re.M)
+_OPENER = re.compile(r"^[^\S\n]*(?:" + "|".join(vocabulary.QUOTE_OPENERS) + ")", re.I | re.M)
 _HEADER_LINE = re.compile(
     r"^\W*(?:from|to|cc|sent|date|de|para|envoye|a|von|an|gesendet|datum|da|inviato|data|enviado)"
     r"\s*:"

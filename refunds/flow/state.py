@@ -29,14 +29,6 @@ class CustomerHistory(TypedDict):
     recent: NotRequired[int]  # of those, refunded in the last RECENT_DAYS days
 
 
-class CustomerRefund(TypedDict):
-    """One refund in the customer's memory (the store, namespace ("customers", email))."""
-
-    amount_cents: int
-    order: str
-    refunded_on: NotRequired[str]  # ISO date; records written before it existed lack it
-
-
 class Tracking(TypedDict, total=False):
     """What the carrier's tracking lookup said (refunds/flow/tracking.py)."""
 

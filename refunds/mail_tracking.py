@@ -31,7 +31,7 @@ _KEPT = {
 }
 
 
-@receiver(tracking, dispatch_uid="refunds.delivery.record_delivery")
+@receiver(tracking, dispatch_uid="refunds.mail_tracking.record_delivery")
 def record_delivery(sender, event: AnymailTrackingEvent, esp_name: str, **kwargs) -> None:
     delivery = _KEPT.get(event.event_type)
     if delivery is None:

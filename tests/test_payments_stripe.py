@@ -1,5 +1,5 @@
-"""StripeGateway (refunds/payments.py) against localstripe, a stateful Stripe emulator run as a
-real HTTP server (the `localstripe` fixture): refunds are counted where they land. Faults the
+"""StripeGateway (refunds/payments/stripe.py) against localstripe, a stateful Stripe emulator run
+as a real HTTP server (the `localstripe` fixture): refunds are counted where they land. Faults the
 emulator cannot make (a rate limit, an answer lost after the refund was made) come from a
 loopback proxy in front of it (devtools/localstripe.py's StripeFaults)."""
 
@@ -24,7 +24,8 @@ from refunds.flow.errors import (
     RetryableGatewayError,
 )
 from refunds.models import Charge, Ticket
-from refunds.payments import StripeGateway, get_gateway
+from refunds.payments import get_gateway
+from refunds.payments.stripe import StripeGateway
 from tests.conftest import make_order
 
 KEY = "refund-1042-s:charge_card:699"

@@ -1,0 +1,63 @@
+"""Payment gateways, one module each (demo, http, stripe), chosen by the REFUNDS_GATEWAY
+dotted-path setting: `refunds.payments.stripe.StripeGateway`, or the shorter
+`refunds.payments.StripeGateway` that deployments already name.
+
+A gateway is the processor's side of the story: `charge()` moves money once per idempotency key
+(a repeated key answers the first charge) and `lookup()` tells whether a key was charged. Both are
+given the order's payment reference (what the shop's processor calls the customer's payment, a
+Stripe PaymentIntent for instance); gateways that do not need it ignore it. Errors are typed
+(refunds.flow.errors): retryable, permanent (a decline), or an unknown outcome. The ledger, the
+balance and the fencing live in refunds/money.py, around whichever gateway this is.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from refunds.flow.errors import (
+    GatewayError,
+    GatewayOutcomeUnknown,
+    PermanentGatewayError,
+    RetryableGatewayError,
+)
+from refunds.payments.demo import DemoGateway
+from refunds.payments.http import HttpGateway
+from refunds.payments.stripe import StripeGateway
+
+__all__ = [
+    "DemoGateway",
+    "Gateway",
+    "GatewayError",
+    "GatewayOutcomeUnknown",
+    "HttpGateway",
+    "PermanentGatewayError",
+    "RetryableGatewayError",
+    "StripeGateway",
+    "get_gateway",
+]
+
+
+class Gateway(Protocol):
+    def charge(
+        self,
+        *,
+        idempotency_key: str,
+        amount_cents: int,
+        ticket_key: str,
+        payment_reference: str = "",
+    ) -> str:
+        """Refund once per key and return the receipt; a repeated key returns the first one."""
+        ...
+
+    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
+        """The receipt of the charge made with this key, or None if there was none."""
+        ...
+
+
+@cache
+def get_gateway() -> Gateway:
+    return import_string(settings.REFUNDS_GATEWAY)()

@@ -1,0 +1,62 @@
+"""The demo's payment processor: it moves no money, and keeps its own records (apart from our
+ledger) in its own table, keyed by the idempotency key like a real processor. Production refuses
+it (config/settings.py, FAKE_GATEWAYS)."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import IntegrityError, models
+
+from refunds.flow.errors import PermanentGatewayError
+
+
+class DemoProcessorRefund(models.Model):
+    """What the demo processor remembers: its side of the story, apart from our ledger."""
+
+    idempotency_key = models.CharField(max_length=150, unique=True)
+    amount_cents = models.PositiveIntegerField()
+    receipt = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # Kept in the refunds app under its first name: moving the class moved no table.
+        app_label = "refunds"
+
+    def __str__(self) -> str:
+        return f"{self.idempotency_key}: {self.receipt}"
+
+
+class DemoGateway:
+    """Stands in for a card processor in the demo: it keeps its own records (apart from our
+    ledger), keyed by the idempotency key, and answers a repeated key with the first charge."""
+
+    def charge(
+        self,
+        *,
+        idempotency_key: str,
+        amount_cents: int,
+        ticket_key: str,
+        payment_reference: str = "",
+    ) -> str:
+        if amount_cents <= 0:
+            raise PermanentGatewayError(f"cannot refund {amount_cents} cents")
+        try:
+            record, _ = DemoProcessorRefund.objects.get_or_create(
+                idempotency_key=idempotency_key,
+                defaults={"amount_cents": amount_cents, "receipt": f"rcpt_{secrets.token_hex(8)}"},
+            )
+        except IntegrityError:  # a concurrent call with the same key won the insert
+            record = DemoProcessorRefund.objects.get(idempotency_key=idempotency_key)
+        if record.amount_cents != amount_cents:
+            raise PermanentGatewayError(
+                f"idempotency key {idempotency_key} was used for {record.amount_cents} cents"
+            )
+        return record.receipt
+
+    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
+        return (
+            DemoProcessorRefund.objects.filter(idempotency_key=idempotency_key)
+            .values_list("receipt", flat=True)
+            .first()
+        )
