@@ -10,8 +10,8 @@ import importlib.util
 import ipaddress
 import os
 from datetime import timedelta
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured

@@ -17,6 +17,7 @@ class CappedPaginator(Paginator):
 
     def __init__(self, rows: QuerySet, per_page: int, *, cap: int) -> None:
         super().__init__(rows, per_page)
+        self.rows = rows
         self.cap = cap
 
     @cached_property
@@ -24,7 +25,7 @@ class CappedPaginator(Paginator):
         """How many rows there are, counting no further than cap + 1 (more than `cap` reads as
         "more than cap"). Counted on the key alone in the rows' own order, which an index gives:
         the planner reads cap + 1 entries of it and stops, and no annotation is computed."""
-        return self.object_list.values("pk")[: self.cap + 1].count()
+        return self.rows.values("pk")[: self.cap + 1].count()
 
     @cached_property
     def count(self) -> int:
