@@ -11,6 +11,7 @@ import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -508,6 +509,32 @@ CELERY_REDBEAT_REDIS_URL = env_url(
 )
 # Said explicitly, so RedBeat does not hand the broker's transport options to its Redis client.
 CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 5}
+# The queue's rendered cards (reviews/rows.py), under a digest of all they show, so a kept one is
+# never stale and every process may share it: on the Redis already deployed as the broker (under
+# its own key prefix, as beat's lock is), in the process otherwise (the demo's embedded broker,
+# tests). Entries lapse after an hour: the digest holds the wait in minutes, so old keys pile up.
+CARDS_KEPT = 2000  # cards per process in memory: a desk's busiest queues, a few KB each
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    _CARDS_CACHE: dict[str, Any] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": CELERY_BROKER_URL,
+        "KEY_PREFIX": "refunds:cards",
+        # A Redis that hangs costs a page its cards' rendering, not the page (reviews/rows.py).
+        "OPTIONS": {
+            "socket_timeout": BROKER_SOCKET_TIMEOUT,
+            "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
+        },
+    }
+else:
+    _CARDS_CACHE = {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "refunds-cards",
+        "OPTIONS": {"MAX_ENTRIES": CARDS_KEPT},
+    }
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "cards": {**_CARDS_CACHE, "TIMEOUT": 3600},
+}
 CELERY_BEAT_SCHEDULE = {
     "recover-unfinished-threads": {
         "task": "refunds.tasks.recover_tickets",

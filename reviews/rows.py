@@ -1,57 +1,51 @@
 """The review queue's rows, rendered once and kept while nothing they show changes.
 
 A queue page is 25 cards, each with its claim, answers and forms; rendering them was most of the
-page's time (docs/benchmarks.md). A card's HTML is kept in this process under a digest of
-everything it is drawn from: every column of the ticket, its orders, the decision recorded for
-it, the reviewer and their roles, the canned replies, the time zone, and what the clock alone
-changes (the wait in minutes, overdue or not, whether a claim is still live). A change to any of
-them is a new key, so a kept card is never stale; the CSRF token is put in at each request.
+page's time (docs/benchmarks.md). A card's HTML is kept in Django's cache (the `cards` alias:
+the deployed Redis, or this process) under a digest of everything it is drawn from: every column
+of the ticket, its orders, the decision recorded for it, the reviewer and their roles, the canned
+replies, the time zone, and what the clock alone changes (the wait in minutes, overdue or not,
+whether a claim is still live). A change to any of them is a new key, so a kept card is never
+stale; the CSRF token is put in at each request.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from datetime import datetime, timedelta
 
+from django.core.cache import caches
 from django.db.models import Model
+from django.template.context import Context
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from refunds.models import Ticket, user_roles
 
-KEPT = 2000  # cards per process: a desk's busiest queues, a few KB each
 CSRF_MARK = "csrf-token-put-in-per-request"
+_DOWN = "reviews.rows: the cards cache is down"
 
 
-class _Kept:
-    """A small least-recently-used map, shared by the threads of one process."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._rows: OrderedDict[str, str] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            html = self._rows.get(key)
-            if html is not None:
-                self._rows.move_to_end(key)
-            return html
-
-    def put(self, key: str, html: str) -> None:
-        with self._lock:
-            self._rows[key] = html
-            self._rows.move_to_end(key)
-            while len(self._rows) > self.size:
-                self._rows.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._rows.clear()
+def kept(context: Context, key: str) -> str | None:
+    """The card kept under `key`, if any. A cache that is down costs this page its cards'
+    rendering, not the page, and is asked only once per page (a hung Redis would otherwise hold
+    the page for its timeout once per card)."""
+    if context.render_context.get(_DOWN):
+        return None
+    try:
+        return caches["cards"].get(key)
+    except RedisError:
+        context.render_context[_DOWN] = True
+        return None
 
 
-kept = _Kept(KEPT)
+def keep(context: Context, key: str, html: str) -> None:
+    if context.render_context.get(_DOWN):
+        return
+    try:
+        caches["cards"].set(key, html)
+    except RedisError:
+        context.render_context[_DOWN] = True
 
 
 def _columns(row: Model | None) -> list:

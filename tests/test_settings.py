@@ -3,6 +3,7 @@ start with one line that names the variable."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -414,3 +415,30 @@ def test_an_operator_may_allow_the_fakes_on_a_staging_box_and_every_page_says_so
     assert (
         demo.stdout.strip().splitlines()[-1] == "[]"
     )  # the demo says what it is as it starts, not in a banner
+
+
+@pytest.mark.parametrize(
+    ("broker", "backend"),
+    [
+        ("redis://127.0.0.1:6379/2", "django.core.cache.backends.redis.RedisCache"),
+        ("", "django.core.cache.backends.locmem.LocMemCache"),  # the embedded broker
+        ("amqp://rabbit//", "django.core.cache.backends.locmem.LocMemCache"),
+    ],
+)
+def test_the_queue_cards_are_kept_on_the_brokers_redis_under_their_own_prefix(
+    tmp_path, broker, backend
+):
+    env = {"CELERY_BROKER_URL": broker, "REDBEAT_REDIS_URL": "redis://beat"} if broker else {}
+    result = manage_check(
+        tmp_path,
+        "shell",
+        "--no-imports",
+        "-c",
+        "from django.conf import settings; print(settings.CACHES)",
+        **env,
+    )
+    assert result.returncode == 0, result.stderr
+    cards = ast.literal_eval(result.stdout.strip())["cards"]
+    assert cards["BACKEND"] == backend
+    if broker.startswith("redis"):
+        assert (cards["LOCATION"], cards["KEY_PREFIX"]) == (broker, "refunds:cards")

@@ -506,3 +506,57 @@ def test_a_kept_card_changes_with_its_ticket_its_reader_and_the_clock(
     assert "0 min" in _row(_rows(client), small)
     with time_machine.travel(timezone.now() + timedelta(minutes=3), tick=False):
         assert "3 min" in _row(_rows(client), small)
+
+
+def _cards_rendered(response) -> int:
+    return sum(t.name == "reviews/_review_row.html" for t in response.templates)
+
+
+def test_a_card_is_kept_in_the_cards_cache_and_rendered_again_once_it_lapses(
+    client, agent, reviews
+):
+    from django.core.cache import caches
+
+    caches["cards"].clear()
+    client.force_login(agent)
+    cards = _cards_rendered(client.get(QUEUE))
+    assert cards >= 1
+    assert _cards_rendered(client.get(QUEUE)) == 0  # served from the cache
+    caches["cards"].clear()
+    assert _cards_rendered(client.get(QUEUE)) == cards
+
+
+def test_cards_are_shared_through_redis(client, agent, reviews, broker, settings):
+    from django.core.cache import caches
+
+    location = "unix://" + str(settings.EMBEDDED_REDIS_SOCKET)
+    if not settings.USES_EMBEDDED_BROKER:
+        location = settings.CELERY_BROKER_URL
+    backend = "django.core.cache.backends.redis.RedisCache"
+    settings.CACHES = {
+        **settings.CACHES,
+        "cards": {"BACKEND": backend, "LOCATION": location, "KEY_PREFIX": "test-cards"},
+    }
+    caches["cards"].clear()
+    client.force_login(agent)
+    first = client.get(QUEUE)
+    assert _cards_rendered(first) >= 1
+    again = client.get(QUEUE)
+    assert _cards_rendered(again) == 0
+    assert "Approve $6.99" in _row(again.content.decode(), reviews["small"])
+    caches["cards"].clear()
+
+
+def test_a_cards_cache_that_is_down_costs_the_cards_rendering_not_the_page(
+    client, agent, reviews, settings
+):
+    unreachable = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    }
+    settings.CACHES = {**settings.CACHES, "cards": unreachable}
+    client.force_login(agent)
+    response = client.get(QUEUE)
+    assert response.status_code == 200
+    assert "Approve $6.99" in _row(response.content.decode(), reviews["small"])

@@ -230,11 +230,11 @@ def review_row(context, ticket, may_decide: bool = True) -> SafeString:
         waited=waited(ticket.review_since, now),
         extra=extra,
     )
-    html = rows.kept.get(key)
+    html = rows.kept(context, key)
     if html is None:
         row = context.template.engine.get_template("reviews/_review_row.html")
         with context.push(ticket=ticket, may_decide=may_decide, csrf_token=rows.CSRF_MARK):
             html = row.render(context)
-        rows.kept.put(key, html)
+        rows.keep(context, key, html)
     token = str(context.get("csrf_token", ""))
     return mark_safe(html.replace(rows.CSRF_MARK, conditional_escape(token)))  # noqa: S308

@@ -38,7 +38,7 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     search, events = _audit_filters(request)
     # Capped: the trail only grows.
     page = paging.capped_page(request, events, size=AUDIT_PAGE, cap=COUNT_CAP)
-    context = {"search": search, "events": page.rows, **page.context()}
+    context = {"search": search, "events": page, **paging.page_context(request, page)}
     return render(request, "reviews/audit.html", context)
 
 

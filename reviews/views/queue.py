@@ -168,17 +168,19 @@ def queue_version(request: HtmxHttpRequest) -> QueueVersion:
     user = request.user
     now = timezone.now()
     reviewable = permissions.reviewable(user, cover=_covering(request)).order_by(*QUEUE_ORDER)
-    total = paging.capped_count(reviewable, cap=COUNT_CAP)
-    number, pages = paging.page_of(request, total, size=QUEUE_PAGE, cap=COUNT_CAP)
     answered = Decision.objects.filter(interrupt_id=OuterRef("pending_interrupt_id"))
     rows = reviewable.annotate(decision=Subquery(answered.values("pk")[:1])).values_list(
         *VERSION_COLUMNS, "decision"
-    )[(number - 1) * QUEUE_PAGE : number * QUEUE_PAGE]
+    )
+    page = paging.capped_page(request, rows, size=QUEUE_PAGE, cap=COUNT_CAP)
+    paginator = page.paginator
+    assert isinstance(paginator, paging.CappedPaginator)
+    total, number, pages = paginator.total, page.number, paginator.num_pages
     mine = Decision.objects.filter(reviewer_id=user.pk, decided_at__gte=now - DECIDED_SHOWN)
     warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
     parts: list[object] = [total, number, pages]
     pks = []
-    for row in rows:
+    for row in page:
         claim_expires_at, review_since = row[4], row[6]
         live = bool(row[3] and claim_expires_at and claim_expires_at > now)
         late = bool(review_since and now - review_since > warn)

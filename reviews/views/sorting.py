@@ -66,8 +66,8 @@ def _page_context(
         size=PAGE,
         cap=selectors.COUNT_CAP,
     )
-    cards = [_card(m, **(errors or {}).get(m.pk, {})) for m in page.rows]
-    return {"cards": cards, **page.context()}
+    cards = [_card(m, **(errors or {}).get(m.pk, {})) for m in page]
+    return {"cards": cards, **paging.page_context(request, page)}
 
 
 @require_GET

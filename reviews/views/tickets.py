@@ -51,6 +51,6 @@ def tickets(request: HtmxHttpRequest) -> HttpResponse:
         size=TICKETS_PAGE,
         cap=COUNT_CAP,
     )
-    context = {"search": search, "rows": page.rows, "now": now, **page.context()}
+    context = {"search": search, "rows": page, "now": now, **paging.page_context(request, page)}
     template = "reviews/_tickets_results.html" if request.htmx else "reviews/tickets.html"
     return render(request, template, context)
