@@ -60,7 +60,9 @@ def order_number_read(raw: object) -> str:
             f"{number[:40]}… is too long for an order number "
             f"(at most {ORDER_NUMBER_MAX} characters)."
         )
-    raise ValueError(f"{number[:40]!r} is not an order number (no spaces or control characters).")
+    raise ValueError(
+        f"{number[:40]!r} is not an order number (no spaces, no control characters such as NUL)."
+    )
 
 
 def same_customer(email: str, other: str) -> bool:

@@ -96,6 +96,7 @@ def test_a_sweep_runs_on_the_housekeeping_worker_while_every_thread_worker_is_bu
     stuck.kill()  # still inside its 30 s stall: no graceful shutdown to wait for
 
 
+@pytest.mark.slow
 def test_a_refund_reaches_review_while_the_procfiles_workers_read_a_slow_message(
     workers, tmp_path, agent
 ):
