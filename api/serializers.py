@@ -15,6 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from api.parsers import MAX_NUMBER_DIGITS
 from refunds import policy
 from refunds.models import (
     ORDER_NUMBER_PATTERN,
@@ -55,7 +56,13 @@ class OrderNumberField(serializers.Field):
 
 # What refunds.models.order_number_read takes, stated as the same pattern it reads with.
 ORDER_NUMBER_TEXT = {"type": "string", "pattern": ORDER_NUMBER_PATTERN}
-extend_schema_field({"oneOf": [ORDER_NUMBER_TEXT, {"type": "integer"}]})(OrderNumberField)
+# A whole number is read as its digits; the body's parser refuses one of more digits.
+ORDER_NUMBER_WHOLE = {
+    "type": "integer",
+    "minimum": -(10**MAX_NUMBER_DIGITS - 1),
+    "maximum": 10**MAX_NUMBER_DIGITS - 1,
+}
+extend_schema_field({"oneOf": [ORDER_NUMBER_TEXT, ORDER_NUMBER_WHOLE]})(OrderNumberField)
 
 
 class OrderNumbersField(serializers.Field):
@@ -97,7 +104,7 @@ extend_schema_field(
         "type": "array",
         "minItems": 1,
         "maxItems": ORDERS_MAX,
-        "items": {"oneOf": [ORDER_NUMBER_TEXT, {"type": "integer"}]},
+        "items": {"oneOf": [ORDER_NUMBER_TEXT, ORDER_NUMBER_WHOLE]},
     }
 )(OrderNumbersField)
 

@@ -101,7 +101,7 @@ def test_a_manager_lowers_an_amount_and_approves(browser, live_server, manager, 
     page.get_by_label("Amount to refund").fill("30.00")
     page.get_by_role("button", name="Approve the amount above").click()
     expect(page.locator("#messages")).to_contain_text(
-        "Approved $30.00 (instead of $48.00) on order 1045"
+        "Approved $30.00 (instead of $48.00) for order 1045 — being paid out"
     )
     expect(page.locator("#ticket-status")).to_contain_text(
         "manager lowered the amount from $48.00 to $30.00 and approved it."

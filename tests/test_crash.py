@@ -492,6 +492,7 @@ def test_a_run_past_the_soft_time_limit_drains_at_its_next_step_and_is_handed_on
     raised inside the node instead."""
     env = crash_plan({"*": {"point": "charge_card", "times": 1, "action": "sleep", "seconds": 6}})
     env |= {"CELERY_TASK_SOFT_TIME_LIMIT": "3", "CELERY_TASK_TIME_LIMIT": "60"}
+    env |= {"REFUNDS_CHARGE_RETRY_SECONDS": "1"}  # below half the soft limit, as settings ask
     # The webhook sweep must fit under the soft limit too (config/settings.py refuses otherwise).
     env |= {"WEBHOOK_SWEEP_BUDGET_SECONDS": "1", "WEBHOOK_TIMEOUT": "1"}
     # The limits travel in the message: the sender (this process) is configured like the worker

@@ -148,6 +148,7 @@ def test_a_run_past_the_soft_time_limit_drains_before_its_next_task_and_is_hande
         }
     )
     env |= {"CELERY_TASK_SOFT_TIME_LIMIT": "3", "CELERY_TASK_TIME_LIMIT": "60"}
+    env |= {"REFUNDS_CHARGE_RETRY_SECONDS": "1"}  # below half the soft limit, as settings ask
     env |= {"WEBHOOK_SWEEP_BUDGET_SECONDS": "1", "WEBHOOK_TIMEOUT": "1"}
     # The limits travel in the message: the sender (this process) is configured like the worker.
     monkeypatch.setattr(take_message, "soft_time_limit", 3)

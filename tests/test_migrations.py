@@ -105,13 +105,17 @@ def test_where_messages_went_is_carried_from_the_audit_log_and_sorting_to_their_
     by_intake, before_orders, by_hand = message(1), message(2), message(3)
     AuditEvent = old.get_model("refunds", "AuditEvent")
     AuditEvent.objects.create(
-        ticket=added, action="note", seen={"message_id": 1, "added": True, "orders": ["1044"]}
+        ticket=added,
+        action="note",
+        seen={"message_id": by_intake.pk, "added": True, "orders": ["1044"]},
     )
     AuditEvent.objects.create(
-        ticket=opened, action="note", seen={"message_id": 1, "orders": ["1042"]}
+        ticket=opened, action="note", seen={"message_id": by_intake.pk, "orders": ["1042"]}
     )
-    AuditEvent.objects.create(ticket=opened, action="note", seen={"message_id": 2})  # one order
-    AuditEvent.objects.create(ticket=opened, action="note", seen={"sorted_message_id": 3})
+    AuditEvent.objects.create(
+        ticket=opened, action="note", seen={"message_id": before_orders.pk}
+    )  # one order
+    AuditEvent.objects.create(ticket=opened, action="note", seen={"sorted_message_id": by_hand.pk})
     MessageEvent = old.get_model("intake", "MessageEvent")
     MessageEvent.objects.create(
         message=by_hand, action="sort", answer={"orders": ["1050"], "opened": [misread.pk]}

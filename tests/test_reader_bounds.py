@@ -19,7 +19,7 @@ import pytest
 from bench.hostile_mail import shapes
 from intake.reader import rules, text
 
-SMALL, LARGE = 5_000, 20_000  # characters; the large read is 4x the text
+SMALL, LARGE = 2_500, 20_000  # characters; the large read is 8x the text
 HOSTILE = [name for name in shapes(1) if name not in ("normal", "1 MB of text")]
 
 
@@ -42,26 +42,34 @@ def deadline(seconds: float) -> Iterator[None]:
 
 
 def seconds_to_read(body: str, *, within: float) -> float:
-    """The best of three reads, each folding afresh as a new message would."""
+    """The best of five reads, each folding afresh as a new message would. A read past
+    `within` is cut off there (a quadratic read ends in seconds, not minutes) and counts as
+    `within`; TooSlow when every read was."""
     best = within
-    for _ in range(3):
+    for _ in range(5):
         text.fold.cache_clear()
         started = time.perf_counter()
-        with deadline(within):
-            rules.read(sender="ana@example.com", subject="A question", body=body)
+        try:
+            with deadline(within):
+                rules.read(sender="ana@example.com", subject="A question", body=body)
+        except TooSlow:
+            continue
         best = min(best, time.perf_counter() - started)
+    if best >= within:
+        raise TooSlow(f"every read took over {within:.3f} s")
     return best
 
 
 @pytest.mark.parametrize("shape", HOSTILE)
-def test_four_times_the_text_takes_at_most_eight_times_as_long_to_read(shape):
-    """Linear is 4x, quadratic 16x; the floor keeps a few-millisecond read's noise out."""
+def test_eight_times_the_text_takes_at_most_24_times_as_long_to_read(shape):
+    """Linear is 8x, quadratic 64x: a bound of 3x linear leaves room for a loaded machine's
+    noise and still fails a quadratic read; the floor keeps a few-millisecond read's noise out."""
     small = max(seconds_to_read(shapes(SMALL)[shape], within=30), 0.01)
     try:
-        large = seconds_to_read(shapes(LARGE)[shape], within=8 * small)
+        large = seconds_to_read(shapes(LARGE)[shape], within=24 * small)
     except TooSlow:
-        pytest.fail(f"{shape}: {LARGE:,} characters took over 8x the {small:.3f} s of {SMALL:,}")
-    assert large < 8 * small
+        pytest.fail(f"{shape}: {LARGE:,} characters took over 24x the {small:.3f} s of {SMALL:,}")
+    assert large < 24 * small
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import json
 import time
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 
 from devtools.faults import fired
 from devtools.localstripe import StripeFaults
@@ -249,7 +249,11 @@ def test_a_push_moving_a_reviewed_order_to_another_payment_is_refused_and_the_fi
 ):
     other_payment = localstripe.payment_intent(PAID)
     shop = User.objects.create_user("shop")
-    shop.groups.add(Group.objects.get(name="Shop integrations"))
+    group = Group.objects.get_or_create(name="Shop integrations")[0]  # a flush takes it
+    group.permissions.add(
+        Permission.objects.get(codename="push_orders", content_type__app_label="refunds")
+    )
+    shop.groups.add(group)
     workers("w1", env=localstripe.env())
     ticket = open_and_wait_for_review("1042", agent)
 

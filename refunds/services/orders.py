@@ -144,8 +144,9 @@ def order_line_read(raw: Any, *, decimal_mark: str = ".") -> OrderIn:
     unknown = sorted(str(k) for k in raw if k not in FIELDS)
     if unknown:
         raise LineRefused(f"unknown field(s): {', '.join(unknown)}")
+    typed = _text(raw, "order_number", ORDER_NUMBER_MAX)
     try:
-        number = order_number_read(_text(raw, "order_number", ORDER_NUMBER_MAX))
+        number = order_number_read(typed)
     except ValueError as exc:
         raise LineRefused(f"order_number: {exc}") from None
     currency = _text(raw, "currency", 3).upper()
