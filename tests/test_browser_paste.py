@@ -47,6 +47,9 @@ def test_a_pasted_message_is_followed_to_its_ticket(
     page.click("#message-status a")
     message.refresh_from_db()
     expect(page).to_have_url(f"{live_server.url}/tickets/{message.ticket_id}/")
+    # Four-eyes: whoever pasted it opened the ticket, and the page says so.
+    expect(page.locator("#ticket-opener")).to_contain_text("agent from a pasted message")
+    page.screenshot(path=str(shots / f"paste-ticket-{width}.png"), full_page=True)
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     assert csp_problems(page, page.console_messages_seen) == []
 
