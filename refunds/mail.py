@@ -216,7 +216,9 @@ def about(emails: list[Email]) -> dict[int, tuple[str, str]]:
 
 def resend(email_id: int) -> bool:
     """Send an outbox message again outside any run (an admin's Resend): True once delivered
-    (now or before). Only rows no run will send concurrently (resendable())."""
+    (now or before). Only rows no run will send concurrently (resendable()). Refused inside a
+    transaction before the row is claimed, so a refused Resend leaves the row as it was."""
+    outside_transaction("the mail server")
     email = Email.objects.select_related("ticket").get(pk=email_id)
     if email.status == Email.Status.SENT:
         return True

@@ -40,6 +40,8 @@ def test_the_mail_server(db, late_order, smtp):
     with transaction.atomic(), REFUSED:
         mail.resend(email.pk)
     assert smtp.count() == 0
+    email.refresh_from_db()  # the refusal came before the claim: the row is as it was
+    assert (email.status, email.claimed_by, email.attempts) == (Email.Status.PENDING, "", 0)
     assert mail.resend(email.pk) and smtp.count() == 1  # after the transaction, it goes
 
 
