@@ -79,7 +79,15 @@ def test_setup_checkpoints_can_run_again_at_the_next_deploy(db, capsys):
 def test_workers_never_create_checkpoint_tables():
     # Setup raced by workers starting together fails (measured); only migrate runs it.
     callers = subprocess.run(
-        ["grep", "-rln", "--include=*.py", "setup_persistence\\|\\.setup()", "refunds", "reviews", "config"],
+        [
+            "grep",
+            "-rln",
+            "--include=*.py",
+            "setup_persistence\\|\\.setup()",
+            "refunds",
+            "reviews",
+            "config",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
