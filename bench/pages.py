@@ -3,6 +3,10 @@ small data vs large.
 
     .venv/bin/python bench/pages.py   # 1,000 and 100,000 tickets, SQLite and PostgreSQL
     .venv/bin/python bench/pages.py --backends sqlite --sizes 1000,20000 --requests 100
+    .venv/bin/python bench/pages.py --backends sqlite --sizes 10000 --cards kept,none
+
+`--cards none` runs the pages with the queue's card cache (reviews/rows.py) turned off (Django's
+DummyCache), so `--cards kept,none` measures what the cache pays, side by side in one run.
 
 Each (backend, size) gets a fresh database (a temporary SQLite file, or the bench_refunds
 PostgreSQL database) holding `size` tickets of which a tenth wait on a review; the finished ones
@@ -272,18 +276,22 @@ def report(label: str, name: str, figures: dict) -> None:
     )
 
 
-def run_one(backend: str, size: int, requests: int) -> dict:
+def run_one(backend: str, size: int, requests: int, cards: str = "kept") -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix=f"bench-pages-{backend}-"))
     prepare_pages_environment(backend, data_dir)
     import django
 
     django.setup()
+    if cards == "none":  # before the first use of the cache: every card rendered each time
+        from django.conf import settings
+
+        settings.CACHES["cards"] = {"BACKEND": "django.core.cache.backends.dummy.DummyCache"}
     from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.test import Client
 
     call_command("migrate", verbosity=0)
-    label = f"{backend} {size:,}"
+    label = f"{backend} {size:,}" + (" no card cache" if cards == "none" else "")
     try:
         say(f"{label}: filling")
         ids = fill(size)
@@ -310,7 +318,13 @@ def run_one(backend: str, size: int, requests: int) -> dict:
             "tickets search name (manager)": ("manager", "/tickets/?q=Customer+424", None),
             "audit page (manager)": ("manager", "/audit/", None),
         }
-        out: dict = {"backend": backend, "tickets": size, "pending": ids["pending"], "pages": {}}
+        out: dict = {
+            "backend": backend,
+            "tickets": size,
+            "cards": cards,
+            "pending": ids["pending"],
+            "pages": {},
+        }
         poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
         for name, (user, url, headers) in pages.items():
             client = Client()
@@ -337,12 +351,13 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per page")
+    parser.add_argument("--cards", default="kept", help="kept, none, or kept,none side by side")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        backend, size = args.one.split(":")
-        Path(args.out).write_text(json.dumps(run_one(backend, int(size), args.requests)))
+        backend, size, cards = args.one.split(":")
+        Path(args.out).write_text(json.dumps(run_one(backend, int(size), args.requests, cards)))
         return
 
     info = machine()
@@ -351,15 +366,18 @@ def main() -> None:
         f"{info.get('cpus')} CPUs, Python {info['python']}"
     )
     results = []
+    modes = args.cards.split(",")
     for backend in args.backends.split(","):
-        for size in map(int, args.sizes.split(",")):
+        for size, cards in [
+            (int(size), cards) for size in args.sizes.split(",") for cards in modes
+        ]:
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
                 subprocess.run(
                     [
                         sys.executable,
                         __file__,
                         "--one",
-                        f"{backend}:{size}",
+                        f"{backend}:{size}:{cards}",
                         "--out",
                         out.name,
                         "--requests",
@@ -371,7 +389,7 @@ def main() -> None:
     print()
     constant = {}
     for backend in args.backends.split(","):
-        runs = [r for r in results if r["backend"] == backend]
+        runs = [r for r in results if r["backend"] == backend and r["cards"] == modes[0]]
         print(
             f"{backend}: "
             + "  vs  ".join(f"{r['tickets']:,} tickets ({r['pending']:,} pending)" for r in runs)
@@ -385,6 +403,19 @@ def main() -> None:
             same = len({r["pages"][page]["queries"] for r in runs}) == 1
             constant[f"{backend} {page}"] = same
             print(f"  {page:<31} {cells}   queries constant: {'yes' if same else 'NO'}")
+        for kept_run in runs if modes == ["kept", "none"] else []:
+            none_run = next(
+                r
+                for r in results
+                if (r["backend"], r["tickets"], r["cards"])
+                == (backend, kept_run["tickets"], "none")
+            )
+            for page in ("queue (agent)", "queue (manager)", "queue rows fragment (agent)"):
+                kept, none = kept_run["pages"][page]["p50_ms"], none_run["pages"][page]["p50_ms"]
+                print(
+                    f"  {kept_run['tickets']:,} {page}: p50 {kept:.1f} ms kept, {none:.1f} ms "
+                    f"with no card cache: the cache saves {1 - kept / none:.0%}"
+                )
     path = write_results(
         "pages",
         {

@@ -59,13 +59,17 @@ def test_the_throughput_script_refunds_every_ticket_of_the_full_stack(tmp_path):
 
 
 def test_the_pages_script_fetches_every_page_with_the_same_queries_at_two_sizes(tmp_path):
-    run(
+    done = run(
         "pages.py",
-        *("--backends", "sqlite", "--sizes", "100,200", "--requests", "2"),
+        *("--backends", "sqlite", "--sizes", "100,200", "--requests", "2", "--cards", "kept,none"),
         results=tmp_path,
     )
     out = latest(tmp_path, "pages")
     assert out["queries_constant"] and all(out["queries_constant"].values())
+    assert {(r["tickets"], r["cards"]) for r in out["results"]} == {
+        (size, cards) for size in (100, 200) for cards in ("kept", "none")
+    }
+    assert done.stdout.count("with no card cache") == 6, done.stdout
 
 
 def test_the_statements_script_counts_what_a_refunded_ticket_costs(tmp_path):
