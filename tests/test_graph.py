@@ -26,6 +26,7 @@ from refunds.flow.errors import (
     RetryableGatewayError,
 )
 from refunds.flow.graph import build_graph
+from refunds.flow.nodes import review
 from refunds.flow.state import Collaborators, OrderFacts
 
 TICKET = "refund-1042-abc"
@@ -308,13 +309,13 @@ def test_an_order_that_does_not_exist_stops_the_run_with_order_not_found():
 # --- the interrupt -----------------------------------------------------------------------------
 def test_nothing_with_an_effect_happens_before_the_interrupt_and_approve_runs_twice(monkeypatch):
     calls = []
-    real = nodes.review_request
+    real = review.review_request
 
     def counting_review_request(state):
         calls.append(state["ticket_key"])
         return real(state)
 
-    monkeypatch.setattr(nodes, "review_request", counting_review_request)
+    monkeypatch.setattr(review, "review_request", counting_review_request)
     desk = Desk(order_facts())
 
     desk.start()

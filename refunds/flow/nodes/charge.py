@@ -1,0 +1,189 @@
+"""The charge: money moved once per key (derived from the thread, the order and the amount),
+checked against the order's balance at charge time, retried under the lease while the gateway is
+down, and sent back to a manager on a definite "no"."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command, RetryPolicy, Send
+
+from refunds.flow.errors import (
+    ChargeRefused,
+    RetryableGatewayError,
+)
+from refunds.flow.nodes.common import attempt, ordered_checks, stop_if_drained
+from refunds.flow.state import (
+    ChargeTask,
+    Collaborators,
+    OrderCharge,
+    RefundState,
+)
+from refunds.flow.words import dollars
+
+# A gateway that is down (nothing charged) is tried again with the same key, harmless since the
+# gateway answers a repeated key with the first result, backing off, for the context's
+# `charge_retry_seconds`: an outage of a few seconds is ridden out under the run's lease, and a
+# manager hears that no money moved only after that. The attempts only bound a budget of minutes.
+CHARGE_RETRY = RetryPolicy(
+    max_attempts=100,
+    initial_interval=0.5,
+    backoff_factor=2.0,
+    max_interval=5.0,
+    retry_on=RetryableGatewayError,
+)
+
+
+def _retry_charge(runtime: Runtime[Collaborators]) -> bool:
+    """After a retryable gateway error: True while the RetryPolicy should run the charge again."""
+    stop_if_drained(runtime)
+    info = runtime.execution_info
+    started = info.node_first_attempt_time if info is not None else None
+    spent = time.time() - started if started is not None else 0.0
+    return (
+        attempt(runtime) < CHARGE_RETRY.max_attempts
+        and spent < runtime.context.charge_retry_seconds
+    )
+
+
+def charge_key(ticket_key: str, amount_cents: int) -> str:
+    # Derived from the thread, the step and the amount owed, never random: a re-run returns the
+    # first charge, and a corrected amount (a fork) gets a key of its own, never an old one.
+    return f"{ticket_key}:charge_card:{amount_cents}"
+
+
+def charge_card(
+    state: RefundState, runtime: Runtime[Collaborators]
+) -> Command[Literal["email", "approve"]]:
+    """Move the money once. Only a definite "no" (a decline, the order's balance, the gateway down
+    through every retry with nothing charged) goes back to a manager; anything whose outcome is
+    not known propagates, stops the run, and is resolved by looking the key up on the next."""
+    amount = state["amount_cents"]
+    stop_if_drained(runtime)
+    try:
+        receipt = runtime.context.pay(
+            key=charge_key(state["ticket_key"], amount), amount_cents=amount
+        )
+    except ChargeRefused as exc:
+        return _back_to_a_manager(str(exc))
+    except RetryableGatewayError as exc:
+        if _retry_charge(runtime):
+            raise  # the RetryPolicy runs the node again, after its back-off
+        return _back_to_a_manager(f"the gateway stayed unavailable ({exc})")
+    return Command(
+        update={
+            "receipt": receipt,
+            "payment_error": "",
+            "notes": [f"Charged {dollars(amount)}, receipt {receipt}."],
+            "trail": ["charge_card"],
+        },
+        goto="email",
+    )
+
+
+def _back_to_a_manager(why: str) -> Command[Literal["email", "approve"]]:
+    # Typed as charge_card's own answer (Command is invariant in its destinations); it only
+    # ever goes to approve.
+    return Command(
+        update={
+            "payment_error": why,
+            "required_role": "manager",
+            "notes": [f"Charge refused: {why}. No money moved."],
+            "trail": ["payment_failed"],
+        },
+        goto="approve",
+    )
+
+
+def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
+    """One charge_order per approved order not refunded yet; none left: the email (or, with
+    nothing approved at all, the note of why not)."""
+    charges = state.get("charges") or {}
+    sends = [
+        Send(
+            "charge_order",
+            ChargeTask(
+                ticket_key=state["ticket_key"],
+                number=check["number"],
+                amount_cents=check["answer"]["amount_cents"],
+            ),
+        )
+        for check in ordered_checks(state)
+        if check.get("answer", {}).get("answer") == "approve"
+        and not charges.get(check["number"], {}).get("receipt")
+    ]
+    if sends:
+        return sends
+    return "email" if any(c.get("receipt") for c in charges.values()) else "notify"
+
+
+def order_charge_key(ticket_key: str, number: str, amount_cents: int) -> str:
+    # charge_key's rule, per order: a re-run finds the first charge, a lower amount its own key.
+    return f"{ticket_key}:charge_card:{number}:{amount_cents}"
+
+
+def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundState:
+    """Move one order's money once, checked against that order's balance at charge time. A
+    definite "no" is written down for settle_charges (a manager decides); an outcome not known
+    propagates and stops the run, as charge_card's does."""
+    number, amount = task["number"], task["amount_cents"]
+    charge: OrderCharge = {"number": number, "amount_cents": amount}
+    stop_if_drained(runtime)
+    try:
+        charge["receipt"] = runtime.context.pay(
+            key=order_charge_key(task["ticket_key"], number, amount),
+            amount_cents=amount,
+            order_number=number,
+        )
+    except ChargeRefused as exc:
+        charge["error"] = str(exc)
+    except RetryableGatewayError as exc:
+        if _retry_charge(runtime):
+            raise  # the RetryPolicy runs this order's task again, after its back-off
+        charge["error"] = f"the gateway stayed unavailable ({exc})"
+    note = (
+        f"Order {number}: charged {dollars(amount)}, receipt {charge['receipt']}."
+        if charge.get("receipt")
+        else f"Order {number}: charge refused: {charge['error']}. No money moved."
+    )
+    return {"charges": {number: charge}, "notes": [note], "trail": [f"charge_order:{number}"]}
+
+
+def settle_charges(state: RefundState) -> Command[Literal["email", "approve"]]:
+    """Every charge of the fan-out answered: a refused one goes back to a manager (the others
+    stay paid), else on to the one email."""
+    charges = state.get("charges") or {}
+    refused = {
+        c["number"]: charges[c["number"]].get("error", "")
+        for c in ordered_checks(state)
+        if (c.get("answer") or {}).get("answer") == "approve"
+        and charges.get(c["number"], {}).get("error")
+        and not charges[c["number"]].get("receipt")
+    }
+    paid = sum(c["amount_cents"] for c in charges.values() if c.get("receipt"))
+    if refused:
+        why = "; ".join(f"order {n}: {e}" for n, e in refused.items())
+        return Command(
+            update={
+                "payment_error": why,
+                "required_role": "manager",
+                # The refused orders' charge entries are dropped, so the re-review asks again.
+                "charges": {n: {"number": n, "amount_cents": 0} for n in refused},
+                "amount_cents": paid,
+                "notes": [f"Charge refused ({why}); {dollars(paid)} paid stands."],
+                "trail": ["payment_failed"],
+            },
+            goto="approve",
+        )
+    receipts = ", ".join(c["receipt"] for c in charges.values() if c.get("receipt"))
+    return Command(
+        update={
+            "receipt": receipts,
+            "payment_error": "",
+            "amount_cents": paid,
+            "trail": ["settle_charges"],
+        },
+        goto="email",
+    )

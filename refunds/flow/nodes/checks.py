@@ -1,0 +1,217 @@
+"""Before the review: pure reads. One order's lookup, fraud, history and policy checks; a ticket
+of several orders fans out one check_order per order and gathers them for triage; the policy's
+"no" is `decline`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date, timedelta
+from typing import Any, Literal, cast
+
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+
+from refunds import policy
+from refunds.flow.errors import (
+    OrderNotFound,
+)
+from refunds.flow.nodes.common import customer_namespace, ordered_checks, reason_of, several
+from refunds.flow.state import (
+    CheckTask,
+    Collaborators,
+    CustomerHistory,
+    OrderCheck,
+    RefundState,
+)
+from refunds.flow.words import days, dollars
+
+HISTORY_FLAG_AT = 3  # this many earlier refunds sends the next one to a manager
+
+
+RECENT_DAYS = 30
+
+
+RECENT_FLAG_AT = 2  # two refunds in the last 30 days: the third goes to a manager
+
+
+FEE_FLAG_CENTS = 10_000  # a shipping fee above $100 is unusual enough for a second look
+
+
+def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
+    order = runtime.context.find_order(state["order_number"])
+    if order is None:
+        raise OrderNotFound(f"order {state['order_number']} does not exist")
+    balance = max(order["fee_cents"] - order.get("refunded_cents", 0), 0)
+    notes = [f"Order {order['number']} for {order['customer_name']}."]
+    if order.get("refunded_cents"):
+        notes.append(
+            f"{dollars(order['refunded_cents'])} of the {dollars(order['fee_cents'])} fee was "
+            f"already refunded (ticket {order['refunded_by_ticket']}); "
+            f"{dollars(balance)} remains."
+        )
+    return {
+        "order": order,
+        "balance_cents": balance,
+        "amount_cents": balance,
+        "notes": notes,
+        "trail": ["lookup"],
+    }
+
+
+def fraud_check(state: RefundState) -> RefundState:
+    flags = []
+    if state["order"]["fee_cents"] > FEE_FLAG_CENTS:
+        flags.append(f"Shipping fee {dollars(state['order']['fee_cents'])} is unusually high.")
+    return {"flags": flags, "trail": ["fraud_check"]}
+
+
+def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
+    """Reads what the desk knows about this customer from the cross-thread store."""
+    refunds = []
+    if runtime.store is not None:
+        items = runtime.store.search(
+            customer_namespace(state["order"]["customer_email"]), limit=1000
+        )
+        own = state["ticket_key"]
+        refunds = [i.value for i in items if i.key != own and not i.key.startswith(own + ":")]
+    since = (runtime.context.today() - timedelta(days=RECENT_DAYS)).isoformat()
+    recent = [r for r in refunds if r.get("refunded_on", "") >= since]
+    history: CustomerHistory = {
+        "refunds": len(refunds),
+        "total_cents": sum(r["amount_cents"] for r in refunds),
+        "recent": len(recent),
+    }
+    flags = []
+    if len(recent) >= RECENT_FLAG_AT:
+        flags.append(
+            f"This would be the customer's refund number {len(recent) + 1} within "
+            f"{RECENT_DAYS} days ({dollars(sum(r['amount_cents'] for r in recent))} so far)."
+        )
+    elif history["refunds"] >= HISTORY_FLAG_AT:
+        flags.append(f"Customer already had {history['refunds']} refunds.")
+    return {"history": history, "flags": flags, "trail": ["history_check"]}
+
+
+def check_policy(state: RefundState) -> RefundState:
+    order = state["order"]
+    late = (
+        date.fromisoformat(order["delivered_on"]) - date.fromisoformat(order["promised_on"])
+    ).days
+    if not policy.routes_by_lateness(reason_of(state)):
+        note = policy.reason_sentence(reason_of(state))
+        if state["balance_cents"] <= 0:
+            note = "The fee was already refunded in full."
+    elif late <= 0:
+        note = "Delivered on time: shipping is not refundable."
+    elif state["balance_cents"] <= 0:
+        note = f"Delivered {days(late)} late, but the fee was already refunded in full."
+    else:
+        note = f"Delivered {days(late)} late: shipping is refundable."
+    return {"late_by_days": late, "notes": [note], "trail": ["check_policy"]}
+
+
+def route_policy(state: RefundState) -> Literal["decline", "triage"]:
+    # Lateness decides a late delivery only; the other reasons go to a manager while anything
+    # is left to refund.
+    late = state["late_by_days"] > 0 or not policy.routes_by_lateness(reason_of(state))
+    return "triage" if late and state["balance_cents"] > 0 else "decline"
+
+
+def decline(state: RefundState) -> RefundState:
+    if several(state):
+        reasons = " ".join(
+            f"Order {c['number']}: {c['declined_reason']}" for c in ordered_checks(state)
+        )
+        return {"outcome": "declined", "outcome_reason": reasons, "trail": ["decline"]}
+    order = state["order"]
+    if state["late_by_days"] > 0 or not policy.routes_by_lateness(reason_of(state)):
+        # Nothing left to refund.
+        reason = (
+            f"The shipping fee of order {order['number']} was already refunded in full "
+            f"({dollars(order['refunded_cents'])}, ticket {order['refunded_by_ticket']})."
+        )
+    else:
+        early = -state["late_by_days"]
+        when = "on time" if early == 0 else f"{days(early)} early"
+        reason = f"Your order arrived {when}, so the shipping fee isn't refundable."
+    return {"outcome": "declined", "outcome_reason": reason, "trail": ["decline"]}
+
+
+def fan_out(state: RefundState) -> list[Send] | Literal["lookup"]:
+    if not several(state):
+        return "lookup"
+    return [
+        Send(
+            "check_order",
+            CheckTask(ticket_key=state["ticket_key"], order_number=number, reason=reason_of(state)),
+        )
+        for number in state["order_numbers"]
+    ]
+
+
+def check_order(task: CheckTask, runtime: Runtime[Collaborators]) -> RefundState:
+    """lookup, fraud_check, history_check and check_policy for one order, in one task: pure
+    reads, so a task that dies is simply run again."""
+    local: RefundState = {
+        "ticket_key": task["ticket_key"],
+        "order_number": task["order_number"],
+        "reason": task["reason"],
+    }
+    steps: list[Callable[[RefundState], RefundState]] = [
+        lambda s: lookup(s, runtime),
+        fraud_check,
+        lambda s: history_check(s, runtime),
+        check_policy,
+    ]
+    for step in steps:
+        _fold(local, step(local))
+    refundable = route_policy(local) == "triage"
+    number = local["order"]["number"]
+    check: OrderCheck = {
+        "number": number,
+        "order": local["order"],
+        "balance_cents": local["balance_cents"],
+        "amount_cents": local["balance_cents"] if refundable else 0,
+        "late_by_days": local["late_by_days"],
+        "refundable": refundable,
+        "declined_reason": "" if refundable else decline(local)["outcome_reason"],
+        "flags": local.get("flags", []),
+        "notes": local.get("notes", []),
+        "history": local["history"],
+    }
+    return {"checks": {number: check}, "trail": [f"check_order:{number}"]}
+
+
+def _fold(local: RefundState, update: RefundState) -> None:
+    """Apply a node's update to a task's own state as the graph would: lists append."""
+    merged = cast(dict[str, Any], local)
+    for key, value in update.items():
+        merged[key] = merged.get(key, []) + value if key in ("flags", "notes", "trail") else value
+
+
+def gather(state: RefundState) -> RefundState:
+    """Every order checked: the ticket's amount is the sum of what the policy allows."""
+    checks = ordered_checks(state)
+    first = checks[0]
+    open_ = [c for c in checks if c["refundable"]]
+    flags = [f"Order {c['number']}: {flag}" for c in open_ for flag in c["flags"]]
+    declined = [c for c in checks if not c["refundable"]]
+    notes = [
+        f"{len(checks)} orders for {first['order']['customer_name']}: "
+        f"{len(open_)} refundable ({dollars(sum(c['amount_cents'] for c in open_))}), "
+        f"{len(declined)} declined by policy."
+    ]
+    return {
+        "order": first["order"],
+        "history": first["history"],
+        "balance_cents": sum(c["balance_cents"] for c in checks),
+        "amount_cents": sum(c["amount_cents"] for c in open_),
+        "late_by_days": max(c["late_by_days"] for c in checks),
+        "flags": flags,
+        "notes": notes,
+        "trail": ["gather"],
+    }
+
+
+def route_gathered(state: RefundState) -> Literal["decline", "triage"]:
+    return "triage" if any(c["refundable"] for c in ordered_checks(state)) else "decline"

@@ -1,0 +1,48 @@
+"""What the nodes share: the customer's store namespace, the run's attempt and drain, the
+ticket's reason and its orders' checks in order."""
+
+from __future__ import annotations
+
+from langgraph.errors import GraphDrained
+from langgraph.runtime import Runtime
+
+from refunds import policy
+from refunds.flow.state import (
+    Collaborators,
+    OrderCheck,
+    RefundState,
+)
+
+
+def customer_namespace(email: str) -> tuple[str, ...]:
+    # Store namespace labels may not contain periods.
+    return ("customers", email.lower().replace(".", "%2E"))
+
+
+def attempt(runtime: Runtime[Collaborators]) -> int:
+    info = runtime.execution_info
+    return info.node_attempt if info is not None else 1
+
+
+def stop_if_drained(runtime: Runtime[Collaborators]) -> None:
+    """A run asked to stop (its lease lost, the worker's time up) makes no further gateway call
+    and sends nobody to a manager: the next run of the thread starts the retries afresh. Checked
+    before every attempt, since LangGraph's retries do not look at the drain."""
+    if runtime.drain_requested:
+        raise GraphDrained(runtime.drain_reason or "drain requested")
+
+
+def reason_of(state: RefundState) -> str:
+    # A state without one was opened by order number for a late delivery (flow version 2 and
+    # before; refunds/flow/versions.py carries paused ones across).
+    return state.get("reason") or policy.LATE_DELIVERY
+
+
+def several(state: RefundState) -> bool:
+    return len(state.get("order_numbers") or []) > 1
+
+
+def ordered_checks(state: RefundState) -> list[OrderCheck]:
+    """The ticket's orders' checks, in the ticket's order."""
+    checks = state.get("checks") or {}
+    return [checks[n] for n in state.get("order_numbers", []) if n in checks]
