@@ -96,6 +96,9 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    # {% partialdef %}: an htmx answer is a named part of its page ("reviews/queue.html#rows").
+    # Its app config puts its loader in front of the cached one (TEMPLATES has no "loaders").
+    "template_partials",
     "anymail",  # the mail provider: its backends and tracking webhooks (config/urls.py)
     "rest_framework",
     "drf_spectacular",

@@ -12,6 +12,9 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection
+from django.template import Template
+from django.test.utils import instrumented_test_render
+from template_partials.templatetags.partials import TemplateProxy
 
 from core import embedded_redis
 from devtools.fake_processor import FakeProcessor
@@ -20,6 +23,27 @@ from devtools.processes import CeleryProcess
 from devtools.processes import wait_for as wait_for  # tests import it from here
 from devtools.smtp_sink import SmtpSink
 from refunds.models import Order
+
+
+# --- templates ---------------------------------------------------------------------------------
+@pytest.fixture(autouse=True, scope="session")
+def _partials_recorded() -> Iterator[None]:
+    """A partial rendered on its own (a view's "reviews/queue.html#rows", a `{% partial %}`)
+    shows in the test client's `response.templates` and `response.context` as a template file
+    does: Django's test setup instruments `Template._render` only, and a partial is a
+    TemplateProxy."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TemplateProxy, "_render", instrumented_test_render)
+        yield
+
+
+def templates_rendered(response) -> list[str]:
+    """What `response` was rendered from, in order; a partial as "<template>#<partial>"."""
+    return [
+        t.name if isinstance(t, Template) else f"{t.origin.template_name}#{t.name}"
+        for t in response.templates
+    ]
+
 
 # --- the database ------------------------------------------------------------------------------
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}

@@ -1,5 +1,6 @@
 """The review queue page, its polled fragments, and the open-ticket form it carries."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from django.utils import timezone
 
 from refunds.models import Decision, Ticket
 from reviews.views.queue import DECIDED_SHOWN
-from tests.conftest import make_order
+from tests.conftest import make_order, templates_rendered
 from tests.reviewing import awaiting_review, many_tickets
 
 QUEUE = reverse("reviews:queue")
@@ -92,6 +93,21 @@ def test_it_serves_only_the_recent_tickets_to_an_htmx_poll(client, agent, late_o
     html = response.content.decode()
     assert html.startswith('<tbody id="recent-tickets"')
     assert "order 1042" in html and "Awaiting review" in html
+
+
+def test_the_rows_poll_answers_the_rows_partial_of_the_queue_page(client, agent, reviews):
+    client.force_login(agent)
+    page = client.get(QUEUE)
+    poll = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
+    assert "reviews/queue.html" in templates_rendered(page)
+    rendered = templates_rendered(poll)
+    assert rendered[0] == "reviews/queue.html#rows"  # the page's own part, not the whole page
+    assert "reviews/queue.html" not in rendered
+    # The same rows the page shows (each response masks its CSRF token anew).
+    token = re.compile(r'name="csrfmiddlewaretoken" value="[^"]+"')
+    rows = token.sub("", poll.content.decode())
+    assert rows.startswith('<tbody id="queue-rows"')
+    assert rows in token.sub("", page.content.decode())
 
 
 def test_it_redirects_anonymous_users_to_log_in(client):
@@ -509,7 +525,7 @@ def test_a_kept_card_changes_with_its_ticket_its_reader_and_the_clock(
 
 
 def _cards_rendered(response) -> int:
-    return sum(t.name == "reviews/_review_row.html" for t in response.templates)
+    return templates_rendered(response).count("reviews/queue.html#review-row")
 
 
 def test_a_card_is_kept_in_the_cards_cache_and_rendered_again_once_it_lapses(

@@ -215,7 +215,7 @@ def late_words(late_by_days) -> str:
 
 @register.simple_tag(takes_context=True)
 def review_row(context, ticket, may_decide: bool = True) -> SafeString:
-    """A queue card (reviews/_review_row.html) for `ticket`, kept while nothing it shows
+    """A queue card ("reviews/queue.html#review-row") for `ticket`, kept while nothing it shows
     changes (reviews/rows.py)."""
     from reviews import rows
 
@@ -232,7 +232,7 @@ def review_row(context, ticket, may_decide: bool = True) -> SafeString:
     )
     html = rows.kept(context, key)
     if html is None:
-        row = context.template.engine.get_template("reviews/_review_row.html")
+        row = context.template.engine.get_template("reviews/queue.html#review-row")
         with context.push(ticket=ticket, may_decide=may_decide, csrf_token=rows.CSRF_MARK):
             html = row.render(context)
         rows.keep(context, key, html)

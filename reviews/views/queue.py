@@ -212,12 +212,12 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
         return HttpResponse(status=204)
     context = _queue_context(request, version)
     if request.htmx.target == "queue-rows":
-        response = render(request, "reviews/_queue_rows.html", context)
+        response = render(request, "reviews/queue.html#rows", context)
         # The rows changed: the recent tickets beside them refresh now too, not on their own
         # clock, so a review in the queue never sits beside a ticket still shown as "Running".
         return trigger_client_event(response, "ticketsChanged")
     if request.htmx.target == "recent-tickets":
-        return render(request, "reviews/_recent_tickets.html", context)
+        return render(request, "reviews/queue.html#recent-tickets", context)
     return render(request, "reviews/queue.html", context)
 
 
@@ -281,7 +281,7 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     elif request.htmx:
         line = decided_line(decision, ticket) if answer != "escalate" else text
         context = {"ticket": ticket, "text": text, "line": line}
-        response = render(request, "reviews/_decided_row.html", context)
+        response = render(request, "reviews/queue.html#decided-row", context)
     else:
         messages.success(request, text)
         return back(request, ticket)
@@ -349,7 +349,7 @@ def claim(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     elif request.htmx:
         context = {"ticket": with_pending_decisions([ticket])[0], "may_decide": True}
         context |= row_extras()
-        response = render(request, "reviews/_review_row.html", context)
+        response = render(request, "reviews/queue.html#review-row", context)
     else:
         messages.success(request, text)
         return back(request, ticket)
@@ -369,7 +369,7 @@ def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
     else:
         results = services.reviews_approve_bulk(picks=picks, by=request.user)
     if request.htmx:
-        response = render(request, "reviews/_bulk_results.html", {"results": results})
+        response = render(request, "reviews/queue.html#bulk-results", {"results": results})
         return trigger_client_event(response, "queueChanged")
     for result in results:
         label = "Orders" if "," in result.get("order", "") else "Order"
@@ -390,7 +390,7 @@ def decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, statu
             # Lost to a colleague: the banner follows the review until it ends.
             "follow": ticket.pending_interrupt_id if status == 409 else "",
         } | row_extras()
-        response = render(request, "reviews/_decision_error.html", context, status=status)
+        response = render(request, "reviews/queue.html#decision-error", context, status=status)
         # Swapped although it is a 4xx: base.html's htmx-config lets 400/403/409 through. The
         # message also goes to #messages, since the queue's next poll replaces the row.
         response["HX-Retarget"] = f"#review-{ticket.pk}"

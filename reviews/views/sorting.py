@@ -79,7 +79,7 @@ def needs_sorting(request: HtmxHttpRequest) -> HttpResponse:
     _refuse_unless_desk_user(request)
     context = _page_context(request)
     if request.htmx.target == LIST:
-        return render(request, "intake/_needs_sorting_list.html", context)
+        return render(request, "intake/needs_sorting.html#list", context)
     return render(request, "intake/needs_sorting.html", context)
 
 
@@ -127,7 +127,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         return _sort_error(request, message, str(exc), values)
     if request.htmx:
         context = {"m": message, "text": text, "ticket": ticket}
-        response = render(request, "intake/_message_done.html", context)
+        response = render(request, "intake/needs_sorting.html#message-done", context)
         return trigger_client_event(response, "messagesChanged")
     messages.success(request, text)
     return redirect("reviews:needs_sorting")
@@ -140,7 +140,7 @@ def _sort_error(
     card = {"error": text, "values": values}
     if request.htmx:
         context = _card(message, **card)
-        return render(request, "intake/_message.html", context, status=400)
+        return render(request, "intake/needs_sorting.html#message", context, status=400)
     context = _page_context(request, {message.pk: card})
     if not any(c["m"].pk == message.pk for c in context["cards"]):
         messages.error(request, text)  # sorted meanwhile (or on another page): say it on top
@@ -176,7 +176,7 @@ def send_back(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         response = ticket_status_fragment(request, ticket, flash=text)
     elif request.htmx:
         context = {"ticket": ticket, "text": text, "line": text}
-        response = render(request, "reviews/_decided_row.html", context)
+        response = render(request, "reviews/queue.html#decided-row", context)
     else:
         messages.success(request, text)
         return back(request, ticket)

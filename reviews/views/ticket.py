@@ -68,7 +68,7 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
             return redirect(url)
         except services.RefundError as exc:
             context: dict[str, Any] = {"error": str(exc), "values": values}
-            template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
+            template = "reviews/ticket_new.html#form" if request.htmx else "reviews/ticket_new.html"
             return render(request, template, context, status=400)
         covered = ticket.order_numbers()
         text = (
@@ -78,7 +78,7 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
         )
         if request.htmx:
             context = {"opened": ticket, "values": {}}
-            response = render(request, "reviews/_ticket_form.html", context)
+            response = render(request, "reviews/ticket_new.html#form", context)
             return trigger_client_event(response, "ticketsChanged")
         messages.success(request, text)
         return redirect("reviews:ticket", ticket_id=ticket.pk)
@@ -118,7 +118,7 @@ def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
         else:
             url = reverse("reviews:message", args=[message.pk])
             return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
-    template = "reviews/_ticket_form.html" if request.htmx else "reviews/ticket_new.html"
+    template = "reviews/ticket_new.html#form" if request.htmx else "reviews/ticket_new.html"
     return render(request, template, {"error": error, "values": values}, status=400)
 
 
@@ -140,7 +140,7 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     placed = message.placements.select_related("ticket").order_by("id")
     context = {"message": message, "placed": placed}
     if request.htmx:
-        response = render(request, "reviews/_message_status.html", context)
+        response = render(request, "reviews/message.html#status", context)
         if message.status != Message.Status.RECEIVED:
             response.status_code = HttpResponseStopPolling.status_code
         return response
@@ -182,7 +182,7 @@ def ticket_status_fragment(
     context = _ticket_context(request, ticket) | extra
     if status == 200 and (ticket.is_final or ticket.status == Ticket.Status.FAILED):
         status = HttpResponseStopPolling.status_code  # nothing left to wait for
-    return render(request, "reviews/_ticket_status.html", context, status=status)
+    return render(request, "reviews/ticket.html#status", context, status=status)
 
 
 @require_GET
@@ -209,7 +209,7 @@ def _review_outcome(request: HtmxHttpRequest, ticket: Ticket, seen: str) -> Http
     if outcome is None:
         return HttpResponse(status=204)
     context = {"ticket": ticket, "outcome": outcome}
-    response = render(request, "reviews/_review_outcome.html", context)
+    response = render(request, "reviews/queue.html#review-outcome", context)
     response.status_code = HttpResponseStopPolling.status_code
     return response
 

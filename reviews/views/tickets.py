@@ -52,5 +52,5 @@ def tickets(request: HtmxHttpRequest) -> HttpResponse:
         cap=COUNT_CAP,
     )
     context = {"search": search, "rows": page, "now": now, **paging.page_context(request, page)}
-    template = "reviews/_tickets_results.html" if request.htmx else "reviews/tickets.html"
+    template = "reviews/tickets.html#results" if request.htmx else "reviews/tickets.html"
     return render(request, template, context)
