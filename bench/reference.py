@@ -41,7 +41,7 @@ class FakeGateway:
     def __init__(self):
         self.charges: dict[str, str] = {}
 
-    def __call__(self, *, key: str, amount_cents: int) -> str:
+    def __call__(self, *, key: str, amount_cents: int, order_number: str = "") -> str:
         return self.charges.setdefault(key, f"rcpt_{len(self.charges):08d}")
 
 
@@ -119,7 +119,13 @@ def compiled(url: str):
 
 
 def initial(thread_id: str, number: str) -> dict:
-    return {"ticket_key": thread_id, "order_number": number, "note": "late", "flow_version": 1}
+    return {
+        "ticket_key": thread_id,
+        "order_number": number,
+        "order_numbers": [number],
+        "note": "late",
+        "flow_version": 1,
+    }
 
 
 APPROVE = {"answer": "approve", "reason": "", "reviewer": "bench"}

@@ -8,17 +8,17 @@ REFUNDS_CRASH_PLAN names a JSON file {"<thread_id or *>": {"point": "...", "time
 "action": "exit" | "sleep" | "stop" | "error", "seconds": S}} (or a list of such entries, for
 several points of one thread). Points:
 
-- "<node>": at the start of that node's body (lookup, fraud_check, ..., charge_card, email);
-  the fan-out's tasks of a ticket of several orders also fire "<node>:<order>" (check_order:1044,
-  charge_order:1044), so a plan can stop one order's task and not its siblings (they run in
-  parallel threads of one superstep);
+- "<node>": at the start of that node's body (check_order, gather, ..., charge_order, email);
+  the fan-outs' tasks also fire "<node>:<order>" (check_order:1044, charge_order:1044), so a
+  plan can stop one order's task and not its siblings (they run in parallel threads of one
+  superstep);
 - "intake:<task>", "intake:<task>:done": the intake workflow's tasks (read, find_orders,
   open_ticket, acknowledge), at their start and once they returned (effect made, result not yet
   checkpointed); the thread is the message's (intake-...);
 - "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
-- "gateway:before", "gateway:after": around the gateway's charge call; a charge of one order of
-  several (its key `<thread>:charge_card:<order>:<amount>`) also fires "gateway:before:<order>"
-  and "gateway:after:<order>";
+- "gateway:before", "gateway:after": around the gateway's charge call; a charge of one order
+  (its key `<thread>:charge_card:<order>:<amount>`) also fires "gateway:before:<order>" and
+  "gateway:after:<order>";
 - "smtp:before": before the mail server conversation; "smtp:handed_over": the final "." went to
   the server (its handover mark committed) and its answer has not come back yet; "smtp:after":
   the server accepted the message and its sent mark has not committed yet (both inside the one
@@ -130,8 +130,8 @@ def wrap_node(name: str, fn):
 
 
 def charged_order(ticket_key: str, idempotency_key: str) -> str:
-    """The order a charge of a ticket of several is for ('<thread>:charge_card:<order>:<amount>');
-    '' for a one-order ticket's key ('<thread>:charge_card:<amount>')."""
+    """The order a charge is for ('<thread>:charge_card:<order>:<amount>'); '' for a key of
+    before flow version 5 ('<thread>:charge_card:<amount>')."""
     parts = idempotency_key.removeprefix(ticket_key + ":").split(":")
     return parts[1] if len(parts) == 3 and parts[0] == "charge_card" else ""
 

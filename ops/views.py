@@ -98,8 +98,10 @@ def _preview(ticket: Ticket, base, cents: int) -> dict:
             f"On approval, the refund of {dollars(cents)} is charged, then the customer gets "
             "the confirmation email. On rejection, the customer is told why.",
         ],
-        "key": charge_key(ticket.thread_id, cents),
-        "old_key": charge_key(ticket.thread_id, values.get("amount_cents") or 0),
+        "key": charge_key(ticket.thread_id, ticket.order.number, cents),
+        "old_key": charge_key(
+            ticket.thread_id, ticket.order.number, values.get("amount_cents") or 0
+        ),
     }
 
 

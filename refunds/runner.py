@@ -11,9 +11,9 @@ starts without a snapshot, a decision resumes its interrupt straight from the mi
 mirror is built from the run's own stream events. The checkpointer is read only when the mirror
 cannot be trusted: after a crash (a lease that lapsed), a fork, a retry.
 
-Durability: the first leg (lookup to the review, or to the decline) has no effects and runs with
-durability "exit", stopped before any node with an effect; a kill inside it re-runs only pure
-nodes (tests/test_crash.py). Every run that can reach `charge_card`, `email` or `notify` is
+Durability: the first leg (the checks to the review, or to the decline) has no effects and runs
+with durability "exit", stopped before any node with an effect; a kill inside it re-runs only pure
+nodes (tests/test_crash.py). Every run that can reach `charge_order`, `email` or `notify` is
 "sync": each step's checkpoint is on disk before the next step starts.
 """
 
@@ -49,7 +49,7 @@ from refunds.persistence import FenceLost, graph, snapshot, thread_config
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
 # The first leg stops before these.
-EFFECT_NODES = ["charge_card", "charge_order", "email", "notify"]
+EFFECT_NODES = ["charge_order", "email", "notify"]
 _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
 
 
@@ -323,7 +323,13 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             one.update(refused_reason=refusal)
             continue
         previous = (current.values or {}).get("amount_cents")
-        update: RefundState = {
+        # A base of an older shape is carried to the current one in the same update; the fork
+        # corrects its one order's amount (ticket_fork refuses a ticket of several).
+        carried = versions.upgrade(base.values)
+        values = base.values | carried
+        (number,) = values["order_numbers"]
+        update: dict[str, Any] = carried | {
+            "checks": {number: {**values["checks"][number], "amount_cents": fork.amount_cents}},
             "amount_cents": fork.amount_cents,
             # Counted over every branch: a fork from an older checkpoint gets a new number, so
             # its notify email has a key of its own.
@@ -336,13 +342,13 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             ],
         }
         config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
-        # As if check_policy wrote it: its router sends the fork to triage, which re-decides
+        # As if gather wrote it: its router sends the fork to triage, which re-decides
         # who reviews the corrected amount, and the review asks again (a new interrupt id).
         # This works from the approval checkpoint too: the update branches off it with next =
         # triage. (triage routes by Command, which update_state cannot replay, so the fork is
         # written as the step before it; resuming the approval with an "edit" answer instead
         # would keep the old reviewer's role for an amount that may now need a manager.)
-        graph().update_state(config, update, as_node="check_policy")
+        graph().update_state(config, update, as_node="gather")
         one.update(
             applied_at=timezone.now(),
             from_checkpoint_id=base.config["configurable"]["checkpoint_id"],
@@ -417,11 +423,17 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
                 "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
                 [decision.pk, lease.row_id, lease.epoch],
             )
-        elif mirror.has_work(state):
-            upgrade = versions.upgrade(state.values) if old_shape else {}
-            state = _run(lease, Command(update=upgrade) if upgrade else None, ctx)
         else:
-            return mirror.fields(state)
+            # A thread of an older shape is carried to the current one with its run's first
+            # command; one whose next node is gone goes on where that node's work is done now.
+            upgrade = versions.upgrade(state.values) if old_shape else {}
+            goto = versions.resume_at(state.values | upgrade) if old_shape else []
+            if not (mirror.has_work(state) or goto):
+                return mirror.fields(state)
+            carried: Command[str] | None = (
+                Command(update=upgrade, goto=goto) if upgrade or goto else None
+            )
+            state = _run(lease, carried, ctx)
         as_mirrored = False
     raise RuntimeError(f"thread {lease.thread_id} did not settle in {MAX_RUNS_PER_ADVANCE} runs")
 

@@ -10,8 +10,6 @@ from refunds import policy
 from refunds.flow.nodes import review_request
 from refunds.models import Order, Ticket
 
-TRAIL_TO_REVIEW = ["lookup", "fraud_check", "history_check", "check_policy", "triage"]
-
 
 def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
     """A ticket as the runner mirrors it when its thread waits in `approve`: the payload is the
@@ -19,8 +17,23 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
     amount = order.shipping_fee_cents
     role = policy.review_role(amount, flagged=False, limit_cents=policy.agent_limit_cents())
     late = (order.delivered_on - order.promised_on).days
+    history = {"refunds": 0, "total_cents": 0}
+    check = {
+        "number": order.number,
+        "order": order.as_facts(),
+        "balance_cents": amount,
+        "amount_cents": amount,
+        "late_by_days": late,
+        "refundable": True,
+        "declined_reason": "",
+        "flags": [],
+        "notes": [f"Delivered {late} days late."],
+        "history": history,
+    }
     payload = review_request(
         {
+            "order_numbers": [order.number],
+            "checks": {order.number: check},
             "order": order.as_facts(),
             "amount_cents": amount,
             "late_by_days": late,
@@ -28,7 +41,7 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
             "note": note,
             "notes": [f"Delivered {late} days late.", f"{role} review."],
             "flags": [],
-            "history": {"refunds": 0, "total_cents": 0},
+            "history": history,
         }
     )
     return Ticket.objects.create(
@@ -37,7 +50,7 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
         note=note,
         opened_by=opened_by,
         status=Ticket.Status.AWAITING_REVIEW,
-        nodes_run=list(TRAIL_TO_REVIEW),
+        nodes_run=[f"check_order:{order.number}", "gather", "triage"],
         next_nodes=["approve"],
         pending_interrupt_id=uuid.uuid4().hex,
         pending_payload=payload,

@@ -352,7 +352,7 @@ def test_it_reads_a_ticket_the_runner_advanced_to_its_review(api, db):
     assert body["status"] == "awaiting_review"
     assert body["required_role"] == "agent"
     assert body["pending_review"]["payload"]["action_request"]["args"] == {
-        "order": "2042",
+        "orders": ["2042"],
         "amount_cents": 850,
     }
     assert body["pending_review"]["interrupt_id"] == Ticket.objects.get().pending_interrupt_id

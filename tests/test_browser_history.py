@@ -67,7 +67,9 @@ def test_the_history_of_a_forked_ticket_shows_its_branches(
     page.get_by_label("Corrected refund amount").fill("$4")
     page.get_by_label("Why").fill("the customer asked for $4.00 only")
     page.get_by_role("button", name="Preview").click()
-    expect(page.locator("#fork-preview")).to_contain_text(f"{ticket.thread_id}:charge_card:400")
+    expect(page.locator("#fork-preview")).to_contain_text(
+        f"{ticket.thread_id}:charge_card:1042:400"
+    )
     page.screenshot(path=str(shots / "fork-preview-1280.png"), full_page=True)
     page.get_by_role("button", name="Apply the fork").click()
     expect(page.locator("#messages")).to_contain_text("with $4.00")

@@ -207,7 +207,7 @@ def test_technical_details_open_for_an_admin_and_stay_out_of_a_reviewers_way(
     expect(details.get_by_text(ticket.thread_id, exact=True)).to_be_hidden()  # closed until asked
     details.locator("summary").click()
     expect(details.get_by_text(ticket.thread_id, exact=True)).to_be_visible()
-    expect(details).to_contain_text(f"{ticket.thread_id}:charge_card:699")
+    expect(details).to_contain_text(f"{ticket.thread_id}:charge_card:1042:699")
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.screenshot(path=str(shots() / f"shift-words-admin-{width}.png"), full_page=True)
     assert csp_problems(page, page.console_messages_seen) == []

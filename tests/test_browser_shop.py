@@ -130,7 +130,10 @@ def _open_approve_and_count(browser, live_server, agent, second, localstripe, pa
     # $56.99 paid, carrying our charge key.
     [refund] = localstripe.refunds(paid)
     assert refund["amount"] == 699
-    assert refund["metadata"]["refund_desk_key"] == f"{ticket.thread_id}:charge_card:699"
+    assert (
+        refund["metadata"]["refund_desk_key"]
+        == f"{ticket.thread_id}:charge_card:{ticket.order.number}:699"
+    )
     ticket.refresh_from_db()
     assert ticket.charges.get().receipt == refund["id"]
     for page in (opener, reviewer):

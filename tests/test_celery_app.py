@@ -78,7 +78,7 @@ def test_a_sweep_runs_on_the_housekeeping_worker_while_every_thread_worker_is_bu
     only thread worker is stuck in a node with advances waiting behind it, and the sweep still
     runs at once on the housekeeping worker."""
     plan = tmp_path / "crash-plan.json"
-    plan.write_text(json.dumps({"*": {"point": "lookup", "times": -1, "action": "sleep"}}))
+    plan.write_text(json.dumps({"*": {"point": "check_order", "times": -1, "action": "sleep"}}))
     stuck = workers("advancer", queues="threads", env={"REFUNDS_CRASH_PLAN": str(plan)})
     housekeeper = workers("housekeeper", queues="housekeeping")
     for number in ("2001", "2002", "2003"):

@@ -127,7 +127,7 @@ def assert_refunded_once(ticket: Ticket, sinks, workers) -> None:
 
 
 # --- kills -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("point", ["gateway:after", "gateway:before", "after:charge_card"])
+@pytest.mark.parametrize("point", ["gateway:after", "gateway:before", "after:charge_order"])
 def test_a_worker_killed_around_the_charge_is_finished_by_a_second_worker_charging_once(
     workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point
 ):
@@ -146,7 +146,7 @@ def test_a_worker_killed_around_the_charge_is_finished_by_a_second_worker_chargi
     settle(ticket, sweep_now)
     assert_refunded_once(ticket, sinks, workers)
     if point == "gateway:after":
-        key = f"{ticket.thread_id}:charge_card:699"
+        key = f"{ticket.thread_id}:charge_card:1042:699"
         assert sinks.gateway.charge_calls[key] == 1  # the second worker looked it up instead
         assert sinks.gateway.lookup_calls[key] == 1
 
@@ -170,7 +170,7 @@ def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
 ):
     """Bound, from beat's readiness: lease (2 s) + sweep interval (1 s) + grace (1 s) + one
     run; we allow 30 s."""
-    env = crash_plan({"*": {"point": "check_policy", "times": 1, "action": "sleep", "seconds": 60}})
+    env = crash_plan({"*": {"point": "check_order", "times": 1, "action": "sleep", "seconds": 60}})
     env |= {"REFUNDS_SWEEP_SECONDS": "1", "REFUNDS_SWEEP_GRACE_SECONDS": "1"}
     doomed = workers("doomed", env=env)
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
@@ -183,15 +183,15 @@ def test_sigkill_of_the_whole_worker_mid_thread_is_recovered_by_the_beat_sweep(
     wait_for(lambda: status(ticket) == "awaiting_review", timeout=30, what="recovery")
     assert time.monotonic() - ready_at < 30
     ticket.refresh_from_db()
-    assert ticket.nodes_run.count("lookup") == 1  # the first leg ran again, from a clean slate
+    assert ticket.nodes_run.count("check_order:1042") == 1  # the first leg ran again, afresh
 
 
-@pytest.mark.parametrize("point", ["fraud_check", "after:lookup", "check_policy", "approve"])
+@pytest.mark.parametrize("point", ["check_order", "after:check_order", "gather", "approve"])
 def test_a_kill_in_the_first_leg_reruns_only_pure_nodes_and_reaches_the_same_review(
     workers, sinks, crash_plan, sweep_now, agent, late_order, point
 ):
-    """The first leg (lookup to the review) runs under durability "exit": a kill inside it keeps
-    nothing, and the next worker runs lookup, the checks, the policy and triage again. None of
+    """The first leg (the checks to the review) runs under durability "exit": a kill inside it
+    keeps nothing, and the next worker runs the order's checks, gather and triage again. None of
     them has an effect: nothing reaches the processor or the mail server, and the review is the
     one an undisturbed run shows."""
     env = crash_plan({"*": {"point": point, "times": 1}})
@@ -205,7 +205,7 @@ def test_a_kill_in_the_first_leg_reruns_only_pure_nodes_and_reaches_the_same_rev
         what="the review",
     )
     ticket.refresh_from_db()
-    assert ticket.nodes_run == ["lookup", "fraud_check", "history_check", "check_policy", "triage"]
+    assert ticket.nodes_run == ["check_order:1042", "gather", "triage"]
     payload = ticket.pending_payload
     assert (payload["amount_cents"], payload["required_role"]) == (699, "agent")
     assert "**Refund $6.99** shipping on order **1042**" in payload["description"]
@@ -222,7 +222,7 @@ def _paused_worker_pid(plan_path) -> int:
 @pytest.mark.parametrize(
     "point",
     [
-        "charge_card",  # in the node, before the ledger: it wakes, sees its lease gone, stops
+        "charge_order",  # in the node, before the ledger: it wakes, sees its lease gone, stops
         "gateway:before",  # past every check, at the gateway's door, holding the effect lock
         "email",
         "smtp:before",  # claimed the outbox row, about to talk to the mail server
@@ -242,7 +242,7 @@ def test_a_worker_paused_past_its_lease_and_woken_after_a_takeover_changes_nothi
     )
     workers("successor", env=env)
     try:
-        if point in ("charge_card", "email"):
+        if point in ("charge_order", "email"):
             settle(ticket, sweep_now)  # the successor finishes the thread on its own
         else:
             # The paused process holds the effect's lock: its successor waits, it does not act.
@@ -264,7 +264,7 @@ def _last_error(ticket: Ticket) -> str:
 def test_a_renewal_that_fails_stops_the_run_before_its_next_effect(
     workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order
 ):
-    # The run stalls in charge_card (before the ledger) while every renewal hits a database
+    # The run stalls in charge_order (before the ledger) while every renewal hits a database
     # error: the lease counts as lost at once, and the run stops before the gateway. The plan
     # is armed once the review waits (the worker reads it at each point): a loaded machine's
     # first leg may be long enough to renew, and the error belongs to the resumed leg.
@@ -273,7 +273,7 @@ def test_a_renewal_that_fails_stops_the_run_before_its_next_effect(
     crash_plan(
         {
             "*": [
-                {"point": "charge_card", "times": 1, "action": "sleep", "seconds": LEASE},
+                {"point": "charge_order", "times": 1, "action": "sleep", "seconds": LEASE},
                 {"point": "renew", "times": 1, "action": "error"},
             ]
         }
@@ -290,9 +290,9 @@ def test_a_renewal_that_fails_stops_the_run_before_its_next_effect(
 def test_two_deliveries_of_the_same_resume_at_once_charge_once(
     workers, sinks, crash_plan, agent, admin_user, late_order
 ):
-    # The first delivery stalls inside charge_card holding the lease, so the second one
+    # The first delivery stalls inside charge_order holding the lease, so the second one
     # arrives while the thread is being resumed: the lease makes it leave the thread alone.
-    env = crash_plan({"*": {"point": "charge_card", "times": 1, "action": "sleep", "seconds": 3}})
+    env = crash_plan({"*": {"point": "charge_order", "times": 1, "action": "sleep", "seconds": 3}})
     workers("w1", env=env)
     workers("w2", env=env)
     ticket = open_and_wait_for_review("1042", agent)
@@ -366,7 +366,7 @@ def test_a_committed_decision_whose_enqueue_never_happened_is_applied_by_the_swe
 def test_a_poison_ticket_that_kills_its_worker_every_time_ends_failed(
     workers, crash_plan, agent, late_order, sweep_now
 ):
-    env = crash_plan({"*": {"point": "lookup", "times": -1}}) | {"REFUNDS_MAX_ATTEMPTS": "2"}
+    env = crash_plan({"*": {"point": "check_order", "times": -1}}) | {"REFUNDS_MAX_ATTEMPTS": "2"}
     worker = workers("w1", env=env)
     ticket = services.ticket_open(order_number="1042", opened_by=agent)
     settle(ticket, sweep_now, timeout=60)
@@ -391,7 +391,7 @@ def test_a_gateway_timeout_after_the_money_moved_is_found_by_lookup_and_refunded
     approve(ticket, admin_user)
     wait_for(lambda: status(ticket) == "refunded", what="the refund")
     assert_refunded_once(ticket, sinks, workers)
-    key = f"{ticket.thread_id}:charge_card:699"
+    key = f"{ticket.thread_id}:charge_card:1042:699"
     assert sinks.gateway.charge_calls[key] == 1 and sinks.gateway.lookup_calls[key] == 1
 
 
@@ -486,11 +486,11 @@ def test_the_one_window_left_a_kill_after_the_final_dot_sends_a_second_identical
 def test_a_run_past_the_soft_time_limit_drains_at_its_next_step_and_is_handed_on(
     workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, monkeypatch
 ):
-    """The soft limit (3 s) passes while charge_card is slow (6 s): the node finishes, the run
+    """The soft limit (3 s) passes while charge_order is slow (6 s): the node finishes, the run
     stops before the email with its checkpoint saved, the worker lives on, and the next run
     sends the email without charging again. Celery's own SoftTimeLimitExceeded would have been
     raised inside the node instead."""
-    env = crash_plan({"*": {"point": "charge_card", "times": 1, "action": "sleep", "seconds": 6}})
+    env = crash_plan({"*": {"point": "charge_order", "times": 1, "action": "sleep", "seconds": 6}})
     env |= {"CELERY_TASK_SOFT_TIME_LIMIT": "3", "CELERY_TASK_TIME_LIMIT": "60"}
     env |= {"REFUNDS_CHARGE_RETRY_SECONDS": "1"}  # below half the soft limit, as settings ask
     # The webhook sweep must fit under the soft limit too (config/settings.py refuses otherwise).
@@ -522,7 +522,7 @@ def test_a_run_past_the_soft_time_limit_drains_at_its_next_step_and_is_handed_on
     settle(ticket, sweep_now)
     assert_refunded_once(ticket, sinks, workers)
     ticket.refresh_from_db()
-    assert ticket.nodes_run.count("charge_card") == 1
+    assert ticket.nodes_run.count("charge_order:1042") == 1
     assert "SoftTimeLimitExceeded" not in worker.output()
     assert worker.alive
 

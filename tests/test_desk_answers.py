@@ -51,7 +51,7 @@ def test_a_manager_lowers_the_amount_and_the_lower_amount_is_paid_once(
     charge = Charge.objects.get(ticket=ticket)
     assert (charge.amount_cents, charge.idempotency_key) == (
         3000,
-        f"{ticket.thread_id}:charge_card:3000",
+        f"{ticket.thread_id}:charge_card:7001:3000",
     )
     assert [r.amount_cents for r in DemoProcessorRefund.objects.all()] == [3000]
     assert "We refunded $30.00" in Email.objects.get(ticket=ticket).body
@@ -127,7 +127,7 @@ def test_bulk_approve_refunds_the_valid_reviews_once_each_and_reports_the_invali
     for ticket in good:
         assert Ticket.objects.get(pk=ticket.pk).status == "refunded"
         assert Charge.objects.filter(ticket=ticket).count() == 1
-        key = f"{ticket.thread_id}:charge_card:{ticket.amount_cents}"
+        key = f"{ticket.thread_id}:charge_card:{ticket.order.number}:{ticket.amount_cents}"
         assert DemoProcessorRefund.objects.filter(idempotency_key=key).count() == 1
     for ticket in (big, stale):
         assert Ticket.objects.get(pk=ticket.pk).status == "awaiting_review"

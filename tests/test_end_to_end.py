@@ -42,7 +42,7 @@ def test_a_ticket_goes_from_opened_to_refunded_through_a_real_worker(
     assert Charge.objects.get(ticket=ticket).receipt == refunds[0]["receipt"]
     assert Email.objects.get(ticket=ticket).status == "sent"
     ticket.refresh_from_db()
-    assert ticket.nodes_run[-3:] == ["approve", "charge_card", "email"]
+    assert ticket.nodes_run[-4:] == ["approve", "charge_order:1042", "settle_charges", "email"]
     assert ticket.decisions.get().applied_at is not None
 
 

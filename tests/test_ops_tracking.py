@@ -51,9 +51,10 @@ def test_a_carrier_that_hangs_is_cut_off_and_the_ticket_goes_to_a_manager(
     assert CALLS == ["1042", "1042"]  # the retry policy tried twice
     ticket = Ticket.objects.get(pk=ticket.pk)
     assert ticket.required_role == "manager"  # $6.99, but a person checks the delivery
-    assert "carrier_tracking" in ticket.nodes_run
+    assert "check_order:1042" in ticket.nodes_run  # the carrier is one of the order's checks
     assert any("did not answer in time" in f for f in ticket.pending_payload["flags"])
     state = persistence.snapshot(ticket.thread_id).values
+    assert state["checks"]["1042"]["tracking"]["status"] == "unavailable"
     assert state["tracking"]["status"] == "unavailable"
 
 

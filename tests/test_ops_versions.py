@@ -9,6 +9,7 @@ import pytest
 
 from refunds import enqueue, payments, persistence, runner, services
 from refunds.flow import versions
+from refunds.flow.nodes import customer_namespace
 from refunds.models import Charge, Decision, Email, Ticket
 
 
@@ -103,50 +104,251 @@ def test_a_version_1_thread_is_stamped_with_the_current_version_when_it_resumes(
     assert Ticket.objects.get(pk=ticket.pk).flow_version == versions.FLOW_VERSION
 
 
-def test_a_one_order_thread_paused_under_version_3_resumes_under_4_with_its_old_keys(
-    transactional_db, agent, admin_user, late_order, monkeypatch, settings, sinks, request
-):
-    """Version 4 added `order_numbers` (a ticket of several orders). A one-order thread paused at
-    its review under version 3 has none: it resumes under 4, is stamped 4 with its one order, and
-    runs the one-order path to its end with the keys it started with. Counted where it lands:
-    one refund at the processor under `<thread>:charge_card:<amount>`, one email at the SMTP
-    server."""
-    old = 3
-    real_input = runner.initial_input
+# --- version 4 to 5: one path for one order or several ---------------------------------------
+# Version 4 ran a ticket of one order through its own nodes (lookup, fraud_check, history_check,
+# check_policy, triage, approve, charge_card, email) and charged it under
+# "<thread>:charge_card:<amount>". Below is that path as version 4 ran it, its checks being the
+# same functions; a thread is paused on it at each place a thread can wait, then carried on by
+# today's runner and graph, and counted where its effects land.
 
-    def as_version_3(lease):  # what version 3's runner started a thread with
-        values = dict(real_input(lease))
-        values.pop("order_numbers")
-        return values | {"flow_version": old}
 
-    monkeypatch.setattr(runner, "initial_input", as_version_3)
-    ticket = services.ticket_open(order_number="1042", opened_by=agent)
-    Ticket.objects.filter(pk=ticket.pk).update(flow_version=old)
-    assert runner.advance(ticket.pk) == "awaiting_review"
-    paused_state = persistence.snapshot(ticket.thread_id).values
-    assert "order_numbers" not in paused_state and paused_state["flow_version"] == old
-    monkeypatch.undo()  # the release of version 4
+class Crash(Exception):
+    """The worker died here (the run stops; what was written before stays)."""
 
+
+def version_4(crash_at: str):
+    """Version 4's one-order graph; `crash_at` names the node whose run dies the first time."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Command, interrupt
+
+    from refunds.flow.nodes import checks, review
+    from refunds.flow.state import Collaborators, RefundState
+
+    crashed: set[str] = set()
+
+    def dies(name, fn):
+        @functools.wraps(fn)
+        def node(state, *args, **kwargs):
+            if name == crash_at and name not in crashed:
+                crashed.add(name)
+                if name == "charge_card":  # the charge went through, its answer was lost
+                    fn(state, *args, **kwargs)
+                raise Crash(name)
+            return fn(state, *args, **kwargs)
+
+        return node
+
+    def approve(state):
+        answer = interrupt(
+            {
+                "action_request": {
+                    "action": "refund",
+                    "args": {
+                        "order": state["order"]["number"],
+                        "amount_cents": state["amount_cents"],
+                    },
+                },
+                "description": "**Refund** (version 4)",
+                "required_role": state["required_role"],
+                "amount_cents": state["amount_cents"],
+                "order": state["order"],
+                "late_by_days": state["late_by_days"],
+                "flags": list(state.get("flags", [])),
+                "notes": [],
+                "history": state["history"],
+                "payment_error": state.get("payment_error", ""),
+                "reason": state.get("reason", "late_delivery"),
+                "reading": None,
+            }
+        )
+        update = {"decision": answer, "trail": ["approve"]}
+        if answer.get("amount_cents") is not None:
+            update["amount_cents"] = answer["amount_cents"]
+        if answer["answer"] == "reject":
+            update |= {"outcome": "rejected", "outcome_reason": answer.get("reason", "")}
+        return update
+
+    def charge_card(state, runtime):
+        amount = state["amount_cents"]
+        key = f"{state['ticket_key']}:charge_card:{amount}"
+        receipt = runtime.context.pay(key=key, amount_cents=amount)
+        return Command(update={"receipt": receipt, "trail": ["charge_card"]}, goto="email")
+
+    def not_reached(state):
+        raise AssertionError("version 4 never gets this far in these tests")
+
+    def build_graph(wrap=None, tracking=None):
+        g = StateGraph(RefundState, context_schema=Collaborators)
+        for name, fn in [
+            ("lookup", checks.lookup),
+            ("fraud_check", checks.fraud_check),
+            ("history_check", checks.history_check),
+            ("check_policy", checks.check_policy),
+            ("decline", not_reached),
+            ("triage", review.triage),
+            ("approve", approve),
+            ("charge_card", charge_card),
+            ("email", not_reached),
+            ("notify", not_reached),
+        ]:
+            g.add_node(name, dies(name, fn))
+        g.add_edge(START, "lookup")
+        g.add_edge("lookup", "fraud_check")
+        g.add_edge("lookup", "history_check")
+        g.add_edge(["fraud_check", "history_check"], "check_policy")
+        g.add_conditional_edges("check_policy", checks.route_policy, ["decline", "triage"])
+        g.add_conditional_edges(
+            "approve",
+            lambda s: "charge_card" if s["decision"]["answer"] == "approve" else "notify",
+            ["charge_card", "notify"],
+        )
+        g.add_edge("decline", "notify")
+        g.add_edge("notify", END)
+        g.add_edge("email", END)
+        return g
+
+    return build_graph
+
+
+@pytest.fixture
+def on_version_4(monkeypatch, restore_graph, settings, sinks, request):
+    """Run a ticket on version 4's graph until it waits at its review ("review") or dies at the
+    node `crash_at`; then release version 5 (today's code), the gateway and the mail server
+    counting at their ends."""
     settings.REFUNDS_GATEWAY = "refunds.payments.HttpGateway"
     settings.REFUNDS_GATEWAY_URL = sinks.gateway.url
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", sinks.smtp.port
     payments.get_gateway.cache_clear()  # one gateway per process, built from the settings
     request.addfinalizer(payments.get_gateway.cache_clear)
-    ticket.refresh_from_db()
-    decision = approve(ticket, admin_user)
-    assert runner.advance(ticket.pk) == "refunded"
+    real_input = runner.initial_input
 
+    def start(agent, reviewer, crash_at: str, *, approved: bool = False) -> Ticket:
+        def as_version_4(lease):
+            return dict(real_input(lease)) | {"flow_version": 4}
+
+        monkeypatch.setattr(runner, "initial_input", as_version_4)
+        monkeypatch.setattr(runner, "FLOW_VERSION", 4)
+        monkeypatch.setattr(persistence, "build_graph", version_4(crash_at))
+        persistence._compiled.cache_clear()
+        ticket = services.ticket_open(order_number="1042", opened_by=agent)
+        Ticket.objects.filter(pk=ticket.pk).update(flow_version=4)
+        outcome = runner.advance(ticket.pk)
+        if approved:
+            assert outcome == "awaiting_review"
+            approve(Ticket.objects.get(pk=ticket.pk), reviewer)
+            outcome = runner.advance(ticket.pk)
+        assert outcome == ("awaiting_review" if crash_at == "review" else "error"), outcome
+        state = persistence.snapshot(ticket.thread_id)
+        assert state.values["flow_version"] == 4 and not state.values.get("checks")
+        monkeypatch.undo()  # the release of version 5
+        persistence._compiled.cache_clear()
+        if crash_at != "review":  # the worker that died: its ticket is retried
+            Ticket.objects.filter(pk=ticket.pk).update(status="running", attempts=0)
+        return Ticket.objects.get(pk=ticket.pk)
+
+    return start
+
+
+def landed(sinks, ticket: Ticket) -> tuple[list[int], dict[str, int]]:
+    """What the processor refunded for the ticket, and the emails the SMTP server took."""
+    return [r["amount_cents"] for r in sinks.gateway.refunds_for(ticket.thread_id)], dict(
+        sinks.smtp.keys()
+    )
+
+
+def carried_to_5(ticket: Ticket) -> dict:
+    state = persistence.snapshot(ticket.thread_id).values
+    assert state["flow_version"] == versions.FLOW_VERSION == 5
+    assert Ticket.objects.get(pk=ticket.pk).flow_version == 5
+    return state
+
+
+def test_a_one_order_thread_paused_at_its_review_under_version_4_is_reviewed_and_refunded_once(
+    transactional_db, agent, admin_user, late_order, on_version_4, sinks
+):
+    ticket = on_version_4(agent, admin_user, "review")
+    assert ticket.pending_payload["action_request"]["args"] == {
+        "order": "1042",
+        "amount_cents": 699,
+    }
+    decision = approve(ticket, admin_user)  # the review the reviewer saw under version 4
+
+    assert runner.advance(ticket.pk) == "refunded"
     decision.refresh_from_db()
     assert decision.applied_at is not None and decision.refused_reason == ""  # the same review
-    state = persistence.snapshot(ticket.thread_id).values
-    assert state["flow_version"] == versions.FLOW_VERSION == 4
-    assert state["order_numbers"] == ["1042"]
-    assert not state.get("checks") and not state.get("charges")  # not the fan-out's path
-    assert Ticket.objects.get(pk=ticket.pk).flow_version == 4
-    key = f"{ticket.thread_id}:charge_card:699"
+    state = carried_to_5(ticket)
+    assert state["checks"]["1042"]["answer"] == {"answer": "approve", "amount_cents": 699}
+    key = f"{ticket.thread_id}:charge_card:1042:699"  # charged after the carry-over: today's key
     assert sinks.gateway.charge_calls == {key: 1}
-    assert [r["amount_cents"] for r in sinks.gateway.refunds_for(ticket.thread_id)] == [699]
-    assert list(Charge.objects.values_list("idempotency_key", "status")) == [(key, "succeeded")]
-    assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
+    assert landed(sinks, ticket) == ([699], {f"{ticket.thread_id}:email": 1})
+
+
+def test_a_lower_amount_approved_on_a_version_4_review_is_paid_at_that_amount(
+    transactional_db, agent, manager, late_order, on_version_4, sinks
+):
+    ticket = on_version_4(agent, manager, "review")
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        reviewer=manager,
+        amount_cents=500,
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    carried_to_5(ticket)
+    assert landed(sinks, ticket) == ([500], {f"{ticket.thread_id}:email": 1})
+
+
+def test_a_version_4_thread_whose_charge_went_through_unrecorded_never_charges_again(
+    transactional_db, agent, admin_user, late_order, on_version_4, sinks
+):
+    """Paused during its charge: the money moved under version 4's key, the run died before
+    it was written down. Version 5 charges that order under the old key, which the gateway
+    answers with the first refund."""
+    ticket = on_version_4(agent, admin_user, "charge_card", approved=True)
+    old_key = f"{ticket.thread_id}:charge_card:699"
+    assert sinks.gateway.charge_calls == {old_key: 1}
+
+    assert runner.advance(ticket.pk) == "refunded"
+    state = carried_to_5(ticket)
+    assert state["charges"]["1042"]["receipt"]
+    assert sinks.gateway.charge_calls == {old_key: 1}  # the ledger knew the key: never again
+    assert landed(sinks, ticket) == ([699], {f"{ticket.thread_id}:email": 1})
+    assert list(Charge.objects.values_list("idempotency_key", "status")) == [(old_key, "succeeded")]
+
+
+def test_a_version_4_thread_paused_after_its_charge_only_sends_the_email(
+    transactional_db, agent, admin_user, late_order, on_version_4, sinks
+):
+    ticket = on_version_4(agent, admin_user, "email", approved=True)
+    old_key = f"{ticket.thread_id}:charge_card:699"
+
+    assert runner.advance(ticket.pk) == "refunded"
+    carried_to_5(ticket)
+    assert sinks.gateway.charge_calls == {old_key: 1}  # never charged again
+    assert landed(sinks, ticket) == ([699], {f"{ticket.thread_id}:email": 1})
     assert list(Email.objects.values_list("key", flat=True)) == [f"{ticket.thread_id}:email"]
+    # The customer's refund record, which the next ticket's history check reads, is written.
+    records = persistence.store().search(customer_namespace(late_order.customer_email))
+    assert [(r.key, r.value["amount_cents"]) for r in records] == [
+        (f"{ticket.thread_id}:1042", 699)
+    ]
+
+
+def test_a_version_4_thread_that_died_in_its_checks_starts_again_on_the_one_path(
+    transactional_db, agent, admin_user, late_order, on_version_4, sinks
+):
+    """A run that died in its checks under version 4 (its checkpoint waits on version 4's
+    history_check, a node gone) runs the ticket's checks again on the one path."""
+    ticket = on_version_4(agent, admin_user, "history_check")
+
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    state = carried_to_5(ticket)
+    assert state["checks"]["1042"]["amount_cents"] == 699
+    assert "check_order:1042" in state["trail"] and "check_policy" not in state["trail"]
+    ticket.refresh_from_db()
+    assert ticket.pending_payload["orders"][0]["number"] == "1042"
+    approve(ticket, admin_user)
+    assert runner.advance(ticket.pk) == "refunded"
+    assert landed(sinks, ticket) == ([699], {f"{ticket.thread_id}:email": 1})

@@ -184,7 +184,7 @@ RENEWED_LEASE = 4.5  # seconds: the keeper renews every 1.5 s and may run 1.5 s 
 def test_the_lease_is_renewed_while_a_long_run_goes_on(
     transactional_db, agent, late_order, settings, monkeypatch
 ):
-    """A run held in check_policy outlives its first lease on the database clock: only renewals
+    """A run held in check_order outlives its first lease on the database clock: only renewals
     keep it, so a second advance finds the thread busy, and the held run ends normally.
 
     No wall-clock race: the run is held until the test has seen what it needs (through the
@@ -203,8 +203,8 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
     settings.REFUNDS_LEASE_SECONDS = RENEWED_LEASE
     entered, let_go = threading.Event(), threading.Event()
 
-    def hold_check_policy(name, fn):
-        if name != "check_policy":
+    def hold_check_order(name, fn):
+        if name != "check_order":
             return fn
 
         @functools.wraps(fn)
@@ -216,7 +216,7 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
 
         return held
 
-    monkeypatch.setattr(persistence, "node_wrapper", lambda: hold_check_policy)
+    monkeypatch.setattr(persistence, "node_wrapper", lambda: hold_check_order)
     ticket = services.ticket_open(order_number="1042")
     results = []
 
@@ -227,7 +227,7 @@ def test_the_lease_is_renewed_while_a_long_run_goes_on(
     first = threading.Thread(target=run)
     first.start()
     try:
-        assert entered.wait(30), "the run never reached check_policy"
+        assert entered.wait(30), "the run never reached check_order"
         granted = Ticket.objects.get(pk=ticket.pk)
 
         def database_now():
@@ -261,7 +261,7 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
     from tests.conftest import wait_for
 
     crash_points.write_text(
-        json.dumps({"*": {"point": "charge_card", "action": "sleep", "seconds": 1.5}})
+        json.dumps({"*": {"point": "charge_order", "action": "sleep", "seconds": 1.5}})
     )
     services.ticket_decide(
         ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
@@ -303,7 +303,7 @@ def test_every_run_that_can_reach_an_effect_is_durable_sync(
         ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
     )
     assert runner.advance(ticket.pk) == "refunded"
-    assert seen == [("exit", ["charge_card", "charge_order", "email", "notify"]), ("sync", None)]
+    assert seen == [("exit", ["charge_order", "email", "notify"]), ("sync", None)]
 
 
 def test_a_declined_ticket_stops_before_the_email_then_sends_it_under_sync(

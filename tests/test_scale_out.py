@@ -86,7 +86,7 @@ def test_four_workers_end_two_hundred_tickets_once_each(workers, admin_user):
         assert ticket.last_error == "" and ticket.lease_owner == "", ticket
         trail = Counter(ticket.nodes_run)
         assert all(runs == 1 for runs in trail.values()), (ticket, ticket.nodes_run)
-        assert trail["email"] == trail["charge_card"] == (ticket.pk in decided)
+        assert trail["email"] == trail["settle_charges"] == (ticket.pk in decided)
 
     for worker in started:
         log = worker.output()

@@ -62,7 +62,7 @@ def test_an_approved_ticket_refunds_the_shipping_fee_at_stripe(
 
     [refund] = localstripe.refunds(paid_order.payment_reference)
     assert refund["amount"] == 699  # the fee, not the $56.99 paid
-    assert refund["metadata"]["refund_desk_key"] == f"{ticket.thread_id}:charge_card:699"
+    assert refund["metadata"]["refund_desk_key"] == f"{ticket.thread_id}:charge_card:1042:699"
     assert Charge.objects.get(ticket=ticket).receipt == refund["id"]
     assert sinks.gateway.refunds_for("") == []  # nothing went to the other processor
     wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
@@ -179,7 +179,7 @@ def test_a_stripe_outage_of_a_few_seconds_is_ridden_out_and_refunds_once(
 
     wait_for(lambda: status(ticket) == "refunded", timeout=60, what="the refund")
     assert refunded_at_stripe(localstripe, paid_order) == [699]
-    key = f"{ticket.thread_id}:charge_card:699"
+    key = f"{ticket.thread_id}:charge_card:1042:699"
     assert stripe_proxy.idempotency_keys == [key]  # the one request that reached Stripe
     charge = Charge.objects.get(ticket=ticket)
     assert (charge.idempotency_key, charge.status) == (key, Charge.Status.SUCCEEDED)

@@ -30,7 +30,7 @@ def refunded(ticket: Ticket, reviewer) -> Ticket:
     Charge.objects.create(
         ticket=ticket,
         order=ticket.order,
-        idempotency_key=f"{ticket.thread_id}:charge_card:{ticket.amount_cents}",
+        idempotency_key=f"{ticket.thread_id}:charge_card:{ticket.order.number}:{ticket.amount_cents}",
         amount_cents=ticket.amount_cents,
         receipt="rcpt-test-1",
         status="succeeded",
@@ -41,7 +41,7 @@ def refunded(ticket: Ticket, reviewer) -> Ticket:
         pending_payload=None,
         next_nodes=[],
         outcome_reason="Refunded $6.99.",
-        nodes_run=ticket.nodes_run + ["approve", "charge_card", "email"],
+        nodes_run=ticket.nodes_run + ["approve", "charge_order:1042", "settle_charges", "email"],
     )
     ticket.refresh_from_db()
     return ticket
@@ -58,7 +58,7 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
 
     html = client.get(page(ticket)).content.decode()
     assert "Awaiting review" in html
-    assert "Looked up the order → Checked for fraud signals" in html
+    assert "Checked order 1042 → Gathered the orders&#x27; checks" in html
     assert "Chose who reviews" in html
     assert "<strong>Refund $6.99</strong>" in html  # the review's markdown, rendered
     assert "Customer says: 4 days late" in html
@@ -81,7 +81,10 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
     charge, email = Charge.objects.get(), Email.objects.get()
     html = client.get(page(ticket)).content.decode()
     assert "Refunded" in html and "Refunded $6.99." in html
-    assert "Review by a person → Charged the refund → Emailed the confirmation" in html
+    assert (
+        "Review by a person → Charged the refund of order 1042 → Settled the orders&#x27; "
+        "charges → Emailed the confirmation"
+    ) in html
     assert charge.receipt in html and "$6.99" in html
     assert f"“{email.subject}” to ana@example.com" in html and "sent " in html
     assert "Approved by <strong>bea</strong>" in html and "being applied" not in html
@@ -318,7 +321,7 @@ def developer_words(ticket: Ticket) -> list[str]:
     """What a developer reads and a reviewer should not have to: node names, the thread id, the
     charge's idempotency key, the flow version."""
     return [
-        "lookup → fraud_check",
+        "check_order:1042 → gather",
         "→ triage",
         ticket.thread_id,
         f"{ticket.thread_id}:charge_card:",
@@ -348,7 +351,10 @@ def test_a_reviewers_ticket_page_says_what_happened_without_developer_words(
 ):
     client.force_login(request.getfixturevalue(reader))
     html = client.get(page(refunded_ticket)).content.decode()
-    assert "What happened" in html and "Charged the refund → Emailed the confirmation" in html
+    assert (
+        "What happened" in html
+        and "Settled the orders&#x27; charges → Emailed the confirmation" in html
+    )
     assert "Chose who reviews → Chose who reviews" not in html
     assert "Technical details" not in html
     for words in developer_words(refunded_ticket) + ["Steps run", "Technical details"]:
@@ -363,8 +369,8 @@ def test_an_admins_ticket_page_keeps_the_ids_inside_the_technical_details(
     disclosures = TECHNICAL.findall(html)
     assert len(disclosures) == 1 and "<summary>Technical details</summary>" in disclosures[0]
     inside, outside = disclosures[0], TECHNICAL.sub("", html)
-    assert refunded_ticket.thread_id in inside and "lookup → fraud_check" in inside
-    assert f"{refunded_ticket.thread_id}:charge_card:699" in inside
+    assert refunded_ticket.thread_id in inside and "check_order:1042 → gather" in inside
+    assert f"{refunded_ticket.thread_id}:charge_card:1042:699" in inside
     for words in developer_words(refunded_ticket):
         assert words not in outside, words
     # The polled fragment never carries it (an open disclosure would shut every 2 s).

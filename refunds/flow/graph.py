@@ -21,47 +21,30 @@ def build_graph(
     """`tracking`: add the carrier's tracking lookup beside the fraud and history checks (a
     desk with a carrier configured); None leaves it out."""
 
-    def node(name: str) -> Callable:
-        fn = getattr(nodes, name)
+    def node(name: str, fn: Callable | None = None) -> Callable:
+        fn = fn or getattr(nodes, name)
         return wrap(name, fn) if wrap else fn
 
     g = StateGraph(RefundState, context_schema=Collaborators)
-    g.add_node("lookup", node("lookup"))
-    g.add_node("fraud_check", node("fraud_check"))
-    g.add_node("history_check", node("history_check"))
-    g.add_node("check_policy", node("check_policy"))
+    # One order or several, one path: one check_order per order (its lookup, fraud, history,
+    # carrier and policy checks), gathered by `checks`' reducer; after the review one
+    # charge_order per approved order, gathered the same way by `charges`'.
+    carrier = make_node(tracking) if tracking is not None else None
+    g.add_node("check_order", node("check_order", nodes.make_check_order(carrier)))
+    g.add_node("gather", node("gather"))
     g.add_node("decline", node("decline"))
     g.add_node("triage", node("triage"))
     g.add_node("approve", node("approve"))
-    g.add_node("charge_card", node("charge_card"), retry_policy=nodes.CHARGE_RETRY)
-    g.add_node("email", node("email"), retry_policy=nodes.MAIL_RETRY)
-    g.add_node("notify", node("notify"), retry_policy=nodes.MAIL_RETRY)
-
-    # A ticket of several orders (flow version 4) fans out here: one check_order per order,
-    # gathered by `checks`' reducer; later its charges fan out the same way.
-    g.add_node("check_order", node("check_order"))
-    g.add_node("gather", node("gather"))
     g.add_node("charge_order", node("charge_order"), retry_policy=nodes.CHARGE_RETRY)
     g.add_node("settle_charges", node("settle_charges"))
-    g.add_conditional_edges(START, nodes.fan_out, ["lookup", "check_order"])
+    g.add_node("email", node("email"), retry_policy=nodes.MAIL_RETRY)
+    g.add_node("notify", node("notify"), retry_policy=nodes.MAIL_RETRY)
+    g.add_conditional_edges(START, nodes.fan_out, ["check_order"])
     g.add_edge("check_order", "gather")
     g.add_conditional_edges("gather", nodes.route_gathered, ["decline", "triage"])
-    g.add_edge("charge_order", "settle_charges")
-    # Two edges out: the fraud and history checks run in the same step.
-    g.add_edge("lookup", "fraud_check")
-    g.add_edge("lookup", "history_check")
-    if tracking is None:
-        g.add_edge(["fraud_check", "history_check"], "check_policy")
-    else:
-        fn = make_node(tracking)
-        g.add_node("carrier_tracking", wrap("carrier_tracking", fn) if wrap else fn)
-        g.add_edge("lookup", "carrier_tracking")
-        g.add_edge(["fraud_check", "history_check", "carrier_tracking"], "check_policy")
-    g.add_conditional_edges("check_policy", nodes.route_policy, ["decline", "triage"])
     g.add_edge("decline", "notify")
-    g.add_conditional_edges(
-        "approve", nodes.route_decision, ["charge_card", "charge_order", "email", "notify"]
-    )
+    g.add_conditional_edges("approve", nodes.send_charges, ["charge_order", "email", "notify"])
+    g.add_edge("charge_order", "settle_charges")
     g.add_edge("notify", END)
     g.add_edge("email", END)
     return g

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 4  # bump with a state-shape change; see refunds/flow/versions.py
+FLOW_VERSION = 5  # bump with a state-shape change; see refunds/flow/versions.py
 
 
 class OrderFacts(TypedDict):
@@ -56,8 +56,8 @@ class ReviewAnswer(TypedDict, total=False):
 
 
 class OrderCheck(TypedDict, total=False):
-    """What the per-order check (lookup, fraud, history, policy) found for one order of a ticket
-    of several; the review lists one per order."""
+    """What the per-order check (lookup, fraud, history, carrier, policy) found for one order of
+    the ticket; the review lists one per order."""
 
     number: str
     order: OrderFacts
@@ -69,6 +69,11 @@ class OrderCheck(TypedDict, total=False):
     flags: list[str]
     notes: list[str]
     history: CustomerHistory
+    tracking: Tracking  # only when a carrier is configured (REFUNDS_CARRIER)
+    # A one-order thread carried over from flow version 4 after its review approved: the charge
+    # key it used, honoured for that amount (refunds/flow/versions.py).
+    carried_key: str
+    carried_key_cents: int
     # After the review: approved (with the amount to pay) or rejected (with why).
     answer: OrderAnswer
 
@@ -83,9 +88,10 @@ class OrderCharge(TypedDict, total=False):
 
 
 class ChargeTask(TypedDict):
-    """What Send hands one charge_order task: the order, the amount, the thread's key."""
+    """What Send hands one charge_order task: the order, the amount, its idempotency key."""
 
     ticket_key: str
+    key: str
     number: str
     amount_cents: int
 

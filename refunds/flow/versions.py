@@ -17,16 +17,26 @@ History:
   read from their message). A thread paused before them was opened by order number for a late
   delivery: it carries on as one, with no reading.
 - 4: `order_numbers` (a ticket covers one or more orders), `checks` and `charges` (the fan-outs'
-  per-order results). A thread from before covers its one order: it gets `order_numbers` and
-  runs the one-order path it started on, whose nodes and keys are unchanged.
+  per-order results). A thread from before covers its one order: it gets `order_numbers`.
+- 5: one path for one order or several; the one-order nodes (lookup, fraud_check, history_check,
+  carrier_tracking, check_policy, charge_card) are gone. A one-order thread of version 4 gets the
+  per-order `checks` its own checks found, its review's answer, its charge's receipt, and the key
+  its charge was made with (`carried_key`, honoured for that amount, so a thread paused after or
+  during its charge never charges again). One that was to run a node that is gone goes on where
+  that node's work is done now (`resume_at`): its checks (pure reads) on the one path, or the
+  charge of its order under that key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from refunds.flow.state import FLOW_VERSION
+from langgraph.types import Send
+
+from refunds.flow.nodes.charge import send_charges
+from refunds.flow.nodes.checks import declined_reason, fan_out, route_policy
+from refunds.flow.state import FLOW_VERSION, CustomerHistory, OrderCheck, RefundState
 from refunds.policy import LATE_DELIVERY
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
@@ -44,7 +54,59 @@ def _to_4(values: dict[str, Any]) -> dict[str, Any]:
     return {"order_numbers": [values["order_number"]]} if values.get("order_number") else {}
 
 
-UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4}
+def _to_5(old: dict[str, Any]) -> dict[str, Any]:
+    values = cast(RefundState, old)
+    numbers = values.get("order_numbers") or []
+    if len(numbers) != 1 or values.get("checks") or "late_by_days" not in values:
+        # Several orders ran the per-order path already; a thread before its checks runs them.
+        return {}
+    (number,) = numbers
+    refundable = route_policy(values) == "triage"
+    amount = values["amount_cents"] if refundable else 0
+    check: OrderCheck = {
+        "number": number,
+        "order": values["order"],
+        "balance_cents": values["balance_cents"],
+        "amount_cents": amount,
+        "late_by_days": values["late_by_days"],
+        "refundable": refundable,
+        "declined_reason": "" if refundable else declined_reason(values),
+        "flags": list(values.get("flags") or []),
+        "notes": [],  # the ticket's notes hold them already
+        "history": values.get("history") or CustomerHistory(refunds=0, total_cents=0),
+    }
+    if "tracking" in values:
+        check["tracking"] = values["tracking"]
+    update: dict[str, Any] = {}
+    decision = values.get("decision") or {}
+    if decision.get("answer") == "approve":
+        check["answer"] = {"answer": "approve", "amount_cents": amount}
+        check["carried_key"] = f"{values['ticket_key']}:charge_card:{amount}"
+        check["carried_key_cents"] = amount
+    elif decision.get("answer") == "reject":
+        check["answer"] = {"answer": "reject", "reason": decision.get("reason", "")}
+    if values.get("receipt"):
+        update["charges"] = {
+            number: {"number": number, "amount_cents": amount, "receipt": values["receipt"]}
+        }
+    return update | {"checks": {number: check}}
+
+
+UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+
+
+def resume_at(old: dict[str, Any]) -> list[Send]:
+    """Where a carried-over thread goes on when the node it was to run is gone: a state of
+    version 4 whose checks had not finished runs its orders' checks (pure reads); one approved
+    and not charged (it was to run charge_card) goes on to the charge of its order, under the
+    key it may already have been made with. [] for any other."""
+    values = cast(RefundState, old)
+    if values.get("outcome") or values.get("receipt"):
+        return []
+    if not values.get("checks"):
+        return fan_out(values)
+    sends = send_charges(values)
+    return sends if isinstance(sends, list) else []
 
 
 def version_of(values: dict[str, Any] | None) -> int:

@@ -17,25 +17,26 @@ def days(n: int) -> str:
 NODE_WORDS = {
     "__start__": "Ticket opened",
     "__end__": "Finished",
-    "lookup": "Looked up the order",
-    "fraud_check": "Checked for fraud signals",
-    "history_check": "Read the customer's earlier refunds",
-    "check_policy": "Checked the late-delivery policy",
+    # One path for one order or several (flow version 5): one check and one charge per order.
+    "check_order": "Checked an order",
+    "gather": "Gathered the orders' checks",
     "decline": "Declined by policy",
     "triage": "Chose who reviews",
     "approve": "Review by a person",
-    "charge_card": "Charged the refund",
+    "charge_order": "Charged an order's refund",
     "payment_failed": "Charge refused, back to a manager",
-    "carrier_tracking": "Asked the carrier for tracking",
+    "settle_charges": "Settled the orders' charges",
     "email": "Emailed the confirmation",
     "notify": "Told the customer why not",
-    # A ticket of several orders (flow version 4): one check and one charge per order.
-    "check_order": "Checked an order",
-    "gather": "Gathered the orders' checks",
-    "charge_order": "Charged an order's refund",
-    "settle_charges": "Settled the orders' charges",
+    # The one-order nodes of flow version 4 and before, in older threads' histories.
+    "lookup": "Looked up the order",
+    "fraud_check": "Checked for fraud signals",
+    "history_check": "Read the customer's earlier refunds",
+    "carrier_tracking": "Asked the carrier for tracking",
+    "check_policy": "Checked the late-delivery policy",
+    "charge_card": "Charged the refund",
 }
-# The per-order steps of a ticket of several orders: their trail entries are "<node>:<number>".
+# The per-order steps: their trail entries are "<node>:<number>".
 ORDER_NODE_WORDS = {
     "check_order": ("Checked order", "Checked orders"),
     "charge_order": ("Charged the refund of order", "Charged the refunds of orders"),

@@ -247,10 +247,10 @@ def ticket_decide(
 
 def _several_lines(ticket: Ticket) -> dict[str, dict[str, Any]] | None:
     """The pending review's line per order, by number, for a ticket of several orders; None for
-    one order (its review has no `orders`)."""
+    one order (answered as a whole, its amount lowered by `amount_cents`)."""
     payload = ticket.pending_payload or {}
     lines = payload.get("orders") if isinstance(payload, dict) else None
-    if not lines:
+    if not lines or len(lines) < 2:
         return None
     return {str(line["number"]): line for line in lines}
 

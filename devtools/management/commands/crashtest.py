@@ -46,37 +46,17 @@ if TYPE_CHECKING:  # imported where used: the command loads without starting any
 
 CHILD_FLAG = "REFUNDS_CRASHTEST_CHILD"
 LEASE_SECONDS = 3.0
+# A ticket of one order or several: the fan-outs' nodes, and "<point>:<order>" for one order's
+# task or gateway call (devtools/faults.py); "{order}" is one of the ticket's orders (late, so
+# charged).
 EARLY_POINTS = [
-    "lookup",
-    "fraud_check",
-    "history_check",
-    "check_policy",
-    "after:lookup",
-    "after:check_policy",
-]
-LATE_POINTS = [
-    "after:triage",
-    "resume",
-    "approve",
-    "after:approve",
-    "charge_card",
-    "gateway:before",
-    "gateway:after",
-    "after:charge_card",
-    "email",
-    "smtp:before",
-    "after:email",
-]
-# A ticket of several orders: the fan-outs' nodes, and "<point>:<order>" for one order's task or
-# gateway call (devtools/faults.py); "{order}" is one of the ticket's orders (late, so charged).
-EARLY_POINTS_SEVERAL = [
     "check_order",
     "check_order:{order}",
     "after:check_order",
     "gather",
     "after:gather",
 ]
-LATE_POINTS_SEVERAL = [
+LATE_POINTS = [
     "after:triage",
     "resume",
     "approve",
@@ -450,13 +430,9 @@ class Run:
             # Points after the review only for tickets that get there, so every kill fires.
             numbers = ticket.order_numbers()
             charged = [n for n in numbers if self.approved[n]]
-            if len(numbers) > 1:
-                early, late = EARLY_POINTS_SEVERAL, LATE_POINTS_SEVERAL
-            else:
-                early, late = EARLY_POINTS, LATE_POINTS
-            point = self.rng.choice(early + (late if charged else []))
+            point = self.rng.choice(EARLY_POINTS + (LATE_POINTS if charged else []))
             # One order's own point: any order for the checks, a charged one after the review.
-            among = charged if point in late else numbers
+            among = charged if point in LATE_POINTS else numbers
             point = point.format(order=self.rng.choice(among))
             plan[ticket.thread_id] = {"point": point, "times": 1}
         Path(settings.REFUNDS_CRASH_PLAN).write_text(json.dumps(plan, indent=1))
@@ -707,8 +683,8 @@ class Run:
         statuses = Counter(t.status for t in tickets)
         by_key = {t.thread_id: t for t in tickets}
         # At the processor: refunds per ticket (the reference is the thread id) and per order
-        # (the key names it: '<thread>:charge_card:<amount>' is the ticket's one order,
-        # '<thread>:charge_card:<order>:<amount>' one of several).
+        # (the key names it: '<thread>:charge_card:<order>:<amount>'; a one-order ticket's charge
+        # before flow version 5 was '<thread>:charge_card:<amount>').
         by_thread: dict[str, list[int]] = defaultdict(list)
         by_order: dict[str, list[int]] = defaultdict(list)
         for key, refund in self.gateway.refunds.items():

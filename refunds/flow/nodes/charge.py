@@ -1,6 +1,8 @@
-"""The charge: money moved once per key (derived from the thread, the order and the amount),
+"""The charge: after the review, `send_charges` sends one charge_order per approved order; each
+moves that order's money once per key (derived from the thread, the order and the amount),
 checked against the order's balance at charge time, retried under the lease while the gateway is
-down, and sent back to a manager on a definite "no"."""
+down. `settle_charges` sends a definite "no" back to a manager (what was paid stands) or goes on
+to the one email."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from refunds.flow.state import (
     ChargeTask,
     Collaborators,
     OrderCharge,
+    OrderCheck,
     RefundState,
 )
 from refunds.flow.words import dollars
@@ -48,94 +51,53 @@ def _retry_charge(runtime: Runtime[Collaborators]) -> bool:
     )
 
 
-def charge_key(ticket_key: str, amount_cents: int) -> str:
-    # Derived from the thread, the step and the amount owed, never random: a re-run returns the
-    # first charge, and a corrected amount (a fork) gets a key of its own, never an old one.
-    return f"{ticket_key}:charge_card:{amount_cents}"
+def charge_key(ticket_key: str, number: str, amount_cents: int) -> str:
+    # Derived from the thread, the order and the amount owed, never random: a re-run returns the
+    # first charge, and a corrected amount (a fork, a lower approval) gets a key of its own.
+    return f"{ticket_key}:charge_card:{number}:{amount_cents}"
 
 
-def charge_card(
-    state: RefundState, runtime: Runtime[Collaborators]
-) -> Command[Literal["email", "approve"]]:
-    """Move the money once. Only a definite "no" (a decline, the order's balance, the gateway down
-    through every retry with nothing charged) goes back to a manager; anything whose outcome is
-    not known propagates, stops the run, and is resolved by looking the key up on the next."""
-    amount = state["amount_cents"]
-    stop_if_drained(runtime)
-    try:
-        receipt = runtime.context.pay(
-            key=charge_key(state["ticket_key"], amount), amount_cents=amount
-        )
-    except ChargeRefused as exc:
-        return _back_to_a_manager(str(exc))
-    except RetryableGatewayError as exc:
-        if _retry_charge(runtime):
-            raise  # the RetryPolicy runs the node again, after its back-off
-        return _back_to_a_manager(f"the gateway stayed unavailable ({exc})")
-    return Command(
-        update={
-            "receipt": receipt,
-            "payment_error": "",
-            "notes": [f"Charged {dollars(amount)}, receipt {receipt}."],
-            "trail": ["charge_card"],
-        },
-        goto="email",
-    )
-
-
-def _back_to_a_manager(why: str) -> Command[Literal["email", "approve"]]:
-    # Typed as charge_card's own answer (Command is invariant in its destinations); it only
-    # ever goes to approve.
-    return Command(
-        update={
-            "payment_error": why,
-            "required_role": "manager",
-            "notes": [f"Charge refused: {why}. No money moved."],
-            "trail": ["payment_failed"],
-        },
-        goto="approve",
-    )
+def _key(state: RefundState, check: OrderCheck, amount_cents: int) -> str:
+    # A one-order thread approved under flow version 4 keeps the key its charge may already
+    # have been made with, for that amount (refunds/flow/versions.py).
+    if check.get("carried_key") and check.get("carried_key_cents") == amount_cents:
+        return check["carried_key"]
+    return charge_key(state["ticket_key"], check["number"], amount_cents)
 
 
 def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
     """One charge_order per approved order not refunded yet; none left: the email (or, with
     nothing approved at all, the note of why not)."""
     charges = state.get("charges") or {}
-    sends = [
-        Send(
-            "charge_order",
-            ChargeTask(
-                ticket_key=state["ticket_key"],
-                number=check["number"],
-                amount_cents=check["answer"]["amount_cents"],
-            ),
+    sends = []
+    for check in ordered_checks(state):
+        answer = check.get("answer") or {}
+        if answer.get("answer") != "approve" or charges.get(check["number"], {}).get("receipt"):
+            continue
+        amount = answer["amount_cents"]
+        task = ChargeTask(
+            ticket_key=state["ticket_key"],
+            key=_key(state, check, amount),
+            number=check["number"],
+            amount_cents=amount,
         )
-        for check in ordered_checks(state)
-        if check.get("answer", {}).get("answer") == "approve"
-        and not charges.get(check["number"], {}).get("receipt")
-    ]
+        sends.append(Send("charge_order", task))
     if sends:
         return sends
     return "email" if any(c.get("receipt") for c in charges.values()) else "notify"
 
 
-def order_charge_key(ticket_key: str, number: str, amount_cents: int) -> str:
-    # charge_key's rule, per order: a re-run finds the first charge, a lower amount its own key.
-    return f"{ticket_key}:charge_card:{number}:{amount_cents}"
-
-
 def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundState:
-    """Move one order's money once, checked against that order's balance at charge time. A
-    definite "no" is written down for settle_charges (a manager decides); an outcome not known
-    propagates and stops the run, as charge_card's does."""
+    """Move one order's money once, checked against that order's balance at charge time. Only a
+    definite "no" (a decline, the order's balance, the gateway down through every retry with
+    nothing charged) is written down for settle_charges (a manager decides); an outcome not known
+    propagates, stops the run, and is resolved by looking the key up on the next."""
     number, amount = task["number"], task["amount_cents"]
     charge: OrderCharge = {"number": number, "amount_cents": amount}
     stop_if_drained(runtime)
     try:
         charge["receipt"] = runtime.context.pay(
-            key=order_charge_key(task["ticket_key"], number, amount),
-            amount_cents=amount,
-            order_number=number,
+            key=task["key"], amount_cents=amount, order_number=number
         )
     except ChargeRefused as exc:
         charge["error"] = str(exc)
@@ -164,7 +126,11 @@ def settle_charges(state: RefundState) -> Command[Literal["email", "approve"]]:
     }
     paid = sum(c["amount_cents"] for c in charges.values() if c.get("receipt"))
     if refused:
-        why = "; ".join(f"order {n}: {e}" for n, e in refused.items())
+        if len(ordered_checks(state)) == 1:
+            why = "; ".join(refused.values())
+        else:
+            why = "; ".join(f"order {n}: {e}" for n, e in refused.items())
+        stands = f"{dollars(paid)} paid stands" if paid else "No money moved"
         return Command(
             update={
                 "payment_error": why,
@@ -172,7 +138,7 @@ def settle_charges(state: RefundState) -> Command[Literal["email", "approve"]]:
                 # The refused orders' charge entries are dropped, so the re-review asks again.
                 "charges": {n: {"number": n, "amount_cents": 0} for n in refused},
                 "amount_cents": paid,
-                "notes": [f"Charge refused ({why}); {dollars(paid)} paid stands."],
+                "notes": [f"Charge refused: {why}. {stands}."],
                 "trail": ["payment_failed"],
             },
             goto="approve",

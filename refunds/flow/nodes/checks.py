@@ -1,6 +1,6 @@
-"""Before the review: pure reads. One order's lookup, fraud, history and policy checks; a ticket
-of several orders fans out one check_order per order and gathers them for triage; the policy's
-"no" is `decline`."""
+"""Before the review: pure reads. `fan_out` sends one check_order per order of the ticket (one
+or several); each runs that order's lookup, fraud, history, carrier and policy checks; `gather`
+sums them up for triage, or the ticket goes to `decline` when the policy refunds none."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from refunds import policy
-from refunds.flow.errors import (
-    OrderNotFound,
-)
-from refunds.flow.nodes.common import customer_namespace, ordered_checks, reason_of, several
+from refunds.flow.errors import OrderNotFound
+from refunds.flow.nodes.common import customer_namespace, ordered_checks, reason_of
 from refunds.flow.state import (
     CheckTask,
     Collaborators,
@@ -26,15 +24,11 @@ from refunds.flow.state import (
 from refunds.flow.words import days, dollars
 
 HISTORY_FLAG_AT = 3  # this many earlier refunds sends the next one to a manager
-
-
 RECENT_DAYS = 30
-
-
 RECENT_FLAG_AT = 2  # two refunds in the last 30 days: the third goes to a manager
-
-
 FEE_FLAG_CENTS = 10_000  # a shipping fee above $100 is unusual enough for a second look
+
+Step = Callable[[RefundState, Runtime[Collaborators]], RefundState]
 
 
 def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
@@ -73,7 +67,16 @@ def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> Refund
             customer_namespace(state["order"]["customer_email"]), limit=1000
         )
         own = state["ticket_key"]
-        refunds = [i.value for i in items if i.key != own and not i.key.startswith(own + ":")]
+        # One record per ticket and order (keyed "<ticket>:<order>"; a ticket of one order
+        # before flow version 5 keyed it "<ticket>"): counted once if a carried-over thread
+        # wrote both.
+        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        for item in items:
+            order = str(item.value.get("order", ""))
+            ticket = item.key.removesuffix(f":{order}") if order else item.key
+            if ticket != own:
+                seen.setdefault((ticket, order), item.value)
+        refunds = list(seen.values())
     since = (runtime.context.today() - timedelta(days=RECENT_DAYS)).isoformat()
     recent = [r for r in refunds if r.get("refunded_on", "") >= since]
     history: CustomerHistory = {
@@ -117,99 +120,114 @@ def route_policy(state: RefundState) -> Literal["decline", "triage"]:
     return "triage" if late and state["balance_cents"] > 0 else "decline"
 
 
-def decline(state: RefundState) -> RefundState:
-    if several(state):
-        reasons = " ".join(
-            f"Order {c['number']}: {c['declined_reason']}" for c in ordered_checks(state)
-        )
-        return {"outcome": "declined", "outcome_reason": reasons, "trail": ["decline"]}
-    order = state["order"]
-    if state["late_by_days"] > 0 or not policy.routes_by_lateness(reason_of(state)):
+def declined_reason(check: RefundState) -> str:
+    """Why the policy refunds none of one order's fee, in words for the customer."""
+    order = check["order"]
+    if check["late_by_days"] > 0 or not policy.routes_by_lateness(reason_of(check)):
         # Nothing left to refund.
-        reason = (
+        return (
             f"The shipping fee of order {order['number']} was already refunded in full "
             f"({dollars(order['refunded_cents'])}, ticket {order['refunded_by_ticket']})."
         )
+    early = -check["late_by_days"]
+    when = "on time" if early == 0 else f"{days(early)} early"
+    return f"Your order arrived {when}, so the shipping fee isn't refundable."
+
+
+def decline(state: RefundState) -> RefundState:
+    """The policy refunds none of the ticket's orders."""
+    checks = ordered_checks(state)
+    if len(checks) == 1:
+        reason = checks[0]["declined_reason"]
     else:
-        early = -state["late_by_days"]
-        when = "on time" if early == 0 else f"{days(early)} early"
-        reason = f"Your order arrived {when}, so the shipping fee isn't refundable."
+        reason = " ".join(f"Order {c['number']}: {c['declined_reason']}" for c in checks)
     return {"outcome": "declined", "outcome_reason": reason, "trail": ["decline"]}
 
 
-def fan_out(state: RefundState) -> list[Send] | Literal["lookup"]:
-    if not several(state):
-        return "lookup"
+def fan_out(state: RefundState) -> list[Send]:
+    # A state from before flow version 4 names its one order only (`order_number`).
+    numbers = state.get("order_numbers") or [state["order_number"]]
     return [
         Send(
             "check_order",
             CheckTask(ticket_key=state["ticket_key"], order_number=number, reason=reason_of(state)),
         )
-        for number in state["order_numbers"]
+        for number in numbers
     ]
 
 
-def check_order(task: CheckTask, runtime: Runtime[Collaborators]) -> RefundState:
-    """lookup, fraud_check, history_check and check_policy for one order, in one task: pure
-    reads, so a task that dies is simply run again."""
-    local: RefundState = {
-        "ticket_key": task["ticket_key"],
-        "order_number": task["order_number"],
-        "reason": task["reason"],
-    }
-    steps: list[Callable[[RefundState], RefundState]] = [
-        lambda s: lookup(s, runtime),
-        fraud_check,
-        lambda s: history_check(s, runtime),
-        check_policy,
-    ]
-    for step in steps:
-        _fold(local, step(local))
-    refundable = route_policy(local) == "triage"
-    number = local["order"]["number"]
-    check: OrderCheck = {
-        "number": number,
-        "order": local["order"],
-        "balance_cents": local["balance_cents"],
-        "amount_cents": local["balance_cents"] if refundable else 0,
-        "late_by_days": local["late_by_days"],
-        "refundable": refundable,
-        "declined_reason": "" if refundable else decline(local)["outcome_reason"],
-        "flags": local.get("flags", []),
-        "notes": local.get("notes", []),
-        "history": local["history"],
-    }
-    return {"checks": {number: check}, "trail": [f"check_order:{number}"]}
+def make_check_order(carrier: Step | None = None) -> Callable[..., RefundState]:
+    """The per-order check; `carrier`: the carrier's tracking lookup, where one is configured."""
+    steps: list[Step] = [lookup, lambda s, _: fraud_check(s), history_check]
+    if carrier is not None:
+        steps.append(carrier)
+    steps.append(lambda s, _: check_policy(s))
+
+    def check_order(task: CheckTask, runtime: Runtime[Collaborators]) -> RefundState:
+        """Every check of one order, in one task: pure reads, so a task that dies is simply run
+        again."""
+        local: RefundState = {
+            "ticket_key": task["ticket_key"],
+            "order_number": task["order_number"],
+            "reason": task["reason"],
+        }
+        for step in steps:
+            _fold(local, step(local, runtime))
+        refundable = route_policy(local) == "triage"
+        number = local["order"]["number"]
+        check: OrderCheck = {
+            "number": number,
+            "order": local["order"],
+            "balance_cents": local["balance_cents"],
+            "amount_cents": local["balance_cents"] if refundable else 0,
+            "late_by_days": local["late_by_days"],
+            "refundable": refundable,
+            "declined_reason": "" if refundable else declined_reason(local),
+            "flags": local.get("flags", []),
+            "notes": local.get("notes", []),
+            "history": local["history"],
+        }
+        if "tracking" in local:
+            check["tracking"] = local["tracking"]
+        return {"checks": {number: check}, "trail": [f"check_order:{number}"]}
+
+    return check_order
 
 
 def _fold(local: RefundState, update: RefundState) -> None:
-    """Apply a node's update to a task's own state as the graph would: lists append."""
+    """Apply a step's update to a task's own state as the graph would: lists append."""
     merged = cast(dict[str, Any], local)
     for key, value in update.items():
         merged[key] = merged.get(key, []) + value if key in ("flags", "notes", "trail") else value
 
 
 def gather(state: RefundState) -> RefundState:
-    """Every order checked: the ticket's amount is the sum of what the policy allows."""
+    """Every order checked: the ticket's amount is the sum of what the policy allows. One
+    order's notes and flags are the ticket's own; several are summed up, flags by order."""
     checks = ordered_checks(state)
     first = checks[0]
     open_ = [c for c in checks if c["refundable"]]
-    flags = [f"Order {c['number']}: {flag}" for c in open_ for flag in c["flags"]]
-    declined = [c for c in checks if not c["refundable"]]
-    notes = [
-        f"{len(checks)} orders for {first['order']['customer_name']}: "
-        f"{len(open_)} refundable ({dollars(sum(c['amount_cents'] for c in open_))}), "
-        f"{len(declined)} declined by policy."
-    ]
-    return {
+    update: RefundState = {
         "order": first["order"],
         "history": first["history"],
         "balance_cents": sum(c["balance_cents"] for c in checks),
         "amount_cents": sum(c["amount_cents"] for c in open_),
         "late_by_days": max(c["late_by_days"] for c in checks),
-        "flags": flags,
-        "notes": notes,
         "trail": ["gather"],
+    }
+    if len(checks) == 1:
+        update |= {"flags": list(first["flags"]), "notes": list(first["notes"])}
+        if "tracking" in first:
+            update["tracking"] = first["tracking"]
+        return update
+    declined = [c for c in checks if not c["refundable"]]
+    return update | {
+        "flags": [f"Order {c['number']}: {flag}" for c in open_ for flag in c["flags"]],
+        "notes": [
+            f"{len(checks)} orders for {first['order']['customer_name']}: "
+            f"{len(open_)} refundable ({dollars(sum(c['amount_cents'] for c in open_))}), "
+            f"{len(declined)} declined by policy."
+        ],
     }
 
 

@@ -38,11 +38,7 @@ def reason_of(state: RefundState) -> str:
     return state.get("reason") or policy.LATE_DELIVERY
 
 
-def several(state: RefundState) -> bool:
-    return len(state.get("order_numbers") or []) > 1
-
-
 def ordered_checks(state: RefundState) -> list[OrderCheck]:
     """The ticket's orders' checks, in the ticket's order."""
     checks = state.get("checks") or {}
-    return [checks[n] for n in state.get("order_numbers", []) if n in checks]
+    return [checks[n] for n in state.get("order_numbers") or list(checks) if n in checks]

@@ -16,7 +16,6 @@ from refunds.flow.nodes.common import (
     customer_namespace,
     ordered_checks,
     reason_of,
-    several,
 )
 from refunds.flow.state import (
     Collaborators,
@@ -62,7 +61,7 @@ def notify_key(state: RefundState) -> str:
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     """Tell the customer why there is no refund (declined by policy or rejected by a reviewer)."""
     order = state["order"]
-    if several(state):
+    if len(ordered_checks(state)) > 1:
         subject = f"About your refund request for orders {', '.join(state['order_numbers'])}"
         body = several_email_body(state, refunded_words=False)
     else:
@@ -92,14 +91,10 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     refund standing, with the email shown as not delivered."""
     order = state["order"]
     amount = state["amount_cents"]
-    if several(state):
+    paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
+    if len(ordered_checks(state)) > 1:
         subject = f"Your refund for orders {', '.join(state['order_numbers'])}"
         body = several_email_body(state, refunded_words=True)
-        paid = {
-            f"{state['ticket_key']}:{c['number']}": (c["number"], c["amount_cents"])
-            for c in (state.get("charges") or {}).values()
-            if c.get("receipt")
-        }
     else:
         subject = f"Your refund for order {order['number']}"
         body = (
@@ -108,7 +103,6 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
             f"{_why_refunded(state)}. Receipt: {state['receipt']}.\n\n"
             "Refund Desk"
         )
-        paid = {state["ticket_key"]: (order["number"], amount)}
     error = _deliver(
         runtime,
         key=email_key(state["ticket_key"]),
@@ -117,15 +111,15 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         body=body,
     )
     if runtime.store is not None:
-        # Keyed by the ticket (and the order, for several), so a re-run writes the same records
-        # again, not second ones.
-        for key, (number, cents) in paid.items():
+        # Keyed by the ticket and the order, so a re-run writes the same records again, not
+        # second ones.
+        for charge in paid:
             runtime.store.put(
                 customer_namespace(order["customer_email"]),
-                key,
+                f"{state['ticket_key']}:{charge['number']}",
                 {
-                    "amount_cents": cents,
-                    "order": number,
+                    "amount_cents": charge["amount_cents"],
+                    "order": charge["number"],
                     "refunded_on": runtime.context.today().isoformat(),
                 },
             )

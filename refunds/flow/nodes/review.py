@@ -1,18 +1,17 @@
-"""The review: triage picks who reviews, `approve` pauses on interrupt() with the review request
-and checks the answer. Nothing before interrupt() has an effect: the node runs again from the top
-on resume."""
+"""The review: triage picks who reviews, `approve` pauses on interrupt() with one review listing
+the ticket's orders and checks the answer, per order. Nothing before interrupt() has an effect:
+the node runs again from the top on resume."""
 
 from __future__ import annotations
 
 from typing import Literal, cast
 
 from langgraph.runtime import Runtime
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import Command, interrupt
 
 from core.clock import day_words
 from refunds import policy
-from refunds.flow.nodes.charge import send_charges
-from refunds.flow.nodes.common import ordered_checks, reason_of, several
+from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
     Collaborators,
     CustomerHistory,
@@ -41,89 +40,6 @@ def triage(state: RefundState, runtime: Runtime[Collaborators]) -> Command[Liter
     )
 
 
-def review_request(state: RefundState) -> ReviewRequest:
-    order = state["order"]
-    lines = [
-        f"**Refund {dollars(state['amount_cents'])}** shipping on order **{order['number']}** "
-        f"for {order['customer_name']} ({order['customer_email']}).",
-        f"Promised {day_words(order['promised_on'])}, delivered "
-        f"{day_words(order['delivered_on'])}: "
-        f"{days(state['late_by_days'])} late.",
-    ]
-    if state.get("payment_error"):
-        lines.append(
-            f"**The charge was refused:** {state['payment_error']}. No money moved. "
-            "Approve to try again, or reject."
-        )
-    reason = reason_of(state)
-    reading = state.get("reading")
-    if reason != policy.LATE_DELIVERY or reading:
-        line = f"**Reason: {policy.REASONS[reason].lower()}**"
-        if reading and reading.get("summary"):
-            line += f" (read by {reading.get('read_by') or 'rules'}): {reading['summary']}"
-        lines.append(line)
-    if state.get("note"):
-        lines.append(f"Customer says: {state['note']}")
-    return {
-        "action_request": {
-            "action": "refund",
-            "args": {"order": order["number"], "amount_cents": state["amount_cents"]},
-        },
-        "config": {
-            "allow_accept": True,
-            "allow_edit": state["required_role"] == "manager",  # a manager may pay less
-            "allow_respond": True,
-            "allow_ignore": False,
-        },
-        "description": "\n\n".join(lines),
-        "required_role": state["required_role"],
-        "amount_cents": state["amount_cents"],
-        "order": order,
-        "late_by_days": state["late_by_days"],
-        "flags": list(state.get("flags", [])),
-        "notes": list(state.get("notes", [])),
-        "history": state.get("history", CustomerHistory(refunds=0, total_cents=0)),
-        "payment_error": state.get("payment_error", ""),
-        "reason": reason,
-        "reading": reading,
-    }
-
-
-def approve(state: RefundState) -> RefundState:
-    if several(state):
-        return approve_several(state)
-    # This node runs again from the top on resume: nothing before interrupt() may have an effect.
-    answer: ReviewAnswer = interrupt(review_request(state))
-    if answer.get("answer") not in ("approve", "reject"):
-        raise ValueError(f"review answer must be approve or reject, got {answer!r}")
-    verb = "Approved" if answer["answer"] == "approve" else "Rejected"
-    note = f"{verb} by {answer.get('reviewer', 'a reviewer')}"
-    if answer.get("reason"):
-        note += f": {answer['reason']}"
-    update: RefundState = {"decision": answer, "notes": [note + "."], "trail": ["approve"]}
-    edited = answer.get("amount_cents")
-    if answer["answer"] == "approve" and edited is not None:
-        # An "edit" answer: pay less than asked. Only ever less (the desk checks it, and so does
-        # the graph); charge_key includes the amount, so the lower charge has a key of its own.
-        if not isinstance(edited, int) or not 0 < edited <= state["amount_cents"]:
-            raise ValueError(f"an edited amount must be between 1 and {state['amount_cents']}")
-        update["amount_cents"] = edited
-        update["notes"] = [
-            f"{note}, lowered from {dollars(state['amount_cents'])} to {dollars(edited)}."
-        ]
-    if answer["answer"] == "reject":
-        update |= {"outcome": "rejected", "outcome_reason": answer.get("reason", "")}
-    return update
-
-
-def route_decision(
-    state: RefundState,
-) -> list[Send] | Literal["charge_card", "notify", "email"]:
-    if several(state):
-        return send_charges(state)
-    return "charge_card" if state["decision"]["answer"] == "approve" else "notify"
-
-
 def _review_orders(state: RefundState) -> list[ReviewOrder]:
     charges = state.get("charges") or {}
     lines: list[ReviewOrder] = []
@@ -150,15 +66,26 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
     return lines
 
 
-def several_review_request(state: RefundState) -> ReviewRequest:
-    request = review_request(state)
-    orders = _review_orders(state)
-    open_ = [o for o in orders if o["status"] == "open"]
+def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[str]:
+    """The review's first lines: what is asked, for whom, and what stands in the way."""
     first = state["order"]
+    if len(orders) == 1:
+        lines = [
+            f"**Refund {dollars(asked)}** shipping on order **{first['number']}** "
+            f"for {first['customer_name']} ({first['customer_email']}).",
+            f"Promised {day_words(first['promised_on'])}, delivered "
+            f"{day_words(first['delivered_on'])}: {days(state['late_by_days'])} late.",
+        ]
+        if state.get("payment_error"):
+            lines.append(
+                f"**The charge was refused:** {state['payment_error']}. No money moved. "
+                "Approve to try again, or reject."
+            )
+        return lines
+    open_ = [o for o in orders if o["status"] == "open"]
     lines = [
-        f"**Refund {dollars(sum(o['amount_cents'] for o in open_))}** shipping on "
-        f"{len(open_)} of {len(orders)} orders for {first['customer_name']} "
-        f"({first['customer_email']}): "
+        f"**Refund {dollars(asked)}** shipping on {len(open_)} of {len(orders)} orders for "
+        f"{first['customer_name']} ({first['customer_email']}): "
         + ", ".join(f"**{o['number']}** {dollars(o['amount_cents'])}" for o in open_)
         + "."
     ]
@@ -171,41 +98,82 @@ def several_review_request(state: RefundState) -> ReviewRequest:
         lines.append(
             f"**A charge was refused:** {state['payment_error']}. Approve to try again, or reject."
         )
-    # The reason and the customer's words, as one order's review says them.
-    lines += [
-        line
-        for line in request["description"].split("\n\n")
-        if line.startswith(("**Reason", "Customer says"))
-    ]
-    numbers = [o["number"] for o in open_]
-    request["action_request"] = {
-        "action": "refund",
-        "args": {"orders": numbers, "amount_cents": sum(o["amount_cents"] for o in open_)},
+    return lines
+
+
+def review_request(state: RefundState) -> ReviewRequest:
+    """The interrupt's payload: one review for the ticket, a line per order."""
+    orders = _review_orders(state)
+    open_ = [o for o in orders if o["status"] == "open"]
+    asked = sum(o["amount_cents"] for o in open_)
+    lines = _summary(state, orders, asked)
+    reason = reason_of(state)
+    reading = state.get("reading")
+    if reason != policy.LATE_DELIVERY or reading:
+        line = f"**Reason: {policy.REASONS[reason].lower()}**"
+        if reading and reading.get("summary"):
+            line += f" (read by {reading.get('read_by') or 'rules'}): {reading['summary']}"
+        lines.append(line)
+    if state.get("note"):
+        lines.append(f"Customer says: {state['note']}")
+    return {
+        "action_request": {
+            "action": "refund",
+            "args": {"orders": [o["number"] for o in open_], "amount_cents": asked},
+        },
+        "config": {
+            "allow_accept": True,
+            "allow_edit": state["required_role"] == "manager",  # a manager may pay less
+            "allow_respond": True,
+            "allow_ignore": False,
+        },
+        "description": "\n\n".join(lines),
+        "required_role": state["required_role"],
+        "amount_cents": asked,
+        "order": state["order"],
+        "late_by_days": state["late_by_days"],
+        "flags": list(state.get("flags", [])),
+        "notes": list(state.get("notes", [])),
+        "history": state.get("history", CustomerHistory(refunds=0, total_cents=0)),
+        "payment_error": state.get("payment_error", ""),
+        "reason": reason,
+        "reading": reading,
+        "orders": orders,
     }
-    request["description"] = "\n\n".join(lines)
-    request["amount_cents"] = sum(o["amount_cents"] for o in open_)
-    request["orders"] = orders
-    return request
 
 
 def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAnswer]:
-    """The reviewer's answer for each open order: its own entry in `orders`, else the
-    answer for all. Refuses an order that is not open or an amount above what it asks."""
+    """The reviewer's answer for each open order: its own entry in `orders`, else the answer
+    for all. An "edit" (`amount_cents` beside the answer) lowers the one open order's amount.
+    Refuses an order that is not open or an amount above what it asks."""
     asked = {o["number"]: o["amount_cents"] for o in _review_orders(state) if o["status"] == "open"}
+    given = answer.get("orders") or {}
+    edited = answer.get("amount_cents")
+    if edited is not None:
+        if given or len(asked) != 1 or answer["answer"] != "approve":
+            raise ValueError("only an approval of a review of one open order carries an amount")
+        given = {number: {"answer": "approve", "amount_cents": edited} for number in asked}
     answers = policy.order_answers_checked(
-        asked, answer.get("orders") or {}, answer=answer["answer"], reason=answer.get("reason", "")
+        asked, given, answer=answer["answer"], reason=answer.get("reason", "")
     )
     return cast(dict[str, OrderAnswer], answers)
 
 
-def approve_several(state: RefundState) -> RefundState:
-    # This node runs again from the top on resume: nothing before interrupt() may have an effect.
-    answer: ReviewAnswer = interrupt(several_review_request(state))
-    if answer.get("answer") not in ("approve", "reject"):
-        raise ValueError(f"review answer must be approve or reject, got {answer!r}")
-    answers = answer_orders(state, answer)
-    checks = state.get("checks") or {}
+def _review_note(state: RefundState, answer: ReviewAnswer, answers: dict[str, OrderAnswer]) -> str:
     who = answer.get("reviewer", "a reviewer")
+    checks = state.get("checks") or {}
+    if len(ordered_checks(state)) == 1:
+        ((number, one),) = answers.items()
+        if one["answer"] == "reject":
+            why = f": {one['reason']}" if one.get("reason") else ""
+            return f"Rejected by {who}{why}."
+        asked = checks[number]["amount_cents"]
+        if one["amount_cents"] < asked:
+            return (
+                f"Approved by {who}, lowered from {dollars(asked)} to "
+                f"{dollars(one['amount_cents'])}."
+            )
+        return f"Approved by {who}."
     words = []
     for number, one in answers.items():
         if one["answer"] == "approve":
@@ -215,18 +183,30 @@ def approve_several(state: RefundState) -> RefundState:
         else:
             why = f" ({one['reason']})" if one.get("reason") else ""
             words.append(f"{number} rejected{why}")
+    return f"Reviewed by {who}: " + "; ".join(words) + "."
+
+
+def approve(state: RefundState) -> RefundState:
+    # This node runs again from the top on resume: nothing before interrupt() may have an effect.
+    answer: ReviewAnswer = interrupt(review_request(state))
+    if answer.get("answer") not in ("approve", "reject"):
+        raise ValueError(f"review answer must be approve or reject, got {answer!r}")
+    answers = answer_orders(state, answer)
+    checks = state.get("checks") or {}
     approved = [n for n, one in answers.items() if one["answer"] == "approve"]
     paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
     update: RefundState = {
         "decision": answer,
         "checks": {n: {**checks[n], "answer": one} for n, one in answers.items()},
-        "amount_cents": sum(answers[n]["amount_cents"] for n in approved)
-        + sum(c["amount_cents"] for c in paid),
         "payment_error": "",
-        "notes": [f"Reviewed by {who}: " + "; ".join(words) + "."],
+        "notes": [_review_note(state, answer, answers)],
         "trail": ["approve"],
     }
-    if not approved and not paid:
+    if approved or paid:  # what is paid out; a rejection keeps the amount it was asked
+        update["amount_cents"] = sum(answers[n]["amount_cents"] for n in approved) + sum(
+            c["amount_cents"] for c in paid
+        )
+    else:
         reasons = [one.get("reason", "") for one in answers.values() if one.get("reason")]
         update |= {"outcome": "rejected", "outcome_reason": "; ".join(dict.fromkeys(reasons))}
     return update
