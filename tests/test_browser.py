@@ -141,7 +141,7 @@ def _open_approve_and_watch(page, live_server, agent, expect) -> None:
     assert ticket.status == Ticket.Status.REFUNDED
     assert ticket.charges.count() == 1 and ticket.decisions.get().reviewer == agent
     expect(status).to_contain_text("Approved by agent")
-    expect(status).to_contain_text("Settled the orders' charges → Emailed the confirmation")
+    expect(status).to_contain_text("Settled the charges → Emailed the confirmation")
     # Every page above ran under the strict CSP (no inline script or style) without a violation.
     assert "unsafe-inline" not in (page.evaluate("document.contentType") or "")
     assert csp_problems(page, page.console_messages_seen) == []

@@ -433,7 +433,7 @@ def test_a_ticket_of_several_orders_shows_one_lane_per_order_while_it_waits(
     text = history_text(client, ticket)
     assert "Order 1042 checked: $6.99 to refund, late by 4 days waiting on the review" in text
     assert "Order 1047 declined by policy:" in text
-    assert "Checked order 1042, Checked order 1044, Checked order 1047, Gathered the orders" in text
+    assert "Checked order 1042, Checked order 1044, Checked order 1047, Gathered the checks" in text
     assert "Orders 1042, 1044, 1047" in text  # the orders line, not the raw list
     assert not re.search(r"\{(&#x27;|')", html) and "check_order:" not in text  # no dict, no ids
     assert "Fork from here" not in html  # ticket_fork refuses a ticket of several orders
@@ -465,6 +465,6 @@ def test_a_refunded_ticket_of_several_orders_tells_each_orders_charge_from_its_s
     # The ticket page's trail says each fan-out once, with its orders.
     ticket_page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
     assert (
-        "Checked orders 1042, 1044 and 1047 → Gathered the orders&#x27; checks → Chose who "
+        "Checked orders 1042, 1044 and 1047 → Gathered the checks → Chose who "
         "reviews → Review by a person → Charged the refunds of orders 1042 and 1044 → Settled"
     ) in ticket_page

@@ -19,13 +19,13 @@ NODE_WORDS = {
     "__end__": "Finished",
     # One path for one order or several (flow version 5): one check and one charge per order.
     "check_order": "Checked an order",
-    "gather": "Gathered the orders' checks",
+    "gather": "Gathered the checks",
     "decline": "Declined by policy",
     "triage": "Chose who reviews",
     "approve": "Review by a person",
     "charge_order": "Charged an order's refund",
     "payment_failed": "Charge refused, back to a manager",
-    "settle_charges": "Settled the orders' charges",
+    "settle_charges": "Settled the charges",
     "email": "Emailed the confirmation",
     "notify": "Told the customer why not",
     # The one-order nodes of flow version 4 and before, in older threads' histories.
