@@ -425,10 +425,12 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             )
         else:
             # A thread of an older shape is carried to the current one with its run's first
-            # command; one whose next node is gone goes on where that node's work is done now.
+            # command. Only one with nothing left to run (its next node is gone) goes on where
+            # that node's work is done now: one with work reads no charge into an old answer.
             upgrade = versions.upgrade(state.values) if old_shape else {}
-            goto = versions.resume_at(state.values | upgrade) if old_shape else []
-            if not (mirror.has_work(state) or goto):
+            work = mirror.has_work(state)
+            goto = versions.resume_at(state.values | upgrade) if old_shape and not work else []
+            if not (work or goto):
                 return mirror.fields(state)
             carried: Command[str] | None = (
                 Command(update=upgrade, goto=goto) if upgrade or goto else None

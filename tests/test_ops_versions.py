@@ -169,6 +169,17 @@ def version_4(crash_at: str):
         return update
 
     def charge_card(state, runtime):
+        if crash_at == "refused" and "refused" not in crashed:  # a decline: back to a manager
+            crashed.add("refused")
+            why = "card_declined"
+            return Command(
+                update={
+                    "payment_error": why,
+                    "required_role": "manager",
+                    "trail": ["payment_failed"],
+                },
+                goto="approve",
+            )
         amount = state["amount_cents"]
         key = f"{state['ticket_key']}:charge_card:{amount}"
         receipt = runtime.context.pay(key=key, amount_cents=amount)
@@ -212,9 +223,9 @@ def version_4(crash_at: str):
 
 @pytest.fixture
 def on_version_4(monkeypatch, restore_graph, settings, sinks, request):
-    """Run a ticket on version 4's graph until it waits at its review ("review") or dies at the
-    node `crash_at`; then release version 5 (today's code), the gateway and the mail server
-    counting at their ends."""
+    """Run a ticket on version 4's graph until it waits at its review ("review", or "refused":
+    again after its charge was declined) or dies at the node `crash_at`; then release version 5
+    (today's code), the gateway and the mail server counting at their ends."""
     settings.REFUNDS_GATEWAY = "refunds.payments.HttpGateway"
     settings.REFUNDS_GATEWAY_URL = sinks.gateway.url
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
@@ -238,12 +249,13 @@ def on_version_4(monkeypatch, restore_graph, settings, sinks, request):
             assert outcome == "awaiting_review"
             approve(Ticket.objects.get(pk=ticket.pk), reviewer)
             outcome = runner.advance(ticket.pk)
-        assert outcome == ("awaiting_review" if crash_at == "review" else "error"), outcome
+        waits = crash_at in ("review", "refused")  # at its (first or second) review
+        assert outcome == ("awaiting_review" if waits else "error"), outcome
         state = persistence.snapshot(ticket.thread_id)
         assert state.values["flow_version"] == 4 and not state.values.get("checks")
         monkeypatch.undo()  # the release of version 5
         persistence._compiled.cache_clear()
-        if crash_at != "review":  # the worker that died: its ticket is retried
+        if not waits:  # the worker that died: its ticket is retried
             Ticket.objects.filter(pk=ticket.pk).update(status="running", attempts=0)
         return Ticket.objects.get(pk=ticket.pk)
 
@@ -352,3 +364,24 @@ def test_a_version_4_thread_that_died_in_its_checks_starts_again_on_the_one_path
     approve(ticket, admin_user)
     assert runner.advance(ticket.pk) == "refunded"
     assert landed(sinks, ticket) == ([699], {f"{ticket.thread_id}:email": 1})
+
+
+def test_a_declined_version_4_thread_forked_at_its_second_review_is_never_charged_unreviewed(
+    transactional_db, agent, admin_user, manager, late_order, on_version_4, sinks
+):
+    """Its state still holds the first approval. Carried over with a fork (pending work:
+    triage), the runner must not take that old approval for a charge due: the fork's amount
+    goes to a new review, and only its answer is paid."""
+    ticket = on_version_4(agent, admin_user, "refused", approved=True)
+    assert ticket.pending_payload["payment_error"] == "card_declined"
+    assert persistence.snapshot(ticket.thread_id).values["decision"]["answer"] == "approve"
+    services.ticket_fork(ticket=ticket, amount_cents=500, reason="part of it", by=admin_user)
+
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    assert sinks.gateway.charge_calls == {}  # nothing charged without a review
+    ticket = Ticket.objects.get(pk=ticket.pk)
+    assert ticket.amount_cents == 500
+    approve(ticket, manager)
+    assert runner.advance(ticket.pk) == "refunded"
+    carried_to_5(ticket)
+    assert landed(sinks, ticket) == ([500], {f"{ticket.thread_id}:email": 1})

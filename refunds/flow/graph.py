@@ -18,8 +18,8 @@ NodeWrapper = Callable[[str, Callable], Callable]
 def build_graph(
     wrap: NodeWrapper | None = None, tracking: TrackingOptions | None = None
 ) -> StateGraph[RefundState, Collaborators]:
-    """`tracking`: add the carrier's tracking lookup beside the fraud and history checks (a
-    desk with a carrier configured); None leaves it out."""
+    """`tracking`: add the carrier's tracking lookup to each order's checks (a desk with a
+    carrier configured); None leaves it out."""
 
     def node(name: str, fn: Callable | None = None) -> Callable:
         fn = fn or getattr(nodes, name)
