@@ -48,7 +48,15 @@ from intake.services import message_problems
 from refunds import audit, mail, persistence, policy, services
 from refunds import lease as leases
 from refunds.flow.errors import EffectBusy
-from refunds.models import AuditEvent, Order, of_customer, order_number_read, same_customer
+from refunds.flow.state import TICKET_TELLS
+from refunds.models import (
+    AuditEvent,
+    Order,
+    Ticket,
+    of_customer,
+    order_number_read,
+    same_customer,
+)
 from refunds.persistence import FenceLost
 from refunds.services import NOTE_MAX
 
@@ -204,7 +212,9 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
         opened_by=message.brought_by,
         actor=None,
         reason=reading.reason,
-        reading=reading.as_json(),
+        # The ticket tells the customer itself: that a person looks at it once its checks need
+        # one, or the outcome alone when they decide it (refunds/flow/nodes/messages.received).
+        reading=reading.as_json() | {TICKET_TELLS: True},
     )
     for ticket, orders in where.added:
         audit.record(
@@ -242,11 +252,17 @@ def placed(message: Message) -> dict[str, Any]:
 
 
 def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
-    """One email to the sender, whatever became of the message (not if it has no address)."""
+    """One email to the sender, whatever became of the message (not if it has no address),
+    except about a ticket the message opened that tells the customer itself: an acknowledgment
+    then a refusal a second later would say two things at once."""
     lease = _lease()
     message = _message(item)
     if any("sender" in p for p in message_problems(sender=message.sender, body="x")):
         return {"sent": False, "why": "the sender's address is not one we can write to"}
+    telling = _tickets_that_tell([t["id"] for t in where["tickets"] if not t["added"]])
+    where = {**where, "tickets": [t for t in where["tickets"] if t["id"] not in telling]}
+    if telling and not where["tickets"]:
+        return {"sent": False, "why": "the ticket it opened tells the customer"}
     subject, body = acknowledgment(message, where)
     tickets = [t["id"] for t in where["tickets"]]
     mail.send_once(
@@ -258,6 +274,13 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
         body=body,
     )
     return {"sent": True}
+
+
+def _tickets_that_tell(ids: list[int]) -> set[int]:
+    """The tickets opened with TICKET_TELLS (one opened before it was there is acknowledged by
+    the intake, as it was then)."""
+    readings = Ticket.objects.filter(pk__in=ids).values_list("pk", "reading")
+    return {pk for pk, reading in readings if (reading or {}).get(TICKET_TELLS)}
 
 
 def acknowledgment(message: Message, where: dict[str, Any]) -> tuple[str, str]:

@@ -70,9 +70,9 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     # inbound webhook's service, the intake killed inside too: each opened its ticket (counted
     # above) and was acknowledged once at the SMTP server.
     assert summary["messages"] >= 3 and summary["kills_inside_intake"] >= 1, summary
-    assert summary["acknowledgments_delivered"] == (
-        summary["messages"] + summary["messages_acknowledged_twice_in_the_window"]
-    )
+    assert summary["acknowledgments_delivered"] + summary[
+        "messages_told_by_their_outcome_alone"
+    ] == (summary["messages"] + summary["messages_acknowledged_twice_in_the_window"])
     # Outside kills hit ready workers, each counted by what it interrupted.
     for hit in ("holding_task", "holding_lease", "in_open_call"):
         assert summary[f"kills_outside_{hit}"] <= summary["kills_outside_effective"], summary
@@ -364,12 +364,16 @@ def test_each_message_must_open_one_ticket_and_be_acknowledged_once(db, settings
     from intake.models import Message, MessageTicket
     from intake.services import message_receive
     from refunds import services
+    from refunds.models import Ticket
     from tests.conftest import make_order
 
     settings.REFUNDS_CRASH_PLAN = str(tmp_path / "crash-plan.json")
     run = Run({"seed": 1, "backend": "embedded", "workers": 2}, progress=None)
     names = ["fine", "lost", "sorted", "unacknowledged", "acknowledged twice"]
-    messages = {}
+    # Opened a ticket that tells the customer itself: a person looks (`received`), or it was
+    # declined at once and the outcome alone was due (told "look at it" too: a broken promise).
+    names += ["told by its ticket", "declined, outcome alone", "declined, told twice"]
+    messages, tickets = {}, {}
     for i, name in enumerate(names):
         make_order(f"A{i}00", name="Ana Souza")
         message, _ = message_receive(
@@ -386,7 +390,9 @@ def test_each_message_must_open_one_ticket_and_be_acknowledged_once(db, settings
         run.messages[message.pk] = [f"A{i}00"]
         if name in ("lost", "sorted"):
             continue
-        ticket = services.ticket_open(order_number=f"A{i}00")
+        ticket = tickets[name] = services.ticket_open(order_number=f"A{i}00")
+        if name.startswith("declined"):
+            Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.DECLINED)
         MessageTicket.objects.create(message=message, ticket=ticket, orders=[f"A{i}00"])
         Message.objects.filter(pk=message.pk).update(status=Message.Status.OPENED, ticket=ticket)
     Message.objects.filter(pk=messages["sorted"].pk).update(status=Message.Status.NEEDS_SORTING)
@@ -397,8 +403,12 @@ def test_each_message_must_open_one_ticket_and_be_acknowledged_once(db, settings
         backend = get_connection(
             "django.core.mail.backends.smtp.EmailBackend", host="127.0.0.1", port=run.smtp.port
         )
-        for name in ("fine", "sorted", "acknowledged twice", "acknowledged twice"):
-            key = Message.objects.get(pk=messages[name].pk).ack_key
+        keys = [
+            Message.objects.get(pk=messages[name].pk).ack_key
+            for name in ("fine", "sorted", "acknowledged twice", "acknowledged twice")
+        ]
+        keys += [f"{tickets[n].thread_id}:received" for n in names if "told" in n]
+        for key in keys:
             EmailMessage(
                 "Re: Late",
                 "Thank you",
@@ -410,14 +420,16 @@ def test_each_message_must_open_one_ticket_and_be_acknowledged_once(db, settings
         run.smtp.stop()
     summary = run._summary({}, True, 1.0)
     assert {k: v for k, v in summary.items() if k.startswith(("messages", "acknowledgments"))} == {
-        "messages": 5,
+        "messages": 8,
         "messages_lost": 1,
         "messages_placed_not_once": 1,
         "messages_never_acknowledged": 2,  # the lost one too
-        "acknowledgments_delivered": 4,
+        "acknowledgments_delivered": 6,
         "messages_acknowledged_twice": 1,
         "messages_acknowledged_twice_in_the_window": 0,
         "messages_acknowledged_twice_unexplained": 1,
+        "messages_told_by_their_outcome_alone": 2,
+        "messages_acknowledged_then_declined": 1,
     }
     assert summary["emails_delivered"] == summary["emails_delivered_twice"] == 0
     assert [p for p in broken_promises(summary) if p.startswith("messages")] == [
@@ -425,4 +437,5 @@ def test_each_message_must_open_one_ticket_and_be_acknowledged_once(db, settings
         "messages_placed_not_once",
         "messages_acknowledged_twice_unexplained",
         "messages_never_acknowledged",
+        "messages_acknowledged_then_declined",
     ]

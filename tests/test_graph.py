@@ -618,8 +618,10 @@ def test_one_order_takes_the_per_order_path_its_checks_in_one_task():
 def test_the_drawn_graph_has_one_path_for_one_order_or_several():
     edges = {(e.source, e.target) for e in build_graph().compile().get_graph().edges}
     assert ("triage", "approve") in edges
-    assert {t for s, t in edges if s == "triage"} == {"approve"}
+    # Straight to the review, or first `received` for a ticket the intake left it to tell.
+    assert {t for s, t in edges if s == "triage"} == {"approve", "received"}
     assert {
+        ("received", "approve"),
         ("__start__", "check_order"),
         ("check_order", "gather"),
         ("gather", "decline"),

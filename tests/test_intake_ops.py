@@ -90,7 +90,8 @@ def test_a_message_given_up_on_is_listed_counted_and_retried_into_its_ticket(
     assert workflow.message_take(message.pk) == "finished"
     message.refresh_from_db()
     assert message.status == "opened" and message.ticket == Ticket.objects.get()
-    assert [m.to for m in django_mail.outbox] == [["ana@example.com"]]  # acknowledged, once
+    # The ticket it opened tells the customer (a person looks, or the outcome): not the intake.
+    assert django_mail.outbox == [] and not Email.objects.exists()
 
     again = client.post(reverse("ops:message_retry", args=[message.pk]), follow=True)
     assert "handed back already" in again.content.decode()
@@ -113,18 +114,27 @@ def test_a_message_sorted_by_hand_after_the_give_up_keeps_what_the_person_chose(
     assert len(django_mail.outbox) == 1  # only the acknowledgment it owed
 
 
+def open_already(order) -> Ticket:
+    """A ticket open for the order: a message about it is added there, and the intake owes its
+    sender the acknowledgment (a ticket the message opened tells the customer itself)."""
+    from refunds import services
+
+    return services.ticket_open(order_number=order.number)
+
+
 def test_a_placed_message_whose_acknowledgment_kept_failing_is_listed_and_retried(
     client, ana, admin_user, no_mail_server
 ):
+    open_already(ana)
     message = receive()
     for _ in range(no_mail_server.REFUNDS_MAX_ATTEMPTS):
         assert workflow.message_take(message.pk) == "error"
-    assert workflow.message_take(message.pk) == "opened"  # the cap: placed, so it stays placed
+    assert workflow.message_take(message.pk) == "added"  # the cap: placed, so it stays placed
     message.refresh_from_db()
-    assert message.status == "opened" and message.finished_at and message.last_error
+    assert message.status == "added" and message.finished_at and message.last_error
     client.force_login(admin_user)
     page = client.get(reverse("ops:failed")).content.decode()
-    assert f'id="given-up-{message.pk}"' in page and "Opened a ticket" in page
+    assert f'id="given-up-{message.pk}"' in page and "Added to an open ticket" in page
 
     no_mail_server.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     client.post(reverse("ops:message_retry", args=[message.pk]))
@@ -210,9 +220,10 @@ def test_an_acknowledgment_of_a_ticket_still_in_review_is_listed_once_the_intake
     client, ana, admin_user, no_mail_server
 ):
     no_mail_server.REFUNDS_MAX_ATTEMPTS = 1
+    open_already(ana)
     message = receive()
     assert workflow.message_take(message.pk) == "error"
-    assert workflow.message_take(message.pk) == "opened"
+    assert workflow.message_take(message.pk) == "added"
     email = Email.objects.get()
     assert email.ticket is not None and not email.ticket.is_final
     client.force_login(admin_user)

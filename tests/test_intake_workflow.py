@@ -20,6 +20,7 @@ from intake.models import Message
 from intake.services import message_receive, messages_recover
 from refunds import enqueue, persistence, services
 from refunds import lease as leases
+from refunds.flow.state import TICKET_TELLS
 from refunds.models import AuditEvent, Email, Ticket
 from reviews.templatetags.desk import audit_words
 from tests.conftest import helpdesk, make_order
@@ -67,6 +68,17 @@ def acks() -> list[str]:
     return [m.to[0] for m in django_mail.outbox]
 
 
+def told(ticket: Ticket) -> str:
+    """The email the ticket the message opened sends its customer on its way to a review (the
+    intake leaves telling them to it: refunds/flow/nodes/messages.received)."""
+    from refunds import runner
+
+    before = len(django_mail.outbox)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    (email,) = django_mail.outbox[before:]
+    return email.body
+
+
 def test_an_email_cut_for_reading_opens_its_ticket_and_the_pages_say_it_was_cut(
     ana, settings, client, agent
 ):
@@ -95,11 +107,13 @@ def test_a_message_naming_its_order_opens_one_ticket_with_the_reading_and_is_ack
     ticket = Ticket.objects.get()
     assert message.status == "opened" and message.ticket == ticket
     assert ticket.order == ana and ticket.reason == "late_delivery"
-    assert ticket.reading["orders"] == ["1042"] and message.reading == ticket.reading
+    assert ticket.reading["orders"] == ["1042"]
+    assert message.reading | {TICKET_TELLS: True} == ticket.reading
+    assert acks() == []  # the ticket tells the customer: a person looks, or the outcome alone
+    assert "We have opened a refund request for order 1042." in told(ticket)
     assert acks() == ["ana@example.com"]
-    assert "refund request for order 1042" in django_mail.outbox[0].body
     email = Email.objects.get()
-    assert email.key == f"{message.thread_id}:ack" and email.status == "sent"
+    assert email.key == f"{ticket.thread_id}:received" and email.status == "sent"
     assert email.ticket == ticket
     assert AuditEvent.objects.filter(ticket=ticket, seen__message_id=message.pk).count() == 1
 
@@ -110,7 +124,7 @@ def test_a_message_taken_again_opens_nothing_and_sends_nothing(ana):
     # Even a forced replay of the finished thread (its end lost, say) changes nothing.
     Message.objects.filter(pk=message.pk).update(finished_at=None)
     assert workflow.message_take(message.pk) == "finished"
-    assert Ticket.objects.count() == 1 and len(django_mail.outbox) == 1
+    assert Ticket.objects.count() == 1 and Email.objects.count() == 0
 
 
 def test_a_message_delivered_twice_is_one_message_and_one_intake(ana, sent):
@@ -142,8 +156,7 @@ def test_a_message_naming_two_orders_of_the_sender_opens_one_ticket_covering_bot
     ticket = Ticket.objects.get()
     assert message.status == "opened" and message.ticket == ticket
     assert ticket.order_numbers() == ["1042", "1044"]
-    assert len(django_mail.outbox) == 1
-    assert "a refund request for your orders 1042 and 1044" in django_mail.outbox[0].body
+    assert "a refund request for your orders 1042 and 1044" in told(ticket)
 
 
 THREE = "My last three orders were all late: 1042, 1044 and 1047. Refund the delivery? Ana"
@@ -165,8 +178,7 @@ def test_a_message_naming_three_orders_opens_one_ticket_covering_the_three(ana):
     assert workflow.placed(message)["tickets"] == [
         {"id": ticket.pk, "orders": ["1042", "1044", "1047"], "added": False}
     ]
-    body = django_mail.outbox[0].body
-    assert "We have opened a refund request for your orders 1042, 1044 and 1047." in body
+    assert "We have opened a refund request for your orders 1042, 1044 and 1047." in told(ticket)
 
 
 def test_one_of_three_orders_open_elsewhere_gets_the_message_and_the_other_two_one_ticket(ana):
@@ -181,9 +193,10 @@ def test_one_of_three_orders_open_elsewhere_gets_the_message_and_the_other_two_o
     added = AuditEvent.objects.get(ticket=elsewhere, seen__message_id=message.pk)
     assert added.seen == {"message_id": message.pk, "added": True, "orders": ["1044"]}
     assert "added to this ticket" in added.note and "1044 and 1047" in added.note
-    body = django_mail.outbox[0].body
-    assert "opened a refund request for your orders 1042 and 1047" in body
-    assert "the refund request already open for order 1044" in body
+    (ack,) = django_mail.outbox  # the intake's, about the ticket it added the message to
+    assert "the refund request already open for order 1044" in ack.body
+    assert "opened" not in ack.body  # the ticket it opened tells of itself
+    assert "opened a refund request for your orders 1042 and 1047" in told(new)
 
 
 def test_all_orders_open_on_one_ticket_add_the_message_there_once(ana):
@@ -311,7 +324,9 @@ def test_a_finished_task_is_not_run_again_when_the_thread_is_replayed(ana, setti
     # read and find_orders ran once; open_ticket twice (its first try failed before its effect)
     ran = [m.split("@")[1] for m in faults.fired(plan)]
     assert ran == ["intake:open_ticket"]  # the only point that fired, once
-    assert Ticket.objects.count() == 1 and len(django_mail.outbox) == 1
+    assert Ticket.objects.count() == 1 and len(django_mail.outbox) == 0
+    assert "refund request for order 1042" in told(Ticket.objects.get())
+    assert len(django_mail.outbox) == 1
 
 
 def test_a_replay_reads_the_message_once(ana, monkeypatch):
@@ -425,6 +440,8 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
     assert message.status == "opened" and Ticket.objects.count() == 1
     assert len(Ticket.objects.get().order_numbers()) == orders
     assert AuditEvent.objects.filter(seen__message_id=message.pk).count() == 1
+    assert len(django_mail.outbox) == 0  # the ticket tells: once, on its way to the review
+    told(Ticket.objects.get())
     assert len(django_mail.outbox) == 1
 
 
@@ -489,6 +506,7 @@ def test_a_message_begun_on_the_functional_api_is_carried_to_the_graph(ana):
         intake.invoke(item, {"configurable": {"thread_id": message.thread_id}})
     message = take(message)
     assert message.status == "opened" and Ticket.objects.count() == 1
+    told(Ticket.objects.get())
     assert acks() == ["ana@example.com"]
 
 
@@ -529,3 +547,38 @@ def test_a_model_that_names_another_customers_order_opens_no_ticket_for_it(ana):
         "nothing was opened for it."
     }
     assert Ticket.objects.count() == 0
+
+
+# --- what the customer hears, read at a real SMTP server --------------------------------------
+def test_a_message_the_policy_declines_at_once_gets_one_email_the_outcome(transactional_db, smtp):
+    make_order("1042", late=-3)  # arrived three days early
+    message = take(receive(LATE.format(n=1042)))
+    assert smtp.count() == 0  # nothing yet: the ticket's checks decide whether a person looks
+    from refunds import runner
+
+    assert runner.advance(message.ticket.pk) == "declined"
+    (only,) = smtp.delivered
+    assert only.to == ["ana@example.com"] and "order 1042" in only.subject
+    assert "cannot refund" in only.body and "look at it" not in only.body
+
+
+def test_a_message_a_person_reviews_gets_told_so_then_the_outcome_once_each(
+    transactional_db, smtp, agent
+):
+    from refunds import runner
+    from tests.reviewing import decide
+
+    make_order("1042")
+    message = take(receive(LATE.format(n=1042)))
+    ticket = message.ticket
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    (received,) = smtp.delivered
+    assert "Someone on our team will look at it" in received.body
+    ticket.refresh_from_db()
+    decide(ticket, agent)
+    assert runner.advance(ticket.pk) == "refunded"
+    assert [d.key for d in smtp.delivered] == [
+        f"{ticket.thread_id}:received",
+        f"{ticket.thread_id}:email",
+    ]
+    assert "We refunded $6.99" in smtp.delivered[1].body

@@ -303,7 +303,7 @@ def test_every_run_that_can_reach_an_effect_is_durable_sync(
         ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
     )
     assert runner.advance(ticket.pk) == "refunded"
-    assert seen == [("exit", ["charge_order", "email", "notify"]), ("sync", None)]
+    assert seen == [("exit", ["received", "charge_order", "email", "notify"]), ("sync", None)]
 
 
 def test_a_declined_ticket_stops_before_the_email_then_sends_it_under_sync(

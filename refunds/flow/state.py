@@ -111,6 +111,12 @@ def merge_by_order(left: dict[str, Any] | None, right: dict[str, Any] | None) ->
     return {**(left or {}), **(right or {})}
 
 
+# In a ticket's `reading`: the intake opened it from the customer's message and left telling the
+# customer to the ticket: `received` once a person must look at it, or only the outcome when
+# its checks decide it at once (one email, not an acknowledgment then a refusal).
+TICKET_TELLS = "ticket_tells"
+
+
 class RefundState(TypedDict, total=False):
     ticket_key: str  # the thread's business key, also the prefix of every idempotency key
     order_number: str  # the ticket's first (or only) order

@@ -28,6 +28,7 @@ NODE_WORDS = {
     "settle_charges": "Settled the charges",
     "email": "Emailed the confirmation",
     "notify": "Told the customer why not",
+    "received": "Told the customer a person will look",
     # The one-order nodes of flow version 4 and before, in older threads' histories.
     "lookup": "Looked up the order",
     "fraud_check": "Checked for fraud signals",

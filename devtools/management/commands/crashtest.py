@@ -104,6 +104,7 @@ BROKEN_PROMISES = (
     "messages_placed_not_once",
     "messages_acknowledged_twice_unexplained",
     "messages_never_acknowledged",
+    "messages_acknowledged_then_declined",
 )
 
 
@@ -656,10 +657,29 @@ class Run:
         exactly one new ticket for the orders it names, acknowledged once at the SMTP server."""
         from intake.models import Message
         from intake.workflow import placed
+        from refunds.models import Ticket
 
         messages = list(Message.objects.filter(pk__in=self.messages))
         delivered = self.smtp.keys()
         lost = [m for m in messages if m.finished_at is None or m.status == Message.Status.RECEIVED]
+        # A message that opened a ticket is acknowledged by that ticket (`received`, once a
+        # person must look) or told only its outcome (declined at once): never both.
+        opened = {m.pk: [t["id"] for t in placed(m)["tickets"] if not t["added"]] for m in messages}
+        threads = dict(
+            Ticket.objects.filter(pk__in=[i for ids in opened.values() for i in ids]).values_list(
+                "pk", "thread_id"
+            )
+        )
+        declined = set(
+            Ticket.objects.filter(pk__in=threads, status="declined").values_list("pk", flat=True)
+        )
+
+        def keys(m: Message) -> list[str]:
+            return [m.ack_key, *(f"{threads[i]}:received" for i in opened[m.pk] if i in threads)]
+
+        def told_at_once(m: Message) -> bool:  # its ticket's checks decided: the outcome alone
+            return any(i in declined for i in opened[m.pk])
+
         once = [
             m
             for m in messages
@@ -671,9 +691,20 @@ class Run:
             "messages": len(messages),
             "messages_lost": len(lost) + len(self.messages) - len(messages),
             "messages_placed_not_once": len(messages) - len(lost) - len(once),
-            "messages_never_acknowledged": sum(1 for m in messages if not delivered.get(m.ack_key)),
-            "acknowledgments_delivered": sum(delivered.get(m.ack_key, 0) for m in messages),
-            "ack_keys": {m.ack_key for m in messages},
+            "messages_never_acknowledged": sum(
+                1
+                for m in messages
+                if not told_at_once(m) and not any(delivered.get(k) for k in keys(m))
+            ),
+            "messages_told_by_their_outcome_alone": sum(1 for m in messages if told_at_once(m)),
+            # An acknowledgment and then a refusal: the customer told two things at once.
+            "messages_acknowledged_then_declined": sum(
+                1 for m in messages if told_at_once(m) and any(delivered.get(k) for k in keys(m))
+            ),
+            "acknowledgments_delivered": sum(
+                delivered.get(k, 0) for m in messages for k in keys(m)
+            ),
+            "ack_keys": {k for m in messages for k in keys(m)},
         }
 
     def _summary(self, plan: dict, settled: bool, seconds: float) -> dict:

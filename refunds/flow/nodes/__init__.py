@@ -4,7 +4,8 @@ review), `review` (triage and the interrupt), `charge` (money moved once per key
 the runtime context. No Django imports: the graph runs against fakes in memory for tests.
 
 A ticket of one order or several takes one path: `fan_out` sends one check_order per order,
-`gather` sums them up for triage (or `decline` when the policy refunds none), `approve` asks one
+`gather` sums them up for triage (or `decline` when the policy refunds none), `received` tells
+the customer whose message opened the ticket that a person will look at it, `approve` asks one
 review that answers per order, `send_charges` sends one charge_order per approved order, and
 `settle_charges` sends a refused one back to a manager or goes on to the one email (`notify`
 when nothing is refunded)."""
@@ -24,7 +25,7 @@ from refunds.flow.nodes.checks import (
     route_gathered,
 )
 from refunds.flow.nodes.common import customer_namespace
-from refunds.flow.nodes.messages import MAIL_RETRY, email, notify
+from refunds.flow.nodes.messages import MAIL_RETRY, email, notify, received
 from refunds.flow.nodes.review import approve, review_request, triage
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "gather",
     "make_check_order",
     "notify",
+    "received",
     "review_request",
     "route_gathered",
     "send_charges",

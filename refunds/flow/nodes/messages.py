@@ -58,6 +58,42 @@ def notify_key(state: RefundState) -> str:
     return f"{state['ticket_key']}:notify" + (f":fork{forks}" if forks else "")
 
 
+def received_key(ticket_key: str) -> str:
+    return f"{ticket_key}:received"  # once per ticket: a fork's second review says nothing new
+
+
+def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
+    """Tell the customer whose message opened the ticket that a person will look at it, now
+    that one must (the review is next). Only a ticket the intake left this to (TICKET_TELLS;
+    triage routes): one its checks decide at once sends only the outcome (`notify`), never an
+    acknowledgment and a refusal a second apart."""
+    order, numbers = state["order"], state["order_numbers"]
+    which = f"order {numbers[0]}" if len(numbers) == 1 else f"your orders {_and(numbers)}"
+    body = (
+        f"Hello {order['customer_name']},\n\n"
+        f"Thank you for writing to us. We have opened a refund request for {which}. Someone on "
+        "our team will look at it, and we will email you again once it is decided.\n\n"
+        "Refund Desk"
+    )
+    error = _deliver(
+        runtime,
+        key=received_key(state["ticket_key"]),
+        to=order["customer_email"],
+        subject=f"We got your refund request for {which.removeprefix('your ')}",
+        body=body,
+    )
+    note = (
+        f"Told {order['customer_email']} a person will look at it."
+        if not error
+        else f"Email that a person will look at it not delivered: {error}."
+    )
+    return {"notes": [note], "trail": ["received"]}
+
+
+def _and(numbers: list[str]) -> str:
+    return ", ".join(numbers[:-1]) + " and " + numbers[-1]
+
+
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     """Tell the customer why there is no refund (declined by policy or rejected by a reviewer).
     A message sent back as misread is not a refusal: nothing is sent, its next ticket answers."""

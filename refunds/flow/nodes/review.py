@@ -13,6 +13,7 @@ from core.clock import day_words
 from refunds import policy
 from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
+    TICKET_TELLS,
     Collaborators,
     CustomerHistory,
     OrderAnswer,
@@ -24,7 +25,9 @@ from refunds.flow.state import (
 from refunds.flow.words import days, dollars
 
 
-def triage(state: RefundState, runtime: Runtime[Collaborators]) -> Command[Literal["approve"]]:
+def triage(
+    state: RefundState, runtime: Runtime[Collaborators]
+) -> Command[Literal["received", "approve"]]:
     amount, flagged = state["amount_cents"], bool(state.get("flags"))
     limit = runtime.context.agent_limit_cents
     reason = reason_of(state)
@@ -36,7 +39,8 @@ def triage(state: RefundState, runtime: Runtime[Collaborators]) -> Command[Liter
             "notes": [f"Refund of {dollars(state['amount_cents'])} is {why}: {role} review."],
             "trail": ["triage"],
         },
-        goto="approve",
+        # A ticket the intake opened from the customer's message tells them a person will look.
+        goto="received" if (state.get("reading") or {}).get(TICKET_TELLS) else "approve",
     )
 
 
