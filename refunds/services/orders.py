@@ -6,11 +6,12 @@ currency, an order number that appears twice in the same input (every copy is re
 one the shop meant is not ours to pick). What an order holds (its lines, total and amount paid)
 is read by bought_read, here, for every way in (the order source too): a line without a price
 or quantity, a quantity below 1, a line id twice, a total that does not add up, a paid amount
-above the total refuse the order, naming the line. An order the ledger holds money for (refunded, or a
-charge under way) is never changed: what the customer was refunded was worked out from it. Nor
-is an order with an open ticket: its review shows what lookup read, and its charge pays against
-the order's payment reference and fee as they stand then; the shop sends the change again once
-the ticket is finished."""
+above the total refuse the order, naming the line.
+
+An order the ledger holds money for (refunded, or a charge under way) is never changed: what
+the customer was refunded was worked out from it. Nor is an order with an open ticket: its
+review shows what lookup read, and its charge pays against the order's payment reference and
+fee as they stand then; the shop sends the change again once the ticket is finished."""
 
 from __future__ import annotations
 
