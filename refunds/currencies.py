@@ -135,3 +135,10 @@ def from_minor(minor: int, currency: str) -> str:
     """899 USD -> "8.99", 899 JPY -> "899": the plain figure a form field shows for editing."""
     digits = minor_units(currency)
     return f"{Decimal(minor).scaleb(-digits):.{digits}f}"
+
+
+def shown(minor: int, currency: str) -> str:
+    """An amount as the desk shows it: "$8.99" in dollars, "8.99 EUR" in any other currency."""
+    if currency == "USD":
+        return f"${Decimal(minor).scaleb(-2):,.2f}"
+    return f"{from_minor(minor, currency)} {currency}"
