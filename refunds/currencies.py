@@ -21,6 +21,8 @@ from babel.numbers import (
     get_territory_currencies,
 )
 
+from refunds.flow.words import dollars
+
 # What a PositiveIntegerField holds; no shipping fee comes near it.
 MAX_MINOR = 2**31 - 1
 
@@ -140,5 +142,5 @@ def from_minor(minor: int, currency: str) -> str:
 def shown(minor: int, currency: str) -> str:
     """An amount as the desk shows it: "$8.99" in dollars, "8.99 EUR" in any other currency."""
     if currency == "USD":
-        return f"${Decimal(minor).scaleb(-2):,.2f}"
+        return dollars(minor)
     return f"{from_minor(minor, currency)} {currency}"

@@ -273,3 +273,17 @@ def test_a_refused_json_lines_order_changes_nothing_and_names_its_line(db, tmp_p
 
 def test_the_tolerance_is_one_minor_unit_per_line():
     assert orders.TOTAL_TOLERANCE_PER_LINE == 1
+
+
+def test_changed_lines_of_an_order_with_an_open_ticket_are_refused(db, tmp_path):
+    from refunds import services
+
+    run(csv_file(tmp_path, [VASE, LAMP]))
+    services.ticket_open(order_number="4001")
+    before = held()
+
+    code, out = run(csv_file(tmp_path, [_with(VASE, total="97.00", paid="97.00")]))
+
+    assert code == 1
+    assert "has an open refund ticket" in out and "total_cents, paid_cents, lines differ" in out
+    assert held() == before
