@@ -27,6 +27,7 @@ class Delivered:
     subject: str
     at: float  # when the server answered 250 (time.time())
     ended_at: float = 0.0  # when the final "." of the message arrived
+    body: str = ""  # the text the customer reads, decoded
 
 
 @dataclass
@@ -38,6 +39,17 @@ class Ended:
     at: float
     code: int = 0
     answered_at: float = 0.0
+
+
+def _text(message: email.message.Message) -> str:
+    """The message's text part as its reader sees it (transfer encoding and charset undone)."""
+    part = next((p for p in message.walk() if p.get_content_type() == "text/plain"), None)
+    if part is None:
+        return ""
+    raw = part.get_payload(decode=True)
+    if not isinstance(raw, bytes):
+        return ""
+    return raw.decode(part.get_content_charset() or "utf-8", errors="replace")
 
 
 def free_port() -> int:
@@ -98,6 +110,7 @@ class SmtpSink:
                         subject=message.get("Subject", ""),
                         at=ended.answered_at,
                         ended_at=ended.at,
+                        body=_text(message),
                     )
                 )
         if refuse:

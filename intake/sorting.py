@@ -28,12 +28,10 @@ from refunds.services import (
 )
 
 ORDERS_MAX = 10  # one message names a few orders; more is a paste gone wrong
-# Sent to the customer with the rejection that ends a misread ticket's review (the existing
-# decision path emails its reason): the message is being read again, by a person this time.
-SENT_BACK_REASON = (
-    "We read your message wrongly and opened the wrong request; a colleague is reading it again "
-    "and will get back to you."
-)
+# The rejection that ends a misread ticket's review, on the desk only: the customer is told
+# nothing (a "cannot refund" would be a refusal that is not one); the message's next ticket
+# answers them.
+SENT_BACK_REASON = "The message was misread; it went back to Needs sorting."
 
 
 class SortingError(RefundError):
@@ -209,9 +207,9 @@ def message_mark_not_refund(*, message: Message, by) -> Message:
 
 def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
     """A reviewer saw the reader misread the message: the ticket's review ends rejected through
-    the decision path everyone uses (the customer is told it is being read again), and the
-    message returns to "Needs sorting" saying who sent it back and why. One transaction: the
-    decision and the message move together, or neither does."""
+    the decision path everyone uses (the customer is told nothing: no refusal that is not one),
+    and the message returns to "Needs sorting" saying who sent it back and why. One
+    transaction: the decision and the message move together, or neither does."""
     why = (why or "").strip()
     if not why:
         raise SortingError("Say what was misread; whoever sorts it again reads your words.")
@@ -230,6 +228,7 @@ def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
             reason=SENT_BACK_REASON,
             note=f"Sent back to Needs sorting: {why}",
             reviewer=by,
+            sent_back=True,
         )
         # Of two reviewers sending back at once, ticket_decide let one through (the interrupt
         # id is UNIQUE); only that one gets here.

@@ -491,6 +491,10 @@ class Decision(models.Model):
     # A ticket of several orders: the answer per order number ({"answer", "amount_cents",
     # "reason"}); `answer` then says whether any was approved. None: `answer` is for them all.
     orders = models.JSONField(null=True, blank=True)
+    # A rejection because the intake misread the message, which went back to Needs sorting: the
+    # customer is told nothing now (no refusal that is not one); the message's next ticket
+    # answers them.
+    sent_back = models.BooleanField(default=False)
     decided_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
@@ -510,7 +514,12 @@ class Decision(models.Model):
 
     def as_resume_value(self) -> dict:
         return resume_value(
-            self.answer, self.reason, self.reviewer.username, self.amount_cents, self.orders
+            self.answer,
+            self.reason,
+            self.reviewer.username,
+            self.amount_cents,
+            self.orders,
+            sent_back=self.sent_back,
         )
 
 
@@ -520,6 +529,8 @@ def resume_value(
     reviewer: str,
     amount_cents: int | None,
     orders: dict | None = None,
+    *,
+    sent_back: bool = False,
 ) -> dict:
     """What a decision sends into the thread with `Command(resume=...)`. The internal note is
     left out on purpose: what enters the thread can reach the customer's email, the note must
@@ -529,6 +540,8 @@ def resume_value(
         value["amount_cents"] = amount_cents  # an "edit": the amount to pay instead
     if orders:
         value["orders"] = orders  # the answer per order of a ticket of several
+    if sent_back:
+        value["sent_back"] = True  # a misread message sent back: nothing to tell the customer
     return value
 
 

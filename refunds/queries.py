@@ -71,7 +71,8 @@ def unapplied(alias: str) -> str:
 
 def open_decisions(ticket: str) -> str:
     """The ticket's decisions recorded and not yet applied (an SQL expression for its id), as one
-    JSON array of [id, interrupt_id, answer, reason, amount_cents, reviewer's username, orders]:
+    JSON array of [id, interrupt_id, answer, reason, amount_cents, reviewer's username, orders,
+    sent_back]:
     the lease grant returns them with the lease, so a resume needs no read of its own. Read it
     with `read_open_decisions`."""
     from django.contrib.auth import get_user_model
@@ -85,8 +86,9 @@ def open_decisions(ticket: str) -> str:
         f"WHERE d.ticket_id = {ticket} AND {unapplied('d')}"
     )
     if is_postgres():
-        return f"(SELECT coalesce(json_agg(json_build_array({columns}, d.orders)), '[]') {rows})"
-    return f"(SELECT json_group_array(json_array({columns}, json(d.orders))) {rows})"
+        built = f"json_build_array({columns}, d.orders, d.sent_back)"
+        return f"(SELECT coalesce(json_agg({built}), '[]') {rows})"
+    return f"(SELECT json_group_array(json_array({columns}, json(d.orders), d.sent_back)) {rows})"
 
 
 def read_open_decisions(value: Any) -> list[tuple]:

@@ -285,12 +285,15 @@ def _open_decisions(lease: leases.Lease) -> list[tuple]:
 def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | None):
     """Return the recorded decision the thread waits on, if any; close out the others."""
     chosen = None
-    for pk, interrupt_id, answer, reason, amount_cents, reviewer, orders in _open_decisions(lease):
+    for row in _open_decisions(lease):
+        pk, interrupt_id, answer, reason, amount_cents, reviewer, orders, sent_back = row
         one = _fenced(Decision.objects.filter(pk=pk), lease)
         if interrupt_id in pending and chosen is None:
             if isinstance(orders, str):  # SQLite hands JSON back as text, PostgreSQL parsed
                 orders = json.loads(orders)
-            value = resume_value(answer, reason, reviewer, amount_cents, orders)
+            value = resume_value(
+                answer, reason, reviewer, amount_cents, orders, sent_back=bool(sent_back)
+            )
             chosen = _Answer(pk, interrupt_id, value)
         elif pk == answered:  # a crash after the resume landed, before we noted it
             one.update(applied_at=timezone.now())

@@ -242,6 +242,16 @@ def sinks() -> Iterator[Sinks]:
     started.stop()
 
 
+@pytest.fixture
+def smtp(settings) -> Iterator[SmtpSink]:
+    """A real SMTP server that this process's mail goes to (the workers' go to `sinks.smtp`)."""
+    sink = SmtpSink().start()
+    for name, value in sink.env().items():
+        setattr(settings, name, int(value) if name == "EMAIL_PORT" else value)
+    yield sink
+    sink.stop()
+
+
 @pytest.fixture(scope="session")
 def localstripe(tmp_path_factory) -> Iterator[LocalStripe]:
     """localstripe, a stateful Stripe emulator, as a real HTTP server on a loopback port for the

@@ -62,6 +62,12 @@ def page_for(browser, live_server, user, *, width: int = 1280):
     page.add_init_script(WATCH_CSP)
     page.console_messages_seen = []  # type: ignore[attr-defined]
     page.on("console", lambda m: page.console_messages_seen.append(m.text))
+    # Every request a page makes by itself (its icon, styles, scripts) is answered.
+    page.failed_requests = []  # type: ignore[attr-defined]
+    page.on(
+        "response",
+        lambda r: r.status >= 400 and page.failed_requests.append(f"{r.status} {r.url}"),
+    )
     return page
 
 
@@ -179,5 +185,8 @@ def test_every_desk_page_fits_a_phone_and_a_desk_and_the_queue_buttons_are_on_sc
                 page.goto(f"{live_server.url}/audit/")
                 assert page.evaluate("document.documentElement.scrollWidth") <= width
                 page.screenshot(path=str(folder / f"audit-{width}.png"), full_page=True)
+                page.goto(f"{live_server.url}/admin/login/")  # Django admin's own page
+                expect(page.locator("#login-form")).to_be_visible()
             assert csp_problems(page, page.console_messages_seen) == []
+            assert page.failed_requests == []
             page.context.close()

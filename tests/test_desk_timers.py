@@ -81,17 +81,6 @@ def test_the_timers_run_on_celery_beat(settings):
     assert entry["schedule"] == settings.REFUNDS_TIMER_SECONDS
 
 
-@pytest.fixture
-def smtp(settings):
-    from devtools.smtp_sink import SmtpSink
-
-    sink = SmtpSink().start()
-    for name, value in sink.env().items():
-        setattr(settings, name, int(value) if name == "EMAIL_PORT" else value)
-    yield sink
-    sink.stop()
-
-
 def test_a_reminder_the_mail_server_refuses_waits_in_the_outbox_and_is_resent_once(
     client, desk, smtp, admin_user
 ):

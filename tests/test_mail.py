@@ -178,17 +178,6 @@ def test_on_postgresql_a_young_claim_is_left_to_its_sender_even_with_its_lock_fr
     assert django_mail.outbox == []
 
 
-@pytest.fixture
-def smtp(settings):
-    from devtools.smtp_sink import SmtpSink
-
-    sink = SmtpSink().start()
-    for name, value in sink.env().items():
-        setattr(settings, name, int(value) if name == "EMAIL_PORT" else value)
-    yield sink
-    sink.stop()
-
-
 def test_through_a_real_smtp_server_the_message_is_marked_sent_once_accepted(ticket, smtp):
     lease = leases.grant(ticket)
     send(ticket, lease)

@@ -142,8 +142,8 @@ def test_where_messages_went_is_carried_from_the_audit_log_and_sorting_to_their_
     executor.migrate(executor.loader.graph.leaf_nodes())
 
 
-LINES_BEFORE = [("refunds", "0025_sweep_run")]
-LINES_AFTER = [("refunds", "0026_order_lines")]
+LINES_BEFORE = [("refunds", "0026_decision_sent_back")]
+LINES_AFTER = [("refunds", "0027_order_lines")]
 
 
 @pytest.mark.django_db(transaction=True)

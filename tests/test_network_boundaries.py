@@ -78,14 +78,3 @@ def test_the_carrier(transactional_db, late_order, settings):
 def test_webhook_endpoints(db):
     with transaction.atomic(), REFUSED:
         delivery.deliver_due()
-
-
-@pytest.fixture
-def smtp(settings):
-    from devtools.smtp_sink import SmtpSink
-
-    sink = SmtpSink().start()
-    for name, value in sink.env().items():
-        setattr(settings, name, int(value) if name == "EMAIL_PORT" else value)
-    yield sink
-    sink.stop()

@@ -15,7 +15,7 @@ from refunds import enqueue, policy, runner, services
 from refunds.models import AuditEvent, Decision, Ticket
 from reviews.templatetags.desk import audit_words
 from tests.conftest import make_order
-from tests.reviewing import advance_to_review
+from tests.reviewing import advance_to_review, decide
 from tests.sorting_messages import a_reading, waiting_message
 
 
@@ -236,7 +236,7 @@ def test_sending_back_rejects_the_review_and_the_message_is_sortable_again(
     assert runner.advance(misread.pk) == "rejected"  # the existing path: no money moved
     misread.refresh_from_db()
     assert misread.status == Ticket.Status.REJECTED and not misread.charges.exists()
-    assert misread.emails.get().body.count(sorting.SENT_BACK_REASON) == 1
+    assert not misread.emails.exists()  # a misreading is not a refusal: nothing to tell
 
     assert workflow.placed(message)["tickets"] == []  # no longer on the misread ticket
 
@@ -244,6 +244,25 @@ def test_sending_back_rejects_the_review_and_the_message_is_sortable_again(
     done = sort(message, colleague, orders=["1044"])  # sortable again, by someone else
     assert [t.order.number for t in done.opened] == ["1044"]
     assert [t["id"] for t in workflow.placed(message)["tickets"]] == [done.opened[0].pk]
+
+
+def test_a_customer_whose_message_is_sent_back_hears_only_the_outcome_of_the_right_order(
+    misread, manager, colleague, smtp
+):
+    """Read at a real SMTP server: no "cannot refund" for the misread ticket, then one email,
+    the refund of the order the customer meant."""
+    sorting.message_send_back(ticket=misread, why="It is order 1044, not 1042.", by=manager)
+    assert runner.advance(misread.pk) == "rejected"
+    assert smtp.count() == 0
+
+    make_order("1044", fee_cents=1250)
+    message = Message.objects.get()
+    (right,) = sort(message, colleague, orders=["1044"], reason=policy.LATE_DELIVERY).opened
+    decide(advance_to_review(right), manager)
+    assert runner.advance(right.pk) == "refunded"
+    (told,) = smtp.delivered
+    assert told.to == ["ana@example.com"] and "1044" in told.subject
+    assert "We refunded $12.50" in told.body and "cannot refund" not in told.body
 
 
 def test_sending_back_needs_a_word_on_what_was_misread(misread, manager):

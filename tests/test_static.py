@@ -44,3 +44,18 @@ def test_production_serves_static_files_compressed_from_the_collected_folder(tmp
     answer = json.loads(run.stdout.strip().splitlines()[-1])
     assert answer["status"] == 200
     assert answer["encoding"] in ("gzip", "br"), answer
+
+
+def test_every_kind_of_page_names_an_icon_that_is_served(client, agent):
+    """A page without <link rel="icon"> makes browsers ask for /favicon.ico, a 404 on every
+    page; the desk, Django admin's pages and the API docs each name the desk's icon."""
+    from django.contrib.staticfiles import finders
+    from django.template.loader import render_to_string
+
+    client.force_login(agent)
+    answers = [client.get(path) for path in ("/", "/admin/login/", "/api/docs/")]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    pages = [a.content.decode() for a in answers] + [render_to_string("503.html")]
+    for html in pages:
+        assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in html
+    assert finders.find("favicon.svg")

@@ -53,6 +53,7 @@ class ReviewAnswer(TypedDict, total=False):
     amount_cents: int  # an "edit": a manager approves a lower amount
     # A ticket of several orders: the answer per order number; an order left out gets `answer`.
     orders: dict[str, OrderAnswer]
+    sent_back: bool  # a misread message sent back to Needs sorting: nothing told the customer
 
 
 class OrderCheck(TypedDict, total=False):

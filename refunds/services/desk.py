@@ -112,6 +112,7 @@ def ticket_decide(
     amount_cents: int | None = None,
     canned: CannedReason | None = None,
     orders: dict[str, Any] | None = None,
+    sent_back: bool = False,
 ) -> Decision:
     """Record a reviewer's answer to one pending interrupt, then let a worker apply it.
 
@@ -123,7 +124,10 @@ def ticket_decide(
     "reason"?}); an open order left out gets `answer`, a rejection without its own reason gets
     `reason`. Every open order's answer is recorded in Decision.orders; Decision.answer says
     whether any was approved. A lower amount per order follows the one-order edit's rule (who,
-    and more than $0.00)."""
+    and more than $0.00).
+
+    `sent_back` (intake.sorting.message_send_back only): a rejection because the message was
+    misread; the thread tells the customer nothing, `reason` stays on the desk."""
     if answer not in ANSWERS:
         raise RefundError("Choose approve or reject.")
     reason = (reason or "").strip()
@@ -220,6 +224,7 @@ def ticket_decide(
                 note=note,
                 amount_cents=amount_cents,
                 orders=answers,
+                sent_back=sent_back,
             )
             edited = amount_cents is not None or lowered
             action = AuditEvent.Action.EDIT if edited else answer

@@ -59,8 +59,12 @@ def notify_key(state: RefundState) -> str:
 
 
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    """Tell the customer why there is no refund (declined by policy or rejected by a reviewer)."""
+    """Tell the customer why there is no refund (declined by policy or rejected by a reviewer).
+    A message sent back as misread is not a refusal: nothing is sent, its next ticket answers."""
     order = state["order"]
+    if (state.get("decision") or {}).get("sent_back"):
+        note = "Nothing sent to the customer: the message went back to Needs sorting."
+        return {"notes": [note], "trail": ["notify"]}
     if len(ordered_checks(state)) > 1:
         subject = f"About your refund request for orders {', '.join(state['order_numbers'])}"
         body = several_email_body(state, refunded_words=False)

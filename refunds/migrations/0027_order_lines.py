@@ -22,7 +22,7 @@ def sqlite_name_search(*, forward: bool):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('refunds', '0025_sweep_run'),
+        ('refunds', '0026_decision_sent_back'),
     ]
 
     operations = [
