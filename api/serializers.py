@@ -518,6 +518,12 @@ class OrderResult(serializers.Serializer):
     order_number = serializers.CharField(allow_blank=True)
     result = serializers.ChoiceField(choices=["created", "updated", "unchanged", "refused"])
     reason = serializers.CharField(allow_blank=True, help_text="Why it was refused.")
+    field = serializers.CharField(
+        allow_blank=True,
+        help_text="The value refused within the order: its path, such as `shipping_fee` or "
+        "`lines[1].quantity` (lines counted from 0); empty when the order is refused as a "
+        "whole (its number twice, money refunded, an open ticket) or not refused.",
+    )
 
 
 class OrdersPushed(serializers.Serializer):

@@ -286,7 +286,13 @@ def _push(request: Request) -> Response:
     form.is_valid(raise_exception=True)
     outcomes = orders.orders_upsert(enumerate(form.validated_data["orders"], start=1))
     results = [
-        {"line": o.line, "order_number": o.order_number, "result": o.result, "reason": o.reason}
+        {
+            "line": o.line,
+            "order_number": o.order_number,
+            "result": o.result,
+            "reason": o.reason,
+            "field": o.field,
+        }
         for o in outcomes
     ]
     return Response({**orders.counts(outcomes), "results": results}, status=200)

@@ -91,18 +91,22 @@ def test_the_same_order_pushed_again_is_unchanged(api):
 
 
 REFUSALS = [
-    (with_line(0, unit_price=None), "lines[0]: missing unit_price"),
-    (with_line(1, quantity=None), "lines[1]: missing quantity"),
-    (with_line(1, quantity=0), "lines[1]: quantity must be 1 or more, not 0"),
-    (with_line(1, quantity=-1), "lines[1]: quantity must be 1 or more, not -1"),
-    (with_line(1, line_id="1"), "lines[1]: line_id '1' is also lines[0]'s"),
-    (order(total="80.00"), "total 80.00 USD does not add up"),
-    (order(paid="75.00"), "paid 75.00 USD is more than the total 74.98 USD"),
+    (with_line(0, unit_price=None), "lines[0]: missing unit_price", "lines[0].unit_price"),
+    (with_line(1, quantity=None), "lines[1]: missing quantity", "lines[1].quantity"),
+    (with_line(1, quantity=0), "lines[1]: quantity must be 1 or more, not 0", "lines[1].quantity"),
+    (
+        with_line(1, quantity=-1),
+        "lines[1]: quantity must be 1 or more, not -1",
+        "lines[1].quantity",
+    ),
+    (with_line(1, line_id="1"), "lines[1]: line_id '1' is also lines[0]'s", "lines[1].line_id"),
+    (order(total="80.00"), "total 80.00 USD does not add up", "total"),
+    (order(paid="75.00"), "paid 75.00 USD is more than the total 74.98 USD", "paid"),
 ]
 
 
-@pytest.mark.parametrize(("sent", "reason"), REFUSALS, ids=[r for _, r in REFUSALS])
-def test_a_refused_order_changes_nothing_and_its_reason_names_the_line(api, sent, reason):
+@pytest.mark.parametrize(("sent", "reason", "field"), REFUSALS, ids=[r for _, r, _ in REFUSALS])
+def test_a_refused_order_changes_nothing_and_its_reason_names_the_line(api, sent, reason, field):
     push(api, order())
     before = held()
 
@@ -111,6 +115,7 @@ def test_a_refused_order_changes_nothing_and_its_reason_names_the_line(api, sent
     assert response.status_code == 200
     refused, taken = response.json()["results"]
     assert refused["result"] == "refused" and reason in refused["reason"], refused
+    assert refused["field"] == field and taken["field"] == ""
     assert taken["result"] == "created"  # the other order of the request goes in, as ever
     assert held("7101") == before
 
@@ -125,3 +130,10 @@ def test_the_schema_states_the_lines_of_a_pushed_order(api):
     line = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"]["orders"]["items"]
     assert "lines" in line["description"] and "paid" in line["description"]
     assert line["example"]["lines"][0]["quantity"] == 2
+
+
+def test_a_refused_order_field_of_its_own_is_named_too(api):
+    response = push(api, order(shipping_fee="-1.00"), order("7102", currency="XYZ"))
+
+    fields = [r["field"] for r in response.json()["results"]]
+    assert fields == ["shipping_fee", "currency"]

@@ -71,7 +71,13 @@ CREATED, UPDATED, UNCHANGED, REFUSED = "created", "updated", "unchanged", "refus
 
 
 class LineRefused(RefundError):
-    """One line that cannot be taken; the message says why, for the shop's people."""
+    """One line that cannot be taken; the message says why, for the shop's people, and `field`
+    names the value refused within the order ("shipping_fee", "lines[1].quantity"), "" when
+    it is the order as a whole."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ class Outcome:
     order_number: str
     result: str  # created, updated, unchanged, refused
     reason: str = ""
+    field: str = ""  # a refusal's value within the order (LineRefused.field)
 
 
 def _text(raw: Mapping[str, Any], name: str, limit: int) -> str:
@@ -151,15 +158,15 @@ def _text(raw: Mapping[str, Any], name: str, limit: int) -> str:
     if value is None or value == "":
         if name in OPTIONAL:
             return ""
-        raise LineRefused(f"missing {name}")
+        raise LineRefused(f"missing {name}", field=name)
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise LineRefused(f"{name} must be text")
+        raise LineRefused(f"{name} must be text", field=name)
     text = str(value).strip()
     no_nul(text, name)
     if not text and name not in OPTIONAL:
-        raise LineRefused(f"missing {name}")
+        raise LineRefused(f"missing {name}", field=name)
     if len(text) > limit:
-        raise LineRefused(f"{name} is too long (at most {limit} characters)")
+        raise LineRefused(f"{name} is too long (at most {limit} characters)", field=name)
     return text
 
 
@@ -169,7 +176,7 @@ def no_nul(text: str, name: str) -> None:
     try:
         ProhibitNullCharactersValidator()(text)
     except ValidationError as exc:
-        raise LineRefused(f"{name}: {' '.join(exc.messages)}") from None
+        raise LineRefused(f"{name}: {' '.join(exc.messages)}", field=name) from None
 
 
 def _date(raw: Mapping[str, Any], name: str) -> date:
@@ -179,14 +186,14 @@ def _date(raw: Mapping[str, Any], name: str) -> date:
             return date.fromisoformat(text)
     except ValueError:
         pass
-    raise LineRefused(f"bad date in {name}: {text!r} (write it as YYYY-MM-DD)")
+    raise LineRefused(f"bad date in {name}: {text!r} (write it as YYYY-MM-DD)", field=name)
 
 
 def _amount(value: Any, currency: str, decimal_mark: str, name: str = "shipping_fee") -> int:
     if value is None or value == "":
-        raise LineRefused(f"missing {name}")
+        raise LineRefused(f"missing {name}", field=name)
     if isinstance(value, bool):
-        raise LineRefused(f"{name} must be an amount, like 8.99")
+        raise LineRefused(f"{name} must be an amount, like 8.99", field=name)
     if isinstance(value, int | Decimal | float):
         # A JSON number: always written with a point. repr() of a float is the shortest text
         # that reads back as it, so 8.99 stays "8.99".
@@ -194,39 +201,41 @@ def _amount(value: Any, currency: str, decimal_mark: str, name: str = "shipping_
     elif isinstance(value, str):
         text = value
     else:
-        raise LineRefused(f"{name} must be an amount, like 8.99")
+        raise LineRefused(f"{name} must be an amount, like 8.99", field=name)
     try:
         return currencies.to_minor(text, currency, decimal_mark=decimal_mark)
     except currencies.BadAmount as exc:
-        raise LineRefused(f"{name}: {exc}") from None
+        raise LineRefused(f"{name}: {exc}", field=name) from None
 
 
 def _cents(value: Any, name: str) -> int:
     """An amount in minor units, as the order source sends them: a whole number, 0 or more."""
     if value is None or value == "":
-        raise LineRefused(f"missing {name}")
+        raise LineRefused(f"missing {name}", field=name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise LineRefused(f"{name} is not a whole number of minor units (cents): {value!r}")
+        raise LineRefused(
+            f"{name} is not a whole number of minor units (cents): {value!r}", field=name
+        )
     if value > currencies.MAX_MINOR:
-        raise LineRefused(f"{name} is too large")
+        raise LineRefused(f"{name} is too large", field=name)
     return value
 
 
 def _quantity(value: Any, name: str) -> int:
     if value is None or value == "":
-        raise LineRefused(f"missing {name}")
+        raise LineRefused(f"missing {name}", field=name)
     if isinstance(value, bool):
-        raise LineRefused(f"{name} must be a whole number, like 2")
+        raise LineRefused(f"{name} must be a whole number, like 2", field=name)
     if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]{1,12}\s*", value, re.ASCII):
         value = int(value)
     elif isinstance(value, Decimal) and value == value.to_integral_value():
         value = int(value)
     if not isinstance(value, int):
-        raise LineRefused(f"{name} must be a whole number, like 2: {value!r}")
+        raise LineRefused(f"{name} must be a whole number, like 2: {value!r}", field=name)
     if value < 1:
-        raise LineRefused(f"{name} must be 1 or more, not {value}")
+        raise LineRefused(f"{name} must be 1 or more, not {value}", field=name)
     if value > MAX_QUANTITY:
-        raise LineRefused(f"{name} {value} is more than {MAX_QUANTITY:,}")
+        raise LineRefused(f"{name} {value} is more than {MAX_QUANTITY:,}", field=name)
     return value
 
 
@@ -253,8 +262,9 @@ def bought_read(
     missing = [k for k in (LINES, total_key, paid_key) if k not in given]
     if missing:
         raise LineRefused(
-            f"missing {', '.join(missing)}: an order's lines, total and paid amount come "
-            "together (leave all three out to send the order without its lines)"
+            field=missing[0],
+            message=f"missing {', '.join(missing)}: an order's lines, total and paid amount come "
+            "together (leave all three out to send the order without its lines)",
         )
     place = where or (lambda i: f"lines[{i}]")
 
@@ -265,7 +275,7 @@ def bought_read(
 
     items = raw[LINES]
     if not isinstance(items, list) or not items:
-        raise LineRefused(f"{LINES} must be a list of at least one line")
+        raise LineRefused(f"{LINES} must be a list of at least one line", field=LINES)
     known = {f"{name}{suffix}" if name in ("unit_price", "tax") else name for name in LINE_FIELDS}
     lines: list[LineIn] = []
     first: dict[str, int] = {}
@@ -275,7 +285,7 @@ def bought_read(
                 raise LineRefused("a line must be an object")
             unknown = sorted(str(k) for k in item if k not in known)
             if unknown:
-                raise LineRefused(f"unknown field(s): {', '.join(unknown)}")
+                raise LineRefused(f"unknown field(s): {', '.join(unknown)}", field=unknown[0])
             line_id = _text(item, "line_id", 64)
             tax = item.get(f"tax{suffix}")
             line = LineIn(
@@ -287,11 +297,13 @@ def bought_read(
                 tax_cents=0 if tax in (None, "") else amount(tax, f"tax{suffix}"),
             )
         except LineRefused as exc:
-            raise LineRefused(f"{place(i)}: {exc}") from None
+            path = f"{LINES}[{i}]" + (f".{exc.field}" if exc.field else "")
+            raise LineRefused(f"{place(i)}: {exc}", field=path) from None
         if line_id in first:
             raise LineRefused(
-                f"{place(i)}: line_id {line_id!r} is also {place(first[line_id])}'s; "
-                "a line id is given once per order"
+                field=f"{LINES}[{i}].line_id",
+                message=f"{place(i)}: line_id {line_id!r} is also {place(first[line_id])}'s; "
+                "a line id is given once per order",
             )
         first[line_id] = i
         lines.append(line)
@@ -307,12 +319,15 @@ def bought_read(
     tolerance = TOTAL_TOLERANCE_PER_LINE * len(lines)
     if abs(total - came_to) > tolerance:
         raise LineRefused(
-            f"{total_key} {words(total)} does not add up: the lines (units times unit price, "
-            f"plus tax) and the shipping fee come to {words(came_to)} "
-            f"(at most {words(tolerance)} apart is taken)"
+            field=total_key,
+            message=f"{total_key} {words(total)} does not add up: the lines (units times unit "
+            f"price, plus tax) and the shipping fee come to {words(came_to)} "
+            f"(at most {words(tolerance)} apart is taken)",
         )
     if paid > total:
-        raise LineRefused(f"{paid_key} {words(paid)} is more than the {total_key} {words(total)}")
+        raise LineRefused(
+            f"{paid_key} {words(paid)} is more than the {total_key} {words(total)}", field=paid_key
+        )
     return Bought(lines=tuple(lines), total_cents=total, paid_cents=paid)
 
 
@@ -325,20 +340,22 @@ def order_line_read(
         raise LineRefused("a line must be an object with the order's fields")
     unknown = sorted(str(k) for k in raw if k not in (*FIELDS, *SUMS, LINES))
     if unknown:
-        raise LineRefused(f"unknown field(s): {', '.join(unknown)}")
+        raise LineRefused(f"unknown field(s): {', '.join(unknown)}", field=unknown[0])
     typed = _text(raw, "order_number", ORDER_NUMBER_MAX)
     try:
         number = order_number_read(typed)
     except ValueError as exc:
-        raise LineRefused(f"order_number: {exc}") from None
+        raise LineRefused(f"order_number: {exc}", field="order_number") from None
     currency = _text(raw, "currency", 3).upper()
     if not currencies.is_currency(currency):
-        raise LineRefused(f"unknown currency {raw.get('currency')!r}")
+        raise LineRefused(f"unknown currency {raw.get('currency')!r}", field="currency")
     email = _text(raw, "customer_email", 254)
     try:
         validate_email(email)
     except ValidationError:
-        raise LineRefused(f"customer_email {email!r} is not an email address") from None
+        raise LineRefused(
+            f"customer_email {email!r} is not an email address", field="customer_email"
+        ) from None
     fee = _amount(raw.get("shipping_fee"), currency, decimal_mark)
     return OrderIn(
         number=number,
@@ -392,7 +409,7 @@ def orders_upsert(
             progress(start + len(batch), len(good))
     for line, order in read:
         if isinstance(order, LineRefused):
-            outcomes[line] = Outcome(line, said.get(line, ""), REFUSED, str(order))
+            outcomes[line] = Outcome(line, said.get(line, ""), REFUSED, str(order), order.field)
     return [outcomes[line] for line, _ in read]
 
 
