@@ -457,8 +457,15 @@ class DecisionMade(serializers.ModelSerializer):
         "customer_name, customer_email, currency (ISO 4217, in use today), shipping_fee (in "
         'the currency\'s major unit: "8.99" USD, "899" JPY; a JSON number reads the same), '
         "promised_on and delivered_on (YYYY-MM-DD), payment_reference (optional: pi_… or "
-        "ch_… for Stripe). Any value is taken here: a line that does not fit is refused on its "
-        "own in `results`, with the reason, and the others go in.",
+        "ch_… for Stripe). What the order holds, optional: `total` and `paid` (major unit, as "
+        "shipping_fee; paid at most total) with `lines`, a list of {line_id (once per order), "
+        "sku (optional), title, unit_price (major unit), quantity (whole, 1 or more), tax "
+        "(optional, 0 when left out)}; the three come together or not at all, and the total "
+        "must be the lines (quantity × unit_price + tax) plus the shipping fee, within 1 minor "
+        "unit per line. An order sent without them keeps the lines the desk has. Any value is "
+        "taken here: an order that does not fit is refused on its own in `results`, with the "
+        'reason naming the line ("lines[1]: quantity must be 1 or more, not 0"), and the '
+        "others go in.",
         "example": {
             "order_number": "1042",
             "customer_name": "Ana Souza",
@@ -468,6 +475,18 @@ class DecisionMade(serializers.ModelSerializer):
             "promised_on": "2026-11-02",
             "delivered_on": "2026-11-06",
             "payment_reference": "pi_3Q…",
+            "total": "98.99",
+            "paid": "98.99",
+            "lines": [
+                {
+                    "line_id": "L1",
+                    "sku": "VASE-01",
+                    "title": "Blue vase",
+                    "unit_price": "45.00",
+                    "quantity": 2,
+                    "tax": "0.00",
+                }
+            ],
         },
     }
 )
@@ -499,6 +518,12 @@ class OrderResult(serializers.Serializer):
     order_number = serializers.CharField(allow_blank=True)
     result = serializers.ChoiceField(choices=["created", "updated", "unchanged", "refused"])
     reason = serializers.CharField(allow_blank=True, help_text="Why it was refused.")
+    field = serializers.CharField(
+        allow_blank=True,
+        help_text="The value refused within the order: its path, such as `shipping_fee` or "
+        "`lines[1].quantity` (lines counted from 0); empty when the order is refused as a "
+        "whole (its number twice, money refunded, an open ticket) or not refused.",
+    )
 
 
 class OrdersPushed(serializers.Serializer):

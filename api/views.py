@@ -259,7 +259,10 @@ PUSH_ORDERS = "refunds.push_orders"
     description="The same checks and the same upsert as `manage.py import_orders`. Each order "
     "is answered on its own: created, updated, unchanged, or refused with the reason (a bad "
     "date, a negative amount, an unknown currency, a NUL character, a number twice in one "
-    "request, an order the desk has refunded money for or that has an open ticket). Needs "
+    "request, an order the desk has refunded money for or that has an open ticket; with its "
+    "lines: a line without a price or quantity, a quantity below 1, a line id twice, a total "
+    "that does not add up, a paid amount above the total). A refused order changes nothing. "
+    "Needs "
     "the permission refunds.push_orders (the group "
     "Shop integrations).",
     request=OrdersPush,
@@ -283,7 +286,13 @@ def _push(request: Request) -> Response:
     form.is_valid(raise_exception=True)
     outcomes = orders.orders_upsert(enumerate(form.validated_data["orders"], start=1))
     results = [
-        {"line": o.line, "order_number": o.order_number, "result": o.result, "reason": o.reason}
+        {
+            "line": o.line,
+            "order_number": o.order_number,
+            "result": o.result,
+            "reason": o.reason,
+            "field": o.field,
+        }
         for o in outcomes
     ]
     return Response({**orders.counts(outcomes), "results": results}, status=200)

@@ -5,7 +5,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from refunds import currencies, mail, permissions, persistence, services
+from refunds import currencies, mail, permissions, persistence, selectors, services
 from refunds.flow.words import dollars
 from refunds.models import (
     CannedReason,
@@ -14,6 +14,7 @@ from refunds.models import (
     Email,
     Fork,
     Order,
+    OrderLine,
     Ticket,
     TicketOrder,
 )
@@ -129,9 +130,57 @@ def open_ticket_refusal(order: Order) -> str:
     )
 
 
+class OrderLineInline(ReadOnly, admin.TabularInline):
+    """What the order holds, as the shop sent it (imports, pushes, the order source write it):
+    each line with what was refunded of it and what is left."""
+
+    model = OrderLine
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = (
+        "line_id",
+        "sku",
+        "title",
+        "unit_price",
+        "quantity",
+        "tax",
+        "refunded",
+        "left",
+    )
+
+    @admin.display(description="Unit price")
+    def unit_price(self, line: OrderLine) -> str:
+        return currencies.shown(line.unit_price_cents, line.order.currency)
+
+    @admin.display(description="Tax")
+    def tax(self, line: OrderLine) -> str:
+        return currencies.shown(line.tax_cents, line.order.currency)
+
+    def _bought(self, line: OrderLine) -> selectors.LineBought:
+        return selectors.LineBought(
+            line, *selectors.refunded_by_line([line.pk]).get(line.pk, (0, 0))
+        )
+
+    @admin.display(description="Refunded")
+    def refunded(self, line: OrderLine) -> str:
+        bought = self._bought(line)
+        return (
+            f"{bought.refunded_quantity} · "
+            f"{currencies.shown(bought.refunded_cents, line.order.currency)}"
+        )
+
+    @admin.display(description="Left")
+    def left(self, line: OrderLine) -> str:
+        bought = self._bought(line)
+        left = currencies.shown(bought.left_cents, line.order.currency)
+        return f"{bought.left_quantity} · {left}"
+
+
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
     form = OrderForm
+    inlines = [OrderLineInline]
+    readonly_fields = ["total", "paid"]
 
     def save_model(self, request, obj, form, change) -> None:
         if change:
@@ -146,11 +195,21 @@ class OrderAdmin(admin.ModelAdmin):
     list_display = ["number", "customer_name", "promised_on", "delivered_on", "fee", "currency"]
     search_fields = ["number", "customer_name", "customer_email", "payment_reference"]
 
+    @admin.display(description="Total")
+    def total(self, order: Order) -> str:
+        if order.total_cents is None:
+            return "— (sent without its lines: only the shipping fee is refundable)"
+        return currencies.shown(order.total_cents, order.currency)
+
+    @admin.display(description="Paid")
+    def paid(self, order: Order) -> str:
+        if order.paid_cents is None:
+            return "—"
+        return currencies.shown(order.paid_cents, order.currency)
+
     @admin.display(description="Shipping fee", ordering="shipping_fee_cents")
     def fee(self, order: Order) -> str:
-        if order.currency == "USD":
-            return dollars(order.shipping_fee_cents)
-        return f"{currencies.from_minor(order.shipping_fee_cents, order.currency)} {order.currency}"
+        return currencies.shown(order.shipping_fee_cents, order.currency)
 
 
 class TicketOrderInline(ReadOnly, admin.TabularInline):

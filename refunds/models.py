@@ -93,8 +93,25 @@ class Order(models.Model):
     # What the payment processor knows the order's payment by (Stripe: a PaymentIntent "pi_..."
     # or a Charge "ch_..."); a refund is made against it.
     payment_reference = models.CharField(max_length=255, blank=True)
+    # What the order came to (its lines, their tax and the shipping fee) and what the processor
+    # captured of it. Both null, or both set: null means the shop has not sent the order's lines
+    # (an order from before lines, or sent in the form without them); such an order has no
+    # lines, and only its shipping fee is refundable, as before lines.
+    total_cents = models.PositiveIntegerField(null=True, blank=True)
+    paid_cents = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(total_cents__isnull=True, paid_cents__isnull=True)
+                | Q(total_cents__isnull=False, paid_cents__isnull=False),
+                name="order_total_and_paid_together",
+            ),
+            models.CheckConstraint(
+                condition=Q(total_cents__isnull=True) | Q(paid_cents__lte=F("total_cents")),
+                name="order_paid_within_total",
+            ),
+        ]
         indexes = [
             # Case-insensitive lookups (a customer's other tickets, the tickets page's search)
             # use these instead of reading every order.
@@ -163,6 +180,36 @@ class Order(models.Model):
             "refunded_cents": held["total"] or 0,
             "refunded_by_ticket": held["last"],
         }
+
+
+class OrderLine(models.Model):
+    """One line of an order as the shop sent it: what was bought, at what unit price, how many.
+    Amounts are in the order's currency's minor unit; `tax_cents` is the line's tax as the shop
+    states it (0 when it sends none). Written by refunds/services/orders.py (import, push), the
+    order source and the demo's data, each through one reader (orders.bought_read)."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
+    line_id = models.CharField(max_length=64)  # the shop's id for the line
+    sku = models.CharField(max_length=64, blank=True)
+    title = models.CharField(max_length=200)
+    unit_price_cents = models.PositiveIntegerField()
+    quantity = models.PositiveIntegerField()
+    tax_cents = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["order", "line_id"], name="order_line_id_unique"),
+            models.CheckConstraint(condition=Q(quantity__gte=1), name="order_line_quantity_min"),
+        ]
+        ordering = ["order", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} × {self.title}"
+
+    @property
+    def amount_cents(self) -> int:
+        """What the line came to: its units and its tax."""
+        return self.unit_price_cents * self.quantity + self.tax_cents
 
 
 class TicketQuerySet(models.QuerySet):

@@ -2,7 +2,10 @@
 desk lacks, ticket_open asks the order source (REFUNDS_ORDER_SOURCE, a base URL) with
 GET {base}/orders/{number} and stores the answer as an Order. A JSON object with the Order's
 fields: number, customer_name, customer_email, promised_on, delivered_on (YYYY-MM-DD),
-shipping_fee_cents (minor units), and optionally currency and payment_reference.
+shipping_fee_cents (minor units), and optionally currency and payment_reference; and what the
+order holds, optionally: total_cents and paid_cents with lines (line_id, sku, title,
+unit_price_cents, quantity, tax_cents), read and checked by the imports' own reader
+(refunds.services.orders.bought_read) and stored with the order in one transaction.
 
 Errors by kind: a timeout, a dropped connection or a 5xx is tried again (REFUNDS_ORDER_SOURCE_
 ATTEMPTS, each bounded by REFUNDS_ORDER_SOURCE_TIMEOUT) and then "the shop did not answer"
@@ -15,17 +18,22 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from datetime import date
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import ProhibitNullCharactersValidator
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 
 from core.network import outside_transaction
-from refunds.models import Order
+from refunds.models import Order, OrderLine
+
+if TYPE_CHECKING:
+    from refunds.services.orders import Bought
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +71,20 @@ def fetch(number: str) -> Order | None:
     data = _ask(number)
     if data is None:
         return None
-    fields = _order_fields(number, data)
+    fields, bought = _order_fields(number, data)
     try:
-        return Order.objects.create(number=number, **fields)
+        with transaction.atomic():
+            order = Order.objects.create(
+                number=number,
+                total_cents=bought.total_cents if bought else None,
+                paid_cents=bought.paid_cents if bought else None,
+                **fields,
+            )
+            if bought:
+                OrderLine.objects.bulk_create(
+                    OrderLine(order=order, **asdict(line)) for line in bought.lines
+                )
+            return order
     except IntegrityError:  # another request stored it meanwhile
         found = Order.objects.filter(number=number).first()
         if found is None:
@@ -116,8 +135,10 @@ def _ask(number: str) -> dict | None:
     )
 
 
-def _order_fields(number: str, data: dict) -> dict:
-    """The Order's fields from the shop's answer, or ShopRefused naming what is wrong."""
+def _order_fields(number: str, data: dict) -> tuple[dict, Bought | None]:
+    """The Order's fields from the shop's answer and what it holds (None: the shop sent no
+    lines), or ShopRefused naming what is wrong."""
+    from refunds.services.orders import LineRefused, bought_read
 
     def bad(what: str) -> ShopRefused:
         return ShopRefused(f"The shop's answer for order {number} is not usable: {what}.")
@@ -147,6 +168,12 @@ def _order_fields(number: str, data: dict) -> dict:
     email = str(data["customer_email"]).strip()
     if "@" not in email or len(email) > 254:
         raise bad(f"customer_email is not an address: {email!r}")
+    try:
+        bought = bought_read(
+            data, currency=currency.upper(), shipping_fee_cents=fee, minor_units=True
+        )
+    except LineRefused as exc:
+        raise bad(str(exc)) from None
     return {
         "customer_name": str(data["customer_name"])[:200],
         "customer_email": email,
@@ -154,4 +181,4 @@ def _order_fields(number: str, data: dict) -> dict:
         "currency": currency.upper(),
         "payment_reference": str(data.get("payment_reference") or "")[:255],
         **dates,
-    }
+    }, bought

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from core.clock import local_words
 from refunds.flow.words import dollars
-from refunds.models import Decision, Ticket, of_customer
+from refunds.models import Decision, OrderLine, Ticket, of_customer
 
 EARLIER_LIMIT = 10
 
@@ -160,3 +162,40 @@ def audit_events(
     if until:
         events = events.filter(at__date__lte=until)
     return events
+
+
+@dataclass(frozen=True)
+class LineBought:
+    """One line of an order as the desk shows it: what was bought, what of it was refunded,
+    what is left."""
+
+    line: OrderLine
+    refunded_quantity: int
+    refunded_cents: int
+
+    @property
+    def left_quantity(self) -> int:
+        return self.line.quantity - self.refunded_quantity
+
+    @property
+    def left_cents(self) -> int:
+        return self.line.amount_cents - self.refunded_cents
+
+
+def refunded_by_line(line_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """What was refunded of each line, by line id: (quantity, amount in minor units). Refunds
+    by line do not exist yet (the desk refunds an order's shipping fee): nothing is refunded of
+    any line, and this is the one place that will read them when they do."""
+    return {}
+
+
+def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:
+    """The lines of each order, in the shop's order, with what was refunded of each; an order
+    without lines (one from before lines, or sent without them) is left out."""
+    lines = list(OrderLine.objects.filter(order_id__in=list(order_ids)).order_by("order_id", "id"))
+    refunded = refunded_by_line(line.pk for line in lines)
+    bought: dict[int, list[LineBought]] = {}
+    for line in lines:
+        quantity, cents = refunded.get(line.pk, (0, 0))
+        bought.setdefault(line.order_id, []).append(LineBought(line, quantity, cents))
+    return bought

@@ -366,3 +366,26 @@ def free_elsewhere(key: str) -> bool:
 
     in_another_session(try_it).join(10)
     return answer == [True]
+
+
+def give_lines(order: Order, lines: list[tuple[str, int, int]], *, tax_cents: int = 0) -> Order:
+    """Give `order` lines (title, unit price in cents, quantity), its total and what was paid,
+    as an import with lines would."""
+    from refunds.models import OrderLine
+
+    for index, (title, price, quantity) in enumerate(lines, start=1):
+        OrderLine.objects.create(
+            order=order,
+            line_id=f"L{index}",
+            sku=f"SKU-{index}",
+            title=title,
+            unit_price_cents=price,
+            quantity=quantity,
+            tax_cents=tax_cents,
+        )
+    order.total_cents = order.shipping_fee_cents + sum(
+        line.amount_cents for line in order.lines.all()
+    )
+    order.paid_cents = order.total_cents
+    order.save(update_fields=["total_cents", "paid_cents"])
+    return order

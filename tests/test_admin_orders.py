@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from refunds.models import Charge, Order, Ticket
-from tests.conftest import make_order
+from tests.conftest import give_lines, make_order
 
 
 def form(**changes) -> dict:
@@ -20,6 +20,9 @@ def form(**changes) -> dict:
         "promised_on": "2026-11-02",
         "delivered_on": "2026-11-06",
         "payment_reference": "",
+        # The lines' inline (read-only) posts its management form, as the browser does.
+        "lines-TOTAL_FORMS": "0",
+        "lines-INITIAL_FORMS": "0",
         **changes,
     }
 
@@ -153,3 +156,23 @@ def test_a_ticket_opened_after_the_admins_form_was_checked_keeps_its_order(
     with pytest.raises(PermissionDenied, match="has an open ticket"):
         order_admin.save_model(request, bound.save(commit=False), bound, change=True)
     assert Order.objects.get(pk=late_order.pk).payment_reference == ""
+
+
+def test_the_change_page_shows_the_lines_bought_refunded_and_left(admin_client, late_order):
+    give_lines(late_order, [("Blue vase", 4500, 2), ("Desk lamp", 1500, 1)])
+
+    page = admin_client.get(reverse("admin:refunds_order_change", args=[late_order.pk]))
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Blue vase" in html and "Desk lamp" in html and "$45.00" in html
+    assert "0 · $0.00" in html  # refunded of each line: nothing yet
+    assert "2 · $90.00" in html and "1 · $15.00" in html  # left of each
+    assert "$111.99" in html  # the total: 2 × 45.00 + 15.00 + the 6.99 fee
+    assert 'name="lines-0-title"' not in html  # shown, never edited by hand
+
+
+def test_an_order_without_lines_says_only_its_fee_is_refundable(admin_client, late_order):
+    page = admin_client.get(reverse("admin:refunds_order_change", args=[late_order.pk]))
+
+    assert "only the shipping fee is refundable" in page.content.decode()

@@ -310,4 +310,7 @@ def test_the_schema_documents_the_push(client, db):
         "promised_on",
         "delivered_on",
         "payment_reference",
+        "total",
+        "paid",
+        "lines",
     }

@@ -140,3 +140,35 @@ def test_where_messages_went_is_carried_from_the_audit_log_and_sorting_to_their_
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+LINES_BEFORE = [("refunds", "0026_decision_sent_back")]
+LINES_AFTER = [("refunds", "0027_order_lines")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_existing_order_migrates_with_no_lines_and_no_total():
+    executor = MigrationExecutor(connection)
+    executor.migrate(LINES_BEFORE)
+    old = executor.loader.project_state(LINES_BEFORE).apps
+    old.get_model("refunds", "Order").objects.create(
+        number="1042",
+        customer_name="Ana Souza",
+        customer_email="ana@example.com",
+        promised_on="2026-11-02",
+        delivered_on="2026-11-06",
+        shipping_fee_cents=699,
+    )
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(LINES_AFTER)
+    new = executor.loader.project_state(LINES_AFTER).apps
+    order = new.get_model("refunds", "Order").objects.get()
+
+    assert (order.shipping_fee_cents, order.total_cents, order.paid_cents) == (699, None, None)
+    assert new.get_model("refunds", "OrderLine").objects.filter(order=order).count() == 0
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -17,7 +17,7 @@ from django.urls import reverse
 from api.models import ApiToken
 from devtools.smtp_sink import free_port
 from refunds import services
-from refunds.models import Order, Ticket
+from refunds.models import Order, OrderLine, Ticket
 
 # The shop is never asked inside a transaction, so these tests commit as the app does.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -249,3 +249,59 @@ def test_the_api_asks_the_shop_for_each_of_order_numbers_before_its_idempotent_t
     assert opened.status_code == 201, opened.content
     assert Ticket.objects.get().order_numbers() == ["7001", "7003"]
     assert shop.requests.count("/shop/orders/7003") == 1  # asked once, before; found inside
+
+
+LINES = {
+    "total_cents": 9497,
+    "paid_cents": 9497,
+    "lines": [
+        {"line_id": "a", "sku": "LMP-2", "title": "Floor lamp", "unit_price_cents": 6999,
+         "quantity": 1, "tax_cents": 0},
+        {"line_id": "b", "title": "Bulb", "unit_price_cents": 599, "quantity": 2},
+    ],
+}  # fmt: skip
+
+
+def test_an_order_with_lines_is_stored_with_them(db, shop):
+    shop.orders["7001"].update(LINES)
+
+    services.ticket_open(order_number="7001")
+
+    order = Order.objects.get(number="7001")
+    assert (order.total_cents, order.paid_cents) == (9497, 9497)
+    assert list(
+        order.lines.values_list("line_id", "sku", "title", "unit_price_cents", "quantity")
+    ) == [("a", "LMP-2", "Floor lamp", 6999, 1), ("b", "", "Bulb", 599, 2)]
+
+
+def test_an_order_without_lines_is_stored_without_them(db, shop):
+    services.ticket_open(order_number="7001")
+
+    order = Order.objects.get(number="7001")
+    assert (order.total_cents, order.paid_cents, order.lines.count()) == (None, None, 0)
+
+
+def _line(**change) -> dict:
+    return {**LINES, "lines": [{**LINES["lines"][0], **change}, LINES["lines"][1]]}
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (_line(unit_price_cents=None), r"lines\[0\]: missing unit_price_cents"),
+        (_line(quantity=None), r"lines\[0\]: missing quantity"),
+        (_line(quantity=0), r"lines\[0\]: quantity must be 1 or more, not 0"),
+        (_line(unit_price_cents=69.99), r"lines\[0\]: unit_price_cents is not a whole number"),
+        (_line(line_id="b"), r"lines\[1\]: line_id 'b' is also lines\[0\]'s"),
+        ({**LINES, "total_cents": 9600}, "total_cents 96.00 EUR does not add up"),
+        ({**LINES, "paid_cents": 9600}, "paid_cents 96.00 EUR is more than the total_cents"),
+        ({"lines": LINES["lines"]}, "missing total_cents, paid_cents"),
+    ],
+)
+def test_an_answer_whose_lines_do_not_hold_is_refused_and_nothing_is_stored(
+    db, shop, change, words
+):
+    shop.orders["7001"].update(change)
+    with pytest.raises(services.ShopUnavailable, match=words):
+        services.ticket_open(order_number="7001")
+    assert not Order.objects.exists() and not OrderLine.objects.exists()

@@ -150,7 +150,12 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
 def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
     refusal = permissions.decision_refusal(request.user, ticket)
     ticket_messages = list(ticket.messages.all())
+    orders = [link.order for link in ticket.links.all()]
+    lines = selectors.orders_bought(order.pk for order in orders)
     return {
+        # What each order holds (those sent with their lines): bought, refunded, left.
+        "bought": [(order, lines[order.pk]) for order in orders if order.pk in lines],
+        "several": len(orders) > 1,
         "ticket": with_pending_decisions([ticket])[0],
         "decisions": ticket.decisions.select_related("reviewer"),
         "charges": ticket.charges.select_related("order"),

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from intake.services import message_receive
-from refunds.management.commands.demo_data import ORDERS, demo_email
+from refunds.management.commands.demo_data import ORDERS, demo_email, demo_lines
 from refunds.models import Order
 
 # demo_data keeps one customer per order (no repeat-refunder flags); the customer who writes
@@ -102,7 +102,7 @@ class Command(BaseCommand):
         name, email, numbers = SEVERAL
         today = timezone.localdate()
         for weeks_ago, own in enumerate(numbers, start=1):
-            Order.objects.get_or_create(
+            order, _ = Order.objects.get_or_create(
                 number=own,
                 defaults={
                     "customer_name": name,
@@ -112,10 +112,11 @@ class Command(BaseCommand):
                     "shipping_fee_cents": 850,
                 },
             )
+            demo_lines(order, weeks_ago)
         three_name, three_email, three = THREE
         promised = date(2026, 11, 2)
-        for own, late, fee in three:
-            Order.objects.get_or_create(
+        for basket, (own, late, fee) in enumerate(three, start=5):
+            order, _ = Order.objects.get_or_create(
                 number=own,
                 defaults={
                     "customer_name": three_name,
@@ -125,6 +126,7 @@ class Command(BaseCommand):
                     "shipping_fee_cents": fee,
                 },
             )
+            demo_lines(order, basket)
         added = 0
         now = timezone.now()
         for key, number, subject, body, _found in MESSAGES:

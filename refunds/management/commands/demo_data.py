@@ -1,10 +1,13 @@
+from dataclasses import asdict
 from datetime import date, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
-from refunds.models import Order
+from refunds.models import Order, OrderLine
+from refunds.services.orders import bought_read
 
 DEMO_PASSWORD = "refund-demo"  # demo use only, stated in README.md
 USERS = [
@@ -41,6 +44,72 @@ ORDERS += [
 ]
 
 
+# What the demo's orders hold: baskets of 1 to 4 lines, (sku, title, unit price in cents,
+# quantity, tax in cents). The first eight orders take the first eight baskets (1046, whose
+# customer writes about a broken lamp, holds a lamp); the others take them in turn.
+BASKETS = [
+    [("VASE-BLU-L", "Blue stoneware vase, large", 4800, 1, 0)],
+    [
+        ("TEE-NVY-M", "Cotton T-shirt, navy, M", 1800, 3, 0),
+        ("JNS-32", "Straight jeans, 32/32", 5900, 1, 0),
+    ],
+    [
+        ("CHG-65W", "USB-C charger 65 W", 3999, 1, 320),
+        ("CBL-C-2M", "USB-C cable, 2 m", 1299, 2, 208),
+    ],
+    [
+        ("LAP-14-16", "Laptop 14-inch, 16 GB", 89900, 1, 7192),
+        ("CHG-65W", "USB-C charger 65 W (for the laptop)", 3999, 1, 320),
+        ("SLV-14", "Laptop sleeve, 14-inch", 2450, 1, 196),
+    ],
+    [
+        ("LAMP-ARC", "Arc floor lamp, brass", 12900, 1, 0),
+        ("BULB-E27-4", "LED bulbs E27, 4-pack", 1299, 1, 0),
+    ],
+    [
+        ("DRS-GRN-S", "Linen dress, green, S", 7900, 1, 0),
+        ("BLT-BRN", "Leather belt, brown", 3500, 1, 0),
+    ],
+    [
+        ("TEE-WHT-L", "Cotton T-shirt, white, L", 1800, 2, 0),
+        ("SCK-WOOL-3", "Wool socks, 3 pairs", 1450, 2, 0),
+        ("CAP-GRY", "Knit cap, grey", 2200, 1, 0),
+        ("SCF-RED", "Wool scarf, red", 3900, 1, 0),
+    ],
+    [("VASE-BUD-S", "Bud vase, small", 1600, 2, 0), ("CNDL-CDR", "Soy candle, cedar", 2400, 1, 0)],
+    [("LAMP-DSK", "Desk lamp, matte black", 3900, 1, 0)],
+]
+
+
+def demo_lines(order: Order, basket: int) -> None:
+    """Give a demo order lines (BASKETS[basket]), its total and what was paid (all of it), read
+    by the imports' own reader; an order that has lines keeps them (a second run adds nothing)."""
+    if order.lines.exists():
+        return
+    items = BASKETS[basket % len(BASKETS)]
+    total = order.shipping_fee_cents + sum(price * qty + tax for _, _, price, qty, tax in items)
+    raw = {
+        "total_cents": total,
+        "paid_cents": total,
+        "lines": [
+            {"line_id": str(n), "sku": sku, "title": title, "unit_price_cents": price,
+             "quantity": qty, "tax_cents": tax}
+            for n, (sku, title, price, qty, tax) in enumerate(items, start=1)
+        ],
+    }  # fmt: skip
+    bought = bought_read(
+        raw, currency=order.currency, shipping_fee_cents=order.shipping_fee_cents, minor_units=True
+    )
+    assert bought is not None
+    with transaction.atomic():
+        OrderLine.objects.bulk_create(
+            OrderLine(order=order, **asdict(line)) for line in bought.lines
+        )
+        Order.objects.filter(pk=order.pk).update(
+            total_cents=bought.total_cents, paid_cents=bought.paid_cents
+        )
+
+
 def demo_email(number: str, name: str) -> str:
     # The first eight keep their short addresses (README names them); the shift's customers are
     # distinct people, so no earlier refund of a namesake flags them as repeat refunders.
@@ -67,8 +136,8 @@ class Command(BaseCommand):
                 "this is production, so no demo users are made."
             )
         promised = date(2026, 11, 2)
-        for number, name, late, fee in ORDERS:
-            Order.objects.update_or_create(
+        for basket, (number, name, late, fee) in enumerate(ORDERS):
+            order, _ = Order.objects.update_or_create(
                 number=number,
                 defaults={
                     "customer_name": name,
@@ -78,6 +147,7 @@ class Command(BaseCommand):
                     "shipping_fee_cents": fee,
                 },
             )
+            demo_lines(order, basket)
         for i in range(orders):
             Order.objects.get_or_create(
                 number=f"L{i:06d}",

@@ -4,7 +4,11 @@
 
 Columns (CSV header) or keys (one JSON object a line): order_number, customer_name,
 customer_email, currency (ISO 4217), shipping_fee (in the currency's major unit, "8.99"),
-promised_on and delivered_on (YYYY-MM-DD), payment_reference (optional). Every refused line is
+promised_on and delivered_on (YYYY-MM-DD), payment_reference (optional). An order with its
+lines adds total and paid, and its lines: in JSON Lines nested (`"lines": [{"line_id", "sku",
+"title", "unit_price", "quantity", "tax"}, ...]`), in CSV one row per line with the order's
+columns repeated on each (the rows of one order one after another) and the columns line_id,
+sku, title, unit_price, quantity, tax (sku and tax may be left out). Every refused line is
 reported with its line number and reason; the exit status is 1 when any line was refused, 2
 when the file itself cannot be read."""
 
@@ -45,12 +49,17 @@ def read_csv(path: Path, delimiter: str) -> Iterator[tuple[int, Any]]:
             header = [name.strip() for name in next(rows)]
         except StopIteration:
             raise CommandError(f"{path} is empty: it needs a header line.", returncode=2) from None
-        missing = [f for f in orders.FIELDS if f not in header and f not in orders.OPTIONAL]
-        unknown = [f for f in header if f not in orders.FIELDS]
+        with_lines = any(f in header for f in (*orders.SUMS, *orders.LINE_FIELDS))
+        columns = (
+            (*orders.FIELDS, *orders.SUMS, *orders.LINE_FIELDS) if with_lines else orders.FIELDS
+        )
+        optional = orders.OPTIONAL | orders.LINE_OPTIONAL
+        missing = [f for f in columns if f not in header and f not in optional]
+        unknown = [f for f in header if f not in columns]
         if missing or unknown or len(set(header)) != len(header):
             raise CommandError(
-                f"{path}: the header must name the columns {', '.join(orders.FIELDS)} "
-                f"(payment_reference may be left out); "
+                f"{path}: the header must name the columns {', '.join(columns)} "
+                f"({', '.join(sorted(optional & set(columns)))} may be left out); "
                 + "; ".join(
                     part
                     for part in (
@@ -63,22 +72,70 @@ def read_csv(path: Path, delimiter: str) -> Iterator[tuple[int, Any]]:
                 returncode=2,
             )
         start = rows.line_num + 1
-        while True:
-            try:
-                row = next(rows)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                yield start, LineRefused(f"not a CSV line: {exc}")
-                start = rows.line_num + 1
-                continue
-            if not any(cell.strip() for cell in row):
-                pass  # a blank line
-            elif len(row) != len(header):
-                yield start, LineRefused(f"{len(row)} fields, the header has {len(header)}")
-            else:
-                yield start, dict(zip(header, row, strict=True))
+        if with_lines:
+            yield from _orders_of_rows(_rows(rows, header, start))
+            return
+        yield from _rows(rows, header, start)
+
+
+def _rows(rows: Any, header: list[str], start: int) -> Iterator[tuple[int, Any]]:
+    """Each CSV line after the header: (its line number, a dict by column, or LineRefused)."""
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield start, LineRefused(f"not a CSV line: {exc}")
             start = rows.line_num + 1
+            continue
+        if not any(cell.strip() for cell in row):
+            pass  # a blank line
+        elif len(row) != len(header):
+            yield start, LineRefused(f"{len(row)} fields, the header has {len(header)}")
+        else:
+            yield start, dict(zip(header, row, strict=True))
+        start = rows.line_num + 1
+
+
+def _orders_of_rows(rows: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
+    """Rows of one line each -> one order each: the rows of an order follow one another and
+    repeat its columns (any that differ refuse the whole order, naming the line). An order
+    whose rows come again later is two orders with one number: both refused, as any duplicate."""
+    order_columns = (*orders.FIELDS, *orders.SUMS)
+    group: list[tuple[int, dict]] = []
+
+    def gathered() -> Iterator[tuple[int, Any]]:
+        first_line, first = group[0]
+        for line, row in group[1:]:
+            differ = [c for c in order_columns if row.get(c, "") != first.get(c, "")]
+            if differ:
+                refused = LineRefused(
+                    f"line {line}: {', '.join(differ)} differ(s) from line {first_line}; every "
+                    "row of an order repeats its columns as they are"
+                )
+                yield first_line, orders.OrderRows(first, [first_line], refused)
+                return
+        fields = {c: first[c] for c in order_columns if c in first}
+        # A row whose line columns are all blank is an order sent without lines.
+        kept = [
+            (n, {c: row[c] for c in orders.LINE_FIELDS if c in row})
+            for n, row in group
+            if any(row.get(c, "").strip() for c in orders.LINE_FIELDS)
+        ]
+        lines = {"lines": [item for _, item in kept]} if kept else {}
+        yield first_line, orders.OrderRows({**fields, **lines}, [n for n, _ in kept])
+
+    for line, row in rows:
+        if isinstance(row, LineRefused):
+            yield line, row
+            continue
+        if group and row.get("order_number", "").strip() != group[0][1]["order_number"].strip():
+            yield from gathered()
+            group = []
+        group.append((line, row))
+    if group:
+        yield from gathered()
 
 
 def _no_constant(name: str) -> Any:
