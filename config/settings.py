@@ -321,6 +321,15 @@ REFUNDS_CHARGE_RETRY_SECONDS = env_number("REFUNDS_CHARGE_RETRY_SECONDS", 45.0, 
 STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
 STRIPE_API_BASE = env_url("STRIPE_API_BASE", "https://api.stripe.com", schemes=("https", "http"))
 STRIPE_TIMEOUT = env_number("STRIPE_TIMEOUT", 10.0, minimum=0.1)
+# Stripe's events in (/payments/stripe/webhook/): the endpoint's signing secret (whsec_..., from the
+# dashboard; masked; without it every event is refused, never taken unsigned), how far a
+# signature's timestamp may be from now (Stripe's library defaults to 300 s), and the largest body
+# taken (an event is a few KB; larger answers 413).
+STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_WEBHOOK_TOLERANCE_SECONDS = env_int("STRIPE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=10)
+STRIPE_WEBHOOK_MAX_BODY_BYTES = env_int(
+    "STRIPE_WEBHOOK_MAX_BODY_BYTES", 256 * 1024, minimum=16 * 1024
+)
 # The carrier's tracking lookup (refunds/carriers.py), a step beside the fraud check; empty: none.
 # Each attempt is cut off after the timeout; after the attempts a person checks the delivery.
 REFUNDS_CARRIER = env_str("REFUNDS_CARRIER", "")
@@ -485,6 +494,7 @@ CELERY_TASK_ROUTES = {
     "refunds.tasks.recover_tickets": {"queue": "housekeeping"},
     "refunds.tasks.escalate_overdue_reviews": {"queue": "housekeeping"},
     "refunds.tasks.resend_email": {"queue": "housekeeping"},
+    "refunds.tasks.handle_stripe_event": {"queue": "housekeeping"},
     "webhooks.tasks.*": {"queue": "housekeeping"},
 }
 # Exactly one beat: RedBeat holds a lock in Redis while it schedules; a second beat waits on the

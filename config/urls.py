@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from refunds import health
+from refunds.payments import stripe_webhook
 
 urlpatterns = [
     path("", include("reviews.urls")),
@@ -10,6 +11,8 @@ urlpatterns = [
     # The mail provider's webhooks, e.g. /mail/mailgun/tracking/ (refunds/mail_tracking.py) and
     # /mail/mailgun/inbound_mime/ (intake/inbound.py), behind intake/webhook.py's door
     path("mail/", include("intake.urls")),
+    # Stripe's events (refunds/payments/stripe_webhook.py): register this URL at Stripe
+    path("payments/stripe/webhook/", stripe_webhook.webhook, name="stripe_webhook"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", include("insights.urls")),

@@ -3,8 +3,8 @@
 Two rules, applied to every string an error page or a log line shows: the userinfo of a URL
 (`postgres://refunds:PASSWORD@db/...`) is masked, and so is the value of any secret this process
 was configured with (SECRET_KEY, the database and broker passwords, the mail password, webhook and
-metrics tokens, the Stripe secret key, the reader's model API key), wherever it appears. Settings
-whose names look secret are hidden by name too."""
+metrics tokens, the Stripe secret key and webhook secret, the reader's model API key), wherever
+it appears. Settings whose names look secret are hidden by name too."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ SECRET_VARIABLES = (
     "REFUNDS_ORDER_SOURCE_TOKEN",
     "METRICS_TOKEN",
     "STRIPE_SECRET_KEY",
+    "STRIPE_WEBHOOK_SECRET",
     "REFUNDS_MODEL_API_KEY",
 )
 

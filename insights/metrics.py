@@ -11,7 +11,7 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from refunds.models import Decision, Email, Role, Ticket
+from refunds.models import Charge, Decision, Email, Role, StripeEvent, Ticket
 from webhooks.models import Delivery
 
 
@@ -65,6 +65,21 @@ class DeskCollector:
             value=Email.objects.exclude(status=Email.Status.SENT)
             .filter(ticket__status__in=Ticket.FINAL)
             .count(),
+        )
+        yield GaugeMetricFamily(
+            "refund_desk_refunds_pending",
+            "Refunds the processor accepted and has not finished (on their way to the bank).",
+            value=Charge.objects.on_its_way().count(),
+        )
+        yield GaugeMetricFamily(
+            "refund_desk_refunds_failed",
+            "Refunds the processor accepted and then failed or canceled.",
+            value=Charge.objects.failed_at_processor().count(),
+        )
+        yield GaugeMetricFamily(
+            "refund_desk_stripe_events_unhandled",
+            "Stripe events stored and not handled yet (the recovery sweep hands them on).",
+            value=StripeEvent.objects.filter(handled_at__isnull=True).count(),
         )
         webhooks = GaugeMetricFamily(
             "refund_desk_webhook_deliveries", "Webhook deliveries by status.", labels=["status"]

@@ -71,6 +71,14 @@ def time_to_decision(days: list[date]) -> list[float]:
     return [round(statistics.median(by_day[d]), 1) if d in by_day else 0.0 for d in days]
 
 
+def refunds_at_processor() -> dict[str, int]:
+    """Refunds the processor accepted that are still on their way, and those that failed."""
+    return {
+        "on_its_way": Charge.objects.on_its_way().count(),
+        "failed_at_processor": Charge.objects.failed_at_processor().count(),
+    }
+
+
 def refunded_cents(days: list[date]) -> list[int]:
     """Refunds paid each day, in cents (the plot says them through dollars())."""
     start = _start_of(days[0])

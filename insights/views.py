@@ -50,6 +50,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "ended": sum(sum(v) for v in ended.values()),
             "tickets_refunded": counted["tickets"],
             "orders_refunded": counted["orders"],
+            **selectors.refunds_at_processor(),
         },
         "charts": [
             charts.bar_chart(

@@ -15,6 +15,7 @@ from refunds.models import (
     Fork,
     Order,
     OrderLine,
+    StripeEvent,
     Ticket,
     TicketOrder,
 )
@@ -435,9 +436,26 @@ class DecisionAdmin(Dollars, ReadOnly, admin.ModelAdmin):
 
 @admin.register(Charge)
 class ChargeAdmin(Dollars, ReadOnly, admin.ModelAdmin):
-    list_display = ["idempotency_key", "ticket", "order", "amount", "status", "receipt"]
-    list_filter = ["status"]
+    list_display = [
+        "idempotency_key",
+        "ticket",
+        "order",
+        "amount",
+        "status",
+        "receipt",
+        "processor_status",
+    ]
+    list_filter = ["status", "processor_status"]
     search_fields = ["receipt", "idempotency_key"]
+
+
+@admin.register(StripeEvent)
+class StripeEventAdmin(ReadOnly, admin.ModelAdmin):
+    """Stripe's events as they came, and what handling each recorded (never edited by hand)."""
+
+    list_display = ["event_id", "type", "created", "received_at", "handled_at", "outcome"]
+    list_filter = ["type", ("handled_at", admin.EmptyFieldListFilter)]
+    search_fields = ["event_id"]
 
 
 @admin.register(Email)

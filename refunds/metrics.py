@@ -48,3 +48,8 @@ INBOUND_REFUSED = Counter(
     "replayed, malformed).",
     ["reason"],
 )
+STRIPE_EVENTS_REFUSED = Counter(
+    "refund_desk_stripe_events_refused_total",
+    "Posts to Stripe's webhook refused, by why (not_configured, too_large, signature, malformed).",
+    ["reason"],
+)

@@ -18,6 +18,7 @@ from refunds.statuses import (
     DecisionAnswer,
     EmailDelivery,
     EmailStatus,
+    ProcessorStatus,
     TicketStatus,
 )
 
@@ -593,6 +594,16 @@ class ChargeQuerySet(models.QuerySet):
         """Charges whose money moved, or may have (an outcome not yet known)."""
         return self.holding_balance()
 
+    def on_its_way(self) -> ChargeQuerySet:
+        """Refunds the processor accepted and has not finished: not at the customer's bank yet."""
+        statuses = [ProcessorStatus.PENDING, ProcessorStatus.REQUIRES_ACTION]
+        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=statuses)
+
+    def failed_at_processor(self) -> ChargeQuerySet:
+        """Refunds the processor accepted and then failed or canceled."""
+        statuses = [ProcessorStatus.FAILED, ProcessorStatus.CANCELED]
+        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=statuses)
+
 
 class Charge(models.Model):
     """The money ledger, kept around any gateway by refunds/money.py. A row is written (pending,
@@ -600,6 +611,7 @@ class Charge(models.Model):
     makes a repeated call find the first one, and an unknown outcome is settled by a lookup."""
 
     Status = ChargeStatus
+    ProcessorStatus = ProcessorStatus
 
     ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="charges")
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="charges")
@@ -613,6 +625,17 @@ class Charge(models.Model):
     )  # the lease epoch of the run that last claimed the charge
     created_at = models.DateTimeField(auto_now_add=True)
     settled_at = models.DateTimeField(null=True, blank=True)
+    # What the processor says of the refund now (its events, re-read): "" not known, shown as
+    # "Refunded" as before the desk listened; the ledger's `status` says whether it was accepted.
+    # (A default in the database too: the ledger writes its rows in SQL, refunds/money.py.)
+    processor_status = models.CharField(
+        max_length=20,
+        choices=ProcessorStatus,
+        default=ProcessorStatus.UNKNOWN,
+        db_default=ProcessorStatus.UNKNOWN,
+        blank=True,
+    )
+    failure_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     objects = ChargeQuerySet.as_manager()
 
@@ -720,6 +743,38 @@ class SweepRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {local_words(self.ran_at)}"
+
+
+class StripeEventQuerySet(models.QuerySet):
+    def needing_worker(self, received_before=None) -> StripeEventQuerySet:
+        """Events not handled yet that still have attempts left (received before a time)."""
+        rows = self.filter(handled_at__isnull=True, attempts__lt=settings.REFUNDS_MAX_ATTEMPTS)
+        return rows if received_before is None else rows.filter(received_at__lt=received_before)
+
+
+class StripeEvent(models.Model):
+    """One of Stripe's events, stored once by its id as it came (signature checked) and handled
+    by a worker: a resent event is the first one. `handled_at` empty: a worker has yet to handle
+    it (the recovery sweep hands it on, as it does tickets)."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    type = models.CharField(max_length=100)
+    created = models.DateTimeField()  # when Stripe made it
+    payload = models.JSONField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    handled_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=300, blank=True)  # what the handler recorded
+    handle_error = models.TextField(blank=True)  # the last attempt's, while one fails
+    attempts = models.PositiveIntegerField(default=0)
+    woken_at = models.DateTimeField(null=True, blank=True)  # the sweep's last wake-up
+
+    objects = StripeEventQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["handled_at"], name="stripe_event_unhandled_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.event_id}"
 
 
 # The demo processor's table lives beside its gateway; Django registers a model when the app's

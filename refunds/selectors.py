@@ -8,7 +8,7 @@ from datetime import datetime
 
 from core.clock import local_words
 from refunds.flow.words import dollars
-from refunds.models import Decision, OrderLine, Ticket, of_customer
+from refunds.models import Charge, Decision, OrderLine, Ticket, of_customer
 
 EARLIER_LIMIT = 10
 
@@ -47,6 +47,26 @@ def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str |
     if ticket.claim_holder(now) is None:
         return f"Order {number} is free again: it is back in the queue."
     return None
+
+
+def refund_progress(ticket: Ticket) -> dict[str, str] | None:
+    """Where a refunded ticket's money is, by what the processor said last of its refunds:
+    {"state": "refunded" | "on_its_way" | "failed", "words": ...}; None unless it is refunded.
+    "Refunded" is the processor's word: said at `succeeded`, or when it never said (a gateway
+    without events, a refund from before the desk listened to them)."""
+    if ticket.status != Ticket.Status.REFUNDED:
+        return None
+    paid = Charge.objects.filter(ticket=ticket, status=Charge.Status.SUCCEEDED)
+    failed = list(paid.failed_at_processor().order_by("pk"))
+    if failed:
+        reasons = sorted({c.failure_reason for c in failed if c.failure_reason})
+        words = f"Refund of {dollars(sum(c.amount_cents for c in failed))} failed at the processor"
+        return {"state": "failed", "words": words + (f" ({', '.join(reasons)})" if reasons else "")}
+    if paid.on_its_way().exists():
+        total = sum(paid.values_list("amount_cents", flat=True))
+        words = f"Refund of {dollars(total)} started, on its way to the customer's bank"
+        return {"state": "on_its_way", "words": words}
+    return {"state": "refunded", "words": Ticket.Status.REFUNDED.label}
 
 
 def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:

@@ -24,6 +24,19 @@ class ChargeStatus(models.TextChoices):
     REFUSED = "refused", "Refused"
 
 
+class ProcessorStatus(models.TextChoices):
+    """What the payment processor last said about a refund it accepted (Stripe's Refund.status,
+    re-read from Stripe on each of its events). "" is not known: a gateway without events, or a
+    refund made before the desk listened to them; the desk shows it as "Refunded", as before."""
+
+    UNKNOWN = "", "Not reported"
+    PENDING = "pending", "On its way"
+    REQUIRES_ACTION = "requires_action", "Waiting on the customer"
+    SUCCEEDED = "succeeded", "Refunded"
+    FAILED = "failed", "Failed"
+    CANCELED = "canceled", "Canceled"
+
+
 class EmailStatus(models.TextChoices):
     PENDING = "pending", "Not sent yet"
     SENDING = "sending", "Sending"
@@ -74,6 +87,18 @@ CHARGE_HOLDS_BALANCE = {
     ChargeStatus.PENDING: True,
     ChargeStatus.SUCCEEDED: True,
     ChargeStatus.REFUSED: False,
+}
+# Where a refund's processor status may go from each one, whatever order its events arrive in
+# and however old the answer a handler read: on its way, then settled, and Stripe may still fail
+# a refund it called succeeded (the bank sends it back); nothing goes back to "on its way".
+P = ProcessorStatus
+PROCESSOR_RANK = {
+    P.UNKNOWN: 0,
+    P.PENDING: 1,
+    P.REQUIRES_ACTION: 1,
+    P.SUCCEEDED: 2,
+    P.FAILED: 3,
+    P.CANCELED: 3,
 }
 # The outbox's statements (refunds/mail.py) were written for these three; a fourth needs its
 # claim and its marks thought through.

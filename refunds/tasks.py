@@ -65,6 +65,13 @@ def resend_email(email_id: int) -> bool:
     return mail.resend(email_id)
 
 
+@shared_task(acks_late=True, ignore_result=True)
+def handle_stripe_event(event_pk: int) -> str:
+    """One of Stripe's events, re-read from Stripe and recorded; safe to deliver twice. A read
+    that fails leaves it for the recovery sweep."""
+    return services.stripe_event_handle(event_pk)
+
+
 @shared_task(ignore_result=True)
 def escalate_overdue_reviews() -> int:
     """The review desk's escalation timers: safe to run twice (conditional UPDATEs)."""

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group, Permission, User
 from devtools.faults import fired
 from devtools.localstripe import StripeFaults
 from refunds import persistence, services
-from refunds.models import Charge, Decision, Order, Ticket
+from refunds.models import Charge, Decision, Order, StripeEvent, Ticket
 from tests import test_crash
 from tests.conftest import make_order, wait_for
 from tests.quiescence import quiesce
@@ -30,6 +30,7 @@ from tests.test_crash import (
     settle,
     status,
 )
+from tests.test_stripe_events import WEBHOOK_SECRET, event, post
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +67,28 @@ def test_an_approved_ticket_refunds_the_shipping_fee_at_stripe(
     assert Charge.objects.get(ticket=ticket).receipt == refund["id"]
     assert sinks.gateway.refunds_for("") == []  # nothing went to the other processor
     wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
+
+
+def test_a_signed_event_is_handled_by_a_worker_that_re_reads_the_refund_at_stripe(
+    workers, localstripe, agent, admin_user, paid_order, client, settings
+):
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    workers("w1", env=localstripe.env())
+    ticket = open_and_wait_for_review("1042", agent)
+    approve(ticket, admin_user)
+    wait_for(lambda: status(ticket) == "refunded", timeout=60, what="the refund")
+    [refund] = localstripe.refunds(paid_order.payment_reference)
+
+    # Its payload says pending; localstripe holds succeeded, which the worker reads.
+    response = post(client, event("refund.created", refund | {"status": "pending"}))
+
+    assert response.status_code == 200
+    wait_for(
+        lambda: StripeEvent.objects.filter(handled_at__isnull=False).exists(),
+        timeout=30,
+        what="a worker to handle the event",
+    )
+    assert Charge.objects.get(ticket=ticket).processor_status == "succeeded"
 
 
 def test_several_tickets_for_one_order_refund_it_once_at_stripe(

@@ -99,6 +99,24 @@ class StripeGateway:
                     return refund.id
         return None
 
+    def refund_now(self, refund_id: str) -> dict[str, Any]:
+        """The refund as Stripe holds it now (its events are read against this, never trusted
+        for the state themselves)."""
+        with _stripe_errors("reading the refund"):
+            return self._stripe().v1.refunds.retrieve(refund_id).to_dict()
+
+    def refunds_of(self, payment_reference: str) -> list[dict[str, Any]]:
+        """Every refund of a payment (a PaymentIntent or a Charge) as Stripe holds it now."""
+        kind, payment = _stripe_payment(payment_reference)
+        params: RefundListParams = {"limit": 100}
+        if kind == "payment_intent":
+            params["payment_intent"] = payment
+        else:
+            params["charge"] = payment
+        with _stripe_errors("reading the refunds"):
+            listed = self._stripe().v1.refunds.list(params=params)
+            return [refund.to_dict() for refund in listed.auto_paging_iter()]
+
     def _stripe(self) -> StripeClient:
         import stripe
 

@@ -20,6 +20,11 @@ from refunds.services.errors import (
     ShopUnavailable,
     TicketAlreadyOpen,
 )
+from refunds.services.stripe_events import (
+    stripe_event_handle,
+    stripe_event_receive,
+    stripe_events_recover,
+)
 from refunds.services.sweep import (
     RECOVERY_SWEEP,
     also_recover,
@@ -66,6 +71,9 @@ __all__ = [
     "order_find",
     "ticket_open",
     "ticket_retry",
+    "stripe_event_handle",
+    "stripe_event_receive",
+    "stripe_events_recover",
     "sweep_mark_ran",
     "tickets_recover",
     "wake_once",

@@ -159,6 +159,7 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "ticket": with_pending_decisions([ticket])[0],
         "decisions": ticket.decisions.select_related("reviewer"),
         "charges": ticket.charges.select_related("order"),
+        "refund_progress": selectors.refund_progress(ticket),
         "emails": ticket.emails.all(),
         "may_decide": not refusal,
         "refusal": refusal,

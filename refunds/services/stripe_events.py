@@ -1,0 +1,144 @@
+"""Stripe's events in: each stored once by its id when its signature checks out
+(refunds/payments/stripe_webhook.py), then handled by a worker, never in the request.
+
+A handler never takes an event's order or payload for the refund's state: events come late, twice
+and out of order, so it re-reads the refund (or the charge's refunds) from Stripe and records what
+Stripe says now. What it records only moves forward (statuses.PROCESSOR_RANK), so an older read
+that lands after a newer one changes nothing."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from core.network import outside_transaction
+from refunds import enqueue
+from refunds.flow.errors import PermanentGatewayError
+from refunds.models import Charge, StripeEvent
+from refunds.payments.stripe import StripeGateway
+from refunds.services.errors import BrokerUnavailable
+from refunds.services.sweep import wake_once
+from refunds.statuses import PROCESSOR_RANK, ProcessorStatus
+
+log = logging.getLogger(__name__)
+
+HANDLE = "refunds.tasks.handle_stripe_event"
+# Events whose object is a Refund, and those whose object is a Charge (all its refunds re-read).
+REFUND_EVENTS = frozenset(
+    {"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"}
+)
+CHARGE_EVENTS = frozenset({"charge.refunded"})
+EVENTS = REFUND_EVENTS | CHARGE_EVENTS
+FAILED = frozenset({ProcessorStatus.FAILED, ProcessorStatus.CANCELED})  # with a failure reason
+
+
+def stripe_event_receive(*, event: dict[str, Any]) -> tuple[StripeEvent, bool]:
+    """Store a verified event once by its id and hand it to a worker when this commits. Returns
+    (row, created): a resent event is the first row, created False, and changes nothing."""
+    with transaction.atomic():
+        row, created = StripeEvent.objects.get_or_create(
+            event_id=event["id"],
+            defaults={
+                "type": event["type"],
+                "created": datetime.fromtimestamp(int(event["created"]), tz=UTC),
+                "payload": event,
+            },
+        )
+        if created:
+            enqueue.send_on_commit(HANDLE, row.pk)
+    return row, created
+
+
+def stripe_event_handle(event_pk: int, *, gateway: StripeGateway | None = None) -> str:
+    """Handle a stored event: re-read its refund(s) from Stripe and record what Stripe says now.
+    Safe to run twice, and at once: each write is a forward-only compare-and-set. A read that
+    fails for now leaves the event unhandled (the sweep hands it on); one Stripe refuses for good
+    (an unknown refund) marks it handled with why."""
+    outside_transaction("Stripe")
+    row = StripeEvent.objects.filter(pk=event_pk, handled_at__isnull=True).first()
+    if row is None:
+        return "handled already"
+    # Taken: the sweep's wake-up is spent, and the attempt counts even if this worker dies.
+    StripeEvent.objects.filter(pk=row.pk).update(attempts=F("attempts") + 1, woken_at=None)
+    try:
+        outcome = _handle(row, gateway or StripeGateway())
+    except PermanentGatewayError as exc:
+        outcome, error = "", str(exc)
+    except Exception as exc:  # noqa: BLE001 - Stripe unreachable, a 500: the sweep tries again
+        log.warning("stripe event %s: not handled this time: %s", row.event_id, exc)
+        StripeEvent.objects.filter(pk=row.pk).update(handle_error=str(exc)[:2000])
+        return f"not handled this time: {exc}"
+    else:
+        error = ""
+    StripeEvent.objects.filter(pk=row.pk, handled_at__isnull=True).update(
+        handled_at=timezone.now(), outcome=outcome[:300], handle_error=error[:2000]
+    )
+    return outcome or error
+
+
+def _handle(row: StripeEvent, gateway: StripeGateway) -> str:
+    obj = (row.payload.get("data") or {}).get("object") or {}
+    if row.type in REFUND_EVENTS:
+        refunds = [gateway.refund_now(obj["id"])]
+    elif row.type in CHARGE_EVENTS:
+        refunds = gateway.refunds_of(obj["id"])
+    else:
+        return f"{row.type}: not an event the desk reads"
+    return "; ".join(refund_record(refund, event=row.event_id) for refund in refunds) or (
+        "no refunds"
+    )
+
+
+def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
+    """Record on our ledger row what Stripe says of `refund` (as Stripe holds it now): matched by
+    our key in its metadata, or by its id as the receipt we stored. A refund with neither is not
+    the desk's (made in Stripe's dashboard, say): nothing is recorded, and it is logged."""
+    refund_id = refund["id"]
+    key = (refund.get("metadata") or {}).get(StripeGateway.METADATA_KEY) or ""
+    match = Q(receipt=refund_id) | Q(idempotency_key=key) if key else Q(receipt=refund_id)
+    charge = Charge.objects.filter(match).order_by("pk").first()
+    if charge is None:
+        log.info(
+            "stripe event %s: refund %s has no desk key we know (%r): stored, nothing recorded",
+            event,
+            refund_id,
+            key,
+        )
+        return f"{refund_id}: not the desk's, nothing recorded"
+    try:
+        status = ProcessorStatus(refund.get("status") or "")
+    except ValueError:
+        log.warning(
+            "stripe event %s: refund %s has a status the desk does not know: %r",
+            event,
+            refund_id,
+            refund.get("status"),
+        )
+        return f"{refund_id}: status {refund.get('status')!r} not known, nothing recorded"
+    reason = (refund.get("failure_reason") or "") if status in FAILED else ""
+    behind = [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
+    moved = Charge.objects.filter(pk=charge.pk, processor_status__in=behind).update(
+        processor_status=status, failure_reason=reason[:200]
+    )
+    if not moved:
+        return f"{refund_id}: {status} is behind what the desk has, kept"
+    return f"{refund_id}: {status}" + (f" ({reason})" if reason else "")
+
+
+def stripe_events_recover() -> list[int]:
+    """The recovery sweep's part for Stripe's events: hand on every event stored and not handled
+    (a lost wake-up, a worker killed mid-handle, a read that failed), once per rewake interval."""
+    received_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
+    rows = StripeEvent.objects.needing_worker(received_before=received_before)
+    ids, sent = wake_once(rows, lambda pk: enqueue.send(HANDLE, pk))
+    if len(sent) < len(ids):
+        raise BrokerUnavailable(
+            f"the broker took {len(sent)} of {len(ids)} Stripe event wake-ups", sent=len(sent)
+        )
+    return ids
