@@ -147,13 +147,14 @@ class Order(models.Model):
         row = sql.fetchone(
             "SELECT o.number, o.customer_name, o.customer_email, o.promised_on, o.delivered_on, "
             f"o.shipping_fee_cents, (SELECT coalesce(sum(c.amount_cents), 0) {held}), "
-            f"(SELECT max(c.ticket_id) {held}) FROM refunds_order o WHERE o.number = %s",
+            f"(SELECT max(c.ticket_id) {held}), o.paid_cents FROM refunds_order o "
+            "WHERE o.number = %s",
             [for_ticket or 0, for_ticket or 0, number],
         )
         if row is None:
             return None
         promised, delivered = (d if isinstance(d, str) else d.isoformat() for d in row[3:5])
-        return {
+        facts = {
             "number": row[0],
             "customer_name": row[1],
             "customer_email": row[2],
@@ -163,6 +164,7 @@ class Order(models.Model):
             "refunded_cents": row[6],
             "refunded_by_ticket": row[7],
         }
+        return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
 
     def as_facts(self, *, for_ticket: int | None = None) -> dict:
         held = (
@@ -180,7 +182,7 @@ class Order(models.Model):
             "fee_cents": self.shipping_fee_cents,
             "refunded_cents": held["total"] or 0,
             "refunded_by_ticket": held["last"],
-        }
+        } | ({"paid_cents": self.paid_cents} if self.paid_cents is not None else {})
 
 
 class OrderLine(models.Model):

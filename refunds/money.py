@@ -6,8 +6,8 @@ pay() in order:
    the middle of this very charge: stop (EffectBusy) and let the thread be retried later.
 2. In one transaction, with the order locked: check the epoch; find the key's ledger row.
    Paid: return its receipt. Under way from an earlier run: its outcome is not known yet.
-   None: check the balance (fee minus what the ledger holds for the order) and write a pending
-   row.
+   None: check the balance (the fee, or what the customer paid when that is less, minus what
+   the ledger holds for the order) and write a pending row.
 3. An outcome not known is settled by `gateway.lookup(key)` before anything else.
 4. Check the lease once more, then call the gateway, outside any transaction.
 5. Record what happened, then give the effect lock back. A decline or a definite "not charged"
@@ -127,7 +127,8 @@ def _read(
     (GraphDrained, OverBalance) or say where the key stands: "paid", "unknown" (its epoch moved
     to ours), "refused" or "new"."""
     found = sql.fetchone(
-        "SELECT t.lease_epoch, o.shipping_fee_cents AS fee, o.number, o.payment_reference, "
+        "SELECT t.lease_epoch, o.shipping_fee_cents AS fee, o.paid_cents, o.number, "
+        "o.payment_reference, "
         "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
         f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s) AS held, "
         "k.id AS k_id, k.status AS k_status, k.receipt "
@@ -139,7 +140,7 @@ def _read(
     )
     if found is None:  # the ticket was deleted under the run (its lease went with it)
         raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-    current_epoch, fee, number, reference, held, row_id, status, receipt = found
+    current_epoch, fee, paid, number, reference, held, row_id, status, receipt = found
     if current_epoch != epoch:
         raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
     if status == Charge.Status.SUCCEEDED:
@@ -147,11 +148,17 @@ def _read(
     if status == Charge.Status.PENDING:
         sql.execute("UPDATE refunds_charge SET epoch = %s WHERE id = %s", [epoch, row_id])
         return _Row(row_id, None, reference), "unknown"
-    balance = fee - held
+    # Never beyond what the customer paid (the shop's `paid`; unknown for an order sent without
+    # it), nor beyond the fee, the one part refunded so far.
+    if paid is None or fee <= paid:
+        limit, of = fee, f"its {dollars(fee)} fee"
+    else:
+        limit, of = paid, f"the {dollars(paid)} the customer paid"
+    balance = limit - held
     if amount_cents > balance:
         raise OverBalance(
-            f"order {number} has {dollars(max(balance, 0))} left to refund of its "
-            f"{dollars(fee)} fee; {dollars(amount_cents)} is more"
+            f"order {number} has {dollars(max(balance, 0))} left to refund of {of}; "
+            f"{dollars(amount_cents)} is more"
         )
     if row_id is not None:
         return _Row(row_id, None, reference), "refused"

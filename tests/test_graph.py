@@ -570,6 +570,14 @@ def test_a_partly_refunded_order_offers_only_its_balance():
     assert any("$4.00 of the $10.00 fee was already refunded" in n for n in payload["notes"])
 
 
+def test_an_order_whose_customer_paid_less_than_the_fee_offers_only_what_was_paid():
+    desk = Desk(order_facts(fee_cents=1000) | {"paid_cents": 650})
+    desk.start()
+    payload = desk.pending().value
+    assert payload["amount_cents"] == 650
+    assert any("The customer paid $6.50, less than the $10.00 fee" in n for n in payload["notes"])
+
+
 def test_a_mail_server_that_refuses_then_accepts_delivers_once_after_a_retry():
     desk = Desk(order_facts(), mailer=FakeMailer([MailRetryable("451 try later")]))
     desk.start()

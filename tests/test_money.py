@@ -245,3 +245,55 @@ def test_a_charge_that_waited_on_its_order_row_takes_its_effect_lock_once(
         other.join(15)
     assert receipt and Charge.objects.get().status == "succeeded"
     assert free_elsewhere(f"{ticket.thread_id}:charge_card:699")
+
+
+def paid_less(order: Order, paid_cents: int) -> Order:
+    """The shop says the customer paid less than the fee (a discount code, a gift card)."""
+    Order.objects.filter(pk=order.pk).update(total_cents=paid_cents, paid_cents=paid_cents)
+    order.refresh_from_db()
+    return order
+
+
+def test_a_charge_past_what_the_customer_paid_is_refused_before_the_gateway(processor, ticket):
+    paid_less(ticket.order, 500)
+    lease = held(ticket)
+    with pytest.raises(OverBalance, match=r"\$5.00 left to refund of the \$5.00 the customer paid"):
+        pay(processor, ticket, lease, amount=699)
+    assert processor.charge_calls == {} and Charge.objects.count() == 0
+    assert pay(processor, ticket, lease, amount=500)
+
+
+def test_two_tickets_charging_one_order_at_once_never_refund_more_than_was_paid(
+    processor, transactional_db, late_order
+):
+    """The late guard where the race is: each ticket's own check would allow $3.00 of the $5.00
+    paid; the ledger's reserve, with the order locked, lets one through."""
+    paid_less(late_order, 500)
+    # One open ticket per order: the first is closed (an admin's fork of it runs again), the
+    # second one is new.
+    first = Ticket.objects.create(thread_id="refund-1042-a", order=late_order)
+    leases_ = [held(first)]
+    Ticket.objects.filter(pk=first.pk).update(status="rejected")
+    tickets = [first, Ticket.objects.create(thread_id="refund-1042-b", order=late_order)]
+    leases_.append(held(tickets[1]))
+    start = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def charge(n: int) -> None:
+        start.wait()
+        try:
+            pay(processor, tickets[n], leases_[n], amount=300, timeout=3)
+            outcomes.append("paid")
+        except OverBalance:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=charge, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(outcomes) == ["paid", "refused"]
+    assert sum(processor.charge_calls.values()) == 1
+    assert late_order.refunded_cents() == 300

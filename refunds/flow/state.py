@@ -21,6 +21,8 @@ class OrderFacts(TypedDict):
     # What the ledger already refunded for this order (other tickets), and the last such ticket.
     refunded_cents: int
     refunded_by_ticket: int | None
+    # What the customer paid, when the shop sent it: never refunded beyond.
+    paid_cents: NotRequired[int]
 
 
 class CustomerHistory(TypedDict):

@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from stripe.params import RefundCreateParams, RefundListParams
 
 
+def _of_payment(kind: str, payment: str) -> RefundListParams:
+    """List parameters for the refunds of one PaymentIntent or Charge."""
+    if kind == "payment_intent":
+        return {"limit": 100, "payment_intent": payment}
+    return {"limit": 100, "charge": payment}
+
+
 class StripeGateway:
     """Refunds through Stripe (the official `stripe` library): a Refund against the order's
     PaymentIntent (`pi_...`) or Charge (`ch_...`, `py_...`), for the amount the ledger asks (the
@@ -86,13 +93,8 @@ class StripeGateway:
             kind, payment = _stripe_payment(payment_reference)
         except PermanentGatewayError:
             return None  # charge() refuses such a reference before it sends anything
-        params: RefundListParams = {"limit": 100}
-        if kind == "payment_intent":
-            params["payment_intent"] = payment
-        else:
-            params["charge"] = payment
         with _stripe_errors("the lookup"):
-            refunds = self._stripe().v1.refunds.list(params=params)
+            refunds = self._stripe().v1.refunds.list(params=_of_payment(kind, payment))
             for refund in refunds.auto_paging_iter():
                 metadata = refund.metadata.to_dict() if refund.metadata else {}
                 if metadata.get(self.METADATA_KEY) == idempotency_key:
@@ -108,13 +110,8 @@ class StripeGateway:
     def refunds_of(self, payment_reference: str) -> list[dict[str, Any]]:
         """Every refund of a payment (a PaymentIntent or a Charge) as Stripe holds it now."""
         kind, payment = _stripe_payment(payment_reference)
-        params: RefundListParams = {"limit": 100}
-        if kind == "payment_intent":
-            params["payment_intent"] = payment
-        else:
-            params["charge"] = payment
         with _stripe_errors("reading the refunds"):
-            listed = self._stripe().v1.refunds.list(params=params)
+            listed = self._stripe().v1.refunds.list(params=_of_payment(kind, payment))
             return [refund.to_dict() for refund in listed.auto_paging_iter()]
 
     def _stripe(self) -> StripeClient:

@@ -724,7 +724,13 @@ class Run:
             rest = key.removeprefix(refund["reference"] + ":charge_card:").split(":")
             number = rest[0] if len(rest) == 2 else ticket.order.number if ticket else "?"
             by_order[number].append(refund["amount_cents"])
-        fee = dict(Order.objects.values_list("number", "shipping_fee_cents"))
+        # What an order may give back at most: its fee, or what the customer paid when less.
+        fee = {
+            number: min(f, f if paid is None else paid)
+            for number, f, paid in Order.objects.values_list(
+                "number", "shipping_fee_cents", "paid_cents"
+            )
+        }
         # A second ticket asks about one order again: it is a ticket of one.
         several = [t for t in tickets if len(t.order_numbers()) > 1]
         messages = self._messages_summary()
@@ -761,7 +767,8 @@ class Run:
             "orders_approved": sum(self.approved.values()),
             "orders_refunded": len(by_order),
             # Per order, counted at the processor over every ticket of it: more than one refund,
-            # more money than its fee, an approved order with none, a refund for one not approved.
+            # more money than its fee or than was paid, an approved order with none, a refund
+            # for one not approved.
             "double_charges": sum(1 for amounts in by_order.values() if len(amounts) > 1),
             "refunds_per_order_over_balance": sum(
                 1 for number, amounts in by_order.items() if sum(amounts) > fee.get(number, 0)

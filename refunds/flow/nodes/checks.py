@@ -35,8 +35,14 @@ def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     order = runtime.context.find_order(state["order_number"])
     if order is None:
         raise OrderNotFound(f"order {state['order_number']} does not exist")
-    balance = max(order["fee_cents"] - order.get("refunded_cents", 0), 0)
+    fee, paid = order["fee_cents"], order.get("paid_cents")
+    balance = max(min(fee, fee if paid is None else paid) - order.get("refunded_cents", 0), 0)
     notes = [f"Order {order['number']} for {order['customer_name']}."]
+    if paid is not None and paid < fee:
+        notes.append(
+            f"The customer paid {dollars(paid)}, less than the {dollars(fee)} fee: no more than "
+            "that is refunded."
+        )
     if order.get("refunded_cents"):
         notes.append(
             f"{dollars(order['refunded_cents'])} of the {dollars(order['fee_cents'])} fee was "
