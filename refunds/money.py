@@ -125,7 +125,15 @@ def _read(
 ) -> tuple[_Row, str]:
     """Read the key's row, the order's balance and the epoch, with the order row locked; refuse
     (GraphDrained, OverBalance) or say where the key stands: "paid", "unknown" (its epoch moved
-    to ours), "refused" or "new"."""
+    to ours), "refused" or "new".
+
+    On PostgreSQL the lock is its own statement, before the read: READ COMMITTED gives each
+    statement a snapshot of its own, so the read that follows sees what the ticket that held
+    the lock committed (its pending charge, a lease taken over). A read that waited for its own
+    FOR UPDATE would re-check the order row only, and sum the charges as they were before the
+    wait: two tickets racing for one order's last money would both be let through."""
+    if sql.is_postgres():
+        sql.execute("SELECT 1 FROM refunds_order WHERE id = %s FOR UPDATE", [order_id])
     found = sql.fetchone(
         "SELECT t.lease_epoch, o.shipping_fee_cents AS fee, o.paid_cents, o.number, "
         "o.payment_reference, "
@@ -135,7 +143,7 @@ def _read(
         "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
         "JOIN refunds_order o ON o.id = l.order_id "
         "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
-        "WHERE t.id = %s AND o.id = %s" + (" FOR UPDATE OF o" if sql.is_postgres() else ""),
+        "WHERE t.id = %s AND o.id = %s",
         [key, key, ticket_id, order_id],
     )
     if found is None:  # the ticket was deleted under the run (its lease went with it)

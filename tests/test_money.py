@@ -267,7 +267,9 @@ def test_two_tickets_charging_one_order_at_once_never_refund_more_than_was_paid(
     processor, transactional_db, late_order
 ):
     """The late guard where the race is: each ticket's own check would allow $3.00 of the $5.00
-    paid; the ledger's reserve, with the order locked, lets one through."""
+    paid; the ledger's reserve, with the order locked, lets one through. On PostgreSQL another
+    session holds the order row until both reserves wait on it, so both start before either
+    wrote: the one that gets the lock second must still see the first one's charge."""
     paid_less(late_order, 500)
     # One open ticket per order: the first is closed (an admin's fork of it runs again), the
     # second one is new.
@@ -276,7 +278,6 @@ def test_two_tickets_charging_one_order_at_once_never_refund_more_than_was_paid(
     Ticket.objects.filter(pk=first.pk).update(status="rejected")
     tickets = [first, Ticket.objects.create(thread_id="refund-1042-b", order=late_order)]
     leases_.append(held(tickets[1]))
-    start = threading.Barrier(2)
     outcomes: list[str] = []
 
     def charge(n: int) -> None:
@@ -289,8 +290,31 @@ def test_two_tickets_charging_one_order_at_once_never_refund_more_than_was_paid(
         finally:
             connection.close()
 
+    def hold_the_order_until_both_wait() -> None:
+        with transaction.atomic():
+            sql.execute("SELECT 1 FROM refunds_order WHERE id = %s FOR UPDATE", [late_order.pk])
+            start.wait()
+            # Inside a transaction pg_stat_activity is read once and kept: clear it each time.
+            wait_for(
+                lambda: (
+                    sql.execute("SELECT pg_stat_clear_snapshot()", []) is not None
+                    and sql.fetchone(
+                        "SELECT count(*) >= 2 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()",
+                        [],
+                    )[0]
+                ),
+                timeout=10,
+                every=0.02,
+                what="both reserves to wait on the order row",
+            )
+
+    postgres = connection.vendor == "postgresql"
+    start = threading.Barrier(3 if postgres else 2)
     threads = [threading.Thread(target=charge, args=(n,)) for n in range(2)]
-    for t in threads:
+    if postgres:
+        threads.append(in_another_session(hold_the_order_until_both_wait))
+    for t in threads[:2]:
         t.start()
     for t in threads:
         t.join(timeout=30)
