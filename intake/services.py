@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from intake.models import Message, MessageEvent
 from refunds import enqueue, permissions
-from refunds.services import BrokerUnavailable, RefundError, wake_once
+from refunds.services import RefundError, wake_all
 
 TAKE = "intake.tasks.take_message"
 KEY_MAX = Message._meta.get_field("key").max_length or 300
@@ -141,12 +141,7 @@ def messages_recover() -> list[int]:
     settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
     rows = Message.objects.needing_worker(settled_before=settled_before)
     # Throttled as tickets' wake-ups are: one in the queue per message, not one per sweep.
-    ids, sent = wake_once(rows, lambda pk: enqueue.send(TAKE, pk))
-    if len(sent) < len(ids):
-        raise BrokerUnavailable(
-            f"the broker took {len(sent)} of {len(ids)} message wake-ups", sent=len(sent)
-        )
-    return ids
+    return wake_all(rows, TAKE, "message")
 
 
 def message_retry(*, message: Message, by) -> bool:

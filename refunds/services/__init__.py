@@ -30,6 +30,7 @@ from refunds.services.sweep import (
     also_recover,
     sweep_mark_ran,
     tickets_recover,
+    wake_all,
     wake_once,
 )
 from refunds.services.tickets import (
@@ -76,5 +77,6 @@ __all__ = [
     "stripe_events_recover",
     "sweep_mark_ran",
     "tickets_recover",
+    "wake_all",
     "wake_once",
 ]

@@ -22,8 +22,7 @@ from refunds import enqueue
 from refunds.flow.errors import PermanentGatewayError
 from refunds.models import Charge, StripeEvent
 from refunds.payments.stripe import StripeGateway
-from refunds.services.errors import BrokerUnavailable
-from refunds.services.sweep import wake_once
+from refunds.services.sweep import wake_all
 from refunds.statuses import PROCESSOR_RANK, ProcessorStatus
 
 log = logging.getLogger(__name__)
@@ -136,9 +135,4 @@ def stripe_events_recover() -> list[int]:
     (a lost wake-up, a worker killed mid-handle, a read that failed), once per rewake interval."""
     received_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
     rows = StripeEvent.objects.needing_worker(received_before=received_before)
-    ids, sent = wake_once(rows, lambda pk: enqueue.send(HANDLE, pk))
-    if len(sent) < len(ids):
-        raise BrokerUnavailable(
-            f"the broker took {len(sent)} of {len(ids)} Stripe event wake-ups", sent=len(sent)
-        )
-    return ids
+    return wake_all(rows, HANDLE, "Stripe event")

@@ -47,6 +47,17 @@ def wake_once(rows: QuerySet, wake: Callable[[int], bool]) -> tuple[list[int], l
     return ids, sent
 
 
+def wake_all(rows: QuerySet, task: str, what: str) -> list[int]:
+    """wake_once with the task `task` for each row; BrokerUnavailable when the broker took only
+    some (the rest wait for the next sweep). Returns the ids due."""
+    ids, sent = wake_once(rows, lambda pk: enqueue.send(task, pk))
+    if len(sent) < len(ids):
+        raise BrokerUnavailable(
+            f"the broker took {len(sent)} of {len(ids)} {what} wake-ups", sent=len(sent)
+        )
+    return ids
+
+
 def tickets_recover() -> list[int]:
     """Re-enqueue every thread with work left that no worker holds and no person waits on.
 
