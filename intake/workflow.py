@@ -49,6 +49,7 @@ from refunds import audit, mail, persistence, policy, services
 from refunds import lease as leases
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import TICKET_TELLS
+from refunds.flow.words import your_orders
 from refunds.models import (
     AuditEvent,
     Order,
@@ -323,12 +324,7 @@ def _requests(tickets: list[dict[str, Any]], one: str) -> str:
 
 def _orders_words(tickets: list[dict[str, Any]]) -> str:
     """ "order 1042", or "your orders 1042, 1044 and 1047" for a request of several."""
-    numbers = [n for t in tickets for n in _orders_of(t)]
-    return f"order {numbers[0]}" if len(numbers) == 1 else f"your orders {_and(numbers)}"
-
-
-def _and(numbers: list[str]) -> str:
-    return numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
+    return your_orders([n for t in tickets for n in _orders_of(t)])
 
 
 # --- the graph ----------------------------------------------------------------------------------

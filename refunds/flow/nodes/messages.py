@@ -21,7 +21,7 @@ from refunds.flow.state import (
     Collaborators,
     RefundState,
 )
-from refunds.flow.words import days, dollars
+from refunds.flow.words import days, dollars, your_orders
 
 # A mail server that refuses for a while is tried again with backoff; when the retries run out the
 # refund stands and the email shows as not delivered, with a Resend for admins.
@@ -68,7 +68,7 @@ def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState
     triage routes): one its checks decide at once sends only the outcome (`notify`), never an
     acknowledgment and a refusal a second apart."""
     order, numbers = state["order"], state["order_numbers"]
-    which = f"order {numbers[0]}" if len(numbers) == 1 else f"your orders {_and(numbers)}"
+    which = your_orders(numbers)
     body = (
         f"Hello {order['customer_name']},\n\n"
         f"Thank you for writing to us. We have opened a refund request for {which}. Someone on "
@@ -88,10 +88,6 @@ def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState
         else f"Email that a person will look at it not delivered: {error}."
     )
     return {"notes": [note], "trail": ["received"]}
-
-
-def _and(numbers: list[str]) -> str:
-    return ", ".join(numbers[:-1]) + " and " + numbers[-1]
 
 
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
