@@ -7,8 +7,9 @@
 - The app is loaded once in the master before the workers fork (preload), and every view module
   imported then, so a fresh worker's first request does not pay for the imports (21-24 s before,
   on a busy machine).
-- Access lines are JSON, one per request, with the request id and no customer's address
-  (core.logs.access_line).
+- One access line per request, with the request id and no customer's address
+  (core.logs.access_line): JSON, or words for a person at a terminal with LOG_FORMAT=text (the
+  demo's console).
 - Prometheus' multiprocess files of processes that no longer run are removed at start, and a
   worker's when it exits, so /metrics does not sum the dead."""
 
@@ -26,16 +27,19 @@ preload_app = True
 accesslog = "-"
 
 
-class JsonAccessLogger(glogging.Logger):
+class AccessLogger(glogging.Logger):
     def access(self, resp: Any, req: Any, environ: dict, request_time: Any) -> None:
         if not self.access_log_enabled:
             return
+        from django.conf import settings
+
         from core.logs import access_line
 
-        self.access_log.info(access_line(self.atoms(resp, req, environ, request_time)))
+        atoms = self.atoms(resp, req, environ, request_time)
+        self.access_log.info(access_line(atoms, words=settings.LOG_FORMAT == "text"))
 
 
-logger_class = JsonAccessLogger
+logger_class = AccessLogger
 
 
 def _pid_alive(pid: int) -> bool:

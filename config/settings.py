@@ -353,13 +353,14 @@ REFUNDS_MODEL_ATTEMPTS = env_int("REFUNDS_MODEL_ATTEMPTS", 2, minimum=1)
 # Mail that never leaves this machine, or a gateway that moves no money, is the demo's. Outside
 # the demo the process refuses to start with one, unless an operator allows them for a staging
 # box (then every page of the desk says so: refunds/context.py).
+PRINTED = "mail is printed, never sent"
 FAKE_EMAIL_BACKENDS = {
-    "django.core.mail.backends.console.EmailBackend": "mail is printed, never sent",
+    "django.core.mail.backends.console.EmailBackend": PRINTED,
     "django.core.mail.backends.locmem.EmailBackend": "mail is kept in memory, never sent",
     "django.core.mail.backends.filebased.EmailBackend": "mail is written to files, never sent",
     "django.core.mail.backends.dummy.EmailBackend": "mail is thrown away",
     "anymail.backends.test.EmailBackend": "mail is kept in memory, never sent",
-    "anymail.backends.console.EmailBackend": "mail is printed, never sent",
+    "anymail.backends.console.EmailBackend": PRINTED,
 }
 FAKE_GATEWAYS = dict.fromkeys(
     ("refunds.payments.DemoGateway", "refunds.payments.demo.DemoGateway"),
@@ -459,6 +460,9 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Mail the console backend prints is for the person at the terminal: printed as it is, not made
+# into log records ("WARNING celery.redirected" around each line, log fields on the last).
+CELERY_WORKER_REDIRECT_STDOUTS = FAKE_EMAIL_BACKENDS.get(EMAIL_BACKEND) != PRINTED
 # Celery's Django fixup closes the database connection before and after every task unless this
 # is set, and a new PostgreSQL connection costs more than all of an advance's statements. Django's
 # own rules recycle it instead (CONN_MAX_AGE, health checks), applied around each task as around
@@ -669,7 +673,8 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "core.masking.SafeFilter"
 LOG_LEVEL = env_choice(
     "LOG_LEVEL", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 )
-LOG_FORMAT = env_choice("LOG_FORMAT", "json", choices=("json", "text"))
+# The demo's console is read by a person (words); anything else by a log collector (JSON).
+LOG_FORMAT = env_choice("LOG_FORMAT", "text" if DEMO else "json", choices=("json", "text"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

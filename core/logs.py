@@ -87,9 +87,10 @@ def mask_emails(text: str) -> str:
     return EMAIL_IN_URL.sub("***@…", text)
 
 
-def access_line(atoms: Mapping[str, Any]) -> str:
-    """One JSON line for one request gunicorn answered (its access-log atoms), with the request
-    id the app gave it and no customer's address in the path or query."""
+def access_line(atoms: Mapping[str, Any], *, words: bool = False) -> str:
+    """One line for one request gunicorn answered (its access-log atoms), with the request id
+    the app gave it and no customer's address in the path or query: JSON, or with `words` as a
+    person reads it ("GET /reviews/ 200 in 12.5 ms, request 1f2e...")."""
     query = str(atoms.get("q") or "")
     entry: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -105,4 +106,8 @@ def access_line(atoms: Mapping[str, Any]) -> str:
         "user_agent": str(atoms.get("a") or "")[:200],
         "request_id": atoms.get("{x-request-id}o") or "",
     }
+    if words:
+        query = f"?{entry['query']}" if entry["query"] else ""
+        said = f"{entry['method']} {entry['path']}{query} {entry['status']} in "
+        return said + f"{entry['duration_ms']} ms, request {entry['request_id'] or 'unnamed'}"
     return json.dumps(entry, default=str)

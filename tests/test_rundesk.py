@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
+from celery import Celery
 
 from devtools.processes import ROOT, wait_for
 from devtools.smtp_sink import free_port
@@ -36,8 +38,8 @@ def children(pid: int) -> dict[int, str]:
 class Desk:
     """`manage.py rundesk` in its own session, with every line it said."""
 
-    def __init__(self, proc: subprocess.Popen, port: int) -> None:
-        self.proc, self.port = proc, port
+    def __init__(self, proc: subprocess.Popen, port: int, env: dict[str, str]) -> None:
+        self.proc, self.port, self.env = proc, port, env
         self.said: list[str] = []
         self.running = threading.Event()
 
@@ -46,13 +48,25 @@ class Desk:
         for line in self.proc.stdout:
             self.said.append(line)
             if "is running at" in line:
-                # At once, as a person who reads the line would: the port must already answer.
+                # At once, as a person who reads the line would: the port must already answer,
+                # and the workers must take tasks.
                 try:
                     socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                     self.said.append("ACCEPTED\n")
                 except OSError as exc:
                     self.said.append(f"REFUSED {exc}\n")
+                self.said.append(f"WORKERS {' '.join(self.workers())}\n")
                 self.running.set()
+
+    def workers(self) -> list[str]:
+        """The queues of the workers that answer a ping now, through the desk's own broker."""
+        socket_path = Path(self.env["REFUNDS_DATA_DIR"]) / "redis.sock"
+        app = Celery(broker=f"redis+socket://{socket_path}")
+        try:
+            replies = app.control.ping(timeout=1.0)
+        finally:
+            app.close()
+        return sorted(name.partition("@")[0] for reply in replies for name in reply)
 
     def beat(self) -> int | None:
         return next(
@@ -60,26 +74,47 @@ class Desk:
         )
 
 
-@pytest.fixture
-def desk(tmp_path) -> Iterator[Desk]:
-    assert manage_check(tmp_path, "migrate", "--noinput", "-v0").returncode == 0
-    port = free_port()
+def demo_env(tmp_path: Path) -> dict[str, str]:
+    """The environment `bin/run` gives the desk: the demo, on its embedded defaults."""
     clean = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL"))
-        and k not in ("DEBUG", "SECRET_KEY", "PROMETHEUS_MULTIPROC_DIR")
+        if not k.startswith(("REFUNDS_", "CELERY_", "DATABASE_URL", "CHECKPOINT_URL", "LOG_"))
+        and k not in ("DEBUG", "SECRET_KEY", "PROMETHEUS_MULTIPROC_DIR", "PORT", "WEB_BIND")
+        and k not in ("EMAIL_BACKEND", "REFUNDS_GATEWAY")
     }
+    return {**clean, "REFUNDS_DATA_DIR": str(tmp_path), "REFUNDS_DEMO": "true"}
+
+
+@pytest.fixture
+def desk(tmp_path) -> Iterator[Desk]:
+    """`manage.py rundesk --addr 127.0.0.1:<port>`."""
+    yield from started_desk(tmp_path, by_port=False)
+
+
+@pytest.fixture
+def desk_by_port(tmp_path) -> Iterator[Desk]:
+    """`PORT=<port> manage.py rundesk`."""
+    yield from started_desk(tmp_path, by_port=True)
+
+
+def started_desk(tmp_path: Path, *, by_port: bool) -> Iterator[Desk]:
+    assert manage_check(tmp_path, "migrate", "--noinput", "-v0").returncode == 0
+    port = free_port()
+    env = demo_env(tmp_path)
+    command = [sys.executable, "manage.py", "rundesk", "--addr", f"127.0.0.1:{port}"]
+    if by_port:
+        command, env = command[:3], {**env, "PORT": str(port)}
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "rundesk", "--addr", f"127.0.0.1:{port}"],
+        command,
         cwd=ROOT,
-        env={**clean, "REFUNDS_DATA_DIR": str(tmp_path), "REFUNDS_DEMO": "true"},
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
-    started = Desk(proc, port)
+    started = Desk(proc, port, env)
     threading.Thread(target=started.read, daemon=True).start()
     try:
         yield started
@@ -93,9 +128,48 @@ def desk(tmp_path) -> Iterator[Desk]:
 
 
 @pytest.mark.slow
-def test_running_at_is_said_once_the_web_server_accepts(desk):
-    wait_for(desk.running.is_set, timeout=120, what="rundesk to say it is running")
+def test_running_at_is_said_once_the_web_server_accepts_and_the_workers_take_tasks(desk):
+    """The desk said it was running before its workers were up: a ticket opened at once waited
+    with nothing said."""
+    wait_for(desk.running.is_set, timeout=180, what="rundesk to say it is running")
     assert "ACCEPTED\n" in desk.said, "".join(desk.said)
+    assert "WORKERS housekeeping intake threads\n" in desk.said, "".join(desk.said)
+
+
+@pytest.mark.slow
+def test_the_demos_console_reads_as_a_person_expects(desk_by_port):
+    """`PORT` is honoured (it was ignored: always 8000); request lines are words, not JSON; a
+    customer's email printed by the console mail is the email, not wrapped line by line in
+    "WARNING celery.redirected" with log fields glued to its last line."""
+    desk = desk_by_port
+    wait_for(desk.running.is_set, timeout=180, what="rundesk to say it is running")
+    assert f"is running at http://127.0.0.1:{desk.port}/" in "".join(desk.said)
+    assert requests.get(f"http://127.0.0.1:{desk.port}/login/", timeout=30).status_code == 200
+    wait_for(
+        lambda: any(line.startswith("GET /login/ 200 in ") for line in desk.said),
+        timeout=10,
+        what="the request's line in words",
+    )
+    assert not any(line.startswith("{") for line in desk.said), "".join(desk.said)
+
+    for command in ("demo_data", "demo_messages"):
+        done = subprocess.run(
+            [sys.executable, "manage.py", command],
+            cwd=ROOT,
+            env=desk.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    wait_for(
+        lambda: sum(line.startswith("Subject: ") for line in desk.said) >= 2,
+        timeout=120,
+        what="the intake's emails on the console",
+    )
+    console = "".join(desk.said)
+    assert "celery.redirected" not in console
+    assert "To: iris@example.com\n" in console  # the header as it is, on a line of its own
 
 
 @pytest.mark.slow

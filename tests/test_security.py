@@ -345,3 +345,20 @@ def test_a_user_in_no_group_has_a_key_that_reads_nothing(db, late_order):
     Ticket.objects.create(thread_id="t", order=late_order)
     api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(nobody)[1]}"})
     assert api.get("/api/tickets/").json()["count"] == 0
+
+
+def test_the_demos_access_lines_are_words_and_still_mask_addresses():
+    """The demo's console showed each request as a JSON object; a person reads a line."""
+    from core.logs import access_line
+
+    atoms = {
+        "m": "GET",
+        "U": "/customers/ana@example.com/",
+        "q": "page=2",
+        "s": "200",
+        "D": 12500,
+        "{x-request-id}o": "1f2e",
+    }
+    line = access_line(atoms, words=True)
+    assert line == "GET /customers/***@…/?page=2 200 in 12.5 ms, request 1f2e"
+    assert json.loads(access_line(atoms))["path"] == "/customers/***@…/"

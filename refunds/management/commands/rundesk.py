@@ -9,6 +9,7 @@ had exited), and is one file with no extra dependency."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -27,7 +28,9 @@ class Command(BaseCommand):
     help = "Run web, three workers, beat (and the embedded broker unless CELERY_BROKER_URL is set)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--addr", default="127.0.0.1:8000")
+        # Where the web server listens: --addr, else WEB_BIND and PORT as for the Procfile's web.
+        default = f"{os.environ.get('WEB_BIND', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+        parser.add_argument("--addr", default=default)
         parser.add_argument("--concurrency", type=int, default=2)
         parser.add_argument("--web-workers", type=int, default=2)
 
@@ -51,7 +54,8 @@ class Command(BaseCommand):
             ("housekeeping", "housekeeping", 1),
         )
         for name, queue, children in workers:
-            worker = [*celery, "worker", "-Q", queue, "-n", f"{queue}@%h", "-l", "warning"]
+            worker = [*celery, "worker", "-Q", queue, "-n", f"{queue}@{socket.gethostname()}"]
+            worker += ["-l", "warning"]
             procs.append(Child(name, subprocess.Popen, [*worker, "--concurrency", str(children)]))
         # RedBeat keeps the schedule and its one-beat lock in the broker's Redis, not a file.
         procs.append(Child("beat", subprocess.Popen, [*celery, "beat", "-l", "warning"]))
@@ -72,6 +76,14 @@ class Command(BaseCommand):
             self.stderr.write(f"The web server on {addr} {why} (within 60 s); stopping.")
             _stop_all(procs)
             sys.exit(1)
+        names = [f"{queue}@{socket.gethostname()}" for _, queue, _ in workers]
+        self.stdout.write("Waiting for the workers to take tasks...")
+        late = _unanswered(names, timeout=120)
+        if late:
+            self.stderr.write(
+                f"{', '.join(late)} did not answer within 120 s: pages work, but tickets and "
+                "messages wait until it does."
+            )
         mode = (
             "THE DEMO: demo users, console mail, DEBUG on. Not for real customers.\n"
             "Log in as agent, manager or admin, password 'refund-demo'.\n"
@@ -119,6 +131,19 @@ def _serving(addr: str, web: subprocess.Popen, *, timeout: float) -> bool:
         except OSError:
             time.sleep(0.2)
     return False
+
+
+def _unanswered(names: list[str], *, timeout: float) -> list[str]:
+    """Ping the workers until each answers (its pool takes tasks), so "running" is said once a
+    ticket opened at once is worked on; the names still silent when the time runs out."""
+    from config.celery_app import app
+
+    waiting = set(names)
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for reply in app.control.ping(destination=sorted(waiting), timeout=1.0) or []:
+            waiting -= set(reply)
+    return sorted(waiting)
 
 
 def _stop_all(procs: list[Child]) -> None:
