@@ -648,6 +648,24 @@ class Charge(models.Model):
         return f"{self.idempotency_key}: {dollars(self.amount_cents)} {self.status}"
 
 
+class ChargePart(models.Model):
+    """What one charge refunds, part by part: units of an order line, or the shipping fee (no
+    line). Written with the charge's pending row, in the same transaction, by refunds/money.py,
+    which checks them against what was bought and paid with the order locked."""
+
+    charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="parts")
+    line = models.ForeignKey(
+        OrderLine, on_delete=models.PROTECT, null=True, blank=True, related_name="charge_parts"
+    )  # None: the shipping fee
+    quantity = models.PositiveIntegerField(default=0)  # units of the line; 0 for shipping
+    amount_cents = models.PositiveIntegerField()
+    restock = models.BooleanField(default=False, db_default=False)  # the item comes back
+
+    def __str__(self) -> str:
+        what = f"{self.quantity} of line {self.line_id}" if self.line_id else "shipping"
+        return f"{what}: {dollars(self.amount_cents)}"
+
+
 class Email(models.Model):
     """The outbox: one row per message key. A sender claims the row (status "sending", with its
     claim), marks it "handed over" before the final "." and "sent" after the server's answer,

@@ -39,6 +39,19 @@ class Tracking(TypedDict, total=False):
     error: str
 
 
+class Part(TypedDict, total=False):
+    """One part of an order's refund (refunds/flow/parts.py): units of a line (`line`, the
+    OrderLine's id, and `quantity`) or the shipping fee (`shipping`), for `amount_cents`, and for
+    a line whether the item comes back (`restock`). A whole order is every line's remaining
+    units and the shipping, written out part by part before it reaches the ledger."""
+
+    line: int
+    quantity: int
+    shipping: bool
+    amount_cents: int
+    restock: bool
+
+
 class OrderAnswer(TypedDict, total=False):
     """A reviewer's answer for one order of a ticket of several."""
 
@@ -201,10 +214,18 @@ class ReviewOrder(TypedDict):
 
 
 class Payer(Protocol):
-    def __call__(self, *, key: str, amount_cents: int, order_number: str = "") -> str:
+    def __call__(
+        self,
+        *,
+        key: str,
+        amount_cents: int,
+        order_number: str = "",
+        parts: list[Part] | None = None,
+    ) -> str:
         """Move the money once per key and return the receipt. Raises ChargeRefused (a person
         decides), RetryableGatewayError (try again), or anything else (the run stops). The
-        order is the ticket's first unless `order_number` names another of its orders."""
+        order is the ticket's first unless `order_number` names another of its orders; no
+        `parts` is the shipping fee, for `amount_cents`."""
         ...
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy, Send
 
+from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     ChargeRefused,
     RetryableGatewayError,
@@ -22,6 +23,7 @@ from refunds.flow.state import (
     Collaborators,
     OrderCharge,
     OrderCheck,
+    Part,
     RefundState,
 )
 from refunds.flow.words import dollars
@@ -51,10 +53,18 @@ def _retry_charge(runtime: Runtime[Collaborators]) -> bool:
     )
 
 
-def charge_key(ticket_key: str, number: str, amount_cents: int) -> str:
+def charge_key(
+    ticket_key: str, number: str, amount_cents: int, parts: list[Part] | None = None
+) -> str:
     # Derived from the thread, the order and the amount owed, never random: a re-run returns the
-    # first charge, and a corrected amount (a fork, a lower approval) gets a key of its own.
-    return f"{ticket_key}:charge_card:{number}:{amount_cents}"
+    # first charge, and a corrected amount (a fork, a lower approval) gets a key of its own. So
+    # do other parts for the same amount (a manager who, after a refusal, refunds the lamp
+    # instead of the vase): the ledger's row and the processor's key hold the parts they were
+    # first made with. The shipping fee alone keeps the key it had before parts.
+    key = f"{ticket_key}:charge_card:{number}:{amount_cents}"
+    if parts and not refund_parts.only_shipping(parts):
+        key += f":{refund_parts.digest(parts)}"
+    return key
 
 
 def _key(state: RefundState, check: OrderCheck, amount_cents: int) -> str:
