@@ -244,14 +244,11 @@ def _check_parts(order_id: int, number: str, fee: int, key: str, parts: list[Par
                 f"order {number}: {max(bought - held_units, 0)} of {bought} x {title} left to "
                 f"refund; {units} is more"
             )
-        # A part's price: its units and their share of the line's tax (rounded up, the line's
-        # total bounding the sum of its parts).
-        price = unit * units + -(-tax * units // bought)
-        left = min(price, unit * bought + tax - held_cents)
+        left = refund_parts.line_price(unit, bought, tax, units, held_cents)
         if amount > left:
             raise OverBalance(
                 f"order {number}: {units} x {title} can be refunded up to "
-                f"{dollars(max(left, 0))}; {dollars(amount)} is more"
+                f"{dollars(left)}; {dollars(amount)} is more"
             )
 
 

@@ -9,9 +9,14 @@ Nothing Django at import: refunds/flow/ imports this module and stays Django-fre
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import TYPE_CHECKING, Literal
 
+from refunds.flow import parts as refund_parts
 from refunds.flow.words import dollars
+
+if TYPE_CHECKING:
+    from refunds.flow.state import LineFacts, OrderFacts, Part
 
 # Support agents decide refunds up to this much; above it a manager decides. The setting
 # REFUNDS_AGENT_LIMIT_CENTS (config/settings.py) changes it, and defaults to this.
@@ -150,6 +155,88 @@ def reason_sentence(reason: str) -> str:
     if reason == NOT_REFUND:
         return "Not about a refund: no ticket is opened."
     return "Reason: late delivery. The lateness rules decide it."
+
+
+# --- what the refund of one order proposes, by reason -------------------------------------------
+_WHOLE_PARCEL = re.compile(
+    r"\b(empty|never (came|arrived|got here)|did ?n.?t (come|arrive|get here)|not (come|arrive)"
+    r"|nothing (was )?(in|inside)|lost|no parcel|no package)\b"
+)
+_NOT_A_NAME = frozenset(
+    {"the", "and", "with", "for", "set", "pack", "size", "item", "black", "white"}
+)
+
+
+def proposed_parts(
+    reason: str, order: OrderFacts, words: str, *, late_by_days: int
+) -> tuple[list[Part], str]:
+    """What the desk proposes to refund of one order, and why in the desk's words. An order
+    without lines (from before them, or sent without) has only its shipping fee to give back."""
+    fee_left = max(
+        order["fee_cents"] - order.get("shipping_refunded_cents", order["refunded_cents"]), 0
+    )
+    shipping = [refund_parts.shipping(fee_left)] if fee_left else []
+    lines = [line for line in order.get("lines") or [] if _units_left(line)]
+    if reason == LATE_DELIVERY or not order.get("lines"):
+        if reason == LATE_DELIVERY and late_by_days <= 0:
+            return [], "Delivered on time: nothing is proposed."
+        why = (
+            "Late delivery: the shipping fee."
+            if reason == LATE_DELIVERY
+            else ("The shop sent no items for this order: only its shipping fee can be refunded.")
+        )
+        return shipping, why if shipping else "The shipping fee was already refunded in full."
+    if reason == OTHER_REQUEST:
+        return [], "Another request: nothing is proposed; choose what to refund."
+    named, unsure = _named_lines(lines, words)
+    if reason == NOT_RECEIVED and not named and (_WHOLE_PARCEL.search(words.lower()) or not unsure):
+        parts = [_all_of(line) for line in lines] + shipping
+        return parts, "Not received: the whole order, its items and its shipping."
+    if not named:
+        return [], (
+            "The message does not say for sure which items it means: nothing is ticked; "
+            "choose what to refund."
+        )
+    titles = _and([line["title"] for line in named])
+    what = "missing" if reason == NOT_RECEIVED else REASONS[reason].lower()
+    return [_all_of(line) for line in named], f"The customer reports {titles} as {what}."
+
+
+def _units_left(line: LineFacts) -> int:
+    return max(line["quantity"] - line["refunded_quantity"], 0)
+
+
+def _all_of(line: LineFacts) -> Part:
+    units = _units_left(line)
+    amount = refund_parts.line_price(
+        line["unit_price_cents"], line["quantity"], line["tax_cents"], units, line["refunded_cents"]
+    )
+    return {"line": line["id"], "quantity": units, "amount_cents": amount}
+
+
+def _named_lines(lines: list[LineFacts], words: str) -> tuple[list[LineFacts], bool]:
+    """The lines the customer's words name (by SKU, or a word of the title no other line has),
+    and whether some word matched several lines and named none of them for sure."""
+    said = set(re.findall(r"[a-z0-9][a-z0-9-]*", words.lower()))
+    said |= {w[:-1] for w in said if w.endswith("s")} | {w[:-2] for w in said if w.endswith("es")}
+
+    def title_words(line: LineFacts) -> set[str]:
+        found = re.findall(r"[a-z0-9]+", line["title"].lower())
+        return {w for w in found if len(w) >= 3 and w not in _NOT_A_NAME}
+
+    everyone = [title_words(line) for line in lines]
+    named, unsure = [], False
+    for line, own in zip(lines, everyone, strict=True):
+        others = set().union(*(w for w in everyone if w is not own))
+        if (line["sku"] and line["sku"].lower() in said) or (own - others) & said:
+            named.append(line)
+        elif own & said:
+            unsure = True
+    return ([], True) if unsure else (named, False)
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 # --- a reviewer's answers per order, and what the desk says of an approval -----------------------

@@ -40,3 +40,12 @@ def digest(parts: list[Part]) -> str:
         for p in parts
     )
     return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()[:12]
+
+
+def line_price(
+    unit_cents: int, bought: int, tax_cents: int, units: int, held_cents: int = 0
+) -> int:
+    """The most `units` of a line can be refunded for: their price and their share of the
+    line's tax (rounded up), never past what is left of the line's total after `held_cents`."""
+    share = unit_cents * units + -(-tax_cents * units // bought)
+    return max(min(share, unit_cents * bought + tax_cents - held_cents), 0)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 5  # bump with a state-shape change; see refunds/flow/versions.py
+FLOW_VERSION = 6  # bump with a state-shape change; see refunds/flow/versions.py
 
 
 class OrderFacts(TypedDict):
@@ -23,6 +23,23 @@ class OrderFacts(TypedDict):
     refunded_by_ticket: int | None
     # What the customer paid, when the shop sent it: never refunded beyond.
     paid_cents: NotRequired[int]
+    # Flow version 6: what was bought, line by line, and what the ledger holds of the shipping
+    # fee (other tickets). An order without lines, or facts of version 5: the fee alone.
+    lines: NotRequired[list[LineFacts]]
+    shipping_refunded_cents: NotRequired[int]
+
+
+class LineFacts(TypedDict):
+    """One line of an order, and what the ledger holds of it (other tickets)."""
+
+    id: int  # the OrderLine's, which a Part names
+    title: str
+    sku: str
+    unit_price_cents: int
+    quantity: int
+    tax_cents: int
+    refunded_quantity: int
+    refunded_cents: int
 
 
 class CustomerHistory(TypedDict):
@@ -56,8 +73,11 @@ class OrderAnswer(TypedDict, total=False):
     """A reviewer's answer for one order of a ticket of several."""
 
     answer: Literal["approve", "reject"]
-    amount_cents: int  # approve: what to pay (a manager may lower it)
+    amount_cents: int  # approve: what to pay (a manager may lower it); the parts' sum
     reason: str  # reject: why, for the customer
+    # approve: what is refunded (flow version 6). None in an answer of version 5: the shipping
+    # fee, for `amount_cents`.
+    parts: list[Part]
 
 
 class ReviewAnswer(TypedDict, total=False):
@@ -79,6 +99,10 @@ class OrderCheck(TypedDict, total=False):
     order: OrderFacts
     balance_cents: int
     amount_cents: int  # what the ticket asks for it: its balance, 0 when the policy declines
+    # What the policy proposes to refund (flow version 6), the sum of which is `amount_cents`,
+    # and why, in the desk's words. None in a check of version 5: the shipping fee.
+    parts: list[Part]
+    parts_why: str
     late_by_days: int
     refundable: bool
     declined_reason: str  # why the policy declines it, in words for the customer
@@ -110,6 +134,7 @@ class ChargeTask(TypedDict):
     key: str
     number: str
     amount_cents: int
+    parts: list[Part]
 
 
 class CheckTask(TypedDict):
@@ -118,6 +143,8 @@ class CheckTask(TypedDict):
     ticket_key: str
     order_number: str
     reason: str
+    # Flow version 6: the customer's words the policy matches to the order's lines.
+    words: NotRequired[str]
 
 
 def merge_by_order(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:

@@ -67,12 +67,13 @@ def charge_key(
     return key
 
 
-def _key(state: RefundState, check: OrderCheck, amount_cents: int) -> str:
+def _key(state: RefundState, check: OrderCheck, amount_cents: int, parts: list[Part]) -> str:
     # A one-order thread approved under flow version 4 keeps the key its charge may already
     # have been made with, for that amount (refunds/flow/versions.py).
-    if check.get("carried_key") and check.get("carried_key_cents") == amount_cents:
+    carried = check.get("carried_key") and check.get("carried_key_cents") == amount_cents
+    if carried and refund_parts.only_shipping(parts):
         return check["carried_key"]
-    return charge_key(state["ticket_key"], check["number"], amount_cents)
+    return charge_key(state["ticket_key"], check["number"], amount_cents, parts)
 
 
 def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
@@ -85,11 +86,14 @@ def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
         if answer.get("answer") != "approve" or charges.get(check["number"], {}).get("receipt"):
             continue
         amount = answer["amount_cents"]
+        # An answer of flow version 5 names no parts: the shipping fee, as it was then.
+        parts = refund_parts.or_shipping(answer.get("parts"), amount)
         task = ChargeTask(
             ticket_key=state["ticket_key"],
-            key=_key(state, check, amount),
+            key=_key(state, check, amount, parts),
             number=check["number"],
             amount_cents=amount,
+            parts=parts,
         )
         sends.append(Send("charge_order", task))
     if sends:
@@ -107,7 +111,7 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
     stop_if_drained(runtime)
     try:
         charge["receipt"] = runtime.context.pay(
-            key=task["key"], amount_cents=amount, order_number=number
+            key=task["key"], amount_cents=amount, order_number=number, parts=task.get("parts")
         )
     except ChargeRefused as exc:
         charge["error"] = str(exc)

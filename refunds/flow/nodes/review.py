@@ -11,12 +11,15 @@ from langgraph.types import Command, interrupt
 
 from core.clock import day_words
 from refunds import policy
+from refunds.flow import parts as refund_parts
 from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
     TICKET_TELLS,
     Collaborators,
     CustomerHistory,
     OrderAnswer,
+    OrderCheck,
+    Part,
     RefundState,
     ReviewAnswer,
     ReviewOrder,
@@ -157,10 +160,28 @@ def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAn
         if given or len(asked) != 1 or answer["answer"] != "approve":
             raise ValueError("only an approval of a review of one open order carries an amount")
         given = {number: {"answer": "approve", "amount_cents": edited} for number in asked}
-    answers = policy.order_answers_checked(
-        asked, given, answer=answer["answer"], reason=answer.get("reason", "")
+    answers = cast(
+        dict[str, OrderAnswer],
+        policy.order_answers_checked(
+            asked, given, answer=answer["answer"], reason=answer.get("reason", "")
+        ),
     )
-    return cast(dict[str, OrderAnswer], answers)
+    checks = state.get("checks") or {}
+    for number, one in answers.items():
+        if one["answer"] == "approve":
+            one["parts"] = _approved_parts(checks[number], one["amount_cents"])
+    return answers
+
+
+def _approved_parts(check: OrderCheck, amount_cents: int) -> list[Part]:
+    """The parts an approval refunds: the policy's proposal as it stands; the shipping fee
+    alone may be lowered (a check of flow version 5 proposed nothing else)."""
+    proposed = refund_parts.or_shipping(check.get("parts"), check["amount_cents"])
+    if amount_cents == refund_parts.total(proposed):
+        return proposed
+    if refund_parts.only_shipping(proposed):
+        return [refund_parts.shipping(amount_cents)]
+    raise ValueError(f"order {check['number']}: a lower amount goes with the parts it refunds")
 
 
 def _review_note(state: RefundState, answer: ReviewAnswer, answers: dict[str, OrderAnswer]) -> str:
