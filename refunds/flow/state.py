@@ -238,6 +238,11 @@ class ReviewOrder(TypedDict):
     receipt: str
     notes: list[str]
     flags: list[str]
+    # Flow version 6: the order's facts (its lines, what is left of each), the proposal's parts
+    # and why; a reviewer's `parts` are checked against them (policy.parts_checked).
+    order: NotRequired[OrderFacts]
+    parts: NotRequired[list[Part]]
+    parts_why: NotRequired[str]
 
 
 class Payer(Protocol):

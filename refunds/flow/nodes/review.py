@@ -68,6 +68,12 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
                 "receipt": charge.get("receipt", ""),
                 "notes": list(check["notes"]),
                 "flags": list(check["flags"]),
+                # What the order holds and what the policy proposes, for the parts form.
+                "order": check["order"],
+                "parts": refund_parts.or_shipping(check.get("parts"), check["amount_cents"])
+                if status == "open"
+                else [],
+                "parts_why": check.get("parts_why", ""),
             }
         )
     return lines
@@ -153,6 +159,7 @@ def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAn
     """The reviewer's answer for each open order: its own entry in `orders`, else the answer
     for all. An "edit" (`amount_cents` beside the answer) lowers the one open order's amount.
     Refuses an order that is not open or an amount above what it asks."""
+    checks = state.get("checks") or {}
     asked = {o["number"]: o["amount_cents"] for o in _review_orders(state) if o["status"] == "open"}
     given = answer.get("orders") or {}
     edited = answer.get("amount_cents")
@@ -163,12 +170,15 @@ def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAn
     answers = cast(
         dict[str, OrderAnswer],
         policy.order_answers_checked(
-            asked, given, answer=answer["answer"], reason=answer.get("reason", "")
+            asked,
+            given,
+            answer=answer["answer"],
+            reason=answer.get("reason", ""),
+            bought={n: c["order"] for n, c in checks.items()},
         ),
     )
-    checks = state.get("checks") or {}
     for number, one in answers.items():
-        if one["answer"] == "approve":
+        if one["answer"] == "approve" and "parts" not in one:
             one["parts"] = _approved_parts(checks[number], one["amount_cents"])
     return answers
 
