@@ -81,6 +81,7 @@ def pay(
                 amount_cents=amount_cents,
                 ticket_key=lease.thread_id,
                 payment_reference=row.payment_reference,
+                parts=parts,
             )
         except PermanentGatewayError as exc:
             _settle(row, refused=str(exc))
