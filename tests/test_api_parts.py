@@ -70,7 +70,7 @@ def test_the_review_lists_the_orders_lines_and_the_proposal(api, ticket, vase):
     assert [(line["id"], line["quantity"]) for line in order["order"]["lines"]] == [(vase.pk, 2)]
 
 
-def test_a_manager_refunds_one_vase_for_less_and_the_shipping(api, ticket, vase):
+def test_a_manager_refunds_one_vase_for_less_and_the_shipping(api, ticket, vase, smtp):
     made = decide(
         api,
         ticket,
@@ -87,6 +87,10 @@ def test_a_manager_refunds_one_vase_for_less_and_the_shipping(api, ticket, vase)
         ChargePart.objects.values_list("line_id", "quantity", "amount_cents", "restock"),
         key=lambda r: r[0] or 0,
     ) == [(None, 0, 699, False), (vase.pk, 1, 2000, False)]
+    (mail,) = smtp.delivered  # the customer's email, as they read it
+    assert "We refunded $26.99 for order 1042, about your report (damaged):" in mail.body
+    assert "- 1 x Ceramic vase, $20.00 — no need to send it back" in mail.body
+    assert "- Shipping, $6.99" in mail.body
 
 
 def test_the_whole_order_is_every_line_left_and_the_shipping(api, ticket, vase):
