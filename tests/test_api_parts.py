@@ -8,6 +8,7 @@ import json
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from api.models import ApiToken
 from refunds import enqueue, policy, runner, services
@@ -143,4 +144,48 @@ def test_a_part_the_order_does_not_allow_is_refused_and_records_nothing(api, tic
     answer = decide(api, ticket, parts)
     assert (answer["status"], answer["code"]) == (422, "unprocessable"), answer
     assert words in answer["error"], answer
+    assert not Decision.objects.exists()
+
+
+# --- the review form, without JavaScript ---------------------------------------------------------
+def test_the_ticket_page_ticks_the_proposal_and_a_plain_post_refunds_one_vase_of_two(
+    client, manager, ticket, vase, smtp
+):
+    client.force_login(manager)
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    assert "The customer reports Ceramic vase as damaged." in page
+    qty = f'name="part-1042-qty-{vase.pk}" id="ticket-decide-{ticket.pk}-qty-{vase.pk}" value="2"'
+    assert qty in page  # the proposal: both vases
+    assert 'name="part-1042-shipping" value="1">' in page  # shipping not ticked
+    answer = client.post(
+        reverse("reviews:decide", args=[ticket.pk]),
+        {
+            "interrupt_id": ticket.pending_interrupt_id,
+            "approve": "1",
+            "parts-1042": "1",
+            f"part-1042-qty-{vase.pk}": "1",
+        },
+    )
+    assert answer.status_code == 302, answer.content.decode()[:500]
+    assert runner.advance(ticket.pk) == "refunded"
+    assert list(
+        ChargePart.objects.values_list("line_id", "quantity", "amount_cents", "restock")
+    ) == [(vase.pk, 1, 2400, False)]
+    (mail,) = smtp.delivered
+    assert "- 1 x Ceramic vase, $24.00 — no need to send it back" in mail.body
+
+
+def test_a_form_that_ticks_nothing_is_refused_and_records_nothing(client, manager, ticket, vase):
+    client.force_login(manager)
+    answer = client.post(
+        reverse("reviews:decide", args=[ticket.pk]),
+        {
+            "interrupt_id": ticket.pending_interrupt_id,
+            "approve": "1",
+            "parts-1042": "1",
+            f"part-1042-qty-{vase.pk}": "0",
+        },
+        headers={"HX-Request": "true"},
+    )
+    assert answer.status_code == 400 and "tick what to refund" in answer.content.decode()
     assert not Decision.objects.exists()
