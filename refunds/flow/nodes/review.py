@@ -82,9 +82,15 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
 def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[str]:
     """The review's first lines: what is asked, for whom, and what stands in the way."""
     first = state["order"]
+    # "shipping" while every order's proposal is its shipping fee alone, as before lines.
+    what = (
+        " shipping"
+        if all(refund_parts.only_shipping(o["parts"]) for o in orders if o.get("parts"))
+        else ""
+    )
     if len(orders) == 1:
         lines = [
-            f"**Refund {dollars(asked)}** shipping on order **{first['number']}** "
+            f"**Refund {dollars(asked)}**{what} on order **{first['number']}** "
             f"for {first['customer_name']} ({first['customer_email']}).",
             f"Promised {day_words(first['promised_on'])}, delivered "
             f"{day_words(first['delivered_on'])}: {days(state['late_by_days'])} late.",
@@ -97,7 +103,7 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
         return lines
     open_ = [o for o in orders if o["status"] == "open"]
     lines = [
-        f"**Refund {dollars(asked)}** shipping on {len(open_)} of {len(orders)} orders for "
+        f"**Refund {dollars(asked)}**{what} on {len(open_)} of {len(orders)} orders for "
         f"{first['customer_name']} ({first['customer_email']}): "
         + ", ".join(f"**{o['number']}** {dollars(o['amount_cents'])}" for o in open_)
         + "."
