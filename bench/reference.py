@@ -42,7 +42,9 @@ class FakeGateway:
     def __init__(self):
         self.charges: dict[str, str] = {}
 
-    def __call__(self, *, key: str, amount_cents: int, order_number: str = "") -> str:
+    def __call__(
+        self, *, key: str, amount_cents: int, order_number: str = "", parts: Any = None
+    ) -> str:
         return self.charges.setdefault(key, f"rcpt_{len(self.charges):08d}")
 
 
