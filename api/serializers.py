@@ -365,8 +365,41 @@ class Text(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class PartIn(StrictBody):
+    """One part of an order's refund: a line's units, the shipping fee, or the whole order."""
+
+    def to_internal_value(self, data: Any) -> dict:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {NON_FIELD: ['must be an object such as {"line": 11, "quantity": 1}']}
+            )
+        return super().to_internal_value(data)
+
+    line = serializers.IntegerField(
+        required=False, help_text="The line's id (pending_review.orders[].order.lines[].id)."
+    )
+    quantity = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="With `line`: how many of it, at most what is left of it.",
+    )
+    shipping = serializers.BooleanField(required=False, help_text="true: the shipping fee.")
+    whole_order = serializers.BooleanField(
+        required=False,
+        help_text="true, alone: every line's units left and the shipping fee left.",
+    )
+    amount_cents = WholeCents(
+        required=False,
+        min_value=1,
+        help_text="Pay less than the part's price (a partial refund); left out: its full price.",
+    )
+    restock = serializers.BooleanField(
+        required=False, help_text="With `line`: true when the item comes back to the shop."
+    )
+
+
 class OrderAnswerIn(StrictBody):
-    """The answer for one order of a ticket of several."""
+    """The answer for one order of the ticket."""
 
     def to_internal_value(self, data: Any) -> dict:
         if not isinstance(data, dict):
@@ -386,6 +419,16 @@ class OrderAnswerIn(StrictBody):
         allow_blank=True,
         max_length=REASON_MAX,
         help_text="reject: why, for the customer (else the decision's `reason`).",
+    )
+    parts = serializers.ListField(
+        child=PartIn(),
+        required=False,
+        allow_empty=False,
+        help_text="approve: what to refund of the order instead of the proposal "
+        '(pending_review.orders[].parts), e.g. [{"line": 11, "quantity": 1}, {"shipping": '
+        'true}] or [{"whole_order": true}]; their sum is the amount. A line of another order, '
+        "more units than are left, an amount above a part's price or a part given twice is "
+        "refused with 400 and changes nothing.",
     )
 
 
@@ -425,10 +468,10 @@ class DecisionIn(serializers.Serializer):
         allow_null=True,
         allow_empty=False,
         default=None,
-        help_text="A ticket of several orders: the answer per open order number "
-        '(pending_review.orders), e.g. {"1042": {"answer": "approve"}, "1049": {"answer": '
-        '"reject", "reason": "..."}}. An order left out gets `answer`; a rejection without its '
-        "own reason gets `reason`.",
+        help_text="The answer per open order number (pending_review.orders), e.g. "
+        '{"1042": {"answer": "approve"}, "1049": {"answer": "reject", "reason": "..."}}: a '
+        "ticket of several orders, or one order approved with its own `parts`. An order left "
+        "out gets `answer`; a rejection without its own reason gets `reason`.",
     )
 
 

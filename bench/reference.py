@@ -12,12 +12,13 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import date, timedelta
 from typing import Any
 
 from refunds import policy
 from refunds.flow.graph import build_graph
-from refunds.flow.state import Collaborators
+from refunds.flow.state import Collaborators, Part
 
 PROMISED = date(2026, 11, 2)
 
@@ -41,7 +42,9 @@ class FakeGateway:
     def __init__(self):
         self.charges: dict[str, str] = {}
 
-    def __call__(self, *, key: str, amount_cents: int, order_number: str = "") -> str:
+    def __call__(
+        self, *, key: str, amount_cents: int, order_number: str = "", parts: Any = None
+    ) -> str:
         return self.charges.setdefault(key, f"rcpt_{len(self.charges):08d}")
 
 
@@ -59,6 +62,7 @@ class MemoryGateway:
         amount_cents: int,
         ticket_key: str,
         payment_reference: str = "",
+        parts: Sequence[Part] = (),
     ) -> str:
         # Unique across worker processes: the ledger's receipt column is UNIQUE.
         return self.charges.setdefault(idempotency_key, f"rcpt_{uuid.uuid4().hex[:16]}")

@@ -46,7 +46,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from celery.signals import task_postrun, task_prerun
@@ -54,6 +54,8 @@ from django.conf import settings
 from django.core.mail.backends.smtp import EmailBackend
 from django.db import OperationalError
 from django.utils.module_loading import import_string
+
+from refunds.flow.state import Part
 
 
 def _plan() -> dict:
@@ -166,6 +168,7 @@ class CrashingGateway:
         amount_cents: int,
         ticket_key: str,
         payment_reference: str = "",
+        parts: Sequence[Part] = (),
     ) -> str:
         order = charged_order(ticket_key, idempotency_key)
         crash_point(ticket_key, "gateway:before")
@@ -177,6 +180,7 @@ class CrashingGateway:
                 amount_cents=amount_cents,
                 ticket_key=ticket_key,
                 payment_reference=payment_reference,
+                parts=parts,
             )
         crash_point(ticket_key, "gateway:after")
         if order:

@@ -164,7 +164,46 @@ class Order(models.Model):
             "refunded_cents": row[6],
             "refunded_by_ticket": row[7],
         }
+        lines, shipping = cls._bought_facts(number, holding, for_ticket or 0)
+        facts |= {"lines": lines, "shipping_refunded_cents": shipping}
         return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
+
+    @staticmethod
+    def _bought_facts(number: str, holding: str, for_ticket: int) -> tuple[list[dict], int]:
+        """The order's lines with what the ledger holds of each, and of its shipping fee, from
+        tickets other than `for_ticket`: the refund's parts as refunds/money.py counts them."""
+        from core import sql
+
+        held = {
+            line: (units, cents)
+            for line, units, cents in sql.fetchall(
+                "SELECT coalesce(p.line_id, 0), sum(p.quantity), sum(p.amount_cents) "
+                "FROM refunds_chargepart p JOIN refunds_charge c ON c.id = p.charge_id "
+                "JOIN refunds_order o ON o.id = c.order_id "
+                f"WHERE o.number = %s AND c.status IN {holding} AND c.ticket_id <> %s "
+                "GROUP BY p.line_id",
+                [number, for_ticket],
+            )
+        }
+        lines = [
+            {
+                "id": pk,
+                "title": title,
+                "sku": sku,
+                "unit_price_cents": unit,
+                "quantity": quantity,
+                "tax_cents": tax,
+                "refunded_quantity": held.get(pk, (0, 0))[0],
+                "refunded_cents": held.get(pk, (0, 0))[1],
+            }
+            for pk, title, sku, unit, quantity, tax in sql.fetchall(
+                "SELECT l.id, l.title, l.sku, l.unit_price_cents, l.quantity, l.tax_cents "
+                "FROM refunds_orderline l JOIN refunds_order o ON o.id = l.order_id "
+                "WHERE o.number = %s ORDER BY l.id",
+                [number],
+            )
+        ]
+        return lines, held.get(0, (0, 0))[1]
 
     def as_facts(self, *, for_ticket: int | None = None) -> dict:
         held = (
@@ -646,6 +685,24 @@ class Charge(models.Model):
 
     def __str__(self) -> str:
         return f"{self.idempotency_key}: {dollars(self.amount_cents)} {self.status}"
+
+
+class ChargePart(models.Model):
+    """What one charge refunds, part by part: units of an order line, or the shipping fee (no
+    line). Written with the charge's pending row, in the same transaction, by refunds/money.py,
+    which checks them against what was bought and paid with the order locked."""
+
+    charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="parts")
+    line = models.ForeignKey(
+        OrderLine, on_delete=models.PROTECT, null=True, blank=True, related_name="charge_parts"
+    )  # None: the shipping fee
+    quantity = models.PositiveIntegerField(default=0)  # units of the line; 0 for shipping
+    amount_cents = models.PositiveIntegerField()
+    restock = models.BooleanField(default=False, db_default=False)  # the item comes back
+
+    def __str__(self) -> str:
+        what = f"{self.quantity} of line {self.line_id}" if self.line_id else "shipping"
+        return f"{what}: {dollars(self.amount_cents)}"
 
 
 class Email(models.Model):

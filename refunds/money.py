@@ -6,8 +6,9 @@ pay() in order:
    the middle of this very charge: stop (EffectBusy) and let the thread be retried later.
 2. In one transaction, with the order locked: check the epoch; find the key's ledger row.
    Paid: return its receipt. Under way from an earlier run: its outcome is not known yet.
-   None: check the balance (the fee, or what the customer paid when that is less, minus what
-   the ledger holds for the order) and write a pending row.
+   None: check the charge's parts against what the ledger holds for the order (per line: units
+   bought and what they cost with their tax; the shipping fee; in all: what the customer paid)
+   and write a pending row with its parts.
 3. An outcome not known is settled by `gateway.lookup(key)` before anything else.
 4. Check the lease once more, then call the gateway, outside any transaction.
 5. Record what happened, then give the effect lock back. A decline or a definite "not charged"
@@ -28,6 +29,7 @@ from langgraph.errors import GraphDrained
 from core import sql
 from core.network import outside_transaction
 from refunds import queries
+from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     EffectBusy,
     OverBalance,
@@ -35,6 +37,7 @@ from refunds.flow.errors import (
     PermanentGatewayError,
     RetryableGatewayError,
 )
+from refunds.flow.state import Part
 from refunds.flow.words import dollars
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -45,14 +48,25 @@ log = logging.getLogger(__name__)
 
 
 def pay(
-    *, gateway: Gateway, ticket_id: int, order_id: int, lease: Lease, key: str, amount_cents: int
+    *,
+    gateway: Gateway,
+    ticket_id: int,
+    order_id: int,
+    lease: Lease,
+    key: str,
+    amount_cents: int,
+    parts: list[Part] | None = None,
 ) -> str:
+    """Refund `parts` of the order (none: the shipping fee, for `amount_cents`) once per key."""
     outside_transaction("the payment gateway")
+    parts = refund_parts.or_shipping(parts, amount_cents)
+    if refund_parts.total(parts) != amount_cents or any(p["amount_cents"] < 0 for p in parts):
+        raise ValueError(f"charge {key}: its parts do not come to {amount_cents}")
     lease.check()
     with effect_lock(key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is charging {key}")
-        row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents)
+        row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents, parts)
         if state == "paid" and row.receipt:
             return row.receipt
         if state == "unknown":
@@ -67,6 +81,7 @@ def pay(
                 amount_cents=amount_cents,
                 ticket_key=lease.thread_id,
                 payment_reference=row.payment_reference,
+                parts=parts,
             )
         except PermanentGatewayError as exc:
             _settle(row, refused=str(exc))
@@ -91,16 +106,16 @@ class _Row:
 
 
 def _reserve(
-    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int
+    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int, parts: list[Part]
 ) -> tuple[_Row, str]:
     """The key's ledger row, claimed for this epoch, and what is known of it: "paid", "new" (no
     call made yet) or "unknown" (a call was made and its answer was never recorded).
 
     Everything needed is read with the order locked (two tickets of one order never check its
     balance at the same time; on SQLite the IMMEDIATE transaction holds the write lock), then
-    the row written in the same transaction."""
+    the row and its parts written in the same transaction."""
     with transaction.atomic():
-        row, state = _read(ticket_id, order_id, epoch, key, amount_cents)
+        row, state = _read(ticket_id, order_id, epoch, key, amount_cents, parts)
         if state == "new":
             inserted = sql.fetchone(
                 "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
@@ -117,11 +132,26 @@ def _reserve(
                 "error = '', settled_at = NULL WHERE id = %s",
                 [epoch, row.pk],
             )
+            # The key names its parts (flow/nodes/charge.py charge_key): these are the same.
+            sql.execute("DELETE FROM refunds_chargepart WHERE charge_id = %s", [row.pk])
+        if state in ("new", "refused"):
+            for part in parts:
+                sql.execute(
+                    "INSERT INTO refunds_chargepart (charge_id, line_id, quantity, amount_cents, "
+                    "restock) VALUES (%s, %s, %s, %s, %s)",
+                    [
+                        row.pk,
+                        part.get("line"),
+                        part.get("quantity") or 0,
+                        part["amount_cents"],
+                        bool(part.get("restock")),
+                    ],
+                )
     return row, "new" if state in ("new", "refused") else state
 
 
 def _read(
-    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int
+    ticket_id: int, order_id: int, epoch: int, key: str, amount_cents: int, parts: list[Part]
 ) -> tuple[_Row, str]:
     """Read the key's row, the order's balance and the epoch, with the order row locked; refuse
     (GraphDrained, OverBalance) or say where the key stands: "paid", "unknown" (its epoch moved
@@ -156,21 +186,71 @@ def _read(
     if status == Charge.Status.PENDING:
         sql.execute("UPDATE refunds_charge SET epoch = %s WHERE id = %s", [epoch, row_id])
         return _Row(row_id, None, reference), "unknown"
+    _check_parts(order_id, number, fee, key, parts)
     # Never beyond what the customer paid (the shop's `paid`; unknown for an order sent without
-    # it), nor beyond the fee, the one part refunded so far.
-    if paid is None or fee <= paid:
-        limit, of = fee, f"its {dollars(fee)} fee"
-    else:
-        limit, of = paid, f"the {dollars(paid)} the customer paid"
-    balance = limit - held
-    if amount_cents > balance:
+    # it: then each part's own limit above is the limit).
+    if paid is not None and amount_cents > paid - held:
         raise OverBalance(
-            f"order {number} has {dollars(max(balance, 0))} left to refund of {of}; "
-            f"{dollars(amount_cents)} is more"
+            f"order {number} has {dollars(max(paid - held, 0))} left to refund of the "
+            f"{dollars(paid)} the customer paid; {dollars(amount_cents)} is more"
         )
     if row_id is not None:
         return _Row(row_id, None, reference), "refused"
     return _Row(0, None, reference), "new"  # no row yet: the caller writes it
+
+
+def _check_parts(order_id: int, number: str, fee: int, key: str, parts: list[Part]) -> None:
+    """Refuse (OverBalance) parts beyond what was bought: per line, units and what they cost with
+    their tax; the shipping fee. Counts what the ledger holds for the order (paid or under way)
+    but this key; called with the order locked."""
+    lines = {
+        row[0]: row[1:]
+        for row in sql.fetchall(
+            "SELECT id, title, unit_price_cents, quantity, tax_cents FROM refunds_orderline "
+            "WHERE order_id = %s",
+            [order_id],
+        )
+    }
+    held = {
+        row[0]: (row[1], row[2])
+        for row in sql.fetchall(
+            "SELECT coalesce(p.line_id, 0), sum(p.quantity), sum(p.amount_cents) "
+            "FROM refunds_chargepart p JOIN refunds_charge c ON c.id = p.charge_id "
+            f"WHERE c.order_id = %s AND c.status IN {queries.CHARGE_HOLDING} "
+            "AND c.idempotency_key <> %s GROUP BY p.line_id",
+            [order_id, key],
+        )
+    }
+    seen: set[int] = set()
+    for part in parts:
+        line = part.get("line") or 0
+        if line in seen:
+            raise OverBalance(f"order {number}: a part is given twice")
+        seen.add(line)
+        amount = part["amount_cents"]
+        held_units, held_cents = held.get(line, (0, 0))
+        if not line:
+            if amount > fee - held_cents:
+                raise OverBalance(
+                    f"order {number} has {dollars(max(fee - held_cents, 0))} left to refund of "
+                    f"its {dollars(fee)} fee; {dollars(amount)} is more"
+                )
+            continue
+        if line not in lines:
+            raise OverBalance(f"order {number} has no line {line}")
+        title, unit, bought, tax = lines[line]
+        units = part.get("quantity") or 0
+        if units < 1 or held_units + units > bought:
+            raise OverBalance(
+                f"order {number}: {max(bought - held_units, 0)} of {bought} x {title} left to "
+                f"refund; {units} is more"
+            )
+        left = refund_parts.line_price(unit, bought, tax, units, held_cents)
+        if amount > left:
+            raise OverBalance(
+                f"order {number}: {units} x {title} can be refunded up to "
+                f"{dollars(left)}; {dollars(amount)} is more"
+            )
 
 
 def _look_up(gateway: Gateway, key: str, payment_reference: str) -> str | None:

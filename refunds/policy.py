@@ -9,9 +9,14 @@ Nothing Django at import: refunds/flow/ imports this module and stays Django-fre
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import TYPE_CHECKING, Literal
 
+from refunds.flow import parts as refund_parts
 from refunds.flow.words import dollars
+
+if TYPE_CHECKING:
+    from refunds.flow.state import LineFacts, OrderFacts, Part
 
 # Support agents decide refunds up to this much; above it a manager decides. The setting
 # REFUNDS_AGENT_LIMIT_CENTS (config/settings.py) changes it, and defaults to this.
@@ -152,16 +157,202 @@ def reason_sentence(reason: str) -> str:
     return "Reason: late delivery. The lateness rules decide it."
 
 
+# --- what the refund of one order proposes, by reason -------------------------------------------
+_WHOLE_PARCEL = re.compile(
+    r"\b(empty|never (came|arrived|got here)|did ?n.?t (come|arrive|get here)|not (come|arrive)"
+    r"|nothing (was )?(in|inside)|lost|no parcel|no package)\b"
+)
+_NOT_A_NAME = frozenset(
+    {"the", "and", "with", "for", "set", "pack", "size", "item", "black", "white"}
+)
+
+
+def proposed_parts(
+    reason: str, order: OrderFacts, words: str, *, late_by_days: int
+) -> tuple[list[Part], str]:
+    """What the desk proposes to refund of one order, and why in the desk's words. An order
+    without lines (from before them, or sent without) has only its shipping fee to give back."""
+    fee_left = max(
+        order["fee_cents"] - order.get("shipping_refunded_cents", order["refunded_cents"]), 0
+    )
+    shipping = [refund_parts.shipping(fee_left)] if fee_left else []
+    lines = [line for line in order.get("lines") or [] if _units_left(line)]
+    if reason == LATE_DELIVERY or not order.get("lines"):
+        if reason == LATE_DELIVERY and late_by_days <= 0:
+            return [], "Delivered on time: nothing is proposed."
+        why = (
+            "Late delivery: the shipping fee."
+            if reason == LATE_DELIVERY
+            else ("The shop sent no items for this order: only its shipping fee can be refunded.")
+        )
+        return shipping, why if shipping else "The shipping fee was already refunded in full."
+    if reason == OTHER_REQUEST:
+        return [], "Another request: nothing is proposed; choose what to refund."
+    named, unsure = _named_lines(lines, words)
+    if reason == NOT_RECEIVED and not named and (_WHOLE_PARCEL.search(words.lower()) or not unsure):
+        parts = [_all_of(line) for line in lines] + shipping
+        return parts, "Not received: the whole order, its items and its shipping."
+    if not named:
+        return [], (
+            "The message does not say for sure which items it means: nothing is ticked; "
+            "choose what to refund."
+        )
+    titles = _and([line["title"] for line in named])
+    what = "missing" if reason == NOT_RECEIVED else REASONS[reason].lower()
+    return [_all_of(line) for line in named], f"The customer reports {titles} as {what}."
+
+
+def parts_checked(order: OrderFacts, given: object) -> list[Part]:
+    """The one check of the parts a reviewer gives for one order (the decision API, the review
+    form, the graph's review node): `{"line": id, "quantity": n, "amount_cents"?, "restock"?}`,
+    `{"shipping": true, "amount_cents"?}` or `{"whole_order": true}` (alone). An amount left
+    out is the part's full price. Returns the parts; ValueError says what is wrong, in words."""
+    number = order["number"]
+    if not isinstance(given, list) or not given or not all(isinstance(p, dict) for p in given):
+        raise ValueError(f'Order {number}: give the parts as a list, like [{{"shipping": true}}].')
+    lines = {line["id"]: line for line in order.get("lines") or []}
+    fee_left = max(
+        order["fee_cents"] - order.get("shipping_refunded_cents", order["refunded_cents"]), 0
+    )
+    if any(p.get("whole_order") for p in given):
+        if (
+            len(given) != 1
+            or set(given[0]) != {"whole_order"}
+            or given[0]["whole_order"] is not True
+        ):
+            raise ValueError(
+                f"Order {number}: the whole order is a part of its own; give it alone."
+            )
+        whole = [_all_of(line) for line in lines.values() if _units_left(line)]
+        whole += [refund_parts.shipping(fee_left)] if fee_left else []
+        if not whole:
+            raise ValueError(f"Order {number} was refunded in full already.")
+        return whole
+    parts: list[Part] = []
+    seen: set[object] = set()
+    for one in given:
+        extra = sorted(set(one) - {"line", "quantity", "amount_cents", "restock", "shipping"})
+        if extra:
+            raise ValueError(f"Order {number}: unknown field(s) {', '.join(extra)} in a part.")
+        amount = one.get("amount_cents")
+        if amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)):
+            raise ValueError(f"Order {number}: an amount must be in cents, a whole number.")
+        if one.get("shipping") is True and "line" not in one:
+            if "shipping" in seen:
+                raise ValueError(f"Order {number}: the shipping fee is given twice.")
+            seen.add("shipping")
+            if not fee_left:
+                raise ValueError(f"Order {number}: its shipping fee was refunded already.")
+            amount = fee_left if amount is None else amount
+            if not 0 < amount <= fee_left:
+                raise ValueError(
+                    f"Order {number}: the shipping part must be more than $0.00 and at most "
+                    f"{dollars(fee_left)}."
+                )
+            parts.append(refund_parts.shipping(amount))
+            continue
+        line_id = one.get("line")
+        if isinstance(line_id, bool) or not isinstance(line_id, int) or "shipping" in one:
+            raise ValueError(
+                f"Order {number}: a part is a line (with its id), the shipping or the whole order."
+            )
+        line = lines.get(line_id)
+        if line is None:
+            raise ValueError(f"Order {number} has no line {line_id}.")
+        if line_id in seen:
+            raise ValueError(f"Order {number}: {line['title']} is given twice.")
+        seen.add(line_id)
+        units = one.get("quantity")
+        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+            raise ValueError(f"Order {number}: the quantity of {line['title']} must be 1 or more.")
+        if units > _units_left(line):
+            raise ValueError(
+                f"Order {number}: only {_units_left(line)} of the {line['quantity']} x "
+                f"{line['title']} are left to refund."
+            )
+        price = refund_parts.line_price(
+            line["unit_price_cents"],
+            line["quantity"],
+            line["tax_cents"],
+            units,
+            line["refunded_cents"],
+        )
+        amount = price if amount is None else amount
+        if not 0 < amount <= price:
+            raise ValueError(
+                f"Order {number}: {units} x {line['title']} must be more than $0.00 and at most "
+                f"{dollars(price)}."
+            )
+        restock = one.get("restock", False)
+        if not isinstance(restock, bool):
+            raise ValueError(f"Order {number}: restock is true or false.")
+        parts.append(
+            {"line": line_id, "quantity": units, "amount_cents": amount, "restock": restock}
+        )
+    paid = order.get("paid_cents")
+    if paid is not None and refund_parts.total(parts) > paid - order["refunded_cents"]:
+        raise ValueError(
+            f"Order {number}: {dollars(max(paid - order['refunded_cents'], 0))} is left of the "
+            f"{dollars(paid)} the customer paid; these parts come to "
+            f"{dollars(refund_parts.total(parts))}."
+        )
+    return parts
+
+
+def _units_left(line: LineFacts) -> int:
+    return max(line["quantity"] - line["refunded_quantity"], 0)
+
+
+def _all_of(line: LineFacts) -> Part:
+    units = _units_left(line)
+    amount = refund_parts.line_price(
+        line["unit_price_cents"], line["quantity"], line["tax_cents"], units, line["refunded_cents"]
+    )
+    return {"line": line["id"], "quantity": units, "amount_cents": amount}
+
+
+def _named_lines(lines: list[LineFacts], words: str) -> tuple[list[LineFacts], bool]:
+    """The lines the customer's words name (by SKU, or a word of the title no other line has),
+    and whether some word matched several lines and named none of them for sure."""
+    said = set(re.findall(r"[a-z0-9][a-z0-9-]*", words.lower()))
+    said |= {w[:-1] for w in said if w.endswith("s")} | {w[:-2] for w in said if w.endswith("es")}
+
+    def title_words(line: LineFacts) -> set[str]:
+        found = re.findall(r"[a-z0-9]+", line["title"].lower())
+        return {w for w in found if len(w) >= 3 and w not in _NOT_A_NAME}
+
+    everyone = [title_words(line) for line in lines]
+    named, unsure = [], False
+    for line, own in zip(lines, everyone, strict=True):
+        others = set().union(*(w for w in everyone if w is not own))
+        if (line["sku"] and line["sku"].lower() in said) or (own - others) & said:
+            named.append(line)
+        elif own & said:
+            unsure = True
+    return ([], True) if unsure else (named, False)
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 # --- a reviewer's answers per order, and what the desk says of an approval -----------------------
 def order_answers_checked(
-    asked: dict[str, int], given: object, *, answer: str = "", reason: str = ""
+    asked: dict[str, int],
+    given: object,
+    *,
+    answer: str = "",
+    reason: str = "",
+    bought: dict[str, OrderFacts] | None = None,
 ) -> dict[str, dict]:
     """The one check of a reviewer's answers per order, called by the desk's form, the decision
     service and the graph's review node alike. `asked`: each open order's number and the amount
     it asks (cents); `given`: {number: {"answer": "approve" or "reject", "amount_cents"?,
-    "reason"?}}; an open order left out takes `answer` (and `reason`), or is refused when there is
-    none. Returns {number: {"answer": "approve", "amount_cents"} or {"answer": "reject",
-    "reason"}} for every open order; ValueError names the order and what is wrong."""
+    "parts"?, "reason"?}}; an open order left out takes `answer` (and `reason`), or is refused
+    when there is none. `parts` (checked by parts_checked against the order's facts in
+    `bought`) replace the proposal, and their sum is the amount. Returns {number: {"answer":
+    "approve", "amount_cents", "parts"?} or {"answer": "reject", "reason"}} for every open order;
+    ValueError names the order and what is wrong."""
     if not isinstance(given, dict):
         raise ValueError("The answers per order must map each order number to its answer.")
     given = {str(number): one for number, one in given.items()}
@@ -176,14 +367,14 @@ def order_answers_checked(
         one = given.get(number, {"answer": answer, "reason": reason})
         if not isinstance(one, dict):
             raise ValueError(f"Order {number}: give its answer as approve or reject.")
-        extra = sorted(set(one) - {"answer", "amount_cents", "reason"})
+        extra = sorted(set(one) - {"answer", "amount_cents", "reason", "parts"})
         if extra:
             raise ValueError(f"Order {number}: unknown field(s) {', '.join(extra)}.")
         why = one.get("reason") or ""
         if not isinstance(why, str):
             raise ValueError(f"Order {number}: the reason must be text.")
         if one.get("answer") == "reject":
-            if one.get("amount_cents") is not None:
+            if one.get("amount_cents") is not None or one.get("parts") is not None:
                 raise ValueError(f"Order {number}: only an approval carries an amount.")
             answers[number] = {"answer": "reject", "reason": why.strip() or reason}
             continue
@@ -191,6 +382,21 @@ def order_answers_checked(
             raise ValueError(f"Choose approve or reject for order {number}.")
         if why.strip() and number in given:
             raise ValueError(f"Order {number}: a reason goes with a rejection only.")
+        if one.get("parts") is not None:
+            facts = (bought or {}).get(number)
+            if facts is None:
+                raise ValueError(f"Order {number}: its parts cannot be changed in this review.")
+            parts = parts_checked(facts, one["parts"])
+            # An answer checked before (the decision, read again by the review node) carries
+            # its sum; any other amount beside parts is refused.
+            if one.get("amount_cents") not in (None, refund_parts.total(parts)):
+                raise ValueError(f"Order {number}: give the amount in its parts, not beside them.")
+            answers[number] = {
+                "answer": "approve",
+                "amount_cents": refund_parts.total(parts),
+                "parts": parts,
+            }
+            continue
         amount = one.get("amount_cents")
         amount = most if amount is None else amount
         if isinstance(amount, bool) or not isinstance(amount, int):

@@ -40,7 +40,7 @@ from refunds import mail, metrics, mirror, money, persistence, policy, queries, 
 from refunds.carriers import tracker
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy
-from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
+from refunds.flow.state import FLOW_VERSION, Collaborators, Part, RefundState
 from refunds.flow.words import dollars
 from refunds.models import Charge, Decision, Fork, Order, Ticket, TicketOrder, resume_value
 from refunds.payments import get_gateway
@@ -189,7 +189,13 @@ def collaborators(lease: leases.Lease) -> Collaborators:
 
 
 def _pay(
-    *, gateway, lease: leases.Lease, key: str, amount_cents: int, order_number: str = ""
+    *,
+    gateway,
+    lease: leases.Lease,
+    key: str,
+    amount_cents: int,
+    order_number: str = "",
+    parts: list[Part] | None = None,
 ) -> str:
     """money.pay for one of the ticket's orders: its first, or the one a charge_order names."""
     order_id = lease.order_id
@@ -209,6 +215,7 @@ def _pay(
         lease=lease,
         key=key,
         amount_cents=amount_cents,
+        parts=parts,
     )
 
 

@@ -6,9 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db.models import Sum
+
 from core.clock import local_words
 from refunds.flow.words import dollars
-from refunds.models import Charge, Decision, OrderLine, Ticket, of_customer
+from refunds.models import Charge, ChargePart, Decision, OrderLine, Ticket, of_customer
 
 EARLIER_LIMIT = 10
 
@@ -203,10 +205,16 @@ class LineBought:
 
 
 def refunded_by_line(line_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
-    """What was refunded of each line, by line id: (quantity, amount in minor units). Refunds
-    by line do not exist yet (the desk refunds an order's shipping fee): nothing is refunded of
-    any line, and this is the one place that will read them when they do."""
-    return {}
+    """What the ledger holds of each line, by line id: (quantity, amount in minor units), from
+    refunds paid or under way, as refunds/money.py counts them."""
+    rows = (
+        ChargePart.objects.filter(
+            line_id__in=list(line_ids), charge__in=Charge.objects.holding_balance()
+        )
+        .values("line_id")
+        .annotate(units=Sum("quantity"), cents=Sum("amount_cents"))
+    )
+    return {row["line_id"]: (row["units"], row["cents"]) for row in rows}
 
 
 def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:

@@ -61,6 +61,43 @@ def order_answers(post, lines: list[dict]) -> dict[str, dict]:
     return policy.order_answers_checked(asked, given)
 
 
+def names_parts(post) -> bool:
+    """Whether a review form posts the parts of an order (its parts form: `parts-<number>`)."""
+    return any(key.startswith("parts-") for key in post)
+
+
+def parts_answers(post, lines: list[dict]) -> dict[str, dict]:
+    """The approval of each open order whose parts form was posted: `part-<n>-whole` (the whole
+    order), else `part-<n>-qty-<line>` units (0: not refunded), `part-<n>-restock-<line>` and
+    `part-<n>-shipping`. Checked by the service as the API's parts are
+    (policy.parts_checked); an order without its parts form gets the decision's answer."""
+    orders: dict[str, dict] = {}
+    for line in lines:
+        number = str(line["number"])
+        if line.get("status") != "open" or f"parts-{number}" not in post:
+            continue
+        prefix = f"part-{number}-"
+        if post.get(prefix + "whole"):
+            orders[number] = {"answer": "approve", "parts": [{"whole_order": True}]}
+            continue
+        parts: list[dict] = []
+        for bought in (line.get("order") or {}).get("lines") or []:
+            raw = (post.get(f"{prefix}qty-{bought['id']}") or "0").strip()
+            if not raw.isdigit():
+                raise ValueError(
+                    f"Order {number}: the quantity of {bought['title']} is a whole number."
+                )
+            if int(raw):
+                restock = bool(post.get(f"{prefix}restock-{bought['id']}"))
+                parts.append({"line": bought["id"], "quantity": int(raw), "restock": restock})
+        if post.get(prefix + "shipping"):
+            parts.append({"shipping": True})
+        if not parts:
+            raise ValueError(f"Order {number}: tick what to refund, or reject it.")
+        orders[number] = {"answer": "approve", "parts": parts}
+    return orders
+
+
 class _AnyPicks(forms.MultipleChoiceField):
     def valid_value(self, value: str) -> bool:
         return True  # the choices are the queue's rows of the moment: clean_pick checks them

@@ -63,7 +63,7 @@ class FakeGateway:
         self.errors = list(errors or [])
         self.receipts: dict[str, str] = {}
 
-    def __call__(self, *, key: str, amount_cents: int, order_number: str) -> str:
+    def __call__(self, *, key: str, amount_cents: int, order_number: str, parts=None) -> str:
         self.calls.append({"key": key, "amount_cents": amount_cents})
         if self.errors:
             raise self.errors.pop(0)
@@ -453,7 +453,7 @@ def test_an_outage_of_several_retryable_errors_is_ridden_out_with_the_same_key()
 class Outage(FakeGateway):
     """A gateway that stays down: every call is a retryable error."""
 
-    def __call__(self, *, key: str, amount_cents: int, order_number: str) -> str:
+    def __call__(self, *, key: str, amount_cents: int, order_number: str, parts=None) -> str:
         self.calls.append({"key": key, "amount_cents": amount_cents})
         raise RetryableGatewayError("timeout")
 
@@ -481,7 +481,7 @@ def test_a_drain_during_the_retries_stops_them_without_a_manager():
     control = RunControl()
 
     class DrainedWhileDown(Outage):
-        def __call__(self, *, key: str, amount_cents: int, order_number: str) -> str:
+        def __call__(self, *, key: str, amount_cents: int, order_number: str, parts=None) -> str:
             if len(self.calls) == 1:
                 control.request_drain("lease lost: another worker took the thread over")
             return super().__call__(key=key, amount_cents=amount_cents, order_number=order_number)

@@ -29,7 +29,7 @@ class Gateway:
         self.receipts: dict[str, str] = {}
         self.refuse = dict(refuse or {})
 
-    def __call__(self, *, key: str, amount_cents: int, order_number: str = "") -> str:
+    def __call__(self, *, key: str, amount_cents: int, order_number: str = "", parts=None) -> str:
         self.calls.append({"key": key, "amount_cents": amount_cents, "order": order_number})
         if order_number in self.refuse:
             raise PermanentGatewayError(self.refuse.pop(order_number))

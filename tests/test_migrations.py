@@ -172,3 +172,45 @@ def test_an_existing_order_migrates_with_no_lines_and_no_total():
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+PARTS_BEFORE = [("refunds", "0028_stripe_events")]
+PARTS_AFTER = [("refunds", "0029_charge_parts")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_from_before_parts_migrates_as_one_shipping_part():
+    """The ledger reads every charge by its parts: one made before them was the shipping fee."""
+    executor = MigrationExecutor(connection)
+    executor.migrate(PARTS_BEFORE)
+    old = executor.loader.project_state(PARTS_BEFORE).apps
+    order = old.get_model("refunds", "Order").objects.create(
+        number="1042",
+        customer_name="Ana Souza",
+        customer_email="ana@example.com",
+        promised_on="2026-11-02",
+        delivered_on="2026-11-06",
+        shipping_fee_cents=699,
+    )
+    ticket = old.get_model("refunds", "Ticket").objects.create(thread_id="refund-1042", order=order)
+    old.get_model("refunds", "Charge").objects.create(
+        ticket=ticket,
+        order=order,
+        idempotency_key="refund-1042:charge_card:1042:500",
+        amount_cents=500,
+        status="succeeded",
+        receipt="re_1",
+    )
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(PARTS_AFTER)
+    new = executor.loader.project_state(PARTS_AFTER).apps
+    parts = new.get_model("refunds", "ChargePart").objects.values_list(
+        "line_id", "quantity", "amount_cents", "restock"
+    )
+    assert list(parts) == [(None, 0, 500, False)]
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

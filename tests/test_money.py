@@ -22,8 +22,10 @@ from refunds.flow.errors import (
     PaymentOutcomeUnknown,
     PermanentGatewayError,
 )
-from refunds.models import Charge, Order, Ticket
+from refunds.flow.nodes.charge import charge_key
+from refunds.models import Charge, ChargePart, Order, OrderLine, Ticket
 from refunds.payments import HttpGateway
+from refunds.selectors import refunded_by_line
 from tests.conftest import (
     free_elsewhere,
     held_elsewhere,
@@ -51,14 +53,22 @@ def held(ticket: Ticket) -> leases.Lease:
     return lease
 
 
-def pay(processor, ticket, lease, *, amount=699, key=None, timeout=0.3) -> str:
+def pay(processor, ticket, lease, *, amount=699, key=None, timeout=0.3, parts=None) -> str:
+    if parts is not None:
+        amount = sum(p["amount_cents"] for p in parts)
     return money.pay(
         gateway=HttpGateway(processor.url, timeout=timeout),
         ticket_id=ticket.pk,
         order_id=ticket.order_id,
         lease=lease,
-        key=key or f"{ticket.thread_id}:charge_card:{amount}",
+        key=key
+        or (
+            f"{ticket.thread_id}:charge_card:{amount}"
+            if parts is None
+            else charge_key(ticket.thread_id, ticket.order.number, amount, parts)
+        ),
         amount_cents=amount,
+        parts=parts,
     )
 
 
@@ -271,6 +281,16 @@ def test_two_tickets_charging_one_order_at_once_never_refund_more_than_was_paid(
     session holds the order row until both reserves wait on it, so both start before either
     wrote: the one that gets the lock second must still see the first one's charge."""
     paid_less(late_order, 500)
+    outcomes = race(processor, late_order, amount=300)
+    assert sorted(outcomes) == ["paid", "refused"]
+    assert sum(processor.charge_calls.values()) == 1
+    assert late_order.refunded_cents() == 300
+
+
+def race(processor, late_order: Order, **charged) -> list[str]:
+    """Two tickets of one order charge it at once, each with `charged` (pay's amount or parts);
+    what each got. On PostgreSQL another session holds the order row until both reserves wait
+    on it, so both start before either wrote."""
     # One open ticket per order: the first is closed (an admin's fork of it runs again), the
     # second one is new.
     first = Ticket.objects.create(thread_id="refund-1042-a", order=late_order)
@@ -283,7 +303,7 @@ def test_two_tickets_charging_one_order_at_once_never_refund_more_than_was_paid(
     def charge(n: int) -> None:
         start.wait()
         try:
-            pay(processor, tickets[n], leases_[n], amount=300, timeout=3)
+            pay(processor, tickets[n], leases_[n], timeout=3, **charged)
             outcomes.append("paid")
         except OverBalance:
             outcomes.append("refused")
@@ -318,6 +338,146 @@ def test_two_tickets_charging_one_order_at_once_never_refund_more_than_was_paid(
         t.start()
     for t in threads:
         t.join(timeout=30)
+    return outcomes
+
+
+# --- parts: lines of the order, its shipping fee -----------------------------------------------
+def vases(order: Order, *, bought: int = 2, tax_cents: int = 0) -> OrderLine:
+    return OrderLine.objects.create(
+        order=order,
+        line_id="L1",
+        sku="VASE-CER",
+        title="Ceramic vase",
+        unit_price_cents=2400,
+        quantity=bought,
+        tax_cents=tax_cents,
+    )
+
+
+def test_a_refund_of_lines_and_shipping_is_recorded_part_by_part_with_its_charge(processor, ticket):
+    line = vases(ticket.order)
+    parts = [
+        {"line": line.pk, "quantity": 1, "amount_cents": 2400, "restock": True},
+        {"shipping": True, "amount_cents": 699},
+    ]
+    assert pay(processor, ticket, held(ticket), parts=parts)
+    charge = Charge.objects.get()
+    assert charge.amount_cents == 3099
+    recorded = sorted(
+        ChargePart.objects.filter(charge=charge).values_list(
+            "line_id", "quantity", "amount_cents", "restock"
+        ),
+        key=lambda r: r[0] or 0,
+    )
+    assert recorded == [(None, 0, 699, False), (line.pk, 1, 2400, True)]
+    assert refunded_by_line([line.pk]) == {line.pk: (1, 2400)}
+    assert sum(processor.charge_calls.values()) == 1
+
+
+def test_a_refund_with_no_parts_named_is_the_shipping_fee(processor, ticket):
+    """One path: an amount alone is a refund of one part, the shipping fee."""
+    pay(processor, ticket, held(ticket), amount=500)
+    assert list(ChargePart.objects.values_list("line_id", "quantity", "amount_cents")) == [
+        (None, 0, 500)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("part", "why"),
+    [
+        ({"quantity": 3, "amount_cents": 100}, r"2 of 2 x Ceramic vase left to refund; 3 is more"),
+        ({"quantity": 0, "amount_cents": 0}, r"0 is more"),
+        ({"quantity": 1, "amount_cents": 2401}, r"1 x Ceramic vase can be refunded up to \$24.00"),
+    ],
+)
+def test_a_line_refunded_past_what_was_bought_is_refused_before_the_gateway(
+    processor, ticket, part, why
+):
+    line = vases(ticket.order)
+    with pytest.raises(OverBalance, match=why):
+        pay(processor, ticket, held(ticket), parts=[{"line": line.pk, **part}])
+    assert processor.charge_calls == {} and Charge.objects.count() == 0
+    assert ChargePart.objects.count() == 0
+
+
+def test_a_lines_tax_is_refundable_with_it_in_shares(processor, ticket):
+    line = vases(ticket.order, bought=2, tax_cents=401)  # 200.5 a vase: the first share rounds up
+    lease = held(ticket)
+
+    def vase(cents: int) -> list:
+        return [{"line": line.pk, "quantity": 1, "amount_cents": cents}]
+
+    with pytest.raises(OverBalance, match=r"up to \$26.01"):
+        pay(
+            processor, ticket, lease, parts=[{"line": line.pk, "quantity": 1, "amount_cents": 2602}]
+        )
+    pay(processor, ticket, lease, parts=[{"line": line.pk, "quantity": 1, "amount_cents": 2601}])
+    with pytest.raises(OverBalance, match=r"up to \$26.00"):
+        pay(processor, ticket, lease, parts=vase(2601), key="second vase")
+    pay(processor, ticket, lease, parts=vase(2600))
+    assert refunded_by_line([line.pk]) == {line.pk: (2, 5201)}  # 2 x $24.00 and the $4.01 tax
+
+
+def test_a_line_of_another_order_or_a_part_given_twice_is_refused(processor, ticket):
+    other = vases(make_order("2001"))
+    line = vases(ticket.order)
+    lease = held(ticket)
+    with pytest.raises(OverBalance, match="order 1042 has no line"):
+        pay(processor, ticket, lease, parts=[{"line": other.pk, "quantity": 1, "amount_cents": 1}])
+    twice = [{"line": line.pk, "quantity": 1, "amount_cents": 1}] * 2
+    with pytest.raises(OverBalance, match="given twice"):
+        pay(processor, ticket, lease, parts=twice)
+    assert processor.charge_calls == {} and Charge.objects.count() == 0
+
+
+def test_lines_and_shipping_together_never_pass_what_the_customer_paid(processor, ticket):
+    line = vases(ticket.order)
+    paid_less(ticket.order, 4000)  # a discount: $48.00 of vases and $6.99 shipping, $40.00 paid
+    lease = held(ticket)
+
+    def vase(cents: int) -> list:
+        return [{"line": line.pk, "quantity": 1, "amount_cents": cents}]
+
+    pay(processor, ticket, lease, parts=[{"line": line.pk, "quantity": 1, "amount_cents": 2400}])
+    with pytest.raises(OverBalance, match=r"\$16.00 left to refund of the \$40.00"):
+        pay(processor, ticket, lease, parts=vase(2400), key="second vase")
+    pay(processor, ticket, lease, parts=[{"shipping": True, "amount_cents": 699}])
+    assert ticket.order.refunded_cents() == 3099
+
+
+def test_the_same_amount_for_other_parts_is_a_charge_of_its_own(processor, ticket):
+    """After a refusal, a manager refunds the lamp instead of the vase for the same amount: the
+    key differs, so the ledger's row and the processor's key never carry the vase's parts."""
+    order = ticket.order
+    vase = vases(order)
+    lamp = OrderLine.objects.create(
+        order=order, line_id="L2", title="Desk lamp", unit_price_cents=2400, quantity=1
+    )
+    as_vase = [{"line": vase.pk, "quantity": 1, "amount_cents": 2400}]
+    as_lamp = [{"line": lamp.pk, "quantity": 1, "amount_cents": 2400}]
+    assert charge_key("t", "1042", 2400, as_vase) != charge_key("t", "1042", 2400, as_lamp)
+    # The shipping fee alone keeps the key a thread from before parts may have charged with.
+    assert charge_key("t", "1042", 699, [{"shipping": True, "amount_cents": 699}]) == (
+        "t:charge_card:1042:699"
+    )
+    lease = held(ticket)
+    processor.queue("decline")
+    with pytest.raises(PermanentGatewayError):
+        pay(processor, ticket, lease, parts=as_vase)
+    pay(processor, ticket, lease, parts=as_lamp)
+    assert refunded_by_line([vase.pk, lamp.pk]) == {lamp.pk: (1, 2400)}
+
+
+def test_two_tickets_racing_for_the_last_unit_of_a_line_refund_it_once(
+    processor, transactional_db, late_order
+):
+    """The per-line guard where the race is: each asks for the one vase left, at a partial
+    amount so that the line's money would allow both; the reserve, with the order locked, lets
+    one through."""
+    line = vases(late_order, bought=1)
+    outcomes = race(
+        processor, late_order, parts=[{"line": line.pk, "quantity": 1, "amount_cents": 1000}]
+    )
     assert sorted(outcomes) == ["paid", "refused"]
     assert sum(processor.charge_calls.values()) == 1
-    assert late_order.refunded_cents() == 300
+    assert refunded_by_line([line.pk]) == {line.pk: (1, 1000)}

@@ -23,7 +23,8 @@ from refunds.flow.errors import (
     PermanentGatewayError,
     RetryableGatewayError,
 )
-from refunds.models import Charge, Ticket
+from refunds.flow.nodes.charge import charge_key
+from refunds.models import Charge, OrderLine, Ticket
 from refunds.payments import get_gateway
 from refunds.payments.stripe import StripeGateway
 from tests.conftest import make_order
@@ -291,3 +292,37 @@ def test_the_stripe_key_is_masked_on_error_pages_and_in_logs(db, settings, capsy
     assert "Stripe said: invalid key" in logged
     assert LIVE_KEY not in logged
     assert LIVE_KEY not in repr(StripeGateway(secret_key=LIVE_KEY))
+
+
+def test_a_refund_of_parts_names_its_lines_and_quantities_in_its_metadata(
+    localstripe, ticket_paid_at_stripe
+):
+    """One Refund per order for the parts' sum; the shop's books read what it gives back and
+    which items come back from its metadata."""
+    vase = OrderLine.objects.create(
+        order=ticket_paid_at_stripe.order,
+        line_id="L1",
+        title="Ceramic vase",
+        unit_price_cents=2400,
+        quantity=2,
+    )
+    ticket = ticket_paid_at_stripe
+    lease = leases.grant(ticket)
+    assert lease is not None
+    parts = [
+        {"line": vase.pk, "quantity": 1, "amount_cents": 2400, "restock": True},
+        {"shipping": True, "amount_cents": 699},
+    ]
+    receipt = money.pay(
+        gateway=gateway(localstripe.url),
+        ticket_id=ticket.pk,
+        order_id=ticket.order_id,
+        lease=lease,
+        key=charge_key(ticket.thread_id, "1042", 3099, parts),
+        amount_cents=3099,
+        parts=parts,
+    )
+    [refund] = localstripe.refunds(ticket.order.payment_reference)
+    assert (refund["id"], refund["amount"]) == (receipt, 3099)
+    assert refund["metadata"]["parts"] == f"{vase.pk}x1,shipping"
+    assert refund["metadata"]["restock"] == str(vase.pk)

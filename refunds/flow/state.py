@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 5  # bump with a state-shape change; see refunds/flow/versions.py
+FLOW_VERSION = 6  # bump with a state-shape change; see refunds/flow/versions.py
 
 
 class OrderFacts(TypedDict):
@@ -23,6 +23,23 @@ class OrderFacts(TypedDict):
     refunded_by_ticket: int | None
     # What the customer paid, when the shop sent it: never refunded beyond.
     paid_cents: NotRequired[int]
+    # Flow version 6: what was bought, line by line, and what the ledger holds of the shipping
+    # fee (other tickets). An order without lines, or facts of version 5: the fee alone.
+    lines: NotRequired[list[LineFacts]]
+    shipping_refunded_cents: NotRequired[int]
+
+
+class LineFacts(TypedDict):
+    """One line of an order, and what the ledger holds of it (other tickets)."""
+
+    id: int  # the OrderLine's, which a Part names
+    title: str
+    sku: str
+    unit_price_cents: int
+    quantity: int
+    tax_cents: int
+    refunded_quantity: int
+    refunded_cents: int
 
 
 class CustomerHistory(TypedDict):
@@ -39,12 +56,28 @@ class Tracking(TypedDict, total=False):
     error: str
 
 
+class Part(TypedDict, total=False):
+    """One part of an order's refund (refunds/flow/parts.py): units of a line (`line`, the
+    OrderLine's id, and `quantity`) or the shipping fee (`shipping`), for `amount_cents`, and for
+    a line whether the item comes back (`restock`). A whole order is every line's remaining
+    units and the shipping, written out part by part before it reaches the ledger."""
+
+    line: int
+    quantity: int
+    shipping: bool
+    amount_cents: int
+    restock: bool
+
+
 class OrderAnswer(TypedDict, total=False):
     """A reviewer's answer for one order of a ticket of several."""
 
     answer: Literal["approve", "reject"]
-    amount_cents: int  # approve: what to pay (a manager may lower it)
+    amount_cents: int  # approve: what to pay (a manager may lower it); the parts' sum
     reason: str  # reject: why, for the customer
+    # approve: what is refunded (flow version 6). None in an answer of version 5: the shipping
+    # fee, for `amount_cents`.
+    parts: list[Part]
 
 
 class ReviewAnswer(TypedDict, total=False):
@@ -66,6 +99,10 @@ class OrderCheck(TypedDict, total=False):
     order: OrderFacts
     balance_cents: int
     amount_cents: int  # what the ticket asks for it: its balance, 0 when the policy declines
+    # What the policy proposes to refund (flow version 6), the sum of which is `amount_cents`,
+    # and why, in the desk's words. None in a check of version 5: the shipping fee.
+    parts: list[Part]
+    parts_why: str
     late_by_days: int
     refundable: bool
     declined_reason: str  # why the policy declines it, in words for the customer
@@ -97,6 +134,7 @@ class ChargeTask(TypedDict):
     key: str
     number: str
     amount_cents: int
+    parts: list[Part]
 
 
 class CheckTask(TypedDict):
@@ -105,6 +143,8 @@ class CheckTask(TypedDict):
     ticket_key: str
     order_number: str
     reason: str
+    # Flow version 6: the customer's words the policy matches to the order's lines.
+    words: NotRequired[str]
 
 
 def merge_by_order(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
@@ -198,13 +238,26 @@ class ReviewOrder(TypedDict):
     receipt: str
     notes: list[str]
     flags: list[str]
+    # Flow version 6: the order's facts (its lines, what is left of each), the proposal's parts
+    # and why; a reviewer's `parts` are checked against them (policy.parts_checked).
+    order: NotRequired[OrderFacts]
+    parts: NotRequired[list[Part]]
+    parts_why: NotRequired[str]
 
 
 class Payer(Protocol):
-    def __call__(self, *, key: str, amount_cents: int, order_number: str = "") -> str:
+    def __call__(
+        self,
+        *,
+        key: str,
+        amount_cents: int,
+        order_number: str = "",
+        parts: list[Part] | None = None,
+    ) -> str:
         """Move the money once per key and return the receipt. Raises ChargeRefused (a person
         decides), RetryableGatewayError (try again), or anything else (the run stops). The
-        order is the ticket's first unless `order_number` names another of its orders."""
+        order is the ticket's first unless `order_number` names another of its orders; no
+        `parts` is the shipping fee, for `amount_cents`."""
         ...
 
 

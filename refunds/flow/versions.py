@@ -25,6 +25,13 @@ History:
   during its charge never charges again). One that was to run a node that is gone goes on where
   that node's work is done now (`resume_at`): its checks (pure reads) on the one path, or the
   charge of its order under that key.
+- 6: a refund is a set of parts of an order (`Part`: units of a line, or the shipping fee). The
+  order's facts gain `lines` and `shipping_refunded_cents`, each check the policy's proposal
+  (`parts`, `parts_why`), an approval and a charge task their `parts`, a check task the
+  customer's `words`. A thread of version 5 needs nothing but its stamp: every reader of these
+  takes a check, an answer or a task without parts as the shipping fee for its amount (so a
+  review approved under version 5 ends as it would have, under the same charge key), and facts
+  without lines as an order without lines.
 """
 
 from __future__ import annotations
@@ -92,7 +99,11 @@ def _to_5(old: dict[str, Any]) -> dict[str, Any]:
     return update | {"checks": {number: check}}
 
 
-UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5}
+def _to_6(values: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
 
 
 def resume_at(old: dict[str, Any]) -> list[Send]:

@@ -12,6 +12,7 @@ balance and the fencing live in refunds/money.py, around whichever gateway this 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import Protocol
 
@@ -24,6 +25,7 @@ from refunds.flow.errors import (
     PermanentGatewayError,
     RetryableGatewayError,
 )
+from refunds.flow.state import Part
 from refunds.payments.demo import DemoGateway
 from refunds.payments.http import HttpGateway
 from refunds.payments.stripe import StripeGateway
@@ -49,6 +51,7 @@ class Gateway(Protocol):
         amount_cents: int,
         ticket_key: str,
         payment_reference: str = "",
+        parts: Sequence[Part] = (),
     ) -> str:
         """Refund once per key and return the receipt; a repeated key returns the first one."""
         ...

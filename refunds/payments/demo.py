@@ -5,10 +5,12 @@ it (config/settings.py, FAKE_GATEWAYS)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 
 from django.db import IntegrityError, models
 
 from refunds.flow.errors import PermanentGatewayError
+from refunds.flow.state import Part
 
 
 class DemoProcessorRefund(models.Model):
@@ -38,6 +40,7 @@ class DemoGateway:
         amount_cents: int,
         ticket_key: str,
         payment_reference: str = "",
+        parts: Sequence[Part] = (),
     ) -> str:
         if amount_cents <= 0:
             raise PermanentGatewayError(f"cannot refund {amount_cents} cents")

@@ -6,6 +6,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 
 from django.conf import settings
 
@@ -14,6 +15,7 @@ from refunds.flow.errors import (
     PermanentGatewayError,
     RetryableGatewayError,
 )
+from refunds.flow.state import Part
 
 
 class HttpGateway:
@@ -34,6 +36,7 @@ class HttpGateway:
         amount_cents: int,
         ticket_key: str,
         payment_reference: str = "",
+        parts: Sequence[Part] = (),
     ) -> str:
         body = json.dumps({"amount_cents": amount_cents, "reference": ticket_key}).encode()
         status, answer = self._call(

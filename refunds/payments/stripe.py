@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from refunds.flow.errors import (
     PermanentGatewayError,
     RetryableGatewayError,
 )
+from refunds.flow.state import Part
 
 if TYPE_CHECKING:
     from stripe import StripeClient
@@ -69,12 +70,14 @@ class StripeGateway:
         amount_cents: int,
         ticket_key: str,
         payment_reference: str = "",
+        parts: Sequence[Part] = (),
     ) -> str:
         if amount_cents <= 0:
             raise PermanentGatewayError(f"cannot refund {amount_cents} cents")
         params: RefundCreateParams = {
             "amount": amount_cents,
-            "metadata": {self.METADATA_KEY: idempotency_key, "ticket": ticket_key},
+            "metadata": {self.METADATA_KEY: idempotency_key, "ticket": ticket_key}
+            | parts_metadata(parts),
         }
         kind, payment = _stripe_payment(payment_reference)
         if kind == "payment_intent":
@@ -179,3 +182,14 @@ def _said(exc: Any) -> str:
     """Stripe's own message and code, without the request id."""
     message = exc.user_message or type(exc).__name__
     return f"{message} ({exc.code})" if exc.code else message
+
+
+def parts_metadata(parts: Sequence[Part]) -> dict[str, str]:
+    """What a refund gives back, in its metadata so the shop's books can follow: `parts`, the
+    lines' ids with their quantities and "shipping" ("11x2,12x1,shipping"), and `restock`, the
+    ids of the lines whose items come back. Stripe keeps metadata values to 500 characters."""
+    if not parts:
+        return {}
+    said = [f"{p['line']}x{p.get('quantity', 0)}" if p.get("line") else "shipping" for p in parts]
+    back = [str(p["line"]) for p in parts if p.get("line") and p.get("restock")]
+    return {"parts": ",".join(said)[:500]} | ({"restock": ",".join(back)[:500]} if back else {})

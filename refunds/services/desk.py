@@ -132,6 +132,8 @@ def ticket_decide(
         raise RefundError("Choose approve or reject.")
     reason = (reason or "").strip()
     lines = _several_lines(ticket)
+    if lines is None and _names_parts(orders):  # one order's parts: answered as its own line
+        lines = _review_lines(ticket)
     if orders is not None and lines is None:
         raise RefundError(
             f"This ticket covers one order ({ticket.order.number}); answer it without per-order "
@@ -252,12 +254,21 @@ def ticket_decide(
 
 def _several_lines(ticket: Ticket) -> dict[str, dict[str, Any]] | None:
     """The pending review's line per order, by number, for a ticket of several orders; None for
-    one order (answered as a whole, its amount lowered by `amount_cents`)."""
+    one order (answered as a whole, its amount lowered by `amount_cents`, or by its parts)."""
+    lines = _review_lines(ticket)
+    return lines if lines and len(lines) >= 2 else None
+
+
+def _review_lines(ticket: Ticket) -> dict[str, dict[str, Any]] | None:
     payload = ticket.pending_payload or {}
     lines = payload.get("orders") if isinstance(payload, dict) else None
-    if not lines or len(lines) < 2:
-        return None
-    return {str(line["number"]): line for line in lines}
+    return {str(line["number"]): line for line in lines} if lines else None
+
+
+def _names_parts(orders: Any) -> bool:
+    return isinstance(orders, dict) and any(
+        isinstance(one, dict) and "parts" in one for one in orders.values()
+    )
 
 
 def _order_answers(
@@ -291,7 +302,10 @@ def _order_answers(
     asked = {n: int(line.get("amount_cents") or 0) for n, line in lines.items()}
     open_ = {n: cents for n, cents in asked.items() if lines[n].get("status") == "open"}
     try:
-        answers = policy.order_answers_checked(open_, given, answer=answer, reason=reason)
+        bought = {n: line["order"] for n, line in lines.items() if line.get("order")}
+        answers = policy.order_answers_checked(
+            open_, given, answer=answer, reason=reason, bought=bought
+        )
     except ValueError as exc:
         raise RefundError(str(exc)) from None
     for number, one in answers.items():
@@ -304,7 +318,11 @@ def _order_answers(
             raise RefundError(
                 f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
             )
-    lowered = any(one.get("amount_cents", open_[n]) < open_[n] for n, one in answers.items())
+    # Parts other than the proposal are an edit too, whatever their sum.
+    lowered = any(
+        one.get("amount_cents", open_[n]) < open_[n] or "parts" in given.get(n, {})
+        for n, one in answers.items()
+    )
     if lowered:
         refusal = permissions.edit_refusal(reviewer, ticket)
         if refusal:

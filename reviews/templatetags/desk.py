@@ -246,3 +246,17 @@ def review_row(context, ticket, may_decide: bool = True) -> SafeString:
         rows.keep(context, key, html)
     token = str(context.get("csrf_token", ""))
     return mark_safe(html.replace(rows.CSRF_MARK, conditional_escape(token)))  # noqa: S308
+
+
+@register.filter
+def proposed_units(order: dict, line_id: int) -> int:
+    """How many of a line the review's proposal refunds (0: not ticked)."""
+    for part in order.get("parts") or []:
+        if part.get("line") == line_id:
+            return int(part.get("quantity") or 0)
+    return 0
+
+
+@register.filter
+def proposes_shipping(order: dict) -> bool:
+    return any(part.get("shipping") for part in order.get("parts") or [])

@@ -242,6 +242,9 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         if answer == "escalate":
             services.ticket_escalate(ticket=ticket, by=request.user, note=data["note"])
             text = f"Escalated the review of order {ticket.order.number} to managers."
+        elif answer == "approve" and forms.names_parts(request.POST):
+            decision = _decide_parts(request, ticket, data)
+            text = decided_line(decision, ticket)
         elif answer == "orders" or (answer and several_lines(ticket)):
             decision = _decide_several(request, ticket, answer, data)
             text = decided_line(decision, ticket)
@@ -293,6 +296,25 @@ def several_lines(ticket: Ticket) -> list[dict]:
     payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
     lines = payload.get("orders") or []
     return lines if len(lines) > 1 else []
+
+
+def _decide_parts(request: HtmxHttpRequest, ticket: Ticket, data) -> Decision:
+    """Approve with the parts each order's parts form ticks (the same check as the API's)."""
+    payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
+    try:
+        orders = forms.parts_answers(request.POST, payload.get("orders") or [])
+    except ValueError as exc:
+        raise services.RefundError(str(exc)) from None
+    return services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=data["interrupt_id"],
+        answer="approve",
+        reason=data["reason"],
+        note=data["note"],
+        canned=data["canned"],
+        orders=orders,
+        reviewer=request.user,
+    )
 
 
 def _decide_several(request: HtmxHttpRequest, ticket: Ticket, answer: str, data) -> Decision:

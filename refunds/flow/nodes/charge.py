@@ -12,6 +12,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy, Send
 
+from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     ChargeRefused,
     RetryableGatewayError,
@@ -22,6 +23,7 @@ from refunds.flow.state import (
     Collaborators,
     OrderCharge,
     OrderCheck,
+    Part,
     RefundState,
 )
 from refunds.flow.words import dollars
@@ -51,18 +53,27 @@ def _retry_charge(runtime: Runtime[Collaborators]) -> bool:
     )
 
 
-def charge_key(ticket_key: str, number: str, amount_cents: int) -> str:
+def charge_key(
+    ticket_key: str, number: str, amount_cents: int, parts: list[Part] | None = None
+) -> str:
     # Derived from the thread, the order and the amount owed, never random: a re-run returns the
-    # first charge, and a corrected amount (a fork, a lower approval) gets a key of its own.
-    return f"{ticket_key}:charge_card:{number}:{amount_cents}"
+    # first charge, and a corrected amount (a fork, a lower approval) gets a key of its own. So
+    # do other parts for the same amount (a manager who, after a refusal, refunds the lamp
+    # instead of the vase): the ledger's row and the processor's key hold the parts they were
+    # first made with. The shipping fee alone keeps the key it had before parts.
+    key = f"{ticket_key}:charge_card:{number}:{amount_cents}"
+    if parts and not refund_parts.only_shipping(parts):
+        key += f":{refund_parts.digest(parts)}"
+    return key
 
 
-def _key(state: RefundState, check: OrderCheck, amount_cents: int) -> str:
+def _key(state: RefundState, check: OrderCheck, amount_cents: int, parts: list[Part]) -> str:
     # A one-order thread approved under flow version 4 keeps the key its charge may already
     # have been made with, for that amount (refunds/flow/versions.py).
-    if check.get("carried_key") and check.get("carried_key_cents") == amount_cents:
+    carried = check.get("carried_key") and check.get("carried_key_cents") == amount_cents
+    if carried and refund_parts.only_shipping(parts):
         return check["carried_key"]
-    return charge_key(state["ticket_key"], check["number"], amount_cents)
+    return charge_key(state["ticket_key"], check["number"], amount_cents, parts)
 
 
 def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
@@ -75,11 +86,14 @@ def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
         if answer.get("answer") != "approve" or charges.get(check["number"], {}).get("receipt"):
             continue
         amount = answer["amount_cents"]
+        # An answer of flow version 5 names no parts: the shipping fee, as it was then.
+        parts = refund_parts.or_shipping(answer.get("parts"), amount)
         task = ChargeTask(
             ticket_key=state["ticket_key"],
-            key=_key(state, check, amount),
+            key=_key(state, check, amount, parts),
             number=check["number"],
             amount_cents=amount,
+            parts=parts,
         )
         sends.append(Send("charge_order", task))
     if sends:
@@ -97,7 +111,7 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
     stop_if_drained(runtime)
     try:
         charge["receipt"] = runtime.context.pay(
-            key=task["key"], amount_cents=amount, order_number=number
+            key=task["key"], amount_cents=amount, order_number=number, parts=task.get("parts")
         )
     except ChargeRefused as exc:
         charge["error"] = str(exc)

@@ -12,6 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from refunds import policy
+from refunds.flow import parts as refund_parts
 from refunds.flow.errors import OrderNotFound
 from refunds.flow.nodes.common import customer_namespace, ordered_checks, reason_of
 from refunds.flow.state import (
@@ -19,6 +20,7 @@ from refunds.flow.state import (
     Collaborators,
     CustomerHistory,
     OrderCheck,
+    Part,
     RefundState,
 )
 from refunds.flow.words import days, dollars
@@ -36,9 +38,14 @@ def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     if order is None:
         raise OrderNotFound(f"order {state['order_number']} does not exist")
     fee, paid = order["fee_cents"], order.get("paid_cents")
-    balance = max(min(fee, fee if paid is None else paid) - order.get("refunded_cents", 0), 0)
+    # What the order came to: its items (when the shop sent them) and its shipping.
+    bought = fee + sum(
+        line["unit_price_cents"] * line["quantity"] + line["tax_cents"]
+        for line in order.get("lines") or []
+    )
+    balance = max(min(bought, bought if paid is None else paid) - order.get("refunded_cents", 0), 0)
     notes = [f"Order {order['number']} for {order['customer_name']}."]
-    if paid is not None and paid < fee:
+    if paid is not None and paid < fee and not order.get("lines"):
         notes.append(
             f"The customer paid {dollars(paid)}, less than the {dollars(fee)} fee: no more than "
             "that is refunded."
@@ -156,7 +163,12 @@ def fan_out(state: RefundState) -> list[Send]:
     return [
         Send(
             "check_order",
-            CheckTask(ticket_key=state["ticket_key"], order_number=number, reason=reason_of(state)),
+            CheckTask(
+                ticket_key=state["ticket_key"],
+                order_number=number,
+                reason=reason_of(state),
+                words=customer_words(state),
+            ),
         )
         for number in numbers
     ]
@@ -181,16 +193,19 @@ def make_check_order(carrier: Step | None = None) -> Callable[..., RefundState]:
             _fold(local, step(local, runtime))
         refundable = route_policy(local) == "triage"
         number = local["order"]["number"]
+        parts, why = _proposal(local, task.get("words", ""), refundable)
         check: OrderCheck = {
             "number": number,
             "order": local["order"],
             "balance_cents": local["balance_cents"],
-            "amount_cents": local["balance_cents"] if refundable else 0,
+            "amount_cents": refund_parts.total(parts),
+            "parts": parts,
+            "parts_why": why,
             "late_by_days": local["late_by_days"],
             "refundable": refundable,
             "declined_reason": "" if refundable else declined_reason(local),
             "flags": local.get("flags", []),
-            "notes": local.get("notes", []),
+            "notes": local.get("notes", []) + ([why] if local["order"].get("lines") else []),
             "history": local["history"],
         }
         if "tracking" in local:
@@ -198,6 +213,29 @@ def make_check_order(carrier: Step | None = None) -> Callable[..., RefundState]:
         return {"checks": {number: check}, "trail": [f"check_order:{number}"]}
 
     return check_order
+
+
+def _proposal(local: RefundState, words: str, refundable: bool) -> tuple[list[Part], str]:
+    """What the policy proposes for one order (refunds/policy.py); an order without lines: its
+    balance, the shipping fee, as before lines."""
+    if not refundable:
+        return [], ""
+    order = local["order"]
+    if not order.get("lines"):
+        amount = local["balance_cents"]
+        return [refund_parts.shipping(amount)], "The shipping fee."
+    parts, why = policy.proposed_parts(
+        reason_of(local), order, words, late_by_days=local["late_by_days"]
+    )
+    return parts, why
+
+
+def customer_words(state: RefundState) -> str:
+    """What the customer wrote, as far as the ticket keeps it: its note and what the intake's
+    reader quoted and summed up."""
+    reading = state.get("reading") or {}
+    quotes = reading.get("quotes") or {}
+    return " ".join([state.get("note", ""), reading.get("summary", ""), *quotes.values()])
 
 
 def _fold(local: RefundState, update: RefundState) -> None:

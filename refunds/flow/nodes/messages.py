@@ -7,6 +7,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import RetryPolicy
 
 from refunds import policy
+from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     MailRefused,
     MailRetryable,
@@ -19,6 +20,7 @@ from refunds.flow.nodes.common import (
 )
 from refunds.flow.state import (
     Collaborators,
+    OrderCheck,
     RefundState,
 )
 from refunds.flow.words import days, dollars, your_orders
@@ -133,12 +135,22 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         body = several_email_body(state, refunded_words=True)
     else:
         subject = f"Your refund for order {order['number']}"
-        body = (
-            f"Hello {order['customer_name']},\n\n"
-            f"We refunded {dollars(amount)} in shipping for order {order['number']}, "
-            f"{_why_refunded(state)}. Receipt: {state['receipt']}.\n\n"
-            "Refund Desk"
-        )
+        (check,) = ordered_checks(state)
+        items = parts_words(check)
+        if items:
+            body = (
+                f"Hello {order['customer_name']},\n\n"
+                f"We refunded {dollars(amount)} for order {order['number']}, "
+                f"{_why_refunded(state)}:\n" + "\n".join(items) + "\n\n"
+                f"Receipt: {state['receipt']}.\n\nRefund Desk"
+            )
+        else:  # the shipping fee alone, as every refund was before lines
+            body = (
+                f"Hello {order['customer_name']},\n\n"
+                f"We refunded {dollars(amount)} in shipping for order {order['number']}, "
+                f"{_why_refunded(state)}. Receipt: {state['receipt']}.\n\n"
+                "Refund Desk"
+            )
     error = _deliver(
         runtime,
         key=email_key(state["ticket_key"]),
@@ -173,6 +185,25 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     }
 
 
+def parts_words(check: OrderCheck) -> list[str]:
+    """What an approved order's refund gave back, line by line, for the customer ("- 2 x Ceramic
+    vase, $48.00 — no need to send it back"); [] for the shipping fee alone (or an answer from
+    before parts), which the email says in a sentence."""
+    parts = (check.get("answer") or {}).get("parts") or []
+    if not parts or refund_parts.only_shipping(parts):
+        return []
+    titles = {line["id"]: line["title"] for line in check["order"].get("lines") or []}
+    said = []
+    for part in parts:
+        if part.get("shipping"):
+            said.append(f"- Shipping, {dollars(part['amount_cents'])}")
+            continue
+        back = "please send it back to us" if part.get("restock") else "no need to send it back"
+        title = titles.get(part["line"], "item")
+        said.append(f"- {part['quantity']} x {title}, {dollars(part['amount_cents'])} — {back}")
+    return said
+
+
 def several_lines(state: RefundState) -> tuple[list[str], list[str]]:
     """The email's two lists: what was refunded, and what was not and why."""
     charges = state.get("charges") or {}
@@ -185,6 +216,7 @@ def several_lines(state: RefundState) -> tuple[list[str], list[str]]:
             refunded.append(
                 f"- Order {number}: {dollars(charge['amount_cents'])} (receipt {charge['receipt']})"
             )
+            refunded += [f"  {line}" for line in parts_words(check)]
         elif not check["refundable"]:
             not_refunded.append(f"- Order {number}: {check['declined_reason']}")
         else:
@@ -199,7 +231,9 @@ def several_email_body(state: RefundState, *, refunded_words: bool) -> str:
     refunded, not_refunded = several_lines(state)
     parts = [f"Hello {state['order']['customer_name']},", ""]
     if refunded_words and refunded:
-        parts += ["We refunded the shipping fee of these orders:", *refunded, ""]
+        items = any(parts_words(c) for c in ordered_checks(state))
+        what = "these orders" if items else "the shipping fee of these orders"
+        parts += [f"We refunded {what}:", *refunded, ""]
     if not_refunded:
         parts += ["We could not refund these:", *not_refunded, ""]
     parts += ["Reply to this message if something is not right.", "", "Refund Desk"]

@@ -11,12 +11,15 @@ from langgraph.types import Command, interrupt
 
 from core.clock import day_words
 from refunds import policy
+from refunds.flow import parts as refund_parts
 from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
     TICKET_TELLS,
     Collaborators,
     CustomerHistory,
     OrderAnswer,
+    OrderCheck,
+    Part,
     RefundState,
     ReviewAnswer,
     ReviewOrder,
@@ -65,6 +68,12 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
                 "receipt": charge.get("receipt", ""),
                 "notes": list(check["notes"]),
                 "flags": list(check["flags"]),
+                # What the order holds and what the policy proposes, for the parts form.
+                "order": check["order"],
+                "parts": refund_parts.or_shipping(check.get("parts"), check["amount_cents"])
+                if status == "open"
+                else [],
+                "parts_why": check.get("parts_why", ""),
             }
         )
     return lines
@@ -73,9 +82,15 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
 def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[str]:
     """The review's first lines: what is asked, for whom, and what stands in the way."""
     first = state["order"]
+    # "shipping" while every order's proposal is its shipping fee alone, as before lines.
+    what = (
+        " shipping"
+        if all(refund_parts.only_shipping(o["parts"]) for o in orders if o.get("parts"))
+        else ""
+    )
     if len(orders) == 1:
         lines = [
-            f"**Refund {dollars(asked)}** shipping on order **{first['number']}** "
+            f"**Refund {dollars(asked)}**{what} on order **{first['number']}** "
             f"for {first['customer_name']} ({first['customer_email']}).",
             f"Promised {day_words(first['promised_on'])}, delivered "
             f"{day_words(first['delivered_on'])}: {days(state['late_by_days'])} late.",
@@ -88,7 +103,7 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
         return lines
     open_ = [o for o in orders if o["status"] == "open"]
     lines = [
-        f"**Refund {dollars(asked)}** shipping on {len(open_)} of {len(orders)} orders for "
+        f"**Refund {dollars(asked)}**{what} on {len(open_)} of {len(orders)} orders for "
         f"{first['customer_name']} ({first['customer_email']}): "
         + ", ".join(f"**{o['number']}** {dollars(o['amount_cents'])}" for o in open_)
         + "."
@@ -150,6 +165,7 @@ def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAn
     """The reviewer's answer for each open order: its own entry in `orders`, else the answer
     for all. An "edit" (`amount_cents` beside the answer) lowers the one open order's amount.
     Refuses an order that is not open or an amount above what it asks."""
+    checks = state.get("checks") or {}
     asked = {o["number"]: o["amount_cents"] for o in _review_orders(state) if o["status"] == "open"}
     given = answer.get("orders") or {}
     edited = answer.get("amount_cents")
@@ -157,10 +173,31 @@ def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAn
         if given or len(asked) != 1 or answer["answer"] != "approve":
             raise ValueError("only an approval of a review of one open order carries an amount")
         given = {number: {"answer": "approve", "amount_cents": edited} for number in asked}
-    answers = policy.order_answers_checked(
-        asked, given, answer=answer["answer"], reason=answer.get("reason", "")
+    answers = cast(
+        dict[str, OrderAnswer],
+        policy.order_answers_checked(
+            asked,
+            given,
+            answer=answer["answer"],
+            reason=answer.get("reason", ""),
+            bought={n: c["order"] for n, c in checks.items()},
+        ),
     )
-    return cast(dict[str, OrderAnswer], answers)
+    for number, one in answers.items():
+        if one["answer"] == "approve" and "parts" not in one:
+            one["parts"] = _approved_parts(checks[number], one["amount_cents"])
+    return answers
+
+
+def _approved_parts(check: OrderCheck, amount_cents: int) -> list[Part]:
+    """The parts an approval refunds: the policy's proposal as it stands; the shipping fee
+    alone may be lowered (a check of flow version 5 proposed nothing else)."""
+    proposed = refund_parts.or_shipping(check.get("parts"), check["amount_cents"])
+    if amount_cents == refund_parts.total(proposed):
+        return proposed
+    if refund_parts.only_shipping(proposed):
+        return [refund_parts.shipping(amount_cents)]
+    raise ValueError(f"order {check['number']}: a lower amount goes with the parts it refunds")
 
 
 def _review_note(state: RefundState, answer: ReviewAnswer, answers: dict[str, OrderAnswer]) -> str:

@@ -1,0 +1,51 @@
+"""The parts of an order's refund (state.Part), as the flow, the ledger and the gateway read
+them. No Django imports: the flow's nodes use these too."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from refunds.flow.state import Part
+
+
+def shipping(amount_cents: int) -> Part:
+    """The shipping fee, or `amount_cents` of it: what every refund was before lines."""
+    return {"shipping": True, "amount_cents": amount_cents}
+
+
+def or_shipping(parts: list[Part] | None, amount_cents: int) -> list[Part]:
+    """The parts of a refund; none given (a thread from before parts, a caller that names only
+    an amount) is the shipping fee for the amount."""
+    return list(parts) if parts else [shipping(amount_cents)]
+
+
+def total(parts: list[Part]) -> int:
+    return sum(p["amount_cents"] for p in parts)
+
+
+def only_shipping(parts: list[Part]) -> bool:
+    return len(parts) == 1 and bool(parts[0].get("shipping"))
+
+
+def digest(parts: list[Part]) -> str:
+    """A short fingerprint of a set of parts, the same whatever their order."""
+    canonical = sorted(
+        (
+            p.get("line") or 0,
+            p.get("quantity") or 0,
+            p["amount_cents"],
+            bool(p.get("restock")),
+        )
+        for p in parts
+    )
+    return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()[:12]
+
+
+def line_price(
+    unit_cents: int, bought: int, tax_cents: int, units: int, held_cents: int = 0
+) -> int:
+    """The most `units` of a line can be refunded for: their price and their share of the
+    line's tax (rounded up), never past what is left of the line's total after `held_cents`."""
+    share = unit_cents * units + -(-tax_cents * units // bought)
+    return max(min(share, unit_cents * bought + tax_cents - held_cents), 0)
