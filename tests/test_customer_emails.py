@@ -247,24 +247,34 @@ def test_the_compiled_catalogues_match_their_sources(tmp_path):
         subprocess.run(["msgfmt", "--check", "-o", str(fresh), str(po)], check=True)
         with fresh.open("rb") as a, po.with_suffix(".mo").open("rb") as b:
             want, have = gettext.GNUTranslations(a), gettext.GNUTranslations(b)
-        msgids = [m for m in _msgids(po) if m]
+        msgids = [(context, m) for context, m in _msgids(po) if m]
         assert msgids
-        for msgid in msgids:
+        for context, msgid in msgids:
+            if context:
+                assert have.pgettext(context, msgid) == want.pgettext(context, msgid), (po, msgid)
+                continue
             assert have.gettext(msgid) == want.gettext(msgid), (po, msgid)
             assert have.ngettext(msgid, msgid, 2) == want.ngettext(msgid, msgid, 2), (po, msgid)
 
 
-def _msgids(po: Path) -> list[str]:
+def _msgids(po: Path) -> list[tuple[str, str]]:
+    """(context, msgid) of each entry of a .po file."""
     import ast
 
-    found, current = [], None
+    found: list[tuple[str, str]] = []
+    context, current, field = "", None, ""
     for line in po.read_text().splitlines():
-        if line.startswith("msgid "):
-            current = ast.literal_eval(line[6:])
-        elif line.startswith('"') and current is not None:
+        if line.startswith("msgctxt "):
+            context, field = ast.literal_eval(line[8:]), "msgctxt"
+        elif line.startswith("msgid "):
+            current, field = ast.literal_eval(line[6:]), "msgid"
+        elif line.startswith('"') and field == "msgid" and current is not None:
             current += ast.literal_eval(line)
+        elif line.startswith('"') and field == "msgctxt":
+            context += ast.literal_eval(line)
         else:
             if current is not None:
-                found.append(current)
-            current = None
+                found.append((context, current))
+                context = ""
+            current, field = None, ""
     return found

@@ -120,7 +120,7 @@ def _why_refunded(state: RefundState) -> dict:
     reason = reason_of(state)
     if reason == policy.LATE_DELIVERY:
         return {"late_by_days": state["late_by_days"]}
-    return {"reason": policy.REASONS[reason].lower()}
+    return {"reason": reason}  # one of policy.REASONS, worded by the template
 
 
 def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
