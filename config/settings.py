@@ -247,6 +247,17 @@ LOGIN_REDIRECT_URL = "reviews:queue"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
+# The languages customers are written to in (refunds/emails.py): those the intake's reader
+# tells apart (intake/reader/vocabulary.py). The desk itself is in English.
+LANGUAGES = [
+    ("en", "English"),
+    ("es", "Spanish"),
+    ("de", "German"),
+    ("fr", "French"),
+    ("pt", "Portuguese"),
+    ("it", "Italian"),
+]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 # The desk shows times in each reviewer's own time zone (their browser tells it, desk.js); this
 # one until it has.
 TIME_ZONE = env_str("TIME_ZONE", "UTC")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email
+import email.header
 import socket
 import threading
 import time
@@ -28,6 +29,8 @@ class Delivered:
     at: float  # when the server answered 250 (time.time())
     ended_at: float = 0.0  # when the final "." of the message arrived
     body: str = ""  # the text the customer reads, decoded
+    in_reply_to: str = ""  # the threading headers a mail client groups a conversation by
+    references: str = ""
 
 
 @dataclass
@@ -50,6 +53,11 @@ def _text(message: email.message.Message) -> str:
     if not isinstance(raw, bytes):
         return ""
     return raw.decode(part.get_content_charset() or "utf-8", errors="replace")
+
+
+def _header(value: str) -> str:
+    """A header as its reader sees it (RFC 2047's encoded words undone: "À propos de ...")."""
+    return str(email.header.make_header(email.header.decode_header(value)))
 
 
 def free_port() -> int:
@@ -107,10 +115,12 @@ class SmtpSink:
                         key=key,
                         message_id=message.get("Message-ID", ""),
                         to=list(envelope.rcpt_tos),
-                        subject=message.get("Subject", ""),
+                        subject=_header(message.get("Subject", "")),
                         at=ended.answered_at,
                         ended_at=ended.at,
                         body=_text(message),
+                        in_reply_to=message.get("In-Reply-To", ""),
+                        references=" ".join(message.get("References", "").split()),
                     )
                 )
         if refuse:

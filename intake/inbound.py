@@ -61,6 +61,7 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
             body=body_text(email),
             received_at=_received_at(event.timestamp),
             raw=raw,
+            message_id=email.get("Message-ID") or "",
             attachments=attachments,
         )
     log.info("inbound %s: message %s (%s)", esp_name, message.pk, "new" if created else "again")

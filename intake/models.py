@@ -54,6 +54,9 @@ class Message(models.Model):
     uncut_chars = models.PositiveIntegerField(null=True, blank=True)
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
+    # The email's own Message-ID ("<...@...>"; "" for a message by another channel or without
+    # one): our emails about it reply to it, so the customer sees one conversation.
+    message_id = models.CharField(max_length=998, blank=True, default="", db_default="")
     # Who brought it in (pasted it at the desk, posted it with their API token); None for the
     # mail provider's. Four-eyes: the ticket it opens counts as theirs, so they never decide it.
     brought_by = models.ForeignKey(

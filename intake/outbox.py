@@ -55,6 +55,19 @@ def resent(email: Email, by: Any) -> None:
         )
 
 
+def customer_message_ids(email: Email) -> list[str]:
+    """The Message-IDs of the customer's messages an outbox row answers: its acknowledgment's
+    message, or the messages placed on its ticket (oldest first), for refunds/mail.py's
+    In-Reply-To and References."""
+    if email.key.endswith(ACK_SUFFIX):
+        found = Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX))
+    elif email.ticket_id is not None:
+        found = Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk")
+    else:
+        return []
+    return [m for m in found.values_list("message_id", flat=True) if m]
+
+
 ACKNOWLEDGMENTS = mail.OtherRun(
     owns=owns,
     settled=settled,

@@ -47,6 +47,7 @@ def message_receive(
     body: str,
     received_at: datetime,
     raw: str,
+    message_id: str = "",
     brought_by=None,
     attachments: list[dict] | None = None,
     wake: bool = True,
@@ -81,6 +82,7 @@ def message_receive(
         "uncut_chars": uncut_chars,
         "received_at": received_at,
         "raw": _clean(raw),
+        "message_id": " ".join(_clean(message_id).split())[:998],
         "brought_by": brought_by,
         "attachments": [
             {k: _clean(v) if isinstance(v, str) else v for k, v in about.items()}

@@ -49,7 +49,6 @@ from refunds import audit, mail, persistence, policy, services
 from refunds import lease as leases
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import TICKET_TELLS
-from refunds.flow.words import your_orders
 from refunds.models import (
     AuditEvent,
     Order,
@@ -264,15 +263,15 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     where = {**where, "tickets": [t for t in where["tickets"] if t["id"] not in telling]}
     if telling and not where["tickets"]:
         return {"sent": False, "why": "the ticket it opened tells the customer"}
-    subject, body = acknowledgment(message, where)
     tickets = [t["id"] for t in where["tickets"]]
-    mail.send_once(
+    mail.send_worded(
         ticket_id=tickets[0] if tickets else None,
         lease=lease,
         key=message.ack_key,
         to=message.sender,
-        subject=subject,
-        body=body,
+        kind="acknowledgment",
+        facts=acknowledgment(message, where),
+        language=(message.reading or {}).get("language", ""),
     )
     return {"sent": True}
 
@@ -284,47 +283,24 @@ def _tickets_that_tell(ids: list[int]) -> set[int]:
     return {pk for pk, reading in readings if (reading or {}).get(TICKET_TELLS)}
 
 
-def acknowledgment(message: Message, where: dict[str, Any]) -> tuple[str, str]:
-    """The acknowledgment's subject and words: what happens next, in a customer's words. It
-    never says why a message waits for a person (that may name someone else's order)."""
-    subject = f"Re: {message.subject}" if message.subject else "We got your message"
-    hello = f"Hello {message.sender_name.split()[0]}," if message.sender_name.strip() else "Hello,"
+def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
+    """The acknowledgment's facts (templates/emails/acknowledgment.txt words them): what happens
+    next. It never says why a message waits for a person (that may name someone else's order)."""
     opened = [t for t in where["tickets"] if not t["added"]]
     added = [t for t in where["tickets"] if t["added"]]
-    lines = [hello, "", "Thank you for writing to us."]
-    if opened:
-        lines.append(
-            f"We have opened {_requests(opened, 'a refund request')} for {_orders_words(opened)}. "
-            "Someone on our team will look at it, and we will email you again once it is decided."
-        )
-    if added:
-        lines.append(
-            "We have added your message to "
-            f"{_requests(added, 'the refund request')} already open for {_orders_words(added)}; "
-            "we will email you once it is decided."
-        )
-    if not where["tickets"]:
-        lines.append(
-            "A person on our team will read your message and get back to you. If it is about "
-            "an order, replying with the order number helps us find it."
-        )
-    lines += ["", "The Refund Desk"]
-    return subject[:200], "\n".join(lines) + "\n"
+    return {
+        "subject": message.subject,
+        "first_name": (message.sender_name.split() or [""])[0],
+        "opened": [n for t in opened for n in _orders_of(t)],
+        "opened_requests": len(opened),
+        "added": [n for t in added for n in _orders_of(t)],
+    }
 
 
 def _orders_of(placed_ticket: dict[str, Any]) -> list[str]:
     """A placed ticket's orders; a result checkpointed before tickets of several orders (a
     thread resumed across the upgrade) has its one "order"."""
     return placed_ticket.get("orders") or [placed_ticket["order"]]
-
-
-def _requests(tickets: list[dict[str, Any]], one: str) -> str:
-    return one if len(tickets) == 1 else "the refund requests"
-
-
-def _orders_words(tickets: list[dict[str, Any]]) -> str:
-    """ "order 1042", or "your orders 1042, 1044 and 1047" for a request of several."""
-    return your_orders([n for t in tickets for n in _orders_of(t)])
 
 
 # --- the graph ----------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from langgraph.errors import GraphDrained
 
 from core import sql
 from core.network import outside_transaction
-from refunds import metrics, queries, signals
+from refunds import emails, metrics, queries, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
@@ -73,8 +73,41 @@ def send_window() -> timedelta:
     return timedelta(seconds=2 * settings.EMAIL_TIMEOUT + 1)
 
 
+def send_worded(
+    *,
+    ticket_id: int | None,
+    lease: Lease,
+    key: str,
+    to: str,
+    kind: str,
+    facts: dict[str, Any],
+    language: str,
+) -> None:
+    """send_once of one kind of email, worded from its facts in the customer's language
+    (refunds/emails.py). The outbox keeps the words of the first attempt: a retry sends those."""
+    worded = emails.word(kind, facts, language)
+    send_once(
+        ticket_id=ticket_id,
+        lease=lease,
+        key=key,
+        to=to,
+        subject=worded.subject,
+        body=worded.body,
+        language=worded.language,
+        desk_text=worded.desk_text,
+    )
+
+
 def send_once(
-    *, ticket_id: int | None, lease: Lease, key: str, to: str, subject: str, body: str
+    *,
+    ticket_id: int | None,
+    lease: Lease,
+    key: str,
+    to: str,
+    subject: str,
+    body: str,
+    language: str = "",
+    desk_text: str = "",
 ) -> None:
     """Send one message of a run that holds `lease` (a ticket's, or another row's such as an
     intake message's: the fence is the lease's own row). `ticket_id` is the ticket the outbox
@@ -85,7 +118,14 @@ def send_once(
         if not lock.held:
             raise EffectBusy(f"another process is sending {key}")
         row = _claim_for_run(
-            ticket_id=ticket_id, lease=lease, key=key, to=to, subject=subject, body=body
+            ticket_id=ticket_id,
+            lease=lease,
+            key=key,
+            to=to,
+            subject=subject,
+            body=body,
+            language=language,
+            desk_text=desk_text,
         )
         if row is None:
             status, claimed_by = Email.objects.filter(key=key).values_list(
@@ -134,6 +174,8 @@ def _claim_for_run(
     to: str,
     subject: str,
     body: str,
+    language: str = "",
+    desk_text: str = "",
 ) -> tuple[str, str, str] | None:
     """Write the outbox row if it is not there and claim it for this epoch, in one statement:
     only while the epoch holds the lease's row, and only if nobody sent the message, nobody else
@@ -142,9 +184,10 @@ def _claim_for_run(
     holds = lease.holds_sql()
     row = sql.fetchone(
         'INSERT INTO refunds_email (ticket_id, "key", "to", subject, body, status, claimed_by, '
-        "claimed_at, attempts, last_error, created_at, handed_over_by, outcome_unknown_by) "
+        "claimed_at, attempts, last_error, created_at, handed_over_by, outcome_unknown_by, "
+        "language, desk_text) "
         f"SELECT %s, %s, %s, %s, %s, {queries.EMAIL_SENDING}, %s, {sql.now()}, 1, '', "
-        f"{sql.now()}, '', '' "
+        f"{sql.now()}, '', '', %s, %s "
         f"WHERE {holds} "
         f'ON CONFLICT ("key") DO UPDATE SET status = {queries.EMAIL_SENDING}, '
         "claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, "
@@ -155,7 +198,7 @@ def _claim_for_run(
         f"OR refunds_email.claimed_at < {sql.now_minus()}) AND {holds} "
         'RETURNING "to", subject, body',
         [
-            *(ticket_id, key, to, subject, body, claim),
+            *(ticket_id, key, to, subject, body, claim, language, desk_text),
             *lease.holds_params(),
             send_window().total_seconds(),
             *lease.holds_params(),
@@ -280,7 +323,7 @@ def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None
         header_text(subject),
         body,
         to=[header_text(to)],
-        headers={"X-Refund-Key": key, "Message-ID": message_id(key)},
+        headers={"X-Refund-Key": key, "Message-ID": message_id(key), **thread_headers(key)},
     )
     backend = get_connection()
     try:
@@ -525,6 +568,29 @@ def header_text(text: str) -> str:
     LF in it would start a header of their choosing (`Late\r\nBcc: ...`), or make Django refuse
     the message on every attempt."""
     return " ".join(text.split())
+
+
+# Who answers which customer message: for an outbox key, the Message-IDs of the customer's own
+# messages it answers (registered by the intake, intake/apps.py: refunds imports nothing of it).
+CUSTOMER_MESSAGE_IDS: list[Callable[[Email], list[str]]] = []
+
+
+def thread_headers(key: str) -> dict[str, str]:
+    """In-Reply-To and References, so the customer's mail client shows one conversation: the
+    customer's own messages this answers, then the ticket's earlier emails, oldest first. The
+    same on every attempt (the earlier rows and the messages do not change)."""
+    email = Email.objects.filter(key=key).first()
+    if email is None:
+        return {}
+    theirs = [found for lookup in CUSTOMER_MESSAGE_IDS for found in lookup(email)]
+    ours: list[str] = []
+    if email.ticket_id is not None:
+        earlier = Email.objects.filter(ticket_id=email.ticket_id, pk__lt=email.pk).order_by("pk")
+        ours = [message_id(k) for k in earlier.values_list("key", flat=True)]
+    chain = list(dict.fromkeys(theirs + ours))
+    if not chain:
+        return {}
+    return {"In-Reply-To": (theirs or ours)[-1], "References": " ".join(chain)}
 
 
 def message_id(key: str) -> str:

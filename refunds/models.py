@@ -750,6 +750,10 @@ class Email(models.Model):
     )
     delivery_detail = models.CharField(max_length=500, blank=True, default="", db_default="")
     delivery_at = models.DateTimeField(null=True, blank=True)
+    # The language it was written in (ISO 639-1; "" for mail from before), and the same email in
+    # the desk's language for reviewers when that differs ("" when it was sent in it).
+    language = models.CharField(max_length=8, blank=True, default="", db_default="")
+    desk_text = models.TextField(blank=True, default="", db_default="")
 
     def __str__(self) -> str:
         return f"{self.subject} -> {self.to}"

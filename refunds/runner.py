@@ -181,7 +181,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
     return Collaborators(
         find_order=find_order,
         pay=partial(_pay, gateway=get_gateway(), lease=lease),
-        send_mail=partial(mail.send_once, ticket_id=lease.row_id, lease=lease),
+        send_mail=partial(mail.send_worded, ticket_id=lease.row_id, lease=lease),
         agent_limit_cents=policy.agent_limit_cents(),
         charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
         track=tracker(),

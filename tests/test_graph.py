@@ -1,5 +1,6 @@
 """The refund graph on its own: a fresh compiled graph per test, in-memory saver and store, fakes
-for the order lookup, the gateway and the mailer. No Django, no database."""
+for the order lookup, the gateway and the mailer. No database; the mailer words its emails with
+the app's templates, as the runner's does."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from langgraph.runtime import RunControl
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
-from refunds import policy
+from refunds import emails, policy
 from refunds.flow import nodes
 from refunds.flow.errors import (
     MailRefused,
@@ -76,11 +77,17 @@ class FakeMailer:
         self.tries = 0
         self.errors = list(errors or [])
 
-    def __call__(self, *, key: str, to: str, subject: str, body: str) -> None:
+    def __call__(
+        self, *, key: str, to: str, kind: str, facts: dict[str, Any], language: str
+    ) -> None:
         self.tries += 1
         if self.errors:
             raise self.errors.pop(0)
-        self.sent.append({"key": key, "to": to, "subject": subject, "body": body})
+        # Worded as the runner's mailer words it (templates only: no database).
+        subject, body = emails.render(kind, facts, language)
+        self.sent.append(
+            {"key": key, "to": to, "subject": subject, "body": body, "kind": kind, "facts": facts}
+        )
 
 
 class Desk:

@@ -18,7 +18,7 @@ from devtools import faults
 from intake import reader, workflow
 from intake.models import Message
 from intake.services import message_receive, messages_recover
-from refunds import enqueue, persistence, services
+from refunds import emails, enqueue, persistence, services
 from refunds import lease as leases
 from refunds.flow.state import TICKET_TELLS
 from refunds.models import AuditEvent, Email, Ticket
@@ -269,7 +269,7 @@ def test_an_acknowledgment_of_a_result_saved_before_tickets_of_several_orders_st
             {"id": 2, "order": "1044", "added": False},
         ],
     }
-    _, body = workflow.acknowledgment(message, where)
+    _, body = emails.render("acknowledgment", workflow.acknowledgment(message, where))
     assert "opened the refund requests for your orders 1042 and 1044" in body
 
 

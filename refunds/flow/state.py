@@ -262,8 +262,12 @@ class Payer(Protocol):
 
 
 class Mailer(Protocol):
-    def __call__(self, *, key: str, to: str, subject: str, body: str) -> None:
-        """Deliver the message once per key. Raises MailRetryable or MailRefused."""
+    def __call__(
+        self, *, key: str, to: str, kind: str, facts: dict[str, Any], language: str
+    ) -> None:
+        """Word the kind of email (refunds/emails.py: templates/emails/<kind>.txt) from its facts
+        in the customer's language (ISO 639-1; English when it has none of ours) and deliver it
+        once per key. Raises MailRetryable or MailRefused."""
         ...
 
 

@@ -61,11 +61,6 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def your_orders(numbers: list[str]) -> str:
-    """ "order 1042", or "your orders 1042, 1044 and 1047": a customer's orders in an email."""
-    return f"order {numbers[0]}" if len(numbers) == 1 else f"your orders {_and(numbers)}"
-
-
 def trail_words(nodes: list[str] | None) -> list[str]:
     """A thread's steps in the desk's words. A step that ran again right after itself (triage
     after an escalation, parallel checks collected) is said once: to a reviewer it is one thing

@@ -133,16 +133,29 @@ def route_policy(state: RefundState) -> Literal["decline", "triage"]:
     return "triage" if late and state["balance_cents"] > 0 else "decline"
 
 
-def declined_reason(check: RefundState) -> str:
-    """Why the policy refunds none of one order's fee, in words for the customer."""
+def declined_facts(check: RefundState) -> dict:
+    """Why the policy refunds none of one order's fee, as facts the customer's email words in
+    their language: refunded in full already (how much, by which ticket), or how early it came."""
     order = check["order"]
     if check["late_by_days"] > 0 or not policy.routes_by_lateness(reason_of(check)):
         # Nothing left to refund.
+        return {
+            "refunded_cents": order["refunded_cents"],
+            "refunded_by_ticket": order["refunded_by_ticket"],
+        }
+    return {"early_days": -check["late_by_days"]}
+
+
+def declined_reason(check: RefundState) -> str:
+    """Why the policy refunds none of one order's fee, in words (the desk's; the customer's
+    email words declined_facts in their language, templates/emails/_declined.txt)."""
+    facts = declined_facts(check)
+    if "refunded_cents" in facts:
         return (
-            f"The shipping fee of order {order['number']} was already refunded in full "
-            f"({dollars(order['refunded_cents'])}, ticket {order['refunded_by_ticket']})."
+            f"The shipping fee of order {check['order']['number']} was already refunded in full "
+            f"({dollars(facts['refunded_cents'])}, ticket {facts['refunded_by_ticket']})."
         )
-    early = -check["late_by_days"]
+    early = facts["early_days"]
     when = "on time" if early == 0 else f"{days(early)} early"
     return f"Your order arrived {when}, so the shipping fee isn't refundable."
 

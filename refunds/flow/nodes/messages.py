@@ -12,6 +12,7 @@ from refunds.flow.errors import (
     MailRefused,
     MailRetryable,
 )
+from refunds.flow.nodes.checks import declined_facts
 from refunds.flow.nodes.common import (
     attempt,
     customer_namespace,
@@ -20,10 +21,11 @@ from refunds.flow.nodes.common import (
 )
 from refunds.flow.state import (
     Collaborators,
+    OrderAnswer,
     OrderCheck,
     RefundState,
 )
-from refunds.flow.words import days, dollars, your_orders
+from refunds.flow.words import dollars
 
 # A mail server that refuses for a while is tried again with backoff; when the retries run out the
 # refund stands and the email shows as not delivered, with a Resend for admins.
@@ -36,7 +38,7 @@ MAIL_RETRY = RetryPolicy(
 )
 
 
-def _deliver(runtime: Runtime[Collaborators], **message: str) -> str:
+def _deliver(runtime: Runtime[Collaborators], **message) -> str:
     """Send through the outbox; return "" when delivered, else why not (after the retries)."""
     try:
         runtime.context.send_mail(**message)
@@ -64,25 +66,36 @@ def received_key(ticket_key: str) -> str:
     return f"{ticket_key}:received"  # once per ticket: a fork's second review says nothing new
 
 
+def language_of(state: RefundState) -> str:
+    """The language the customer's message was read in ("" for a ticket a person opened by
+    number): the mailer writes in it, or in English."""
+    return str((state.get("reading") or {}).get("language") or "")
+
+
+def _send(runtime: Runtime[Collaborators], state: RefundState, key: str, kind: str, facts: dict):
+    """Hand the mailer a kind of email and its facts; the mailer words it (refunds/emails.py)."""
+    return _deliver(
+        runtime,
+        key=key,
+        to=state["order"]["customer_email"],
+        kind=kind,
+        facts={"customer_name": state["order"]["customer_name"], **facts},
+        language=language_of(state),
+    )
+
+
 def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     """Tell the customer whose message opened the ticket that a person will look at it, now
     that one must (the review is next). Only a ticket the intake left this to (TICKET_TELLS;
     triage routes): one its checks decide at once sends only the outcome (`notify`), never an
     acknowledgment and a refusal a second apart."""
-    order, numbers = state["order"], state["order_numbers"]
-    which = your_orders(numbers)
-    body = (
-        f"Hello {order['customer_name']},\n\n"
-        f"Thank you for writing to us. We have opened a refund request for {which}. Someone on "
-        "our team will look at it, and we will email you again once it is decided.\n\n"
-        "Refund Desk"
-    )
-    error = _deliver(
+    order = state["order"]
+    error = _send(
         runtime,
-        key=received_key(state["ticket_key"]),
-        to=order["customer_email"],
-        subject=f"We got your refund request for {which.removeprefix('your ')}",
-        body=body,
+        state,
+        received_key(state["ticket_key"]),
+        "received",
+        {"orders": list(state["order_numbers"])},
     )
     note = (
         f"Told {order['customer_email']} a person will look at it."
@@ -99,29 +112,17 @@ def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     if (state.get("decision") or {}).get("sent_back"):
         note = "Nothing sent to the customer: the message went back to Needs sorting."
         return {"notes": [note], "trail": ["notify"]}
-    if len(ordered_checks(state)) > 1:
-        subject = f"About your refund request for orders {', '.join(state['order_numbers'])}"
-        body = several_email_body(state, refunded_words=False)
-    else:
-        subject = f"About your refund request for order {order['number']}"
-        body = (
-            f"Hello {order['customer_name']},\n\n"
-            f"We looked at your request about order {order['number']} and cannot refund "
-            f"the shipping fee. {state['outcome_reason']}\n\n"
-            "Reply to this message if something is not right.\n\nRefund Desk"
-        )
-    error = _deliver(
-        runtime, key=notify_key(state), to=order["customer_email"], subject=subject, body=body
-    )
+    error = _send(runtime, state, notify_key(state), "refused", order_facts(state))
     note = f"Told {order['customer_email']} why." if not error else f"Email not delivered: {error}."
     return {"email_delivered": not error, "notes": [note], "trail": ["notify"]}
 
 
-def _why_refunded(state: RefundState) -> str:
+def _why_refunded(state: RefundState) -> dict:
+    """Why the customer is owed: how late the parcel came, or the reason they gave."""
     reason = reason_of(state)
     if reason == policy.LATE_DELIVERY:
-        return f"which arrived {days(state['late_by_days'])} late"
-    return f"about your report ({policy.REASONS[reason].lower()})"
+        return {"late_by_days": state["late_by_days"]}
+    return {"reason": reason}  # one of policy.REASONS, worded by the template
 
 
 def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
@@ -130,33 +131,12 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     order = state["order"]
     amount = state["amount_cents"]
     paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
-    if len(ordered_checks(state)) > 1:
-        subject = f"Your refund for orders {', '.join(state['order_numbers'])}"
-        body = several_email_body(state, refunded_words=True)
-    else:
-        subject = f"Your refund for order {order['number']}"
-        (check,) = ordered_checks(state)
-        items = parts_words(check)
-        if items:
-            body = (
-                f"Hello {order['customer_name']},\n\n"
-                f"We refunded {dollars(amount)} for order {order['number']}, "
-                f"{_why_refunded(state)}:\n" + "\n".join(items) + "\n\n"
-                f"Receipt: {state['receipt']}.\n\nRefund Desk"
-            )
-        else:  # the shipping fee alone, as every refund was before lines
-            body = (
-                f"Hello {order['customer_name']},\n\n"
-                f"We refunded {dollars(amount)} in shipping for order {order['number']}, "
-                f"{_why_refunded(state)}. Receipt: {state['receipt']}.\n\n"
-                "Refund Desk"
-            )
-    error = _deliver(
+    error = _send(
         runtime,
-        key=email_key(state["ticket_key"]),
-        to=order["customer_email"],
-        subject=subject,
-        body=body,
+        state,
+        email_key(state["ticket_key"]),
+        "refunded",
+        order_facts(state) | {"why": _why_refunded(state)},
     )
     if runtime.store is not None:
         # Keyed by the ticket and the order, so a re-run writes the same records again, not
@@ -185,56 +165,92 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     }
 
 
-def parts_words(check: OrderCheck) -> list[str]:
-    """What an approved order's refund gave back, line by line, for the customer ("- 2 x Ceramic
-    vase, $48.00 — no need to send it back"); [] for the shipping fee alone (or an answer from
-    before parts), which the email says in a sentence."""
+def parts_items(check: OrderCheck) -> list[dict]:
+    """What an approved order's refund gave back, part by part, for the customer's email (each
+    line's quantity, title, amount and whether it comes back; the shipping fee); [] for the
+    shipping fee alone (or an answer from before parts), which the email says in a sentence."""
     parts = (check.get("answer") or {}).get("parts") or []
     if not parts or refund_parts.only_shipping(parts):
         return []
     titles = {line["id"]: line["title"] for line in check["order"].get("lines") or []}
-    said = []
+    items: list[dict] = []
     for part in parts:
         if part.get("shipping"):
-            said.append(f"- Shipping, {dollars(part['amount_cents'])}")
-            continue
-        back = "please send it back to us" if part.get("restock") else "no need to send it back"
-        title = titles.get(part["line"], "item")
-        said.append(f"- {part['quantity']} x {title}, {dollars(part['amount_cents'])} — {back}")
-    return said
+            items.append({"shipping": True, "amount_cents": part["amount_cents"]})
+        else:
+            items.append(
+                {
+                    "quantity": part["quantity"],
+                    "title": titles.get(part["line"], ""),
+                    "amount_cents": part["amount_cents"],
+                    "restock": bool(part.get("restock")),
+                }
+            )
+    return items
 
 
-def several_lines(state: RefundState) -> tuple[list[str], list[str]]:
-    """The email's two lists: what was refunded, and what was not and why."""
+def _why_less(state: RefundState, answer: OrderAnswer) -> str:
+    """The reviewer's reason for paying less than asked: the order's own, else the decision's."""
+    return str(answer.get("reason") or (state.get("decision") or {}).get("reason") or "")
+
+
+def order_facts(state: RefundState) -> dict:
+    """Each order's part of the outcome, for the refund and refusal emails: what was asked,
+    what was paid (with its receipt) and, when less than asked or nothing, the reviewer's or the
+    policy's reason; and the totals."""
     charges = state.get("charges") or {}
     refunded, not_refunded = [], []
     for check in ordered_checks(state):
         number = check["number"]
         charge = charges.get(number, {})
         answer = check.get("answer") or {}
+        asked = check.get("amount_cents") or check.get("balance_cents") or 0
         if charge.get("receipt"):
+            paid = charge["amount_cents"]
             refunded.append(
-                f"- Order {number}: {dollars(charge['amount_cents'])} (receipt {charge['receipt']})"
+                {
+                    "number": number,
+                    "asked_cents": max(asked, paid),
+                    "paid_cents": paid,
+                    "receipt": charge["receipt"],
+                    "part": paid < asked,
+                    "why_part": _why_less(state, answer) if paid < asked else "",
+                    "items": parts_items(check),
+                }
             )
-            refunded += [f"  {line}" for line in parts_words(check)]
         elif not check["refundable"]:
-            not_refunded.append(f"- Order {number}: {check['declined_reason']}")
+            as_checked: RefundState = {
+                "order": check["order"],
+                "late_by_days": check["late_by_days"],
+                "reason": reason_of(state),
+            }
+            not_refunded.append({"number": number, "declined": declined_facts(as_checked)})
         else:
-            why = answer.get("reason") or state.get("outcome_reason") or "not approved"
-            # The reviewer's words as they wrote them (a sentence of its own, often with its own
-            # full stop: in brackets it read "(… already.).").
-            not_refunded.append(f"- Order {number}: not refunded: {why}")
-    return refunded, not_refunded
-
-
-def several_email_body(state: RefundState, *, refunded_words: bool) -> str:
-    refunded, not_refunded = several_lines(state)
-    parts = [f"Hello {state['order']['customer_name']},", ""]
-    if refunded_words and refunded:
-        items = any(parts_words(c) for c in ordered_checks(state))
-        what = "these orders" if items else "the shipping fee of these orders"
-        parts += [f"We refunded {what}:", *refunded, ""]
-    if not_refunded:
-        parts += ["We could not refund these:", *not_refunded, ""]
-    parts += ["Reply to this message if something is not right.", "", "Refund Desk"]
-    return "\n".join(parts)
+            why = answer.get("reason") or state.get("outcome_reason") or ""
+            not_refunded.append({"number": number, "why_not": why})
+    if not ordered_checks(state):  # a thread from before per-order checks: its one order
+        number = state["order"]["number"]
+        if state.get("receipt"):
+            paid = state["amount_cents"]
+            refunded.append(
+                {
+                    "number": number,
+                    "asked_cents": paid,
+                    "paid_cents": paid,
+                    "receipt": state["receipt"],
+                    "part": False,
+                    "why_part": "",
+                    "items": [],
+                }
+            )
+        else:
+            not_refunded.append({"number": number, "why_not": state.get("outcome_reason", "")})
+    return {
+        "orders": list(state.get("order_numbers") or [state["order"]["number"]]),
+        "refunded": refunded,
+        "not_refunded": not_refunded,
+        "asked_cents": sum(o["asked_cents"] for o in refunded),
+        "paid_cents": sum(o["paid_cents"] for o in refunded),
+        "part": any(o["part"] for o in refunded),
+        "items": any(o["items"] for o in refunded),
+    }
