@@ -715,6 +715,10 @@ class AuditEvent(models.Model):
         RETRY = "retry", "Retried"
         RESEND = "resend", "Resent an email"
         NOTE = "note", "Added a note"
+        # A ticket of several orders answered order by order (some approved, some rejected,
+        # some lowered): `answer["orders"]` holds each order's answer. Older rows logged this
+        # as "approve", "reject" or "edit" with the same `answer["orders"]`.
+        ANSWER = "answer", "Answered per order"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(
@@ -726,6 +730,10 @@ class AuditEvent(models.Model):
     answer = models.JSONField(default=dict, blank=True)  # what they answered or changed
     checkpoint_id = models.CharField(max_length=64, blank=True)  # where the thread got after
     note = models.TextField(blank=True)
+    # The ticket's amount at that moment: asked when opened, paid on an approval, asked on a
+    # rejection, set by a fork, as it stood for the rest. Empty on rows written before it was
+    # kept (the CSV then reads it from `answer`/`seen`, never from today's ticket).
+    amount_cents = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]

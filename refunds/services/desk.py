@@ -226,8 +226,20 @@ def ticket_decide(
                 orders=answers,
                 sent_back=sent_back,
             )
-            edited = amount_cents is not None or lowered
-            action = AuditEvent.Action.EDIT if edited else answer
+            # Each action as itself: per order (whatever the mix), a lower amount, or the plain
+            # answer; with the amount it pays (a rejection: the amount asked).
+            action: str
+            if answers is not None:
+                action = AuditEvent.Action.ANSWER
+                paid = sum(
+                    one["amount_cents"]
+                    for one in answers.values()
+                    if one["answer"] == Decision.Answer.APPROVE
+                )
+            elif amount_cents is not None:
+                action, paid = AuditEvent.Action.EDIT, amount_cents
+            else:
+                action, paid = answer, ticket.amount_cents
             given: dict[str, Any] = {"answer": answer, "reason": reason, "note": note}
             if amount_cents is not None:
                 given |= {"amount_cents": amount_cents, "asked_cents": ticket.amount_cents}
@@ -242,6 +254,7 @@ def ticket_decide(
                 seen={"interrupt_id": interrupt_id, "review": ticket.pending_payload},
                 answer=given,
                 note=note,
+                amount_cents=paid if answer == Decision.Answer.APPROVE else ticket.amount_cents,
             )
             enqueue.advance_on_commit(ticket.pk)
     except IntegrityError:  # two reviewers at once: the UNIQUE interrupt id picks one
