@@ -5,7 +5,10 @@ from __future__ import annotations
 from django import forms
 
 from refunds import policy
+from refunds.models import CannedReason
 from refunds.services import NOTE_MAX
+
+REPLY_MAX = 2000  # intake.sorting.REPLY_MAX: an agent's own words to the customer
 
 
 class _AnyOrders(forms.MultipleChoiceField):
@@ -23,6 +26,15 @@ class SortForm(forms.Form):
         required=False,
     )
     other_customer_ok = forms.BooleanField(required=False)
+    # "Not a refund request" answers the customer: a canned reply and/or own words, or none
+    # with why (intake.sorting.message_mark_not_refund checks the choice).
+    reply_canned = forms.ModelChoiceField(
+        CannedReason.objects.setting_aside(),
+        required=False,
+        error_messages={"invalid_choice": "That reply is not one of the replies on offer."},
+    )
+    reply_words = forms.CharField(required=False, max_length=REPLY_MAX, strip=True)
+    no_reply_why = forms.CharField(required=False, max_length=NOTE_MAX, strip=True)
 
     def action(self, post) -> str:
         """The button pressed: "open", "not_refund", "" (none) or "both"."""

@@ -548,14 +548,32 @@ def resume_value(
     return value
 
 
+class CannedReasonQuerySet(models.QuerySet):
+    def rejecting(self) -> CannedReasonQuerySet:
+        """The active replies a reviewer picks when they reject."""
+        return self.filter(active=True, use=CannedReason.Use.REJECT)
+
+    def setting_aside(self) -> CannedReasonQuerySet:
+        """The active replies an agent picks when they set a message aside."""
+        return self.filter(active=True, use=CannedReason.Use.SET_ASIDE)
+
+
 class CannedReason(models.Model):
-    """A reply for the customer that admins keep (Django admin); reviewers pick one when they
-    reject, and may add words of their own."""
+    """A reply for the customer that admins keep (Django admin): reviewers pick one when they
+    reject, agents one when they set a message aside as not a refund request (`use`); either may
+    add or write words of their own."""
+
+    class Use(models.TextChoices):
+        REJECT = "reject", "Rejecting a refund"
+        SET_ASIDE = "set_aside", "Setting a message aside (not a refund request)"
 
     title = models.CharField(max_length=80, unique=True)
     text = models.TextField()
     active = models.BooleanField(default=True)
     position = models.PositiveSmallIntegerField(default=0)
+    use = models.CharField(max_length=10, choices=Use, default=Use.REJECT)
+
+    objects = CannedReasonQuerySet.as_manager()
 
     class Meta:
         ordering = ["position", "title"]

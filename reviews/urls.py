@@ -19,6 +19,12 @@ urlpatterns = [
     path("messages/<int:message_id>/", ticket.message_detail, name="message"),
     path("messages/needs-sorting/", sorting.needs_sorting, name="needs_sorting"),
     path("messages/<int:message_id>/sort/", sorting.message_sort, name="message_sort"),
+    path("messages/set-aside/", sorting.set_aside, name="set_aside"),
+    path(
+        "messages/<int:message_id>/set-aside/undo/",
+        sorting.set_aside_undo,
+        name="set_aside_undo",
+    ),
     path("tickets/<int:ticket_id>/send-back/", sorting.send_back, name="send_back"),
     path("audit/", audit.audit, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit_export"),

@@ -75,7 +75,7 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         .prefetch_related(ORDER_LINKS)[:RECENT],
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
-        "canned": list(CannedReason.objects.filter(active=True)),
+        "canned": list(CannedReason.objects.rejecting()),
         "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
         "now": timezone.now(),
     }
