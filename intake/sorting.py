@@ -281,7 +281,7 @@ def message_set_aside_undo(*, message: Message, by) -> Message:
     with transaction.atomic():
         won = Message.objects.filter(pk=message.pk, status=Message.Status.NOT_REFUND).update(
             status=Message.Status.NEEDS_SORTING,
-            sorting_reason=f"Set aside by mistake; {by.username} brought it back.",
+            sorting_reason=f"{by.username} brought it back from the messages set aside.",
             handled_by=by,
             handled_at=now,
             updated_at=now,

@@ -290,7 +290,7 @@ def test_setting_aside_is_undone_once_and_the_reply_stays_sent(
     sorting.message_set_aside_undo(message=message, by=colleague)
     message.refresh_from_db()
     assert message.status == Message.Status.NEEDS_SORTING and message.handled_by == colleague
-    assert message.sorting_reason == "Set aside by mistake; bea brought it back."
+    assert message.sorting_reason == "bea brought it back from the messages set aside."
     assert [e.action for e in MessageEvent.objects.order_by("id")] == [
         "not_refund",
         "undo_not_refund",
