@@ -270,7 +270,7 @@ class TicketQuerySet(models.QuerySet):
 def _answer_waiting(settled_before=None) -> Q:
     decided = {} if settled_before is None else {"decided_at__lt": settled_before}
     forked = {} if settled_before is None else {"created_at__lt": settled_before}
-    decision = Decision.objects.unapplied().filter(ticket=OuterRef("pk"), **decided)
+    decision = Decision.objects.unapplied().due().filter(ticket=OuterRef("pk"), **decided)
     fork = Fork.objects.unapplied().filter(ticket=OuterRef("pk"), **forked)
     return Q(Exists(decision)) | Q(Exists(fork))
 
@@ -353,6 +353,8 @@ class Ticket(models.Model):
     # Set on the queue's rows: the one-line outcome of a review its reviewer just decided
     # (reviews.views.queue).
     decided_line: str
+    # Its decided line's decision while the undo grace runs (Undo beside it), else None.
+    undo_decision: Decision | None
 
     class Meta:
         ordering = ["-id"]
@@ -477,6 +479,10 @@ class UnappliedQuerySet(models.QuerySet):
         """Recorded and neither applied nor refused: the thread still owes it a run."""
         return self.filter(applied_at=None, refused_reason="")
 
+    def due(self) -> UnappliedQuerySet:
+        """Past its undo grace (a fork has none): a worker may apply it now. queries.due()."""
+        return self.filter(Q(apply_after__isnull=True) | Q(apply_after__lte=Now()))
+
 
 class Decision(models.Model):
     """A reviewer's answer, stored before it is applied: a crash between the two is repaired by
@@ -499,6 +505,10 @@ class Decision(models.Model):
     # answers them.
     sent_back = models.BooleanField(default=False)
     decided_at = models.DateTimeField(auto_now_add=True)
+    # The end of its undo grace (REFUNDS_UNDO_SECONDS): no worker applies it before, and Undo
+    # withdraws it (deletes the row) only before. The runner sets it to None as it takes the
+    # decision (the compare-and-set that Undo's also races: one wins). None: due now.
+    apply_after = models.DateTimeField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
 
@@ -723,6 +733,7 @@ class AuditEvent(models.Model):
 
     class Action(models.TextChoices):
         OPEN = "open", "Opened"
+        UNDO = "undo", "Undid a decision"  # within its grace; `answer` holds what was undone
         CLAIM = "claim", "Claimed"
         UNCLAIM = "unclaim", "Unclaimed"
         ESCALATE = "escalate", "Escalated"

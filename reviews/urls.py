@@ -8,6 +8,7 @@ urlpatterns = [
     path("reviews/<int:ticket_id>/decide/", queue.decide, name="decide"),
     path("reviews/<int:ticket_id>/claim/", queue.claim, name="claim"),
     path("reviews/bulk/", queue.bulk_approve, name="bulk_approve"),
+    path("decisions/<int:decision_id>/undo/", queue.undo, name="undo"),
     path("tickets/", tickets.tickets, name="tickets"),
     path("tickets/new/", ticket.ticket_new, name="ticket_new"),
     path("tickets/<int:ticket_id>/", ticket.ticket_detail, name="ticket"),

@@ -117,6 +117,13 @@ def audit_words(event) -> str:
         )
     if action == "reject":
         return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
+    if action == "undo":
+        undone = (
+            "the per-order answer"
+            if answer.get("orders")
+            else ("the approval" if answer.get("answer") == "approve" else "the rejection")
+        )
+        return f"{who} undid {undone} within its grace; the review went back to the queue."
     if action == "fork":
         return (
             f"{who} forked the thread with amount {words.dollars(answer.get('amount_cents'))}"
