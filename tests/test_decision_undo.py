@@ -161,3 +161,18 @@ def test_undo_beside_the_queues_confirmation(client, review, agent):
     assert f'id="review-{review.pk}"' in client.get(reverse("reviews:queue")).content.decode()
     refused = client.post(reverse("reviews:undo", args=[decision.pk]), follow=True)
     assert "There is no decision of yours to undo here." in refused.content.decode()
+
+
+def test_undo_on_the_ticket_page_while_the_grace_runs(client, review, agent, colleague):
+    decision = decide(review, agent)
+    client.force_login(colleague)  # not theirs: no Undo offered
+    url = reverse("reviews:ticket", args=[review.pk])
+    assert "unless you undo it" not in client.get(url).content.decode()
+    client.force_login(agent)
+    html = client.get(url).content.decode()
+    assert "it is applied at" in html and "unless you undo it." in html
+    page = client.post(reverse("reviews:undo", args=[decision.pk]), {"back": "ticket"}, follow=True)
+    assert page.redirect_chain[-1][0] == url
+    assert "Undone: the review of order 1042 is back in the queue." in page.content.decode()
+    grace_over(decide(Ticket.objects.get(pk=review.pk), agent))
+    assert "unless you undo it" not in client.get(url).content.decode()  # the grace is over

@@ -167,6 +167,13 @@ def _per_order_words(orders: dict, seen: dict) -> str:
 
 
 @register.filter
+def undoable(decision, user) -> bool:
+    """Whether `user` may still undo the decision: theirs, and its grace still runs."""
+    after = getattr(decision, "apply_after", None)
+    return bool(after and decision.reviewer_id == user.pk and after > timezone.now())
+
+
+@register.filter
 def reads_audit(user) -> bool:
     from refunds.permissions import can_read_audit
 

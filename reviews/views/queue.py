@@ -399,6 +399,8 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
             request,
             f"Undone: the review of order {decision.ticket.order.number} is back in the queue.",
         )
+        if request.POST.get("back") == "ticket":
+            return redirect("reviews:ticket", ticket_id=decision.ticket_id)
     return redirect("reviews:queue")
 
 
