@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from django import forms
 
+from intake.sorting import REPLY_MAX
 from refunds import policy
 from refunds.models import CannedReason
 from refunds.services import NOTE_MAX
-
-REPLY_MAX = 2000  # intake.sorting.REPLY_MAX: an agent's own words to the customer
 
 
 class _AnyOrders(forms.MultipleChoiceField):

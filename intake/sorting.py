@@ -199,7 +199,7 @@ def message_sort(
     return result
 
 
-REPLY_MAX = 2000  # an agent's own words to the customer (intake.forms.REPLY_MAX)
+REPLY_MAX = 4000  # an agent's own words to the customer
 
 
 def message_mark_not_refund(

@@ -228,7 +228,7 @@ def test_no_reply_is_said_with_why(client, agent):
         (opening(not_refund="1"), "not both"),
         ({"not_refund": "1"}, "pick a reply, write your own, or say why no reply is needed"),
         ({"not_refund": "1", "reply_canned": "99999"}, "not one of the replies on offer"),
-        ({"not_refund": "1", "reply_words": "x" * 2001}, "at most 2000 characters"),
+        ({"not_refund": "1", "reply_words": "x" * 4001}, "at most 4000 characters"),
     ],
 )
 def test_bad_input_gets_a_form_error_and_changes_nothing(

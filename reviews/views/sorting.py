@@ -56,6 +56,7 @@ def _card(message: Message, replies: list | None = None, **extra: Any) -> dict[s
         "reasons": [(r, policy.REASONS[r]) for r in policy.TICKET_REASONS],
         # The canned replies for setting a message aside (refunds.models.CannedReason).
         "replies": list(CannedReason.objects.setting_aside()) if replies is None else replies,
+        "reply_max": sorting.REPLY_MAX,
         **extra,
     }
 
