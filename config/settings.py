@@ -575,6 +575,9 @@ CELERY_BEAT_SCHEDULE = {
 # --- The review desk -------------------------------------------------------------------------
 # "Assign to me" holds a review this long; after it the claim lapses and anyone may take it.
 REFUNDS_CLAIM_SECONDS = env_number("REFUNDS_CLAIM_SECONDS", 600.0, minimum=5.0)
+# A decision is recorded at once and applied this long after, so "Undo" beside its confirmation
+# can withdraw it meanwhile (refunds.services.decision_undo); 0 applies it at once.
+REFUNDS_UNDO_SECONDS = env_number("REFUNDS_UNDO_SECONDS", 5.0, minimum=0.0)
 # A review waiting longer than WARN is highlighted in the queue; past ESCALATE an agent-level one
 # goes to managers and managers get a reminder email. The beat checks every TIMER_SECONDS.
 REFUNDS_REVIEW_WARN_MINUTES = env_number("REFUNDS_REVIEW_WARN_MINUTES", 15.0, minimum=0.1)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django import forms
 
+from intake.sorting import REPLY_MAX
 from refunds import policy
+from refunds.models import CannedReason
 from refunds.services import NOTE_MAX
 
 
@@ -23,6 +25,15 @@ class SortForm(forms.Form):
         required=False,
     )
     other_customer_ok = forms.BooleanField(required=False)
+    # "Not a refund request" answers the customer: a canned reply and/or own words, or none
+    # with why (intake.sorting.message_mark_not_refund checks the choice).
+    reply_canned = forms.ModelChoiceField(
+        CannedReason.objects.setting_aside(),
+        required=False,
+        error_messages={"invalid_choice": "That reply is not one of the replies on offer."},
+    )
+    reply_words = forms.CharField(required=False, max_length=REPLY_MAX, strip=True)
+    no_reply_why = forms.CharField(required=False, max_length=NOTE_MAX, strip=True)
 
     def action(self, post) -> str:
         """The button pressed: "open", "not_refund", "" (none) or "both"."""

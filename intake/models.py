@@ -11,6 +11,9 @@ from core.clock import local_words
 from refunds.models import Ticket
 
 ACK_SUFFIX = ":ack"
+# The outbox key of the reply sent when a message is set aside: "intake-reply:<message>:<event>",
+# one per setting aside (an undo and a second setting aside is a second reply).
+REPLY_PREFIX = "intake-reply:"
 
 
 class MessageQuerySet(models.QuerySet):
@@ -154,7 +157,10 @@ class MessageEvent(models.Model):
 
     class Action(models.TextChoices):
         SORT = "sort", "Sorted into a ticket"
-        NOT_REFUND = "not_refund", "Marked not a refund request"
+        # answer: {"reply": "canned" | "own" | "none", "canned": its title, "why": why no
+        # reply, "email": the outbox row of the reply}; older rows have no "reply".
+        NOT_REFUND = "not_refund", "Set aside as not a refund request"
+        UNDO_NOT_REFUND = "undo_not_refund", "Set aside undone: back to Needs sorting"
         SEND_BACK = "send_back", "Sent back to Needs sorting"
         RETRY = "retry", "Handed back to the intake after it gave up"
         RESEND = "resend", "Its acknowledgment resent"

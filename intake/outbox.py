@@ -1,6 +1,8 @@
-"""The intake's acknowledgments in the outbox (refunds/mail.py), for the admins' pages: which
-rows are the intake's (key "<thread_id>:ack"), which the intake will not send again (its message
-finished: no worker takes a finished message), what each is about, and who resent one.
+"""The intake's mail in the outbox (refunds/mail.py), for the admins' pages: which rows are the
+intake's (acknowledgments, key "<thread_id>:ack"; replies to a message set aside, key
+"intake-reply:<message>:<event>"), which no intake run will send (an acknowledgment once its
+message finished: no worker takes a finished message; a reply always, since mail.resend is what
+sends it), what each is about, and who resent one.
 
 Registered with refunds' mail by intake/apps.py, as the intake's sweep is with refunds' sweep:
 refunds imports nothing of the intake."""
@@ -13,7 +15,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.urls import reverse
 
-from intake.models import ACK_SUFFIX, Message, MessageEvent
+from intake.models import ACK_SUFFIX, REPLY_PREFIX, Message, MessageEvent
 from refunds import mail
 from refunds.models import Email
 
@@ -24,12 +26,22 @@ def _by_ack_key() -> QuerySet[Message]:
     )
 
 
+def _replies() -> Q:
+    return Q(key__startswith=REPLY_PREFIX)
+
+
 def owns() -> Q:
-    return Q(Exists(_by_ack_key()))
+    return Q(Exists(_by_ack_key())) | _replies()
 
 
 def settled() -> Q:
-    return Q(Exists(_by_ack_key().filter(finished_at__isnull=False)))
+    return Q(Exists(_by_ack_key().filter(finished_at__isnull=False))) | _replies()
+
+
+def _replied_message(key: str) -> int | None:
+    """The message a reply's key names ("intake-reply:<message>:<event>")."""
+    head = key.removeprefix(REPLY_PREFIX).split(":")[0]
+    return int(head) if key.startswith(REPLY_PREFIX) and head.isdigit() else None
 
 
 def about(emails: list[Email]) -> dict[int, tuple[str, str]]:
@@ -41,11 +53,25 @@ def about(emails: list[Email]) -> dict[int, tuple[str, str]]:
             f"Acknowledgment of message {message.pk} from {message.sender}: “{subject}”",
             reverse("reviews:message", args=[message.pk]),
         )
+    replies = {e.pk: _replied_message(e.key) for e in emails if _replied_message(e.key)}
+    senders = dict(Message.objects.filter(pk__in=replies.values()).values_list("pk", "sender"))
+    for email_id, message_id in replies.items():
+        if message_id in senders:
+            found[email_id] = (
+                f"Reply to message {message_id} from {senders[message_id]}, set aside as not "
+                "a refund request",
+                reverse("reviews:message", args=[message_id]),
+            )
     return found
 
 
 def resent(email: Email, by: Any) -> None:
-    message = Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX)).first()
+    replied = _replied_message(email.key)
+    message = (
+        Message.objects.filter(pk=replied).first()
+        if replied is not None
+        else Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX)).first()
+    )
     if message is not None:
         MessageEvent.objects.create(
             message=message,

@@ -15,7 +15,8 @@ SENDER_ORDERS = 5  # the sender's recent orders offered beside the numbers read
 def messages_visible(user) -> QuerySet[Message]:
     """The customers' messages this user may read: one on a ticket by whoever may see that
     ticket (refunds.permissions.visible), one in "Needs sorting" by anyone at the desk, one not
-    placed yet by who brought it in; managers and admins, who see every ticket, read them all."""
+    placed yet by who brought it in, one set aside as not a refund request by who set it aside;
+    managers and admins, who see every ticket, read them all."""
     messages = Message.objects.all()
     if permissions.is_admin(user) or permissions.is_manager(user):
         return messages
@@ -25,12 +26,22 @@ def messages_visible(user) -> QuerySet[Message]:
         Q(ticket__in=permissions.visible(user))
         | Q(status=Message.Status.NEEDS_SORTING)
         | Q(ticket__isnull=True, brought_by=user)
+        | Q(status=Message.Status.NOT_REFUND, handled_by=user)  # set aside by them: to undo
     )
 
 
 def messages_needing_sorting() -> QuerySet[Message]:
     """Messages the intake could not place (or a reviewer sent back), newest first."""
     return Message.objects.filter(status=Message.Status.NEEDS_SORTING).order_by("-id")
+
+
+def messages_set_aside(user) -> QuerySet[Message]:
+    """Messages set aside as not a refund request that this user may read, latest first."""
+    return (
+        messages_visible(user)
+        .filter(status=Message.Status.NOT_REFUND)
+        .order_by("-handled_at", "-id")
+    )
 
 
 def needs_sorting_count(cap: int = COUNT_CAP) -> int:

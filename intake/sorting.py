@@ -1,5 +1,6 @@
 """What a person does with a message the intake could not place, or placed wrongly: sort it into
-a ticket, mark it not a refund request, send a misread one back to "Needs sorting".
+a ticket, set it aside as not a refund request (answering the customer; undoable), send a
+misread one back to "Needs sorting".
 
 Each action starts with one compare-and-set UPDATE on the message's status, in the same
 transaction as everything it writes: of two agents (or one double submit) exactly one wins and
@@ -10,16 +11,26 @@ the desk lacks) before that transaction opens: no network wait inside it (DESIGN
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
 from core.clock import local_words
-from intake.models import Message, MessageEvent, MessageTicket
+from intake.models import REPLY_PREFIX, Message, MessageEvent, MessageTicket
 from intake.placing import link, open_or_add
-from refunds import audit, permissions, policy
-from refunds.models import AuditEvent, Order, Ticket, order_number_read, same_customer
+from intake.services import message_problems
+from refunds import audit, enqueue, permissions, policy
+from refunds.models import (
+    AuditEvent,
+    CannedReason,
+    Email,
+    Order,
+    Ticket,
+    order_number_read,
+    same_customer,
+)
 from refunds.services import (
     NOTE_MAX,
     RefundError,
@@ -188,9 +199,40 @@ def message_sort(
     return result
 
 
-def message_mark_not_refund(*, message: Message, by) -> Message:
-    """ "Not a refund request": the message leaves "Needs sorting"; who and when are kept."""
+REPLY_MAX = 4000  # an agent's own words to the customer
+
+
+def message_mark_not_refund(
+    *,
+    message: Message,
+    by,
+    canned: CannedReason | None = None,
+    words: str = "",
+    no_reply_why: str = "",
+) -> Message:
+    """ "Not a refund request": the message is set aside and the customer is answered, with a
+    canned reply (CannedReason.Use.SET_ASIDE) and/or words of the agent's own, or, said so with
+    why, not at all. The reply is an outbox row written in the same transaction as the set-aside
+    (key REPLY_PREFIX<message>:<event>) and delivered once after commit by the outbox's
+    send-outside-a-run path (mail.resend), which intake/outbox.py lets claim it."""
     _refuse_unless_desk_user(by)
+    words, no_reply_why = (words or "").strip(), (no_reply_why or "").strip()
+    if canned is not None and canned.use != CannedReason.Use.SET_ASIDE:
+        raise SortingError("That canned reply is not one for setting a message aside.")
+    replying = canned is not None or bool(words)
+    if replying and no_reply_why:
+        raise SortingError("Either reply to the customer or say why no reply is needed, not both.")
+    if not replying and not no_reply_why:
+        raise SortingError(
+            "Answer the customer before setting the message aside: pick a reply, write your "
+            "own, or say why no reply is needed."
+        )
+    if len(words) > REPLY_MAX or len(no_reply_why) > NOTE_MAX:
+        raise SortingError(f"That is too long (at most {REPLY_MAX} characters).")
+    if replying and message_problems(sender=message.sender, body="x"):
+        raise SortingError(
+            f"We cannot write to {message.sender}; set it aside with no reply and say why."
+        )
     now = timezone.now()
     with transaction.atomic():
         won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
@@ -198,11 +240,79 @@ def message_mark_not_refund(*, message: Message, by) -> Message:
         )
         if not won:
             raise _taken(message)
+        kind = "none" if not replying else ("canned" if canned is not None else "own")
+        answer: dict[str, Any] = {"reply": kind}
+        if canned is not None:
+            answer["canned"] = canned.title
+        if no_reply_why:
+            answer["why"] = no_reply_why
+        event = MessageEvent.objects.create(
+            message=message, actor=by, action=MessageEvent.Action.NOT_REFUND, answer=answer
+        )
+        if replying:
+            text = "\n\n".join(t for t in ((canned.text if canned else ""), words) if t)
+            subject, body = set_aside_reply(message, text)
+            email = Email.objects.create(
+                key=f"{REPLY_PREFIX}{message.pk}:{event.pk}",
+                to=message.sender,
+                subject=subject,
+                body=body,
+            )
+            MessageEvent.objects.filter(pk=event.pk).update(answer=answer | {"email": email.pk})
+            enqueue.resend_on_commit(email.pk)
+    message.refresh_from_db()
+    return message
+
+
+def set_aside_reply(message: Message, text: str) -> tuple[str, str]:
+    """The reply to a message set aside: the agent's (or the canned) words, greeted and signed
+    as the intake's acknowledgment is."""
+    subject = f"Re: {message.subject}" if message.subject else "About your message"
+    first = message.sender_name.split()[0] if message.sender_name.strip() else ""
+    hello = f"Hello {first}," if first else "Hello,"
+    return subject[:200], f"{hello}\n\n{text}\n\nThe Refund Desk\n"
+
+
+def message_set_aside_undo(*, message: Message, by) -> Message:
+    """A set-aside message goes back to "Needs sorting" (one compare-and-set; of two at once one
+    wins). A reply sent when it was set aside stays sent: mail cannot be called back."""
+    _refuse_unless_desk_user(by)
+    now = timezone.now()
+    with transaction.atomic():
+        won = Message.objects.filter(pk=message.pk, status=Message.Status.NOT_REFUND).update(
+            status=Message.Status.NEEDS_SORTING,
+            sorting_reason=f"{by.username} brought it back from the messages set aside.",
+            handled_by=by,
+            handled_at=now,
+            updated_at=now,
+        )
+        if not won:
+            fresh = Message.objects.get(pk=message.pk)
+            raise SortingError(
+                f"This message is not set aside any more: it is "
+                f"{fresh.get_status_display().lower()}. Nothing was changed."
+            )
         MessageEvent.objects.create(
-            message=message, actor=by, action=MessageEvent.Action.NOT_REFUND
+            message=message, actor=by, action=MessageEvent.Action.UNDO_NOT_REFUND
         )
     message.refresh_from_db()
     return message
+
+
+def set_aside_email(event: MessageEvent | None) -> Email | None:
+    """The outbox row of the reply a setting aside sent (None: no reply, or an old event)."""
+    email_id = (event.answer or {}).get("email") if event is not None else None
+    return Email.objects.filter(pk=email_id).first() if email_id else None
+
+
+def set_aside_event(message: Message) -> MessageEvent | None:
+    """The latest setting aside of a message (who, when, what the customer was told)."""
+    return (
+        message.events.filter(action=MessageEvent.Action.NOT_REFUND)
+        .select_related("actor")
+        .order_by("-at", "-id")
+        .first()
+    )
 
 
 def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:

@@ -506,8 +506,10 @@ def _cents(amount: str) -> int:
 
 @admin.register(CannedReason)
 class CannedReasonAdmin(admin.ModelAdmin):
-    """The replies reviewers pick when they reject; the text is emailed to the customer."""
+    """The replies reviewers pick when they reject, and agents when they set a message aside
+    (`use`); the text is emailed to the customer."""
 
-    list_display = ["title", "text", "active", "position"]
+    list_display = ["title", "use", "text", "active", "position"]
+    list_filter = ["use", "active"]
     list_editable = ["active", "position"]
     search_fields = ["title", "text"]

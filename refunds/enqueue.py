@@ -21,6 +21,17 @@ def wake(ticket_id: int) -> bool:
     return send(ADVANCE, ticket_id)
 
 
+def wake_after(ticket_id: int, seconds: float) -> bool:
+    """wake(), due in `seconds` (a decision's undo grace). Lost (a broker down, a worker that
+    died holding it), the recovery sweep finds the decision once its grace is over."""
+    try:
+        current_app.send_task(ADVANCE, args=[ticket_id], countdown=seconds)
+    except Exception:  # noqa: BLE001 - as send()
+        log.warning("could not enqueue %s(%s) for later", ADVANCE, ticket_id, exc_info=True)
+        return False
+    return True
+
+
 def send(task: str, row_id: int) -> bool:
     """Ask a worker to run the task named `task` for a row (a ticket, an intake message); False,
     logged, when the broker did not take it: the row is the record, the sweep finds it."""
@@ -45,6 +56,14 @@ def send_on_commit(task: str, row_id: int) -> None:
 def advance_on_commit(ticket_id: int) -> None:
     """Wake a worker for this ticket once the caller's transaction commits."""
     transaction.on_commit(lambda: wake(ticket_id))
+
+
+def advance_after_on_commit(ticket_id: int, seconds: float) -> None:
+    """wake_after(), once the caller's transaction commits; no grace: advance_on_commit()."""
+    if seconds <= 0:
+        advance_on_commit(ticket_id)
+    else:
+        transaction.on_commit(lambda: wake_after(ticket_id, seconds))
 
 
 def resend_on_commit(email_id: int) -> None:

@@ -309,7 +309,7 @@ class TicketQuerySet(models.QuerySet):
 def _answer_waiting(settled_before=None) -> Q:
     decided = {} if settled_before is None else {"decided_at__lt": settled_before}
     forked = {} if settled_before is None else {"created_at__lt": settled_before}
-    decision = Decision.objects.unapplied().filter(ticket=OuterRef("pk"), **decided)
+    decision = Decision.objects.unapplied().due().filter(ticket=OuterRef("pk"), **decided)
     fork = Fork.objects.unapplied().filter(ticket=OuterRef("pk"), **forked)
     return Q(Exists(decision)) | Q(Exists(fork))
 
@@ -392,6 +392,8 @@ class Ticket(models.Model):
     # Set on the queue's rows: the one-line outcome of a review its reviewer just decided
     # (reviews.views.queue).
     decided_line: str
+    # Its decided line's decision while the undo grace runs (Undo beside it), else None.
+    undo_decision: Decision | None
 
     class Meta:
         ordering = ["-id"]
@@ -516,6 +518,10 @@ class UnappliedQuerySet(models.QuerySet):
         """Recorded and neither applied nor refused: the thread still owes it a run."""
         return self.filter(applied_at=None, refused_reason="")
 
+    def due(self) -> UnappliedQuerySet:
+        """Past its undo grace (a fork has none): a worker may apply it now. queries.due()."""
+        return self.filter(Q(apply_after__isnull=True) | Q(apply_after__lte=Now()))
+
 
 class Decision(models.Model):
     """A reviewer's answer, stored before it is applied: a crash between the two is repaired by
@@ -538,6 +544,10 @@ class Decision(models.Model):
     # answers them.
     sent_back = models.BooleanField(default=False)
     decided_at = models.DateTimeField(auto_now_add=True)
+    # The end of its undo grace (REFUNDS_UNDO_SECONDS): no worker applies it before, and Undo
+    # withdraws it (deletes the row) only before. The runner sets it to None as it takes the
+    # decision (the compare-and-set that Undo's also races: one wins). None: due now.
+    apply_after = models.DateTimeField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
 
@@ -587,14 +597,32 @@ def resume_value(
     return value
 
 
+class CannedReasonQuerySet(models.QuerySet):
+    def rejecting(self) -> CannedReasonQuerySet:
+        """The active replies a reviewer picks when they reject."""
+        return self.filter(active=True, use=CannedReason.Use.REJECT)
+
+    def setting_aside(self) -> CannedReasonQuerySet:
+        """The active replies an agent picks when they set a message aside."""
+        return self.filter(active=True, use=CannedReason.Use.SET_ASIDE)
+
+
 class CannedReason(models.Model):
-    """A reply for the customer that admins keep (Django admin); reviewers pick one when they
-    reject, and may add words of their own."""
+    """A reply for the customer that admins keep (Django admin): reviewers pick one when they
+    reject, agents one when they set a message aside as not a refund request (`use`); either may
+    add or write words of their own."""
+
+    class Use(models.TextChoices):
+        REJECT = "reject", "Rejecting a refund"
+        SET_ASIDE = "set_aside", "Setting a message aside (not a refund request)"
 
     title = models.CharField(max_length=80, unique=True)
     text = models.TextField()
     active = models.BooleanField(default=True)
     position = models.PositiveSmallIntegerField(default=0)
+    use = models.CharField(max_length=10, choices=Use, default=Use.REJECT)
+
+    objects = CannedReasonQuerySet.as_manager()
 
     class Meta:
         ordering = ["position", "title"]
@@ -766,6 +794,7 @@ class AuditEvent(models.Model):
 
     class Action(models.TextChoices):
         OPEN = "open", "Opened"
+        UNDO = "undo", "Undid a decision"  # within its grace; `answer` holds what was undone
         CLAIM = "claim", "Claimed"
         UNCLAIM = "unclaim", "Unclaimed"
         ESCALATE = "escalate", "Escalated"
@@ -776,6 +805,10 @@ class AuditEvent(models.Model):
         RETRY = "retry", "Retried"
         RESEND = "resend", "Resent an email"
         NOTE = "note", "Added a note"
+        # A ticket of several orders answered order by order (some approved, some rejected,
+        # some lowered): `answer["orders"]` holds each order's answer. Older rows logged this
+        # as "approve", "reject" or "edit" with the same `answer["orders"]`.
+        ANSWER = "answer", "Answered per order"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(
@@ -787,6 +820,10 @@ class AuditEvent(models.Model):
     answer = models.JSONField(default=dict, blank=True)  # what they answered or changed
     checkpoint_id = models.CharField(max_length=64, blank=True)  # where the thread got after
     note = models.TextField(blank=True)
+    # The ticket's amount at that moment: asked when opened, paid on an approval, asked on a
+    # rejection, set by a fork, as it stood for the rest. Empty on rows written before it was
+    # kept (the CSV then reads it from `answer`/`seen`, never from today's ticket).
+    amount_cents = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.sql import literal, literals
+from core.sql import literal, literals, now
 from refunds.models import Charge, Decision, Email, Fork
 from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
@@ -69,8 +69,14 @@ def unapplied(alias: str) -> str:
     return f"{alias}.applied_at IS NULL AND {alias}.refused_reason = ''"
 
 
+def due(alias: str) -> str:
+    """A decision (by its alias) past its undo grace: `Decision.objects.due()` in SQL."""
+    return f"({alias}.apply_after IS NULL OR {alias}.apply_after <= {now()})"
+
+
 def open_decisions(ticket: str) -> str:
-    """The ticket's decisions recorded and not yet applied (an SQL expression for its id), as one
+    """The ticket's decisions recorded, past their undo grace and not yet applied (an SQL
+    expression for its id), as one
     JSON array of [id, interrupt_id, answer, reason, amount_cents, reviewer's username, orders,
     sent_back]:
     the lease grant returns them with the lease, so a resume needs no read of its own. Read it
@@ -83,7 +89,7 @@ def open_decisions(ticket: str) -> str:
     columns = "d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username"
     rows = (
         f"FROM {Decision._meta.db_table} d JOIN {users} u ON u.id = d.reviewer_id "
-        f"WHERE d.ticket_id = {ticket} AND {unapplied('d')}"
+        f"WHERE d.ticket_id = {ticket} AND {unapplied('d')} AND {due('d')}"
     )
     if is_postgres():
         built = f"json_build_array({columns}, d.orders, d.sent_back)"
@@ -100,7 +106,10 @@ def read_open_decisions(value: Any) -> list[tuple]:
 def decision_waiting(ticket: str) -> str:
     """A decision for the ticket (an SQL expression for its id) waits to be applied."""
     table = Decision._meta.db_table
-    return f"EXISTS (SELECT 1 FROM {table} d WHERE d.ticket_id = {ticket} AND {unapplied('d')})"
+    return (
+        f"EXISTS (SELECT 1 FROM {table} d WHERE d.ticket_id = {ticket} AND {unapplied('d')} "
+        f"AND {due('d')})"
+    )
 
 
 def fork_waiting(ticket: str) -> str:

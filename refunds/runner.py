@@ -28,7 +28,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
-from django.db.models import F
+from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 from langgraph.errors import GraphDrained
 from langgraph.types import Command, StateSnapshot
@@ -289,12 +290,25 @@ def _open_decisions(lease: leases.Lease) -> list[tuple]:
     return queries.read_open_decisions(row[0] if row else None)
 
 
+def _taken(decision) -> bool:
+    """The late guard of Undo: one conditional UPDATE takes the decision for applying, only if it
+    is still there and past its grace, and ends its grace (Undo deletes it only while
+    `apply_after` is in the future). Of an Undo and this at the same moment, one wins."""
+    return bool(
+        decision.filter(Q(apply_after__isnull=True) | Q(apply_after__lte=Now())).update(
+            apply_after=None
+        )
+    )
+
+
 def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | None):
     """Return the recorded decision the thread waits on, if any; close out the others."""
     chosen = None
     for row in _open_decisions(lease):
         pk, interrupt_id, answer, reason, amount_cents, reviewer, orders, sent_back = row
         one = _fenced(Decision.objects.filter(pk=pk), lease)
+        if interrupt_id in pending and chosen is None and not _taken(one):
+            continue  # withdrawn by Undo as its grace ended (or the lease is gone): not applied
         if interrupt_id in pending and chosen is None:
             if isinstance(orders, str):  # SQLite hands JSON back as text, PostgreSQL parsed
                 orders = json.loads(orders)

@@ -28,7 +28,7 @@ class DecideForm(forms.Form):
     interrupt_id = forms.CharField(max_length=64, required=False)
     reason = forms.CharField(required=False, strip=True)
     note = forms.CharField(required=False, strip=True)
-    canned = forms.ModelChoiceField(CannedReason.objects.filter(active=True), required=False)
+    canned = forms.ModelChoiceField(CannedReason.objects.rejecting(), required=False)
     amount = forms.CharField(required=False, max_length=20)
 
     def answer(self, post) -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 os.environ.setdefault("SECRET_KEY", "tests-only-" + "k" * 50)
 # The tests use fakes on purpose (locmem and console mail, the demo gateway) without the demo.
 os.environ.setdefault("REFUNDS_ALLOW_FAKES", "true")
+# Decisions apply at once, as before the undo grace; the tests of the grace set it themselves.
+os.environ.setdefault("REFUNDS_UNDO_SECONDS", "0")
 
 
 def _per_worker(worker: str) -> None:

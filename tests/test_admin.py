@@ -82,6 +82,7 @@ def test_admin_lists_amounts_in_dollars_and_keeps_canned_reasons(client, admin_u
             "text": "We sent you a voucher instead.",
             "active": "on",
             "position": 0,
+            "use": "reject",  # a reply for rejecting (not one for setting a message aside)
         },
     )
     assert response.status_code == 302

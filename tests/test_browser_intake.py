@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from intake.models import Message
-from refunds import enqueue, policy, services
-from refunds.models import Ticket
+from refunds import enqueue, policy, services, tasks
+from refunds.models import CannedReason, Ticket
 from tests.conftest import make_order
 from tests.sorting_messages import a_reading, waiting_message
 from tests.test_browser import csp_problems
@@ -33,10 +33,21 @@ def test_an_agent_sorts_a_message_into_a_ticket_from_needs_sorting(
     agent,
     late_order,
     monkeypatch,
+    smtp,
 ):
     from playwright.sync_api import expect
 
     monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # no worker in this one
+    sent: list[int] = []  # the outbox rows handed to a worker; the test runs its task itself
+    monkeypatch.setattr(enqueue, "send", lambda task, row_id: sent.append(row_id) or True)
+    CannedReason.objects.get_or_create(  # as migration 0030 seeds it
+        title="Not about a refund",
+        defaults={
+            "use": CannedReason.Use.SET_ASIDE,
+            "text": "Thank you for your message. It does not ask for a refund, so we have not "
+            "opened a refund request.",
+        },
+    )
     make_order("1044", fee_cents=1250)  # Ana's other order, offered beside the one read
     make_order("2001", name="Ben Okafor")
     message = waiting_message(
@@ -82,10 +93,42 @@ def test_an_agent_sorts_a_message_into_a_ticket_from_needs_sorting(
     assert page.evaluate("window.sameDocument") is True  # htmx, no reload
     both_widths(page, "sorted")
 
+    # Not a refund request: the customer is answered (a canned reply and a word of one's own),
+    # the message is set aside, listed, and the setting aside is undone.
     other = page.locator(f"#message-{question.pk}")
-    other.get_by_role("button", name="Not a refund request").click()
-    expect(other).to_contain_text("not a refund request")
+    other.get_by_text("Not a refund request…").click()
+    other.get_by_label("A reply").select_option(label="Not about a refund")
+    other.get_by_label("Or your own words").fill("Yes, we ship to Canada.")
+    both_widths(page, "set-aside-form")
+    other.get_by_role("button", name="Set aside as not a refund request").click()
+    expect(other).to_contain_text("the reply goes to them now")
     expect(page.locator("#nav-needs-sorting")).to_have_text("Needs sorting")
+    both_widths(page, "set-aside-done")
+    (email_id,) = sent
+    assert tasks.resend_email(email_id) is True  # the worker's task, run here
+    (mail,) = smtp.delivered
+    body = mail.body.replace("\r\n", "\n")
+    assert mail.subject == "Re: Do you ship to Canada?" and mail.to == ["ana@example.com"]
+    assert "It does not ask for a refund" in body and "Yes, we ship to Canada." in body
+
+    page.goto(f"{live_server.url}/messages/set-aside/")
+    row = page.locator(f"#message-{question.pk}")
+    expect(row).to_contain_text("Set aside by agent")
+    expect(row).to_contain_text("replied with “Not about a refund”")
+    both_widths(page, "set-aside-list")
+    row.get_by_role("link", name="Do you ship to Canada?").click()
+    expect(page.locator("#message-status")).to_contain_text(
+        "Set aside as not a refund request by agent at"
+    )
+    expect(page.locator("#message-status")).to_contain_text("(sent)")
+    both_widths(page, "set-aside-message")
+    page.get_by_role("button", name="Undo: back to Needs sorting").click()
+    expect(page.locator("body")).to_contain_text("is back in Needs sorting")
+    expect(page.locator("#message-status")).to_contain_text("it stays sent")
+    expect(page.locator("#nav-needs-sorting")).to_contain_text("Needs sorting 1")
+    both_widths(page, "set-aside-undone")
+    assert Message.objects.get(pk=question.pk).status == Message.Status.NEEDS_SORTING
+    assert len(smtp.delivered) == 1  # the undo sent nothing more
     assert csp_problems(page, page.console_messages_seen) == []
 
 

@@ -84,8 +84,10 @@ def test_an_agent_approves_one_order_and_rejects_the_other_with_the_shared_reaso
         "1042": {"answer": "approve", "amount_cents": 699},
         "1044": {"answer": "reject", "reason": "The tracking shows 1044 on time."},
     }
-    event = AuditEvent.objects.get(ticket=ticket, action="approve")
-    assert event.answer["orders"] == decision.orders
+    # Logged as itself, with what it pays: not "Approved" (nor "Edited the amount").
+    event = AuditEvent.objects.get(ticket=ticket, action="answer")
+    assert event.answer["orders"] == decision.orders and event.amount_cents == 699
+    assert not AuditEvent.objects.filter(ticket=ticket, action__in=["approve", "edit"]).exists()
 
     assert runner.advance(ticket.pk) == "refunded"
     charge = Charge.objects.get(ticket=ticket)
@@ -104,7 +106,8 @@ def test_a_manager_lowers_one_order_and_pays_the_other_in_full(transactional_db,
         "1045": {"answer": "approve", "amount_cents": 3000},
         "1042": {"answer": "approve", "amount_cents": 699},
     }
-    assert AuditEvent.objects.filter(ticket=ticket, action="edit").count() == 1
+    event = AuditEvent.objects.get(ticket=ticket, action="answer")
+    assert event.amount_cents == 3699 and event.get_action_display() == "Answered per order"
 
     assert runner.advance(ticket.pk) == "refunded"
     paid = dict(Charge.objects.filter(ticket=ticket).values_list("order__number", "amount_cents"))
@@ -270,3 +273,43 @@ def test_the_agent_limit_counts_the_tickets_total(transactional_db, agent, manag
     assert not Decision.objects.exists()
     decide(ticket, manager)
     assert Decision.objects.get().answer == "approve"
+
+
+def test_a_per_order_answer_reads_as_itself_in_the_history_and_the_csv(
+    transactional_db, agent, colleague, admin_user, client
+):
+    """Two approved and one rejected: the trail says so per order, never "approved (<the
+    rejection's reason>)" nor "Edited the amount"."""
+    import csv
+    import io
+
+    from django.urls import reverse
+
+    ticket = several(("1042", 4, 699), ("1044", 3, 1250), ("1045", 6, 800), opened_by=agent)
+    decide(
+        ticket,
+        admin_user,
+        reason="1045 came on time.",
+        orders={
+            "1042": {"answer": "approve"},
+            "1044": {"answer": "approve"},
+            "1045": {"answer": "reject"},
+        },
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    client.force_login(admin_user)
+    history = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    assert "Answered per order" in history and "Edited the amount" not in history
+    assert "approved (“1045 came on time.”)" not in history
+    assert "approved $6.99 on 1042; approved $12.50 on 1044; rejected 1045" in history
+    assert "per order, 1042 approved $6.99; 1044 approved $12.50; 1045 rejected" in history
+
+    response = client.get(reverse("reviews:audit_export"), {"action": "answer"})
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[1][3:8] == [
+        "Answered per order",
+        "admin",
+        "$19.49",
+        "1042 approve; 1044 approve; 1045 reject",
+        "1045: 1045 came on time.",
+    ]

@@ -137,3 +137,22 @@ def test_the_admin_fork_page_refuses_full_width_digits_and_an_exponent(
     assert bad.status_code == 400
     assert f"“{typed}” is not an amount in US dollars" in bad.content.decode()
     assert Fork.objects.count() == 0 and Ticket.objects.get().status == "rejected"
+
+
+def test_the_audit_csv_gives_each_row_the_amount_of_its_moment(rejected, admin_user, client):
+    """Opened at $6.99, rejected at $6.99, forked to $5.00, approved at $5.00: the ticket's
+    amount of today ($5.00) is not written on the rows before the fork."""
+    import csv
+    import io
+
+    services.ticket_fork(ticket=rejected, amount_cents=500, reason="part of it", by=admin_user)
+    decide(review(rejected), admin_user)
+    client.force_login(admin_user)
+    response = client.get(reverse("reviews:audit_export"))
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [(r[3], r[5]) for r in reversed(rows[1:])] == [  # newest first
+        ("Opened", "$6.99"),
+        ("Rejected", "$6.99"),
+        ("Forked", "$5.00"),
+        ("Approved", "$5.00"),
+    ]

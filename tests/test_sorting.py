@@ -11,17 +11,25 @@ from django.db import connection
 
 from intake import sorting, workflow
 from intake.models import Message, MessageEvent
-from refunds import enqueue, policy, runner, services
-from refunds.models import AuditEvent, Decision, Ticket
+from refunds import enqueue, policy, runner, services, tasks
+from refunds.models import AuditEvent, CannedReason, Decision, Email, Ticket
 from reviews.templatetags.desk import audit_words
 from tests.conftest import make_order
 from tests.reviewing import advance_to_review, decide
-from tests.sorting_messages import a_reading, waiting_message
+from tests.sorting_messages import waiting_message
 
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
     monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[int]:
+    """The outbox rows handed to a worker to send (the test runs the worker's task itself)."""
+    sent: list[int] = []
+    monkeypatch.setattr(enqueue, "send", lambda task, row_id: sent.append(row_id) or True)
+    return sent
 
 
 def sort(message, by, orders=("1042",), reason=policy.DAMAGED, **kwargs):
@@ -189,7 +197,7 @@ def test_someone_in_no_desk_group_sorts_nothing(db, django_user_model, late_orde
     with pytest.raises(PermissionDenied):
         sort(message, nobody)
     with pytest.raises(PermissionDenied):
-        sorting.message_mark_not_refund(message=message, by=nobody)
+        sorting.message_mark_not_refund(message=message, by=nobody, no_reply_why="spam")
     nothing_changed(message)
 
 
@@ -201,15 +209,121 @@ def test_a_message_already_marked_not_a_refund_is_not_sorted(db, agent, late_ord
 
 
 # --- not a refund request ----------------------------------------------------------------------
-def test_not_a_refund_request_keeps_who_and_when(db, agent):
-    message = waiting_message(reading=a_reading(policy.NOT_REFUND, ()))
-    sorting.message_mark_not_refund(message=message, by=agent)
+def set_aside_reply() -> CannedReason:
+    """One of the replies admins keep for setting aside (migration 0030 seeds this one)."""
+    reply, _ = CannedReason.objects.get_or_create(
+        title="Change of address or order details",
+        defaults={
+            "use": CannedReason.Use.SET_ASIDE,
+            "text": "Thank you for your message. This desk handles refunds of shipping fees, "
+            "so we cannot change an address or an order from here.",
+        },
+    )
+    return reply
+
+
+def test_not_a_refund_request_keeps_who_and_when_and_answers_the_customer_once(
+    transactional_db, agent, smtp, enqueued
+):
+    message = waiting_message(
+        subject="New address", body="Please send my parcels to 4 Elm Road from now on."
+    )
+    sorting.message_mark_not_refund(message=message, by=agent, canned=set_aside_reply())
     message.refresh_from_db()
     assert message.status == Message.Status.NOT_REFUND
     assert message.handled_by == agent and message.handled_at is not None
-    assert MessageEvent.objects.get().action == "not_refund"
+    event = MessageEvent.objects.get()
+    assert event.action == "not_refund" and event.actor == agent
+    assert event.answer["reply"] == "canned" and event.answer["canned"].startswith("Change")
     with pytest.raises(sorting.SortingError, match="already sorted by agent"):
+        sorting.message_mark_not_refund(message=message, by=agent, no_reply_why="x")
+
+    # After commit the reply was handed to a worker once; the worker's task, run here (twice,
+    # as a redelivered task would be), sends it once through the outbox.
+    (email_id,) = enqueued
+    assert event.answer["email"] == email_id
+    assert tasks.resend_email(email_id) is True and tasks.resend_email(email_id) is True
+    (mail,) = smtp.delivered
+    body = mail.body.replace("\r\n", "\n")  # as the customer's mail client shows it
+    assert mail.to == ["ana@example.com"] and mail.subject == "Re: New address"
+    assert body.startswith("Hello Ana,\n\nThank you for your message.")
+    assert "cannot change an address" in body and body.endswith("The Refund Desk\n")
+
+
+def test_own_words_are_sent_and_no_reply_needs_a_why(transactional_db, agent, smtp, enqueued):
+    message = waiting_message()
+    with pytest.raises(sorting.SortingError, match="say why no reply is needed"):
         sorting.message_mark_not_refund(message=message, by=agent)
+    with pytest.raises(sorting.SortingError, match="not both"):
+        sorting.message_mark_not_refund(message=message, by=agent, words="Hi", no_reply_why="x")
+    nothing_changed(message)
+    assert not enqueued
+
+    sorting.message_mark_not_refund(message=message, by=agent, words="We will call you today.")
+    tasks.resend_email(enqueued[0])
+    body = smtp.delivered[0].body.replace("\r\n", "\n")
+    assert "Hello Ana,\n\nWe will call you today.\n\nThe Refund Desk" in body
+
+    other = waiting_message(sender="bot@example.com", subject="Newsletter")
+    sorting.message_mark_not_refund(message=other, by=agent, no_reply_why="A newsletter.")
+    assert MessageEvent.objects.get(message=other).answer == {
+        "reply": "none",
+        "why": "A newsletter.",
+    }
+    assert len(enqueued) == 1 and len(smtp.delivered) == 1  # nothing sent for it
+
+
+def test_a_rejection_reply_is_not_a_set_aside_reply(transactional_db, agent):
+    message = waiting_message()
+    rejecting = CannedReason.objects.create(title="Delivered on time", text="It was on time.")
+    with pytest.raises(sorting.SortingError, match="not one for setting a message aside"):
+        sorting.message_mark_not_refund(message=message, by=agent, canned=rejecting)
+    nothing_changed(message)
+
+
+def test_setting_aside_is_undone_once_and_the_reply_stays_sent(
+    transactional_db, agent, colleague, smtp, enqueued
+):
+    message = waiting_message()
+    sorting.message_mark_not_refund(message=message, by=agent, canned=set_aside_reply())
+    tasks.resend_email(enqueued[0])
+    sorting.message_set_aside_undo(message=message, by=colleague)
+    message.refresh_from_db()
+    assert message.status == Message.Status.NEEDS_SORTING and message.handled_by == colleague
+    assert message.sorting_reason == "bea brought it back from the messages set aside."
+    assert [e.action for e in MessageEvent.objects.order_by("id")] == [
+        "not_refund",
+        "undo_not_refund",
+    ]
+    with pytest.raises(sorting.SortingError, match="not set aside any more"):
+        sorting.message_set_aside_undo(message=message, by=agent)
+    assert Email.objects.get().status == "sent" and len(smtp.delivered) == 1
+
+
+def test_two_undoing_at_once_one_wins(transactional_db, agent, colleague):
+    """The compare-and-set on the status picks one of two undos racing in two connections."""
+    message = waiting_message()
+    sorting.message_mark_not_refund(message=message, by=agent, no_reply_why="spam")
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def undo(by):
+        try:
+            barrier.wait(timeout=10)
+            sorting.message_set_aside_undo(message=message, by=by)
+            outcomes.append("won")
+        except sorting.SortingError:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=undo, args=(u,)) for u in (agent, colleague)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(outcomes) == ["refused", "won"]
+    assert MessageEvent.objects.filter(action="undo_not_refund").count() == 1
 
 
 # --- sending a misread message back ------------------------------------------------------------

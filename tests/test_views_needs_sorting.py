@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from intake.models import Message, MessageEvent
 from refunds import enqueue, policy
-from refunds.models import Ticket
+from refunds.models import CannedReason, Email, Ticket
 from tests.conftest import make_order
 from tests.sorting_messages import a_reading, waiting_message
 
@@ -166,14 +166,53 @@ def test_it_opens_the_ticket_with_htmx_and_updates_the_nav_count(client, agent, 
     assert "messagesChanged" in response["HX-Trigger"]
 
 
-def test_it_marks_a_message_not_a_refund_request(client, agent):
-    message = waiting_message(reading=a_reading(policy.NOT_REFUND, ()))
+def test_it_sets_a_message_aside_with_a_reply_lists_it_and_undoes_it(client, agent, colleague):
+    message = waiting_message(reading=a_reading(policy.NOT_REFUND, ()), subject="New address")
     client.force_login(agent)
-    response = client.post(sort_url(message), {"not_refund": "1"}, follow=True)
+    page = client.get(reverse("reviews:needs_sorting")).content.decode()
+    assert "Not a refund request…" in page and "Change of address or order details" in page
+    reply = CannedReason.objects.setting_aside().get(title="Change of address or order details")
+    response = client.post(
+        sort_url(message), {"not_refund": "1", "reply_canned": reply.pk}, follow=True
+    )
     message.refresh_from_db()
     assert message.status == Message.Status.NOT_REFUND and message.handled_by == agent
-    assert "not a refund request" in response.content.decode()
+    assert "aside as not a refund request; the reply goes to them now." in response.content.decode()
     assert Ticket.objects.count() == 0
+    email = Email.objects.get()
+    assert email.to == "ana@example.com" and email.subject == "Re: New address"
+
+    # The message page says who set it aside, when, and what the customer was told.
+    html = client.get(reverse("reviews:message", args=[message.pk])).content.decode()
+    assert "Set aside as not a refund request by <strong>agent</strong> at" in html
+    assert "with “Change of address or order details” (being sent)" in html
+    # Listed; the agent who set it aside may read it, another agent may not.
+    listed = client.get(reverse("reviews:set_aside")).content.decode()
+    assert "New address" in listed and "replied with “Change of address" in listed
+    client.force_login(colleague)
+    assert "New address" not in client.get(reverse("reviews:set_aside")).content.decode()
+
+    client.force_login(agent)
+    undo = reverse("reviews:set_aside_undo", args=[message.pk])
+    html = client.post(undo, follow=True).content.decode()
+    message.refresh_from_db()
+    assert message.status == Message.Status.NEEDS_SORTING
+    assert "back in Needs sorting. A reply sent when it was set aside stays sent." in html
+    assert "a reply was written to ana@example.com; it stays in the outbox." in html
+    html = client.post(undo, follow=True).content.decode()
+    assert "not set aside any more: it is needs sorting. Nothing was changed." in html
+    assert [e.action for e in MessageEvent.objects.order_by("id")] == [
+        "not_refund",
+        "undo_not_refund",
+    ]
+
+
+def test_no_reply_is_said_with_why(client, agent):
+    message = waiting_message(subject="Weekly deals")
+    client.force_login(agent)
+    client.post(sort_url(message), {"not_refund": "1", "no_reply_why": "A newsletter."})
+    html = client.get(reverse("reviews:message", args=[message.pk])).content.decode()
+    assert "No reply was sent: A newsletter." in html and not Email.objects.exists()
 
 
 @pytest.mark.parametrize("htmx", [False, True])
@@ -187,6 +226,9 @@ def test_it_marks_a_message_not_a_refund_request(client, agent):
         (opening(more_orders="1042 " * 100), "at most 400 characters"),
         ({"order": ["1042"], "reason": policy.DAMAGED}, "Choose open the ticket or not a refund"),
         (opening(not_refund="1"), "not both"),
+        ({"not_refund": "1"}, "pick a reply, write your own, or say why no reply is needed"),
+        ({"not_refund": "1", "reply_canned": "99999"}, "not one of the replies on offer"),
+        ({"not_refund": "1", "reply_words": "x" * 4001}, "at most 4000 characters"),
     ],
 )
 def test_bad_input_gets_a_form_error_and_changes_nothing(

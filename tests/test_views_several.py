@@ -201,7 +201,9 @@ def test_a_three_order_ticket_reviewed_per_order_runs_to_its_end(transactional_d
     assert email.key == f"{ticket.thread_id}:email"
     assert "Order 1042: $6.99" in email.body
     assert "1043" in email.body and "A fee this high needs the carrier's report." in email.body
-    assert AuditEvent.objects.filter(ticket=ticket, action="approve").count() == 1
+    # Logged as what it was (issue 31 item 10), not as an approval with the rejection's reason.
+    event = AuditEvent.objects.get(ticket=ticket, action="answer")
+    assert event.amount_cents == 699
     assert Decision.objects.get().applied_at is not None
 
     html = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()

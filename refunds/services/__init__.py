@@ -3,6 +3,7 @@ enqueued on commit through refunds.enqueue. The names below are the package's pu
 
 from refunds.services.desk import (
     ANSWERS,
+    decision_undo,
     review_claim,
     review_unclaim,
     reviews_approve_bulk,
@@ -67,6 +68,7 @@ __all__ = [
     "reviews_approve_bulk",
     "reviews_escalate_overdue",
     "ticket_decide",
+    "decision_undo",
     "ticket_escalate",
     "ticket_fork",
     "order_find",

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from core.clock import local_words
@@ -188,6 +189,7 @@ def ticket_decide(
                 "asked; to pay it all, approve without changing it."
             )
     now = timezone.now()
+    grace = float(settings.REFUNDS_UNDO_SECONDS)
     try:
         with transaction.atomic():
             # One conditional UPDATE checks, on the row and not on the caller's copy, that this
@@ -227,9 +229,24 @@ def ticket_decide(
                 amount_cents=amount_cents,
                 orders=answers,
                 sent_back=sent_back,
+                # A send-back ends a misread review with no undo: its message moved already.
+                apply_after=now + timedelta(seconds=grace) if grace and not sent_back else None,
             )
-            edited = amount_cents is not None or lowered
-            action = AuditEvent.Action.EDIT if edited else answer
+            # Each action as itself: answered order by order (whatever the mix), a lower amount,
+            # or the plain answer ("Approve all" of several too); with the amount it pays.
+            action: str = answer
+            if answers is not None and orders is not None:
+                action = AuditEvent.Action.ANSWER
+            elif amount_cents is not None:
+                action = AuditEvent.Action.EDIT
+            if answers is not None:
+                paid = sum(
+                    one["amount_cents"]
+                    for one in answers.values()
+                    if one["answer"] == Decision.Answer.APPROVE
+                )
+            else:
+                paid = amount_cents if amount_cents is not None else ticket.amount_cents
             given: dict[str, Any] = {"answer": answer, "reason": reason, "note": note}
             if amount_cents is not None:
                 given |= {"amount_cents": amount_cents, "asked_cents": ticket.amount_cents}
@@ -244,8 +261,10 @@ def ticket_decide(
                 seen={"interrupt_id": interrupt_id, "review": ticket.pending_payload},
                 answer=given,
                 note=note,
+                amount_cents=paid if answer == Decision.Answer.APPROVE else ticket.amount_cents,
             )
-            enqueue.advance_on_commit(ticket.pk)
+            # Woken just after the grace (a worker woken early finds nothing due yet).
+            enqueue.advance_after_on_commit(ticket.pk, grace + 0.5 if decision.apply_after else 0)
     except IntegrityError:  # two reviewers at once: the UNIQUE interrupt id picks one
         earlier = Decision.objects.select_related("reviewer").get(interrupt_id=interrupt_id)
         raise AlreadyDecided(_already_decided_message(earlier)) from None
@@ -330,6 +349,40 @@ def _order_answers(
     return answers, lowered
 
 
+def decision_undo(*, decision_id: int, by) -> Decision:
+    """Withdraw a decision within its undo grace: the review is back in the queue as it was
+    (claims given back; anyone may answer it again). One conditional DELETE, only while the
+    grace runs and no worker took it (the runner's `_taken` ends the grace as it takes it): of
+    an Undo and the apply at the same moment, exactly one wins. Only who decided undoes it."""
+    decision = (
+        Decision.objects.select_related("ticket__order", "reviewer").filter(pk=decision_id).first()
+    )
+    if decision is None or decision.reviewer_id != getattr(by, "pk", None):
+        raise RefundError("There is no decision of yours to undo here.")
+    with transaction.atomic():
+        won, _ = (
+            Decision.objects.filter(
+                pk=decision.pk, applied_at=None, refused_reason="", apply_after__gt=Now()
+            )
+            .exclude(apply_after=None)
+            .delete()
+        )
+        if not won:
+            raise RefundError(
+                f"Too late to undo: the decision on order {decision.ticket.order.number} is "
+                "being applied already. Open the ticket to see where it is."
+            )
+        audit.record(
+            decision.ticket,
+            AuditEvent.Action.UNDO,
+            actor=by,
+            seen={"interrupt_id": decision.interrupt_id, "decided_at": str(decision.decided_at)},
+            answer={"answer": decision.answer, "amount_cents": decision.amount_cents}
+            | ({"orders": decision.orders} if decision.orders else {}),
+        )
+    return decision
+
+
 def ticket_escalate(*, ticket: Ticket, by, note: str = "") -> Ticket:
     """An agent sends a review up to managers, with a note for them. Escalated for the interrupt
     that is pending now (one conditional UPDATE), so a later review starts at its own level."""
@@ -385,7 +438,9 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
             results.append({"ticket": pk, "ok": False, "text": f"There is no ticket {pk}."})
             continue
         try:
-            ticket_decide(ticket=ticket, interrupt_id=interrupt_id, answer="approve", reviewer=by)
+            decision = ticket_decide(
+                ticket=ticket, interrupt_id=interrupt_id, answer="approve", reviewer=by
+            )
         except (PermissionDenied, RefundError) as exc:
             results.append(
                 {"ticket": pk, "ok": False, "order": numbers_words(ticket), "text": str(exc)}
@@ -400,6 +455,7 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
                         ticket.amount_cents, numbers_words(ticket).split(", ")
                     ),
                 }
+                | ({"undo": decision} if decision.apply_after else {})  # within its grace
             )
     return results
 

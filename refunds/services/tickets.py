@@ -104,7 +104,11 @@ def ticket_open(
                 TicketOrder(ticket=ticket, order=order, position=i)
                 for i, order in enumerate(orders[1:], start=1)
             )
-            audit.record(ticket, AuditEvent.Action.OPEN, actor=actor, note=ticket.note)
+            # Its checks have not run yet: the amount it opens at is the orders' fees asked.
+            asked = sum(o.shipping_fee_cents for o in orders)
+            audit.record(
+                ticket, AuditEvent.Action.OPEN, actor=actor, note=ticket.note, amount_cents=asked
+            )
             enqueue.advance_on_commit(ticket.pk)
     except IntegrityError:  # two requests at once: the partial UNIQUE index let one through
         existing = _open_ticket_of(orders)
@@ -308,6 +312,7 @@ def ticket_fork(
                 seen={"amount_cents": ticket.amount_cents, "status": ticket.status},
                 answer={"amount_cents": amount_cents, "from_checkpoint_id": from_checkpoint_id},
                 note=reason,
+                amount_cents=amount_cents,
             )
             enqueue.advance_on_commit(ticket.pk)
     except IntegrityError:  # reopening it would make a second open ticket for the order

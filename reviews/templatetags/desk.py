@@ -106,7 +106,7 @@ def audit_words(event) -> str:
     if action == "escalate":
         text = "sent the review to managers" if event.actor else "escalated the review to managers"
         return f"{who} {text}" + (f": “{event.note}”" if event.note else ".")
-    if action in ("approve", "edit", "reject") and isinstance(answer.get("orders"), dict):
+    if action in ("answer", "approve", "edit", "reject") and isinstance(answer.get("orders"), dict):
         return f"{who} answered per order: {_per_order_words(answer['orders'], seen)}."
     if action == "approve":
         return f"{who} approved {amount or 'the refund'}."
@@ -117,6 +117,13 @@ def audit_words(event) -> str:
         )
     if action == "reject":
         return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
+    if action == "undo":
+        undone = (
+            "the per-order answer"
+            if answer.get("orders")
+            else ("the approval" if answer.get("answer") == "approve" else "the rejection")
+        )
+        return f"{who} undid {undone} within its grace; the review went back to the queue."
     if action == "fork":
         return (
             f"{who} forked the thread with amount {words.dollars(answer.get('amount_cents'))}"
@@ -131,6 +138,12 @@ def audit_words(event) -> str:
     if action == "note":
         return f"{who} added a note (while opening a second ticket for this order): “{event.note}”"
     return f"{who}: {event.get_action_display()}."
+
+
+@register.filter
+def per_order_words(event) -> str:
+    """An answer per order's audit entry as words: "approved $6.99 on 1042; rejected 1044 (…)"."""
+    return _per_order_words((event.answer or {}).get("orders") or {}, event.seen or {})
 
 
 def _per_order_words(orders: dict, seen: dict) -> str:
@@ -151,6 +164,13 @@ def _per_order_words(orders: dict, seen: dict) -> str:
         else:
             parts.append(f"rejected {number} (told the customer: “{one.get('reason', '')}”)")
     return "; ".join(parts)
+
+
+@register.filter
+def undoable(decision, user) -> bool:
+    """Whether `user` may still undo the decision: theirs, and its grace still runs."""
+    after = getattr(decision, "apply_after", None)
+    return bool(after and decision.reviewer_id == user.pk and after > timezone.now())
 
 
 @register.filter

@@ -68,9 +68,9 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
                     e.get_action_display(),
                     # Django lets a user name start with @ + or -, a formula to a spreadsheet.
                     _csv_safe(e.actor.username) if e.actor else "the desk",
-                    dollars(e.answer.get("amount_cents") or e.ticket.amount_cents),
-                    e.answer.get("answer", "") or e.answer.get("to", ""),
-                    _csv_safe(e.answer.get("reason", "")),
+                    dollars(moment_cents(e)),
+                    _answer_cell(e),
+                    _csv_safe(_reason_cell(e)),
                     _csv_safe(e.note),
                 ]
             )
@@ -78,6 +78,39 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="refund-desk-audit.csv"'
     return response
+
+
+def moment_cents(event) -> int | None:
+    """The amount of the event's moment: kept on the row; on rows older than that, what the
+    action set or the review it answered showed (never the ticket's amount of today)."""
+    if event.amount_cents is not None:
+        return event.amount_cents
+    answer, seen = event.answer or {}, event.seen or {}
+    return (
+        answer.get("amount_cents")
+        or seen.get("amount_cents")
+        or (seen.get("review") or {}).get("amount_cents")
+    )
+
+
+def _answer_cell(event) -> str:
+    """ "approve", "reject", or per order "1042 approve; 1044 reject"."""
+    answer = event.answer or {}
+    orders = answer.get("orders")
+    if isinstance(orders, dict):
+        return "; ".join(f"{number} {one.get('answer', '')}" for number, one in orders.items())
+    return answer.get("answer", "") or answer.get("to", "")
+
+
+def _reason_cell(event) -> str:
+    """The reason the customer was sent; per order, each rejected order's own."""
+    answer = event.answer or {}
+    orders = answer.get("orders")
+    if isinstance(orders, dict):
+        return "; ".join(
+            f"{number}: {one['reason']}" for number, one in orders.items() if one.get("reason")
+        )
+    return answer.get("reason", "")
 
 
 def _csv_safe(text: str) -> str:

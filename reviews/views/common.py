@@ -66,7 +66,7 @@ def with_pending_decisions(tickets: list[Ticket]) -> list[Ticket]:
 
 def row_extras() -> dict:
     return {
-        "canned": list(CannedReason.objects.filter(active=True)),
+        "canned": list(CannedReason.objects.rejecting()),
         "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
         "now": timezone.now(),
     }

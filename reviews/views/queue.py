@@ -75,7 +75,7 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         .prefetch_related(ORDER_LINKS)[:RECENT],
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
-        "canned": list(CannedReason.objects.filter(active=True)),
+        "canned": list(CannedReason.objects.rejecting()),
         "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
         "now": timezone.now(),
     }
@@ -114,8 +114,14 @@ def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision
     recent = {d.ticket_id: d for d in decided}
     if not recent:
         return reviews
+    now = timezone.now()
+    for decision in recent.values():  # Undo stays beside it while its grace runs
+        decision.ticket.undo_decision = (
+            decision if decision.apply_after and decision.apply_after > now else None
+        )
     for ticket in reviews:
         if ticket.pk in recent:
+            ticket.undo_decision = recent[ticket.pk].ticket.undo_decision
             ticket.decided_line = decided_line(recent.pop(ticket.pk), ticket)
     if recent and page == 1:
         last = (reviews[-1].review_since or since, reviews[-1].pk) if reviews else None
@@ -283,7 +289,8 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         response = ticket_status_fragment(request, ticket, flash=text)
     elif request.htmx:
         line = decided_line(decision, ticket) if answer != "escalate" else text
-        context = {"ticket": ticket, "text": text, "line": line}
+        undo = decision if answer != "escalate" and decision.apply_after else None
+        context = {"ticket": ticket, "text": text, "line": line, "undo": undo}
         response = render(request, "reviews/queue.html#decided-row", context)
     else:
         messages.success(request, text)
@@ -397,6 +404,25 @@ def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
         label = "Orders" if "," in result.get("order", "") else "Order"
         where = f"{label} {result['order']}: " if result.get("order") else ""
         (messages.success if result["ok"] else messages.error)(request, where + result["text"])
+    return redirect("reviews:queue")
+
+
+@require_POST
+@login_required
+def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
+    """Undo beside a decision's confirmation: within its grace the decision is withdrawn and the
+    review is back in the queue; after it, refused in words (services.decision_undo)."""
+    try:
+        decision = services.decision_undo(decision_id=decision_id, by=request.user)
+    except services.RefundError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"Undone: the review of order {decision.ticket.order.number} is back in the queue.",
+        )
+        if request.POST.get("back") == "ticket":
+            return redirect("reviews:ticket", ticket_id=decision.ticket_id)
     return redirect("reviews:queue")
 
 

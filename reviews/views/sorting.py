@@ -17,6 +17,7 @@ from django_htmx.http import trigger_client_event
 from intake import forms, selectors, sorting
 from intake.models import Message
 from refunds import permissions, policy, services
+from refunds.models import CannedReason
 from reviews import paging
 from reviews.forms import order_numbers_typed
 from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, back
@@ -33,7 +34,7 @@ def _refuse_unless_desk_user(request: HtmxHttpRequest) -> None:
         raise PermissionDenied("You are in no desk group, so you sort no messages.")
 
 
-def _card(message: Message, **extra: Any) -> dict[str, Any]:
+def _card(message: Message, replies: list | None = None, **extra: Any) -> dict[str, Any]:
     reading = message.reading or {}
     read_reason = reading.get("reason")
     choices = selectors.order_choices(message)
@@ -53,6 +54,9 @@ def _card(message: Message, **extra: Any) -> dict[str, Any]:
         "fold": len(message.body) > FOLD_AT,
         "fold_at": FOLD_AT,
         "reasons": [(r, policy.REASONS[r]) for r in policy.TICKET_REASONS],
+        # The canned replies for setting a message aside (refunds.models.CannedReason).
+        "replies": list(CannedReason.objects.setting_aside()) if replies is None else replies,
+        "reply_max": sorting.REPLY_MAX,
         **extra,
     }
 
@@ -66,7 +70,8 @@ def _page_context(
         size=PAGE,
         cap=selectors.COUNT_CAP,
     )
-    cards = [_card(m, **(errors or {}).get(m.pk, {})) for m in page]
+    replies = list(CannedReason.objects.setting_aside())
+    cards = [_card(m, replies, **(errors or {}).get(m.pk, {})) for m in page]
     return {"cards": cards, **paging.page_context(request, page)}
 
 
@@ -103,12 +108,23 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
             "more_orders": data["more_orders"],
             "reason": data["reason"],
             "other_customer_ok": data["other_customer_ok"],
+            "reply_canned": data["reply_canned"],
+            "reply_words": data["reply_words"],
+            "no_reply_why": data["no_reply_why"],
         }
         if action == "both":
             raise sorting.SortingError("Choose either open the ticket or not a refund, not both.")
         if action == "not_refund":
-            sorting.message_mark_not_refund(message=message, by=request.user)
-            text = f"Marked the message from {message.sender} not a refund request."
+            sorting.message_mark_not_refund(
+                message=message,
+                by=request.user,
+                canned=data["reply_canned"],
+                words=data["reply_words"],
+                no_reply_why=data["no_reply_why"],
+            )
+            text = f"Set the message from {message.sender} aside as not a refund request" + (
+                "; no reply sent." if data["no_reply_why"] else "; the reply goes to them now."
+            )
             ticket = None
         elif action == "open":
             numbers = list(data["order"]) + order_numbers_typed(data["more_orders"])
@@ -126,20 +142,57 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     except services.RefundError as exc:
         return _sort_error(request, message, str(exc), values)
     if request.htmx:
-        context = {"m": message, "text": text, "ticket": ticket}
+        context = {"m": message, "text": text, "ticket": ticket, "undo": action == "not_refund"}
         response = render(request, "intake/needs_sorting.html#message-done", context)
         return trigger_client_event(response, "messagesChanged")
     messages.success(request, text)
     return redirect("reviews:needs_sorting")
 
 
+@require_GET
+@login_required
+def set_aside(request: HtmxHttpRequest) -> HttpResponse:
+    """Messages set aside as not a refund request, latest first: who, when, what the customer
+    was told, and an Undo that brings each back to "Needs sorting"."""
+    _refuse_unless_desk_user(request)
+    page = paging.capped_page(
+        request,
+        selectors.messages_set_aside(request.user).select_related("handled_by"),
+        size=PAGE,
+        cap=selectors.COUNT_CAP,
+    )
+    rows = [(m, sorting.set_aside_event(m)) for m in page]
+    return render(
+        request, "intake/set_aside.html", {"rows": rows, **paging.page_context(request, page)}
+    )
+
+
+@require_POST
+@login_required
+def set_aside_undo(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
+    """Undo a setting aside: the message goes back to "Needs sorting"; a reply sent stays sent."""
+    _refuse_unless_desk_user(request)
+    message = get_object_or_404(selectors.messages_visible(request.user), pk=message_id)
+    try:
+        sorting.message_set_aside_undo(message=message, by=request.user)
+    except services.RefundError as exc:
+        messages.error(request, str(exc))
+        return redirect("reviews:message", message_id=message.pk)
+    messages.success(
+        request,
+        f"The message from {message.sender} is back in Needs sorting. "
+        "A reply sent when it was set aside stays sent.",
+    )
+    return redirect("reviews:message", message_id=message.pk)
+
+
 def _sort_error(
     request: HtmxHttpRequest, message: Message, text: str, values: dict[str, Any]
 ) -> HttpResponse:
     message.refresh_from_db()
-    card = {"error": text, "values": values}
+    card: dict[str, Any] = {"error": text, "values": values}
     if request.htmx:
-        context = _card(message, **card)
+        context = _card(message, None, **card)
         return render(request, "intake/needs_sorting.html#message", context, status=400)
     context = _page_context(request, {message.pk: card})
     if not any(c["m"].pk == message.pk for c in context["cards"]):

@@ -22,6 +22,7 @@ from django_htmx.http import (
 
 from intake import selectors as intake_selectors
 from intake import services as intake
+from intake import sorting
 from intake.models import Message
 from refunds import permissions, selectors, services
 from refunds.models import CannedReason, Ticket
@@ -138,7 +139,14 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         pk=message_id,
     )
     placed = message.placements.select_related("ticket").order_by("id")
-    context = {"message": message, "placed": placed}
+    aside = sorting.set_aside_event(message)
+    context = {
+        "message": message,
+        "placed": placed,
+        "aside": aside,
+        "reply": sorting.set_aside_email(aside),
+        "may_sort": permissions.is_desk_user(request.user),
+    }
     if request.htmx:
         response = render(request, "reviews/message.html#status", context)
         if message.status != Message.Status.RECEIVED:
@@ -173,7 +181,7 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "opened_from": next(
             (m for m in ticket_messages if m.status == Message.Status.OPENED), None
         ),
-        "canned": list(CannedReason.objects.filter(active=True)),
+        "canned": list(CannedReason.objects.rejecting()),
     }
 
 
