@@ -165,7 +165,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     }
 
 
-def parts_items(check: OrderCheck) -> list[dict]:
+def parts_given(check: OrderCheck) -> list[dict]:
     """What an approved order's refund gave back, part by part, for the customer's email (each
     line's quantity, title, amount and whether it comes back; the shipping fee); [] for the
     shipping fee alone (or an answer from before parts), which the email says in a sentence."""
@@ -215,7 +215,7 @@ def order_facts(state: RefundState) -> dict:
                     "receipt": charge["receipt"],
                     "part": paid < asked,
                     "why_part": _why_less(state, answer) if paid < asked else "",
-                    "items": parts_items(check),
+                    "given": parts_given(check),
                 }
             )
         elif not check["refundable"]:
@@ -240,7 +240,7 @@ def order_facts(state: RefundState) -> dict:
                     "receipt": state["receipt"],
                     "part": False,
                     "why_part": "",
-                    "items": [],
+                    "given": [],
                 }
             )
         else:
@@ -252,5 +252,5 @@ def order_facts(state: RefundState) -> dict:
         "asked_cents": sum(o["asked_cents"] for o in refunded),
         "paid_cents": sum(o["paid_cents"] for o in refunded),
         "part": any(o["part"] for o in refunded),
-        "items": any(o["items"] for o in refunded),
+        "given": any(o["given"] for o in refunded),
     }
