@@ -17,6 +17,7 @@ urlpatterns = [
         name="email_resend",
     ),
     path("messages/<int:message_id>/", ticket.message_detail, name="message"),
+    path("messages/<int:message_id>/history/", ticket.message_history, name="message_history"),
     path("messages/needs-sorting/", sorting.needs_sorting, name="needs_sorting"),
     path("messages/<int:message_id>/sort/", sorting.message_sort, name="message_sort"),
     path("tickets/<int:ticket_id>/send-back/", sorting.send_back, name="send_back"),

@@ -138,13 +138,34 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         pk=message_id,
     )
     placed = message.placements.select_related("ticket").order_by("id")
-    context = {"message": message, "placed": placed}
+    last = message.events.select_related("actor").order_by("-at", "-id").first()
+    context = {"message": message, "placed": placed, "last": last}
     if request.htmx:
         response = render(request, "reviews/message.html#status", context)
         if message.status != Message.Status.RECEIVED:
             response.status_code = HttpResponseStopPolling.status_code
         return response
     return render(request, "reviews/message.html", context)
+
+
+@require_GET
+@login_required
+def message_history(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
+    """A message's whole path, oldest first: how it came in, where the intake put it, and each
+    thing a person did with it (MessageEvent: who and when), then where it is now."""
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    message = get_object_or_404(
+        intake_selectors.messages_visible(request.user).select_related("brought_by"),
+        pk=message_id,
+    )
+    context = {
+        "message": message,
+        "events": message.events.select_related("actor").order_by("at", "id"),
+        "placed": message.placements.select_related("ticket").order_by("id"),
+    }
+    return render(request, "reviews/message_history.html", context)
 
 
 def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
