@@ -193,3 +193,30 @@ def test_escalations_come_first_in_the_managers_queue(client, manager, colleague
     client.force_login(manager)
     html = client.get(QUEUE).content.decode()
     assert html.index(f'id="review-{escalated.pk}"') < html.index(f'id="review-{old.pk}"')
+
+
+def test_after_saving_the_answers_per_order_the_ticket_page_shows_the_new_state(
+    transactional_db, client, manager
+):
+    from tests.test_views_several import three_orders
+
+    ticket = three_orders()
+    client.force_login(manager)
+    form = {
+        "interrupt_id": ticket.pending_interrupt_id,
+        "orders": "1",
+        "back": "ticket",
+        "order-1042": "approve",
+        "amount-1042": "6.99",
+        "order-1049": "reject",
+        "reason": "A fee this high needs the carrier's report.",
+    }
+    url = reverse("reviews:decide", args=[ticket.pk])
+    headers = {"HX-Request": "true", "HX-Target": "ticket-status"}
+    fragment = client.post(url, form, headers=headers).content.decode()
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    for html in (fragment, page):
+        pill = html[html.index('id="ticket-status-pill"') :]
+        assert pill.startswith('id="ticket-status-pill">Applying the decision<')
+        assert "Save the answers per order" not in html and 'name="order-1042"' not in html
+        assert "Decided (see below); a worker is applying it." in html
