@@ -6,7 +6,7 @@ from django.db.models import Q, QuerySet
 
 from intake.models import Message
 from refunds import permissions
-from refunds.models import Order, of_customer, same_customer
+from refunds.models import Order, TicketOrder, of_customer, same_customer
 
 COUNT_CAP = 1000  # the nav says "1000+" past this: a count must not cost more with a backlog
 SENDER_ORDERS = 5  # the sender's recent orders offered beside the numbers read
@@ -76,4 +76,12 @@ def order_choices(message: Message) -> list[dict]:
             choices.append(
                 {"number": order.number, "read": False, "order": order, "other_customer": False}
             )
+    # Each order's latest ticket, in one query: whether it was refunded already, or is open.
+    orders = [c["order"].pk for c in choices if c["order"]]
+    latest = {}
+    links = TicketOrder.objects.filter(order_id__in=orders).select_related("ticket")
+    for link in links.order_by("ticket_id"):
+        latest[link.order_id] = link.ticket
+    for choice in choices:
+        choice["ticket"] = latest.get(choice["order"].pk) if choice["order"] else None
     return choices

@@ -207,7 +207,8 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
     words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
     where = placing.open_or_add(
         numbers,
-        note=f"{words}: {reading.summary}"[:NOTE_MAX],
+        # The customer's own words: the review and the ticket page quote the note as theirs.
+        note=(" ".join(message.body.split()) or message.subject or reading.summary)[:NOTE_MAX],
         # Four-eyes: who pasted or posted the message opened its ticket; the intake only acts.
         opened_by=message.brought_by,
         actor=None,

@@ -18,6 +18,7 @@ urlpatterns = [
         name="email_resend",
     ),
     path("messages/<int:message_id>/", ticket.message_detail, name="message"),
+    path("messages/<int:message_id>/history/", ticket.message_history, name="message_history"),
     path("messages/needs-sorting/", sorting.needs_sorting, name="needs_sorting"),
     path("messages/<int:message_id>/sort/", sorting.message_sort, name="message_sort"),
     path("messages/set-aside/", sorting.set_aside, name="set_aside"),

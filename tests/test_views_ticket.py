@@ -80,7 +80,9 @@ def test_it_shows_a_refund_from_review_to_receipt_through_the_real_runner(
     assert runner.advance(ticket.pk) == "refunded"
     charge, email = Charge.objects.get(), Email.objects.get()
     html = client.get(page(ticket)).content.decode()
-    assert "Refunded" in html and "Refunded $6.99." in html
+    # The status says "Refunded" once, the amount beside it (not "Refunded Refunded $6.99.").
+    assert 'id="ticket-status-pill">Refunded</span>' in html
+    assert '<span class="muted" id="ticket-outcome"> $6.99.</span>' in html
     assert (
         "Review by a person → Charged the refund of order 1042 → Settled the charges → "
         "Emailed the confirmation"

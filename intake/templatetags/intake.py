@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from django import template
+from django.conf.locale import LANG_INFO
 
 from refunds import policy
 
 register = template.Library()
 
-# The reading's fields a reviewer checks against the customer's words, in the card's order.
+# The reading's fields a reviewer checks against the customer's words, in the card's order. The
+# language's evidence words ("hi, my, the") are not quoted: the card names the language instead.
 QUOTED = (
     ("reason", "Reason"),
     ("orders", "Orders"),
     ("amount", "Amount"),
-    ("language", "Language"),
 )
 
 
@@ -31,12 +32,39 @@ def read_by_words(reading: dict | None) -> str:
 
 
 @register.filter
+def language_name(code: str | None) -> str:
+    """ "es" -> "Spanish": the language by its name; an unknown code is shown as it is."""
+    info = LANG_INFO.get((code or "").lower().split("-")[0])
+    return info["name"] if info and "name" in info else (code or "—")
+
+
+def _plain(words: str) -> str:
+    return " ".join(words.lower().split()).strip(" .,:;!?")
+
+
+@register.filter
+def summary_said(reading: dict | None) -> str:
+    """The summary without the reason and orders the card's line already gives ("Late delivery,
+    order 1044: ..." -> "..."); "" when it says nothing more (a subject line repeating them)."""
+    reading = reading or {}
+    summary = reading.get("summary") or ""
+    head, sep, rest = summary.partition(":")
+    if sep and _plain(head).startswith(_plain(reason_words(reading.get("reason")))):
+        return "" if _plain(rest) in ("", _plain(head)) else rest.strip()
+    return summary
+
+
+@register.filter
 def quoted(reading: dict | None) -> list[tuple[str, str]]:
-    """(label, the customer's words) for each field the reader quoted."""
-    quotes = (reading or {}).get("quotes") or {}
+    """(label, the customer's words) for each field the reader quoted, each once: a quote the
+    summary already holds (the subject line, often) tells the reviewer nothing new."""
+    reading = reading or {}
+    quotes = reading.get("quotes") or {}
+    shown = _plain(reading.get("summary") or "")
     known = [(label, quotes[key]) for key, label in QUOTED if quotes.get(key)]
-    others = [(k.capitalize(), v) for k, v in quotes.items() if k not in dict(QUOTED) and v]
-    return known + others
+    skip = {*dict(QUOTED), "language"}
+    others = [(k.capitalize(), v) for k, v in quotes.items() if k not in skip and v]
+    return [(label, words) for label, words in known + others if _plain(words) not in shown]
 
 
 # How each way in reads after "Opened by agent2 from …" on the ticket's page.

@@ -280,3 +280,23 @@ def proposed_units(order: dict, line_id: int) -> int:
 @register.filter
 def proposes_shipping(order: dict) -> bool:
     return any(part.get("shipping") for part in order.get("parts") or [])
+
+
+@register.filter
+def after_status(reason: str, ticket) -> str:
+    """The outcome's words after the status pill, without saying its word twice: a refunded
+    ticket reads "Refunded $12.50.", not "Refunded Refunded $12.50."."""
+    label = str(ticket.get_status_display())
+    if reason.lower().startswith(label.lower() + " "):
+        return reason[len(label) + 1 :]
+    return reason
+
+
+@register.filter
+def lateness(order) -> str:
+    """ "3 days late", "on time", "2 days early": how the delivery kept its promise."""
+    days = (order.delivered_on - order.promised_on).days
+    if days == 0:
+        return "on time"
+    word = "late" if days > 0 else "early"
+    return f"{abs(days)} day{'s' if abs(days) != 1 else ''} {word}"

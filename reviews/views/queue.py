@@ -56,9 +56,9 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         .prefetch_related(ORDER_LINKS)
         .order_by(*QUEUE_ORDER)
     )
-    reviews = _with_decided_lines(
-        with_pending_decisions(list(rows) if version.pks else []), version.number, version.decided
-    )
+    # Escalations first on the page (then the longest wait): a manager takes those before the rest.
+    cards = sorted(rows, key=lambda t: not t.is_escalated) if version.pks else []
+    reviews = _with_decided_lines(with_pending_decisions(cards), version.number, version.decided)
     return {
         "reviews": reviews,
         "review_count": version.total,

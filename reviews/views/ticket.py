@@ -140,9 +140,11 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     )
     placed = message.placements.select_related("ticket").order_by("id")
     aside = sorting.set_aside_event(message)
+    last = message.events.select_related("actor").order_by("-at", "-id").first()
     context = {
         "message": message,
         "placed": placed,
+        "last": last,
         "aside": aside,
         "reply": sorting.set_aside_email(aside),
         "may_sort": permissions.is_desk_user(request.user),
@@ -153,6 +155,26 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
             response.status_code = HttpResponseStopPolling.status_code
         return response
     return render(request, "reviews/message.html", context)
+
+
+@require_GET
+@login_required
+def message_history(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
+    """A message's whole path, oldest first: how it came in, where the intake put it, and each
+    thing a person did with it (MessageEvent: who and when), then where it is now."""
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    message = get_object_or_404(
+        intake_selectors.messages_visible(request.user).select_related("brought_by"),
+        pk=message_id,
+    )
+    context = {
+        "message": message,
+        "events": message.events.select_related("actor").order_by("at", "id"),
+        "placed": message.placements.select_related("ticket").order_by("id"),
+    }
+    return render(request, "reviews/message_history.html", context)
 
 
 def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
