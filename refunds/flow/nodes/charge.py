@@ -58,6 +58,11 @@ def charge_key(ticket_key: str, number: str, amount_cents: int) -> str:
 
 
 def _key(state: RefundState, check: OrderCheck, amount_cents: int) -> str:
+    # After a refund the processor failed, a key of its own: the failed one stays paid in the
+    # ledger under its key, and this is a new refund.
+    failed = check.get("refunds_failed", 0)
+    if failed:
+        return f"{charge_key(state['ticket_key'], check['number'], amount_cents)}:again{failed}"
     # A one-order thread approved under flow version 4 keeps the key its charge may already
     # have been made with, for that amount (refunds/flow/versions.py).
     if check.get("carried_key") and check.get("carried_key_cents") == amount_cents:

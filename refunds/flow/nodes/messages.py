@@ -19,6 +19,7 @@ from refunds.flow.nodes.common import (
 )
 from refunds.flow.state import (
     Collaborators,
+    OrderFacts,
     RefundState,
 )
 from refunds.flow.words import days, dollars, your_orders
@@ -56,6 +57,24 @@ def notify_key(state: RefundState) -> str:
     # outcome is its own message, a re-run of the same fork's notify is not.
     forks = state.get("forks", 0)
     return f"{state['ticket_key']}:notify" + (f":fork{forks}" if forks else "")
+
+
+def refund_failed_key(ticket_key: str, receipt: str) -> str:
+    return f"{ticket_key}:refund_failed:{receipt}"  # once per failed refund
+
+
+def refund_failed_email(order: OrderFacts, amount_cents: int, why: str) -> tuple[str, str]:
+    """The customer's email when the processor fails a refund after it was started: (subject,
+    body). `why` is the desk's sentence for the failure (refunds.selectors.refund_failure_words)."""
+    subject = f"Your refund for order {order['number']} did not go through"
+    body = (
+        f"Hello {order['customer_name']},\n\n"
+        f"The refund of {dollars(amount_cents)} for order {order['number']} did not reach you. "
+        f"{why}\n\n"
+        "A member of our team is looking at it and will write to you about what happens next.\n\n"
+        "Refund Desk"
+    )
+    return subject, body
 
 
 def received_key(ticket_key: str) -> str:

@@ -1,0 +1,126 @@
+"""A refund Stripe fails after the desk made it (issue 30): its money goes back to the order's
+balance, the ticket's thread goes back to a manager's review with the failure in the desk's words,
+the customer gets one failure email at the SMTP sink, and approving again makes a new refund at
+localstripe under a new key. The real graph runs in this process (runner.advance); Stripe is
+localstripe, with `StripeSays` (tests/test_stripe_events.py) saying "failed", which localstripe
+cannot."""
+
+from __future__ import annotations
+
+import pytest
+
+from refunds import enqueue, money, payments, runner, services, tasks
+from refunds.models import AuditEvent, Charge, Email, Ticket
+from refunds.services.stripe_events import HANDLE
+from tests.conftest import make_order
+from tests.test_stripe_events import event, post
+from tests.test_stripe_events import stripe_desk as stripe_desk  # noqa: F401 - a fixture
+from tests.test_stripe_events import stripe_says as stripe_says  # noqa: F401 - a fixture
+
+PAID = 5699
+CLOSED = "The customer's bank refused the refund: the card is closed. No money reached them."
+
+
+@pytest.fixture
+def woken(monkeypatch) -> list[tuple[str, int]]:
+    """What was handed to workers (task name, row id), in place of the broker."""
+    handed: list[tuple[str, int]] = []
+    monkeypatch.setattr(enqueue, "send", lambda task, pk: handed.append((task, pk)) or True)
+    return handed
+
+
+@pytest.fixture
+def desk(settings, stripe_desk, smtp, woken, request):
+    settings.REFUNDS_GATEWAY = "refunds.payments.stripe.StripeGateway"
+    payments.get_gateway.cache_clear()  # one gateway per process, built from the settings
+    request.addfinalizer(payments.get_gateway.cache_clear)
+    return stripe_desk
+
+
+def deliver(client, woken, body: dict) -> None:
+    """Stripe posts the event; the workers it woke run here, as Celery would run them."""
+    woken.clear()
+    response = post(client, body)
+    assert response.status_code == 200, response.content
+
+    for task, pk in list(woken):
+        if task == HANDLE:
+            tasks.handle_stripe_event(pk)
+
+
+def refunded(localstripe, number: str, manager) -> Ticket:
+    order = make_order(number, fee_cents=699)
+    order.payment_reference = localstripe.payment_intent(PAID)
+    order.save(update_fields=["payment_reference"])
+    ticket = services.ticket_open(order_number=number)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        reviewer=manager,
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    return Ticket.objects.get(pk=ticket.pk)
+
+
+def test_a_refund_stripe_fails_later_goes_back_to_a_manager_and_the_customer_is_told_once(
+    transactional_db, client, manager, desk, smtp, woken, stripe_says
+):
+    ticket = refunded(desk, "4301", manager)
+    charge = Charge.objects.get(ticket=ticket)
+    [refund] = desk.refunds(ticket.order.payment_reference)
+    assert money.refundable_cents(ticket.order) == 0
+    stripe_says.says[refund["id"]] = {
+        "status": "failed",
+        "failure_reason": "expired_or_canceled_card",
+    }
+
+    # Sent twice and out of order: the failure, an older "updated", the failure again.
+    failed = event("refund.failed", refund)
+    deliver(client, woken, failed)
+    assert ("refunds.tasks.advance_ticket", ticket.pk) in woken
+    deliver(client, woken, event("refund.updated", refund | {"status": "succeeded"}))
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    deliver(client, woken, failed)
+    deliver(client, woken, event("charge.refund.updated", refund))
+    assert runner.advance(ticket.pk) == "awaiting_review"  # nothing more to hand back
+
+    ticket.refresh_from_db()
+    charge.refresh_from_db()
+    assert ticket.status == "awaiting_review"
+    assert ticket.required_role == "manager"
+    assert (
+        "The customer's bank refused the refund: the card is closed"
+        in (ticket.pending_payload["description"])
+    )
+    assert charge.handed_back_at is not None
+    assert money.refundable_cents(ticket.order) == 699  # the balance is back
+    assert (
+        AuditEvent.objects.filter(ticket=ticket, action="refund_failed", note=CLOSED).count() == 1
+    )
+    failures = [d for d in smtp.delivered if ":refund_failed:" in d.key]
+    assert len(failures) == 1
+    assert failures[0].subject == "Your refund for order 4301 did not go through"
+    assert CLOSED in " ".join(failures[0].body.split())
+
+    # A manager approves again: a new refund at Stripe, under a key of its own.
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        reviewer=manager,
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    keys = list(
+        Charge.objects.filter(ticket=ticket)
+        .order_by("pk")
+        .values_list("idempotency_key", flat=True)
+    )
+    assert keys == [charge.idempotency_key, f"{charge.idempotency_key}:again1"]
+    assert sorted(r["amount"] for r in desk.refunds(ticket.order.payment_reference)) == [699, 699]
+    assert money.refundable_cents(ticket.order) == 0
+    assert sum(1 for d in smtp.delivered if "We refunded" in d.body) == 1  # never a second
+    assert len([d for d in smtp.delivered if ":refund_failed:" in d.key]) == 1
+    assert Email.objects.filter(ticket=ticket, key__contains=":refund_failed:").count() == 1
