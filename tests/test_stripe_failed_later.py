@@ -124,3 +124,19 @@ def test_a_refund_stripe_fails_later_goes_back_to_a_manager_and_the_customer_is_
     assert sum(1 for d in smtp.delivered if "We refunded" in d.body) == 1  # never a second
     assert len([d for d in smtp.delivered if ":refund_failed:" in d.key]) == 1
     assert Email.objects.filter(ticket=ticket, key__contains=":refund_failed:").count() == 1
+
+
+def test_a_failed_refund_whose_wake_up_was_lost_is_handed_back_by_the_sweep(
+    transactional_db, client, manager, desk, woken, stripe_says
+):
+    ticket = refunded(desk, "4302", manager)
+    [refund] = desk.refunds(ticket.order.payment_reference)
+    stripe_says.says[refund["id"]] = {"status": "canceled"}
+    deliver(client, woken, event("refund.updated", refund))
+    assert ticket in Ticket.objects.needing_worker()  # the wake-up was only a signal
+
+    assert runner.advance(ticket.pk) == "awaiting_review"
+
+    assert ticket not in Ticket.objects.needing_worker()
+    ticket.refresh_from_db()
+    assert "The refund was canceled at Stripe" in ticket.pending_payload["description"]
