@@ -12,7 +12,8 @@ import pytest
 from refunds import enqueue, money, payments, runner, services, tasks
 from refunds.models import AuditEvent, Charge, Email, Ticket
 from refunds.services.stripe_events import HANDLE
-from tests.conftest import make_order
+from tests import test_crash
+from tests.conftest import make_order, wait_for
 from tests.test_stripe_events import event, post
 from tests.test_stripe_events import stripe_desk as stripe_desk  # noqa: F401 - a fixture
 from tests.test_stripe_events import stripe_says as stripe_says  # noqa: F401 - a fixture
@@ -140,3 +141,45 @@ def test_a_failed_refund_whose_wake_up_was_lost_is_handed_back_by_the_sweep(
     assert ticket not in Ticket.objects.needing_worker()
     ticket.refresh_from_db()
     assert "The refund was canceled at Stripe" in ticket.pending_payload["description"]
+
+
+# --- a worker killed while it hands a failed refund back --------------------------------------
+crash_plan = test_crash.crash_plan  # the crash tests' fixtures, shared
+sweep_now = test_crash.sweep_now
+
+
+@pytest.mark.slow
+def test_a_worker_killed_handing_a_failed_refund_back_leaves_one_failure_email(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order
+):
+    """The event's handler recorded the failure (as Stripe said it); the worker that hands the
+    ticket back is killed (os._exit) just before the failure email's SMTP conversation. The next
+    worker, woken by the sweep, sends it once and brings the thread back to a manager."""
+    env = crash_plan({})
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = test_crash.open_and_wait_for_review("1042", agent)
+    test_crash.approve(ticket, admin_user)
+    wait_for(lambda: test_crash.status(ticket) == "refunded", timeout=60, what="the refund")
+    crash_plan({ticket.thread_id: {"point": "smtp:before", "times": 1}})
+    Charge.objects.filter(ticket=ticket).update(
+        processor_status="failed", failure_reason="expired_or_canceled_card"
+    )
+    enqueue.wake(ticket.pk)  # what the event's handler does once the failure commits
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die before the email")
+    assert test_crash.status(ticket) == "refunded"  # nothing handed back yet
+
+    workers("second", pool="solo", env=env)
+
+    def back() -> bool:
+        if test_crash.status(ticket) == "awaiting_review":
+            return True
+        sweep_now()
+        return False
+
+    wait_for(back, timeout=60, every=0.5, what="the ticket back at a manager's review")
+    ticket.refresh_from_db()
+    assert ticket.required_role == "manager"
+    assert money.refundable_cents(ticket.order) == ticket.order.shipping_fee_cents
+    wait_for(lambda: sinks.smtp.count(f"{ticket.thread_id}:refund_failed:") == 1, what="the email")
+    assert sinks.smtp.keys()[f"{ticket.thread_id}:email"] == 1  # never a second "refunded"
+    assert sum(1 for d in sinks.smtp.delivered if ":refund_failed:" in d.key) == 1
