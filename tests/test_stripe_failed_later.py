@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.localstripe import StripeFaults
 from refunds import enqueue, money, payments, runner, services, tasks
-from refunds.models import AuditEvent, Charge, Email, Ticket
+from refunds.models import AuditEvent, Charge, Email, StripeEvent, Ticket
 from refunds.services.stripe_events import HANDLE
 from tests import test_crash
 from tests.conftest import make_order, wait_for
-from tests.test_stripe_events import event, post
+from tests.test_stripe_events import WEBHOOK_SECRET, event, post
 from tests.test_stripe_events import stripe_desk as stripe_desk  # noqa: F401 - a fixture
 from tests.test_stripe_events import stripe_says as stripe_says  # noqa: F401 - a fixture
 
@@ -183,3 +184,60 @@ def test_a_worker_killed_handing_a_failed_refund_back_leaves_one_failure_email(
     wait_for(lambda: sinks.smtp.count(f"{ticket.thread_id}:refund_failed:") == 1, what="the email")
     assert sinks.smtp.keys()[f"{ticket.thread_id}:email"] == 1  # never a second "refunded"
     assert sum(1 for d in sinks.smtp.delivered if ":refund_failed:" in d.key) == 1
+
+
+@pytest.mark.slow
+def test_a_worker_killed_inside_the_event_handler_converges_on_the_failure(
+    workers, localstripe, sinks, sweep_now, agent, admin_user, client, settings
+):
+    """A worker is SIGKILLed while its event handler re-reads the refund at Stripe (the read
+    held at the proxy); the event, sent twice and an older one after, is handled by the next
+    worker through the sweep: the ticket goes back to a manager once, one failure email."""
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
+    order = make_order("4303", fee_cents=699)
+    order.payment_reference = localstripe.payment_intent(PAID)
+    order.save(update_fields=["payment_reference"])
+    proxy = StripeFaults(localstripe.url).start()
+    env = localstripe.env() | {"STRIPE_API_BASE": proxy.url}
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = test_crash.open_and_wait_for_review("4303", agent)
+    test_crash.approve(ticket, admin_user)
+    wait_for(lambda: test_crash.status(ticket) == "refunded", timeout=60, what="the refund")
+    [refund] = localstripe.refunds(order.payment_reference)
+    proxy.says[refund["id"]] = {"status": "failed", "failure_reason": "expired_or_canceled_card"}
+    proxy.hold()
+
+    failed = event("refund.failed", refund)
+    assert post(client, failed).status_code == 200
+    wait_for(lambda: proxy.reads >= 1, timeout=30, what="the handler's re-read at Stripe")
+    doomed.kill()  # SIGKILL, inside the event handler
+    proxy.release()
+    assert StripeEvent.objects.get(event_id=failed["id"]).handled_at is None
+    assert post(client, failed).status_code == 200  # Stripe retries it
+    assert post(client, event("refund.updated", refund | {"status": "pending"})).status_code == 200
+    workers("second", pool="solo", env=env)
+
+    def back() -> bool:
+        if test_crash.status(ticket) == "awaiting_review":
+            return True
+        services.stripe_events_recover()
+        sweep_now()
+        return False
+
+    wait_for(back, timeout=60, every=0.5, what="the ticket back at a manager's review")
+    wait_for(
+        lambda: not StripeEvent.objects.filter(handled_at__isnull=True).exists(),
+        timeout=30,
+        what="every event handled",
+    )
+    charge = Charge.objects.get(ticket=ticket)
+    assert (charge.processor_status, charge.failure_reason) == (
+        "failed",
+        "expired_or_canceled_card",
+    )
+    assert money.refundable_cents(order) == 699
+    wait_for(lambda: sinks.smtp.count(f"{ticket.thread_id}:refund_failed:") == 1, what="the email")
+    assert sinks.smtp.keys()[f"{ticket.thread_id}:email"] == 1  # never a second "refunded"
+    assert AuditEvent.objects.filter(ticket=ticket, action="refund_failed").count() == 1
+    proxy.stop()
