@@ -388,7 +388,10 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
     `approve`, under the lease and its fence; the run that follows pauses on the review."""
     failed = Charge.objects.failed_not_handed_back().filter(ticket_id=lease.row_id)
     for charge in failed.select_related("order").order_by("pk"):
-        values = cast(RefundState, snapshot(lease.thread_id).values or {})
+        # A thread of an older shape is carried to the current one in the same update.
+        current = snapshot(lease.thread_id).values or {}
+        carried = versions.upgrade(current)
+        values = cast(RefundState, current | carried)
         number = charge.order.number
         charges = values.get("charges") or {}
         why = selectors.refund_failure_words(charge.failure_reason, charge.processor_status)
@@ -407,7 +410,7 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             except MailRefused as exc:  # a bad address: the manager's review still comes
                 log.warning("ticket %s: failure email refused: %s", lease.row_id, exc)
             left = {n: c for n, c in charges.items() if n != number and c.get("receipt")}
-            update: dict[str, Any] = {
+            update: dict[str, Any] = carried | {
                 "checks": {number: {**check, "refunds_failed": check.get("refunds_failed", 0) + 1}},
                 "charges": {number: {"number": number, "amount_cents": 0}},
                 "amount_cents": sum(c["amount_cents"] for c in left.values()),
