@@ -131,7 +131,12 @@ class StripeFaults:
     Behaviours, queued for the next `POST /v1/refunds` calls (everything else passes through):
     "rate_limited" answers 429 with Stripe's error body and forwards nothing; "answer_late"
     forwards the request (the refund is made) and answers after `late_by` seconds, past the
-    client's timeout; "reset_after" forwards it and drops the connection without an answer."""
+    client's timeout; "reset_after" forwards it and drops the connection without an answer.
+
+    On reads of one refund (`GET /v1/refunds/<id>`): `says[id]` is laid over localstripe's
+    answer (a refund `failed` with a reason, which localstripe cannot say), and while `held` is
+    set each read waits until `release()` (a worker caught inside the event handler's re-read);
+    `reads` counts them."""
 
     def __init__(self, upstream: str, *, late_by: float = 1.5) -> None:
         self.upstream = upstream
@@ -140,6 +145,10 @@ class StripeFaults:
         self.idempotency_keys: list[str] = []  # of every refund POST, as the request carried it
         self._queue: list[str] = []
         self._lock = threading.Lock()
+        self.says: dict[str, dict[str, Any]] = {}
+        self.reads = 0
+        self.held = False
+        self._released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -176,6 +185,25 @@ class StripeFaults:
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self.start()
+
+    def hold(self) -> None:
+        self._released.clear()
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+        self._released.set()
+
+    def _read_of_one_refund(self, method: str, path: str, answer: bytes) -> bytes:
+        parts = path.split("?")[0].strip("/").split("/")
+        if method != "GET" or len(parts) != 3 or parts[:2] != ["v1", "refunds"]:
+            return answer
+        with self._lock:
+            self.reads += 1
+        if self.held:
+            self._released.wait(timeout=60)
+        said = self.says.get(parts[2])
+        return json.dumps(json.loads(answer) | said).encode() if said else answer
 
     def _next(self, method: str, path: str, idempotency_key: str) -> str:
         if (method, path.split("?")[0]) != ("POST", "/v1/refunds"):
@@ -221,6 +249,8 @@ class StripeFaults:
                         status, answer = response.status, response.read()
                 except urllib.error.HTTPError as exc:
                     status, answer = exc.code, exc.read()
+                if status == 200:
+                    answer = faults._read_of_one_refund(method, self.path, answer)
                 if behaviour == "answer_late":
                     time.sleep(faults.late_by)
                 elif behaviour == "reset_after":

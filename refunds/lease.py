@@ -71,6 +71,7 @@ class Lease:
     order_number: str = ""
     note: str = ""
     has_forks: bool = False
+    refund_failed: bool = False  # a refund the processor failed waits to go back to a manager
     flow_version: int = 0  # the state shape the thread was stamped with (refunds/flow/versions.py)
     # The decisions recorded and not applied, as the grant read them (runner._open_decisions
     # takes them once; None: read them afresh).
@@ -347,20 +348,22 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
             f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "
             f"status = CASE WHEN status = {queries.TICKET_NEW} THEN {queries.TICKET_RUNNING} "
             f"ELSE status END, updated_at = {sql.now()} "
-            f"WHERE id = %s AND status NOT IN {queries.TICKET_NOT_LEASABLE} "
+            f"WHERE id = %s AND (status NOT IN {queries.TICKET_NOT_LEASABLE} "
+            f"OR {queries.refund_failed_waiting('refunds_ticket.id')}) "
             f"AND {queries.lease_lapsed(sql.now())} "
             "RETURNING lease_epoch, attempts, thread_id, order_id, status, pending_interrupt_id, "
             "mirror_epoch, last_error, note, "
             "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "
             f"{queries.fork_waiting('refunds_ticket.id')}, flow_version, "
-            f"{queries.open_decisions('refunds_ticket.id')}",
+            f"{queries.open_decisions('refunds_ticket.id')}, "
+            f"{queries.refund_failed_waiting('refunds_ticket.id')}",
             [owner, seconds, ticket_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
     (epoch, attempts, thread_id, order_id, status, pending, mirror_epoch, last_error) = row[:8]
-    note, order_number, has_forks, flow_version, decisions = row[8:]
+    note, order_number, has_forks, flow_version, decisions, refund_failed = row[8:]
     return Lease(
         row_id=ticket_id,
         thread_id=thread_id,
@@ -377,6 +380,7 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
         order_number=order_number,
         note=note,
         has_forks=bool(has_forks),
+        refund_failed=bool(refund_failed),
         flow_version=flow_version,
         open_decisions=queries.read_open_decisions(decisions),
     )

@@ -13,6 +13,7 @@ from refunds import policy
 from refunds.flow.words import dollars
 from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
+    PROCESSOR_GAVE_BACK,
     TICKET_WORK_LEFT,
     ChargeStatus,
     DecisionAnswer,
@@ -294,15 +295,18 @@ class TicketQuerySet(models.QuerySet):
 
     def needing_worker(self, settled_before=None) -> TicketQuerySet:
         """Tickets a worker should advance now: no live lease, and work left, or a recorded
-        decision or fork not yet applied (unless the ticket failed: an admin retries it). The
+        decision or fork not yet applied (unless the ticket failed: an admin retries it), or a
+        refund the processor failed that has not gone back to a manager yet. The
         one answer, used by the sweep and crashtest; the runner's SQL uses its parts
         (refunds/queries.py). The sweep passes `settled_before` to leave fresh work to the task
         sent for it."""
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
         work_left = [status for status, yes in TICKET_WORK_LEFT.items() if yes]
+        failed_refund = Charge.objects.failed_not_handed_back().filter(ticket=OuterRef("pk"))
         return self.leasable().filter(
             Q(status__in=work_left, **young)
             | (~Q(status=Ticket.Status.FAILED) & _answer_waiting(settled_before))
+            | Q(Exists(failed_refund))
         )
 
 
@@ -656,8 +660,16 @@ class Fork(models.Model):
 
 class ChargeQuerySet(models.QuerySet):
     def holding_balance(self) -> ChargeQuerySet:
-        """Charges that count against an order's balance: paid, or under way (maybe paid)."""
-        return self.filter(status__in=[s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds])
+        """Charges that count against an order's balance: paid, or under way (maybe paid); not a
+        refund the processor failed or canceled after accepting it (its money came back)."""
+        return self.filter(
+            status__in=[s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds]
+        ).exclude(processor_status__in=PROCESSOR_GAVE_BACK)
+
+    def failed_not_handed_back(self) -> ChargeQuerySet:
+        """Refunds the processor failed after accepting them whose ticket has not yet gone back
+        to a manager (refunds/queries.py's refund_failed_waiting in SQL)."""
+        return self.failed_at_processor().filter(handed_back_at__isnull=True)
 
     def money_moved(self) -> ChargeQuerySet:
         """Charges whose money moved, or may have (an outcome not yet known)."""
@@ -705,6 +717,8 @@ class Charge(models.Model):
         blank=True,
     )
     failure_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # When a refund the processor failed sent its ticket back to a manager (refunds/runner.py).
+    handed_back_at = models.DateTimeField(null=True, blank=True)
 
     objects = ChargeQuerySet.as_manager()
 
@@ -809,6 +823,7 @@ class AuditEvent(models.Model):
         # some lowered): `answer["orders"]` holds each order's answer. Older rows logged this
         # as "approve", "reject" or "edit" with the same `answer["orders"]`.
         ANSWER = "answer", "Answered per order"
+        REFUND_FAILED = "refund_failed", "Refund failed at the processor"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(

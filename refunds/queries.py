@@ -23,6 +23,7 @@ from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     DECISION_KNOWN,
     EMAIL_KNOWN,
+    PROCESSOR_GAVE_BACK,
     TICKET_LEASABLE,
     TICKET_WORK_LEFT,
 )
@@ -56,6 +57,7 @@ CHARGE_PENDING = literal(Charge.Status.PENDING)
 CHARGE_SUCCEEDED = literal(Charge.Status.SUCCEEDED)
 CHARGE_REFUSED = literal(Charge.Status.REFUSED)
 CHARGE_HOLDING = literals(_chosen(CHARGE_HOLDS_BALANCE))
+CHARGE_GAVE_BACK = literals(sorted(PROCESSOR_GAVE_BACK))  # processor statuses
 EMAIL_PENDING = literal(Email.Status.PENDING)
 EMAIL_SENDING = literal(Email.Status.SENDING)
 EMAIL_SENT = literal(Email.Status.SENT)
@@ -121,6 +123,17 @@ def fork_waiting(ticket: str) -> str:
 def answer_waiting(ticket: str) -> str:
     """A decision or a fork waits: TicketQuerySet.answer_waiting() in SQL."""
     return f"({decision_waiting(ticket)} OR {fork_waiting(ticket)})"
+
+
+def refund_failed_waiting(ticket: str) -> str:
+    """A refund of the ticket (an SQL expression for its id) that the processor failed after
+    accepting it, not yet handed back to a manager: the thread owes it a run, even though the
+    ticket reads refunded. Charge.objects.failed_not_handed_back() is the ORM's twin."""
+    return (
+        f"EXISTS (SELECT 1 FROM refunds_charge c WHERE c.ticket_id = {ticket} "
+        f"AND c.status = {CHARGE_SUCCEEDED} AND c.processor_status IN {CHARGE_GAVE_BACK} "
+        "AND c.handed_back_at IS NULL)"
+    )
 
 
 def lease_lapsed(now: str, ticket: str = "refunds_ticket") -> str:

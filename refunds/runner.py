@@ -24,10 +24,10 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -36,14 +36,35 @@ from langgraph.types import Command, StateSnapshot
 
 from core import sql
 from core.logs import bound
+from refunds import (
+    audit,
+    mail,
+    metrics,
+    mirror,
+    money,
+    persistence,
+    policy,
+    queries,
+    selectors,
+    signals,
+)
 from refunds import lease as leases
-from refunds import mail, metrics, mirror, money, persistence, policy, queries, signals
 from refunds.carriers import tracker
 from refunds.flow import versions
-from refunds.flow.errors import EffectBusy
+from refunds.flow.errors import EffectBusy, MailRefused
+from refunds.flow.nodes.messages import language_of, refund_failed_facts, refund_failed_key
 from refunds.flow.state import FLOW_VERSION, Collaborators, Part, RefundState
 from refunds.flow.words import dollars
-from refunds.models import Charge, Decision, Fork, Order, Ticket, TicketOrder, resume_value
+from refunds.models import (
+    AuditEvent,
+    Charge,
+    Decision,
+    Fork,
+    Order,
+    Ticket,
+    TicketOrder,
+    resume_value,
+)
 from refunds.payments import get_gateway
 from refunds.persistence import FenceLost, graph, snapshot, thread_config
 
@@ -380,6 +401,57 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         )
 
 
+def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
+    """A refund the processor failed after accepting it (its money came back): the customer is
+    told once, then the thread, ended or not, goes back to a manager's review with that order's
+    refund dropped, so approving again makes a new refund under a new key (`refunds_failed` in
+    the order's check). Written like a fork: update_state as `received`, whose edge leads to
+    `approve`, under the lease and its fence; the run that follows pauses on the review."""
+    failed = Charge.objects.failed_not_handed_back().filter(ticket_id=lease.row_id)
+    for charge in failed.select_related("order").order_by("pk"):
+        # A thread of an older shape is carried to the current one in the same update.
+        current = snapshot(lease.thread_id).values or {}
+        carried = versions.upgrade(current)
+        values = cast(RefundState, current | carried)
+        number = charge.order.number
+        charges = values.get("charges") or {}
+        why = selectors.refund_failure_words(charge.failure_reason, charge.processor_status)
+        # Still the thread's refund for the order: not handed back yet (else a crash came after
+        # update_state, and only the mark below is left).
+        if charge.receipt and charges.get(number, {}).get("receipt") == charge.receipt:
+            check = values["checks"][number]
+            try:
+                ctx.send_mail(
+                    key=refund_failed_key(lease.thread_id, charge.receipt),
+                    to=check["order"]["customer_email"],
+                    kind="refund_failed",
+                    facts=refund_failed_facts(check["order"], charge.amount_cents),
+                    language=language_of(values),
+                )
+            except MailRefused as exc:  # a bad address: the manager's review still comes
+                log.warning("ticket %s: failure email refused: %s", lease.row_id, exc)
+            left = {n: c for n, c in charges.items() if n != number and c.get("receipt")}
+            update: dict[str, Any] = carried | {
+                "checks": {number: {**check, "refunds_failed": check.get("refunds_failed", 0) + 1}},
+                "charges": {number: {"number": number, "amount_cents": 0}},
+                "amount_cents": sum(c["amount_cents"] for c in left.values()),
+                "receipt": ", ".join(c["receipt"] for c in left.values()),
+                # The review reads "The charge was refused: <this>. No money moved."
+                "payment_error": why.removesuffix(" No money reached them.").rstrip("."),
+                "required_role": "manager",
+                "notes": [f"Order {number}: refund {charge.receipt} failed at Stripe. {why}"],
+                "trail": ["refund_failed"],
+            }
+            config = thread_config(lease.thread_id, fence=lease.epoch)
+            graph().update_state(config, update, as_node="received")
+        with transaction.atomic():
+            marked = Charge.objects.filter(
+                pk=charge.pk, handed_back_at__isnull=True, ticket__lease_epoch=lease.epoch
+            ).update(handed_back_at=timezone.now())
+            if marked:
+                audit.record(lease.row_id, AuditEvent.Action.REFUND_FAILED, note=why)
+
+
 def _drive(lease: leases.Lease) -> dict[str, Any]:
     """Run the thread until it waits on a person or ends; return its mirror fields (empty when
     nothing changed)."""
@@ -397,9 +469,10 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
     old_shape = lease.flow_version < FLOW_VERSION
     state: Any = None  # None: the first grant ever, the thread never ran, nothing to read
     as_mirrored = False  # the state is the mirror's own: nothing to write back unless it moves
-    if lease.trusted and not forks and lease.epoch == 1:
+    trusted = lease.trusted and not forks and not lease.refund_failed
+    if trusted and lease.epoch == 1:
         pass
-    elif lease.trusted and not forks and lease.pending_interrupt_id and not old_shape:
+    elif trusted and lease.pending_interrupt_id and not old_shape:
         state, as_mirrored = _waiting_on(lease), True  # the mirror knows the interrupt exactly
     else:
         # The checkpointer is the truth; raise the fence first, so a paused writer of an older
@@ -407,6 +480,8 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
         if not persistence.checkpointer().claim_fence(lease.thread_id, lease.epoch):
             raise FenceLost(f"a newer epoch than {lease.epoch} holds {lease.thread_id}")
         _apply_forks(lease, forks)
+        if lease.refund_failed:
+            _hand_back_failed_refunds(lease, ctx)
         state = snapshot(lease.thread_id)
         if state.metadata is not None and not state.interrupts:
             answered = (state.values or {}).get("decision", {}).get("decision_id")

@@ -71,6 +71,31 @@ def refund_progress(ticket: Ticket) -> dict[str, str] | None:
     return {"state": "refunded", "words": Ticket.Status.REFUNDED.label}
 
 
+# Stripe's Refund.failure_reason, in the desk's words (what the card or bank did).
+_FAILURE_WORDS = {
+    "expired_or_canceled_card": "The customer's bank refused the refund: the card is closed.",
+    "lost_or_stolen_card": (
+        "The customer's bank refused the refund: the card was reported lost or stolen."
+    ),
+    "declined": "The customer's bank refused the refund.",
+    "charge_for_pending_refund_disputed": ("Stripe stopped the refund: the payment is disputed."),
+    "insufficient_funds": "Stripe stopped the refund: the shop's Stripe balance was too low.",
+    "merchant_request": "The refund was canceled at Stripe.",
+}
+
+
+def refund_failure_words(reason: str, status: str = "failed") -> str:
+    """Why a refund the processor accepted did not reach the customer, in the desk's words,
+    ending with what that means for the money."""
+    if reason in _FAILURE_WORDS:
+        why = _FAILURE_WORDS[reason]
+    elif status == "canceled":
+        why = "The refund was canceled at Stripe."
+    else:
+        why = "The refund failed at Stripe" + (f" ({reason})." if reason else ".")
+    return f"{why} No money reached them."
+
+
 def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:
     """Other tickets of the same order, and of the same customer's other orders, newest first:
     what a reviewer checks before refunding again."""

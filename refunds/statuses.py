@@ -100,6 +100,10 @@ PROCESSOR_RANK = {
     P.FAILED: 3,
     P.CANCELED: 3,
 }
+# A refund the processor accepted and then failed or canceled: its money came back to the
+# merchant, so it no longer holds the order's balance (refunds/money.py), and the ticket goes
+# back to a manager (refunds/runner.py).
+PROCESSOR_GAVE_BACK = frozenset({P.FAILED, P.CANCELED})
 # The outbox's statements (refunds/mail.py) were written for these three; a fourth needs its
 # claim and its marks thought through.
 EMAIL_KNOWN = frozenset({EmailStatus.PENDING, EmailStatus.SENDING, EmailStatus.SENT})

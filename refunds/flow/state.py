@@ -114,6 +114,10 @@ class OrderCheck(TypedDict, total=False):
     # key it used, honoured for that amount (refunds/flow/versions.py).
     carried_key: str
     carried_key_cents: int
+    # How many of this order's refunds the processor failed after accepting them (the runner
+    # hands the thread back to a manager); part of the next charge's key, so approving again
+    # makes a new refund. Absent reads 0: no state of an older shape needs an upgrade.
+    refunds_failed: int
     # After the review: approved (with the amount to pay) or rejected (with why).
     answer: OrderAnswer
 

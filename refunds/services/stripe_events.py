@@ -23,7 +23,7 @@ from refunds.flow.errors import PermanentGatewayError
 from refunds.models import Charge, StripeEvent
 from refunds.payments.stripe import StripeGateway
 from refunds.services.sweep import wake_all
-from refunds.statuses import PROCESSOR_RANK, ProcessorStatus
+from refunds.statuses import PROCESSOR_GAVE_BACK, PROCESSOR_RANK, ProcessorStatus
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ REFUND_EVENTS = frozenset(
 )
 CHARGE_EVENTS = frozenset({"charge.refunded"})
 EVENTS = REFUND_EVENTS | CHARGE_EVENTS
-FAILED = frozenset({ProcessorStatus.FAILED, ProcessorStatus.CANCELED})  # with a failure reason
+FAILED = PROCESSOR_GAVE_BACK  # with a failure reason
 
 
 def stripe_event_receive(*, event: dict[str, Any]) -> tuple[StripeEvent, bool]:
@@ -127,6 +127,10 @@ def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
     )
     if not moved:
         return f"{refund_id}: {status} is behind what the desk has, kept"
+    if status in FAILED and charge.status == Charge.Status.SUCCEEDED:
+        # Its money came back: the ticket's thread goes back to a manager (refunds/runner.py);
+        # the sweep wakes it too if this wake-up is lost.
+        enqueue.advance_on_commit(charge.ticket_id)
     return f"{refund_id}: {status}" + (f" ({reason})" if reason else "")
 
 

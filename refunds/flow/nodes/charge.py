@@ -68,6 +68,12 @@ def charge_key(
 
 
 def _key(state: RefundState, check: OrderCheck, amount_cents: int, parts: list[Part]) -> str:
+    # After a refund the processor failed, a key of its own: the failed one stays paid in the
+    # ledger under its key, and this is a new refund.
+    failed = check.get("refunds_failed", 0)
+    if failed:
+        key = charge_key(state["ticket_key"], check["number"], amount_cents, parts)
+        return f"{key}:again{failed}"
     # A one-order thread approved under flow version 4 keeps the key its charge may already
     # have been made with, for that amount (refunds/flow/versions.py).
     carried = check.get("carried_key") and check.get("carried_key_cents") == amount_cents

@@ -23,6 +23,7 @@ from refunds.flow.state import (
     Collaborators,
     OrderAnswer,
     OrderCheck,
+    OrderFacts,
     RefundState,
 )
 from refunds.flow.words import dollars
@@ -60,6 +61,20 @@ def notify_key(state: RefundState) -> str:
     # outcome is its own message, a re-run of the same fork's notify is not.
     forks = state.get("forks", 0)
     return f"{state['ticket_key']}:notify" + (f":fork{forks}" if forks else "")
+
+
+def refund_failed_key(ticket_key: str, receipt: str) -> str:
+    return f"{ticket_key}:refund_failed:{receipt}"  # once per failed refund
+
+
+def refund_failed_facts(order: OrderFacts, amount_cents: int) -> dict:
+    """The facts of the customer's email (`refund_failed`) when the processor fails a refund
+    after it was started: the runner hands it to the mailer, which words it."""
+    return {
+        "customer_name": order["customer_name"],
+        "number": order["number"],
+        "amount_cents": amount_cents,
+    }
 
 
 def received_key(ticket_key: str) -> str:
