@@ -168,8 +168,7 @@ def _read(
         "SELECT t.lease_epoch, o.shipping_fee_cents AS fee, o.paid_cents, o.number, "
         "o.payment_reference, "
         "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
-        f"o.id AND c.status IN {queries.CHARGE_HOLDING} AND c.idempotency_key <> %s "
-        f"AND c.processor_status NOT IN {queries.CHARGE_GAVE_BACK}) AS held, "
+        f"o.id AND {queries.CHARGE_HOLDS} AND c.idempotency_key <> %s) AS held, "
         "k.id AS k_id, k.status AS k_status, k.receipt "
         "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
         "JOIN refunds_order o ON o.id = l.order_id "
@@ -217,7 +216,7 @@ def _check_parts(order_id: int, number: str, fee: int, key: str, parts: list[Par
         for row in sql.fetchall(
             "SELECT coalesce(p.line_id, 0), sum(p.quantity), sum(p.amount_cents) "
             "FROM refunds_chargepart p JOIN refunds_charge c ON c.id = p.charge_id "
-            f"WHERE c.order_id = %s AND c.status IN {queries.CHARGE_HOLDING} "
+            f"WHERE c.order_id = %s AND {queries.CHARGE_HOLDS} "
             "AND c.idempotency_key <> %s GROUP BY p.line_id",
             [order_id, key],
         )

@@ -58,6 +58,9 @@ CHARGE_SUCCEEDED = literal(Charge.Status.SUCCEEDED)
 CHARGE_REFUSED = literal(Charge.Status.REFUSED)
 CHARGE_HOLDING = literals(_chosen(CHARGE_HOLDS_BALANCE))
 CHARGE_GAVE_BACK = literals(sorted(PROCESSOR_GAVE_BACK))  # processor statuses
+# A ledger row `c` that holds its order's balance: paid or under way, and not given back by the
+# processor (a refund it failed or canceled). The ledger's checks, the order's and each line's.
+CHARGE_HOLDS = f"c.status IN {CHARGE_HOLDING} AND c.processor_status NOT IN {CHARGE_GAVE_BACK}"
 EMAIL_PENDING = literal(Email.Status.PENDING)
 EMAIL_SENDING = literal(Email.Status.SENDING)
 EMAIL_SENT = literal(Email.Status.SENT)
