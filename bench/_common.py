@@ -163,5 +163,8 @@ def prepare_environment(backend: str, data_dir: Path, **extra: str) -> None:
     # The figures are the desk's own: a gateway and mail kept in memory, which production refuses
     # unless an operator allows them (as a staging box would).
     os.environ.setdefault("REFUNDS_ALLOW_FAKES", "true")
+    # A reviewer's few seconds to undo a decision are a person's time, not the desk's work: the
+    # figures apply each decision at once, as the tests do.
+    os.environ.setdefault("REFUNDS_UNDO_SECONDS", "0")
     if backend == "postgres":
         os.environ["DATABASE_URL"] = fresh_postgres_db()

@@ -136,7 +136,7 @@ def _serving(addr: str, web: subprocess.Popen, *, timeout: float) -> bool:
 def _unanswered(names: list[str], *, timeout: float) -> list[str]:
     """Ping the workers until each answers (its pool takes tasks), so "running" is said once a
     ticket opened at once is worked on; the names still silent when the time runs out."""
-    from config.celery_app import app
+    from celery import current_app as app  # the project's app, set up with Django (config)
 
     waiting = set(names)
     deadline = time.monotonic() + timeout
