@@ -76,6 +76,7 @@ class FakeProcessor:
                     "amount_cents": body["amount_cents"],
                     "receipt": f"re_{secrets.token_hex(6)}",
                     "reference": body.get("reference", ""),
+                    "parts": body.get("parts", ""),  # "11x2,shipping": what it gives back
                 }
             return 201, {"receipt": earlier["receipt"]}, behaviour
 

@@ -222,6 +222,52 @@ def test_refunds_are_counted_per_order_from_the_charge_key(db, monkeypatch, sett
     assert broken_promises(unapproved) == ["orders_refunded_unapproved"]
 
 
+def test_units_are_counted_per_order_line_from_the_refunds_parts(
+    db, monkeypatch, settings, tmp_path
+):
+    """A damaged item's refund carries its parts ("<line>x<units>"): units past what a line
+    bought fail the run, and so does money past an order's lines and fee, though each refund
+    alone was within them."""
+    from devtools.management.commands.crashtest import Run, broken_promises
+    from refunds import enqueue, services
+    from refunds.models import OrderLine, Ticket, TicketOrder
+    from tests.conftest import make_order
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
+    settings.REFUNDS_CRASH_PLAN = str(tmp_path / "crash-plan.json")
+    order = make_order("V1", fee_cents=699)
+    vase = OrderLine.objects.create(
+        order=order, line_id="1", sku="VASE", title="Vase", unit_price_cents=2400, quantity=2
+    )
+    thread = services.ticket_open(order_number="V1").thread_id
+    Ticket.objects.update(status="refunded")
+    TicketOrder.objects.update(open=False)
+    run = Run({"seed": 1, "backend": "embedded", "workers": 2}, progress=None)
+    run.approved, run.items = {"V1": True}, {"V1"}
+
+    def summary(refunds: list[tuple[str, int]]) -> dict:
+        run.gateway = run.smtp = _Counted(
+            {
+                f"{thread}:charge_card:V1:{cents}:{suffix}": {
+                    "amount_cents": cents,
+                    "reference": thread,
+                    "parts": parts,
+                }
+                for suffix, (parts, cents) in enumerate(refunds)
+            },
+            told=[thread],
+        )
+        return run._summary({}, True, 1.0)
+
+    good = summary([(f"{vase.pk}x2", 4800)])
+    assert broken_promises(good) == []
+    assert (good["orders_refunded_items"], good["line_units_refunded"]) == (1, 2)
+    past = summary([(f"{vase.pk}x2", 2400), (f"{vase.pk}x1", 100)])
+    assert broken_promises(past) == ["double_charges", "lines_refunded_past_bought"]
+    over = summary([(f"{vase.pk}x1,shipping", 3100), (f"{vase.pk}x1", 2400)])
+    assert broken_promises(over) == ["double_charges", "refunds_per_order_over_balance"]
+
+
 def test_an_outside_kill_waits_for_a_ready_worker_and_a_worker_down_is_started_again(
     broker, transactional_db, tmp_path, settings
 ):

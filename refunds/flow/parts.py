@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
 from refunds.flow.state import Part
 
@@ -49,3 +50,14 @@ def line_price(
     line's tax (rounded up), never past what is left of the line's total after `held_cents`."""
     share = unit_cents * units + -(-tax_cents * units // bought)
     return max(min(share, unit_cents * bought + tax_cents - held_cents), 0)
+
+
+def metadata(parts: Sequence[Part]) -> dict[str, str]:
+    """What a refund gives back, in its metadata so the shop's books can follow: `parts`, the
+    lines' ids with their quantities and "shipping" ("11x2,12x1,shipping"), and `restock`, the
+    ids of the lines whose items come back. Stripe keeps metadata values to 500 characters."""
+    if not parts:
+        return {}
+    said = [f"{p['line']}x{p.get('quantity', 0)}" if p.get("line") else "shipping" for p in parts]
+    back = [str(p["line"]) for p in parts if p.get("line") and p.get("restock")]
+    return {"parts": ",".join(said)[:500]} | ({"restock": ",".join(back)[:500]} if back else {})

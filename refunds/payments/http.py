@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
+from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     GatewayOutcomeUnknown,
     PermanentGatewayError,
@@ -38,11 +39,14 @@ class HttpGateway:
         payment_reference: str = "",
         parts: Sequence[Part] = (),
     ) -> str:
-        body = json.dumps({"amount_cents": amount_cents, "reference": ticket_key}).encode()
+        # The parts as Stripe's metadata says them ("11x2,shipping"), for the processor's books.
+        said = refund_parts.metadata(parts).get("parts", "")
+        body = {"amount_cents": amount_cents, "reference": ticket_key, "parts": said}
+        data = json.dumps(body).encode()
         status, answer = self._call(
             "POST",
             "/refunds",
-            body=body,
+            body=data,
             headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
         )
         if status in (200, 201):

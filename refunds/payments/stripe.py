@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     GatewayOutcomeUnknown,
     PermanentGatewayError,
@@ -77,7 +78,7 @@ class StripeGateway:
         params: RefundCreateParams = {
             "amount": amount_cents,
             "metadata": {self.METADATA_KEY: idempotency_key, "ticket": ticket_key}
-            | parts_metadata(parts),
+            | refund_parts.metadata(parts),
         }
         kind, payment = _stripe_payment(payment_reference)
         if kind == "payment_intent":
@@ -182,14 +183,3 @@ def _said(exc: Any) -> str:
     """Stripe's own message and code, without the request id."""
     message = exc.user_message or type(exc).__name__
     return f"{message} ({exc.code})" if exc.code else message
-
-
-def parts_metadata(parts: Sequence[Part]) -> dict[str, str]:
-    """What a refund gives back, in its metadata so the shop's books can follow: `parts`, the
-    lines' ids with their quantities and "shipping" ("11x2,12x1,shipping"), and `restock`, the
-    ids of the lines whose items come back. Stripe keeps metadata values to 500 characters."""
-    if not parts:
-        return {}
-    said = [f"{p['line']}x{p.get('quantity', 0)}" if p.get("line") else "shipping" for p in parts]
-    back = [str(p["line"]) for p in parts if p.get("line") and p.get("restock")]
-    return {"parts": ",".join(said)[:500]} | ({"restock": ",".join(back)[:500]} if back else {})

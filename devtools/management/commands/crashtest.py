@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import F
+from django.db.models import F, Sum
 
 if TYPE_CHECKING:  # imported where used: the command loads without starting anything
     from devtools.processes import CeleryProcess
@@ -94,6 +94,7 @@ BROKEN_PROMISES = (
     "failed_by_crash",
     "double_charges",
     "refunds_per_order_over_balance",
+    "lines_refunded_past_bought",
     "approved_orders_not_refunded",
     "orders_refunded_unapproved",
     "paid_but_not_refunded",
@@ -140,6 +141,12 @@ class Command(BaseCommand):
             help="the share of tickets that arrive as customers' emails, read by the intake",
         )
         parser.add_argument(
+            "--items",
+            type=float,
+            default=0.33,
+            help="the share of tickets about a damaged item, refunding order lines, not shipping",
+        )
+        parser.add_argument(
             "--backend",
             choices=["embedded", "postgres"],
             default="embedded",
@@ -171,7 +178,7 @@ class Command(BaseCommand):
         for name in ("kills", "pauses"):
             if opts[name] < 0:
                 raise CommandError(f"--{name} must be 0 or more")
-        for name in ("several", "messages"):
+        for name in ("several", "messages", "items"):
             if not 0 <= opts[name] <= 1:
                 raise CommandError(f"--{name} must be between 0 and 1 (a share of the tickets)")
         if opts["seed"] is None:
@@ -268,6 +275,7 @@ class Run:
         self.approved: dict[str, bool] = {}
         self.several_ids: set[int] = set()  # the tickets of several orders
         self.messages: dict[int, list[str]] = {}  # message id -> the orders it names
+        self.items: set[str] = set()  # orders whose damaged vases are refunded, not the shipping
         self.events: list[tuple[float, str]] = []  # (time, what) of outside kills and pauses
 
     def execute(self) -> dict:
@@ -342,6 +350,9 @@ class Run:
         limit = policy.agent_limit_cents()
         ids = []
         for i in range(self.opts["tickets"]):
+            if self.rng.random() < self.opts["items"]:
+                ids += self._damaged(i, promised)
+                continue
             count = self.rng.choice([2, 3]) if self.rng.random() < self.opts["several"] else 1
             # "C000122": the rules reader reads no suffix after a dash ("C00012-2").
             numbers = [f"C{i:05d}"] + [f"C{i:05d}{k}" for k in range(2, count + 1)]
@@ -377,14 +388,53 @@ class Run:
                 self.approved[number] = late > 0 and first not in self.rejects
         return ids
 
+    def _damaged(self, i: int, promised: date) -> list[int]:
+        """An order of vases and a lamp whose customer writes that the vases arrived smashed: the
+        intake reads it as damaged and the check proposes the vase line (its units at their
+        price), which needs a manager; refunded at the processor line by line. Its ticket opens
+        from the message, so no id here."""
+        from refunds.models import Order, OrderLine
+
+        number = f"C{i:05d}"
+        email = f"customer{i}@example.com"
+        vases, price, lamp = self.rng.choice([1, 2, 3]), self.rng.choice([1800, 2400]), 3500
+        order = Order.objects.create(
+            number=number,
+            customer_name=f"Customer {i}",
+            customer_email=email,
+            promised_on=promised,
+            delivered_on=promised,
+            shipping_fee_cents=699,
+            total_cents=vases * price + lamp + 699,
+            paid_cents=vases * price + lamp + 699,
+        )
+        OrderLine.objects.create(
+            order=order,
+            line_id="1",
+            sku="VASE",
+            title="Ceramic vase",
+            unit_price_cents=price,
+            quantity=vases,
+        )
+        OrderLine.objects.create(
+            order=order,
+            line_id="2",
+            sku="LAMP",
+            title="Table lamp",
+            unit_price_cents=lamp,
+            quantity=1,
+        )
+        body = f"The ceramic vase in order {number} arrived smashed into pieces.\n\nCustomer {i}"
+        self._receive(i, email, "Broken vase", body, [number])
+        self.items.add(number)
+        if self.rng.random() < 0.1:
+            self.rejects.add(number)
+        self.approved[number] = number not in self.rejects
+        return []
+
     def _write_in(self, i: int, email: str, numbers: list[str]) -> None:
         """A customer's email, through the service the inbound webhook calls (intake/inbound.py):
         the intake workflow reads it in a worker and opens its ticket."""
-        from django.utils import timezone
-
-        from intake.models import Message
-        from intake.services import message_receive
-
         orders = (
             numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
         )
@@ -392,7 +442,14 @@ class Run:
             f"{'Order' if len(numbers) == 1 else 'My orders'} {orders} arrived 4 days late, "
             f"please refund the shipping.\n\nCustomer {i}"
         )
-        subject = "Late delivery"
+        self._receive(i, email, "Late delivery", body, numbers)
+
+    def _receive(self, i: int, email: str, subject: str, body: str, numbers: list[str]) -> None:
+        from django.utils import timezone
+
+        from intake.models import Message
+        from intake.services import message_receive
+
         message, _ = message_receive(
             channel=Message.Channel.EMAIL,
             key=f"<crashtest-{i}@example.com>",
@@ -708,29 +765,42 @@ class Run:
         }
 
     def _summary(self, plan: dict, settled: bool, seconds: float) -> dict:
-        from refunds.models import Order, Ticket
+        from refunds.models import Order, OrderLine, Ticket
 
         tickets = list(Ticket.objects.select_related("order").prefetch_related("links__order"))
         statuses = Counter(t.status for t in tickets)
         by_key = {t.thread_id: t for t in tickets}
-        # At the processor: refunds per ticket (the reference is the thread id) and per order
-        # (the key names it: '<thread>:charge_card:<order>:<amount>'; a one-order ticket's charge
-        # before flow version 5 was '<thread>:charge_card:<amount>').
+        # At the processor: refunds per ticket (the reference is the thread id), per order
         by_thread: dict[str, list[int]] = defaultdict(list)
         by_order: dict[str, list[int]] = defaultdict(list)
+        # (the key names it: '<thread>:charge_card:<order>:<amount>[:<parts>]'; a one-order
+        # ticket's charge before flow version 5 was '<thread>:charge_card:<amount>'); and units
+        # per order line, from the parts each refund carries ("11x2,shipping").
+        units: Counter[int] = Counter()
         for key, refund in self.gateway.refunds.items():
             by_thread[refund["reference"]].append(refund["amount_cents"])
             ticket = by_key.get(refund["reference"])
             rest = key.removeprefix(refund["reference"] + ":charge_card:").split(":")
-            number = rest[0] if len(rest) == 2 else ticket.order.number if ticket else "?"
+            number = rest[0] if len(rest) >= 2 else ticket.order.number if ticket else "?"
             by_order[number].append(refund["amount_cents"])
-        # What an order may give back at most: its fee, or what the customer paid when less.
-        fee = {
-            number: min(f, f if paid is None else paid)
-            for number, f, paid in Order.objects.values_list(
-                "number", "shipping_fee_cents", "paid_cents"
-            )
-        }
+            for part in filter(None, refund.get("parts", "").split(",")):
+                line, _, quantity = part.partition("x")
+                if line.isdigit():
+                    units[int(line)] += int(quantity or 0)
+        bought = dict(OrderLine.objects.values_list("pk", "quantity"))
+        # What an order may give back at most: its lines and fee (only the fee for one without
+        # lines), and never more than the customer paid where the shop said it.
+        lines_total = dict(
+            OrderLine.objects.values("order__number")
+            .annotate(total=Sum(F("unit_price_cents") * F("quantity") + F("tax_cents")))
+            .values_list("order__number", "total")
+        )
+        fee = {}
+        for number, shipping, paid in Order.objects.values_list(
+            "number", "shipping_fee_cents", "paid_cents"
+        ):
+            bought_total = shipping + lines_total.get(number, 0)
+            fee[number] = bought_total if paid is None else min(bought_total, paid)
         # A second ticket asks about one order again: it is a ticket of one.
         several = [t for t in tickets if len(t.order_numbers()) > 1]
         messages = self._messages_summary()
@@ -773,6 +843,13 @@ class Run:
             "refunds_per_order_over_balance": sum(
                 1 for number, amounts in by_order.items() if sum(amounts) > fee.get(number, 0)
             ),
+            # Per order line, over every refund of it: more units than were bought.
+            "lines_refunded_past_bought": sum(
+                1 for line, n in units.items() if n > bought.get(line, 0)
+            ),
+            "orders_refunding_items": len(self.items),
+            "orders_refunded_items": sum(1 for number in self.items if by_order.get(number)),
+            "line_units_refunded": sum(units.values()),
             "approved_orders_not_refunded": sum(
                 1 for number, yes in self.approved.items() if yes and not by_order.get(number)
             ),
