@@ -21,7 +21,8 @@ from core.clock import local_words
 from intake.models import REPLY_PREFIX, Message, MessageEvent, MessageTicket
 from intake.placing import link, open_or_add
 from intake.services import message_problems
-from refunds import audit, enqueue, permissions, policy
+from refunds import audit, emails, enqueue, permissions, policy
+from refunds.emails import Worded
 from refunds.models import (
     AuditEvent,
     CannedReason,
@@ -251,12 +252,14 @@ def message_mark_not_refund(
         )
         if replying:
             text = "\n\n".join(t for t in ((canned.text if canned else ""), words) if t)
-            subject, body = set_aside_reply(message, text)
+            worded = set_aside_reply(message, text)
             email = Email.objects.create(
                 key=f"{REPLY_PREFIX}{message.pk}:{event.pk}",
                 to=message.sender,
-                subject=subject,
-                body=body,
+                subject=worded.subject,
+                body=worded.body,
+                language=worded.language,
+                desk_text=worded.desk_text,
             )
             MessageEvent.objects.filter(pk=event.pk).update(answer=answer | {"email": email.pk})
             enqueue.resend_on_commit(email.pk)
@@ -264,13 +267,16 @@ def message_mark_not_refund(
     return message
 
 
-def set_aside_reply(message: Message, text: str) -> tuple[str, str]:
+def set_aside_reply(message: Message, text: str) -> Worded:
     """The reply to a message set aside: the agent's (or the canned) words, greeted and signed
-    as the intake's acknowledgment is."""
-    subject = f"Re: {message.subject}" if message.subject else "About your message"
-    first = message.sender_name.split()[0] if message.sender_name.strip() else ""
-    hello = f"Hello {first}," if first else "Hello,"
-    return subject[:200], f"{hello}\n\n{text}\n\nThe Refund Desk\n"
+    as the intake's acknowledgment is, in the language the message was read in
+    (templates/emails/set_aside.txt; the agent's own words are sent as written)."""
+    facts = {
+        "subject": message.subject,
+        "first_name": (message.sender_name.split() or [""])[0],
+        "text": text,
+    }
+    return emails.word("set_aside", facts, (message.reading or {}).get("language", ""))
 
 
 def message_set_aside_undo(*, message: Message, by) -> Message:

@@ -16,7 +16,7 @@ from refunds.models import AuditEvent, CannedReason, Decision, Email, Ticket
 from reviews.templatetags.desk import audit_words
 from tests.conftest import make_order
 from tests.reviewing import advance_to_review, decide
-from tests.sorting_messages import waiting_message
+from tests.sorting_messages import a_reading, waiting_message
 
 
 @pytest.fixture(autouse=True)
@@ -248,6 +248,26 @@ def test_not_a_refund_request_keeps_who_and_when_and_answers_the_customer_once(
     assert mail.to == ["ana@example.com"] and mail.subject == "Re: New address"
     assert body.startswith("Hello Ana,\n\nThank you for your message.")
     assert "cannot change an address" in body and body.endswith("The Refund Desk\n")
+
+
+def test_a_set_aside_reply_greets_and_signs_in_the_language_the_message_was_read_in(
+    transactional_db, agent, smtp, enqueued
+):
+    """The greeting, the sign-off and the subject are the customer's language; the agent's own
+    words go as written, and the desk keeps the same email in its own language."""
+    message = waiting_message(
+        subject="", reading=a_reading() | {"language": "es"}, body="Cambien mi dirección."
+    )
+    sorting.message_mark_not_refund(message=message, by=agent, words="Le llamamos hoy.")
+    tasks.resend_email(enqueued[0])
+    (mail,) = smtp.delivered
+    assert mail.subject == "Sobre su mensaje"
+    body = mail.body.replace("\r\n", "\n")
+    assert body == "Hola, Ana:\n\nLe llamamos hoy.\n\nEl equipo de reembolsos\n"
+    stored = Email.objects.get(pk=enqueued[0])
+    assert stored.language == "es" and stored.desk_text.startswith(
+        "About your message\n\nHello Ana,"
+    )
 
 
 def test_own_words_are_sent_and_no_reply_needs_a_why(transactional_db, agent, smtp, enqueued):
