@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -7,6 +8,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, Sum, Value
 from django.db.models.functions import Now, Upper
+from django.utils import timezone
 
 from core.clock import local_words
 from refunds import policy
@@ -567,6 +569,13 @@ class Decision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_answer_display()} by {self.reviewer} on {self.ticket}"
+
+    def undo_seconds_left(self) -> int:
+        """Whole seconds left of its undo grace (0 once it is over, or when it had none)."""
+        if self.apply_after is None:
+            return 0
+        left = (self.apply_after - timezone.now()).total_seconds()
+        return max(math.ceil(left), 0)
 
     def as_resume_value(self) -> dict:
         return resume_value(

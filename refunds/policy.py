@@ -418,12 +418,19 @@ def paid_out_words(
     *,
     asked_cents: int | None = None,
     rejected: list[str] | tuple[str, ...] = (),
+    undo_seconds: int = 0,
 ) -> str:
     """What every page says of an approval: "Approved $6.99 for order 1042 — being paid out"
-    (with the amount asked when a reviewer lowered it, and the orders rejected beside it)."""
+    (with the amount asked when a reviewer lowered it, and the orders rejected beside it); while
+    the decision's undo grace runs, "— paid out in 5 seconds unless you undo it"."""
     on = ("order " if len(orders) == 1 else "orders ") + ", ".join(orders)
     lowered = (
         f" (instead of {dollars(asked_cents)})" if asked_cents not in (None, amount_cents) else ""
     )
     also = f", rejected {', '.join(rejected)}" if rejected else ""
-    return f"Approved {dollars(amount_cents)}{lowered} for {on}{also} — being paid out"
+    when = (
+        f"paid out in {undo_seconds} second{'s' if undo_seconds != 1 else ''} unless you undo it"
+        if undo_seconds
+        else "being paid out"
+    )
+    return f"Approved {dollars(amount_cents)}{lowered} for {on}{also} — {when}"

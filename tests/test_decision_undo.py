@@ -155,6 +155,9 @@ def test_undo_beside_the_queues_confirmation(client, review, agent):
     html = response.content.decode()
     decision = Decision.objects.get()
     assert f'action="{reverse("reviews:undo", args=[decision.pk])}"' in html and "Undo" in html
+    # Nothing is paid yet: the confirmation says when it will be, not that it is under way.
+    assert "for order 1042 — paid out in 5 seconds unless you undo it" in html
+    assert "being paid out" not in html
     page = client.post(reverse("reviews:undo", args=[decision.pk]), follow=True).content.decode()
     assert "Undone: the review of order 1042 is back in the queue." in page
     assert not Decision.objects.exists()

@@ -452,7 +452,9 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
                     "ok": True,
                     "order": numbers_words(ticket),
                     "text": policy.paid_out_words(
-                        ticket.amount_cents, numbers_words(ticket).split(", ")
+                        ticket.amount_cents,
+                        numbers_words(ticket).split(", "),
+                        undo_seconds=decision.undo_seconds_left(),
                     ),
                 }
                 | ({"undo": decision} if decision.apply_after else {})  # within its grace

@@ -99,11 +99,13 @@ def decided_line(decision: Decision, ticket: Ticket) -> str:
         if not paid:
             return f"Rejected the refund for orders {number} — the customer is told why"
         total = sum(o["amount_cents"] for o in paid.values())
-        return policy.paid_out_words(total, list(paid), rejected=rejected)
+        return policy.paid_out_words(
+            total, list(paid), rejected=rejected, undo_seconds=decision.undo_seconds_left()
+        )
     if decision.answer == Decision.Answer.REJECT:
         return f"Rejected the refund for order {number} — the customer is told why"
     amount = decision.amount_cents if decision.amount_cents is not None else ticket.amount_cents
-    return policy.paid_out_words(amount, [number])
+    return policy.paid_out_words(amount, [number], undo_seconds=decision.undo_seconds_left())
 
 
 def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision]) -> list[Ticket]:
@@ -276,6 +278,7 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
                     ticket.amount_cents if amount is None else amount,
                     [ticket.order.number],
                     asked_cents=ticket.amount_cents,
+                    undo_seconds=decision.undo_seconds_left(),
                 )
             else:
                 text = f"Rejected the refund on order {ticket.order.number}."
