@@ -19,8 +19,8 @@ import pytest
 from django.db import connection
 
 from devtools.faults import fired
-from refunds import enqueue, persistence, services
-from refunds.models import Charge, Decision, Email, Ticket
+from refunds import enqueue, persistence, policy, services
+from refunds.models import Charge, ChargePart, Decision, Email, OrderLine, Ticket
 from refunds.tasks import advance_ticket
 from tests.conftest import beat_process, make_order, wait_for
 from tests.quiescence import quiesce
@@ -149,6 +149,50 @@ def test_a_worker_killed_around_the_charge_is_finished_by_a_second_worker_chargi
         key = f"{ticket.thread_id}:charge_card:1042:699"
         assert sinks.gateway.charge_calls[key] == 1  # the second worker looked it up instead
         assert sinks.gateway.lookup_calls[key] == 1
+
+
+@pytest.mark.parametrize("point", ["gateway:after", "gateway:before"])
+def test_a_worker_killed_around_a_refund_of_order_lines_refunds_each_line_once(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point
+):
+    """A damaged vase refunded as its line (two units at $24.00), not the shipping fee: killed
+    before or after the processor took it, the second worker gives back each unit once, and the
+    processor and the ledger both hold that line's two units."""
+    vase = OrderLine.objects.create(
+        order=late_order,
+        line_id="L1",
+        sku="VASE-CER",
+        title="Ceramic vase",
+        unit_price_cents=2400,
+        quantity=2,
+    )
+    first = workers("first", pool="solo")
+    ticket = services.ticket_open(
+        order_number="1042",
+        opened_by=agent,
+        reason=policy.DAMAGED,
+        note="Customer: the vase arrived smashed into pieces",
+    )
+    wait_for(lambda: status(ticket) == "awaiting_review", timeout=30, what="the review")
+    env = crash_plan({ticket.thread_id: {"point": point, "times": 1}})
+    first.stop()
+    doomed = workers("doomed", pool="solo", env=env)
+    approve(ticket, admin_user)
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the charge")
+    assert len(sinks.gateway.refunds_for(ticket.thread_id)) == (point == "gateway:after")
+
+    workers("second", pool="solo", env=env)
+    settle(ticket, sweep_now)
+    quiesce(workers)
+    assert status(ticket) == "refunded"
+    refunds = sinks.gateway.refunds_for(ticket.thread_id)
+    assert [(r["amount_cents"], r["parts"]) for r in refunds] == [(4800, f"{vase.pk}x2")]
+    assert list(ChargePart.objects.values_list("line_id", "quantity", "amount_cents")) == [
+        (vase.pk, 2, 4800)
+    ]
+    assert list(sinks.gateway.charge_calls.values()) == [1]
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the confirmation email")
+    assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}
 
 
 @pytest.mark.parametrize("point", ["smtp:before", "email", "after:email"])
