@@ -129,7 +129,7 @@ def test_a_policy_refusal_is_in_the_customers_language(transactional_db, smtp):
     assert runner.advance(message.ticket.pk) == "declined"
     (only,) = smtp.delivered
     assert only.subject == "À propos de votre demande de remboursement pour la commande 1042"
-    assert "ne pouvons pas rembourser les frais de livraison" in only.body
+    assert "ne pouvons pas vous rembourser" in only.body
     assert "Votre commande est arrivée 3 jours en avance" in only.body
 
 

@@ -194,6 +194,27 @@ def as_version_5(name: str, fn):
     return check_order
 
 
+def test_a_damaged_vase_refused_by_its_manager_is_told_so_without_a_word_of_shipping(
+    transactional_db, agent, manager, late_order, sinks, gateway
+):
+    """Read at the SMTP server: the refusal of an item's refund names the order and the
+    manager's reason, never "the shipping fee", which was not what was asked."""
+    vases(late_order)
+    ticket = damaged_vase(agent)
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="reject",
+        reason="The photos show the vase whole.",
+        reviewer=manager,
+    )
+    assert runner.advance(ticket.pk) == "rejected"
+    (told,) = [d for d in sinks.smtp.delivered if d.key == f"{ticket.thread_id}:notify"]
+    body = told.body.replace("\r\n", "\n")
+    assert "about order 1042 and cannot give a refund for it." in body
+    assert "The photos show the vase whole." in body and "shipping" not in body
+
+
 def test_a_review_paused_under_version_5_ends_as_a_shipping_fee_refund(
     transactional_db, agent, manager, late_order, gateway, monkeypatch, settings
 ):
