@@ -18,11 +18,16 @@ from tests.test_browser_desk import browser, page_for, shots  # noqa: F401 (fixt
 pytestmark = [pytest.mark.browser]
 
 # Every element's right edge, past the viewport's (a scrollbar's width aside), as "tag.class".
+# What a person would see past the screen's right edge (the inside of a closed <details> is not
+# seen, though Chromium lays it out), and whether the page scrolls sideways at all.
 OVERFLOWING = """() => {
   const width = document.documentElement.clientWidth;
+  const shown = e => !e.closest('details:not([open]) > :not(summary)');
   return [...document.querySelectorAll('body *')]
     .filter(e => { const r = e.getBoundingClientRect(); return r.width && r.right > width + 1; })
-    .map(e => e.tagName.toLowerCase() + '.' + e.className);
+    .filter(shown)
+    .map(e => e.tagName.toLowerCase() + '.' + e.className)
+    .concat(document.documentElement.scrollWidth > width ? ['(the page scrolls sideways)'] : []);
 }"""
 
 
