@@ -170,8 +170,42 @@ _NOT_A_NAME = frozenset(
 def proposed_parts(
     reason: str, order: OrderFacts, words: str, *, late_by_days: int
 ) -> tuple[list[Part], str]:
-    """What the desk proposes to refund of one order, and why in the desk's words. An order
-    without lines (from before them, or sent without) has only its shipping fee to give back."""
+    """What the desk proposes to refund of one order, and why in the desk's words; never more
+    than is left of what the customer paid (an order bought at a discount, or refunded in part
+    before), scaled down part by part and said so."""
+    parts, why = _proposed_parts(reason, order, words, late_by_days=late_by_days)
+    paid = order.get("paid_cents")
+    total = sum(p["amount_cents"] for p in parts)
+    if paid is None or not parts:
+        return parts, why
+    left = max(paid - order["refunded_cents"], 0)
+    if total <= left:
+        return parts, why
+    if not left:
+        return [], "What the customer paid was refunded in full already: nothing is proposed."
+    return _scaled(parts, left), (
+        f"{why} Capped at the {dollars(left)} left of the {dollars(paid)} the customer paid "
+        f"(the parts' full prices come to {dollars(total)})."
+    )
+
+
+def _scaled(parts: list[Part], cents: int) -> list[Part]:
+    """The parts with their amounts scaled down to add up to `cents` (less than their sum): each
+    its share rounded down, the cents left over to the first ones, none above its full price."""
+    total = sum(p["amount_cents"] for p in parts)
+    shares = [p["amount_cents"] * cents // total for p in parts]
+    for i in range(cents - sum(shares)):
+        shares[i % len(shares)] += 1
+    return [
+        {**part, "amount_cents": share} for part, share in zip(parts, shares, strict=True) if share
+    ]
+
+
+def _proposed_parts(
+    reason: str, order: OrderFacts, words: str, *, late_by_days: int
+) -> tuple[list[Part], str]:
+    """What each reason calls for. An order without lines (from before them, or sent without)
+    has only its shipping fee to give back."""
     fee_left = max(
         order["fee_cents"] - order.get("shipping_refunded_cents", order["refunded_cents"]), 0
     )

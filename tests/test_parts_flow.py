@@ -106,6 +106,25 @@ def test_another_request_proposes_nothing():
     )
 
 
+def test_a_proposal_is_never_more_than_is_left_of_what_was_paid():
+    """Bought at a discount ($40.00 paid for $54.99 of vases and shipping): the whole order is
+    scaled down to what was paid, part by part, and said so; refunded in full, nothing."""
+    discounted = ORDER | {"lines": [VASE], "paid_cents": 4000}
+    parts, why = proposed(policy.NOT_RECEIVED, "the box never came", order=discounted)
+    assert parts == [
+        {"line": 11, "quantity": 2, "amount_cents": 3492},
+        {"shipping": True, "amount_cents": 508},
+    ]
+    assert sum(p["amount_cents"] for p in parts) == 4000
+    assert why.endswith(
+        "Capped at the $40.00 left of the $40.00 the customer paid (the parts' full prices "
+        "come to $54.99)."
+    )
+    policy.parts_checked(discounted, parts)  # what the review offers passes the one check
+    gone = discounted | {"refunded_cents": 4000}
+    assert proposed(policy.NOT_RECEIVED, "the box never came", order=gone)[0] == []
+
+
 def test_an_order_without_lines_proposes_its_shipping_fee_whatever_the_reason():
     no_lines = {k: v for k, v in ORDER.items() if k != "lines"}
     parts, why = proposed(policy.DAMAGED, "the vase is broken", no_lines)
