@@ -21,7 +21,7 @@ from django_htmx.http import (
     trigger_client_event,
 )
 
-from refunds import permissions, policy, services
+from refunds import permissions, policy, selectors, services
 from refunds.models import CannedReason, Decision, Ticket, user_roles
 from reviews import forms, paging
 from reviews.views.common import (
@@ -58,6 +58,12 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
     )
     # Escalations first on the page (then the longest wait): a manager takes those before the rest.
     cards = sorted(rows, key=lambda t: not t.is_escalated) if version.pks else []
+    recent = list(
+        permissions.visible(request.user)
+        .filter(opened_by=request.user)
+        .select_related("order")
+        .prefetch_related(ORDER_LINKS)[:RECENT]
+    )
     reviews = _with_decided_lines(with_pending_decisions(cards), version.number, version.decided)
     return {
         "reviews": reviews,
@@ -69,10 +75,8 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
         "version": version.digest,
-        "recent": permissions.visible(request.user)
-        .filter(opened_by=request.user)
-        .select_related("order")
-        .prefetch_related(ORDER_LINKS)[:RECENT],
+        "recent": recent,
+        "recent_refunds": selectors.refund_progress_of(recent),
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
         "canned": list(CannedReason.objects.rejecting()),
