@@ -39,9 +39,18 @@ RECEIVED = {
     "fr": "Nous avons ouvert une demande de remboursement pour la commande 1042.",
 }
 REFUNDED = {
-    "es": ("Su reembolso del pedido 1042", "Le hemos reembolsado $6.99 de gastos de envío"),
-    "de": ("Ihre Erstattung für die Bestellung 1042", "Wir haben Ihnen $6.99 Versandkosten"),
-    "fr": ("Votre remboursement pour la commande 1042", "Nous vous avons remboursé $6.99"),
+    "es": (
+        "Su reembolso del pedido 1042",
+        "Hemos iniciado un reembolso de $6.99 de gastos de envío",
+    ),
+    "de": (
+        "Ihre Erstattung für die Bestellung 1042",
+        "Wir haben eine Erstattung von $6.99 Versandkosten",
+    ),
+    "fr": (
+        "Votre remboursement pour la commande 1042",
+        "Nous avons lancé un remboursement de $6.99",
+    ),
 }
 
 
@@ -92,7 +101,7 @@ def test_a_customer_hears_in_the_language_they_wrote_in(
     page = client.get(f"/tickets/{ticket.pk}/").content.decode()
     name = {"es": "Spanish", "de": "German", "fr": "French"}[language]
     assert f"Sent in {name}; what it says in English" in page
-    assert "We refunded $6.99 in shipping for order 1042" in page
+    assert "We have started a refund of $6.99 in shipping for order 1042" in page
     sent = Email.objects.get(key=refunded.key)
     assert sent.language == language and sent.body == refunded.body.replace("\r\n", "\n")
 
@@ -151,10 +160,13 @@ def test_a_partial_refund_says_it_is_part_with_the_total_and_why(transactional_d
     )
     assert runner.advance(ticket.pk) == "refunded"
     told = smtp.delivered[-1]
-    assert "Wir haben Ihnen $10.00 der beantragten $14.50 Versandkosten" in told.body
+    assert "Wir haben eine Erstattung von $10.00 der beantragten $14.50 Versandkosten" in told.body
     assert "Warum nicht alles: Die Hälfte des Pakets kam pünktlich." in told.body
     desk = Email.objects.get(key=told.key).desk_text
-    assert "We refunded $10.00 of the $14.50 you asked for in shipping for order 7001" in desk
+    assert (
+        "We have started a refund of $10.00 of the $14.50 you asked for in shipping for order 7001"
+        in desk
+    )
     assert "Why not all of it: Die Hälfte des Pakets kam pünktlich." in desk
 
 
@@ -187,7 +199,7 @@ def test_a_partial_refund_of_several_orders_gives_each_and_the_total():
         "why": {"late_by_days": 2},
     }
     _, body = emails.render("refunded", facts)
-    assert "We refunded part of the shipping fee:" in body
+    assert "We have started refunding part of the shipping fee:" in body
     assert (
         "- Order 1042: $15.00 of the $48.00 asked (receipt r1), because: Only the second box"
         in body
