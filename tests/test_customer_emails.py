@@ -38,6 +38,24 @@ RECEIVED = {
     "de": "Wir haben einen Erstattungsantrag für die Bestellung 1042 angelegt.",
     "fr": "Nous avons ouvert une demande de remboursement pour la commande 1042.",
 }
+# The refund email says the refund has started and how long it usually takes, never "refunded".
+TAKES = {
+    "en": "a refund usually takes 5 to 10 business days to show on your statement",
+    "es": "un reembolso suele tardar de 5 a 10 días hábiles en aparecer en su extracto",
+    "de": "Eine Erstattung erscheint meist nach 5 bis 10 Werktagen auf Ihrem Kontoauszug",
+    "fr": "un remboursement met en général 5 à 10 jours ouvrés à apparaître sur votre relevé",
+    "pt": "um reembolso demora normalmente 5 a 10 dias úteis a aparecer no seu extrato",
+    "it": "di solito un rimborso compare sull'estratto conto dopo 5-10 giorni lavorativi",
+}
+# What the email said before it was true only of a refund Stripe had finished.
+SAID_DONE = {
+    "en": "We refunded",
+    "es": "Le hemos reembolsado",
+    "de": "erstattet",
+    "fr": "avons remboursé",
+    "pt": "Reembolsámos",
+    "it": "abbiamo rimborsato",
+}
 REFUNDED = {
     "es": (
         "Su reembolso del pedido 1042",
@@ -95,7 +113,8 @@ def test_a_customer_hears_in_the_language_they_wrote_in(
     refunded = smtp.delivered[1]
     subject, words = REFUNDED[language]
     assert refunded.subject == subject and words in refunded.body
-    assert "We refunded" not in refunded.body
+    assert TAKES[language] in " ".join(refunded.body.split())
+    assert SAID_DONE[language].lower() not in refunded.body.lower()
     # The desk reads it in English, told which language the customer got it in.
     client.force_login(agent)
     page = client.get(f"/tickets/{ticket.pk}/").content.decode()
@@ -168,6 +187,52 @@ def test_a_partial_refund_says_it_is_part_with_the_total_and_why(transactional_d
         in desk
     )
     assert "Why not all of it: Die Hälfte des Pakets kam pünktlich." in desk
+
+
+ONE_ORDER = {
+    "customer_name": "Ana",
+    "orders": ["1042"],
+    "refunded": [
+        {"number": "1042", "asked_cents": 699, "paid_cents": 699, "receipt": "re_1", "part": False}
+    ],
+    "not_refunded": [],
+    "asked_cents": 699,
+    "paid_cents": 699,
+    "part": False,
+}
+SEVERAL = ONE_ORDER | {
+    "orders": ["1042", "1044"],
+    "refunded": ONE_ORDER["refunded"] + [{**ONE_ORDER["refunded"][0], "number": "1044"}],
+}
+LINES = ONE_ORDER | {
+    "refunded": [
+        {
+            **ONE_ORDER["refunded"][0],
+            "given": [{"quantity": 1, "title": "Vase", "amount_cents": 699, "restock": False}],
+        }
+    ]
+}
+
+
+@pytest.mark.parametrize("language", sorted(TAKES))
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ONE_ORDER | {"why": {"late_by_days": 2}},
+        ONE_ORDER | {"why": {"reason": "damaged"}},
+        SEVERAL | {"why": {"late_by_days": 2}},
+        LINES | {"why": {"reason": "damaged"}},
+    ],
+    ids=["late", "reason", "several", "lines"],
+)
+def test_the_refund_email_says_started_and_how_long_in_every_language(language, facts):
+    """Stripe has not said `succeeded` when the email goes (and a card refund takes days to
+    reach the customer even then): every form of the email says the refund has started."""
+    _, body = emails.render("refunded", facts, language)
+    said = " ".join(body.split())
+
+    assert TAKES[language] in said
+    assert SAID_DONE[language].lower() not in said.lower()
 
 
 def test_a_partial_refund_of_several_orders_gives_each_and_the_total():
