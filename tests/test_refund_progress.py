@@ -229,7 +229,8 @@ def test_the_words_follow_what_the_processor_said_last(db):
     assert words["failed"] == {"state": "failed", "words": CLOSED}
     assert words["canceled"] == {
         "state": "failed",
-        "words": "Refund of $6.99 failed. The refund was canceled at Stripe. No money reached them.",
+        "words": "Refund of $6.99 failed. The refund was canceled at Stripe. "
+        "No money reached them.",
     }
     assert selectors.refund_progress(Ticket(status="awaiting_review")) is None
 
