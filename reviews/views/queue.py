@@ -58,12 +58,6 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
     )
     # Escalations first on the page (then the longest wait): a manager takes those before the rest.
     cards = sorted(rows, key=lambda t: not t.is_escalated) if version.pks else []
-    recent = list(
-        permissions.visible(request.user)
-        .filter(opened_by=request.user)
-        .select_related("order")
-        .prefetch_related(ORDER_LINKS)[:RECENT]
-    )
     reviews = _with_decided_lines(with_pending_decisions(cards), version.number, version.decided)
     return {
         "reviews": reviews,
@@ -75,8 +69,6 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
         "version": version.digest,
-        "recent": recent,
-        "recent_refunds": selectors.refund_progress_of(recent),
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
         "canned": list(CannedReason.objects.rejecting()),
@@ -226,9 +218,21 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
         # The rows changed: the recent tickets beside them refresh now too, not on their own
         # clock, so a review in the queue never sits beside a ticket still shown as "Running".
         return trigger_client_event(response, "ticketsChanged")
+    context |= _recent_context(request)
     if request.htmx.target == "recent-tickets":
         return render(request, "reviews/queue.html#recent-tickets", context)
     return render(request, "reviews/queue.html", context)
+
+
+def _recent_context(request: HtmxHttpRequest) -> dict:
+    """The tickets the user opened lately, with where each refunded one's money is."""
+    recent = list(
+        permissions.visible(request.user)
+        .filter(opened_by=request.user)
+        .select_related("order")
+        .prefetch_related(ORDER_LINKS)[:RECENT]
+    )
+    return {"recent": recent, "recent_refunds": selectors.refund_progress_of(recent)}
 
 
 @require_POST
