@@ -25,6 +25,7 @@ from refunds.models import (
     Ticket,
     order_number_read,
 )
+from refunds.selectors import REFUND_STATES, refund_progress
 from refunds.services import NOTE_MAX, REASON_MAX
 from refunds.services import tickets as tickets_service
 
@@ -245,7 +246,7 @@ class DecisionOut(serializers.ModelSerializer):
 class ChargeOut(serializers.ModelSerializer):
     class Meta:
         model = Charge
-        fields = ["receipt", "amount_cents", "status", "created_at"]
+        fields = ["receipt", "amount_cents", "status", "processor_status", "created_at"]
 
 
 class EmailOut(serializers.ModelSerializer):
@@ -266,6 +267,16 @@ class TicketOut(serializers.ModelSerializer):
     decision = serializers.SerializerMethodField()
     charges = ChargeOut(many=True)
     emails = EmailOut(many=True)
+    refund_state = serializers.SerializerMethodField(
+        help_text="Where a refunded ticket's money is, by what the processor said last: "
+        '"on_its_way" (started, not at the customer\'s bank yet), "refunded" (the processor '
+        'said it succeeded, or a gateway that reports nothing), "failed"; null unless the '
+        "ticket is refunded."
+    )
+    refund_words = serializers.SerializerMethodField(
+        help_text="The same in the desk's words: \"Refund of $6.99 started, on its way to the "
+        'customer\'s bank", "Refunded", or the failure and what it means for the money.'
+    )
 
     class Meta:
         model = Ticket
@@ -283,11 +294,23 @@ class TicketOut(serializers.ModelSerializer):
             "last_error",
             "pending_review",
             "decision",
+            "refund_state",
+            "refund_words",
             "charges",
             "emails",
             "created_at",
             "updated_at",
         ]
+
+    @extend_schema_field(serializers.ChoiceField(choices=REFUND_STATES, allow_null=True))
+    def get_refund_state(self, ticket: Ticket) -> str | None:
+        progress = refund_progress(ticket)
+        return progress["state"] if progress else None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_refund_words(self, ticket: Ticket) -> str | None:
+        progress = refund_progress(ticket)
+        return progress["words"] if progress else None
 
     @extend_schema_field(serializers.ChoiceField(choices=["agent", "manager"], allow_null=True))
     def get_required_role(self, ticket: Ticket) -> str | None:

@@ -136,7 +136,9 @@ class StripeFaults:
     On reads of one refund (`GET /v1/refunds/<id>`): `says[id]` is laid over localstripe's
     answer (a refund `failed` with a reason, which localstripe cannot say), and while `held` is
     set each read waits until `release()` (a worker caught inside the event handler's re-read);
-    `reads` counts them."""
+    `reads` counts them. `says` is laid over the refunds a list of them answers too (the
+    gateway's lookup). `creating = {"status": "pending"}` answers each refund made from then on
+    so, as Stripe answers most card refunds, and puts it in `says` for the reads that follow."""
 
     def __init__(self, upstream: str, *, late_by: float = 1.5) -> None:
         self.upstream = upstream
@@ -146,6 +148,7 @@ class StripeFaults:
         self._queue: list[str] = []
         self._lock = threading.Lock()
         self.says: dict[str, dict[str, Any]] = {}
+        self.creating: dict[str, Any] = {}
         self.reads = 0
         self.held = False
         self._released = threading.Event()
@@ -194,8 +197,20 @@ class StripeFaults:
         self.held = False
         self._released.set()
 
-    def _read_of_one_refund(self, method: str, path: str, answer: bytes) -> bytes:
+    def _as_said(self, method: str, path: str, answer: bytes) -> bytes:
         parts = path.split("?")[0].strip("/").split("/")
+        if parts != ["v1", "refunds"]:
+            return self._read_of_one_refund(method, parts, answer)
+        found = json.loads(answer)
+        if method == "POST" and self.creating:
+            self.says[found["id"]] = dict(self.creating)
+            return json.dumps(found | self.creating).encode()
+        if method == "GET" and isinstance(found.get("data"), list):
+            found["data"] = [r | self.says.get(r.get("id"), {}) for r in found["data"]]
+            return json.dumps(found).encode()
+        return answer
+
+    def _read_of_one_refund(self, method: str, parts: list[str], answer: bytes) -> bytes:
         if method != "GET" or len(parts) != 3 or parts[:2] != ["v1", "refunds"]:
             return answer
         with self._lock:
@@ -250,7 +265,7 @@ class StripeFaults:
                 except urllib.error.HTTPError as exc:
                     status, answer = exc.code, exc.read()
                 if status == 200:
-                    answer = faults._read_of_one_refund(method, self.path, answer)
+                    answer = faults._as_said(method, self.path, answer)
                 if behaviour == "answer_late":
                     time.sleep(faults.late_by)
                 elif behaviour == "reset_after":

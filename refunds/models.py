@@ -16,6 +16,8 @@ from refunds.flow.words import dollars
 from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     PROCESSOR_GAVE_BACK,
+    PROCESSOR_ON_ITS_WAY,
+    PROCESSOR_RANK,
     TICKET_WORK_LEFT,
     ChargeStatus,
     DecisionAnswer,
@@ -686,13 +688,27 @@ class ChargeQuerySet(models.QuerySet):
 
     def on_its_way(self) -> ChargeQuerySet:
         """Refunds the processor accepted and has not finished: not at the customer's bank yet."""
-        statuses = [ProcessorStatus.PENDING, ProcessorStatus.REQUIRES_ACTION]
-        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=statuses)
+        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=PROCESSOR_ON_ITS_WAY)
 
     def failed_at_processor(self) -> ChargeQuerySet:
         """Refunds the processor accepted and then failed or canceled."""
-        statuses = [ProcessorStatus.FAILED, ProcessorStatus.CANCELED]
-        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=statuses)
+        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=PROCESSOR_GAVE_BACK)
+
+    def record_processor_status(self, status: str, failure_reason: str = "") -> int:
+        """Move these charges' processor status forward to `status` and answer how many moved:
+        one compare-and-set UPDATE, so a status behind what a row holds (an older read, a late
+        event, the create call's "pending" after an event said "succeeded") changes nothing.
+        The one rule for what the gateway answered at settle time (refunds/money.py) and for
+        Stripe's events (refunds/services/stripe_events.py). ValueError for a status the desk
+        does not know; "" (not reported) records nothing."""
+        status = ProcessorStatus(status)
+        if status == ProcessorStatus.UNKNOWN:
+            return 0
+        behind = [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
+        reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
+        return self.filter(processor_status__in=behind).update(
+            processor_status=status, failure_reason=reason[:200]
+        )
 
 
 class Charge(models.Model):

@@ -43,6 +43,7 @@ from refunds.lease import Lease
 from refunds.locks import effect_lock
 from refunds.models import Charge, Order, Ticket
 from refunds.payments import Gateway
+from refunds.payments.receipt import processor_status_of
 
 log = logging.getLogger(__name__)
 
@@ -277,13 +278,26 @@ def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
                 f"WHERE id = %s AND status <> {queries.CHARGE_SUCCEEDED}",
                 [*params, row.pk],
             )
+            if receipt:
+                _record_processor_status(row, receipt)
             break
         except (OperationalError, InterfaceError):
             if attempt == 9:
                 raise
             connection.close()
             time.sleep(0.2 * (attempt + 1))
-    return receipt or ""
+    return str(receipt or "")  # the flow's state holds a plain str
+
+
+def _record_processor_status(row: _Row, receipt: str) -> None:
+    """What the processor said of the refund in the same answer ("pending": started, not at the
+    customer's bank yet), by the forward-only rule Stripe's events use: one of them may already
+    have said more (a webhook can land before this settle), and that stands."""
+    status = processor_status_of(receipt)
+    try:
+        Charge.objects.filter(pk=row.pk).record_processor_status(status)
+    except ValueError:  # a status the desk does not know: the money moved all the same
+        log.warning("charge %s: the gateway said %r of its refund; not recorded", row.pk, status)
 
 
 def money_moved(ticket: Ticket | int) -> Charge | None:

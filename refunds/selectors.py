@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypedDict
 
 from django.db.models import Sum
 
 from core.clock import local_words
 from refunds.flow.words import dollars
 from refunds.models import Charge, ChargePart, Decision, OrderLine, Ticket, of_customer
+from refunds.statuses import PROCESSOR_GAVE_BACK, PROCESSOR_ON_ITS_WAY
 
 EARLIER_LIMIT = 10
 
@@ -51,22 +53,61 @@ def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str |
     return None
 
 
-def refund_progress(ticket: Ticket) -> dict[str, str] | None:
-    """Where a refunded ticket's money is, by what the processor said last of its refunds:
-    {"state": "refunded" | "on_its_way" | "failed", "words": ...}; None unless it is refunded.
-    "Refunded" is the processor's word: said at `succeeded`, or when it never said (a gateway
-    without events, a refund from before the desk listened to them)."""
+class RefundProgress(TypedDict):
+    """Where a refunded ticket's money is: `state` for code and CSS, `words` for people."""
+
+    state: str  # "on_its_way" | "refunded" | "failed" (REFUND_STATES)
+    words: str
+
+
+REFUND_STATES = ("on_its_way", "refunded", "failed")
+
+
+def refund_progress(ticket: Ticket) -> RefundProgress | None:
+    """Where a refunded ticket's money is, in the desk's words; None unless it is refunded. The
+    one place these words come from: the ticket page, the tickets list, the queue, the API's
+    `refund_state` and the webhooks out all ask here. Reads the ticket's charges (prefetched
+    ones when the caller prefetched them)."""
     if ticket.status != Ticket.Status.REFUNDED:
         return None
-    paid = Charge.objects.filter(ticket=ticket, status=Charge.Status.SUCCEEDED)
-    failed = list(paid.failed_at_processor().order_by("pk"))
+    return _progress(ticket.charges.all())
+
+
+def refund_progress_of(tickets: Iterable[Ticket]) -> dict[int, RefundProgress]:
+    """refund_progress for each refunded ticket of a list, by ticket id, in one query."""
+    refunded = [t.pk for t in tickets if t.status == Ticket.Status.REFUNDED]
+    charges: dict[int, list[Charge]] = {pk: [] for pk in refunded}
+    for charge in Charge.objects.filter(ticket_id__in=refunded, status=Charge.Status.SUCCEEDED):
+        charges[charge.ticket_id].append(charge)
+    return {pk: _progress(found) for pk, found in charges.items()}
+
+
+def charge_progress(charge: Charge) -> RefundProgress:
+    """Where one paid refund's money is, in the same words (the ticket page's list of them)."""
+    return _progress([charge])
+
+
+def _progress(charges: Iterable[Charge]) -> RefundProgress:
+    """ "Refunded" is the processor's word: said at `succeeded`, or when it never said (a gateway
+    that reports no status, a refund from before the desk recorded them). While the processor
+    has not finished, the refund is started and on its way; a failure is said in the desk's
+    words, with what it means for the money."""
+    paid = [c for c in charges if c.status == Charge.Status.SUCCEEDED]
+    # A failure already handed back to a manager was dealt with there (approved again: a new
+    # refund beside it; rejected): it no longer says where this ticket's money is.
+    failed = [
+        c for c in paid if c.processor_status in PROCESSOR_GAVE_BACK and c.handed_back_at is None
+    ]
     if failed:
-        reasons = sorted({c.failure_reason for c in failed if c.failure_reason})
-        words = f"Refund of {dollars(sum(c.amount_cents for c in failed))} failed at the processor"
-        return {"state": "failed", "words": words + (f" ({', '.join(reasons)})" if reasons else "")}
-    if paid.on_its_way().exists():
-        total = sum(paid.values_list("amount_cents", flat=True))
-        words = f"Refund of {dollars(total)} started, on its way to the customer's bank"
+        why = dict.fromkeys(
+            refund_failure_words(c.failure_reason, c.processor_status) for c in failed
+        )
+        amount = dollars(sum(c.amount_cents for c in failed))
+        return {"state": "failed", "words": f"Refund of {amount} failed. {' '.join(why)}"}
+    standing = [c for c in paid if c.processor_status not in PROCESSOR_GAVE_BACK]
+    if any(c.processor_status in PROCESSOR_ON_ITS_WAY for c in standing):
+        amount = dollars(sum(c.amount_cents for c in standing))
+        words = f"Refund of {amount} started, on its way to the customer's bank"
         return {"state": "on_its_way", "words": words}
     return {"state": "refunded", "words": Ticket.Status.REFUNDED.label}
 

@@ -40,7 +40,19 @@ def test_a_refund_on_its_way_reads_so_on_a_phone_and_a_desk(
 
     page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
 
-    expect(page.locator("#ticket-status-pill")).to_contain_text("on its way")
+    expect(page.locator("#ticket-status-pill")).to_have_text(
+        "Refund of $12.50 started, on its way to the customer's bank"
+    )
+    expect(page.locator(".processor-status")).to_have_text(
+        "Refund of $12.50 started, on its way to the customer's bank"
+    )
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.screenshot(path=str(shots() / f"ticket-on-its-way-{width}.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/tickets/")
+    expect(page.locator(f".status[data-ticket='{ticket.pk}']")).to_have_text(
+        "Refund of $12.50 started, on its way to the customer's bank"
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots() / f"tickets-on-its-way-{width}.png"), full_page=True)
     assert csp_problems(page, page.console_messages_seen) == []

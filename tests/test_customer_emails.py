@@ -38,10 +38,37 @@ RECEIVED = {
     "de": "Wir haben einen Erstattungsantrag für die Bestellung 1042 angelegt.",
     "fr": "Nous avons ouvert une demande de remboursement pour la commande 1042.",
 }
+# The refund email says the refund has started and how long it usually takes, never "refunded".
+TAKES = {
+    "en": "a refund usually takes 5 to 10 business days to show on your statement",
+    "es": "un reembolso suele tardar de 5 a 10 días hábiles en aparecer en su extracto",
+    "de": "Eine Erstattung erscheint meist nach 5 bis 10 Werktagen auf Ihrem Kontoauszug",
+    "fr": "un remboursement met en général 5 à 10 jours ouvrés à apparaître sur votre relevé",
+    "pt": "um reembolso demora normalmente 5 a 10 dias úteis a aparecer no seu extrato",
+    "it": "di solito un rimborso compare sull'estratto conto dopo 5-10 giorni lavorativi",
+}
+# What the email said before it was true only of a refund Stripe had finished.
+SAID_DONE = {
+    "en": "We refunded",
+    "es": "Le hemos reembolsado",
+    "de": "erstattet",
+    "fr": "avons remboursé",
+    "pt": "Reembolsámos",
+    "it": "abbiamo rimborsato",
+}
 REFUNDED = {
-    "es": ("Su reembolso del pedido 1042", "Le hemos reembolsado $6.99 de gastos de envío"),
-    "de": ("Ihre Erstattung für die Bestellung 1042", "Wir haben Ihnen $6.99 Versandkosten"),
-    "fr": ("Votre remboursement pour la commande 1042", "Nous vous avons remboursé $6.99"),
+    "es": (
+        "Su reembolso del pedido 1042",
+        "Hemos iniciado un reembolso de $6.99 de gastos de envío",
+    ),
+    "de": (
+        "Ihre Erstattung für die Bestellung 1042",
+        "Wir haben eine Erstattung von $6.99 Versandkosten",
+    ),
+    "fr": (
+        "Votre remboursement pour la commande 1042",
+        "Nous avons lancé un remboursement de $6.99",
+    ),
 }
 
 
@@ -86,13 +113,14 @@ def test_a_customer_hears_in_the_language_they_wrote_in(
     refunded = smtp.delivered[1]
     subject, words = REFUNDED[language]
     assert refunded.subject == subject and words in refunded.body
-    assert "We refunded" not in refunded.body
+    assert TAKES[language] in " ".join(refunded.body.split())
+    assert SAID_DONE[language].lower() not in refunded.body.lower()
     # The desk reads it in English, told which language the customer got it in.
     client.force_login(agent)
     page = client.get(f"/tickets/{ticket.pk}/").content.decode()
     name = {"es": "Spanish", "de": "German", "fr": "French"}[language]
     assert f"Sent in {name}; what it says in English" in page
-    assert "We refunded $6.99 in shipping for order 1042" in page
+    assert "We have started a refund of $6.99 in shipping for order 1042" in page
     sent = Email.objects.get(key=refunded.key)
     assert sent.language == language and sent.body == refunded.body.replace("\r\n", "\n")
 
@@ -151,11 +179,60 @@ def test_a_partial_refund_says_it_is_part_with_the_total_and_why(transactional_d
     )
     assert runner.advance(ticket.pk) == "refunded"
     told = smtp.delivered[-1]
-    assert "Wir haben Ihnen $10.00 der beantragten $14.50 Versandkosten" in told.body
+    assert "Wir haben eine Erstattung von $10.00 der beantragten $14.50 Versandkosten" in told.body
     assert "Warum nicht alles: Die Hälfte des Pakets kam pünktlich." in told.body
     desk = Email.objects.get(key=told.key).desk_text
-    assert "We refunded $10.00 of the $14.50 you asked for in shipping for order 7001" in desk
+    assert (
+        "We have started a refund of $10.00 of the $14.50 you asked for in shipping for order 7001"
+        in desk
+    )
     assert "Why not all of it: Die Hälfte des Pakets kam pünktlich." in desk
+
+
+ONE_ORDER = {
+    "customer_name": "Ana",
+    "orders": ["1042"],
+    "refunded": [
+        {"number": "1042", "asked_cents": 699, "paid_cents": 699, "receipt": "re_1", "part": False}
+    ],
+    "not_refunded": [],
+    "asked_cents": 699,
+    "paid_cents": 699,
+    "part": False,
+}
+SEVERAL = ONE_ORDER | {
+    "orders": ["1042", "1044"],
+    "refunded": ONE_ORDER["refunded"] + [{**ONE_ORDER["refunded"][0], "number": "1044"}],
+}
+LINES = ONE_ORDER | {
+    "refunded": [
+        {
+            **ONE_ORDER["refunded"][0],
+            "given": [{"quantity": 1, "title": "Vase", "amount_cents": 699, "restock": False}],
+        }
+    ]
+}
+
+
+@pytest.mark.parametrize("language", sorted(TAKES))
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ONE_ORDER | {"why": {"late_by_days": 2}},
+        ONE_ORDER | {"why": {"reason": "damaged"}},
+        SEVERAL | {"why": {"late_by_days": 2}},
+        LINES | {"why": {"reason": "damaged"}},
+    ],
+    ids=["late", "reason", "several", "lines"],
+)
+def test_the_refund_email_says_started_and_how_long_in_every_language(language, facts):
+    """Stripe has not said `succeeded` when the email goes (and a card refund takes days to
+    reach the customer even then): every form of the email says the refund has started."""
+    _, body = emails.render("refunded", facts, language)
+    said = " ".join(body.split())
+
+    assert TAKES[language] in said
+    assert SAID_DONE[language].lower() not in said.lower()
 
 
 def test_a_partial_refund_of_several_orders_gives_each_and_the_total():
@@ -187,7 +264,7 @@ def test_a_partial_refund_of_several_orders_gives_each_and_the_total():
         "why": {"late_by_days": 2},
     }
     _, body = emails.render("refunded", facts)
-    assert "We refunded part of the shipping fee:" in body
+    assert "We have started refunding part of the shipping fee:" in body
     assert (
         "- Order 1042: $15.00 of the $48.00 asked (receipt r1), because: Only the second box"
         in body

@@ -54,7 +54,10 @@ def test_a_manager_lowers_the_amount_and_the_lower_amount_is_paid_once(
         f"{ticket.thread_id}:charge_card:7001:3000",
     )
     assert [r.amount_cents for r in DemoProcessorRefund.objects.all()] == [3000]
-    assert "We refunded $30.00 of the $48.00 you asked for" in Email.objects.get(ticket=ticket).body
+    assert (
+        "We have started a refund of $30.00 of the $48.00 you asked for"
+        in Email.objects.get(ticket=ticket).body
+    )
     event = AuditEvent.objects.get(ticket=ticket, action="edit")
     assert (event.answer["asked_cents"], event.answer["amount_cents"]) == (4800, 3000)
     html = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()

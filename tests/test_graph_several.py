@@ -128,7 +128,7 @@ def test_per_order_answers_charge_each_approved_order_once_and_one_email_lists_a
     (mail,) = desk.mailer.sent
     assert mail["key"] == f"{TICKET}:email"
     # Less than asked is said so, with the total.
-    assert "We refunded part of the shipping fee:" in mail["body"]
+    assert "We have started refunding part of the shipping fee:" in mail["body"]
     assert "Order 1042: $5.00 of the $6.99 asked (receipt rcpt_1042)" in mail["body"]
     assert "Order 1043: Your order arrived on time" in mail["body"]
     assert "Order 1049: The fee looks wrong." in mail["body"]

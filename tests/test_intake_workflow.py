@@ -581,4 +581,4 @@ def test_a_message_a_person_reviews_gets_told_so_then_the_outcome_once_each(
         f"{ticket.thread_id}:received",
         f"{ticket.thread_id}:email",
     ]
-    assert "We refunded $6.99" in smtp.delivered[1].body
+    assert "We have started a refund of $6.99" in smtp.delivered[1].body

@@ -396,7 +396,7 @@ def test_a_customer_whose_message_is_sent_back_hears_only_the_outcome_of_the_rig
     assert runner.advance(right.pk) == "refunded"
     (told,) = smtp.delivered
     assert told.to == ["ana@example.com"] and "1044" in told.subject
-    assert "We refunded $12.50" in told.body and "cannot refund" not in told.body
+    assert "We have started a refund of $12.50" in told.body and "cannot refund" not in told.body
 
 
 def test_sending_back_needs_a_word_on_what_was_misread(misread, manager):

@@ -16,7 +16,7 @@ from django.contrib.auth.models import Group, Permission, User
 
 from devtools.faults import fired
 from devtools.localstripe import StripeFaults
-from refunds import persistence, services
+from refunds import persistence, selectors, services
 from refunds.models import Charge, Decision, Order, StripeEvent, Ticket
 from tests import test_crash
 from tests.conftest import make_order, wait_for
@@ -70,15 +70,31 @@ def test_an_approved_ticket_refunds_the_shipping_fee_at_stripe(
 
 
 def test_a_signed_event_is_handled_by_a_worker_that_re_reads_the_refund_at_stripe(
-    workers, localstripe, agent, admin_user, paid_order, client, settings
+    workers, localstripe, sinks, agent, admin_user, paid_order, client, settings
 ):
+    """Stripe answers the refund `pending` (the proxy says so of it: localstripe cannot): the
+    ledger records it, the desk says the refund is on its way, the customer is told it has
+    started. Then Stripe holds `succeeded`; an event whose payload still says pending is handled
+    by a worker that re-reads the refund: "Refunded", and no second email."""
     settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
-    workers("w1", env=localstripe.env())
+    proxy = StripeFaults(localstripe.url).start()
+    proxy.creating = {"status": "pending"}
+    workers("w1", env=localstripe.env() | {"STRIPE_API_BASE": proxy.url})
     ticket = open_and_wait_for_review("1042", agent)
     approve(ticket, admin_user)
     wait_for(lambda: status(ticket) == "refunded", timeout=60, what="the refund")
     [refund] = localstripe.refunds(paid_order.payment_reference)
+    assert Charge.objects.get(ticket=ticket).processor_status == "pending"
+    assert selectors.refund_progress(Ticket.objects.get(pk=ticket.pk)) == {
+        "state": "on_its_way",
+        "words": "Refund of $6.99 started, on its way to the customer's bank",
+    }
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the first email")
+    [first] = sinks.smtp.delivered
+    assert "We have started a refund of $6.99" in first.body
+    assert "5 to 10 business days" in " ".join(first.body.split())
 
+    del proxy.says[refund["id"]]  # Stripe holds succeeded now
     # Its payload says pending; localstripe holds succeeded, which the worker reads.
     response = post(client, event("refund.created", refund | {"status": "pending"}))
 
@@ -89,6 +105,12 @@ def test_a_signed_event_is_handled_by_a_worker_that_re_reads_the_refund_at_strip
         what="a worker to handle the event",
     )
     assert Charge.objects.get(ticket=ticket).processor_status == "succeeded"
+    assert selectors.refund_progress(Ticket.objects.get(pk=ticket.pk)) == {
+        "state": "refunded",
+        "words": "Refunded",
+    }
+    assert sinks.smtp.keys() == {f"{ticket.thread_id}:email": 1}  # no second email
+    proxy.stop()
 
 
 def test_several_tickets_for_one_order_refund_it_once_at_stripe(

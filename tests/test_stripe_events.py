@@ -73,11 +73,21 @@ class StripeSays:
     """Test side: what "Stripe" answers for some refunds where localstripe cannot say it (a
     refund `pending`, or `failed` with a reason), laid over localstripe's own answer at the
     stripe library's RefundService. `says[refund_id] = {"status": "pending"}`; delete the entry
-    and localstripe's answer (`succeeded`) comes through untouched."""
+    and localstripe's answer (`succeeded`) comes through untouched. `creating = {"status":
+    "pending"}` answers each refund created from then on so (as Stripe answers most card
+    refunds' create call) and keeps saying it of that refund until the test changes `says`."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.says: dict[str, dict[str, Any]] = {}
+        self.creating: dict[str, Any] = {}
+        create = stripe.RefundService.create
         retrieve, listing = stripe.RefundService.retrieve, stripe.RefundService.list
+
+        def create_as_said(service, *args, **kwargs):
+            refund = create(service, *args, **kwargs)
+            if self.creating:
+                self.says[refund.id] = dict(self.creating)
+            return self._over(refund)
 
         def retrieve_as_said(service, refund, *args, **kwargs):
             return self._over(retrieve(service, refund, *args, **kwargs))
@@ -88,6 +98,7 @@ class StripeSays:
                 self._over(refund)
             return listed
 
+        monkeypatch.setattr(stripe.RefundService, "create", create_as_said)
         monkeypatch.setattr(stripe.RefundService, "retrieve", retrieve_as_said)
         monkeypatch.setattr(stripe.RefundService, "list", list_as_said)
 
@@ -140,8 +151,14 @@ def stripe_says(monkeypatch) -> StripeSays:
 _orders = iter(range(3000, 4000))
 
 
-def paid_ticket(localstripe) -> tuple[Ticket, Charge, dict]:
-    """A refunded ticket whose refund the ledger made at localstripe: (ticket, charge, refund)."""
+def paid_ticket(
+    localstripe, says: StripeSays | None = None, *, answered: str = "pending"
+) -> tuple[Ticket, Charge, dict]:
+    """A refunded ticket whose refund the ledger made at localstripe: (ticket, charge, refund).
+    With `says`, Stripe answers the create call with `answered` ("pending" by default, as it
+    answers most card refunds) and goes on saying it; without, localstripe's `succeeded`."""
+    if says is not None:
+        says.creating = {"status": answered}
     number = str(next(_orders))
     order = make_order(number)
     order.payment_reference = localstripe.payment_intent(5699)
@@ -162,14 +179,18 @@ def paid_ticket(localstripe) -> tuple[Ticket, Charge, dict]:
     charge = Charge.objects.get(ticket=ticket)
     [refund] = localstripe.refunds(order.payment_reference)
     assert refund["id"] == charge.receipt
+    if says is not None:
+        says.creating = {}
+        assert charge.processor_status == answered  # what the create call answered
     return ticket, charge, refund
 
 
 # --- the door: signed, stored once, handled later ---------------------------------------------
 def test_a_signed_event_is_stored_and_handed_to_a_worker_not_handled_in_the_request(
-    db, client, stripe_desk, sent, django_capture_on_commit_callbacks
+    db, client, stripe_desk, sent, django_capture_on_commit_callbacks, stripe_says
 ):
-    _, charge, refund = paid_ticket(stripe_desk)
+    _, charge, refund = paid_ticket(stripe_desk, stripe_says)
+    del stripe_says.says[refund["id"]]  # Stripe holds succeeded now; the event says so too
     body = event("refund.updated", refund)
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -181,7 +202,7 @@ def test_a_signed_event_is_stored_and_handed_to_a_worker_not_handled_in_the_requ
     assert row.handled_at is None
     assert sent == [(HANDLE, row.pk)]
     charge.refresh_from_db()
-    assert charge.processor_status == ""  # nothing recorded until a worker re-reads Stripe
+    assert charge.processor_status == "pending"  # nothing recorded until a worker re-reads
 
 
 def test_a_resent_event_is_stored_once_and_changes_nothing(
@@ -276,7 +297,7 @@ def test_it_rejects_get(db, client, stripe_desk):
 def test_events_twice_and_out_of_order_converge_on_what_stripe_holds_now(
     db, stripe_desk, deliver, stripe_says
 ):
-    _, charge, refund = paid_ticket(stripe_desk)
+    _, charge, refund = paid_ticket(stripe_desk, stripe_says)
     start = int(time.time()) - 60
     created = event("refund.created", refund | {"status": "pending"}, created=start)
     updated = event("refund.updated", refund | {"status": "succeeded"}, created=start + 30)
@@ -335,7 +356,7 @@ def test_a_refund_stripe_fails_after_it_succeeded_is_recorded_failed_with_the_re
 
 
 def test_charge_refunded_re_reads_every_refund_of_the_charge(db, stripe_desk, deliver, stripe_says):
-    _, charge, refund = paid_ticket(stripe_desk)
+    _, charge, refund = paid_ticket(stripe_desk, stripe_says, answered="requires_action")
     stripe_says.says[refund["id"]] = {"status": "pending"}
 
     deliver(event("charge.refunded", {"id": refund["charge"], "object": "charge"}))
@@ -379,8 +400,10 @@ def test_a_refund_without_a_desk_key_is_stored_and_nothing_else_changes(
     assert f"refund {outside['id']} has no desk key we know" in caplog.text
 
 
-def test_an_event_whose_read_fails_is_left_for_the_sweep(db, stripe_desk, deliver, settings):
-    _, charge, refund = paid_ticket(stripe_desk)
+def test_an_event_whose_read_fails_is_left_for_the_sweep(
+    db, stripe_desk, deliver, settings, stripe_says
+):
+    _, charge, refund = paid_ticket(stripe_desk, stripe_says)
     settings.STRIPE_API_BASE = f"http://127.0.0.1:{free_port()}"  # Stripe unreachable
 
     deliver(event("refund.updated", refund))
@@ -389,14 +412,15 @@ def test_an_event_whose_read_fails_is_left_for_the_sweep(db, stripe_desk, delive
     assert row.handled_at is None
     assert "Stripe unreachable" in row.handle_error
     charge.refresh_from_db()
-    assert charge.processor_status == ""
+    assert charge.processor_status == "pending"
 
 
 def test_a_stored_event_never_handled_is_handled_by_the_recovery_sweep(
-    db, client, stripe_desk, sent, django_capture_on_commit_callbacks, settings
+    db, client, stripe_desk, sent, django_capture_on_commit_callbacks, settings, stripe_says
 ):
     """A worker killed mid-handle: the event is stored, its attempt counted, never handled."""
-    _, charge, refund = paid_ticket(stripe_desk)
+    _, charge, refund = paid_ticket(stripe_desk, stripe_says)
+    del stripe_says.says[refund["id"]]  # Stripe: succeeded since
     with django_capture_on_commit_callbacks(execute=True):
         post(client, event("refund.updated", refund))
     row = StripeEvent.objects.get()
@@ -442,34 +466,51 @@ def pill(client, ticket: Ticket) -> str:
 def test_the_ticket_says_the_refund_is_on_its_way_while_stripe_says_pending(
     db, client, manager, stripe_desk, deliver, stripe_says
 ):
-    ticket, _, refund = paid_ticket(stripe_desk)
+    ticket, _, refund = paid_ticket(stripe_desk, stripe_says, answered="requires_action")
+    client.force_login(manager)
+    assert pill(client, ticket) == ON_ITS_WAY  # what the create call answered
+
     stripe_says.says[refund["id"]] = {"status": "pending"}
     deliver(event("refund.created", refund))
-    client.force_login(manager)
-
     assert pill(client, ticket) == ON_ITS_WAY
 
 
 def test_the_ticket_says_refunded_only_once_stripe_says_succeeded(
     db, client, manager, stripe_desk, deliver, stripe_says
 ):
-    ticket, _, refund = paid_ticket(stripe_desk)
-    stripe_says.says[refund["id"]] = {"status": "pending"}
+    ticket, _, refund = paid_ticket(stripe_desk, stripe_says)
     deliver(event("refund.created", refund))
     del stripe_says.says[refund["id"]]
     client.force_login(manager)
-    assert pill(client, ticket) != "Refunded"
+    assert pill(client, ticket) == ON_ITS_WAY
 
     deliver(event("refund.updated", refund))
-
+    assert pill(client, ticket) == "Refunded"
+    # A late "pending" (an old event, re-read while Stripe briefly said so) moves nothing back.
+    stripe_says.says[refund["id"]] = {"status": "pending"}
+    deliver(event("refund.created", refund))
     assert pill(client, ticket) == "Refunded"
 
 
-def test_a_refund_stripe_never_reported_reads_refunded_as_before(db, client, manager, stripe_desk):
-    ticket, charge, _ = paid_ticket(stripe_desk)
+def test_a_refund_stripe_answered_succeeded_reads_refunded_from_the_start(
+    db, client, manager, stripe_desk
+):
+    ticket, charge, _ = paid_ticket(stripe_desk)  # localstripe answers succeeded at once
     client.force_login(manager)
 
-    assert charge.processor_status == ""
+    assert charge.processor_status == "succeeded"
+    assert pill(client, ticket) == "Refunded"
+
+
+def test_a_refund_its_gateway_never_reported_reads_refunded_as_before(
+    db, client, manager, stripe_desk
+):
+    """A gateway that says nothing of its refunds' later life (an HTTP processor without a
+    status, a ledger row from before the desk recorded Stripe's): the desk says "Refunded"."""
+    ticket, charge, _ = paid_ticket(stripe_desk)
+    Charge.objects.filter(pk=charge.pk).update(processor_status="")
+    client.force_login(manager)
+
     assert pill(client, ticket) == "Refunded"
 
 
@@ -481,7 +522,10 @@ def test_the_ticket_says_a_refund_failed_at_the_processor_with_the_reason(
     deliver(event("refund.failed", refund))
     client.force_login(manager)
 
-    assert pill(client, ticket) == "Refund of $6.99 failed at the processor (lost_or_stolen_card)"
+    assert pill(client, ticket) == (
+        "Refund of $6.99 failed. The customer&#x27;s bank refused the refund: the card was "
+        "reported lost or stolen. No money reached them."
+    )
 
 
 def test_the_dashboard_and_metrics_count_refunds_on_their_way_and_failed(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from devtools.localstripe import StripeFaults
-from refunds import enqueue, money, payments, runner, services, tasks
+from refunds import enqueue, money, payments, runner, selectors, services, tasks
 from refunds.models import AuditEvent, Charge, Email, StripeEvent, Ticket
 from refunds.services.stripe_events import HANDLE
 from tests import test_crash
@@ -72,6 +72,10 @@ def test_a_refund_stripe_fails_later_goes_back_to_a_manager_and_the_customer_is_
 ):
     ticket = refunded(desk, "4301", manager)
     charge = Charge.objects.get(ticket=ticket)
+    [first] = smtp.delivered  # read at the SMTP server: started, not "refunded"
+    said = " ".join(first.body.split())
+    assert "We have started a refund of $6.99 in shipping for order 4301" in said
+    assert "a refund usually takes 5 to 10 business days to show on your statement" in said
     [refund] = desk.refunds(ticket.order.payment_reference)
     assert money.refundable_cents(ticket.order) == 0
     stripe_says.says[refund["id"]] = {
@@ -124,7 +128,11 @@ def test_a_refund_stripe_fails_later_goes_back_to_a_manager_and_the_customer_is_
     assert keys == [charge.idempotency_key, f"{charge.idempotency_key}:again1"]
     assert sorted(r["amount"] for r in desk.refunds(ticket.order.payment_reference)) == [699, 699]
     assert money.refundable_cents(ticket.order) == 0
-    assert sum(1 for d in smtp.delivered if "We refunded" in d.body) == 1  # never a second
+    ticket.refresh_from_db()
+    assert selectors.refund_progress(ticket) == {"state": "refunded", "words": "Refunded"}
+    started = [d for d in smtp.delivered if d.key == f"{ticket.thread_id}:email"]
+    assert len(started) == 1  # the first email, before the failure; never a second
+    assert not any("We refunded" in d.body for d in smtp.delivered)
     assert len([d for d in smtp.delivered if ":refund_failed:" in d.key]) == 1
     assert Email.objects.filter(ticket=ticket, key__contains=":refund_failed:").count() == 1
 

@@ -30,6 +30,7 @@ from core.logs import bound
 from core.masking import mask
 from core.network import outside_transaction
 from refunds import metrics
+from refunds.selectors import refund_progress
 from webhooks import addresses, signing
 from webhooks.models import Attempt, Delivery, Endpoint, Event
 
@@ -39,10 +40,18 @@ USER_AGENT = "RefundDesk-Webhooks/1"
 
 
 def payload(event: Event) -> dict:
+    """The event as receivers read it. `refund_state` and `refund_words` say where a refunded
+    ticket's money is as the desk knows it when the event is sent (refunds/selectors.py), null
+    unless the ticket is refunded then: a later event carries any later state."""
     ticket = event.ticket
+    progress = refund_progress(ticket)
     return {
         "id": event.event_id,
-        "type": "ticket.status_changed",
+        # A refunded ticket's refund moved (pending, succeeded, failed at the processor): the
+        # trigger of migration 0004 writes it with the ticket's status on both sides.
+        "type": "ticket.refund_state_changed"
+        if event.from_status == event.to_status
+        else "ticket.status_changed",
         "created_at": event.created_at.isoformat(),
         "data": {
             "ticket": {
@@ -53,6 +62,8 @@ def payload(event: Event) -> dict:
                 "previous_status": event.from_status or None,
                 "amount_cents": event.amount_cents,
                 "required_role": event.required_role or None,
+                "refund_state": progress["state"] if progress else None,
+                "refund_words": progress["words"] if progress else None,
                 "url": f"/api/tickets/{ticket.pk}/",
             }
         },

@@ -47,8 +47,10 @@ class Endpoint(models.Model):
 
 class Event(models.Model):
     """A ticket's status changed (or a ticket was opened: from_status empty). Inserted by the
-    trigger in migration 0001 on every INSERT of a ticket and every UPDATE that changes its
-    status, whichever code path made it (the runner's raw UPDATEs included)."""
+    trigger in migration 0002 on every INSERT of a ticket and every UPDATE that changes its
+    status, whichever code path made it (the runner's raw UPDATEs included); and by migration
+    0004's when the processor's status of a refunded ticket's refund changes (from_status and
+    to_status both "refunded")."""
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="+")
     from_status = models.CharField(max_length=20, blank=True)

@@ -28,6 +28,7 @@ from refunds.flow.errors import (
 from refunds.flow.state import Part
 from refunds.payments.demo import DemoGateway
 from refunds.payments.http import HttpGateway
+from refunds.payments.receipt import Receipt
 from refunds.payments.stripe import StripeGateway
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "GatewayOutcomeUnknown",
     "HttpGateway",
     "PermanentGatewayError",
+    "Receipt",
     "RetryableGatewayError",
     "StripeGateway",
     "get_gateway",
@@ -53,11 +55,13 @@ class Gateway(Protocol):
         payment_reference: str = "",
         parts: Sequence[Part] = (),
     ) -> str:
-        """Refund once per key and return the receipt; a repeated key returns the first one."""
+        """Refund once per key and return the receipt (a `Receipt` carrying the processor's
+        status where the gateway knows it); a repeated key returns the first one."""
         ...
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
-        """The receipt of the charge made with this key, or None if there was none."""
+        """The receipt of the charge made with this key (a `Receipt` with the processor's status
+        where the gateway knows it), or None if there was none."""
         ...
 
 

@@ -11,6 +11,7 @@ from django.db import IntegrityError, models
 
 from refunds.flow.errors import PermanentGatewayError
 from refunds.flow.state import Part
+from refunds.payments.receipt import Receipt
 
 
 class DemoProcessorRefund(models.Model):
@@ -29,6 +30,10 @@ class DemoProcessorRefund(models.Model):
         return f"{self.idempotency_key}: {self.receipt}"
 
 
+# The demo's refunds are done when it answers (there is no bank behind it): Stripe's word for it.
+SETTLED = "succeeded"
+
+
 class DemoGateway:
     """Stands in for a card processor in the demo: it keeps its own records (apart from our
     ledger), keyed by the idempotency key, and answers a repeated key with the first charge."""
@@ -41,7 +46,7 @@ class DemoGateway:
         ticket_key: str,
         payment_reference: str = "",
         parts: Sequence[Part] = (),
-    ) -> str:
+    ) -> Receipt:
         if amount_cents <= 0:
             raise PermanentGatewayError(f"cannot refund {amount_cents} cents")
         try:
@@ -55,11 +60,12 @@ class DemoGateway:
             raise PermanentGatewayError(
                 f"idempotency key {idempotency_key} was used for {record.amount_cents} cents"
             )
-        return record.receipt
+        return Receipt(record.receipt, SETTLED)
 
-    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
-        return (
+    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> Receipt | None:
+        receipt = (
             DemoProcessorRefund.objects.filter(idempotency_key=idempotency_key)
             .values_list("receipt", flat=True)
             .first()
         )
+        return Receipt(receipt, SETTLED) if receipt else None

@@ -17,6 +17,7 @@ from refunds.flow.errors import (
     RetryableGatewayError,
 )
 from refunds.flow.state import Part
+from refunds.payments.receipt import Receipt
 
 
 class HttpGateway:
@@ -38,7 +39,7 @@ class HttpGateway:
         ticket_key: str,
         payment_reference: str = "",
         parts: Sequence[Part] = (),
-    ) -> str:
+    ) -> Receipt:
         # The parts as Stripe's metadata says them ("11x2,shipping"), for the processor's books.
         said = refund_parts.metadata(parts).get("parts", "")
         body = {"amount_cents": amount_cents, "reference": ticket_key, "parts": said}
@@ -50,7 +51,9 @@ class HttpGateway:
             headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
         )
         if status in (200, 201):
-            return answer["receipt"]
+            # A processor that says where the refund stands ("pending", "succeeded") says it
+            # in `status`; most say nothing, and the ledger records nothing.
+            return Receipt(answer["receipt"], answer.get("status") or "")
         reason = answer.get("error", f"HTTP {status}")
         if status in (402, 409, 422, 400):
             raise PermanentGatewayError(reason)
@@ -58,7 +61,7 @@ class HttpGateway:
             raise RetryableGatewayError(reason)  # the processor did not start the refund
         raise GatewayOutcomeUnknown(reason)  # a 500 may have moved the money
 
-    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
+    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> Receipt | None:
         # One path segment, whatever the key holds: quote()'s default keeps "/", and a key with
         # one (an order number like "2024/1042") would be looked up at another address.
         path = "/refunds/" + urllib.parse.quote(idempotency_key, safe="")
@@ -66,7 +69,7 @@ class HttpGateway:
         if status == 404:
             return None
         if status == 200:
-            return answer["receipt"]
+            return Receipt(answer["receipt"], answer.get("status") or "")
         raise GatewayOutcomeUnknown(answer.get("error", f"lookup answered HTTP {status}"))
 
     def _call(self, method: str, path: str, *, body: bytes | None = None, headers=None):

@@ -17,6 +17,7 @@ from refunds.flow.errors import (
     RetryableGatewayError,
 )
 from refunds.flow.state import Part
+from refunds.payments.receipt import Receipt
 
 if TYPE_CHECKING:
     from stripe import StripeClient
@@ -72,7 +73,7 @@ class StripeGateway:
         ticket_key: str,
         payment_reference: str = "",
         parts: Sequence[Part] = (),
-    ) -> str:
+    ) -> Receipt:
         if amount_cents <= 0:
             raise PermanentGatewayError(f"cannot refund {amount_cents} cents")
         params: RefundCreateParams = {
@@ -90,9 +91,10 @@ class StripeGateway:
                 params=params,
                 options={"idempotency_key": idempotency_key},
             )
-        return refund.id
+        # Stripe's word on the refund in the same answer: "pending" for days, or "succeeded".
+        return Receipt(refund.id, refund.status or "")
 
-    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
+    def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> Receipt | None:
         try:
             kind, payment = _stripe_payment(payment_reference)
         except PermanentGatewayError:
@@ -102,7 +104,7 @@ class StripeGateway:
             for refund in refunds.auto_paging_iter():
                 metadata = refund.metadata.to_dict() if refund.metadata else {}
                 if metadata.get(self.METADATA_KEY) == idempotency_key:
-                    return refund.id
+                    return Receipt(refund.id, refund.status or "")
         return None
 
     def refund_now(self, refund_id: str) -> dict[str, Any]:

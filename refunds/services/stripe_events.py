@@ -3,8 +3,8 @@
 
 A handler never takes an event's order or payload for the refund's state: events come late, twice
 and out of order, so it re-reads the refund (or the charge's refunds) from Stripe and records what
-Stripe says now. What it records only moves forward (statuses.PROCESSOR_RANK), so an older read
-that lands after a newer one changes nothing."""
+Stripe says now. What it records only moves forward (Charge.objects.record_processor_status,
+statuses.PROCESSOR_RANK), so an older read that lands after a newer one changes nothing."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from refunds.flow.errors import PermanentGatewayError
 from refunds.models import Charge, StripeEvent
 from refunds.payments.stripe import StripeGateway
 from refunds.services.sweep import wake_all
-from refunds.statuses import PROCESSOR_GAVE_BACK, PROCESSOR_RANK, ProcessorStatus
+from refunds.statuses import PROCESSOR_GAVE_BACK, ProcessorStatus
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,7 @@ def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
         )
         return f"{refund_id}: status {refund.get('status')!r} not known, nothing recorded"
     reason = (refund.get("failure_reason") or "") if status in FAILED else ""
-    behind = [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
-    moved = Charge.objects.filter(pk=charge.pk, processor_status__in=behind).update(
-        processor_status=status, failure_reason=reason[:200]
-    )
+    moved = Charge.objects.filter(pk=charge.pk).record_processor_status(status, reason)
     if not moved:
         return f"{refund_id}: {status} is behind what the desk has, kept"
     if status in FAILED and charge.status == Charge.Status.SUCCEEDED:

@@ -1,4 +1,5 @@
 import re
+from collections.abc import Mapping
 
 from django import template
 from django.utils import timezone
@@ -6,8 +7,9 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import day_words, local_words
-from refunds import currencies, policy
+from refunds import currencies, policy, selectors
 from refunds.flow import words
+from refunds.selectors import RefundProgress
 
 register = template.Library()
 
@@ -41,6 +43,34 @@ def over_limit() -> str:
 @register.filter
 def status_class(status: str) -> str:
     return f"status status-{status}"
+
+
+@register.simple_tag
+def status_pill(ticket, refunds: Mapping[int, RefundProgress] | None = None, pill_id: str = ""):
+    """A ticket's status as the desk says it: escalated to managers, where a refunded ticket's
+    money is (`refunds`: refund_progress by ticket id, from refunds/selectors.py, the one home of
+    those words), or its status."""
+    progress = (refunds or {}).get(ticket.pk)
+    if ticket.status == "awaiting_review" and ticket.is_escalated:
+        state, shown = "escalated", "Escalated to managers"
+    elif progress:
+        state, shown = progress["state"], progress["words"]
+    else:
+        state, shown = ticket.status, ticket.get_status_display()
+    named = format_html(' id="{}"', pill_id) if pill_id else ""
+    return format_html(
+        '<span class="status status-{}" data-ticket="{}"{}>{}</span>',
+        state,
+        ticket.pk,
+        named,
+        shown,
+    )
+
+
+@register.filter
+def charge_progress(charge) -> RefundProgress:
+    """Where one paid refund's money is, in the desk's words (refunds/selectors.py)."""
+    return selectors.charge_progress(charge)
 
 
 @register.filter

@@ -21,7 +21,7 @@ from django_htmx.http import (
     trigger_client_event,
 )
 
-from refunds import permissions, policy, services
+from refunds import permissions, policy, selectors, services
 from refunds.models import CannedReason, Decision, Ticket, user_roles
 from reviews import forms, paging
 from reviews.views.common import (
@@ -69,10 +69,6 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
         "version": version.digest,
-        "recent": permissions.visible(request.user)
-        .filter(opened_by=request.user)
-        .select_related("order")
-        .prefetch_related(ORDER_LINKS)[:RECENT],
         "roles": sorted(user_roles(request.user)),
         "scope": _queue_scope(request.user),
         "canned": list(CannedReason.objects.rejecting()),
@@ -224,9 +220,21 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
         # The rows changed: the recent tickets beside them refresh now too, not on their own
         # clock, so a review in the queue never sits beside a ticket still shown as "Running".
         return trigger_client_event(response, "ticketsChanged")
+    context |= _recent_context(request)
     if request.htmx.target == "recent-tickets":
         return render(request, "reviews/queue.html#recent-tickets", context)
     return render(request, "reviews/queue.html", context)
+
+
+def _recent_context(request: HtmxHttpRequest) -> dict:
+    """The tickets the user opened lately, with where each refunded one's money is."""
+    recent = list(
+        permissions.visible(request.user)
+        .filter(opened_by=request.user)
+        .select_related("order")
+        .prefetch_related(ORDER_LINKS)[:RECENT]
+    )
+    return {"recent": recent, "recent_refunds": selectors.refund_progress_of(recent)}
 
 
 @require_POST

@@ -182,6 +182,7 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
     ticket_messages = list(ticket.messages.all())
     orders = [link.order for link in ticket.links.all()]
     lines = selectors.orders_bought(order.pk for order in orders)
+    progress = selectors.refund_progress(ticket)
     return {
         # What each order holds (those sent with their lines): bought, refunded, left.
         "bought": [(order, lines[order.pk]) for order in orders if order.pk in lines],
@@ -189,7 +190,8 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "ticket": with_pending_decisions([ticket])[0],
         "decisions": ticket.decisions.select_related("reviewer"),
         "charges": ticket.charges.select_related("order"),
-        "refund_progress": selectors.refund_progress(ticket),
+        "refund_progress": progress,
+        "refunds": {ticket.pk: progress} if progress else {},
         "emails": ticket.emails.all(),
         "may_decide": not refusal,
         "refusal": refusal,

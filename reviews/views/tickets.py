@@ -51,6 +51,12 @@ def tickets(request: HtmxHttpRequest) -> HttpResponse:
         size=TICKETS_PAGE,
         cap=COUNT_CAP,
     )
-    context = {"search": search, "rows": page, "now": now, **paging.page_context(request, page)}
+    context = {
+        "search": search,
+        "rows": page,
+        "refunds": selectors.refund_progress_of(page),
+        "now": now,
+        **paging.page_context(request, page),
+    }
     template = "reviews/tickets.html#results" if request.htmx else "reviews/tickets.html"
     return render(request, template, context)
