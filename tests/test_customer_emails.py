@@ -291,6 +291,24 @@ def test_every_email_of_a_ticket_threads_with_the_customers_message_and_the_earl
     assert Message.objects.get(pk=message.pk).message_id == "<thread@customer.test>"
 
 
+@pytest.mark.parametrize("kind", ["received", "refunded", "refused", "refund_failed"])
+def test_every_email_greets_by_first_name_and_signs_as_the_acknowledgment_does(kind):
+    """Read in one conversation, "Hello Iris," then "Hello Iris Kwan," and "The Refund Desk" then
+    "Refund Desk" read as two senders: each email greets and signs the same way."""
+    facts = {
+        "customer_name": "Iris Kwan",
+        "orders": ["1090"],
+        "number": "1090",
+        "amount_cents": 850,
+        "refunded": [],
+        "not_refunded": [{"number": "1090", "why_not": "Not covered."}],
+    }
+    _subject, body = emails.render(kind, facts, "en")
+    assert body.startswith("Hello Iris,\n") and body.endswith("\nThe Refund Desk\n"), body
+    _subject, body = emails.render(kind, facts | {"customer_name": ""}, "en")
+    assert body.startswith("Hello,\n"), body
+
+
 def test_a_string_missing_from_a_catalogue_reads_in_english():
     template = Template(
         '{% load i18n %}{% translate "Thank you for writing to us." %} '

@@ -24,6 +24,12 @@ def and_list(items: list[str]) -> str:
 
 
 @register.filter
+def first_name(name: str) -> str:
+    """ "Chloe" for "Chloe Martin": every email greets the customer the same way."""
+    return (str(name or "").split() or [""])[0]
+
+
+@register.filter
 def language_name(code: str) -> str:
     """ "Spanish" for "es": the language an email was sent in, named for the desk."""
     return emails.language_name(code)
