@@ -52,8 +52,11 @@ def _deliver(runtime: Runtime[Collaborators], **message) -> str:
     return ""
 
 
-def email_key(ticket_key: str) -> str:
-    return f"{ticket_key}:email"  # the refund's confirmation: a ticket is refunded once
+def email_key(ticket_key: str, failed: int = 0) -> str:
+    """The refund's confirmation: once per ticket, and once more for each refund the processor
+    failed after accepting it (the failure email promised to write again; approving again makes
+    a new refund, keyed `:againN` as its charge is)."""
+    return f"{ticket_key}:email" + (f":again{failed}" if failed else "")
 
 
 def notify_key(state: RefundState) -> str:
@@ -149,7 +152,10 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     error = _send(
         runtime,
         state,
-        email_key(state["ticket_key"]),
+        email_key(
+            state["ticket_key"],
+            sum(check.get("refunds_failed", 0) for check in (state.get("checks") or {}).values()),
+        ),
         "refunded",
         order_facts(state) | {"why": _why_refunded(state)},
     )
