@@ -333,6 +333,15 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
     return parts
 
 
+def parts_left(order: OrderFacts, parts: list[Part]) -> int | None:
+    """What is left to refund of what the customer paid for the order after these parts (checked
+    by parts_checked); None when the shop did not say what was paid."""
+    paid = order.get("paid_cents")
+    if paid is None:
+        return None
+    return max(paid - order["refunded_cents"] - refund_parts.total(parts), 0)
+
+
 def _units_left(line: LineFacts) -> int:
     return max(line["quantity"] - line["refunded_quantity"], 0)
 

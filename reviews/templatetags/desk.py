@@ -8,6 +8,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import day_words, local_words
 from refunds import currencies, policy, selectors
+from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.selectors import RefundProgress
 
@@ -305,6 +306,18 @@ def proposed_units(order: dict, line_id: int) -> int:
         if part.get("line") == line_id:
             return int(part.get("quantity") or 0)
     return 0
+
+
+@register.filter
+def proposal_sums(order: dict) -> dict:
+    """What the review's proposal for one order comes to, for reviews/_parts_total.html."""
+    facts, parts = order["order"], order.get("parts") or []
+    total = refund_parts.total(parts)
+    return {
+        "total": total,
+        "left": policy.parts_left(facts, parts),
+        "paid": facts.get("paid_cents"),
+    }
 
 
 @register.filter
