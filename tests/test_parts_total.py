@@ -159,3 +159,27 @@ def test_a_review_no_longer_pending_has_no_total(client, manager, ticket, vase):
 def test_a_ticket_the_user_may_not_read_has_no_total(client, colleague, ticket, vase):
     client.force_login(colleague)  # an agent: this review waits on a manager
     assert total(client, ticket, **{qty(vase): "1"}).status_code == 404
+
+
+def test_each_order_of_a_ticket_of_several_has_its_own_total(client, manager, agent, order, vase):
+    lamp = give_lines(make_order("1048", fee_cents=500, name="Iris Vale"), [("Desk lamp", 3900, 1)])
+    opened = services.ticket_open(
+        order_numbers=["1047", "1048"],
+        opened_by=agent,
+        reason=policy.DAMAGED,
+        note="Customer: the vase and the lamp arrived smashed",
+    )
+    assert runner.advance(opened.pk) == "awaiting_review"
+    ticket = Ticket.objects.get(pk=opened.pk)
+    client.force_login(manager)
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    assert f'id="ticket-decide-{ticket.pk}-1048-total"' in page
+    line = lamp.lines.get()
+    url = reverse("reviews:parts_total", args=[ticket.pk])
+    fields = {"parts-1048": "1", f"part-1048-qty-{line.pk}": "1", "part-1048-shipping": "1"}
+    lamp_total = client.get(url, fields, headers={"HX-Request": "true"})
+    assert lamp_total.status_code == 200
+    assert "$44.00</strong>" in lamp_total.content.decode()  # 39.00 + 5.00
+    both = client.get(url, fields | {"parts-1047": "1", f"part-1047-qty-{vase.pk}": "1"})
+    assert both.status_code == 400
+    assert "Send the parts of one open order" in both.content.decode()
