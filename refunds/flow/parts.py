@@ -65,7 +65,7 @@ def metadata(parts: Sequence[Part]) -> dict[str, str]:
 
 
 def words(parts: Sequence[Part], titles: Mapping[int, str]) -> list[str]:
-    """A refund's parts in the desk's words, one each: "1 x Ceramic vase, $20.00, stays with
+    """A refund's parts in the desk's words, one each: "1 x Ceramic vase, $24.00, stays with
     the customer" (or "comes back"), "shipping, $6.99"; `titles` by line id."""
     said = []
     for part in parts:
