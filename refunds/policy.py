@@ -160,7 +160,15 @@ def reason_sentence(reason: str) -> str:
 # --- what the refund of one order proposes, by reason -------------------------------------------
 _WHOLE_PARCEL = re.compile(
     r"\b(empty|never (came|arrived|got here)|did ?n.?t (come|arrive|get here)|not (come|arrive)"
-    r"|nothing (was )?(in|inside)|lost|no parcel|no package)\b"
+    r"|nothing (was )?(in|inside)|lost|no parcel|no package"
+    r"|(parcel|package|order|delivery|shipment) (is |was |got )?missing)\b"
+)
+# A part of the parcel missing from what came, in the words the intake's reader reads as "not
+# received" (intake/reader/vocabulary.py): the line it names, never the whole order when the
+# message names no line for sure.
+_PART_MISSING = re.compile(
+    r"\b(missing|not in the (box|parcel|package)|without the"
+    r"|falta(ba|n|ban|va|m|vam)?|manqu(e|ait|aient|ent)|fehl(t|te|ten)|manca(va|no|vano)?)\b"
 )
 _NOT_A_NAME = frozenset(
     {"the", "and", "with", "for", "set", "pack", "size", "item", "black", "white"}
@@ -223,7 +231,12 @@ def _proposed_parts(
     if reason == OTHER_REQUEST:
         return [], "Another request: nothing is proposed; choose what to refund."
     named, unsure = _named_lines(lines, words)
-    if reason == NOT_RECEIVED and not named and (_WHOLE_PARCEL.search(words.lower()) or not unsure):
+    said = words.lower()
+    if (
+        reason == NOT_RECEIVED
+        and not named
+        and (_WHOLE_PARCEL.search(said) or not (unsure or _PART_MISSING.search(said)))
+    ):
         parts = [_all_of(line) for line in lines] + shipping
         return parts, "Not received: the whole order, its items and its shipping."
     if not named:
@@ -331,6 +344,15 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
             f"{dollars(refund_parts.total(parts))}."
         )
     return parts
+
+
+def parts_left(order: OrderFacts, parts: list[Part]) -> int | None:
+    """What is left to refund of what the customer paid for the order after these parts (checked
+    by parts_checked); None when the shop did not say what was paid."""
+    paid = order.get("paid_cents")
+    if paid is None:
+        return None
+    return max(paid - order["refunded_cents"] - refund_parts.total(parts), 0)
 
 
 def _units_left(line: LineFacts) -> int:

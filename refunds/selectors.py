@@ -293,3 +293,47 @@ def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:
         quantity, cents = refunded.get(line.pk, (0, 0))
         bought.setdefault(line.order_id, []).append(LineBought(line, quantity, cents))
     return bought
+
+
+def line_titles(line_ids: Iterable[int]) -> dict[int, str]:
+    """The title of each order line, by its id: what a refund's parts name."""
+    return dict(OrderLine.objects.filter(pk__in=list(line_ids)).values_list("pk", "title"))
+
+
+def refunds_given(ticket: Ticket) -> list[dict]:
+    """What a ticket's refunds gave back, order by order, for its webhook event: each refund the
+    processor accepted and did not give back (amount, receipt), part by part: the shop's line id,
+    SKU, title, units, amount and whether the item comes back, or the shipping fee."""
+    charges = (
+        ticket.charges.holding_balance()
+        .filter(status=Charge.Status.SUCCEEDED)
+        .select_related("order")
+        .prefetch_related("parts__line")
+        .order_by("id")
+    )
+    given = []
+    for charge in charges:
+        parts: list[dict] = []
+        for part in sorted(charge.parts.all(), key=lambda p: p.pk):
+            if part.line is None:
+                parts.append({"shipping": True, "amount_cents": part.amount_cents})
+                continue
+            parts.append(
+                {
+                    "line_id": part.line.line_id,
+                    "sku": part.line.sku,
+                    "title": part.line.title,
+                    "quantity": part.quantity,
+                    "amount_cents": part.amount_cents,
+                    "restock": part.restock,
+                }
+            )
+        given.append(
+            {
+                "order_number": charge.order.number,
+                "amount_cents": charge.amount_cents,
+                "receipt": charge.receipt,
+                "parts": parts,
+            }
+        )
+    return given

@@ -68,7 +68,8 @@ def names_parts(post) -> bool:
 
 def parts_answers(post, lines: list[dict]) -> dict[str, dict]:
     """The approval of each open order whose parts form was posted: `part-<n>-whole` (the whole
-    order), else `part-<n>-qty-<line>` units (0: not refunded), `part-<n>-restock-<line>` and
+    order), else `part-<n>-qty-<line>` units (0: not refunded), `part-<n>-amount-<line>`
+    (dollars for those units, left empty: their full price), `part-<n>-restock-<line>` and
     `part-<n>-shipping`. Checked by the service as the API's parts are
     (policy.parts_checked); an order without its parts form gets the decision's answer."""
     orders: dict[str, dict] = {}
@@ -87,9 +88,19 @@ def parts_answers(post, lines: list[dict]) -> dict[str, dict]:
                 raise ValueError(
                     f"Order {number}: the quantity of {bought['title']} is a whole number."
                 )
+            try:
+                amount = cents(post.get(f"{prefix}amount-{bought['id']}", ""))
+            except ValueError as exc:
+                raise ValueError(f"Order {number}: {bought['title']}: {exc}") from None
             if int(raw):
                 restock = bool(post.get(f"{prefix}restock-{bought['id']}"))
-                parts.append({"line": bought["id"], "quantity": int(raw), "restock": restock})
+                part = {"line": bought["id"], "quantity": int(raw), "restock": restock}
+                parts.append(part | ({} if amount is None else {"amount_cents": amount}))
+            elif amount is not None:
+                raise ValueError(
+                    f"Order {number}: give how many {bought['title']} the amount is for, or "
+                    "leave the amount empty."
+                )
         if post.get(prefix + "shipping"):
             parts.append({"shipping": True})
         if not parts:

@@ -12,6 +12,7 @@ urlpatterns = [
     path("tickets/", tickets.tickets, name="tickets"),
     path("tickets/new/", ticket.ticket_new, name="ticket_new"),
     path("tickets/<int:ticket_id>/", ticket.ticket_detail, name="ticket"),
+    path("tickets/<int:ticket_id>/parts-total/", ticket.parts_total, name="parts_total"),
     path(
         "tickets/<int:ticket_id>/emails/<int:email_id>/resend/",
         ticket.email_resend,

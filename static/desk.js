@@ -1,6 +1,7 @@
 // The desk's small scripts (a static file: the Content-Security-Policy allows no inline script).
 // 1. Tell the server the reviewer's time zone, so pages show times in it.
 // 2. Keyboard shortcuts on the queue and the ticket page (shown on the page).
+// 3. The ticket page's poll keeps the reader where they were on the page.
 (function () {
   "use strict";
   try {
@@ -96,5 +97,18 @@
     var all = rows();
     if (!next && !gone && all.length) { next = all[Math.min(currentIndex, all.length - 1)]; }
     if (next) { select(next); }
+  });
+
+  // The ticket's region is drawn anew by each poll, and a field the reviewer is typing in is
+  // kept (hx-preserve): moved back into the new region, the browser scrolls it into view, so
+  // a reviewer who typed a quantity and scrolled down to "Approve" was taken back up every
+  // 2 s. A swap of that region keeps the page where the reader left it.
+  var kept = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    kept = event.detail.target && event.detail.target.id === "ticket-status" ? window.scrollY : null;
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    if (kept !== null && window.scrollY !== kept) { window.scrollTo(window.scrollX, kept); }
+    kept = null;
   });
 })();

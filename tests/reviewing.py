@@ -123,3 +123,28 @@ def many_tickets(count: int, *, prefix: str, waiting: bool = False, **per_ticket
         )
 
     return Ticket.objects.bulk_create(ticket(n, order) for n, order in enumerate(orders))
+
+
+def refunded_by_parts(number: str, parts: list[dict], *, opened_by, reviewer):
+    """A ticket for order `number` reported damaged, run in this process to its review, approved
+    with `parts` (as the parts form or the API sends them) and run to its end."""
+    from refunds import policy, runner, services
+
+    ticket = advance_to_review(
+        services.ticket_open(
+            order_number=number,
+            opened_by=opened_by,
+            reason=policy.DAMAGED,
+            note="Customer: the vase arrived smashed",
+        )
+    )
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        orders={number: {"answer": "approve", "parts": parts}},
+        reviewer=reviewer,
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    ticket.refresh_from_db()
+    return ticket

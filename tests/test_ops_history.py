@@ -468,3 +468,32 @@ def test_a_refunded_ticket_of_several_orders_tells_each_orders_charge_from_its_s
         "Checked orders 1042, 1044 and 1047 → Gathered the checks → Chose who "
         "reviews → Review by a person → Charged the refunds of orders 1042 and 1044 → Settled"
     ) in ticket_page
+
+
+def test_the_history_says_a_decisions_parts_in_words(client, agent, manager, admin_user):
+    from tests.conftest import give_lines, make_order
+    from tests.reviewing import refunded_by_parts
+
+    order = give_lines(
+        make_order("1047", name="Iris Vale"), [("Ceramic vase", 2400, 2), ("Linen runner", 2450, 1)]
+    )
+    vase, runner_line = order.lines.order_by("id")
+    ticket = refunded_by_parts(
+        "1047",
+        [
+            {"line": vase.pk, "quantity": 1, "amount_cents": 2000},
+            {"line": runner_line.pk, "quantity": 1, "restock": True},
+            {"shipping": True},
+        ],
+        opened_by=agent,
+        reviewer=manager,
+    )
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    assert (
+        "per order, 1047 approved $51.49 (1 x Ceramic vase, $20.00, stays with the customer; "
+        "1 x Linen runner, $24.50, comes back; shipping, $6.99)"
+    ) in html
+    # The ticket page says it in the same words.
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    assert "1 x Ceramic vase, $20.00, stays with the customer" in page

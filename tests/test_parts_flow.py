@@ -75,7 +75,23 @@ def test_not_received_naming_a_line_proposes_that_line():
     assert why == "The customer reports USB-C charger as missing."
 
 
-@pytest.mark.parametrize("words", ["the box was empty", "my parcel never came", ""])
+@pytest.mark.parametrize(
+    "words",
+    [
+        "the box arrived but the power adapter was missing",
+        "la caja llegó pero faltaba el adaptador",
+        "dans le colis il manquait l'adaptateur",
+    ],
+)
+def test_a_part_missing_that_names_no_line_ticks_nothing_and_says_so(words):
+    # Not the whole order (the laptop too) for a part the message names in other words.
+    parts, why = proposed(policy.NOT_RECEIVED, words)
+    assert parts == [] and "does not say for sure which items" in why
+
+
+@pytest.mark.parametrize(
+    "words", ["the box was empty", "my parcel never came", "my parcel is missing", ""]
+)
 def test_not_received_as_a_whole_parcel_proposes_the_whole_order(words):
     parts, why = proposed(policy.NOT_RECEIVED, words)
     assert parts == [

@@ -193,6 +193,42 @@ def test_the_reason_is_read_in_six_languages(body, reason):
 
 
 @pytest.mark.parametrize(
+    "body",
+    [
+        "The box arrived but the charger was missing.",
+        "The cable is not in the box.",
+        "It came without the charger.",
+        "Mi pedido llegó pero faltaba el cargador.",
+        "Dans ma commande il manquait le chargeur.",
+        "In meiner Bestellung fehlte das Ladegerät.",
+        "Na minha encomenda faltava o carregador.",
+        "Nel mio ordine mancava il caricabatterie.",
+        "The box was empty.",
+        "My parcel arrived today but the box was completely empty.",
+        "La caja llegó vacía.",
+        "Le colis est arrivé vide.",
+        "Das Paket war leer.",
+        "A caixa chegou vazia.",
+        "Il pacco è arrivato vuoto.",
+    ],
+)
+def test_a_part_missing_or_an_empty_box_is_read_as_not_received_in_six_languages(body):
+    assert read(body).reason == policy.NOT_RECEIVED
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Nothing is missing, but can you change the delivery address for order 1083?",
+        "Es fehlt nichts, danke! Können Sie die Adresse ändern?",
+        "Non manca niente, grazie! Potete cambiare l'indirizzo?",
+    ],
+)
+def test_nothing_missing_is_not_a_part_missing(body):
+    assert read(body).reason == policy.NOT_REFUND
+
+
+@pytest.mark.parametrize(
     ("body", "reason"),
     [
         ("it was dammaged when it arived", policy.DAMAGED),

@@ -189,6 +189,63 @@ def test_a_real_run_is_delivered_signed_in_order(db, endpoint, receiver, agent):
     assert Attempt.objects.filter(status_code=200).count() == 3
 
 
+def test_a_refunds_event_carries_its_parts_and_which_items_come_back(
+    db, endpoint, receiver, agent, manager
+):
+    from tests.conftest import give_lines, make_order
+    from tests.reviewing import refunded_by_parts
+
+    order = give_lines(
+        make_order("5047", fee_cents=699, name="Stock Keeper"),
+        [("Ceramic vase", 2400, 2), ("Linen runner", 2450, 1)],
+    )
+    vase, runner_line = order.lines.order_by("id")
+    ticket = refunded_by_parts(
+        "5047",
+        [
+            {"line": vase.pk, "quantity": 1, "restock": True},
+            {"line": runner_line.pk, "quantity": 1, "amount_cents": 1000},
+            {"shipping": True},
+        ],
+        opened_by=agent,
+        reviewer=manager,
+    )
+
+    delivery.deliver_due()
+
+    refunded = [e for e in receiver.accepted if e["data"]["ticket"]["status"] == "refunded"]
+    (event,) = refunded
+    (charge,) = ticket.charges.all()
+    assert event["data"]["refunds"] == [
+        {
+            "order_number": "5047",
+            "amount_cents": 2400 + 1000 + 699,
+            "receipt": charge.receipt,
+            "parts": [
+                {
+                    "line_id": "L1",
+                    "sku": "SKU-1",
+                    "title": "Ceramic vase",
+                    "quantity": 1,
+                    "amount_cents": 2400,
+                    "restock": True,
+                },
+                {
+                    "line_id": "L2",
+                    "sku": "SKU-2",
+                    "title": "Linen runner",
+                    "quantity": 1,
+                    "amount_cents": 1000,
+                    "restock": False,
+                },
+                {"shipping": True, "amount_cents": 699},
+            ],
+        }
+    ]
+    # Only the refund's own event carries what it gave back.
+    assert all("refunds" not in e["data"] for e in receiver.accepted if e is not event)
+
+
 def test_a_receiver_with_the_wrong_secret_refuses_and_the_delivery_is_retried(
     db, endpoint, receiver, late_order
 ):

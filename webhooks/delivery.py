@@ -29,8 +29,8 @@ from django.utils import timezone
 from core.logs import bound
 from core.masking import mask
 from core.network import outside_transaction
-from refunds import metrics
-from refunds.selectors import refund_progress
+from refunds import metrics, selectors
+from refunds.models import Ticket
 from webhooks import addresses, signing
 from webhooks.models import Attempt, Delivery, Endpoint, Event
 
@@ -44,7 +44,25 @@ def payload(event: Event) -> dict:
     ticket's money is as the desk knows it when the event is sent (refunds/selectors.py), null
     unless the ticket is refunded then: a later event carries any later state."""
     ticket = event.ticket
-    progress = refund_progress(ticket)
+    progress = selectors.refund_progress(ticket)
+    data: dict = {
+        "ticket": {
+            "id": ticket.pk,
+            "thread_id": ticket.thread_id,
+            "order_number": ticket.order.number,
+            "status": event.to_status,
+            "previous_status": event.from_status or None,
+            "amount_cents": event.amount_cents,
+            "required_role": event.required_role or None,
+            "refund_state": progress["state"] if progress else None,
+            "refund_words": progress["words"] if progress else None,
+            "url": f"/api/tickets/{ticket.pk}/",
+        }
+    }
+    if event.to_status == Ticket.Status.REFUNDED:
+        # What came back to the customer, line by line, and which items return: the shop's
+        # stock follows it (the desk keeps none).
+        data["refunds"] = selectors.refunds_given(ticket)
     return {
         "id": event.event_id,
         # A refunded ticket's refund moved (pending, succeeded, failed at the processor): the
@@ -53,20 +71,7 @@ def payload(event: Event) -> dict:
         if event.from_status == event.to_status
         else "ticket.status_changed",
         "created_at": event.created_at.isoformat(),
-        "data": {
-            "ticket": {
-                "id": ticket.pk,
-                "thread_id": ticket.thread_id,
-                "order_number": ticket.order.number,
-                "status": event.to_status,
-                "previous_status": event.from_status or None,
-                "amount_cents": event.amount_cents,
-                "required_role": event.required_role or None,
-                "refund_state": progress["state"] if progress else None,
-                "refund_words": progress["words"] if progress else None,
-                "url": f"/api/tickets/{ticket.pk}/",
-            }
-        },
+        "data": data,
     }
 
 

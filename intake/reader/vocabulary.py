@@ -164,26 +164,48 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"where\s+is\s+my\s+(?:order|package|parcel|stuff|delivery)",
             r"nothing\s+(?:has\s+)?(?:arrived|came|come)|no\s+(?:sign\s+of\s+(?:it|the|my)|"
             r"package|parcel)",
+            # A part of the order missing from what came ("the charger was missing"), or a box
+            # that came empty: not received too, of that part or of the whole order.
+            r"(?<!nothing\s)(?:is|was|were|are)\s+missing|missing\s+from\s+(?:the\s+|my\s+)?(?:box|parcel|"
+            r"package|order|delivery)|(?:was|were|is|are)(?:\s+not|n'?t)\s+in\s+(?:the\s+|my\s+)?"
+            r"(?:box|parcel|package)|(?:came|arrived)\s+without\s+(?:the|its|a|an|my)\b",
+            r"(?:box|parcel|package|carton)\s+(?:was|is|came|arrived)\s+(?:completely\s+|totally\s+)?"
+            r"empty|empty\s+(?:box|parcel|package|carton)|nothing\s+(?:was\s+)?(?:in|inside)\s+"
+            r"(?:it|the\s+(?:box|parcel|package))",
             # es
             r"no\s+(?:me\s+)?(?:ha|han)\s+llegado|no\s+(?:me\s+)?llego|nunca\s+(?:me\s+)?llego|"
             r"todavia\s+no\s+(?:ha\s+)?llega|aun\s+no\s+(?:ha\s+)?llega|aun\s+no\s+recib",
             r"no\s+(?:lo\s+|la\s+|los\s+)?(?:he\s+)?recibid[oa]|no\s+(?:lo\s+|la\s+)?recibi|"
             r"nunca\s+(?:lo\s+|la\s+)?recibi|sigo\s+esperando|perdid[oa]\s+en|extraviad[oa]",
+            r"falta(?:ba|n|ban)?\s+(?:el|la|los|las|un|una)\b|(?:vino|llego)\s+sin\s+"
+            r"(?:el|la|los|las)\b",
+            r"(?:caja|paquete)\s+(?:\w+\s+){0,2}?vaci[oa]|(?:vino|llego)\s+vaci[oa]",
             # fr
             r"jamais\s+(?:ete\s+)?(?:recu|arrivee?|livree?)|pas\s+(?:encore\s+)?(?:ete\s+)?"
             r"(?:recu|arrivee?|livree?)|toujours\s+pas\s+(?:recu|arrivee?|livree?|de\s+colis)|"
             r"j'?\s*attends\s+toujours|colis\s+perdu|jamais\s+arrivee?",
+            r"(?:il\s+)?manqu(?:e|ait|aient|ent)\s+(?:le|la|les|l'|un|une)|(?:arrivee?|livree?|"
+            r"recue?)\s+sans\s+(?:le|la|les|l'|son|sa|ses)",
+            r"(?:colis|carton|boite)\s+(?:\w+\s+){0,2}?vide",
             # de
             r"(?:nicht|nie|noch\s+nicht)\s+(?:angekommen|erhalten|geliefert|zugestellt|bekommen|"
             r"eingetroffen|da)|warte\s+(?:immer\s+)?noch|(?:paket|sendung)\s+(?:ist\s+)?"
             r"verloren|verloren\s+gegangen",
+            r"fehl(?:t|te|ten)\b(?!\s+nichts)|ohne\s+(?:das|den|die)\s+\w+\s+(?:angekommen|geliefert)",
+            r"(?:paket|karton|schachtel|box)\s+(?:\w+\s+){0,2}?leer|leere[ns]?\s+(?:paket|karton|"
+            r"schachtel|box)",
             # pt
             r"(?:nao|nunca|ainda\s+nao)\s+(?:me\s+)?(?:chegou|chegaram|recebi|foi\s+entregue|"
             r"veio)|continuo\s+a?\s*esperar|extraviad[oa]",
+            r"falta(?:va|m|vam)?\s+(?:o|a|os|as|um|uma)\b|(?:veio|chegou)\s+sem\s+(?:o|a|os|as)\b",
+            r"(?:caixa|pacote|encomenda)\s+(?:\w+\s+){0,2}?vazi[oa]|(?:veio|chegou)\s+vazi[oa]",
             # it
             r"(?:non|mai|ancora\s+non)\s+(?:mi\s+)?(?:e\s+|sono\s+)?(?:(?:mai|ancora)\s+)?"
             r"(?:arrivat[oaie]|ricevut[oaie]|consegnat[oaie])|non\s+ho\s+(?:mai\s+|ancora\s+)?"
             r"ricevuto|mai\s+arrivat[oaie]|sto\s+ancora\s+aspettando|smarrit[oaie]",
+            r"manca(?:va|no|vano)?\s+(?:il|lo|la|l'|i|gli|le|un|una|uno)\b|(?:arrivat[oaie]|consegnat[oaie])\s+senza\s+(?:il|lo|la|l'|i|"
+            r"gli|le)\b",
+            r"(?:pacco|scatola|confezione)\s+(?:\w+\s+){0,2}?vuot[oa]|arrivat[oa]\s+vuot[oa]",
         ),
     ),
     (

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from refunds.flow.state import Part
+from refunds.flow.words import dollars
 
 
 def shipping(amount_cents: int) -> Part:
@@ -61,3 +62,17 @@ def metadata(parts: Sequence[Part]) -> dict[str, str]:
     said = [f"{p['line']}x{p.get('quantity', 0)}" if p.get("line") else "shipping" for p in parts]
     back = [str(p["line"]) for p in parts if p.get("line") and p.get("restock")]
     return {"parts": ",".join(said)[:500]} | ({"restock": ",".join(back)[:500]} if back else {})
+
+
+def words(parts: Sequence[Part], titles: Mapping[int, str]) -> list[str]:
+    """A refund's parts in the desk's words, one each: "1 x Ceramic vase, $24.00, stays with
+    the customer" (or "comes back"), "shipping, $6.99"; `titles` by line id."""
+    said = []
+    for part in parts:
+        if not part.get("line"):
+            said.append(f"shipping, {dollars(part['amount_cents'])}")
+            continue
+        title = titles.get(part["line"]) or f"line {part['line']}"
+        back = "comes back" if part.get("restock") else "stays with the customer"
+        said.append(f"{part.get('quantity', 0)} x {title}, {dollars(part['amount_cents'])}, {back}")
+    return said

@@ -8,6 +8,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import day_words, local_words
 from refunds import currencies, policy, selectors
+from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.selectors import RefundProgress
 
@@ -251,11 +252,19 @@ def lowers_amounts(user) -> bool:
 
 @register.filter
 def order_answers_words(decision) -> str:
-    """A decision per order in words: "1042 approved $6.99; 1044 rejected (On time.)"."""
+    """A decision per order in words: "1042 approved $6.99; 1044 rejected (On time.)", an
+    approval with its parts: "1047 approved $24.00 (1 x Ceramic vase, $24.00, stays with the
+    customer)"."""
+    orders = decision.orders or {}
+    ids = [p["line"] for one in orders.values() for p in one.get("parts") or [] if p.get("line")]
+    titles = selectors.line_titles(ids) if ids else {}
     parts = []
-    for number, one in (decision.orders or {}).items():
+    for number, one in orders.items():
         if one.get("answer") == "approve":
-            parts.append(f"{number} approved {words.dollars(one.get('amount_cents') or 0)}")
+            said = f"{number} approved {words.dollars(one.get('amount_cents') or 0)}"
+            if one.get("parts"):
+                said += f" ({'; '.join(refund_parts.words(one['parts'], titles))})"
+            parts.append(said)
         else:
             why = f" ({one['reason']})" if one.get("reason") else ""
             parts.append(f"{number} rejected{why}")
@@ -305,6 +314,18 @@ def proposed_units(order: dict, line_id: int) -> int:
         if part.get("line") == line_id:
             return int(part.get("quantity") or 0)
     return 0
+
+
+@register.filter
+def proposal_sums(order: dict) -> dict:
+    """What the review's proposal for one order comes to, for reviews/_parts_total.html."""
+    facts, parts = order["order"], order.get("parts") or []
+    total = refund_parts.total(parts)
+    return {
+        "total": total,
+        "left": policy.parts_left(facts, parts),
+        "paid": facts.get("paid_cents"),
+    }
 
 
 @register.filter

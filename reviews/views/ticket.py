@@ -24,9 +24,10 @@ from intake import selectors as intake_selectors
 from intake import services as intake
 from intake import sorting
 from intake.models import Message
-from refunds import permissions, selectors, services
+from refunds import permissions, policy, selectors, services
+from refunds.flow import parts as refund_parts
 from refunds.models import CannedReason, Ticket
-from reviews.forms import order_numbers_typed
+from reviews.forms import order_numbers_typed, parts_answers
 from reviews.views.common import (
     ORDER_LINKS,
     TICKET_STATUS,
@@ -267,3 +268,33 @@ def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> Htt
     else:
         messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
     return redirect("reviews:ticket", ticket_id=ticket.pk)
+
+
+@require_GET
+@login_required
+def parts_total(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
+    """What one order's parts form comes to as the reviewer changes it (its fieldset's inputs,
+    sent by htmx): the total and what is left of what was paid, checked by the rule the decision
+    uses (policy.parts_checked); 400 with the reason in words when the decision would refuse
+    them. Without JavaScript the form posts and the decision says the same."""
+    ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
+    payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
+    if ticket.status != Ticket.Status.AWAITING_REVIEW or not payload.get("orders"):
+        error = "This review is no longer pending; reload to see where the ticket is."
+        return render(request, "reviews/_parts_total.html", {"error": error}, status=409)
+    by_number = {str(o["number"]): o for o in payload["orders"]}
+    try:
+        answers = parts_answers(request.GET, payload["orders"])
+        if len(answers) != 1:
+            raise ValueError("Send the parts of one open order of this review.")
+        [(number, answer)] = answers.items()
+        order = by_number[number]["order"]
+        parts = policy.parts_checked(order, answer["parts"])
+    except ValueError as exc:
+        return render(request, "reviews/_parts_total.html", {"error": str(exc)}, status=400)
+    context = {
+        "total": refund_parts.total(parts),
+        "left": policy.parts_left(order, parts),
+        "paid": order.get("paid_cents"),
+    }
+    return render(request, "reviews/_parts_total.html", context)

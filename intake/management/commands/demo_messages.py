@@ -1,7 +1,8 @@
 """A handful of customers' emails for the demo, handed to the intake as the inbound webhook
 would (intake.services.message_receive, channel email), so a new user finds the intake at work:
-a ticket it opened, one waiting for a manager, one covering three orders, and "Needs sorting"
-with two kinds of message.
+a ticket it opened, one waiting for a manager, one covering three orders, three about what came
+in the box (a smashed vase, a missing charger, an empty box: each a review that offers the
+lines it calls for), and "Needs sorting" with two kinds of message.
 Stable keys: a second run adds nothing."""
 
 from __future__ import annotations
@@ -29,9 +30,53 @@ THREE = (
 )
 
 
+# Customers who write about what came in the box, each with an order of their own: (name,
+# email, number, days late, shipping fee in cents, its lines as demo_data's BASKETS hold them).
+BOXES = [
+    (
+        "Lucía Ferraro",
+        "lucia@example.com",
+        "1095",
+        0,
+        699,
+        [
+            ("VASE-CER-W", "Ceramic vase, white", 2400, 1, 0),
+            ("CNDL-CDR", "Soy candle, cedar", 2400, 2, 0),
+            ("RUN-LIN", "Linen table runner", 2450, 1, 0),
+        ],
+    ),
+    (
+        "Noah Berg",
+        "noah@example.com",
+        "1096",
+        0,
+        0,
+        [
+            ("LAP-14-16", "Laptop 14-inch, 16 GB", 89900, 1, 7192),
+            ("CHG-65W", "USB-C charger 65 W (for the laptop)", 3999, 1, 320),
+            ("SLV-14", "Laptop sleeve, 14-inch", 2450, 1, 196),
+        ],
+    ),
+    (
+        "Zoe Adler",
+        "zoe@example.com",
+        "1097",
+        1,
+        899,
+        [
+            ("TEE-NVY-M", "Cotton T-shirt, navy, M", 1800, 3, 0),
+            ("JNS-32", "Straight jeans, 32/32", 5900, 1, 0),
+        ],
+    ),
+]
+
+
 def _customer(number: str) -> tuple[str, str]:
     if number in {own for own, _late, _fee in THREE[2]}:
         return THREE[0], THREE[1]
+    for name, email, own, *_rest in BOXES:
+        if number == own:
+            return name, email
     name = next(name for n, name, _late, _fee in ORDERS if n == number)
     return name, demo_email(number, name)
 
@@ -84,6 +129,30 @@ MESSAGES = [
         "shipping back on each of them? Thank you, Tomás",
         "one ticket for orders 1092, 1093 and 1094, waiting for a manager (the total is $29.99)",
     ),
+    (
+        "demo-vase-1095",
+        "1095",
+        "Broken vase",
+        "Hello, the vase in order 1095 arrived smashed into pieces. Could I have my money back "
+        "for it? Lucía",
+        "a review of order 1095 for a manager, offering the vase ($24.00)",
+    ),
+    (
+        "demo-charger-1096",
+        "1096",
+        "Charger missing, order 1096",
+        "Hi, order 1096 came yesterday: the box arrived but the charger was missing. Please "
+        "refund it. Noah",
+        "a review of order 1096 for a manager, offering the charger ($43.19 with its tax)",
+    ),
+    (
+        "demo-empty-1097",
+        "1097",
+        "Empty parcel",
+        "Hello, my parcel for order 1097 came today but the box was empty. I would like a "
+        "refund. Zoe",
+        "a review of order 1097 for a manager, offering the whole order ($121.99)",
+    ),
 ]
 
 
@@ -127,6 +196,18 @@ class Command(BaseCommand):
                 },
             )
             demo_lines(order, basket)
+        for box_name, box_email, own, late, fee, items in BOXES:
+            order, _ = Order.objects.get_or_create(
+                number=own,
+                defaults={
+                    "customer_name": box_name,
+                    "customer_email": box_email,
+                    "promised_on": promised,
+                    "delivered_on": promised + timedelta(days=late),
+                    "shipping_fee_cents": fee,
+                },
+            )
+            demo_lines(order, items=items)
         added = 0
         now = timezone.now()
         for key, number, subject, body, _found in MESSAGES:

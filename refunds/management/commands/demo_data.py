@@ -81,12 +81,15 @@ BASKETS = [
 ]
 
 
-def demo_lines(order: Order, basket: int) -> None:
-    """Give a demo order lines (BASKETS[basket]), its total and what was paid (all of it), read
-    by the imports' own reader; an order that has lines keeps them (a second run adds nothing)."""
+def demo_lines(
+    order: Order, basket: int = 0, *, items: list[tuple[str, str, int, int, int]] | None = None
+) -> None:
+    """Give a demo order lines (BASKETS[basket], or `items` of the same shape), its total and
+    what was paid (all of it), read by the imports' own reader; an order that has lines keeps
+    them (a second run adds nothing)."""
     if order.lines.exists():
         return
-    items = BASKETS[basket % len(BASKETS)]
+    items = BASKETS[basket % len(BASKETS)] if items is None else items
     total = order.shipping_fee_cents + sum(price * qty + tax for _, _, price, qty, tax in items)
     raw = {
         "total_cents": total,
