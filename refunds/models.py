@@ -772,6 +772,35 @@ class ChargePart(models.Model):
         return f"{what}: {dollars(self.amount_cents)}"
 
 
+class OutsideRefundQuerySet(models.QuerySet):
+    def holding_balance(self) -> OutsideRefundQuerySet:
+        """Outside refunds that count against their order's balance: all but those the processor
+        failed or canceled (their money came back). queries.OUTSIDE_HOLDS in SQL."""
+        return self.exclude(status__in=PROCESSOR_GAVE_BACK)
+
+
+class OutsideRefund(models.Model):
+    """A refund of an order's payment that the processor holds and the desk did not make (in
+    Stripe's dashboard, the shop's admin, another tool): no ledger row has its key or its id.
+    Recorded by the lookup before every charge and by `manage.py reconcile` (refunds/money.py,
+    outside_refunds_record), once by the processor's id; it counts against the order's balance in
+    the ledger's locked check unless the processor failed or canceled it."""
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="outside_refunds")
+    processor_id = models.CharField(max_length=255, unique=True)  # Stripe's re_...
+    amount_cents = models.PositiveIntegerField()
+    # What the processor said last, moving forward only (statuses.PROCESSOR_RANK).
+    status = models.CharField(max_length=20, choices=ProcessorStatus, blank=True)
+    failure_reason = models.CharField(max_length=200, blank=True, default="")
+    made_at = models.DateTimeField(null=True, blank=True)  # as the processor says
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OutsideRefundQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.processor_id}: {dollars(self.amount_cents)} outside the desk"
+
+
 class Email(models.Model):
     """The outbox: one row per message key. A sender claims the row (status "sending", with its
     claim), marks it "handed over" before the final "." and "sent" after the server's answer,
