@@ -17,7 +17,8 @@ from refunds.flow.errors import OverBalance, RetryableGatewayError
 from refunds.models import Charge, Order, OutsideRefund, Ticket
 from refunds.payments import DemoGateway, HttpGateway, ProcessorRefund
 from refunds.payments.stripe import StripeGateway
-from tests.conftest import make_order
+from tests import test_crash
+from tests.conftest import make_order, wait_for
 
 PAID = 5699  # goods and the $6.99 shipping fee
 
@@ -290,3 +291,43 @@ def test_a_ticket_whose_balance_went_elsewhere_goes_to_a_manager_saying_why(
     assert "$6.99 of the payment was refunded outside the desk" in said
     assert "No money moved" in said
     assert at_stripe(stripe_here, order) == [(699, False)]
+
+
+# --- a worker killed inside the pre-charge lookup ---------------------------------------------
+crash_plan = test_crash.crash_plan  # the crash tests' fixtures, shared
+sweep_now = test_crash.sweep_now
+
+
+@pytest.mark.slow
+def test_a_worker_killed_inside_the_pre_charge_lookup_refunds_once_at_stripe(
+    workers, localstripe, crash_plan, sweep_now, agent, admin_user
+):
+    """$50.00 of the $56.99 paid was refunded in Stripe's dashboard. A worker is SIGKILLed while
+    the ledger lists the payment's refunds before the charge (the listing held at a proxy in
+    front of localstripe); the next worker lists again, records the dashboard's refund once,
+    finds the $6.99 fee still within what was paid, and refunds it once."""
+    order = paid_order(localstripe.payment_intent(PAID), paid=PAID)
+    localstripe.refund_outside(order.payment_reference, 5000)
+    proxy = StripeFaults(localstripe.url).start()
+    env = localstripe.env() | {"STRIPE_API_BASE": proxy.url} | crash_plan({})
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = test_crash.open_and_wait_for_review(order.number, agent)
+    proxy.hold_lists()
+
+    test_crash.approve(ticket, admin_user)
+    wait_for(lambda: proxy.lists >= 1, timeout=30, what="the pre-charge lookup at Stripe")
+    doomed.kill()  # SIGKILL, its listing unanswered
+    proxy.release()
+    assert at_stripe(localstripe, order) == [(5000, False)]  # the desk made nothing yet
+
+    workers("second", pool="solo", env=env)
+    test_crash.settle(ticket, sweep_now, timeout=90)
+
+    assert test_crash.status(ticket) == "refunded"
+    assert sorted(at_stripe(localstripe, order)) == [(699, True), (5000, False)]
+    [charge] = Charge.objects.filter(ticket=ticket)
+    assert (charge.amount_cents, charge.status) == (699, "succeeded")
+    [outside] = OutsideRefund.objects.all()
+    assert (outside.order, outside.amount_cents) == (order, 5000)
+    assert proxy.lists >= 2  # listed again by the worker that finished it
+    proxy.stop()
