@@ -235,16 +235,14 @@ def _over(
     limit: int,
     held: int,
     outside: int,
-    outside_last,
+    outside_last: object,
     *,
     paid_known: bool = True,
 ) -> str:
     """Why a charge is over the order's balance, in the desk's words (a manager reads them)."""
     left = dollars(max(limit - held - outside, 0))
-    of = (
-        f"the {dollars(limit)} the customer paid"
-        if paid_known
-        else (f"the {dollars(limit)} the desk may refund of it")
+    of = f"the {dollars(limit)} " + (
+        "the customer paid" if paid_known else "the desk may refund of it"
     )
     said = f"order {number} has {left} left to refund of {of}"
     if outside:
@@ -256,7 +254,7 @@ def _over(
     return f"{said}; {dollars(amount_cents)} is more"
 
 
-def _moment(value) -> datetime:
+def _moment(value: object) -> datetime:
     """A timestamp as the database hands it back (SQLite: text)."""
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
