@@ -331,3 +331,19 @@ def test_a_worker_killed_inside_the_pre_charge_lookup_refunds_once_at_stripe(
     assert (outside.order, outside.amount_cents) == (order, 5000)
     assert proxy.lists >= 2  # listed again by the worker that finished it
     proxy.stop()
+
+
+def test_an_admin_sees_an_orders_outside_refunds_on_its_page(db, admin_client):
+    order = paid_order("pi_Shown")
+    made = datetime(2026, 12, 3, 15, 0, tzinfo=UTC)
+    dashboard = ProcessorRefund(
+        id="re_Dashboard", amount_cents=1200, status="succeeded", desk_key="", made_at=made
+    )
+    money.outside_refunds_record(order.pk, [dashboard])
+
+    page = admin_client.get(f"/admin/refunds/order/{order.pk}/change/")
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Refunds made outside the desk" in text
+    assert "re_Dashboard" in text and "$12.00" in text
