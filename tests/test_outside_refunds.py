@@ -10,13 +10,15 @@ from datetime import UTC, datetime
 
 import pytest
 
+from core import sql
 from devtools.localstripe import SECRET_KEY, StripeFaults
 from refunds import lease as leases
-from refunds import money, payments, runner, services
+from refunds import money, payments, queries, runner, services
 from refunds.flow.errors import OverBalance, RetryableGatewayError
 from refunds.models import Charge, Order, OutsideRefund, Ticket
 from refunds.payments import DemoGateway, HttpGateway, ProcessorRefund
 from refunds.payments.stripe import StripeGateway
+from refunds.statuses import ProcessorStatus
 from tests import test_crash
 from tests.conftest import make_order, wait_for
 
@@ -165,6 +167,30 @@ def test_an_outside_refunds_status_only_moves_forward(db):
     assert OutsideRefund.objects.get().status == "failed"
     money.outside_refunds_record(order.pk, [ProcessorRefund(status="surprise", **said)])
     assert OutsideRefund.objects.get().status == "failed"
+
+
+def test_the_sql_of_an_outside_refund_holding_its_balance_picks_what_the_orm_does(db):
+    order = paid_order("pi_Twins")
+    money.outside_refunds_record(
+        order.pk,
+        [
+            ProcessorRefund(id=f"re_{n}", amount_cents=1, status=status, desk_key="")
+            for n, status in enumerate(ProcessorStatus.values)
+        ],
+    )
+
+    by_sql = sql.fetchall(
+        f"SELECT x.id FROM refunds_outsiderefund x WHERE {queries.OUTSIDE_HOLDS}", []
+    )
+
+    by_orm = OutsideRefund.objects.holding_balance().values_list("pk", flat=True)
+    assert sorted(pk for (pk,) in by_sql) == sorted(by_orm)
+    assert sorted(OutsideRefund.objects.holding_balance().values_list("status", flat=True)) == [
+        "",
+        "pending",
+        "requires_action",
+        "succeeded",
+    ]
 
 
 def test_a_status_the_desk_does_not_know_holds_the_balance(db):
