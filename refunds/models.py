@@ -17,7 +17,6 @@ from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     PROCESSOR_GAVE_BACK,
     PROCESSOR_ON_ITS_WAY,
-    PROCESSOR_RANK,
     TICKET_WORK_LEFT,
     ChargeStatus,
     DecisionAnswer,
@@ -25,6 +24,7 @@ from refunds.statuses import (
     EmailStatus,
     ProcessorStatus,
     TicketStatus,
+    processor_behind,
 )
 
 
@@ -704,9 +704,8 @@ class ChargeQuerySet(models.QuerySet):
         status = ProcessorStatus(status)
         if status == ProcessorStatus.UNKNOWN:
             return 0
-        behind = [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
         reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
-        return self.filter(processor_status__in=behind).update(
+        return self.filter(processor_status__in=processor_behind(status)).update(
             processor_status=status, failure_reason=reason[:200]
         )
 
@@ -777,6 +776,14 @@ class OutsideRefundQuerySet(models.QuerySet):
         """Outside refunds that count against their order's balance: all but those the processor
         failed or canceled (their money came back). queries.OUTSIDE_HOLDS in SQL."""
         return self.exclude(status__in=PROCESSOR_GAVE_BACK)
+
+    def record_status(self, status: ProcessorStatus, failure_reason: str = "") -> int:
+        """Move these rows' status forward to `status` (one compare-and-set UPDATE, by the rule
+        Charge's record_processor_status follows); answers how many moved."""
+        reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
+        return self.filter(status__in=processor_behind(status)).update(
+            status=status, failure_reason=reason[:200]
+        )
 
 
 class OutsideRefund(models.Model):

@@ -50,7 +50,7 @@ from refunds.locks import effect_lock
 from refunds.models import Charge, Order, OutsideRefund, Ticket
 from refunds.payments import Gateway, ProcessorRefund
 from refunds.payments.receipt import processor_status_of
-from refunds.statuses import PROCESSOR_GAVE_BACK, PROCESSOR_RANK, ProcessorStatus
+from refunds.statuses import PROCESSOR_GAVE_BACK, ProcessorStatus
 
 log = logging.getLogger(__name__)
 
@@ -322,10 +322,7 @@ def outside_refunds_record(order_id: int, listed: Sequence[ProcessorRefund]) -> 
             )
         new += created
         if not created and row.status != status:
-            behind = [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
-            OutsideRefund.objects.filter(pk=row.pk, status__in=behind).update(
-                status=status, failure_reason=reason
-            )
+            OutsideRefund.objects.filter(pk=row.pk).record_status(status, reason)
     if new:
         log.info("order %s: %s refund(s) made outside the desk recorded", order_id, new)
     return new
