@@ -510,6 +510,7 @@ CELERY_TASK_ROUTES = {
     "refunds.tasks.escalate_overdue_reviews": {"queue": "housekeeping"},
     "refunds.tasks.resend_email": {"queue": "housekeeping"},
     "refunds.tasks.handle_stripe_event": {"queue": "housekeeping"},
+    "refunds.tasks.reconcile_payments": {"queue": "housekeeping"},
     "webhooks.tasks.*": {"queue": "housekeeping"},
 }
 # Exactly one beat: RedBeat holds a lock in Redis while it schedules; a second beat waits on the
@@ -592,6 +593,16 @@ CELERY_BEAT_SCHEDULE["review-escalation-timers"] = {
     "task": "refunds.tasks.escalate_overdue_reviews",
     "schedule": REFUNDS_TIMER_SECONDS,
     "options": {"expires": REFUNDS_TIMER_SECONDS},
+}
+
+# `reconcile`: the ledger beside the processor for the orders charged in the last DAYS, run by
+# beat every HOURS (daily by default) on the housekeeping queue; it moves no money.
+REFUNDS_RECONCILE_DAYS = env_number("REFUNDS_RECONCILE_DAYS", 14.0, minimum=0.1)
+REFUNDS_RECONCILE_HOURS = env_number("REFUNDS_RECONCILE_HOURS", 24.0, minimum=0.1)
+CELERY_BEAT_SCHEDULE["reconcile-with-the-processor"] = {
+    "task": "refunds.tasks.reconcile_payments",
+    "schedule": REFUNDS_RECONCILE_HOURS * 3600,
+    "options": {"expires": REFUNDS_RECONCILE_HOURS * 3600},
 }
 
 # --- The JSON API (Django REST framework, api/) --------------------------------------

@@ -1,6 +1,8 @@
 """A payment processor on a loopback port, speaking what refunds.payments.HttpGateway expects:
 `POST /refunds` with an Idempotency-Key (a repeated key answers the first refund), and
-`GET /refunds/<key>`. It counts every call, so the tests see money where it lands.
+`GET /refunds/<key>`, and `GET /refunds?payment=<reference>` (a payment's refunds, with the keys
+they were made with; `refund_outside()` makes one without, as a dashboard does). It counts every
+call, so the tests see money where it lands.
 
 Behaviours can be queued for the next charge calls: "decline" (402), "unavailable" (503, nothing
 recorded), "timeout_after" (records the refund, then answers too late), "reset_after" (records it,
@@ -22,7 +24,9 @@ from devtools.smtp_sink import free_port
 class FakeProcessor:
     def __init__(self, *, answer_late_by: float = 3.0) -> None:
         self.port = free_port()
-        self.refunds: dict[str, dict] = {}  # key -> {"amount_cents", "receipt", "reference"}
+        # key -> {"amount_cents", "receipt", "reference", "payment", "key", "created"}; a refund
+        # made outside the desk is kept under "outside:<receipt>", with no key.
+        self.refunds: dict[str, dict] = {}
         self.charge_calls: Counter = Counter()  # key -> POSTs received
         self.lookup_calls: Counter = Counter()
         self.answer_late_by = answer_late_by
@@ -60,6 +64,35 @@ class FakeProcessor:
         with self._lock:
             return [r for r in self.refunds.values() if r["reference"].startswith(reference_prefix)]
 
+    def refund_outside(self, payment: str, amount_cents: int) -> str:
+        """A refund of `payment` made at the processor, not through the desk's API."""
+        receipt = f"re_{secrets.token_hex(6)}"
+        with self._lock:
+            self.refunds[f"outside:{receipt}"] = {
+                "amount_cents": amount_cents,
+                "receipt": receipt,
+                "reference": "",
+                "payment": payment,
+                "key": "",
+                "created": int(time.time()),
+                "parts": "",
+            }
+        return receipt
+
+    def _listed(self, payment: str) -> list[dict]:
+        with self._lock:
+            found = [r for r in self.refunds.values() if payment and r.get("payment") == payment]
+        return [
+            {
+                "receipt": r["receipt"],
+                "amount_cents": r["amount_cents"],
+                "key": r["key"],
+                "status": "succeeded",
+                "created": r["created"],
+            }
+            for r in found
+        ]
+
     def _charge(self, key: str, body: dict) -> tuple[int, dict, str]:
         with self._lock:
             self.charge_calls[key] += 1
@@ -77,6 +110,9 @@ class FakeProcessor:
                     "receipt": f"re_{secrets.token_hex(6)}",
                     "reference": body.get("reference", ""),
                     "parts": body.get("parts", ""),  # "11x2,shipping": what it gives back
+                    "payment": body.get("payment", ""),
+                    "key": key,
+                    "created": int(time.time()),
                 }
             return 201, {"receipt": earlier["receipt"]}, behaviour
 
@@ -111,6 +147,11 @@ class FakeProcessor:
                 self._answer(status, answer)
 
             def do_GET(self) -> None:  # noqa: N802
+                if self.path.startswith("/refunds?"):
+                    query = urllib.parse.parse_qs(self.path.split("?", 1)[1])
+                    payment = (query.get("payment") or [""])[0]
+                    self._answer(200, {"refunds": processor._listed(payment)})
+                    return
                 segment = self.path.removeprefix("/refunds/")
                 if "/" in segment:  # routed as a processor's REST API is: the key is one segment
                     self._answer(404, {"error": "no such route"})

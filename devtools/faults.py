@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from celery.signals import task_postrun, task_prerun
 from django.conf import settings
@@ -56,6 +57,9 @@ from django.db import OperationalError
 from django.utils.module_loading import import_string
 
 from refunds.flow.state import Part
+
+if TYPE_CHECKING:  # not imported at run time: the refunds.payments package needs Django's apps
+    from refunds.payments.records import ProcessorRefund
 
 
 def _plan() -> dict:
@@ -190,6 +194,10 @@ class CrashingGateway:
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
         with open_call("gateway"):
             return self.inner.lookup(idempotency_key, payment_reference=payment_reference)
+
+    def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
+        with open_call("gateway"):
+            return self.inner.payment_refunds(payment_reference)
 
 
 class TracedSmtpBackend(EmailBackend):

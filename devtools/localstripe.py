@@ -104,6 +104,14 @@ class LocalStripe:
         listed = self.call("GET", "/v1/refunds?" + urllib.parse.urlencode(query))
         return sorted(listed["data"], key=lambda r: (r["created"], r["id"]))
 
+    def refund_outside(self, payment_reference: str, amount_cents: int) -> str:
+        """A refund made straight at Stripe (its dashboard, the shop's admin): no desk key."""
+        kind = "payment_intent" if payment_reference.startswith("pi_") else "charge"
+        made = self.call(
+            "POST", "/v1/refunds", **{kind: payment_reference, "amount": str(amount_cents)}
+        )
+        return made["id"]
+
     def call(self, method: str, path: str, **form: str) -> dict[str, Any]:
         body = urllib.parse.urlencode(form).encode() if method == "POST" else None
         request = urllib.request.Request(
@@ -138,7 +146,10 @@ class StripeFaults:
     set each read waits until `release()` (a worker caught inside the event handler's re-read);
     `reads` counts them. `says` is laid over the refunds a list of them answers too (the
     gateway's lookup). `creating = {"status": "pending"}` answers each refund made from then on
-    so, as Stripe answers most card refunds, and puts it in `says` for the reads that follow."""
+    so, as Stripe answers most card refunds, and puts it in `says` for the reads that follow.
+    On listings of a payment's refunds (`GET /v1/refunds?...`): while `lists_held` is set each
+    waits until `release()` (a worker caught inside the ledger's pre-charge lookup); `lists`
+    counts them."""
 
     def __init__(self, upstream: str, *, late_by: float = 1.5) -> None:
         self.upstream = upstream
@@ -151,6 +162,8 @@ class StripeFaults:
         self.creating: dict[str, Any] = {}
         self.reads = 0
         self.held = False
+        self.lists = 0
+        self.lists_held = False
         self._released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -193,9 +206,22 @@ class StripeFaults:
         self._released.clear()
         self.held = True
 
+    def hold_lists(self) -> None:
+        self._released.clear()
+        self.lists_held = True
+
     def release(self) -> None:
         self.held = False
+        self.lists_held = False
         self._released.set()
+
+    def _listing(self, method: str, path: str) -> None:
+        if method != "GET" or path.split("?")[0].rstrip("/") != "/v1/refunds":
+            return
+        with self._lock:
+            self.lists += 1
+        if self.lists_held:
+            self._released.wait(timeout=60)
 
     def _as_said(self, method: str, path: str, answer: bytes) -> bytes:
         parts = path.split("?")[0].strip("/").split("/")
@@ -255,6 +281,7 @@ class StripeFaults:
                         }
                     }
                     return self._answer(429, json.dumps(error).encode())
+                faults._listing(method, self.path)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                 request = urllib.request.Request(
                     faults.upstream + self.path, data=body, method=method, headers=headers

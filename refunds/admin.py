@@ -15,6 +15,7 @@ from refunds.models import (
     Fork,
     Order,
     OrderLine,
+    OutsideRefund,
     StripeEvent,
     Ticket,
     TicketOrder,
@@ -177,10 +178,34 @@ class OrderLineInline(ReadOnly, admin.TabularInline):
         return f"{bought.left_quantity} · {left}"
 
 
+class OutsideRefundInline(ReadOnly, admin.TabularInline):
+    """Refunds of the order's payment made outside the desk (Stripe's dashboard, the shop's
+    admin), as the ledger's pre-charge lookup and `reconcile` recorded them: they count against
+    the order's balance unless the processor failed or canceled them."""
+
+    model = OutsideRefund
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = (
+        "processor_id",
+        "refunded",
+        "status",
+        "failure_reason",
+        "made_at",
+        "recorded_at",
+    )
+    verbose_name = "refund made outside the desk"
+    verbose_name_plural = "refunds made outside the desk"
+
+    @admin.display(description="Amount")
+    def refunded(self, refund: OutsideRefund) -> str:
+        return currencies.shown(refund.amount_cents, refund.order.currency)
+
+
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
     form = OrderForm
-    inlines = [OrderLineInline]
+    inlines = [OrderLineInline, OutsideRefundInline]
     readonly_fields = ["total", "paid"]
 
     def save_model(self, request, obj, form, change) -> None:

@@ -53,3 +53,8 @@ STRIPE_EVENTS_REFUSED = Counter(
     "Posts to Stripe's webhook refused, by why (not_configured, too_large, signature, malformed).",
     ["reason"],
 )
+RECONCILE_PROBLEMS = Counter(
+    "refund_desk_reconcile_problems_total",
+    "Differences `reconcile` found between the ledger and the processor (refunds missing on "
+    "either side, amounts that differ, orders refunded past what was paid).",
+)

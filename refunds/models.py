@@ -17,7 +17,6 @@ from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     PROCESSOR_GAVE_BACK,
     PROCESSOR_ON_ITS_WAY,
-    PROCESSOR_RANK,
     TICKET_WORK_LEFT,
     ChargeStatus,
     DecisionAnswer,
@@ -25,6 +24,7 @@ from refunds.statuses import (
     EmailStatus,
     ProcessorStatus,
     TicketStatus,
+    processor_behind,
 )
 
 
@@ -704,9 +704,8 @@ class ChargeQuerySet(models.QuerySet):
         status = ProcessorStatus(status)
         if status == ProcessorStatus.UNKNOWN:
             return 0
-        behind = [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
         reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
-        return self.filter(processor_status__in=behind).update(
+        return self.filter(processor_status__in=processor_behind(status)).update(
             processor_status=status, failure_reason=reason[:200]
         )
 
@@ -770,6 +769,43 @@ class ChargePart(models.Model):
     def __str__(self) -> str:
         what = f"{self.quantity} of line {self.line_id}" if self.line_id else "shipping"
         return f"{what}: {dollars(self.amount_cents)}"
+
+
+class OutsideRefundQuerySet(models.QuerySet):
+    def holding_balance(self) -> OutsideRefundQuerySet:
+        """Outside refunds that count against their order's balance: all but those the processor
+        failed or canceled (their money came back). queries.OUTSIDE_HOLDS in SQL."""
+        return self.exclude(status__in=PROCESSOR_GAVE_BACK)
+
+    def record_status(self, status: ProcessorStatus, failure_reason: str = "") -> int:
+        """Move these rows' status forward to `status` (one compare-and-set UPDATE, by the rule
+        Charge's record_processor_status follows); answers how many moved."""
+        reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
+        return self.filter(status__in=processor_behind(status)).update(
+            status=status, failure_reason=reason[:200]
+        )
+
+
+class OutsideRefund(models.Model):
+    """A refund of an order's payment that the processor holds and the desk did not make (in
+    Stripe's dashboard, the shop's admin, another tool): no ledger row has its key or its id.
+    Recorded by the lookup before every charge and by `manage.py reconcile` (refunds/money.py,
+    outside_refunds_record), once by the processor's id; it counts against the order's balance in
+    the ledger's locked check unless the processor failed or canceled it."""
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="outside_refunds")
+    processor_id = models.CharField(max_length=255, unique=True)  # Stripe's re_...
+    amount_cents = models.PositiveIntegerField()
+    # What the processor said last, moving forward only (statuses.PROCESSOR_RANK).
+    status = models.CharField(max_length=20, choices=ProcessorStatus, blank=True)
+    failure_reason = models.CharField(max_length=200, blank=True, default="")
+    made_at = models.DateTimeField(null=True, blank=True)  # as the processor says
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OutsideRefundQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.processor_id}: {dollars(self.amount_cents)} outside the desk"
 
 
 class Email(models.Model):

@@ -4,14 +4,16 @@ only while the run's lease epoch holds.
 pay() in order:
 1. Take the effect lock for the key (refunds/locks.py); if another process holds it, it is in
    the middle of this very charge: stop (EffectBusy) and let the thread be retried later.
-2. In one transaction, with the order locked: check the epoch; find the key's ledger row.
+2. For a key not paid nor under way: list the refunds the processor holds for the order's
+   payment and record those the desk did not make (OutsideRefund), outside any transaction.
+3. In one transaction, with the order locked: check the epoch; find the key's ledger row.
    Paid: return its receipt. Under way from an earlier run: its outcome is not known yet.
    None: check the charge's parts against what the ledger holds for the order (per line: units
-   bought and what they cost with their tax; the shipping fee; in all: what the customer paid)
-   and write a pending row with its parts.
-3. An outcome not known is settled by `gateway.lookup(key)` before anything else.
-4. Check the lease once more, then call the gateway, outside any transaction.
-5. Record what happened, then give the effect lock back. A decline or a definite "not charged"
+   bought and what they cost with their tax; the shipping fee; in all: what the customer paid,
+   less the refunds recorded as made outside the desk) and write a pending row with its parts.
+4. An outcome not known is settled by `gateway.lookup(key)` before anything else.
+5. Check the lease once more, then call the gateway, outside any transaction.
+6. Record what happened, then give the effect lock back. A decline or a definite "not charged"
    frees the balance; an answer that was lost is looked up at once, and if the lookup fails too
    the row stays pending and the run stops (PaymentOutcomeUnknown): never "failed, approve
    again" while money may have moved.
@@ -21,17 +23,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 from langgraph.errors import GraphDrained
 
 from core import sql
+from core.clock import day_words
 from core.network import outside_transaction
 from refunds import queries
 from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     EffectBusy,
+    GatewayOutcomeUnknown,
     OverBalance,
     PaymentOutcomeUnknown,
     PermanentGatewayError,
@@ -41,9 +47,10 @@ from refunds.flow.state import Part
 from refunds.flow.words import dollars
 from refunds.lease import Lease
 from refunds.locks import effect_lock
-from refunds.models import Charge, Order, Ticket
-from refunds.payments import Gateway
+from refunds.models import Charge, Order, OutsideRefund, Ticket
+from refunds.payments import Gateway, ProcessorRefund
 from refunds.payments.receipt import processor_status_of
+from refunds.statuses import PROCESSOR_GAVE_BACK, ProcessorStatus
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +74,18 @@ def pay(
     with effect_lock(key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is charging {key}")
+        unreadable: PermanentGatewayError | None = None
+        if _balance_to_check(key):
+            try:
+                outside_refunds_look_up(gateway, order_id)
+            except PermanentGatewayError as exc:
+                unreadable = exc  # refused for good: written down in the ledger, as a decline is
         row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents, parts)
         if state == "paid" and row.receipt:
             return row.receipt
+        if unreadable is not None and state == "new":
+            _settle(row, refused=f"{unreadable} (the payment's refunds could not be read)")
+            raise unreadable
         if state == "unknown":
             # A run before ours sent it and never heard back.
             receipt = _look_up(gateway, key, row.payment_reference)
@@ -170,7 +186,15 @@ def _read(
         "o.payment_reference, "
         "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
         f"o.id AND {queries.CHARGE_HOLDS} AND c.idempotency_key <> %s) AS held, "
-        "k.id AS k_id, k.status AS k_status, k.receipt "
+        "k.id AS k_id, k.status AS k_status, k.receipt, "
+        # Refunds made at the processor outside the desk, as recorded by now by any process:
+        # the sum is read here, with the order locked, not taken from this call's own listing.
+        "(SELECT coalesce(sum(x.amount_cents), 0) FROM refunds_outsiderefund x WHERE "
+        f"x.order_id = o.id AND {queries.OUTSIDE_HOLDS}) AS outside, "
+        "(SELECT max(x.made_at) FROM refunds_outsiderefund x WHERE x.order_id = o.id AND "
+        f"{queries.OUTSIDE_HOLDS}) AS outside_last, "
+        "o.shipping_fee_cents + (SELECT coalesce(sum(l.unit_price_cents * l.quantity + "
+        "l.tax_cents), 0) FROM refunds_orderline l WHERE l.order_id = o.id) AS bought "
         "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
         "JOIN refunds_order o ON o.id = l.order_id "
         "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
@@ -179,7 +203,8 @@ def _read(
     )
     if found is None:  # the ticket was deleted under the run (its lease went with it)
         raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-    current_epoch, fee, paid, number, reference, held, row_id, status, receipt = found
+    current_epoch, fee, paid, number, reference, held, row_id, status, receipt = found[:9]
+    outside, outside_last, bought = found[9:]
     if current_epoch != epoch:
         raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
     if status == Charge.Status.SUCCEEDED:
@@ -189,15 +214,127 @@ def _read(
         return _Row(row_id, None, reference), "unknown"
     _check_parts(order_id, number, fee, key, parts)
     # Never beyond what the customer paid (the shop's `paid`; unknown for an order sent without
-    # it: then each part's own limit above is the limit).
-    if paid is not None and amount_cents > paid - held:
+    # it: then each part's own limit above is the limit), less what was refunded outside the
+    # desk. Those name no part, so with `paid` unknown they count against all the desk may
+    # refund of the order (its fee and lines): a fee refunded in Stripe's dashboard is not
+    # refunded twice.
+    if paid is not None and amount_cents > paid - held - outside:
+        raise OverBalance(_over(number, amount_cents, paid, held, outside, outside_last))
+    if paid is None and outside and amount_cents > bought - held - outside:
         raise OverBalance(
-            f"order {number} has {dollars(max(paid - held, 0))} left to refund of the "
-            f"{dollars(paid)} the customer paid; {dollars(amount_cents)} is more"
+            _over(number, amount_cents, bought, held, outside, outside_last, paid_known=False)
         )
     if row_id is not None:
         return _Row(row_id, None, reference), "refused"
     return _Row(0, None, reference), "new"  # no row yet: the caller writes it
+
+
+def _over(
+    number: str,
+    amount_cents: int,
+    limit: int,
+    held: int,
+    outside: int,
+    outside_last: object,
+    *,
+    paid_known: bool = True,
+) -> str:
+    """Why a charge is over the order's balance, in the desk's words (a manager reads them)."""
+    left = dollars(max(limit - held - outside, 0))
+    of = f"the {dollars(limit)} " + (
+        "the customer paid" if paid_known else "the desk may refund of it"
+    )
+    said = f"order {number} has {left} left to refund of {of}"
+    if outside:
+        when = f", the last on {day_words(_moment(outside_last).date())}" if outside_last else ""
+        said += (
+            f"; {dollars(outside)} of the payment was refunded outside the desk (at the payment "
+            f"processor, not by a ticket{when})"
+        )
+    return f"{said}; {dollars(amount_cents)} is more"
+
+
+def _moment(value: object) -> datetime:
+    """A timestamp as the database hands it back (SQLite: text)."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def _balance_to_check(key: str) -> bool:
+    """Whether this charge's balance check is still to come: a key not paid nor under way (those
+    were checked when their row was written). Read under the key's effect lock, so no other
+    charge of this key moves it meanwhile."""
+    found = sql.fetchone("SELECT status FROM refunds_charge WHERE idempotency_key = %s", [key])
+    return found is None or found[0] == Charge.Status.REFUSED
+
+
+def outside_refunds_look_up(gateway: Gateway, order_id: int) -> int:
+    """List the processor's refunds of the order's payment and record those the desk did not
+    make (outside_refunds_record); returns how many were new. A network call, so made with no
+    transaction open and no row locked; the ledger's locked read (_read) sums what is recorded.
+
+    What is left: a refund made at the processor after this listing and before the desk's own
+    refund is created (seconds apart) is not counted by this charge; both go through (the
+    processor itself never refunds past what it captured). `manage.py reconcile`, run daily by
+    beat, lists the payment again, records it and reports the order if it was refunded past what
+    was paid. A refund recorded by another process meanwhile (another ticket's lookup,
+    reconcile) is counted: the locked read sums the table, not this listing."""
+    reference = (
+        Order.objects.filter(pk=order_id).values_list("payment_reference", flat=True).first()
+    ) or ""
+    if not reference.strip():
+        return 0  # no payment the processor could name: no refund of it to see there
+    try:
+        listed = gateway.payment_refunds(reference)
+    except GatewayOutcomeUnknown as exc:  # a read moves no money: read again later
+        raise RetryableGatewayError(
+            f"the refunds of payment {reference} could not be read at the processor: {exc}"
+        ) from exc
+    return outside_refunds_record(order_id, listed)
+
+
+def outside_refunds_record(order_id: int, listed: Sequence[ProcessorRefund]) -> int:
+    """Record against the order the refunds in `listed` that the desk did not make: no ledger
+    row has the key they carry nor their id as its receipt (a refund with the desk's metadata
+    key that no ledger row knows, from another desk on the same account say, is counted too).
+    Once by the processor's id; a status already recorded only moves forward. Returns how many
+    rows are new."""
+    keys = {refund.desk_key for refund in listed if refund.desk_key}
+    ids = {refund.id for refund in listed}
+    ours = set(
+        Charge.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True)
+    ) | set(Charge.objects.filter(receipt__in=ids).values_list("receipt", flat=True))
+    new = 0
+    for refund in listed:
+        if refund.id in ours or (refund.desk_key and refund.desk_key in ours):
+            continue
+        status = _status(refund.status)
+        reason = refund.failure_reason[:200] if status in PROCESSOR_GAVE_BACK else ""
+        with transaction.atomic():
+            row, created = OutsideRefund.objects.get_or_create(
+                processor_id=refund.id,
+                defaults={
+                    "order_id": order_id,
+                    "amount_cents": refund.amount_cents,
+                    "status": status,
+                    "failure_reason": reason,
+                    "made_at": refund.made_at,
+                },
+            )
+        new += created
+        if not created and row.status != status:
+            OutsideRefund.objects.filter(pk=row.pk).record_status(status, reason)
+    if new:
+        log.info("order %s: %s refund(s) made outside the desk recorded", order_id, new)
+    return new
+
+
+def _status(said: str) -> ProcessorStatus:
+    """The processor's word as the desk keeps it; one it does not know counts as not reported
+    (which holds the balance: never read as failed)."""
+    try:
+        return ProcessorStatus(said or "")
+    except ValueError:
+        return ProcessorStatus.UNKNOWN
 
 
 def _check_parts(order_id: int, number: str, fee: int, key: str, parts: list[Part]) -> None:

@@ -61,6 +61,10 @@ CHARGE_GAVE_BACK = literals(sorted(PROCESSOR_GAVE_BACK))  # processor statuses
 # A ledger row `c` that holds its order's balance: paid or under way, and not given back by the
 # processor (a refund it failed or canceled). The ledger's checks, the order's and each line's.
 CHARGE_HOLDS = f"c.status IN {CHARGE_HOLDING} AND c.processor_status NOT IN {CHARGE_GAVE_BACK}"
+# An outside refund `x` (refunds_outsiderefund: made at the processor, not by the desk) that holds
+# its order's balance: any the processor has not failed or canceled. OutsideRefund.objects
+# .holding_balance() is the ORM's twin.
+OUTSIDE_HOLDS = f"x.status NOT IN {CHARGE_GAVE_BACK}"
 EMAIL_PENDING = literal(Email.Status.PENDING)
 EMAIL_SENDING = literal(Email.Status.SENDING)
 EMAIL_SENT = literal(Email.Status.SENT)

@@ -100,6 +100,14 @@ PROCESSOR_RANK = {
     P.FAILED: 3,
     P.CANCELED: 3,
 }
+
+
+def processor_behind(status: ProcessorStatus) -> list[ProcessorStatus]:
+    """The statuses a row may move from to `status`: those not ahead of it (PROCESSOR_RANK).
+    The one forward-only rule, for the ledger's refunds and those made outside the desk."""
+    return [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
+
+
 # A refund the processor accepted and then failed or canceled: its money came back to the
 # merchant, so it no longer holds the order's balance (refunds/money.py), and the ticket goes
 # back to a manager (refunds/runner.py).

@@ -2,11 +2,15 @@
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
 
 from refunds import mail, metrics, runner, services
 
@@ -70,6 +74,19 @@ def handle_stripe_event(event_pk: int) -> str:
     """One of Stripe's events, re-read from Stripe and recorded; safe to deliver twice. A read
     that fails leaves it for the recovery sweep."""
     return services.stripe_event_handle(event_pk)
+
+
+@shared_task(ignore_result=True)
+def reconcile_payments() -> int:
+    """The ledger beside the processor for the orders charged in the last REFUNDS_RECONCILE_DAYS
+    (daily, by beat); it moves no money. Stops looking in time to end before the soft time
+    limit: the orders left are looked at next time. Returns the problems found."""
+    now = timezone.now()
+    report = services.reconcile_payments(
+        since=now - timedelta(days=settings.REFUNDS_RECONCILE_DAYS),
+        deadline=time.monotonic() + settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.75,
+    )
+    return len(report.problems)
 
 
 @shared_task(ignore_result=True)

@@ -5,7 +5,8 @@ dotted-path setting: `refunds.payments.stripe.StripeGateway`, or the shorter
 A gateway is the processor's side of the story: `charge()` moves money once per idempotency key
 (a repeated key answers the first charge) and `lookup()` tells whether a key was charged. Both are
 given the order's payment reference (what the shop's processor calls the customer's payment, a
-Stripe PaymentIntent for instance); gateways that do not need it ignore it. Errors are typed
+Stripe PaymentIntent for instance); gateways that do not need it ignore it. `payment_refunds()`
+lists a payment's refunds, the desk's and those made elsewhere. Errors are typed
 (refunds.flow.errors): retryable, permanent (a decline), or an unknown outcome. The ledger, the
 balance and the fencing live in refunds/money.py, around whichever gateway this is.
 """
@@ -29,6 +30,7 @@ from refunds.flow.state import Part
 from refunds.payments.demo import DemoGateway
 from refunds.payments.http import HttpGateway
 from refunds.payments.receipt import Receipt
+from refunds.payments.records import ProcessorRefund
 from refunds.payments.stripe import StripeGateway
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "HttpGateway",
     "PermanentGatewayError",
     "Receipt",
+    "ProcessorRefund",
     "RetryableGatewayError",
     "StripeGateway",
     "get_gateway",
@@ -62,6 +65,12 @@ class Gateway(Protocol):
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
         """The receipt of the charge made with this key (a `Receipt` with the processor's status
         where the gateway knows it), or None if there was none."""
+        ...
+
+    def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
+        """Every refund of the payment as the processor holds it now, the desk's and any made
+        elsewhere (a dashboard, the shop's admin): the ledger counts the others before every
+        charge (refunds/money.py) and `manage.py reconcile` compares them all."""
         ...
 
 

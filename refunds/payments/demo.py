@@ -12,6 +12,7 @@ from django.db import IntegrityError, models
 from refunds.flow.errors import PermanentGatewayError
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
+from refunds.payments.records import ProcessorRefund
 
 
 class DemoProcessorRefund(models.Model):
@@ -19,6 +20,8 @@ class DemoProcessorRefund(models.Model):
 
     idempotency_key = models.CharField(max_length=150, unique=True)
     amount_cents = models.PositiveIntegerField()
+    # The payment it gives money back from ("" for refunds from before it was kept).
+    payment_reference = models.CharField(max_length=255, blank=True, default="")
     receipt = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -52,7 +55,11 @@ class DemoGateway:
         try:
             record, _ = DemoProcessorRefund.objects.get_or_create(
                 idempotency_key=idempotency_key,
-                defaults={"amount_cents": amount_cents, "receipt": f"rcpt_{secrets.token_hex(8)}"},
+                defaults={
+                    "amount_cents": amount_cents,
+                    "receipt": f"rcpt_{secrets.token_hex(8)}",
+                    "payment_reference": payment_reference,
+                },
             )
         except IntegrityError:  # a concurrent call with the same key won the insert
             record = DemoProcessorRefund.objects.get(idempotency_key=idempotency_key)
@@ -69,3 +76,21 @@ class DemoGateway:
             .first()
         )
         return Receipt(receipt, SETTLED) if receipt else None
+
+    def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
+        """Every refund of the payment the demo processor holds (each made by the desk: it has
+        no dashboard), succeeded at once."""
+        rows = DemoProcessorRefund.objects.filter(payment_reference=payment_reference).order_by(
+            "pk"
+        )
+        return [_listed(row) for row in rows] if payment_reference else []
+
+
+def _listed(row: DemoProcessorRefund) -> ProcessorRefund:
+    return ProcessorRefund(
+        id=row.receipt,
+        amount_cents=row.amount_cents,
+        status=SETTLED,
+        desk_key=row.idempotency_key,
+        made_at=row.created_at,
+    )

@@ -7,6 +7,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from django.conf import settings
 
@@ -18,11 +19,13 @@ from refunds.flow.errors import (
 )
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
+from refunds.payments.records import ProcessorRefund
 
 
 class HttpGateway:
     """A client for a processor's refund API over HTTP, in the shape most processors share:
-    `POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>` to look one up.
+    `POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>` to look one up,
+    `GET /refunds?payment=<reference>` to list a payment's refunds.
 
     Set REFUNDS_GATEWAY=refunds.payments.HttpGateway and REFUNDS_GATEWAY_URL. The tests run it
     against devtools.fake_processor, a real HTTP server that counts what it is asked."""
@@ -42,7 +45,12 @@ class HttpGateway:
     ) -> Receipt:
         # The parts as Stripe's metadata says them ("11x2,shipping"), for the processor's books.
         said = refund_parts.metadata(parts).get("parts", "")
-        body = {"amount_cents": amount_cents, "reference": ticket_key, "parts": said}
+        body = {
+            "amount_cents": amount_cents,
+            "reference": ticket_key,
+            "parts": said,
+            "payment": payment_reference,
+        }
         data = json.dumps(body).encode()
         status, answer = self._call(
             "POST",
@@ -71,6 +79,27 @@ class HttpGateway:
         if status == 200:
             return Receipt(answer["receipt"], answer.get("status") or "")
         raise GatewayOutcomeUnknown(answer.get("error", f"lookup answered HTTP {status}"))
+
+    def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
+        """`GET /refunds?payment=<reference>`: each refund with the idempotency key it was made
+        with ("" for one made without: in the processor's dashboard)."""
+        query = urllib.parse.urlencode({"payment": payment_reference})
+        status, answer = self._call("GET", f"/refunds?{query}")
+        if status != 200:
+            # A read moves no money: whatever went wrong, trying again later is harmless.
+            raise RetryableGatewayError(answer.get("error", f"listing answered HTTP {status}"))
+        return [
+            ProcessorRefund(
+                id=refund["receipt"],
+                amount_cents=int(refund["amount_cents"]),
+                status=refund.get("status") or "",
+                desk_key=refund.get("key") or "",
+                made_at=datetime.fromtimestamp(refund["created"], tz=UTC)
+                if refund.get("created")
+                else None,
+            )
+            for refund in answer.get("refunds", [])
+        ]
 
     def _call(self, method: str, path: str, *, body: bytes | None = None, headers=None):
         request = urllib.request.Request(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -18,6 +19,7 @@ from refunds.flow.errors import (
 )
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
+from refunds.payments.records import ProcessorRefund
 
 if TYPE_CHECKING:
     from stripe import StripeClient
@@ -119,6 +121,22 @@ class StripeGateway:
         with _stripe_errors("reading the refunds"):
             listed = self._stripe().v1.refunds.list(params=_of_payment(kind, payment))
             return [refund.to_dict() for refund in listed.auto_paging_iter()]
+
+    def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
+        """Every refund of the payment, the desk's (our key in their metadata) and any other."""
+        return [self.as_record(refund) for refund in self.refunds_of(payment_reference)]
+
+    @classmethod
+    def as_record(cls, refund: dict[str, Any]) -> ProcessorRefund:
+        made = refund.get("created")
+        return ProcessorRefund(
+            id=refund["id"],
+            amount_cents=int(refund.get("amount") or 0),
+            status=refund.get("status") or "",
+            desk_key=(refund.get("metadata") or {}).get(cls.METADATA_KEY) or "",
+            made_at=datetime.fromtimestamp(int(made), tz=UTC) if made else None,
+            failure_reason=refund.get("failure_reason") or "",
+        )
 
     def _stripe(self) -> StripeClient:
         import stripe

@@ -21,6 +21,7 @@ from refunds.services.errors import (
     ShopUnavailable,
     TicketAlreadyOpen,
 )
+from refunds.services.reconcile import ReconcileReport, reconcile_payments
 from refunds.services.stripe_events import (
     stripe_event_handle,
     stripe_event_receive,
@@ -57,6 +58,7 @@ __all__ = [
     "BrokerUnavailable",
     "ClaimTaken",
     "OrdersRefused",
+    "ReconcileReport",
     "RefundError",
     "ShopUnavailable",
     "TicketAlreadyOpen",
@@ -66,6 +68,7 @@ __all__ = [
     "review_claim",
     "review_unclaim",
     "reviews_approve_bulk",
+    "reconcile_payments",
     "reviews_escalate_overdue",
     "ticket_decide",
     "decision_undo",

@@ -1,0 +1,202 @@
+"""`manage.py reconcile` and its daily task: the ledger beside the processor, order by order. It
+moves no money.
+
+For each order charged since a date that names a payment, it lists the payment's refunds at the
+processor and
+- records those the desk did not make (OutsideRefund, as the ledger's pre-charge lookup does), so
+  a refund made in Stripe's dashboard after the desk's last lookup is counted from now on;
+- re-reads the desk's own refunds' statuses onto their ledger rows (forward only: the same
+  record as Stripe's events, refunds/services/stripe_events.py), so a failure whose event was
+  lost still gives its money back and sends its ticket to a manager;
+- says what does not match: a refund with the desk's key the ledger lacks, a ledger refund the
+  processor lacks, a second refund under one key, amounts that differ, a refund the ledger
+  calls refused; and any order refunded past what was paid, which the pre-charge check cannot
+  fully prevent (a dashboard refund made between its lookup and the desk's own refund).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from core.network import outside_transaction
+from refunds import metrics, money
+from refunds.flow.errors import GatewayError
+from refunds.flow.words import dollars
+from refunds.models import Charge, Order, OrderLine
+from refunds.payments import Gateway, ProcessorRefund, get_gateway
+from refunds.payments.stripe import StripeGateway
+from refunds.services.stripe_events import refund_record
+from refunds.statuses import PROCESSOR_GAVE_BACK
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    """What one reconcile found: counts, and each thing that is wrong in words."""
+
+    since: datetime
+    orders: int = 0  # orders whose payment was listed at the processor
+    listed: int = 0  # refunds listed there
+    outside: int = 0  # of them, made outside the desk
+    outside_cents: int = 0
+    outside_new: int = 0  # recorded by this run (the others were known already)
+    statuses_moved: int = 0  # desk refunds whose status the processor moved on
+    under_way: int = 0  # ledger rows whose outcome is not known yet, found at the processor
+    not_checked: int = 0  # orders left for the next run (the time budget ran out)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        said = [
+            f"Reconciled {self.orders} order(s) charged since {self.since:%Y-%m-%d %H:%M} UTC: "
+            f"{self.listed} refund(s) at the processor.",
+            f"Refunds made outside the desk: {self.outside} ({dollars(self.outside_cents)}), "
+            f"{self.outside_new} new since the last look.",
+            f"Desk refunds whose status the processor moved on: {self.statuses_moved}.",
+        ]
+        if self.under_way:
+            said.append(
+                f"Desk refunds under way in the ledger and made at the processor: "
+                f"{self.under_way} (their ticket's next run settles them)."
+            )
+        if self.not_checked:
+            said.append(f"Not checked this time (out of time): {self.not_checked} order(s).")
+        said.append(f"Problems: {len(self.problems)}.")
+        return said + [f"- {problem}" for problem in self.problems]
+
+
+def reconcile_payments(
+    *, since: datetime, gateway: Gateway | None = None, deadline: float | None = None
+) -> ReconcileReport:
+    """Compare the ledger with the processor for every order charged since `since` that names a
+    payment; `deadline` (time.monotonic()) leaves the orders after it for the next run."""
+    outside_transaction("the payment processor")
+    gateway = gateway or get_gateway()
+    report = ReconcileReport(since=since)
+    orders = (
+        Order.objects.filter(charges__created_at__gte=since)
+        .exclude(payment_reference="")
+        .distinct()
+        .order_by("pk")
+    )
+    for order in orders:
+        if deadline is not None and time.monotonic() > deadline:
+            report.not_checked += 1
+            continue
+        try:
+            listed = gateway.payment_refunds(order.payment_reference)
+        except GatewayError as exc:
+            report.problems.append(
+                f"Order {order.number}: its refunds could not be read at the processor ({exc})."
+            )
+            continue
+        report.orders += 1
+        report.listed += len(listed)
+        report.outside_new += money.outside_refunds_record(order.pk, listed)
+        _compare(order, listed, report)
+    metrics.RECONCILE_PROBLEMS.inc(len(report.problems))
+    for line in report.lines():
+        (log.warning if report.problems else log.info)("reconcile: %s", line)
+    return report
+
+
+def _compare(order: Order, listed: list[ProcessorRefund], report: ReconcileReport) -> None:
+    charges = list(Charge.objects.filter(order=order).order_by("pk"))
+    by_receipt = {c.receipt: c for c in charges if c.receipt}
+    by_key = {c.idempotency_key: c for c in charges}
+    desk_cents = outside_cents = 0
+    for refund in listed:
+        counts = refund.status not in PROCESSOR_GAVE_BACK
+        charge = by_receipt.get(refund.id) or by_key.get(refund.desk_key)
+        if charge is None:
+            report.outside += 1
+            report.outside_cents += refund.amount_cents
+            outside_cents += refund.amount_cents if counts else 0
+            if refund.desk_key:
+                report.problems.append(
+                    f"Order {order.number}: refund {refund.id} of {dollars(refund.amount_cents)} "
+                    f"carries the desk's key {refund.desk_key}, which the ledger does not have "
+                    "(counted as made outside the desk)."
+                )
+            continue
+        desk_cents += refund.amount_cents if counts else 0
+        _compare_one(order, charge, refund, report)
+    for charge in charges:
+        made = charge.status == Charge.Status.SUCCEEDED and charge.receipt
+        if made and charge.receipt not in {refund.id for refund in listed}:
+            report.problems.append(
+                f"Order {order.number}: the ledger's refund {charge.receipt} of "
+                f"{dollars(charge.amount_cents)} (ticket {charge.ticket_id}) is not at the "
+                "processor."
+            )
+    _past_what_was_paid(order, desk_cents, outside_cents, report)
+
+
+def _compare_one(
+    order: Order, charge: Charge, refund: ProcessorRefund, report: ReconcileReport
+) -> None:
+    """One of the desk's refunds, the ledger's row beside what the processor holds."""
+    if charge.receipt and charge.receipt != refund.id:
+        report.problems.append(
+            f"Order {order.number}: the processor has a second refund, {refund.id} of "
+            f"{dollars(refund.amount_cents)}, under the key of the ledger's {charge.receipt} "
+            f"({charge.idempotency_key})."
+        )
+        return
+    if charge.status == Charge.Status.REFUSED:
+        report.problems.append(
+            f"Order {order.number}: the ledger says the refund {charge.idempotency_key} was "
+            f"refused, but the processor holds it as {refund.id} of "
+            f"{dollars(refund.amount_cents)} ({refund.status or 'status not said'})."
+        )
+        return
+    if charge.amount_cents != refund.amount_cents:
+        report.problems.append(
+            f"Order {order.number}: the refund {refund.id} is {dollars(refund.amount_cents)} at "
+            f"the processor and {dollars(charge.amount_cents)} in the ledger."
+        )
+    if charge.status == Charge.Status.PENDING:
+        report.under_way += 1
+        return
+    before = charge.processor_status
+    refund_record(
+        {
+            "id": refund.id,
+            "metadata": {StripeGateway.METADATA_KEY: refund.desk_key} if refund.desk_key else {},
+            "status": refund.status,
+            "failure_reason": refund.failure_reason,
+        },
+        event="reconcile",
+    )
+    charge.refresh_from_db(fields=["processor_status"])
+    report.statuses_moved += charge.processor_status != before
+
+
+def _past_what_was_paid(
+    order: Order, desk_cents: int, outside_cents: int, report: ReconcileReport
+) -> None:
+    """The processor's refunds of the order (those it has not failed or canceled) beside what
+    was paid; with the amount paid not sent by the shop, beside what the desk may refund of the
+    order (its fee and lines), which the pre-charge check holds outside refunds to as well."""
+    if order.paid_cents is not None:
+        limit, of = order.paid_cents, f"the {dollars(order.paid_cents)} the customer paid"
+    else:
+        lines = OrderLine.objects.filter(order=order).values_list(
+            "unit_price_cents", "quantity", "tax_cents"
+        )
+        limit = order.shipping_fee_cents + sum(u * q + t for u, q, t in lines)
+        of = f"the {dollars(limit)} the desk may refund of it (the shop sent no amount paid)"
+    total = desk_cents + outside_cents
+    if total > limit:
+        report.problems.append(
+            f"Order {order.number} was refunded {dollars(total)} at the processor "
+            f"({dollars(desk_cents)} by the desk, {dollars(outside_cents)} outside the desk), "
+            f"{dollars(total - limit)} past {of}."
+        )

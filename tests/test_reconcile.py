@@ -1,0 +1,263 @@
+"""`manage.py reconcile` (refunds/services/reconcile.py) and its daily task: the ledger beside the
+processor, order by order, moving no money. Stripe is localstripe; refunds made outside the desk
+are made there with no desk key, as Stripe's dashboard makes them."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from devtools.localstripe import SECRET_KEY
+from refunds import enqueue, money, payments, services, tasks
+from refunds.models import Charge, OutsideRefund, Ticket
+from refunds.payments import ProcessorRefund
+from refunds.payments.stripe import StripeGateway
+from tests.test_outside_refunds import PAID, at_stripe, paid_order, pay
+from tests.test_outside_refunds import (  # noqa: F401 - an autouse fixture: pay()'s leases
+    _one_run_per_ticket as _one_run_per_ticket,
+)
+
+
+@pytest.fixture
+def stripe_here(settings, localstripe, request):
+    settings.REFUNDS_GATEWAY = "refunds.payments.stripe.StripeGateway"
+    settings.STRIPE_SECRET_KEY = SECRET_KEY
+    settings.STRIPE_API_BASE = localstripe.url
+    payments.get_gateway.cache_clear()  # one gateway per process, built from the settings
+    request.addfinalizer(payments.get_gateway.cache_clear)
+    return localstripe
+
+
+def reconcile(*args: str) -> tuple[int, str]:
+    """The command as an operator runs it: (exit status, what it printed)."""
+    out = StringIO()
+    try:
+        call_command("reconcile", *args, stdout=out)
+    except CommandError as exc:
+        return 1, out.getvalue() + str(exc)
+    return 0, out.getvalue()
+
+
+def a_day_ago() -> datetime:
+    return timezone.now() - timedelta(days=1)
+
+
+class ListsThenTheDashboardRefunds(StripeGateway):
+    """The race the pre-charge check leaves: the listing answers, then (before the desk's own
+    refund is created) someone refunds the payment in Stripe's dashboard."""
+
+    stripe = None
+
+    def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
+        listed = super().payment_refunds(payment_reference)
+        self.stripe.refund_outside(payment_reference, 699)
+        return listed
+
+
+def test_a_dashboard_refund_made_during_a_charge_is_caught_by_reconcile(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID))
+    racing = ListsThenTheDashboardRefunds(secret_key=SECRET_KEY, api_base=stripe_here.url)
+    racing.stripe = stripe_here
+    pay(racing, order, 699)  # both went through: the race this check cannot close
+    assert sorted(at_stripe(stripe_here, order)) == [(699, False), (699, True)]
+
+    status, said = reconcile()
+
+    assert status == 1
+    assert "Reconciled 1 order(s)" in said
+    assert "Refunds made outside the desk: 1 ($6.99), 1 new since the last look." in said
+    assert (
+        f"Order {order.number} was refunded $13.98 at the processor ($6.99 by the desk, $6.99 "
+        "outside the desk), $6.99 past the $6.99 the desk may refund of it" in said
+    )
+    assert OutsideRefund.objects.get().order == order
+    assert len(stripe_here.refunds(order.payment_reference)) == 2  # it moved no money
+
+
+def test_a_refund_made_at_stripe_is_recorded_and_counted_by_the_next_charge(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID), paid=PAID)
+    pay(StripeGateway(), order, 300)
+    stripe_here.refund_outside(order.payment_reference, 5000)
+
+    status, said = reconcile()
+
+    assert status == 0, said  # $53.00 of the $56.99 paid
+    assert "Refunds made outside the desk: 1 ($50.00), 1 new" in said
+    assert "Problems: 0." in said
+    assert money.outside_refunds_record(order.pk, []) == 0
+    [outside] = OutsideRefund.objects.all()
+    assert (outside.order, outside.amount_cents) == (order, 5000)
+    _, again = reconcile()
+    assert "1 ($50.00), 0 new since the last look" in again
+
+
+def test_a_clean_ledger_reports_no_problem_and_exits_zero(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 699)
+    paid_order("")  # no payment to list: not looked at
+
+    status, said = reconcile()
+
+    assert status == 0
+    assert "Reconciled 1 order(s)" in said
+    assert "1 refund(s) at the processor" in said
+    assert "Problems: 0." in said
+
+
+def test_a_ledger_refund_the_processor_lacks_is_a_problem(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 699)
+    Charge.objects.update(receipt="re_NotAtStripe")
+
+    status, said = reconcile()
+
+    assert status == 1
+    assert "the ledger's refund re_NotAtStripe of $6.99 (ticket" in said
+    assert "is not at the processor" in said
+
+
+def test_a_refund_with_the_desks_key_the_ledger_lacks_is_a_problem(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 300)
+    made = stripe_here.call(
+        "POST",
+        "/v1/refunds",
+        payment_intent=order.payment_reference,
+        amount="100",
+        **{f"metadata[{StripeGateway.METADATA_KEY}]": "another-desk:charge_card:1:100"},
+    )
+
+    status, said = reconcile()
+
+    assert status == 1
+    assert f"refund {made['id']} of $1.00 carries the desk's key another-desk" in said
+    assert OutsideRefund.objects.get().processor_id == made["id"]
+
+
+class Says:
+    """A processor that says what the test wants of a payment's refunds (localstripe cannot say
+    `failed`, nor a second amount)."""
+
+    def __init__(self, refunds: list[ProcessorRefund]) -> None:
+        self.refunds = refunds
+
+    def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
+        return self.refunds
+
+
+def test_a_desk_refund_failed_at_the_processor_is_re_read_onto_the_ledger(db, monkeypatch):
+    woken: list[int] = []
+    monkeypatch.setattr(enqueue, "advance_on_commit", woken.append)
+    order = paid_order("pi_Reread")
+    pay(payments.DemoGateway(), order, 699)
+    charge = Charge.objects.get()
+    failed = ProcessorRefund(
+        id=charge.receipt or "",
+        amount_cents=699,
+        status="failed",
+        desk_key=charge.idempotency_key,
+        failure_reason="expired_or_canceled_card",
+    )
+
+    report = services.reconcile_payments(since=a_day_ago(), gateway=Says([failed]))
+
+    assert report.ok, report.problems
+    assert report.statuses_moved == 1
+    charge.refresh_from_db()
+    assert (charge.processor_status, charge.failure_reason) == (
+        "failed",
+        "expired_or_canceled_card",
+    )
+    assert woken == [charge.ticket_id]  # its ticket goes back to a manager
+    assert money.refundable_cents(order) == 699
+
+
+def test_amounts_that_differ_and_a_second_refund_under_one_key_are_problems(db):
+    order = paid_order("pi_Differ")
+    pay(payments.DemoGateway(), order, 699)
+    charge = Charge.objects.get()
+    key, receipt = charge.idempotency_key, charge.receipt or ""
+
+    report = services.reconcile_payments(
+        since=a_day_ago(),
+        gateway=Says(
+            [
+                ProcessorRefund(id=receipt, amount_cents=700, status="succeeded", desk_key=key),
+                ProcessorRefund(id="re_twice", amount_cents=699, status="succeeded", desk_key=key),
+            ]
+        ),
+    )
+
+    assert len(report.problems) == 3, report.problems
+    assert (
+        f"the refund {receipt} is $7.00 at the processor and $6.99 in the ledger"
+        in (report.problems[0])
+    )
+    assert (
+        "a second refund, re_twice of $6.99, under the key of the ledger's" in (report.problems[1])
+    )
+    assert "was refunded $13.99 at the processor ($13.99 by the desk" in report.problems[2]
+
+
+def test_an_order_charged_before_since_is_not_looked_at(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 699)
+    Charge.objects.update(created_at=datetime(2026, 1, 1, tzinfo=UTC))
+
+    status, said = reconcile("--since", "2026-02-01")
+
+    assert status == 0
+    assert "Reconciled 0 order(s) charged since 2026-02-01 00:00 UTC" in said
+
+
+def test_a_since_that_is_not_a_date_is_refused(db):
+    status, said = reconcile("--since", "yesterday")
+
+    assert status == 1
+    assert "--since 'yesterday' is not a date (YYYY-MM-DD)." in said
+
+
+def test_a_processor_that_cannot_be_read_is_a_problem(db, stripe_here):
+    order = paid_order("pi_NoSuchPaymentAtStripe")
+    Charge.objects.create(
+        ticket=Ticket.objects.create(thread_id=f"refund-{order.number}", order=order),
+        order=order,
+        idempotency_key="k",
+        amount_cents=1,
+        status="refused",
+    )
+
+    status, said = reconcile()
+
+    assert status == 1
+    assert f"Order {order.number}: its refunds could not be read at the processor" in said
+
+
+def test_orders_past_the_time_budget_are_left_for_the_next_run(db):
+    order = paid_order("pi_Late")
+    pay(payments.DemoGateway(), order, 699)
+
+    report = services.reconcile_payments(
+        since=a_day_ago(), gateway=Says([]), deadline=time.monotonic() - 1
+    )
+
+    assert (report.orders, report.not_checked) == (0, 1)
+    assert "Not checked this time (out of time): 1 order(s)." in report.lines()
+
+
+def test_beat_runs_it_daily_on_the_housekeeping_queue(db, stripe_here):
+    entry = django_settings.CELERY_BEAT_SCHEDULE["reconcile-with-the-processor"]
+    assert entry["task"] == "refunds.tasks.reconcile_payments"
+    assert entry["schedule"] == 24 * 3600
+    assert django_settings.CELERY_TASK_ROUTES[entry["task"]] == {"queue": "housekeeping"}
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 699)
+    stripe_here.refund_outside(order.payment_reference, 1)
+
+    assert tasks.reconcile_payments() == 1  # the problem found: past the fee
