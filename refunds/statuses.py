@@ -12,6 +12,7 @@ class TicketStatus(models.TextChoices):
     NEW = "new", "New"
     RUNNING = "running", "Running"
     AWAITING_REVIEW = "awaiting_review", "Awaiting review"
+    AWAITING_CUSTOMER = "awaiting_customer", "Waiting on the customer"
     REFUNDED = "refunded", "Refunded"
     DECLINED = "declined", "Declined by policy"
     REJECTED = "rejected", "Rejected by reviewer"
@@ -57,6 +58,8 @@ class EmailDelivery(models.TextChoices):
 class DecisionAnswer(models.TextChoices):
     APPROVE = "approve", "Approve"
     REJECT = "reject", "Reject"
+    ASK = "ask", "Ask the customer"  # the thread then waits on the customer's reply
+    REPLY = "reply", "The customer's reply"  # recorded by the inbound mail, no reviewer
 
 
 S = TicketStatus
@@ -66,6 +69,7 @@ TICKET_LEASABLE = {
     S.NEW: True,
     S.RUNNING: True,
     S.AWAITING_REVIEW: True,
+    S.AWAITING_CUSTOMER: True,
     S.REFUNDED: False,
     S.DECLINED: False,
     S.REJECTED: False,
@@ -77,6 +81,7 @@ TICKET_WORK_LEFT = {
     S.NEW: True,
     S.RUNNING: True,
     S.AWAITING_REVIEW: False,
+    S.AWAITING_CUSTOMER: False,
     S.REFUNDED: False,
     S.DECLINED: False,
     S.REJECTED: False,
@@ -107,4 +112,6 @@ PROCESSOR_GAVE_BACK = frozenset({P.FAILED, P.CANCELED})
 # The outbox's statements (refunds/mail.py) were written for these three; a fourth needs its
 # claim and its marks thought through.
 EMAIL_KNOWN = frozenset({EmailStatus.PENDING, EmailStatus.SENDING, EmailStatus.SENT})
-DECISION_KNOWN = frozenset({DecisionAnswer.APPROVE, DecisionAnswer.REJECT})
+DECISION_KNOWN = frozenset(
+    {DecisionAnswer.APPROVE, DecisionAnswer.REJECT, DecisionAnswer.ASK, DecisionAnswer.REPLY}
+)

@@ -204,6 +204,7 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
             (m for m in ticket_messages if m.status == Message.Status.OPENED), None
         ),
         "canned": list(CannedReason.objects.rejecting()),
+        "questions": list(CannedReason.objects.asking()),
     }
 
 
