@@ -346,3 +346,22 @@ def test_a_reply_through_the_inbound_webhook_finds_its_thread_by_the_reply_addre
     ticket.refresh_from_db()
     assert "The vase arrived in three pieces." in ticket.pending_payload["description"]
     assert Ticket.objects.count() == 1  # no second ticket from the reply
+
+
+def test_a_reply_whose_early_check_passed_before_the_thread_moved_on_resumes_nothing(
+    transactional_db, agent, colleague, late_order, monkeypatch
+):
+    """The question was answered and the thread asked another since the early check read the
+    ticket (a race): the late read of the ticket refuses the stale reply, which never answers
+    the second question's wait."""
+    ticket = waiting_review(late_order, colleague)
+    first = asked(ticket, agent)
+    reply_in(first)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    ask(ticket, agent, "Which item is missing?")
+    assert runner.advance(ticket.pk) == "awaiting_customer"
+    monkeypatch.setattr(asking, "_not_waiting", lambda question: "")  # passed, then the race
+    stale = asking.reply_record(question=first, sender="ana@example.com", text="late words")
+    assert not stale.resumed and "no longer waits" in stale.why
+    assert Decision.objects.filter(answer="reply").count() == 1

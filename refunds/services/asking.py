@@ -153,17 +153,22 @@ class _NotRecorded(Exception):
 
 def _record(question: CustomerQuestion, text: str, seen: dict, now) -> Decision:
     ticket = question.ticket
-    pending = (
+    # The late guards, on the rows and not on the caller's copies: the ticket waits on this very
+    # question now (the thread may have moved on since the early check), and one conditional
+    # UPDATE takes the question for this reply, so a second reply finds it taken.
+    row = (
         Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.AWAITING_CUSTOMER)
-        .values_list("pending_interrupt_id", flat=True)
+        .values("pending_interrupt_id", "pending_payload")
         .first()
     )
-    # The late guard: one conditional UPDATE takes the question for this reply; a second reply
-    # (or the same one delivered again) finds it taken and resumes nothing.
+    payload = row["pending_payload"] if row and isinstance(row["pending_payload"], dict) else {}
+    if row is None or payload.get("ask_id") != question.decision_id:
+        raise _NotRecorded("the ticket no longer waits on this question")
+    pending = row["pending_interrupt_id"]
     taken = CustomerQuestion.objects.filter(pk=question.pk, replied_at__isnull=True).update(
         replied_at=now
     )
-    if not taken or not pending:
+    if not taken:
         raise _NotRecorded("the question was answered already; this reply is kept here")
     try:
         with transaction.atomic():
