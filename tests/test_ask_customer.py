@@ -177,7 +177,7 @@ def test_two_replies_at_once_resume_once_at_the_compare_and_set(
     first = asking.reply_record(question=question, sender="ana@example.com", text="one")
     second = asking.reply_record(question=stale, sender="ana@example.com", text="two")
     assert first.resumed and not second.resumed
-    assert "answered already" in second.why
+    assert second.why == "the question was answered already; this reply is kept here"
     assert list(Decision.objects.filter(answer="reply").values_list("reason", flat=True)) == ["one"]
     assert runner.advance(ticket.pk) == "awaiting_review"
 

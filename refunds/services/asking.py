@@ -179,8 +179,8 @@ def _record(question: CustomerQuestion, text: str, seen: dict, now) -> Decision:
                 answer=Decision.Answer.REPLY,
                 reason=text[:REPLY_MAX],
             )
-    except IntegrityError:  # the UNIQUE interrupt id: the wait was answered by another row
-        raise _NotRecorded("the question was answered already; this reply is kept here") from None
+    except IntegrityError:  # the UNIQUE interrupt id, behind the compare-and-set
+        raise _NotRecorded("the thread's wait has its answer already") from None
     CustomerQuestion.objects.filter(pk=question.pk).update(reply=decision)
     audit.record(
         ticket,
