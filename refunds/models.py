@@ -685,6 +685,8 @@ class CustomerQuestion(models.Model):
         Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     replied_at = models.DateTimeField(null=True, blank=True)
+    # The reminder the wait's timer sent (REFUNDS_ASK_REMIND_DAYS), once.
+    reminded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["asked_at", "id"]

@@ -60,6 +60,7 @@ class DecisionAnswer(models.TextChoices):
     REJECT = "reject", "Reject"
     ASK = "ask", "Ask the customer"  # the thread then waits on the customer's reply
     REPLY = "reply", "The customer's reply"  # recorded by the inbound mail, no reviewer
+    NO_REPLY = "no_reply", "No reply from the customer"  # the wait's timer, no reviewer
 
 
 S = TicketStatus
@@ -113,5 +114,11 @@ PROCESSOR_GAVE_BACK = frozenset({P.FAILED, P.CANCELED})
 # claim and its marks thought through.
 EMAIL_KNOWN = frozenset({EmailStatus.PENDING, EmailStatus.SENDING, EmailStatus.SENT})
 DECISION_KNOWN = frozenset(
-    {DecisionAnswer.APPROVE, DecisionAnswer.REJECT, DecisionAnswer.ASK, DecisionAnswer.REPLY}
+    {
+        DecisionAnswer.APPROVE,
+        DecisionAnswer.REJECT,
+        DecisionAnswer.ASK,
+        DecisionAnswer.REPLY,
+        DecisionAnswer.NO_REPLY,
+    }
 )

@@ -76,4 +76,5 @@ def handle_stripe_event(event_pk: int) -> str:
 def escalate_overdue_reviews() -> int:
     """The review desk's escalation timers: safe to run twice (conditional UPDATEs)."""
     done = services.reviews_escalate_overdue()
-    return len(done["escalated"]) + len(done["reminded"])
+    waits = services.questions_wait_timers()
+    return sum(len(ids) for ids in (*done.values(), *waits.values()))

@@ -10,14 +10,16 @@ import hashlib
 import hmac
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
+import time_machine
 from django.core import mail
 from django.utils import timezone
 
 from intake.models import Message
 from intake.services import message_receive
-from refunds import emails, enqueue, persistence, runner, services
+from refunds import emails, enqueue, persistence, runner, services, tasks
 from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
 from refunds.services import asking
 from tests.reviewing import decide
@@ -365,3 +367,70 @@ def test_a_reply_whose_early_check_passed_before_the_thread_moved_on_resumes_not
     stale = asking.reply_record(question=first, sender="ana@example.com", text="late words")
     assert not stale.resumed and "no longer waits" in stale.why
     assert Decision.objects.filter(answer="reply").count() == 1
+
+
+def test_an_unanswered_question_is_reminded_once_then_comes_back_without_a_reply(
+    transactional_db, settings, agent, colleague, late_order
+):
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        assert tasks.escalate_overdue_reviews() == 0
+        clock.shift(timedelta(days=3, minutes=1))
+        assert tasks.escalate_overdue_reviews() == 1
+        assert tasks.escalate_overdue_reviews() == 0  # once per question, not every beat
+        [_, reminder] = mail.outbox
+        assert reminder.reply_to == [asking_address(question)]
+        assert "We have not heard from you yet" in reminder.body
+        assert reminder.extra_headers["In-Reply-To"] == question.message_id
+        clock.shift(timedelta(days=4))  # 7 days and a minute
+        assert tasks.escalate_overdue_reviews() == 1
+        assert tasks.escalate_overdue_reviews() == 0
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        ticket.refresh_from_db()
+        assert "**The customer did not reply.**" in ticket.pending_payload["description"]
+        late = reply_in(question, body="Sorry, I was away.")
+        assert late.ticket_id == ticket.pk
+        assert Decision.objects.filter(answer="reply").count() == 0
+        assert len(mail.outbox) == 2
+
+
+def test_a_reply_and_the_give_up_at_once_resume_the_wait_once(
+    transactional_db, settings, agent, colleague, late_order
+):
+    """The timer read the question as unanswered before the reply landed: its compare-and-set
+    on the question refuses it, and the reply stands."""
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        clock.shift(timedelta(days=8))
+        stale = CustomerQuestion.objects.get(pk=question.pk)
+        assert asking.reply_record(question=question, sender="ana@example.com", text="yes").resumed
+        with pytest.raises(asking._NotRecorded, match="answered already"):
+            asking._record(stale, "", {"by": "timer"}, timezone.now(), answer="no_reply")
+        assert list(Decision.objects.filter(ticket=ticket).values_list("answer", flat=True)) == [
+            "ask",
+            "reply",
+        ]
+
+
+def test_time_waiting_on_the_customer_does_not_count_toward_the_review_escalation(
+    transactional_db, settings, agent, colleague, late_order
+):
+    settings.REFUNDS_REVIEW_WARN_MINUTES, settings.REFUNDS_REVIEW_ESCALATE_MINUTES = 15, 60
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        clock.shift(timedelta(minutes=50))
+        question = asked(ticket, agent)
+        clock.shift(timedelta(hours=5))  # five hours waiting on the customer
+        assert tasks.escalate_overdue_reviews() == 0
+        reply_in(question)
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        assert tasks.escalate_overdue_reviews() == 0  # the review's clock starts again
+        ticket.refresh_from_db()
+        assert not ticket.is_escalated
+        clock.shift(timedelta(minutes=61))
+        assert tasks.escalate_overdue_reviews() >= 1
+        ticket.refresh_from_db()
+        assert ticket.is_escalated

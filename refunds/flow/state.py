@@ -83,7 +83,7 @@ class OrderAnswer(TypedDict, total=False):
 class ReviewAnswer(TypedDict, total=False):
     # "ask": the reviewer asks the customer (`reason` is the question); "reply": the customer's
     # answer to it (`reason` is their text), resuming the wait (flow version 7).
-    answer: Literal["approve", "reject", "ask", "reply"]
+    answer: Literal["approve", "reject", "ask", "reply", "no_reply"]
     reason: str
     reviewer: str
     decision_id: int
@@ -107,6 +107,7 @@ class Reply(TypedDict):
     question: str
     asked_by: str
     reply: str
+    no_reply: NotRequired[bool]  # the wait ended without one (REFUNDS_ASK_GIVE_UP_DAYS)
 
 
 class CustomerWait(TypedDict):

@@ -5,18 +5,25 @@ recorded answer: once, under the lease (DESIGN.md invariants 4 and 5)."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit, enqueue, mail
+from refunds import audit, emails, enqueue, mail
+from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.nodes.asking import ask_key
-from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Ticket
+from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
 from refunds.services.errors import RefundError
+
+log = logging.getLogger(__name__)
 
 QUESTION_MAX = 2000
 REPLY_MAX = 20_000  # of a reply's text, into the thread; the whole message stays on the desk
@@ -151,7 +158,14 @@ class _NotRecorded(Exception):
     pass
 
 
-def _record(question: CustomerQuestion, text: str, seen: dict, now) -> Decision:
+def _record(
+    question: CustomerQuestion,
+    text: str,
+    seen: dict,
+    now,
+    *,
+    answer: str = Decision.Answer.REPLY,
+) -> Decision:
     ticket = question.ticket
     # The late guards, on the rows and not on the caller's copies: the ticket waits on this very
     # question now (the thread may have moved on since the early check), and one conditional
@@ -176,7 +190,7 @@ def _record(question: CustomerQuestion, text: str, seen: dict, now) -> Decision:
                 ticket=ticket,
                 interrupt_id=pending,
                 reviewer=None,
-                answer=Decision.Answer.REPLY,
+                answer=answer,
                 reason=text[:REPLY_MAX],
             )
     except IntegrityError:  # the UNIQUE interrupt id, behind the compare-and-set
@@ -186,7 +200,7 @@ def _record(question: CustomerQuestion, text: str, seen: dict, now) -> Decision:
         ticket,
         AuditEvent.Action.REPLY,
         seen=seen | {"interrupt_id": pending},
-        answer={"resumed": True},
+        answer={"resumed": True, "no_reply": answer == Decision.Answer.NO_REPLY},
         note=text[:300],
     )
     enqueue.advance_on_commit(ticket.pk)
@@ -207,3 +221,105 @@ def _not_waiting(question: CustomerQuestion) -> str:
         status = Ticket.Status(row["status"]).label.lower()
         return f"the ticket no longer waits on this question (it is {status})"
     return ""
+
+
+# --- waits that end: a reminder, then the review comes back without a reply ----------------------
+def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
+    """The customer-wait timers (run by Celery beat with the review timers): a question
+    unanswered REFUNDS_ASK_REMIND_DAYS after it was asked gets one reminder email; one
+    unanswered REFUNDS_ASK_GIVE_UP_DAYS after is answered "no reply" for the customer, and the
+    review comes back to its queue saying so. Conditional UPDATEs on the question: two beats at
+    once remind once, and of a reply and the give-up at once one wins."""
+    now = now or timezone.now()
+    waiting = CustomerQuestion.objects.filter(
+        replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER
+    ).select_related("ticket__order", "decision")
+    give_up = now - timedelta(days=settings.REFUNDS_ASK_GIVE_UP_DAYS)
+    remind = now - timedelta(days=settings.REFUNDS_ASK_REMIND_DAYS)
+    ended, reminded = [], []
+    for question in waiting.filter(asked_at__lte=give_up):
+        try:
+            with transaction.atomic():
+                _record(question, "", {"by": "timer"}, now, answer=Decision.Answer.NO_REPLY)
+        except _NotRecorded as exc:
+            log.info("question %s: no give-up: %s", question.pk, exc)
+        else:
+            ended.append(question.ticket_id)
+    for question in waiting.filter(asked_at__lte=remind, asked_at__gt=give_up, reminded_at=None):
+        with transaction.atomic():
+            if _reminder_written(question, now):
+                reminded.append(question.ticket_id)
+    reminders_pending()
+    return {"ended": ended, "reminded": reminded}
+
+
+def _reminder_written(question: CustomerQuestion, now) -> bool:
+    """Mark the question reminded and put its reminder in the outbox, in one transaction."""
+    if _not_waiting(question):
+        return False
+    if not CustomerQuestion.objects.filter(pk=question.pk, reminded_at=None).update(
+        reminded_at=now
+    ):
+        return False
+    ticket = question.ticket
+    language = str((ticket.reading or {}).get("language") or "")
+    facts = {
+        "customer_name": ticket.order.customer_name,
+        "orders": ticket.order_numbers(),
+        "question": question.text,
+        "reminder": True,
+    }
+    worded = emails.word("question", facts, language)
+    Email.objects.create(
+        ticket=ticket,
+        key=question.email_key + REMINDER_SUFFIX,
+        to=ticket.order.customer_email,
+        subject=worded.subject,
+        body=worded.body,
+        language=worded.language,
+        desk_text=worded.desk_text,
+    )
+    audit.record(
+        ticket, AuditEvent.Action.ASK, seen={"question": question.pk}, answer={"reminder": True}
+    )
+    return True
+
+
+def reminders_pending() -> None:
+    """Deliver the customers' reminders not sent yet (this run's, or one's that died before it
+    sent them), each through the outbox's claim; a few tries each, then they wait for an admin."""
+    waiting = Email.objects.filter(_reminders(), attempts__lt=3).exclude(status=Email.Status.SENT)
+    for email_id in waiting.values_list("pk", flat=True):
+        try:
+            mail.resend(email_id)
+        except (MailRefused, MailRetryable, EffectBusy) as exc:
+            log.warning("reminder %s not delivered: %s", email_id, exc)
+
+
+# The customers' reminders in the outbox: no run sends them, so each is always free for the
+# timer's delivery or an admin's Resend (one conditional claim either way), as the managers'.
+REMINDER_SUFFIX = ":reminder"
+
+
+def _reminders() -> Q:
+    return Q(key__contains=":ask:", key__endswith=REMINDER_SUFFIX)
+
+
+def _about(found: list[Email]) -> dict[int, tuple[str, str]]:
+    return {
+        e.pk: (
+            f"Reminder to the customer: {e.subject}",
+            reverse("reviews:ticket", args=[e.ticket_id]),
+        )
+        for e in found
+        if e.ticket_id and e.key.endswith(REMINDER_SUFFIX) and ":ask:" in e.key
+    }
+
+
+QUESTION_REMINDERS = mail.OtherRun(
+    owns=_reminders,
+    settled=_reminders,
+    busy="",
+    about=_about,
+    resent=lambda email, by: None,
+)

@@ -117,19 +117,23 @@ def customer_wait(state: RefundState) -> CustomerWait:
 def await_reply(state: RefundState) -> RefundState:
     # This node runs again from the top on resume: nothing before interrupt() may have an effect.
     answer: ReviewAnswer = interrupt(customer_wait(state))
-    if answer.get("answer") != "reply":
+    if answer.get("answer") not in ("reply", "no_reply"):
         raise ValueError(f"the wait on the customer takes their reply, got {answer!r}")
     asking = state["asking"]
     assert asking is not None
     text = (answer.get("reason") or "").strip()
     reply: Reply = {"question": asking["question"], "asked_by": asking["asked_by"], "reply": text}
+    note = f"The customer replied: {_short(text)}"
+    if answer["answer"] == "no_reply":  # the wait's timer gave up: the review decides without
+        reply["no_reply"] = True
+        note = "No reply from the customer: the review is back without one."
     return {
         # The reply is the thread's last answer: a crash after it landed is noticed as applied.
         "decision": answer,
         "asking": None,
         "replies": [*(state.get("replies") or []), reply],
-        "notes": [f"The customer replied: {_short(text)}"],
-        "trail": ["reply"],
+        "notes": [note],
+        "trail": ["no_reply" if reply.get("no_reply") else "reply"],
     }
 
 

@@ -139,6 +139,9 @@ def review_request(state: RefundState) -> ReviewRequest:
     replies = list(state.get("replies") or [])
     for one in replies:
         lines.append(f"{one['asked_by']} asked: {one['question']}")
+        if one.get("no_reply"):
+            lines.append("**The customer did not reply.**")
+            continue
         quoted = "\n".join(f"> {line}" for line in one["reply"].splitlines()) or "> (no text)"
         lines.append(f"**The customer replied:**\n{quoted}")
     request: ReviewRequest = {
