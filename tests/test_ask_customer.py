@@ -140,7 +140,7 @@ def test_the_reply_resumes_the_thread_once_and_the_review_comes_back_with_it_quo
     assert runner.advance(ticket.pk) == "awaiting_review"
     ticket.refresh_from_db()
     assert ticket.required_role == "agent"
-    assert "The customer replied:**\n> Here is the photo" in ticket.pending_payload["description"]
+    assert "The customer replied:** “Here is the photo" in ticket.pending_payload["description"]
     client.force_login(agent)
     assert [t.pk for t in client.get("/").context["reviews"]] == [ticket.pk]
     assert "the vase is in pieces" in client.get("/").content.decode()

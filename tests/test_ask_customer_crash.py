@@ -48,7 +48,14 @@ def sweep_now(settings):
 
 @pytest.mark.parametrize("point", ["smtp:before", "smtp:after", "ask_customer"])
 def test_a_worker_killed_around_the_question_email_asks_once(
-    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point  # noqa: F811
+    workers,
+    sinks,
+    crash_plan,  # noqa: F811
+    sweep_now,
+    agent,
+    admin_user,
+    late_order,
+    point,  # noqa: F811
 ):
     env = crash_plan({"*": {"point": point, "times": 1}})
     doomed = workers("doomed", pool="solo", env=env)
@@ -69,7 +76,14 @@ def test_a_worker_killed_around_the_question_email_asks_once(
 
 @pytest.mark.parametrize("point", ["resume", "await_reply", "after:await_reply"])
 def test_a_worker_killed_between_the_reply_and_the_resume_resumes_once(
-    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order, point  # noqa: F811
+    workers,
+    sinks,
+    crash_plan,  # noqa: F811
+    sweep_now,
+    agent,
+    admin_user,
+    late_order,
+    point,  # noqa: F811
 ):
     env = crash_plan({})
     doomed = workers("doomed", pool="solo", env=env)

@@ -142,8 +142,7 @@ def review_request(state: RefundState) -> ReviewRequest:
         if one.get("no_reply"):
             lines.append("**The customer did not reply.**")
             continue
-        quoted = "\n".join(f"> {line}" for line in one["reply"].splitlines()) or "> (no text)"
-        lines.append(f"**The customer replied:**\n{quoted}")
+        lines.append(f"**The customer replied:** “{one['reply'] or '(no text)'}”")
     request: ReviewRequest = {
         "action_request": {
             "action": "refund",
