@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import time
 import uuid
 from datetime import timedelta
@@ -15,8 +16,10 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core import mail
+from django.test import Client
 from django.utils import timezone
 
+from api.models import ApiToken
 from intake.models import Message
 from intake.services import message_receive
 from refunds import emails, enqueue, persistence, runner, services, tasks
@@ -434,3 +437,40 @@ def test_time_waiting_on_the_customer_does_not_count_toward_the_review_escalatio
         assert tasks.escalate_overdue_reviews() >= 1
         ticket.refresh_from_db()
         assert ticket.is_escalated
+
+
+def test_a_reply_handed_in_through_the_api_resumes_the_thread(
+    transactional_db, agent, colleague, manager, late_order
+):
+    """A helpdesk that received the reply hands it in with the address it was sent to."""
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(manager)[1]}"})
+    body = {
+        "sender": "ana@example.com",
+        "subject": "Re: question",
+        "body": "Photo attached; the vase is broken.",
+        "to": [asking_address(question)],
+    }
+    response = api.post(
+        "/api/messages/",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Idempotency-Key": "reply-1"},
+    )
+    assert response.status_code == 202, response.content
+    assert response.json()["status"] == "added" and response.json()["ticket"] == ticket.pk
+    assert Decision.objects.filter(ticket=ticket, answer="reply").count() == 1
+    assert runner.advance(ticket.pk) == "awaiting_review"
+
+
+def test_the_dashboard_counts_the_tickets_waiting_on_customers(
+    transactional_db, client, agent, colleague, manager, late_order
+):
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        asked(ticket, agent)
+        clock.shift(timedelta(hours=2))
+        client.force_login(manager)
+        html = client.get("/dashboard/").content.decode()
+    assert "1</span> waiting on the customer, the longest for 2 h" in html

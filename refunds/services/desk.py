@@ -131,7 +131,7 @@ def ticket_decide(
     `sent_back` (intake.sorting.message_send_back only): a rejection because the message was
     misread; the thread tells the customer nothing, `reason` stays on the desk."""
     if answer not in ANSWERS:
-        raise RefundError("Choose approve, reject or ask the customer.")
+        raise RefundError("Choose approve or reject (or ask the customer).")
     reason = (reason or "").strip()
     asking = answer == Decision.Answer.ASK
     if asking:
