@@ -39,6 +39,7 @@ def reply_place(message: Message, *, recipients: Iterable[str], references: Iter
     done.update(
         status=Message.Status.ADDED,
         ticket=ticket,
+        answers_question=found.question,
         sorting_reason="" if replied.resumed else f"A reply that resumed nothing: {replied.why}.",
         finished_at=now,
         updated_at=now,

@@ -22,6 +22,7 @@ from django.utils import timezone
 from api.models import ApiToken
 from intake.models import Message
 from intake.services import message_receive
+from intake.sorting import SortingError, message_send_back
 from refunds import emails, enqueue, persistence, runner, services, tasks
 from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
 from refunds.services import asking
@@ -474,3 +475,19 @@ def test_the_dashboard_counts_the_tickets_waiting_on_customers(
         client.force_login(manager)
         html = client.get("/dashboard/").content.decode()
     assert "1</span> waiting on the customer, the longest for 2 h" in html
+
+
+def test_a_reply_on_the_ticket_is_not_offered_for_sending_back_as_misread(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    message = reply_in(question)
+    assert message.answers_question_id == question.pk
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    client.force_login(agent)
+    assert "Send the message back" not in client.get(f"/tickets/{ticket.pk}/").content.decode()
+    with pytest.raises(SortingError, match="not opened from a customer's message"):
+        message_send_back(ticket=ticket, why="misread", by=agent)
+    assert not Decision.objects.filter(answer="reject").exists()
