@@ -244,7 +244,7 @@ def approve(state: RefundState) -> RefundState:
     if answer.get("answer") == "ask":  # flow version 7: the customer is asked, nothing decided
         return asking.asked(state, answer)
     if answer.get("answer") not in ("approve", "reject"):
-        raise ValueError(f"review answer must be approve, reject or ask, got {answer!r}")
+        raise ValueError(f"review answer must be approve or reject (or ask), got {answer!r}")
     answers = answer_orders(state, answer)
     checks = state.get("checks") or {}
     approved = [n for n, one in answers.items() if one["answer"] == "approve"]
