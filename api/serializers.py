@@ -642,6 +642,22 @@ class MessageIn(StrictBody):
     received_at = serializers.DateTimeField(
         required=False, help_text="When the customer sent it; now when left out."
     )
+    to = serializers.ListField(
+        child=serializers.CharField(max_length=254),
+        required=False,
+        default=list,
+        max_length=20,
+        help_text="The addresses it was sent to: a reply to a reviewer's question, sent to the "
+        "question's reply address, resumes that ticket instead of opening one.",
+    )
+    in_reply_to = serializers.ListField(
+        child=serializers.CharField(max_length=998),
+        required=False,
+        default=list,
+        max_length=50,
+        help_text="The Message-IDs it answers (its In-Reply-To and References): a reply to a "
+        "question's email resumes that ticket.",
+    )
 
 
 class MessageOut(serializers.Serializer):

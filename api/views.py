@@ -354,6 +354,8 @@ def _receive(request: Request, key: str) -> Response:
             received_at=data.get("received_at") or timezone.now(),
             raw=request._request.body.decode("utf-8", errors="replace"),
             brought_by=request.user,
+            recipients=data["to"],
+            references=data["in_reply_to"],
         )
     except intake.MessageRefused as exc:
         raise serializers.ValidationError(str(exc)) from None

@@ -579,6 +579,26 @@ REFUNDS_CLAIM_SECONDS = env_number("REFUNDS_CLAIM_SECONDS", 600.0, minimum=5.0)
 # A decision is recorded at once and applied this long after, so "Undo" beside its confirmation
 # can withdraw it meanwhile (refunds.services.decision_undo); 0 applies it at once.
 REFUNDS_UNDO_SECONDS = env_number("REFUNDS_UNDO_SECONDS", 5.0, minimum=0.0)
+# A question the customer has not answered gets one reminder after REMIND days; after GIVE_UP
+# days the review comes back to its queue, saying there was no reply (run with the review timers).
+REFUNDS_ASK_REMIND_DAYS = env_number("REFUNDS_ASK_REMIND_DAYS", 3.0, minimum=0.001)
+REFUNDS_ASK_GIVE_UP_DAYS = env_number("REFUNDS_ASK_GIVE_UP_DAYS", 7.0, minimum=0.001)
+if REFUNDS_ASK_GIVE_UP_DAYS <= REFUNDS_ASK_REMIND_DAYS:
+    raise BadSetting(
+        f"REFUNDS_ASK_GIVE_UP_DAYS ({REFUNDS_ASK_GIVE_UP_DAYS:g}) must be more than "
+        f"REFUNDS_ASK_REMIND_DAYS ({REFUNDS_ASK_REMIND_DAYS:g})."
+    )
+# The Reply-To of a question to the customer: "{token}" is the question's own unguessable token
+# (plus-addressing, or a reply domain: "{token}@replies.desk.example.com"); the mail provider's
+# inbound route for it posts replies to the inbound webhook.
+REFUNDS_REPLY_ADDRESS = env_str("REFUNDS_REPLY_ADDRESS", "replies+{token}@desk.example.com")
+if REFUNDS_REPLY_ADDRESS.count("{token}") != 1 or "@" not in REFUNDS_REPLY_ADDRESS.replace(
+    "{token}", ""
+):
+    raise BadSetting(
+        "REFUNDS_REPLY_ADDRESS must be an address with {token} once in it, like "
+        f"replies+{{token}}@desk.example.com (got {REFUNDS_REPLY_ADDRESS!r})."
+    )
 # A review waiting longer than WARN is highlighted in the queue; past ESCALATE an agent-level one
 # goes to managers and managers get a reminder email. The beat checks every TIMER_SECONDS.
 REFUNDS_REVIEW_WARN_MINUTES = env_number("REFUNDS_REVIEW_WARN_MINUTES", 15.0, minimum=0.1)

@@ -11,7 +11,7 @@ from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from refunds.models import Charge, Decision, Ticket
+from refunds.models import Charge, CustomerQuestion, Decision, Ticket
 
 
 def _zone() -> tzinfo:
@@ -117,3 +117,15 @@ def refunded_counts(days: list[date]) -> dict[str, int]:
         .count()
     )
     return {"tickets": tickets, "orders": orders}
+
+
+def waiting_on_customers() -> dict[str, object]:
+    """Tickets waiting on a customer's reply now, and since when the longest has waited (its
+    question was asked)."""
+    waiting = CustomerQuestion.objects.filter(
+        replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER
+    )
+    return {
+        "on_customers": Ticket.objects.waiting_on_customers().count(),
+        "on_customers_since": waiting.aggregate(oldest=Min("asked_at"))["oldest"],
+    }

@@ -51,6 +51,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "tickets_refunded": counted["tickets"],
             "orders_refunded": counted["orders"],
             **selectors.refunds_at_processor(),
+            **selectors.waiting_on_customers(),
         },
         "charts": [
             charts.bar_chart(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from datetime import UTC, datetime, timedelta
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
@@ -63,8 +64,28 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
             raw=raw,
             message_id=email.get("Message-ID") or "",
             attachments=attachments,
+            recipients=_recipients(email),
+            references=_references(email),
         )
     log.info("inbound %s: message %s (%s)", esp_name, message.pk, "new" if created else "again")
+
+
+def _recipients(email: AnymailInboundMessage) -> list[str]:
+    """Where it was sent: the envelope's recipient first (the reply address, whatever the
+    headers say), then To, Cc and Delivered-To."""
+    found = [email.envelope_recipient or ""]
+    for header in ("To", "Cc", "Delivered-To"):
+        try:
+            found += [a.addr_spec for a in email.get_address_header(header)]
+        except (AnymailInvalidAddress, ValueError, IndexError):
+            continue
+    return [one for one in found if one]
+
+
+def _references(email: AnymailInboundMessage) -> list[str]:
+    """The Message-IDs it answers: In-Reply-To, then References."""
+    written = " ".join(email.get_all("In-Reply-To", []) + email.get_all("References", []))
+    return re.findall(r"<[^<>\s]+>", written)
 
 
 def _signed_once(event: AnymailInboundEvent) -> None:

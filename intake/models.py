@@ -82,6 +82,15 @@ class Message(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     handled_at = models.DateTimeField(null=True, blank=True)
+    # The question of a reviewer it answers (intake/replies.py: matched by its reply address or
+    # its headers), whether or not it resumed the wait: a reply, not a request to read again.
+    answers_question = models.ForeignKey(
+        "refunds.CustomerQuestion",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="messages",
+    )
     # The ticket it opened, or the open ticket whose timeline it was added to.
     ticket = models.ForeignKey(
         Ticket, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"

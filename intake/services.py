@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import Case, CharField, F, Q, TextField, Value, When
 from django.utils import timezone
 
+from intake import replies
 from intake.models import Message, MessageEvent
 from refunds import enqueue, permissions
 from refunds.services import RefundError, wake_all
@@ -51,6 +52,8 @@ def message_receive(
     brought_by=None,
     attachments: list[dict] | None = None,
     wake: bool = True,
+    recipients: list[str] | None = None,
+    references: list[str] | None = None,
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
     Returns (message, created): a message delivered again (the same key) is the first one,
@@ -59,7 +62,9 @@ def message_receive(
     the API always have one, the mail provider never. Raises MessageRefused for the API and the
     desk; an email's faults send it to "Needs sorting" instead (see the module's doc). With wake
     False no worker is asked: the recovery sweep finds the message (the demo loads its messages
-    before the broker is up)."""
+    before the broker is up). `recipients` (the addresses it was sent to) and `references` (its
+    In-Reply-To and References Message-IDs) find the question it answers, if any: a reply to
+    one resumes that ticket's thread instead of starting the intake (intake/replies.py)."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     if (brought_by is None) != (channel == Message.Channel.EMAIL):
@@ -96,7 +101,11 @@ def message_receive(
     }
     with transaction.atomic():
         message, created = Message.objects.get_or_create(key=key, defaults=fields)
-        if created and wake:
+        if created and replies.reply_place(
+            message, recipients=recipients or [], references=references or []
+        ):
+            message.refresh_from_db()
+        elif created and wake:
             enqueue.send_on_commit(TAKE, message.pk)
     return message, created
 

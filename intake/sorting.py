@@ -332,7 +332,8 @@ def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
     if len(why) > NOTE_MAX:
         raise SortingError(f"That is too long (at most {NOTE_MAX} characters).")
     placed = (Message.Status.OPENED, Message.Status.ADDED)
-    messages = list(ticket.messages.filter(status__in=placed))
+    # A customer's reply to a question is no request to read again: it stays on the ticket.
+    messages = list(ticket.messages.filter(status__in=placed, answers_question__isnull=True))
     if not messages:
         raise SortingError("This ticket was not opened from a customer's message.")
     now = timezone.now()

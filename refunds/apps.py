@@ -9,7 +9,8 @@ class RefundsConfig(AppConfig):
     def ready(self) -> None:
         from refunds import checks, mail_tracking, signals  # noqa: F401
         from refunds.mail import also_sent_by
-        from refunds.services import also_recover, stripe_events_recover, timers
+        from refunds.services import also_recover, asking, stripe_events_recover, timers
 
         also_sent_by(timers.REMINDERS)
+        also_sent_by(asking.QUESTION_REMINDERS)
         also_recover(stripe_events_recover)

@@ -60,7 +60,7 @@ from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.lease import Lease
 from refunds.locks import effect_lock
 from refunds.mail_tracking import METADATA_KEY
-from refunds.models import Email, Ticket
+from refunds.models import CustomerQuestion, Email, Ticket
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +324,7 @@ def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None
         body,
         to=[header_text(to)],
         headers={"X-Refund-Key": key, "Message-ID": message_id(key), **thread_headers(key)},
+        reply_to=reply_to(key),
     )
     backend = get_connection()
     try:
@@ -591,6 +592,23 @@ def thread_headers(key: str) -> dict[str, str]:
     if not chain:
         return {}
     return {"In-Reply-To": (theirs or ours)[-1], "References": " ".join(chain)}
+
+
+TOKEN_PLACE = "{token}"
+
+
+def reply_address(token: str) -> str:
+    """The address a reply to a question goes to: REFUNDS_REPLY_ADDRESS with its token."""
+    return settings.REFUNDS_REPLY_ADDRESS.replace(TOKEN_PLACE, token)
+
+
+def reply_to(key: str) -> list[str]:
+    """The Reply-To of an outbox message: a question to the customer's carries its token, so
+    the reply finds its thread whatever the subject becomes; others have none. The same on
+    every attempt and on a resend."""
+    asked = key.removesuffix(":reminder")  # a reminder carries its question's token
+    token = CustomerQuestion.objects.filter(email_key=asked).values_list("token", flat=True).first()
+    return [reply_address(token)] if token else []
 
 
 def message_id(key: str) -> str:

@@ -85,8 +85,12 @@ def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
         result["flow_version"] = values["flow_version"]
     if snap.interrupts:
         pending = snap.interrupts[0]
+        # One thread, two kinds of wait: a reviewer's review, or the customer's reply to it.
+        waits_on_customer = pending.value.get("kind") == "customer"
         result |= {
-            "status": Ticket.Status.AWAITING_REVIEW,
+            "status": Ticket.Status.AWAITING_CUSTOMER
+            if waits_on_customer
+            else Ticket.Status.AWAITING_REVIEW,
             "pending_interrupt_id": pending.id,
             "pending_payload": pending.value,
             "required_role": pending.value.get("required_role", ""),

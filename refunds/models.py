@@ -264,6 +264,10 @@ class TicketQuerySet(models.QuerySet):
         """Tickets paused on an interrupt that a person must answer."""
         return self.filter(status=Ticket.Status.AWAITING_REVIEW)
 
+    def waiting_on_customers(self) -> TicketQuerySet:
+        """Tickets whose review asked the customer and waits on their reply."""
+        return self.filter(status=Ticket.Status.AWAITING_CUSTOMER)
+
     def escalated(self) -> TicketQuerySet:
         """Reviews an agent (or the escalation timer) sent up to managers: escalated for the
         interrupt that is pending now, so a later review of the same ticket starts afresh."""
@@ -329,7 +333,13 @@ class Ticket(models.Model):
     Status = TicketStatus
 
     FINAL = (Status.REFUNDED, Status.DECLINED, Status.REJECTED)
-    OPEN = (Status.NEW, Status.RUNNING, Status.AWAITING_REVIEW, Status.FAILED)
+    OPEN = (
+        Status.NEW,
+        Status.RUNNING,
+        Status.AWAITING_REVIEW,
+        Status.AWAITING_CUSTOMER,
+        Status.FAILED,
+    )
 
     thread_id = models.CharField(max_length=64, unique=True)
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="tickets")
@@ -533,13 +543,16 @@ class UnappliedQuerySet(models.QuerySet):
 
 class Decision(models.Model):
     """A reviewer's answer, stored before it is applied: a crash between the two is repaired by
-    the sweep, and the UNIQUE interrupt id means one answer per question."""
+    the sweep, and the UNIQUE interrupt id means one answer per question. A customer's reply
+    to a reviewer's question (answer "reply") is recorded the same way, with no reviewer."""
 
     Answer = DecisionAnswer
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="decisions")
     interrupt_id = models.CharField(max_length=64, unique=True)
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
     answer = models.CharField(max_length=10, choices=Answer)
     reason = models.TextField(blank=True)  # for the customer: their email quotes it
     note = models.TextField(blank=True)  # internal: stays on the desk, never in the thread
@@ -570,7 +583,7 @@ class Decision(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_answer_display()} by {self.reviewer} on {self.ticket}"
+        return f"{self.get_answer_display()} by {self.reviewer or 'the customer'} on {self.ticket}"
 
     def undo_seconds_left(self) -> int:
         """Whole seconds left of its undo grace (0 once it is over, or when it had none)."""
@@ -583,7 +596,7 @@ class Decision(models.Model):
         return resume_value(
             self.answer,
             self.reason,
-            self.reviewer.username,
+            self.reviewer.username if self.reviewer else "",
             self.amount_cents,
             self.orders,
             sent_back=self.sent_back,
@@ -617,6 +630,10 @@ class CannedReasonQuerySet(models.QuerySet):
         """The active replies a reviewer picks when they reject."""
         return self.filter(active=True, use=CannedReason.Use.REJECT)
 
+    def asking(self) -> CannedReasonQuerySet:
+        """The active questions a reviewer picks when they ask the customer."""
+        return self.filter(active=True, use=CannedReason.Use.ASK)
+
     def setting_aside(self) -> CannedReasonQuerySet:
         """The active replies an agent picks when they set a message aside."""
         return self.filter(active=True, use=CannedReason.Use.SET_ASIDE)
@@ -630,6 +647,7 @@ class CannedReason(models.Model):
     class Use(models.TextChoices):
         REJECT = "reject", "Rejecting a refund"
         SET_ASIDE = "set_aside", "Setting a message aside (not a refund request)"
+        ASK = "ask", "Asking the customer (a question)"
 
     title = models.CharField(max_length=80, unique=True)
     text = models.TextField()
@@ -644,6 +662,39 @@ class CannedReason(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class CustomerQuestion(models.Model):
+    """A reviewer's question to the customer (a Decision answered "ask"), and the token that
+    the reply address carries for it (REFUNDS_REPLY_ADDRESS): unguessable, one per question.
+    The thread waits on the customer until a reply from their address, matched by the token or
+    by the question email's Message-ID, is recorded as the wait's Decision (`reply`)."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="questions")
+    # Undoing the ask within its grace deletes the decision, and the question with it.
+    decision = models.OneToOneField(Decision, on_delete=models.CASCADE, related_name="question")
+    token = models.CharField(max_length=64, unique=True)
+    text = models.TextField()
+    asked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    asked_at = models.DateTimeField(auto_now_add=True)
+    # The outbox key of the question's email, and its Message-ID (a reply's In-Reply-To).
+    email_key = models.CharField(max_length=150, unique=True)
+    message_id = models.CharField(max_length=200, db_index=True)
+    # The reply that resumed the thread: its Decision, set once (a compare-and-set on NULL).
+    reply = models.OneToOneField(
+        Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    replied_at = models.DateTimeField(null=True, blank=True)
+    # The reminder the wait's timer sent (REFUNDS_ASK_REMIND_DAYS), once.
+    reminded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["asked_at", "id"]
+
+    def __str__(self) -> str:
+        return f"Question {self.pk} on {self.ticket}"
 
 
 class Fork(models.Model):
@@ -885,6 +936,9 @@ class AuditEvent(models.Model):
         # as "approve", "reject" or "edit" with the same `answer["orders"]`.
         ANSWER = "answer", "Answered per order"
         REFUND_FAILED = "refund_failed", "Refund failed at the processor"
+        ASK = "ask", "Asked the customer"
+        # answer: {"resumed": bool, "message": id, "why": why a reply resumed nothing}
+        REPLY = "reply", "The customer replied"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(

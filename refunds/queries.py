@@ -95,9 +95,9 @@ def open_decisions(ticket: str) -> str:
     from core.sql import is_postgres
 
     users = get_user_model()._meta.db_table
-    columns = "d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, u.username"
-    rows = (
-        f"FROM {Decision._meta.db_table} d JOIN {users} u ON u.id = d.reviewer_id "
+    columns = "d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, COALESCE(u.username, '')"
+    rows = (  # a customer's reply has no reviewer
+        f"FROM {Decision._meta.db_table} d LEFT JOIN {users} u ON u.id = d.reviewer_id "
         f"WHERE d.ticket_id = {ticket} AND {unapplied('d')} AND {due('d')}"
     )
     if is_postgres():

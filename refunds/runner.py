@@ -71,7 +71,7 @@ from refunds.persistence import FenceLost, graph, snapshot, thread_config
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
 # The first leg stops before these.
-EFFECT_NODES = ["received", "charge_order", "email", "notify"]
+EFFECT_NODES = ["received", "charge_order", "email", "notify", "ask_customer"]
 _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
 
 

@@ -12,6 +12,7 @@ class TicketStatus(models.TextChoices):
     NEW = "new", "New"
     RUNNING = "running", "Running"
     AWAITING_REVIEW = "awaiting_review", "Awaiting review"
+    AWAITING_CUSTOMER = "awaiting_customer", "Waiting on the customer"
     REFUNDED = "refunded", "Refunded"
     DECLINED = "declined", "Declined by policy"
     REJECTED = "rejected", "Rejected by reviewer"
@@ -57,6 +58,9 @@ class EmailDelivery(models.TextChoices):
 class DecisionAnswer(models.TextChoices):
     APPROVE = "approve", "Approve"
     REJECT = "reject", "Reject"
+    ASK = "ask", "Ask the customer"  # the thread then waits on the customer's reply
+    REPLY = "reply", "The customer's reply"  # recorded by the inbound mail, no reviewer
+    NO_REPLY = "no_reply", "No reply from the customer"  # the wait's timer, no reviewer
 
 
 S = TicketStatus
@@ -66,6 +70,7 @@ TICKET_LEASABLE = {
     S.NEW: True,
     S.RUNNING: True,
     S.AWAITING_REVIEW: True,
+    S.AWAITING_CUSTOMER: True,
     S.REFUNDED: False,
     S.DECLINED: False,
     S.REJECTED: False,
@@ -77,6 +82,7 @@ TICKET_WORK_LEFT = {
     S.NEW: True,
     S.RUNNING: True,
     S.AWAITING_REVIEW: False,
+    S.AWAITING_CUSTOMER: False,
     S.REFUNDED: False,
     S.DECLINED: False,
     S.REJECTED: False,
@@ -118,4 +124,12 @@ PROCESSOR_ON_ITS_WAY = frozenset({P.PENDING, P.REQUIRES_ACTION})
 # The outbox's statements (refunds/mail.py) were written for these three; a fourth needs its
 # claim and its marks thought through.
 EMAIL_KNOWN = frozenset({EmailStatus.PENDING, EmailStatus.SENDING, EmailStatus.SENT})
-DECISION_KNOWN = frozenset({DecisionAnswer.APPROVE, DecisionAnswer.REJECT})
+DECISION_KNOWN = frozenset(
+    {
+        DecisionAnswer.APPROVE,
+        DecisionAnswer.REJECT,
+        DecisionAnswer.ASK,
+        DecisionAnswer.REPLY,
+        DecisionAnswer.NO_REPLY,
+    }
+)

@@ -93,4 +93,5 @@ def reconcile_payments() -> int:
 def escalate_overdue_reviews() -> int:
     """The review desk's escalation timers: safe to run twice (conditional UPDATEs)."""
     done = services.reviews_escalate_overdue()
-    return len(done["escalated"]) + len(done["reminded"])
+    waits = services.questions_wait_timers()
+    return sum(len(ids) for ids in (*done.values(), *waits.values()))

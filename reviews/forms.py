@@ -30,11 +30,14 @@ class DecideForm(forms.Form):
     note = forms.CharField(required=False, strip=True)
     canned = forms.ModelChoiceField(CannedReason.objects.rejecting(), required=False)
     amount = forms.CharField(required=False, max_length=20)
+    # "Ask the customer": a canned question, words of one's own, or both.
+    question = forms.CharField(required=False, strip=True)
+    canned_question = forms.ModelChoiceField(CannedReason.objects.asking(), required=False)
 
     def answer(self, post) -> str:
         """The button pressed: one of approve, reject, escalate, orders (the answers per order
-        of a ticket of several); "" for none; "both" for two."""
-        pressed = [a for a in ("approve", "reject", "escalate", "orders") if a in post]
+        of a ticket of several), ask; "" for none; "both" for two."""
+        pressed = [a for a in ("approve", "reject", "escalate", "orders", "ask") if a in post]
         if len(pressed) > 1:
             return "both"
         return pressed[0] if pressed else ""

@@ -279,7 +279,7 @@ def test_a_review_paused_under_version_5_ends_as_a_shipping_fee_refund(
     )
     assert runner.advance(ticket.pk) == "refunded"
     state = persistence.snapshot(ticket.thread_id).values
-    assert state["flow_version"] == versions.FLOW_VERSION == 6
+    assert state["flow_version"] == versions.FLOW_VERSION == 7
     assert state["checks"]["1042"]["answer"]["parts"] == [{"shipping": True, "amount_cents": 699}]
     key = f"{ticket.thread_id}:charge_card:1042:699"  # version 5's key for the fee
     assert gateway.charge_calls == {key: 1}

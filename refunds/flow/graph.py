@@ -40,12 +40,17 @@ def build_graph(
     g.add_node("settle_charges", node("settle_charges"))
     g.add_node("email", node("email"), retry_policy=nodes.MAIL_RETRY)
     g.add_node("notify", node("notify"), retry_policy=nodes.MAIL_RETRY)
+    g.add_node("ask_customer", node("ask_customer"), retry_policy=nodes.MAIL_RETRY)
+    g.add_node("await_reply", node("await_reply"))
     g.add_conditional_edges(START, nodes.fan_out, ["check_order"])
     g.add_edge("check_order", "gather")
     g.add_conditional_edges("gather", nodes.route_gathered, ["decline", "triage"])
     g.add_edge("decline", "notify")
     g.add_edge("received", "approve")
-    g.add_conditional_edges("approve", nodes.send_charges, ["charge_order", "email", "notify"])
+    g.add_conditional_edges(
+        "approve", nodes.after_review, ["charge_order", "email", "notify", "ask_customer"]
+    )
+    g.add_edge("await_reply", "approve")
     g.add_edge("charge_order", "settle_charges")
     g.add_edge("notify", END)
     g.add_edge("email", END)

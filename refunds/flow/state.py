@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Annotated, Any, Literal, NotRequired, Protocol, TypedDict
 
-FLOW_VERSION = 6  # bump with a state-shape change; see refunds/flow/versions.py
+FLOW_VERSION = 7  # bump with a state-shape change; see refunds/flow/versions.py
 
 
 class OrderFacts(TypedDict):
@@ -81,7 +81,9 @@ class OrderAnswer(TypedDict, total=False):
 
 
 class ReviewAnswer(TypedDict, total=False):
-    answer: Literal["approve", "reject"]
+    # "ask": the reviewer asks the customer (`reason` is the question); "reply": the customer's
+    # answer to it (`reason` is their text), resuming the wait (flow version 7).
+    answer: Literal["approve", "reject", "ask", "reply", "no_reply"]
     reason: str
     reviewer: str
     decision_id: int
@@ -89,6 +91,36 @@ class ReviewAnswer(TypedDict, total=False):
     # A ticket of several orders: the answer per order number; an order left out gets `answer`.
     orders: dict[str, OrderAnswer]
     sent_back: bool  # a misread message sent back to Needs sorting: nothing told the customer
+
+
+class Asking(TypedDict):
+    """A question to the customer that the thread is sending or waiting on (flow version 7)."""
+
+    question: str
+    asked_by: str
+    decision_id: int  # the ask's Decision: the question email's outbox key is made from it
+
+
+class Reply(TypedDict):
+    """A question asked and the customer's reply to it, shown on every later review."""
+
+    question: str
+    asked_by: str
+    reply: str
+    no_reply: NotRequired[bool]  # the wait ended without one (REFUNDS_ASK_GIVE_UP_DAYS)
+
+
+class CustomerWait(TypedDict):
+    """The payload of the interrupt that waits on the customer: what the ticket page shows."""
+
+    kind: Literal["customer"]
+    question: str
+    asked_by: str
+    ask_id: int  # the ask's Decision: a reply to this question, and no other, resumes the wait
+    required_role: Literal["agent", "manager"]  # whose queue the review comes back to
+    amount_cents: int
+    order: OrderFacts
+    description: str
 
 
 class OrderCheck(TypedDict, total=False):
@@ -193,6 +225,10 @@ class RefundState(TypedDict, total=False):
     email_delivered: bool
     outcome: Literal["refunded", "declined", "rejected"]
     outcome_reason: str
+    # Flow version 7: the question being sent or waited on (None once answered), and every
+    # question answered so far with its reply.
+    asking: Asking | None
+    replies: list[Reply]
     # Written by parallel branches, so each has a reducer.
     flags: Annotated[list[str], operator.add]
     notes: Annotated[list[str], operator.add]
@@ -230,6 +266,8 @@ class ReviewRequest(TypedDict):
     # A ticket of several orders: one line per order (its amount, notes and flags, whether the
     # policy declined it or it is refunded already); `amount_cents` is then their total.
     orders: NotRequired[list[ReviewOrder]]
+    # Flow version 7: the questions asked of the customer and their replies, oldest first.
+    replies: NotRequired[list[Reply]]
 
 
 class ReviewOrder(TypedDict):

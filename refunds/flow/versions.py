@@ -32,6 +32,10 @@ History:
   takes a check, an answer or a task without parts as the shipping fee for its amount (so a
   review approved under version 5 ends as it would have, under the same charge key), and facts
   without lines as an order without lines.
+- 7: a review may ask the customer: `asking` (the question being sent or waited on) and
+  `replies` (the questions answered, with the customer's words). A thread of version 6 never
+  asked: it needs only its stamp (every reader takes a missing `asking` as none and missing
+  `replies` as none), and its paused review may be answered "ask" once carried over.
 """
 
 from __future__ import annotations
@@ -103,7 +107,11 @@ def _to_6(values: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6}
+def _to_7(values: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6, 6: _to_7}
 
 
 def resume_at(old: dict[str, Any]) -> list[Send]:

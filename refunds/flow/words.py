@@ -29,6 +29,13 @@ NODE_WORDS = {
     "email": "Emailed the confirmation",
     "notify": "Told the customer why not",
     "received": "Told the customer a person will look",
+    # Asking the customer (flow version 7): trail entries and node names.
+    "ask": "A reviewer asked the customer",
+    "ask_customer": "Emailed the question",
+    "ask_failed": "The question could not be sent",
+    "await_reply": "Waited on the customer",
+    "reply": "The customer replied",
+    "no_reply": "No reply from the customer",
     # The one-order nodes of flow version 4 and before, in older threads' histories.
     "lookup": "Looked up the order",
     "fraud_check": "Checked for fraud signals",

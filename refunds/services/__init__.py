@@ -1,6 +1,7 @@
 """Writes that views, the API, the admin and the sweep call, one module per concern; tasks are
 enqueued on commit through refunds.enqueue. The names below are the package's public surface."""
 
+from refunds.services.asking import questions_wait_timers
 from refunds.services.desk import (
     ANSWERS,
     decision_undo,
@@ -75,6 +76,7 @@ __all__ = [
     "ticket_escalate",
     "ticket_fork",
     "order_find",
+    "questions_wait_timers",
     "ticket_open",
     "ticket_retry",
     "stripe_event_handle",

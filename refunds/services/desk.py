@@ -21,9 +21,10 @@ from refunds.models import (
     Decision,
     Ticket,
 )
+from refunds.services.asking import QUESTION_MAX, asking_record, question_words
 from refunds.services.errors import NOTE_MAX, REASON_MAX, AlreadyDecided, ClaimTaken, RefundError
 
-ANSWERS = ("approve", "reject")
+ANSWERS = ("approve", "reject", "ask")
 
 
 def _claim_window() -> timedelta:
@@ -130,9 +131,13 @@ def ticket_decide(
     `sent_back` (intake.sorting.message_send_back only): a rejection because the message was
     misread; the thread tells the customer nothing, `reason` stays on the desk."""
     if answer not in ANSWERS:
-        raise RefundError("Choose approve or reject.")
+        raise RefundError("Choose approve or reject (or ask the customer).")
     reason = (reason or "").strip()
-    lines = _several_lines(ticket)
+    asking = answer == Decision.Answer.ASK
+    if asking:
+        reason = question_words(reason, canned, amount_cents=amount_cents, orders=orders)
+        canned = None
+    lines = None if asking else _several_lines(ticket)
     if lines is None and _names_parts(orders):  # one order's parts: answered as its own line
         lines = _review_lines(ticket)
     if orders is not None and lines is None:
@@ -151,9 +156,11 @@ def ticket_decide(
     if canned is not None and rejecting:
         reason = f"{canned.text} {reason}".strip()
     note = (note or "").strip()
+    if asking and len(reason) > QUESTION_MAX:
+        raise RefundError(f"The question is too long (at most {QUESTION_MAX} characters).")
     if answer == Decision.Answer.REJECT and not reason and lines is None:
         raise RefundError("Give a reason for the rejection; the customer is sent it.")
-    if len(reason) > REASON_MAX:
+    if len(reason) > REASON_MAX and not asking:
         raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
     if len(note) > NOTE_MAX:
         raise RefundError(f"The internal note is too long (at most {NOTE_MAX} characters).")
@@ -232,6 +239,8 @@ def ticket_decide(
                 # A send-back ends a misread review with no undo: its message moved already.
                 apply_after=now + timedelta(seconds=grace) if grace and not sent_back else None,
             )
+            if asking:  # its reply address's token, kept before any email can carry it
+                asking_record(ticket=ticket, decision=decision, reviewer=reviewer)
             # Each action as itself: answered order by order (whatever the mix), a lower amount,
             # or the plain answer ("Approve all" of several too); with the amount it pays.
             action: str = answer
@@ -248,6 +257,8 @@ def ticket_decide(
             else:
                 paid = amount_cents if amount_cents is not None else ticket.amount_cents
             given: dict[str, Any] = {"answer": answer, "reason": reason, "note": note}
+            if asking:
+                given = {"answer": answer, "question": reason, "note": note}
             if amount_cents is not None:
                 given |= {"amount_cents": amount_cents, "asked_cents": ticket.amount_cents}
             if answers is not None:
@@ -470,5 +481,11 @@ def numbers_words(ticket: Ticket) -> str:
 
 def _already_decided_message(decision: Decision) -> str:
     when = local_words(decision.decided_at)
-    verb = "approved" if decision.answer == Decision.Answer.APPROVE else "rejected"
-    return f"Already decided: {decision.reviewer.username} {verb} this refund at {when}."
+    verbs = {
+        "approve": "approved this refund",
+        "reject": "rejected this refund",
+        "ask": "asked the customer about this refund",
+    }
+    verb = verbs.get(str(decision.answer), "answered this review")
+    who = decision.reviewer.username if decision.reviewer else "the customer"
+    return f"Already decided: {who} {verb} at {when}."

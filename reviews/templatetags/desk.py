@@ -148,12 +148,19 @@ def audit_words(event) -> str:
         )
     if action == "reject":
         return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
+    if action == "ask":
+        return f"{who} asked the customer: “{answer.get('question', '')}”"
+    if action == "reply" and answer.get("resumed"):
+        return f"The customer replied: “{event.note}”; the review is back in the queue."
+    if action == "reply":
+        return f"A reply to the question resumed nothing: {answer.get('why', '')}."
     if action == "undo":
-        undone = (
-            "the per-order answer"
-            if answer.get("orders")
-            else ("the approval" if answer.get("answer") == "approve" else "the rejection")
-        )
+        undone = {
+            "approve": "the approval",
+            "reject": "the rejection",
+            "ask": "the question to the customer",
+        }.get(answer.get("answer", ""), "the rejection")
+        undone = "the per-order answer" if answer.get("orders") else undone
         return f"{who} undid {undone} within its grace; the review went back to the queue."
     if action == "fork":
         return (

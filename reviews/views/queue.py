@@ -100,6 +100,8 @@ def decided_line(decision: Decision, ticket: Ticket) -> str:
         )
     if decision.answer == Decision.Answer.REJECT:
         return f"Rejected the refund for order {number} — the customer is told why"
+    if decision.answer == Decision.Answer.ASK:
+        return f"Asked the customer about order {number}; the review comes back with their reply"
     amount = decision.amount_cents if decision.amount_cents is not None else ticket.amount_cents
     return policy.paid_out_words(amount, [number], undo_seconds=decision.undo_seconds_left())
 
@@ -118,7 +120,10 @@ def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision
             decision if decision.apply_after and decision.apply_after > now else None
         )
     for ticket in reviews:
-        if ticket.pk in recent:
+        if ticket.pk in recent and recent[ticket.pk].interrupt_id != ticket.pending_interrupt_id:
+            # Back with a new review already (the customer answered a question): shown live.
+            recent.pop(ticket.pk)
+        elif ticket.pk in recent:
             ticket.undo_decision = recent[ticket.pk].ticket.undo_decision
             ticket.decided_line = decided_line(recent.pop(ticket.pk), ticket)
     if recent and page == 1:
@@ -258,6 +263,17 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         if answer == "escalate":
             services.ticket_escalate(ticket=ticket, by=request.user, note=data["note"])
             text = f"Escalated the review of order {ticket.order.number} to managers."
+        elif answer == "ask":
+            decision = services.ticket_decide(
+                ticket=ticket,
+                interrupt_id=data["interrupt_id"],
+                answer="ask",
+                reason=data["question"],
+                canned=data["canned_question"],
+                note=data["note"],
+                reviewer=request.user,
+            )
+            text = decided_line(decision, ticket)
         elif answer == "approve" and forms.names_parts(request.POST):
             decision = _decide_parts(request, ticket, data)
             text = decided_line(decision, ticket)

@@ -202,11 +202,14 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "is_admin": permissions.is_admin(request.user),
         "timeline": _timeline(ticket, ticket_messages),
         "ticket_messages": ticket_messages,
+        # Those a reviewer may send back as misread: not the customer's replies to a question.
+        "read_messages": [m for m in ticket_messages if m.answers_question_id is None],
         # The customer's message it was opened from, if any: "Opened by … from a pasted message".
         "opened_from": next(
             (m for m in ticket_messages if m.status == Message.Status.OPENED), None
         ),
         "canned": list(CannedReason.objects.rejecting()),
+        "questions": list(CannedReason.objects.asking()),
     }
 
 

@@ -8,8 +8,10 @@ A ticket of one order or several takes one path: `fan_out` sends one check_order
 the customer whose message opened the ticket that a person will look at it, `approve` asks one
 review that answers per order, `send_charges` sends one charge_order per approved order, and
 `settle_charges` sends a refused one back to a manager or goes on to the one email (`notify`
-when nothing is refunded)."""
+when nothing is refunded). A review may instead ask the customer (`asking`): `ask_customer`
+sends the question, `await_reply` waits on their reply, and `approve` asks again with it."""
 
+from refunds.flow.nodes.asking import after_review, ask_customer, ask_key, await_reply
 from refunds.flow.nodes.charge import (
     CHARGE_RETRY,
     charge_key,
@@ -31,7 +33,11 @@ from refunds.flow.nodes.review import approve, review_request, triage
 __all__ = [
     "CHARGE_RETRY",
     "MAIL_RETRY",
+    "after_review",
     "approve",
+    "ask_customer",
+    "ask_key",
+    "await_reply",
     "charge_key",
     "charge_order",
     "customer_namespace",

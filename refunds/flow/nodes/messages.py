@@ -39,7 +39,7 @@ MAIL_RETRY = RetryPolicy(
 )
 
 
-def _deliver(runtime: Runtime[Collaborators], **message) -> str:
+def deliver(runtime: Runtime[Collaborators], **message) -> str:
     """Send through the outbox; return "" when delivered, else why not (after the retries)."""
     try:
         runtime.context.send_mail(**message)
@@ -92,7 +92,7 @@ def language_of(state: RefundState) -> str:
 
 def _send(runtime: Runtime[Collaborators], state: RefundState, key: str, kind: str, facts: dict):
     """Hand the mailer a kind of email and its facts; the mailer words it (refunds/emails.py)."""
-    return _deliver(
+    return deliver(
         runtime,
         key=key,
         to=state["order"]["customer_email"],

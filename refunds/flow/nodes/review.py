@@ -12,6 +12,7 @@ from langgraph.types import Command, interrupt
 from core.clock import day_words
 from refunds import policy
 from refunds.flow import parts as refund_parts
+from refunds.flow.nodes import asking
 from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
     TICKET_TELLS,
@@ -135,7 +136,14 @@ def review_request(state: RefundState) -> ReviewRequest:
         lines.append(line)
     if state.get("note"):
         lines.append(f"Customer says: {state['note']}")
-    return {
+    replies = list(state.get("replies") or [])
+    for one in replies:
+        lines.append(f"{one['asked_by']} asked: {one['question']}")
+        if one.get("no_reply"):
+            lines.append("**The customer did not reply.**")
+            continue
+        lines.append(f"**The customer replied:** “{one['reply'] or '(no text)'}”")
+    request: ReviewRequest = {
         "action_request": {
             "action": "refund",
             "args": {"orders": [o["number"] for o in open_], "amount_cents": asked},
@@ -159,6 +167,9 @@ def review_request(state: RefundState) -> ReviewRequest:
         "reading": reading,
         "orders": orders,
     }
+    if replies:
+        request["replies"] = replies
+    return request
 
 
 def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAnswer]:
@@ -230,8 +241,10 @@ def _review_note(state: RefundState, answer: ReviewAnswer, answers: dict[str, Or
 def approve(state: RefundState) -> RefundState:
     # This node runs again from the top on resume: nothing before interrupt() may have an effect.
     answer: ReviewAnswer = interrupt(review_request(state))
+    if answer.get("answer") == "ask":  # flow version 7: the customer is asked, nothing decided
+        return asking.asked(state, answer)
     if answer.get("answer") not in ("approve", "reject"):
-        raise ValueError(f"review answer must be approve or reject, got {answer!r}")
+        raise ValueError(f"review answer must be approve or reject (or ask), got {answer!r}")
     answers = answer_orders(state, answer)
     checks = state.get("checks") or {}
     approved = [n for n, one in answers.items() if one["answer"] == "approve"]

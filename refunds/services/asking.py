@@ -1,0 +1,325 @@
+"""Asking the customer: a reviewer's question (recorded by ticket_decide as a Decision "ask",
+with its reply token here), the reply address that carries the token, and the customer's reply
+recorded as the wait's Decision ("reply"), so the runner resumes the thread as it applies any
+recorded answer: once, under the lease (DESIGN.md invariants 4 and 5)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from refunds import audit, emails, enqueue, mail
+from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
+from refunds.flow.nodes.asking import ask_key
+from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
+from refunds.services.errors import RefundError
+
+log = logging.getLogger(__name__)
+
+QUESTION_MAX = 2000
+REPLY_MAX = 20_000  # of a reply's text, into the thread; the whole message stays on the desk
+
+
+def question_words(
+    text: str, canned: CannedReason | None, *, amount_cents: int | None, orders: object
+) -> str:
+    """The question as the customer reads it: a canned question, the reviewer's own words, or
+    both. RefundError for an ask that carries what only an approval does."""
+    if amount_cents is not None or orders:
+        raise RefundError("A question to the customer carries no amount or per-order answers.")
+    if canned is not None and canned.use != CannedReason.Use.ASK:
+        raise RefundError(f"“{canned.title}” is not a question to the customer.")
+    words = f"{canned.text} {text}".strip() if canned is not None else text.strip()
+    if not words:
+        raise RefundError("Write the question, or pick one: the customer is sent it.")
+    return words
+
+
+def asking_record(*, ticket: Ticket, decision: Decision, reviewer) -> CustomerQuestion:
+    """The question's row and its token, in the transaction that records the ask."""
+    key = ask_key(ticket.thread_id, decision.pk)
+    return CustomerQuestion.objects.create(
+        ticket=ticket,
+        decision=decision,
+        token=secrets.token_hex(16),  # 128 bits, lower case: mail systems may fold the case
+        text=decision.reason,
+        asked_by=reviewer,
+        email_key=key,
+        message_id=mail.message_id(key),
+    )
+
+
+def token_in(addresses: Iterable[str]) -> str | None:
+    """The token of the first address that is a reply address (REFUNDS_REPLY_ADDRESS with any
+    token in its place), whether or not a question has it; None when none is."""
+    prefix, suffix = settings.REFUNDS_REPLY_ADDRESS.lower().split(mail.TOKEN_PLACE)
+    for address in addresses:
+        address = (address or "").strip().lower()
+        if (
+            len(address) > len(prefix) + len(suffix)
+            and address.startswith(prefix)
+            and address.endswith(suffix)
+        ):
+            return address[len(prefix) : len(address) - len(suffix)]
+    return None
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a message's addresses and headers say about the question it answers: the question
+    (None when none matched), and why a message that claims to answer one matches none."""
+
+    question: CustomerQuestion | None
+    why: str = ""
+
+    @property
+    def claims_a_question(self) -> bool:
+        return self.question is not None or bool(self.why)
+
+
+def question_for(*, recipients: Iterable[str], references: Iterable[str]) -> Found:
+    """The question a message answers: by the token in a recipient (the reply address), else by
+    its In-Reply-To/References naming the question email's Message-ID. A token that matches no
+    question is forged or mistyped: it matches nothing, and says so."""
+    token = token_in(recipients)
+    if token is not None:
+        found = CustomerQuestion.objects.filter(token=token).select_related("ticket__order").first()
+        if found is None:
+            return Found(
+                None,
+                "its reply address carries a token that matches no question the desk asked "
+                "(forged or mistyped)",
+            )
+        return Found(found)
+    ids = [one for one in references if one]
+    if ids:
+        found = (
+            CustomerQuestion.objects.filter(message_id__in=ids)
+            .select_related("ticket__order")
+            .order_by("-pk")
+            .first()
+        )
+        if found is not None:
+            return Found(found)
+    return Found(None)
+
+
+@dataclass(frozen=True)
+class Replied:
+    resumed: bool
+    why: str = ""  # why it resumed nothing
+    decision: Decision | None = None
+
+
+def reply_record(
+    *, question: CustomerQuestion, sender: str, text: str, seen: dict | None = None
+) -> Replied:
+    """Record the customer's reply as the answer to the thread's wait, and wake a worker to
+    resume it; or, when the reply may not resume it (another sender, a question no longer
+    waited on, answered already), say why on the ticket's timeline and change nothing else.
+    Of two replies at once, the compare-and-set on the question's `replied_at` lets one in."""
+    ticket = question.ticket
+    customer = ticket.order.customer_email
+    why = ""
+    if sender.strip().lower() != customer.strip().lower():
+        why = f"it came from {sender[:200]}, not from the customer's address {customer}"
+    else:
+        why = _not_waiting(question)
+    now = timezone.now()
+    about = (seen or {}) | {"question": question.pk}
+    if not why:
+        try:
+            with transaction.atomic():
+                decision = _record(question, text, about, now)
+        except _NotRecorded as exc:
+            why = str(exc)
+        else:
+            return Replied(True, decision=decision)
+    audit.record(
+        ticket,
+        AuditEvent.Action.REPLY,
+        seen=about,
+        answer={"resumed": False, "why": why},
+        note=text[:300],
+    )
+    return Replied(False, why)
+
+
+class _NotRecorded(Exception):
+    pass
+
+
+def _record(
+    question: CustomerQuestion,
+    text: str,
+    seen: dict,
+    now,
+    *,
+    answer: str = Decision.Answer.REPLY,
+) -> Decision:
+    ticket = question.ticket
+    # The late guards, on the rows and not on the caller's copies: the ticket waits on this very
+    # question now (the thread may have moved on since the early check), and one conditional
+    # UPDATE takes the question for this reply, so a second reply finds it taken.
+    row = (
+        Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.AWAITING_CUSTOMER)
+        .values("pending_interrupt_id", "pending_payload")
+        .first()
+    )
+    payload = row["pending_payload"] if row and isinstance(row["pending_payload"], dict) else {}
+    if row is None or payload.get("ask_id") != question.decision_id:
+        raise _NotRecorded("the ticket no longer waits on this question")
+    pending = row["pending_interrupt_id"]
+    taken = CustomerQuestion.objects.filter(pk=question.pk, replied_at__isnull=True).update(
+        replied_at=now
+    )
+    if not taken:
+        raise _NotRecorded("the question was answered already; this reply is kept here")
+    try:
+        with transaction.atomic():
+            decision = Decision.objects.create(
+                ticket=ticket,
+                interrupt_id=pending,
+                reviewer=None,
+                answer=answer,
+                reason=text[:REPLY_MAX],
+            )
+    except IntegrityError:  # the UNIQUE interrupt id, behind the compare-and-set
+        raise _NotRecorded("the thread's wait has its answer already") from None
+    CustomerQuestion.objects.filter(pk=question.pk).update(reply=decision)
+    audit.record(
+        ticket,
+        AuditEvent.Action.REPLY,
+        seen=seen | {"interrupt_id": pending},
+        answer={"resumed": True, "no_reply": answer == Decision.Answer.NO_REPLY},
+        note=text[:300],
+    )
+    enqueue.advance_on_commit(ticket.pk)
+    return decision
+
+
+def _not_waiting(question: CustomerQuestion) -> str:
+    """Why the thread does not wait on this question now ("" when it does)."""
+    row = Ticket.objects.filter(pk=question.ticket_id).values("status", "pending_payload").first()
+    if row is None:
+        return "its ticket is gone"
+    payload = row["pending_payload"] if isinstance(row["pending_payload"], dict) else {}
+    if question.replied_at is not None:
+        return "the question was answered already; this reply is kept here"
+    if row["status"] != Ticket.Status.AWAITING_CUSTOMER or payload.get("ask_id") != (
+        question.decision_id
+    ):
+        status = Ticket.Status(row["status"]).label.lower()
+        return f"the ticket no longer waits on this question (it is {status})"
+    return ""
+
+
+# --- waits that end: a reminder, then the review comes back without a reply ----------------------
+def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
+    """The customer-wait timers (run by Celery beat with the review timers): a question
+    unanswered REFUNDS_ASK_REMIND_DAYS after it was asked gets one reminder email; one
+    unanswered REFUNDS_ASK_GIVE_UP_DAYS after is answered "no reply" for the customer, and the
+    review comes back to its queue saying so. Conditional UPDATEs on the question: two beats at
+    once remind once, and of a reply and the give-up at once one wins."""
+    now = now or timezone.now()
+    waiting = CustomerQuestion.objects.filter(
+        replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER
+    ).select_related("ticket__order", "decision")
+    give_up = now - timedelta(days=settings.REFUNDS_ASK_GIVE_UP_DAYS)
+    remind = now - timedelta(days=settings.REFUNDS_ASK_REMIND_DAYS)
+    ended, reminded = [], []
+    for question in waiting.filter(asked_at__lte=give_up):
+        try:
+            with transaction.atomic():
+                _record(question, "", {"by": "timer"}, now, answer=Decision.Answer.NO_REPLY)
+        except _NotRecorded as exc:
+            log.info("question %s: no give-up: %s", question.pk, exc)
+        else:
+            ended.append(question.ticket_id)
+    for question in waiting.filter(asked_at__lte=remind, asked_at__gt=give_up, reminded_at=None):
+        with transaction.atomic():
+            if _reminder_written(question, now):
+                reminded.append(question.ticket_id)
+    reminders_pending()
+    return {"ended": ended, "reminded": reminded}
+
+
+def _reminder_written(question: CustomerQuestion, now) -> bool:
+    """Mark the question reminded and put its reminder in the outbox, in one transaction."""
+    if _not_waiting(question):
+        return False
+    if not CustomerQuestion.objects.filter(pk=question.pk, reminded_at=None).update(
+        reminded_at=now
+    ):
+        return False
+    ticket = question.ticket
+    language = str((ticket.reading or {}).get("language") or "")
+    facts = {
+        "customer_name": ticket.order.customer_name,
+        "orders": ticket.order_numbers(),
+        "question": question.text,
+        "reminder": True,
+    }
+    worded = emails.word("question", facts, language)
+    Email.objects.create(
+        ticket=ticket,
+        key=question.email_key + REMINDER_SUFFIX,
+        to=ticket.order.customer_email,
+        subject=worded.subject,
+        body=worded.body,
+        language=worded.language,
+        desk_text=worded.desk_text,
+    )
+    audit.record(
+        ticket, AuditEvent.Action.ASK, seen={"question": question.pk}, answer={"reminder": True}
+    )
+    return True
+
+
+def reminders_pending() -> None:
+    """Deliver the customers' reminders not sent yet (this run's, or one's that died before it
+    sent them), each through the outbox's claim; a few tries each, then they wait for an admin."""
+    waiting = Email.objects.filter(_reminders(), attempts__lt=3).exclude(status=Email.Status.SENT)
+    for email_id in waiting.values_list("pk", flat=True):
+        try:
+            mail.resend(email_id)
+        except (MailRefused, MailRetryable, EffectBusy) as exc:
+            log.warning("reminder %s not delivered: %s", email_id, exc)
+
+
+# The customers' reminders in the outbox: no run sends them, so each is always free for the
+# timer's delivery or an admin's Resend (one conditional claim either way), as the managers'.
+REMINDER_SUFFIX = ":reminder"
+
+
+def _reminders() -> Q:
+    return Q(key__contains=":ask:", key__endswith=REMINDER_SUFFIX)
+
+
+def _about(found: list[Email]) -> dict[int, tuple[str, str]]:
+    return {
+        e.pk: (
+            f"Reminder to the customer: {e.subject}",
+            reverse("reviews:ticket", args=[e.ticket_id]),
+        )
+        for e in found
+        if e.ticket_id and e.key.endswith(REMINDER_SUFFIX) and ":ask:" in e.key
+    }
+
+
+QUESTION_REMINDERS = mail.OtherRun(
+    owns=_reminders,
+    settled=_reminders,
+    busy="",
+    about=_about,
+    resent=lambda email, by: None,
+)

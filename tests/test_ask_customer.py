@@ -1,0 +1,493 @@
+"""Asking the customer: a reviewer asks instead of deciding, the thread waits on the customer, the
+question goes out once with a reply address carrying its token, and the customer's reply (by
+the inbound webhook's path, message_receive) resumes the same thread once; the review comes back
+to the same queue with the reply quoted. A reply that may not resume it resumes nothing and says
+why."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.core import mail
+from django.test import Client
+from django.utils import timezone
+
+from api.models import ApiToken
+from intake.models import Message
+from intake.services import message_receive
+from intake.sorting import SortingError, message_send_back
+from refunds import emails, enqueue, persistence, runner, services, tasks
+from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
+from refunds.services import asking
+from tests.reviewing import decide
+
+REPLY_DOMAIN = "desk.example.com"
+WEBHOOK_KEY = "inbound-signing-key"
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch, settings):
+    """The test runs the threads itself; no worker is asked."""
+    monkeypatch.setattr(enqueue, "send", lambda name, pk: True)
+    settings.REFUNDS_REPLY_ADDRESS = "replies+{token}@" + REPLY_DOMAIN
+
+
+def waiting_review(order, opener) -> Ticket:
+    ticket = services.ticket_open(order_number=order.number, opened_by=opener)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    return ticket
+
+
+def ask(ticket: Ticket, reviewer, question: str = "", canned: CannedReason | None = None):
+    return services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="ask",
+        reason=question,
+        canned=canned,
+        reviewer=reviewer,
+    )
+
+
+def asked(ticket: Ticket, reviewer, question: str = "Could you send a photo of the damage?"):
+    ask(ticket, reviewer, question)
+    assert runner.advance(ticket.pk) == "awaiting_customer"
+    ticket.refresh_from_db()
+    return CustomerQuestion.objects.get(ticket=ticket)
+
+
+def reply_in(
+    question: CustomerQuestion | None,
+    *,
+    body: str = "Here is the photo: the vase is in pieces.",
+    sender: str = "ana@example.com",
+    key: str = "<reply-1@customer.test>",
+    to: list[str] | None = None,
+    references: list[str] | None = None,
+) -> Message:
+    recipients = to if to is not None else [asking_address(question)]
+    message, _ = message_receive(
+        channel="email",
+        key=key,
+        message_id=key,
+        sender=sender,
+        subject="Re: A question about your refund request",
+        body=body,
+        received_at=timezone.now(),
+        raw=body,
+        recipients=recipients,
+        references=references or [],
+    )
+    message.refresh_from_db()
+    return message
+
+
+def asking_address(question: CustomerQuestion | None) -> str:
+    assert question is not None
+    return f"replies+{question.token}@{REPLY_DOMAIN}"
+
+
+def test_a_reviewer_asks_the_customer_and_the_review_leaves_the_queue(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    assert ticket.status == Ticket.Status.AWAITING_CUSTOMER
+    assert ticket.pending_payload["kind"] == "customer"
+    assert ticket.pending_payload["ask_id"] == question.decision_id
+    assert Decision.objects.get(pk=question.decision_id).answer == "ask"
+    assert len(question.token) == 32 and question.text == "Could you send a photo of the damage?"
+    assert not Ticket.objects.for_agents().exists() and not Ticket.objects.for_managers().exists()
+    client.force_login(agent)
+    queue = client.get("/").content.decode()  # the asker sees the line that took its place
+    assert "Asked the customer about order 1042; the review comes back with their reply" in queue
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    assert "Waiting on the customer since" in page
+    assert "Could you send a photo of the damage?" in page
+
+
+def test_the_question_goes_out_once_threaded_with_a_reply_address_carrying_its_token(
+    transactional_db, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    [sent] = mail.outbox
+    assert sent.to == ["ana@example.com"]
+    assert sent.reply_to == [f"replies+{question.token}@{REPLY_DOMAIN}"]
+    assert sent.subject == "A question about your refund request for order 1042"
+    assert "Could you send a photo of the damage?" in sent.body
+    assert sent.extra_headers["Message-ID"] == question.message_id
+    assert Email.objects.get(key=question.email_key).status == Email.Status.SENT
+    # Run again (a redelivered task, the sweep): the thread waits, nothing is sent again.
+    assert runner.advance(ticket.pk) == "awaiting_customer"
+    assert len(mail.outbox) == 1
+
+
+def test_the_reply_resumes_the_thread_once_and_the_review_comes_back_with_it_quoted(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    message = reply_in(question)
+    assert message.ticket_id == ticket.pk and message.status == Message.Status.ADDED
+    assert message.finished_at is not None  # no intake: no second ticket, no acknowledgment
+    [reply] = Decision.objects.filter(ticket=ticket, answer="reply")
+    assert reply.reviewer is None and reply.reason.startswith("Here is the photo")
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    assert ticket.required_role == "agent"
+    assert "The customer replied:** “Here is the photo" in ticket.pending_payload["description"]
+    client.force_login(agent)
+    assert [t.pk for t in client.get("/").context["reviews"]] == [ticket.pk]
+    assert "the vase is in pieces" in client.get("/").content.decode()
+    assert "the vase is in pieces" in client.get(f"/tickets/{ticket.pk}/").content.decode()
+    decide(ticket, agent)
+    assert runner.advance(ticket.pk) == "refunded"
+    assert len(mail.outbox) == 2  # the question, then the refund's confirmation
+
+
+def test_a_reply_by_its_thread_headers_alone_resumes_the_thread(
+    transactional_db, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    reply_in(None, to=["refunds@example.com"], references=["<x@y>", question.message_id])
+    assert Decision.objects.filter(ticket=ticket, answer="reply").count() == 1
+
+
+def test_a_reply_delivered_twice_resumes_once(transactional_db, agent, colleague, late_order):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    reply_in(question)
+    reply_in(question)  # the same email again: one message
+    assert Message.objects.count() == 1
+    assert Decision.objects.filter(ticket=ticket, answer="reply").count() == 1
+
+
+def test_two_replies_at_once_resume_once_at_the_compare_and_set(
+    transactional_db, agent, colleague, late_order
+):
+    """Both replies passed the early check on their copy of the question; the conditional
+    UPDATE lets one in, the other is kept on the timeline with why."""
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    stale = CustomerQuestion.objects.get(pk=question.pk)
+    first = asking.reply_record(question=question, sender="ana@example.com", text="one")
+    second = asking.reply_record(question=stale, sender="ana@example.com", text="two")
+    assert first.resumed and not second.resumed
+    assert second.why == "the question was answered already; this reply is kept here"
+    assert list(Decision.objects.filter(answer="reply").values_list("reason", flat=True)) == ["one"]
+    assert runner.advance(ticket.pk) == "awaiting_review"
+
+
+def test_a_reply_from_another_address_resumes_nothing_and_goes_to_the_timeline(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    message = reply_in(question, sender="mallory@example.com")
+    assert message.ticket_id == ticket.pk
+    assert not Decision.objects.filter(answer="reply").exists()
+    event = AuditEvent.objects.get(ticket=ticket, action="reply")
+    assert "not from the customer's address ana@example.com" in event.answer["why"]
+    assert runner.advance(ticket.pk) == "awaiting_customer"
+    client.force_login(agent)
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    assert "resumed nothing" in page and "mallory@example.com" in page
+
+
+def test_a_reply_with_a_forged_token_goes_to_needs_sorting_saying_why(
+    transactional_db, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    asked(ticket, agent)
+    message = reply_in(None, to=[f"replies+{'0' * 32}@{REPLY_DOMAIN}"])
+    assert message.status == Message.Status.NEEDS_SORTING
+    assert "matches no question" in message.sorting_reason
+    assert message.ticket_id is None and message.finished_at is not None
+    assert not Decision.objects.filter(answer="reply").exists()
+
+
+def test_a_second_reply_after_the_thread_moved_on_resumes_nothing(
+    transactional_db, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    reply_in(question)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    message = reply_in(question, key="<reply-2@customer.test>", body="And another photo.")
+    assert message.ticket_id == ticket.pk
+    assert Decision.objects.filter(answer="reply").count() == 1
+    event = AuditEvent.objects.filter(ticket=ticket, action="reply").last()
+    assert event is not None and not event.answer["resumed"]
+    assert "answered already" in event.answer["why"]
+
+
+def test_the_canned_questions_are_seeded_beside_the_canned_replies(db):
+    assert list(CannedReason.objects.asking().values_list("text", flat=True)) == [
+        "Could you send a photo of the damage?",
+        "Which item is missing?",
+        "Which order do you mean?",
+    ]
+
+
+def test_a_canned_question_is_asked_with_words_of_ones_own(
+    transactional_db, agent, colleague, late_order
+):
+    photo = CannedReason.objects.create(
+        title="Photo", text="Could you send a photo of the damage?", use="ask"
+    )
+    reply = CannedReason.objects.create(title="Late", text="Not late.", use="reject")
+    ticket = waiting_review(late_order, colleague)
+    with pytest.raises(services.RefundError, match="not a question"):
+        ask(ticket, agent, "x", canned=reply)
+    ask(ticket, agent, "It helps us decide.", canned=photo)
+    assert Decision.objects.get(answer="ask").reason == (
+        "Could you send a photo of the damage? It helps us decide."
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"reason": ""}, "Write the question"),
+        ({"reason": "x", "amount_cents": 100}, "carries no amount"),
+        ({"reason": "x" * 2001}, "too long"),
+    ],
+)
+def test_a_bad_question_is_refused_and_changes_nothing(
+    transactional_db, agent, colleague, late_order, kwargs, error
+):
+    ticket = waiting_review(late_order, colleague)
+    with pytest.raises(services.RefundError, match=error):
+        services.ticket_decide(
+            ticket=ticket,
+            interrupt_id=ticket.pending_interrupt_id,
+            answer="ask",
+            reviewer=agent,
+            **kwargs,
+        )
+    assert not Decision.objects.exists() and not CustomerQuestion.objects.exists()
+
+
+def test_a_review_paused_under_version_6_is_asked_and_carried_to_version_7(
+    transactional_db, agent, colleague, late_order, monkeypatch
+):
+    real_input = runner.initial_input
+    monkeypatch.setattr(
+        runner, "initial_input", lambda lease: real_input(lease) | {"flow_version": 6}
+    )
+    monkeypatch.setattr(runner, "FLOW_VERSION", 6)
+    ticket = waiting_review(late_order, colleague)
+    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == 6
+    monkeypatch.undo()  # the release of version 7
+    assert ticket.flow_version == 6
+    question = asked(ticket, agent)
+    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == 7
+    reply_in(question)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    decide(ticket, agent)
+    assert runner.advance(ticket.pk) == "refunded"
+
+
+@pytest.mark.parametrize(
+    ("language", "words"),
+    [
+        ("es", "Una pregunta sobre su solicitud de reembolso del pedido 1042"),
+        ("de", "Eine Frage zu Ihrem Erstattungsantrag für die Bestellung 1042"),
+        ("fr", "Une question sur votre demande de remboursement pour la commande 1042"),
+        ("pt", "Uma pergunta sobre o seu pedido de reembolso da encomenda 1042"),
+        ("it", "Una domanda sulla sua richiesta di rimborso per l'ordine 1042"),
+    ],
+)
+def test_the_question_is_worded_in_the_customers_language(language, words):
+    facts = {"customer_name": "Ana", "orders": ["1042"], "question": "¿Foto?"}
+    worded = emails.word("question", facts, language)
+    assert worded.subject == words
+    assert "¿Foto?" in worded.body and "Before we can decide" in worded.desk_text
+
+
+def mailgun_post(client, mime_text: str, recipient: str):
+    """A signed post of Mailgun's raw-MIME route, as tests/test_inbound_webhook.py signs them."""
+    timestamp, token = str(int(time.time())), uuid.uuid4().hex
+    signature = hmac.new(
+        WEBHOOK_KEY.encode(), f"{timestamp}{token}".encode(), hashlib.sha256
+    ).hexdigest()
+    fields = {"body-mime": mime_text, "recipient": recipient}
+    fields |= {"timestamp": timestamp, "token": token, "signature": signature}
+    return client.post("/mail/mailgun/inbound_mime/", fields)
+
+
+def test_a_reply_through_the_inbound_webhook_finds_its_thread_by_the_reply_address(
+    transactional_db, client, settings, agent, colleague, late_order
+):
+    """The customer changed the subject and their mail client dropped the thread headers: the
+    token in the address they replied to still finds the thread."""
+    settings.ANYMAIL = {"MAILGUN_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY}
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    address = asking_address(question)
+    mime_text = (
+        "From: Ana Souza <ana@example.com>\r\n"
+        f"To: {address}\r\n"
+        "Subject: photo\r\n"
+        "Message-ID: <r1@mail.example.com>\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        "\r\n"
+        "The vase arrived in three pieces.\r\n"
+    )
+    assert mailgun_post(client, mime_text, address).status_code == 200
+    message = Message.objects.get()
+    assert message.ticket_id == ticket.pk and message.status == Message.Status.ADDED
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    assert "The vase arrived in three pieces." in ticket.pending_payload["description"]
+    assert Ticket.objects.count() == 1  # no second ticket from the reply
+
+
+def test_a_reply_whose_early_check_passed_before_the_thread_moved_on_resumes_nothing(
+    transactional_db, agent, colleague, late_order, monkeypatch
+):
+    """The question was answered and the thread asked another since the early check read the
+    ticket (a race): the late read of the ticket refuses the stale reply, which never answers
+    the second question's wait."""
+    ticket = waiting_review(late_order, colleague)
+    first = asked(ticket, agent)
+    reply_in(first)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    ask(ticket, agent, "Which item is missing?")
+    assert runner.advance(ticket.pk) == "awaiting_customer"
+    monkeypatch.setattr(asking, "_not_waiting", lambda question: "")  # passed, then the race
+    stale = asking.reply_record(question=first, sender="ana@example.com", text="late words")
+    assert not stale.resumed and "no longer waits" in stale.why
+    assert Decision.objects.filter(answer="reply").count() == 1
+
+
+def test_an_unanswered_question_is_reminded_once_then_comes_back_without_a_reply(
+    transactional_db, settings, agent, colleague, late_order
+):
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        assert tasks.escalate_overdue_reviews() == 0
+        clock.shift(timedelta(days=3, minutes=1))
+        assert tasks.escalate_overdue_reviews() == 1
+        assert tasks.escalate_overdue_reviews() == 0  # once per question, not every beat
+        [_, reminder] = mail.outbox
+        assert reminder.reply_to == [asking_address(question)]
+        assert "We have not heard from you yet" in reminder.body
+        assert reminder.extra_headers["In-Reply-To"] == question.message_id
+        clock.shift(timedelta(days=4))  # 7 days and a minute
+        assert tasks.escalate_overdue_reviews() == 1
+        assert tasks.escalate_overdue_reviews() == 0
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        ticket.refresh_from_db()
+        assert "**The customer did not reply.**" in ticket.pending_payload["description"]
+        late = reply_in(question, body="Sorry, I was away.")
+        assert late.ticket_id == ticket.pk
+        assert Decision.objects.filter(answer="reply").count() == 0
+        assert len(mail.outbox) == 2
+
+
+def test_a_reply_and_the_give_up_at_once_resume_the_wait_once(
+    transactional_db, settings, agent, colleague, late_order
+):
+    """The timer read the question as unanswered before the reply landed: its compare-and-set
+    on the question refuses it, and the reply stands."""
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        clock.shift(timedelta(days=8))
+        stale = CustomerQuestion.objects.get(pk=question.pk)
+        assert asking.reply_record(question=question, sender="ana@example.com", text="yes").resumed
+        with pytest.raises(asking._NotRecorded, match="answered already"):
+            asking._record(stale, "", {"by": "timer"}, timezone.now(), answer="no_reply")
+        assert list(Decision.objects.filter(ticket=ticket).values_list("answer", flat=True)) == [
+            "ask",
+            "reply",
+        ]
+
+
+def test_time_waiting_on_the_customer_does_not_count_toward_the_review_escalation(
+    transactional_db, settings, agent, colleague, late_order
+):
+    settings.REFUNDS_REVIEW_WARN_MINUTES, settings.REFUNDS_REVIEW_ESCALATE_MINUTES = 15, 60
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        clock.shift(timedelta(minutes=50))
+        question = asked(ticket, agent)
+        clock.shift(timedelta(hours=5))  # five hours waiting on the customer
+        assert tasks.escalate_overdue_reviews() == 0
+        reply_in(question)
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        assert tasks.escalate_overdue_reviews() == 0  # the review's clock starts again
+        ticket.refresh_from_db()
+        assert not ticket.is_escalated
+        clock.shift(timedelta(minutes=61))
+        assert tasks.escalate_overdue_reviews() >= 1
+        ticket.refresh_from_db()
+        assert ticket.is_escalated
+
+
+def test_a_reply_handed_in_through_the_api_resumes_the_thread(
+    transactional_db, agent, colleague, manager, late_order
+):
+    """A helpdesk that received the reply hands it in with the address it was sent to."""
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(manager)[1]}"})
+    body = {
+        "sender": "ana@example.com",
+        "subject": "Re: question",
+        "body": "Photo attached; the vase is broken.",
+        "to": [asking_address(question)],
+    }
+    response = api.post(
+        "/api/messages/",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Idempotency-Key": "reply-1"},
+    )
+    assert response.status_code == 202, response.content
+    assert response.json()["status"] == "added" and response.json()["ticket"] == ticket.pk
+    assert Decision.objects.filter(ticket=ticket, answer="reply").count() == 1
+    assert runner.advance(ticket.pk) == "awaiting_review"
+
+
+def test_the_dashboard_counts_the_tickets_waiting_on_customers(
+    transactional_db, client, agent, colleague, manager, late_order
+):
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        asked(ticket, agent)
+        clock.shift(timedelta(hours=2))
+        client.force_login(manager)
+        html = client.get("/dashboard/").content.decode()
+    assert "1</span> waiting on the customer, the longest for 2 h" in html
+
+
+def test_a_reply_on_the_ticket_is_not_offered_for_sending_back_as_misread(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    message = reply_in(question)
+    assert message.answers_question_id == question.pk
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    client.force_login(agent)
+    assert "Send the message back" not in client.get(f"/tickets/{ticket.pk}/").content.decode()
+    with pytest.raises(SortingError, match="not opened from a customer's message"):
+        message_send_back(ticket=ticket, why="misread", by=agent)
+    assert not Decision.objects.filter(answer="reject").exists()
