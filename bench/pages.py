@@ -38,6 +38,18 @@ from bench._common import (  # noqa: E402
 )
 
 PENDING_SHARE = 0.1
+ADMIN_CHANGELIST = "admin changelist (admin)"
+ADMIN_SEARCH = "admin changelist search (admin)"
+# The anchors (issue 34): each desk page's p50 over Django admin's changelist of the same tickets
+# (the page a team would use instead), measured in the same run: (page, anchor, at most).
+TARGETS = [
+    ("queue (agent)", ADMIN_CHANGELIST, 1.0),
+    ("queue (manager)", ADMIN_CHANGELIST, 1.0),
+    ("tickets page (agent)", ADMIN_CHANGELIST, 0.8),
+    ("tickets search name (manager)", ADMIN_SEARCH, 0.8),
+    ("tickets search order (manager)", ADMIN_SEARCH, 0.8),
+    ("queue poll unchanged (agent)", ADMIN_CHANGELIST, 0.2),
+]
 
 
 def prepare_pages_environment(backend: str, data_dir: Path) -> None:
@@ -66,6 +78,7 @@ def fill(size: int) -> dict:
     agent.groups.add(Group.objects.get_or_create(name="Support agents")[0])
     manager = User.objects.create_user("manager", password="x")
     manager.groups.add(Group.objects.get_or_create(name="Managers")[0])
+    admin = User.objects.create_superuser("admin", password="x")  # Django admin's changelist
     promised = date(2026, 11, 2)
     orders = Order.objects.bulk_create(
         Order(
@@ -164,6 +177,7 @@ def fill(size: int) -> dict:
     return {
         "agent": agent.pk,
         "manager": manager.pk,
+        "admin": admin.pk,
         "pending_ticket": awaiting.filter(required_role="agent").order_by("-id").first().pk,
         "refunded_ticket": refunded.filter(required_role="agent").order_by("-id").first().pk,
         "pending": awaiting.count(),
@@ -291,6 +305,13 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept") -> dict
     from django.test import Client
 
     call_command("migrate", verbosity=0)
+    from django.contrib import admin
+
+    from refunds.models import Ticket
+    from reviews.views.common import TICKETS_PAGE
+
+    # The anchor shows as many rows as the desk's tickets page (its own default is 100).
+    admin.site._registry[Ticket].list_per_page = TICKETS_PAGE
     label = f"{backend} {size:,}" + (" no card cache" if cards == "none" else "")
     try:
         say(f"{label}: filling")
@@ -317,6 +338,11 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept") -> dict
             # Found at both sizes (Customer 424, and at 100,000 also 4240-4249 and 42400-42499).
             "tickets search name (manager)": ("manager", "/tickets/?q=Customer+424", None),
             "audit page (manager)": ("manager", "/audit/", None),
+            # The anchor: Django admin's changelist of the same tickets (refunds/admin.py's
+            # TicketAdmin, its filters and search as they are), and its search. Its search
+            # fields are the thread id and the linked orders' numbers: P00042 is in the ids.
+            ADMIN_CHANGELIST: ("admin", "/admin/refunds/ticket/", None),
+            ADMIN_SEARCH: ("admin", "/admin/refunds/ticket/?q=P00042", None),
         }
         out: dict = {
             "backend": backend,
@@ -344,6 +370,42 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept") -> dict
         if backend == "postgres":
             drop_postgres_db()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def anchors(run: dict) -> list[dict]:
+    """Each target's ratio in one (backend, size) run: page p50 over its anchor's p50."""
+    out = []
+    for page, anchor, most in TARGETS:
+        if page not in run["pages"] or anchor not in run["pages"]:
+            continue
+        ratio = run["pages"][page]["p50_ms"] / run["pages"][anchor]["p50_ms"]
+        out.append(
+            {
+                "backend": run["backend"],
+                "tickets": run["tickets"],
+                "cards": run["cards"],
+                "page": page,
+                "anchor": anchor,
+                "ratio": ratio,
+                "target": most,
+                "met": ratio <= most,
+            }
+        )
+    return out
+
+
+def print_anchors(backend: str, run: dict) -> None:
+    base = run["pages"][ADMIN_CHANGELIST]["p50_ms"]
+    search = run["pages"][ADMIN_SEARCH]["p50_ms"]
+    print(
+        f"  {run['tickets']:,} tickets against Django admin's changelist (p50 {base:.1f} ms; "
+        f"its search {search:.1f} ms), same run:"
+    )
+    for a in anchors(run):
+        print(
+            f"    {a['page']:<31} {a['ratio']:5.2f}x {a['anchor'].split(' (')[0]:<24} "
+            f"target <= {a['target']:.1f}x: {'met' if a['met'] else 'MISSED'}"
+        )
 
 
 def main() -> None:
@@ -416,6 +478,8 @@ def main() -> None:
                     f"  {kept_run['tickets']:,} {page}: p50 {kept:.1f} ms kept, {none:.1f} ms "
                     f"with no card cache: the cache saves {1 - kept / none:.0%}"
                 )
+        for run in runs:
+            print_anchors(backend, run)
     path = write_results(
         "pages",
         {
@@ -424,6 +488,7 @@ def main() -> None:
             "settings": vars(args),
             "results": results,
             "queries_constant": constant,
+            "anchors": [anchor for r in results for anchor in anchors(r)],
         },
     )
     say(f"wrote {path}")

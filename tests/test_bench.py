@@ -15,6 +15,8 @@ import pytest
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.pages import TARGETS  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -27,7 +29,9 @@ pytestmark = [
 
 def run(script: str, *args: str, results: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REFUNDS_"))}
-    env |= {"BENCH_RESULTS_DIR": str(results), "BENCH_PG_DB": "bench_refunds_smoke"}
+    # A database of their own; a shared machine's sessions name theirs (BENCH_SMOKE_PG_DB).
+    smoke_db = os.environ.get("BENCH_SMOKE_PG_DB", "bench_refunds_smoke")
+    env |= {"BENCH_RESULTS_DIR": str(results), "BENCH_PG_DB": smoke_db}
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
         cwd=ROOT,
@@ -70,6 +74,10 @@ def test_the_pages_script_fetches_every_page_with_the_same_queries_at_two_sizes(
         (size, cards) for size in (100, 200) for cards in ("kept", "none")
     }
     assert done.stdout.count("with no card cache") == 6, done.stdout
+    # Beside Django admin's changelist of the same tickets, in the same run (issue 34).
+    anchors = {(a["tickets"], a["page"]) for a in out["anchors"]}
+    assert anchors == {(size, page) for size in (100, 200) for page, _, _ in TARGETS}
+    assert done.stdout.count("against Django admin's changelist") == 2, done.stdout
 
 
 def test_the_statements_script_counts_what_a_refunded_ticket_costs(tmp_path):
@@ -83,3 +91,25 @@ def test_the_hostile_mail_script_reads_every_shape_at_each_size(tmp_path):
     assert {row["size"] for row in rows} == {500, 1000}
     assert all(row["seconds"] is not None for row in rows), done.stdout
     assert "1 MB of text" in done.stdout
+
+
+def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_path):
+    """PostgreSQL and Redis on this machine (as .ci/run starts them); gunicorn and the workers
+    as the Procfile says; a few seconds of Locust per step."""
+    done = run(
+        "load.py",
+        *("--reviewers", "2", "--seconds", "12", "--decide-every", "2,4"),
+        *("--batch", "3", "--idle", "2", "--message-rate", "1"),
+        results=tmp_path,
+    )
+    out = latest(tmp_path, "load")
+    steps = {step["reviewers"]: step for step in out["steps"]}
+    assert set(steps) == {0, 1, 2}, done.stdout
+    two = steps[2]
+    assert two["errors"] == 0 and two["polls_per_s"] > 0, done.stdout
+    assert two["decisions"] > 0 and two["decided_to_refunded_p95_ms"] > 0, done.stdout
+    assert two["messages_placed"] > 0 and two["message_to_queue_p95_ms"] > 0, done.stdout
+    assert all(step["refunds_per_minute"] > 0 for step in steps.values())
+    assert out["idle"]["decisions"] == 2
+    assert {t["target"] for t in out["targets"]} >= {"errors"}
+    assert "| 2 |" in done.stdout  # the table's row

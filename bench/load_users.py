@@ -1,0 +1,152 @@
+"""The people and the helpdesk that bench/load.py sets on the desk: a locustfile, read by
+`locust -f` in its own process (Locust patches the standard library with gevent at import, so
+nothing of the app's imports it). bench/load.py writes the run's logins and orders to the JSON
+file BENCH_LOAD_CONFIG names.
+
+- Reviewer: logged in (a session the driver made, as a browser's cookie), polls its queue's rows
+  every 2 s with the headers htmx sends (a 204 when nothing changed) and the recent tickets beside
+  them as the page does; every 20-60 s it loads the queue page and approves one of the reviews it
+  may decide there, as the row's form posts it. A decision another reviewer made first (409) is
+  the desk's answer to a race, counted as "decide lost to a colleague", not an error.
+- Helpdesk: one, hands in a customer's message through POST /api/messages/ at the set rate,
+  each about a late order of its own, with its API token and an Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+import uuid
+from pathlib import Path
+
+from locust import HttpUser, constant_pacing, constant_throughput, task
+
+CONFIG = json.loads(Path(os.environ["BENCH_LOAD_CONFIG"]).read_text())
+_logins = iter(CONFIG["reviewers"])
+_orders = iter(CONFIG["orders"])
+
+VERSION = re.compile(r'id="queue-rows" hx-get="[^"?]*\?v=([0-9a-zA-Z._-]+)')
+CSRF = re.compile(r'"X-CSRFToken": "([^"]+)"')
+DECIDE = re.compile(
+    r'id="decide-(\d+)"[^>]*>\s*<input type="hidden" name="csrfmiddlewaretoken" value="[^"]*">'
+    r'\s*<input type="hidden" name="interrupt_id" value="([^"]*)"'
+)
+DECIDE_EVERY = tuple(CONFIG["decide_every"])  # 20-60 s; shorter in the test's tiny run
+
+
+class Reviewer(HttpUser):
+    wait_time = constant_pacing(2)  # hx-trigger="every 2s"
+
+    def on_start(self) -> None:
+        login = next(_logins)
+        self.client.cookies.set(CONFIG["session_cookie"], login["session"])
+        self.version = ""
+        self.csrf = ""
+        self.reviews: list[tuple[str, str]] = []
+        self.load_queue()
+        self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
+
+    def read_rows(self, html: str) -> None:
+        found = VERSION.search(html)
+        if found:
+            self.version = found.group(1)
+        self.reviews = DECIDE.findall(html)
+
+    def load_queue(self) -> None:
+        with self.client.get("/", name="queue page", catch_response=True) as response:
+            html = response.text or ""
+            token = CSRF.search(html)
+            if response.status_code != 200 or not token or not VERSION.search(html):
+                response.failure(f"queue page: {response.status_code}, no rows or no token")
+                return
+            self.csrf = token.group(1)
+            self.read_rows(html)
+
+    def htmx(self, target: str) -> dict[str, str]:
+        return {
+            "HX-Request": "true",
+            "HX-Target": target,
+            "HX-Trigger": target,
+            "HX-Current-URL": self.host.rstrip("/") + "/",
+        }
+
+    def poll_rows(self) -> None:
+        url = f"/?v={self.version}"
+        with self.client.get(
+            url, headers=self.htmx("queue-rows"), name="poll rows", catch_response=True
+        ) as response:
+            if response.status_code == 200:
+                self.read_rows(response.text)
+                # The rows changed: ticketsChanged makes the recent tickets refresh at once.
+                self.client.get("/", headers=self.htmx("recent-tickets"), name="poll recent")
+            elif response.status_code != 204:
+                response.failure(f"rows poll: {response.status_code}")
+
+    @task
+    def poll(self) -> None:
+        self.poll_rows()
+        self.client.get("/", headers=self.htmx("recent-tickets"), name="poll recent")
+        if time.monotonic() >= self.decide_at:
+            self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
+            self.decide()
+
+    def decide(self) -> None:
+        self.load_queue()
+        if not self.reviews:
+            return  # nothing this reviewer may decide is waiting
+        ticket_id, interrupt_id = random.choice(self.reviews)
+        with self.client.post(
+            f"/reviews/{ticket_id}/decide/",
+            data={"interrupt_id": interrupt_id, "approve": "1"},
+            headers={**self.htmx(f"review-{ticket_id}"), "X-CSRFToken": self.csrf},
+            name="decide",
+            catch_response=True,
+        ) as response:
+            if response.status_code == 409:
+                response.success()
+                self.environment.events.request.fire(
+                    request_type="POST",
+                    name="decide lost to a colleague",
+                    response_time=0,
+                    response_length=0,
+                    exception=None,
+                    context={},
+                )
+            elif response.status_code != 200:
+                response.failure(f"decide: {response.status_code} {response.text[:200]}")
+        self.poll_rows()  # queueChanged: the rows are fetched again at once
+
+
+class Helpdesk(HttpUser):
+    fixed_count = 1
+    wait_time = constant_throughput(CONFIG["message_rate"])
+
+    @task
+    def hand_in(self) -> None:
+        try:
+            order = next(_orders)
+        except StopIteration:
+            return
+        body = {
+            "sender": order["email"],
+            "sender_name": order["name"],
+            "subject": "Late parcel",
+            "body": f"Hi, my order #{order['number']} came a week late, can I have the "
+            "delivery charge back?",
+        }
+        with self.client.post(
+            "/api/messages/",
+            data=json.dumps(body),
+            headers={
+                "Authorization": f"Bearer {CONFIG['token']}",
+                "Idempotency-Key": uuid.uuid4().hex,
+                "Content-Type": "application/json",
+            },
+            name="POST /api/messages/",
+            catch_response=True,
+        ) as response:
+            if response.status_code != 202:
+                response.failure(f"message: {response.status_code} {response.text[:200]}")
