@@ -69,7 +69,6 @@ TARGETS = {
     "decision -> refunded p95 / its idle p50": 2.0,  # at most
     "workers' refunds per minute / with no reviewers": 0.8,  # at least
 }
-AGENT_LIMIT_CENTS = 2000  # policy's default: a fee up to $20.00 is an agent's review
 POLL = 0.05
 
 
@@ -208,12 +207,14 @@ class Desk:
         from datetime import date
 
         from refunds.models import Order
+        from refunds.policy import agent_limit_cents
 
+        limit = agent_limit_cents()
         promised = date(2026, 11, 2)
         out = []
         for _ in range(count):
             i = self._orders = self._orders + 1
-            fee = 500 + (i * 37) % 1400 if i % 3 else AGENT_LIMIT_CENTS + 500 + (i * 53) % 2000
+            fee = 500 + (i * 37) % 1400 if i % 3 else limit + 500 + (i * 53) % limit
             out.append(
                 {
                     "number": f"{prefix}{100000 + i}",

@@ -213,7 +213,7 @@ def test_an_order_charged_before_since_is_not_looked_at(db, stripe_here):
     status, said = reconcile("--since", "2026-02-01")
 
     assert status == 0
-    assert "Reconciled 0 order(s) charged since 2026-02-01 00:00 UTC" in said
+    assert "Reconciled 0 order(s) charged since Feb 1, 2026, 00:00 UTC" in said
 
 
 def test_a_since_that_is_not_a_date_is_refused(db):

@@ -122,21 +122,23 @@ def test_the_gateways_answer_carries_the_status_and_the_flow_gets_a_plain_receip
     db, stripe_desk, stripe_says
 ):
     stripe_says.creating = {"status": "pending"}
-    ticket = Ticket.objects.create(thread_id="refund-5005", order=stripe_order("5005", stripe_desk))
+    asked = Ticket.objects.create(thread_id="refund-5005", order=stripe_order("5005", stripe_desk))
+    paid = Ticket.objects.create(thread_id="refund-5015", order=stripe_order("5015", stripe_desk))
     gateway = StripeGateway()
 
     answered = gateway.charge(
         idempotency_key="k-5005",
         amount_cents=699,
-        ticket_key=ticket.thread_id,
-        payment_reference=ticket.order.payment_reference,
+        ticket_key=asked.thread_id,
+        payment_reference=asked.order.payment_reference,
     )
-    found = gateway.lookup("k-5005", payment_reference=ticket.order.payment_reference)
+    found = gateway.lookup("k-5005", payment_reference=asked.order.payment_reference)
 
     assert isinstance(answered, Receipt) and answered.status == "pending"
     assert found == answered and found is not None and found.status == "pending"
-    receipt = pay(gateway, ticket)  # the ledger's own charge, under its key
+    receipt = pay(gateway, paid)  # the ledger's own charge, under its key
     assert type(receipt) is str  # the flow's state (the checkpoint) holds a plain str
+    assert Charge.objects.get(ticket=paid).processor_status == "pending"
 
 
 def stripe_order(number: str, localstripe):
@@ -167,6 +169,9 @@ class EventBeforeTheAnswer:
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
         return self.gateway.lookup(idempotency_key, payment_reference=payment_reference)
+
+    def payment_refunds(self, payment_reference: str) -> list:
+        return self.gateway.payment_refunds(payment_reference)
 
 
 @pytest.mark.parametrize(

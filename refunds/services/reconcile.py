@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from core.clock import local_words
 from core.network import outside_transaction
 from refunds import metrics, money
 from refunds.flow.errors import GatewayError
@@ -55,7 +56,7 @@ class ReconcileReport:
 
     def lines(self) -> list[str]:
         said = [
-            f"Reconciled {self.orders} order(s) charged since {self.since:%Y-%m-%d %H:%M} UTC: "
+            f"Reconciled {self.orders} order(s) charged since {local_words(self.since)}: "
             f"{self.listed} refund(s) at the processor.",
             f"Refunds made outside the desk: {self.outside} ({dollars(self.outside_cents)}), "
             f"{self.outside_new} new since the last look.",
