@@ -111,4 +111,20 @@
     if (kept !== null && window.scrollY !== kept) { window.scrollTo(window.scrollX, kept); }
     kept = null;
   });
+
+  // A queue card's orders, opened to answer them one by one, stay open when the card is drawn
+  // anew (the rows' poll when a review comes or goes, an answer refused): the answers are kept
+  // by hx-preserve, and must stay in view with "Save the answers per order".
+  var openOrders = new Set();
+  document.addEventListener("toggle", function (event) {
+    var box = event.target;
+    if (!box.classList || !box.classList.contains("order-lines-box")) { return; }
+    if (box.open) { openOrders.add(box.id); } else { openOrders.delete(box.id); }
+  }, true);
+  document.addEventListener("htmx:afterSwap", function () {
+    openOrders.forEach(function (id) {
+      var box = document.getElementById(id);
+      if (box && !box.open) { box.open = true; }
+    });
+  });
 })();

@@ -6,6 +6,8 @@ var/test/screenshots/ for a person to look at."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 
@@ -31,10 +33,10 @@ OVERFLOWING = """() => {
 }"""
 
 
-def _queue_of_seven(manager) -> list[Ticket]:
+def _queue_of_seven(manager, count: int = 7) -> list[Ticket]:
     """Seven manager reviews, four of them opened from customers' messages (with a reading)."""
     tickets = []
-    for i in range(7):
+    for i in range(count):
         order = make_order(str(1060 + i), late=3 + i, fee_cents=2500 + i, name=f"Cus Tomer{i}")
         ticket = awaiting_review(order)
         if i % 2 == 0:
@@ -86,6 +88,58 @@ def test_six_reviews_fit_a_desk_screen_and_nothing_overflows_at_any_width(
             # A phone card, one read from a message too, stays short (docs/desk.md says so).
             heights = [rows.nth(i).bounding_box()["height"] for i in range(rows.count())]
             assert max(heights) <= 330, heights
+
+
+def test_a_card_of_three_orders_is_one_line_until_opened_to_answer_per_order(
+    browser,  # noqa: F811
+    live_server,
+    manager,
+    monkeypatch,
+):
+    """The demo's three late orders of one customer, unflagged, among five other reviews: six
+    show at 1280x800; the orders are a line (each order's number and amount), opened to answer
+    them one by one, and saving per order is offered only then."""
+    from playwright.sync_api import expect
+
+    from refunds import enqueue
+    from tests.test_desk_several import several
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    first = _queue_of_seven(manager, count=5)[0]
+    three = several(("1092", 4, 899), ("1093", 2, 1450), ("1094", 6, 650))
+    # Second in the queue, as in the demo, below the oldest review.
+    Ticket.objects.filter(pk=three.pk).update(
+        required_role="manager", review_since=first.review_since + timedelta(microseconds=1)
+    )
+    page = page_for(browser, live_server, manager, width=1280)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(live_server.url + reverse("reviews:queue"))
+    rows = page.locator("tr.review")
+    assert rows.count() == 6
+    boxes = [rows.nth(i).bounding_box() for i in range(rows.count())]
+    page.screenshot(path=str(shots() / "queue-three-orders-1280x800.png"))
+    assert all(b and b["y"] + b["height"] <= 800 for b in boxes), [
+        (round(b["y"]), round(b["height"])) for b in boxes if b
+    ]
+    card = page.locator(f"#review-{three.pk}")
+    summary = card.locator("details.order-lines-box > summary")
+    expect(summary).to_contain_text("1092 $8.99 · 1093 $14.50 · 1094 $6.50")
+    assert summary.bounding_box()["height"] < 30
+    answer = card.locator(f"#decide-{three.pk}-answer-1093")
+    expect(answer).to_be_hidden()
+    expect(card.locator("button[name=orders]")).to_be_hidden()
+    expect(card.locator("button[name=approve]")).to_have_text("Approve all $29.99")
+    summary.click()
+    expect(answer).to_be_visible()
+    expect(card.locator("button[name=orders]")).to_be_visible()
+    card.locator(f"#decide-{three.pk}-answer-1093").select_option("reject")
+    # Opened, it stays open, the answer as given, when a new review draws the rows anew.
+    awaiting_review(make_order("1070", late=3, fee_cents=2600))
+    Ticket.objects.update(required_role="manager")
+    expect(rows).to_have_count(7)
+    expect(answer).to_be_visible()
+    expect(answer).to_have_value("reject")
+    page.screenshot(path=str(shots() / "queue-three-orders-open-1280x800.png"))
 
 
 @pytest.mark.parametrize("width", [390, 1280])

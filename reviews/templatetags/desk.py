@@ -232,6 +232,11 @@ def open_lines(lines: list) -> list:
     return [line for line in lines if line.get("status") == "open"]
 
 
+@register.filter
+def flagged_lines(lines: list) -> list:
+    return [line for line in lines if line.get("flags")]
+
+
 SEVERAL_LISTED = 4  # more orders than this: "6 orders: 1042, 1044, 1047, …"
 
 
