@@ -10,7 +10,7 @@ import pytest
 
 from refunds import enqueue, payments, persistence, policy, runner, services
 from refunds.flow import versions
-from refunds.models import ChargePart, Order, OrderLine, Ticket
+from refunds.models import ChargePart, Decision, Order, OrderLine, Ticket
 
 VASE = {
     "id": 11,
@@ -284,3 +284,42 @@ def test_a_review_paused_under_version_5_ends_as_a_shipping_fee_refund(
     key = f"{ticket.thread_id}:charge_card:1042:699"  # version 5's key for the fee
     assert gateway.charge_calls == {key: 1}
     assert list(ChargePart.objects.values_list("line_id", "amount_cents")) == [(None, 699)]
+
+
+def test_a_damaged_item_the_message_does_not_name_is_not_approved_as_nothing(
+    transactional_db, agent, manager, late_order, gateway, client
+):
+    """The policy proposes nothing: approving that is refused at the door with what to do (the
+    review node would refuse the approval of nothing after it was recorded, and the ticket end
+    failed, as it did on the demo), the card offers choosing the parts instead of "Approve
+    $0.00" and no tick for bulk approve; approved by its parts it is refunded."""
+    line = vases(late_order)
+    ticket = services.ticket_open(
+        order_number="1042", opened_by=agent, reason=policy.DAMAGED, note="It arrived broken."
+    )
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket = Ticket.objects.get(pk=ticket.pk)
+    assert ticket.amount_cents == 0
+
+    with pytest.raises(services.RefundError, match="Nothing is proposed to refund for order 1042"):
+        services.ticket_decide(
+            ticket=ticket,
+            interrupt_id=ticket.pending_interrupt_id,
+            answer="approve",
+            reviewer=manager,
+        )
+    assert not Decision.objects.exists()
+    client.force_login(manager)
+    card = client.get("/").content.decode()
+    assert "Choose what to refund…" in card and "Approve $0.00" not in card
+    assert f'name="pick" value="{ticket.pk}:' not in card
+
+    services.ticket_decide(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="approve",
+        orders={"1042": {"answer": "approve", "parts": [{"line": line.pk, "quantity": 1}]}},
+        reviewer=manager,
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    assert [r["amount_cents"] for r in gateway.refunds_for(ticket.thread_id)] == [2400]

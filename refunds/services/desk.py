@@ -181,6 +181,13 @@ def ticket_decide(
         answers, lowered = _order_answers(ticket, lines, orders or {}, answer, reason, reviewer)
         approved = any(a["answer"] == Decision.Answer.APPROVE for a in answers.values())
         answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
+    if answer == Decision.Answer.APPROVE and lines is None and not ticket.amount_cents:
+        # The policy proposed nothing (a damaged item the message does not name): the review
+        # node would refuse the approval of nothing, after the decision was recorded.
+        raise RefundError(
+            f"Nothing is proposed to refund for order {ticket.order.number}: choose what to "
+            "refund on the ticket page, or reject it, or ask the customer."
+        )
     if amount_cents is not None:
         if answer != Decision.Answer.APPROVE:
             raise RefundError("Only an approval carries a new amount.")
