@@ -84,7 +84,16 @@ def resent(email: Email, by: Any) -> None:
 def customer_message_ids(email: Email) -> list[str]:
     """The Message-IDs of the customer's messages an outbox row answers: its acknowledgment's
     message, or the messages placed on its ticket (oldest first), for refunds/mail.py's
-    In-Reply-To and References."""
+    In-Reply-To and References. A reply to a message set aside answers the message, after the
+    acknowledgment it was sent (ticketless, so refunds/mail.py finds no earlier email)."""
+    replied = _replied_message(email.key)
+    if replied is not None:
+        message = Message.objects.filter(pk=replied).first()
+        if message is None:
+            return []
+        ack = f"{message.thread_id}{ACK_SUFFIX}"
+        acked = Email.objects.filter(key=ack).exists()
+        return [m for m in (message.message_id, mail.message_id(ack) if acked else "") if m]
     if email.key.endswith(ACK_SUFFIX):
         found = Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX))
     elif email.ticket_id is not None:

@@ -270,6 +270,23 @@ def test_a_set_aside_reply_greets_and_signs_in_the_language_the_message_was_read
     )
 
 
+def test_a_set_aside_reply_threads_with_the_customers_message_and_its_acknowledgment(
+    transactional_db, agent, smtp, enqueued
+):
+    """One conversation in the customer's mail client (issue 31 item 5): the reply answers the
+    customer's own message, after the acknowledgment the desk sent them; walking the demo, the
+    change-of-address reply carried neither and stood alone beside the acknowledgment."""
+    message = waiting_message(subject="New address")
+    Message.objects.filter(pk=message.pk).update(message_id="<moved@customer.test>")
+    Email.objects.create(key=message.ack_key, to=message.sender, subject="Re: New address", body="")
+    sorting.message_mark_not_refund(message=message, by=agent, words="Noted, thank you.")
+    tasks.resend_email(enqueued[0])
+    (mail,) = smtp.delivered
+    ack = f"<{message.thread_id}.ack@refund-desk>"
+    assert mail.in_reply_to == ack
+    assert mail.references == f"<moved@customer.test> {ack}"
+
+
 def test_own_words_are_sent_and_no_reply_needs_a_why(transactional_db, agent, smtp, enqueued):
     message = waiting_message()
     with pytest.raises(sorting.SortingError, match="say why no reply is needed"):
