@@ -20,9 +20,11 @@ import boto3
 import pytest
 import requests
 from django.contrib.auth.models import User
+from django.db import transaction
 from moto.server import ThreadedMotoServer
 
 from config.storage import attachments_storage
+from core.network import NetworkInTransaction
 from intake import attachments, inbound
 from intake.models import Attachment, Message
 from refunds import enqueue, runner, services
@@ -333,3 +335,31 @@ def test_the_demo_keeps_photos_in_a_private_folder_served_only_through_the_check
 )
 def test_the_kind_is_read_from_the_bytes(head, kind):
     assert attachments.content_type(photo(head)) == kind
+
+
+def test_photos_of_a_reply_that_resumed_nothing_are_not_shown_as_the_customers(
+    transactional_db, client, bucket, agent, colleague, late_order
+):
+    """A reply from another address joins the timeline and resumes nothing: its photo is kept
+    and on its message's page, never beside the customer's quoted reply."""
+    ticket, question = waiting_on_the_customer(late_order, colleague, agent)
+    files = [("theirs.jpg", "image/jpeg", photo(seed="theirs"))]
+    post(client, reply_email(question, files, message_id="<x@y>", sender="mallory@example.com"))
+    post(client, reply_email(question, [("ana.jpg", "image/jpeg", photo(seed="ana"))]))
+    theirs, anas = Attachment.objects.order_by("id")
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(agent)
+    for page in (client.get("/"), client.get(f"/tickets/{ticket.pk}/")):
+        html = page.content.decode()
+        assert f"/attachments/{anas.pk}/" in html and f"/attachments/{theirs.pk}/" not in html
+    on_message = client.get(f"/messages/{theirs.message_id}/").content.decode()
+    assert f'href="/attachments/{theirs.pk}/"' in on_message
+
+
+def test_the_storage_is_never_written_inside_a_database_transaction(db, bucket):
+    _, kept = attachments.attachments_judge(
+        [attachments.Part("a.jpg", "image/jpeg", photo())], key="k"
+    )
+    with transaction.atomic(), pytest.raises(NetworkInTransaction):
+        attachments.attachments_store(kept)
+    assert bucket.keys() == []
