@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from intake import attachments, inbound
 from intake.models import Attachment, Message
 from refunds import enqueue, runner, services
 from refunds.models import CustomerQuestion, Ticket
+from tests.test_settings import manage_check
 
 WEBHOOK_KEY = "inbound-signing-key"
 REPLY_DOMAIN = "desk.example.com"
@@ -363,3 +365,52 @@ def test_the_storage_is_never_written_inside_a_database_transaction(db, bucket):
     with transaction.atomic(), pytest.raises(NetworkInTransaction):
         attachments.attachments_store(kept)
     assert bucket.keys() == []
+
+
+SHOW_STORAGE = (
+    "import json; from django.conf import settings; "
+    "print(json.dumps([settings.STORAGES['attachments'], "
+    "settings.CONTENT_SECURITY_POLICY['DIRECTIVES']['img-src'], str(settings.STATIC_ROOT)]))"
+)
+
+
+def test_the_settings_keep_attachments_in_a_private_folder_by_default(tmp_path):
+    result = manage_check(tmp_path, "shell", "-c", SHOW_STORAGE)
+    assert result.returncode == 0, result.stderr
+    storage, img_src, static_root = json.loads(result.stdout.strip().splitlines()[-1])
+    assert storage["BACKEND"] == "django.core.files.storage.FileSystemStorage"
+    assert storage["OPTIONS"]["location"] == str(tmp_path / "attachments")
+    assert storage["OPTIONS"]["base_url"] is None and not storage["OPTIONS"]["location"].startswith(
+        static_root
+    )
+    assert img_src == ["'self'", "data:"]
+
+
+def test_the_settings_keep_attachments_in_s3_when_a_bucket_is_named(tmp_path):
+    result = manage_check(
+        tmp_path,
+        "shell",
+        "-c",
+        SHOW_STORAGE,
+        REFUNDS_ATTACHMENTS_S3_BUCKET="desk-photos",
+        REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL="https://s3.example.com:9000",
+        REFUNDS_ATTACHMENTS_URL_SECONDS="45",
+    )
+    assert result.returncode == 0, result.stderr
+    storage, img_src, _ = json.loads(result.stdout.strip().splitlines()[-1])
+    assert storage["BACKEND"] == "storages.backends.s3.S3Storage"
+    options = storage["OPTIONS"]
+    assert options["bucket_name"] == "desk-photos" and options["querystring_auth"] is True
+    assert options["querystring_expire"] == 45 and options["default_acl"] is None
+    assert options["endpoint_url"] == "https://s3.example.com:9000"
+    assert img_src == ["'self'", "data:", "https://s3.example.com:9000"]
+
+
+def test_a_bad_endpoint_stops_the_start_naming_the_variable(tmp_path):
+    result = manage_check(
+        tmp_path,
+        REFUNDS_ATTACHMENTS_S3_BUCKET="desk-photos",
+        REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL="s3.example.com",
+    )
+    assert result.returncode == 1
+    assert "REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL must start with one of http://" in result.stderr
