@@ -430,17 +430,17 @@ REFUNDS_ATTACHMENTS_PER_MESSAGE = env_int("REFUNDS_ATTACHMENTS_PER_MESSAGE", 5, 
 # serves it directly), or an S3 bucket when one is named. The credentials are boto3's own
 # (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the machine's role); the endpoint is for an
 # S3-compatible store other than AWS. A photo's link is signed and lasts URL_SECONDS.
-REFUNDS_ATTACHMENTS_DIR = writable_dir(
-    "REFUNDS_ATTACHMENTS_DIR", env_str("REFUNDS_ATTACHMENTS_DIR", str(DATA_DIR / "attachments"))
-)
 REFUNDS_ATTACHMENTS_S3_BUCKET = env_str("REFUNDS_ATTACHMENTS_S3_BUCKET", "")
+REFUNDS_ATTACHMENTS_DIR = env_str("REFUNDS_ATTACHMENTS_DIR", str(DATA_DIR / "attachments"))
+if not REFUNDS_ATTACHMENTS_S3_BUCKET:  # the folder is made, and must be writable, only if used
+    REFUNDS_ATTACHMENTS_DIR = str(writable_dir("REFUNDS_ATTACHMENTS_DIR", REFUNDS_ATTACHMENTS_DIR))
 REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL = env_str("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "")
 if REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL:
     env_url("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "", schemes=("http", "https"))
 REFUNDS_ATTACHMENTS_S3_REGION = env_str("REFUNDS_ATTACHMENTS_S3_REGION", "")
 REFUNDS_ATTACHMENTS_URL_SECONDS = env_int("REFUNDS_ATTACHMENTS_URL_SECONDS", 60, minimum=5)
 STORAGES["attachments"] = attachments_storage(
-    folder=str(REFUNDS_ATTACHMENTS_DIR),
+    folder=REFUNDS_ATTACHMENTS_DIR,
     bucket=REFUNDS_ATTACHMENTS_S3_BUCKET,
     endpoint_url=REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL,
     region=REFUNDS_ATTACHMENTS_S3_REGION,
