@@ -31,6 +31,7 @@ from config.env import (
     sqlite_file,
     writable_dir,
 )
+from config.storage import attachments_storage
 from refunds.policy import DEFAULT_AGENT_LIMIT_CENTS
 
 exit_on_bad_setting()  # a bad variable stops the process with one line naming it
@@ -417,6 +418,41 @@ INBOUND_MAX_BODY_BYTES = env_int("INBOUND_MAX_BODY_BYTES", 25 * 1024 * 1024, min
 # A signed inbound post whose signature's timestamp is further than this from now is refused, and
 # each signature's token is taken once (Mailgun's advice: not too tight, its deliveries may lag).
 INBOUND_SIGNATURE_MAX_AGE_SECONDS = env_int("INBOUND_SIGNATURE_MAX_AGE_SECONDS", 900, minimum=60)
+# Customers' attachments (intake/attachments.py): images (JPEG, PNG, GIF, WebP, HEIC) and PDF
+# only, judged by their bytes; at most MAX_BYTES each and PER_MESSAGE on one message, the rest
+# refused and listed on the message with why. Kept in the "attachments" storage below, served
+# only through the desk's check (reviews/views/attachments.py).
+REFUNDS_ATTACHMENT_MAX_BYTES = env_int(
+    "REFUNDS_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1024
+)
+REFUNDS_ATTACHMENTS_PER_MESSAGE = env_int("REFUNDS_ATTACHMENTS_PER_MESSAGE", 5, minimum=1)
+# Where they are kept: a private folder of the data folder (never under STATIC_ROOT, nothing
+# serves it directly), or an S3 bucket when one is named. The credentials are boto3's own
+# (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the machine's role); the endpoint is for an
+# S3-compatible store other than AWS. A photo's link is signed and lasts URL_SECONDS.
+REFUNDS_ATTACHMENTS_S3_BUCKET = env_str("REFUNDS_ATTACHMENTS_S3_BUCKET", "")
+REFUNDS_ATTACHMENTS_DIR = env_str("REFUNDS_ATTACHMENTS_DIR", str(DATA_DIR / "attachments"))
+if not REFUNDS_ATTACHMENTS_S3_BUCKET:  # the folder is made, and must be writable, only if used
+    REFUNDS_ATTACHMENTS_DIR = str(writable_dir("REFUNDS_ATTACHMENTS_DIR", REFUNDS_ATTACHMENTS_DIR))
+REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL = env_str("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "")
+if REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL:
+    env_url("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "", schemes=("http", "https"))
+REFUNDS_ATTACHMENTS_S3_REGION = env_str("REFUNDS_ATTACHMENTS_S3_REGION", "")
+REFUNDS_ATTACHMENTS_URL_SECONDS = env_int("REFUNDS_ATTACHMENTS_URL_SECONDS", 60, minimum=5)
+STORAGES["attachments"] = attachments_storage(
+    folder=REFUNDS_ATTACHMENTS_DIR,
+    bucket=REFUNDS_ATTACHMENTS_S3_BUCKET,
+    endpoint_url=REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL,
+    region=REFUNDS_ATTACHMENTS_S3_REGION,
+    url_seconds=REFUNDS_ATTACHMENTS_URL_SECONDS,
+)
+if REFUNDS_ATTACHMENTS_S3_BUCKET:
+    # A photo on a page is the desk's link, redirected to the bucket: the page may show it.
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["img-src"].append(
+        "/".join(REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL.split("/")[:3])
+        if REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL
+        else "https://*.amazonaws.com"
+    )
 INTAKE_TASK_WRAPPER = ""  # a dotted path wrapping every intake task (crash tests: devtools)
 
 # devtools/ (crash points, worker processes, the SMTP sink, the fake processor, `manage.py

@@ -7,7 +7,9 @@ into a Message.
 An email is never refused once signed: the customer already sent it. Its faults (no text, too
 long, a From that is no address) send it to "Needs sorting" (intake/services.py). Text in a
 charset that does not decode is kept with replacement characters; the raw MIME is kept too, with
-each attachment set aside in a line that says so (named on the message, not kept yet)."""
+each attachment taken out and a line in its place. Attachments are judged and the kept ones
+written to storage before the message's transaction (intake/attachments.py), and recorded with
+the message."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from datetime import UTC, datetime, timedelta
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
 from email.utils import getaddresses
-from typing import Any
 
 from anymail.exceptions import AnymailInvalidAddress
 from anymail.inbound import AnymailInboundMessage
@@ -29,6 +30,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.html import strip_tags
 
+from intake import attachments
 from intake.models import Message, SignatureToken
 from intake.services import message_receive
 from intake.webhook import Refused
@@ -47,15 +49,18 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
     if email is None:  # an ESP's event without a message: nothing a customer wrote
         log.warning("inbound %s event %s carried no message", esp_name, event.event_id)
         return
-    attachments = _set_aside(email)
+    parts = _set_aside(email)
     raw = _raw(email)
     sender, name = _from(email)
+    key = _key(email, raw, sender)
+    about, kept = attachments.attachments_judge(parts, key=key)
+    attachments.attachments_store(kept)  # before the row that names them: see the module
     with transaction.atomic():  # the token is taken only with the message it brought
         if esp_name in SIGNS_TIMESTAMP_AND_TOKEN:
             _signed_once(event)
         message, created = message_receive(
             channel=Message.Channel.EMAIL,
-            key=_key(email, raw, sender),
+            key=key,
             sender=sender,
             sender_name=name,
             subject=email.subject or "",
@@ -63,10 +68,12 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
             received_at=_received_at(event.timestamp),
             raw=raw,
             message_id=email.get("Message-ID") or "",
-            attachments=attachments,
+            attachments=about,
             recipients=_recipients(email),
             references=_references(email),
         )
+        if created:
+            attachments.attachments_record(message, kept)
     log.info("inbound %s: message %s (%s)", esp_name, message.pk, "new" if created else "again")
 
 
@@ -176,22 +183,26 @@ def _key(email: AnymailInboundMessage, raw: str, sender: str) -> str:
     return f"{message_id} from {sender.lower()}"
 
 
-def _set_aside(email: AnymailInboundMessage) -> list[dict[str, Any]]:
-    """What is attached, named and set aside: each part that is no text of the message (a
-    photo, a PDF, a file) leaves a line in its place in the raw MIME."""
-    about = []
+def _set_aside(email: AnymailInboundMessage) -> list[attachments.Part]:
+    """What is attached, taken out: each part that is no text of the message (a photo, a PDF, a
+    file) leaves a line in its place in the raw MIME, naming its bytes' digest."""
+    parts = []
     for part in email.walk():
         if part.is_multipart() or not (
             part.is_attachment() or part.get_content_maintype() != "text"
         ):
             continue
         content = part.get_payload(decode=True)
-        size = len(content) if isinstance(content, bytes) else 0
+        content = content if isinstance(content, bytes) else b""
         name = " ".join((part.get_filename() or "").split())
-        about.append({"name": name, "type": part.get_content_type(), "size": size})
+        parts.append(attachments.Part(name, part.get_content_type(), content))
+        digest = hashlib.sha256(content).hexdigest()
         del part["Content-Transfer-Encoding"]
-        part.set_payload(f"(attachment {name or 'without a name'}, {size} bytes: not kept)\n")
-    return about
+        part.set_payload(
+            f"(attachment {name or 'without a name'}, {len(content)} bytes, sha256 {digest}: "
+            "kept apart, or refused, as the message's attachments say)\n"
+        )
+    return parts
 
 
 def _raw(email: AnymailInboundMessage) -> str:

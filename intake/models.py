@@ -65,8 +65,9 @@ class Message(models.Model):
     brought_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # What was attached, set aside and not kept yet: [{"name", "type", "size"}]; the raw MIME
-    # keeps a line in each one's place.
+    # Every part attached, in order: [{"name", "type" (as the sender declared it), "size",
+    # "sha256", "refused": why ("" when kept as an Attachment)}]; the raw MIME keeps a line in
+    # each one's place. Older rows (before attachments were kept) have no "refused".
     attachments = models.JSONField(default=list, blank=True)
     # The intake workflow's thread (a LangGraph StateGraph), one per message.
     thread_id = models.CharField(max_length=64, unique=True)
@@ -91,6 +92,8 @@ class Message(models.Model):
         on_delete=models.SET_NULL,
         related_name="messages",
     )
+    # A reply (answers_question) that resumed the ticket's wait: the one the review quotes.
+    resumed_wait = models.BooleanField(default=False, db_default=False)
     # The ticket it opened, or the open ticket whose timeline it was added to.
     ticket = models.ForeignKey(
         Ticket, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
@@ -202,3 +205,44 @@ class SignatureToken(models.Model):
 
     def __str__(self) -> str:
         return f"Signature token {self.token[:12]}… of {local_words(self.signed_at)}"
+
+
+class AttachmentQuerySet(models.QuerySet):
+    def of_replies(self, ticket_ids) -> AttachmentQuerySet:
+        """The files of the customers' replies that resumed these tickets' waits on them (the
+        replies the reviews quote), oldest first."""
+        return self.filter(message__ticket_id__in=ticket_ids, message__resumed_wait=True).order_by(
+            "message_id", "id"
+        )
+
+
+class Attachment(models.Model):
+    """A file a customer attached and the desk kept (intake/attachments.py): an image or a PDF
+    by its bytes, within the limits. Its bytes are in the "attachments" storage under `name`,
+    written before this row (a name is the message's key and the bytes' digest, so a retry writes
+    the same object again); pages link to it through reviews' attachment view, which checks
+    that the user may read the message."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="files")
+    name = models.CharField(max_length=255, unique=True)  # in the "attachments" storage
+    filename = models.CharField(max_length=255, blank=True)  # as the customer's mail named it
+    content_type = models.CharField(max_length=100)  # read from its bytes, not its name
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = AttachmentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "sha256"], name="attachment_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.filename or self.name} on message {self.message_id}"
+
+    @property
+    def is_image(self) -> bool:
+        """Shown as a picture in a browser (HEIC is not, by most: a link)."""
+        return self.content_type.startswith("image/") and self.content_type != "image/heic"

@@ -41,6 +41,7 @@ def reply_place(message: Message, *, recipients: Iterable[str], references: Iter
         ticket=ticket,
         answers_question=found.question,
         sorting_reason="" if replied.resumed else f"A reply that resumed nothing: {replied.why}.",
+        resumed_wait=replied.resumed,
         finished_at=now,
         updated_at=now,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
-from intake.models import Message
+from intake.models import Attachment, Message
 from refunds import permissions
 from refunds.models import Order, TicketOrder, of_customer, same_customer
 
@@ -28,6 +28,12 @@ def messages_visible(user) -> QuerySet[Message]:
         | Q(ticket__isnull=True, brought_by=user)
         | Q(status=Message.Status.NOT_REFUND, handled_by=user)  # set aside by them: to undo
     )
+
+
+def reply_files(ticket_id: int) -> QuerySet[Attachment]:
+    """The files of the customer's replies that resumed this ticket's waits (the replies its
+    reviews quote), oldest first."""
+    return Attachment.objects.of_replies([ticket_id])
 
 
 def messages_needing_sorting() -> QuerySet[Message]:

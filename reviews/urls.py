@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reviews.views import account, audit, queue, sorting, ticket, tickets
+from reviews.views import account, attachments, audit, queue, sorting, ticket, tickets
 
 app_name = "reviews"
 urlpatterns = [
@@ -19,6 +19,7 @@ urlpatterns = [
         name="email_resend",
     ),
     path("messages/<int:message_id>/", ticket.message_detail, name="message"),
+    path("attachments/<int:attachment_id>/", attachments.attachment, name="attachment"),
     path("messages/<int:message_id>/history/", ticket.message_history, name="message_history"),
     path("messages/needs-sorting/", sorting.needs_sorting, name="needs_sorting"),
     path("messages/<int:message_id>/sort/", sorting.message_sort, name="message_sort"),

@@ -14,6 +14,7 @@ from io import BytesIO
 
 import pytest
 from django.core.exceptions import RequestDataTooBig
+from django.core.files.storage import storages
 from django.test import RequestFactory
 from prometheus_client import REGISTRY
 
@@ -154,7 +155,14 @@ def refused(reason: str) -> float:
     return REGISTRY.get_sample_value("refund_desk_inbound_refused_total", {"reason": reason}) or 0
 
 
-PHOTO = bytes(range(256)) * 12_000  # 3 MB, 4 MB once base64 in the MIME
+# 3 MB that start as a JPEG does (the kind is read from the bytes), 4 MB once base64 in the MIME.
+PHOTO = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 12_000
+PHOTO_SIZE = len(PHOTO)
+PHOTO_SHA256 = hashlib.sha256(PHOTO).hexdigest()
+KEPT = [
+    {"name": "damage.jpg", "type": "image/jpeg", "size": PHOTO_SIZE, "sha256": PHOTO_SHA256}
+    | {"refused": ""}
+]
 WITH_PHOTO = (
     "From: Ana Souza <ana@example.com>\r\n"
     "Subject: Broken on arrival\r\n"
@@ -172,18 +180,22 @@ WITH_PHOTO = (
 )
 
 
-def test_an_email_with_a_3_mb_photo_is_taken_and_its_photo_named_not_kept(post, db, woken):
+def test_an_email_with_a_3_mb_photo_is_taken_and_its_photo_kept_apart(post, db, woken):
     assert len(WITH_PHOTO) > 4_000_000  # over Django's 2.5 MB for one form field
     response = post(signed({"body-mime": WITH_PHOTO}))
     assert response.status_code == 200
     message = Message.objects.get()
     assert "#1042 arrived broken" in message.body and "Olá" in message.body
-    assert message.attachments == [{"name": "damage.jpg", "type": "image/jpeg", "size": 3_072_000}]
-    assert "(attachment damage.jpg, 3072000 bytes: not kept)" in message.raw
+    assert message.attachments == KEPT
+    [kept] = message.files.all()
+    assert (kept.filename, kept.content_type, kept.size) == ("damage.jpg", "image/jpeg", PHOTO_SIZE)
+    assert storages["attachments"].open(kept.name).read() == PHOTO
+    # The raw MIME names it in its place rather than carrying its bytes twice.
+    assert f"(attachment damage.jpg, {PHOTO_SIZE} bytes, sha256 {PHOTO_SHA256}:" in message.raw
     assert len(message.raw) < 10_000 and woken == [message.pk]
 
 
-def test_the_parsed_route_takes_a_3_mb_attachment_and_names_it(client, db, woken):
+def test_the_parsed_route_takes_a_3_mb_attachment_and_keeps_it(client, db, woken):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     fields = signed(
@@ -199,7 +211,7 @@ def test_the_parsed_route_takes_a_3_mb_attachment_and_names_it(client, db, woken
     assert response.status_code == 200
     message = Message.objects.get()
     assert message.sender == "ana@example.com" and "#1042" in message.body
-    assert message.attachments == [{"name": "damage.jpg", "type": "image/jpeg", "size": 3_072_000}]
+    assert message.attachments == KEPT and message.files.get().sha256 == PHOTO_SHA256
 
 
 def test_a_post_over_the_inbound_limit_is_refused_413_counted_and_stores_nothing(

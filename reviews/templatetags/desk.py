@@ -363,3 +363,22 @@ def lateness(order) -> str:
         return "on time"
     word = "late" if days > 0 else "early"
     return f"{abs(days)} day{'s' if abs(days) != 1 else ''} {word}"
+
+
+@register.filter
+def reply_files(ticket) -> list:
+    """The files the customer sent with their replies to the ticket's questions."""
+    from intake import selectors as intake_selectors
+
+    return list(intake_selectors.reply_files(ticket.pk))
+
+
+@register.filter
+def refused_files(about: list) -> list[dict]:
+    """The parts of a message that were refused, with why (older messages kept none: each
+    of theirs says "not kept")."""
+    return [
+        a | {"refused": a.get("refused", "not kept")}
+        for a in about or []
+        if isinstance(a, dict) and a.get("refused", "not kept")
+    ]

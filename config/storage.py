@@ -1,0 +1,37 @@
+"""The "attachments" storage of STORAGES, from the settings that choose it: a private folder, or
+an S3 bucket (django-storages) whose links are signed and short-lived. One function, so the
+tests build the very storage production does, pointed at their own S3 server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def attachments_storage(
+    *, folder: str, bucket: str = "", endpoint_url: str = "", region: str = "", url_seconds: int
+) -> dict[str, Any]:
+    if bucket:
+        return {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": bucket,
+                "endpoint_url": endpoint_url or None,
+                "region_name": region or None,
+                "location": "attachments",
+                "default_acl": None,  # the bucket's own: private
+                "querystring_auth": True,
+                "querystring_expire": url_seconds,
+                "signature_version": "s3v4",  # the links AWS and its lookalikes all check
+                "file_overwrite": True,  # a name is its message and its bytes: the same again
+            },
+        }
+    return {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {
+            "location": folder,
+            "base_url": None,  # no URL of its own: reviews' attachment view serves it
+            "allow_overwrite": True,  # a name is its message and its bytes: the same again
+            "file_permissions_mode": 0o600,
+            "directory_permissions_mode": 0o700,
+        },
+    }

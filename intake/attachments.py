@@ -1,0 +1,142 @@
+"""Customers' attachments: judged, kept in the "attachments" storage, and recorded on their
+message.
+
+What is kept is judged by its bytes, never by its name or declared type: JPEG, PNG, GIF, WebP,
+HEIC and PDF, at most REFUNDS_ATTACHMENT_MAX_BYTES each and REFUNDS_ATTACHMENTS_PER_MESSAGE on
+one message. Everything else is refused, stored nowhere, and listed in the message's
+`attachments` descriptions with why.
+
+The bytes are written before the message's row commits, under a name made of the message's key
+and the bytes' digest: the webhook's retry after a crash (or a second delivery of the same email)
+writes the same object again, so an object is either named by its Attachment row or overwritten
+by the retry that records it; nothing a row names can be missing. Writing happens outside any
+database transaction (a network wait on S3 inside one would hold SQLite's whole database)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.storage import Storage, storages
+
+from core.network import outside_transaction
+from intake.models import Attachment, Message
+
+STORAGE = "attachments"
+# The kinds kept, each found by its own magic number (content_type), and its file extension.
+EXTENSIONS = {
+    "image/jpeg": ".jpg",
+    "image/png": ".png",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+    "image/heic": ".heic",
+    "application/pdf": ".pdf",
+}
+# ISO base media files whose major brand says HEIF/HEIC (a photo from a phone).
+HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"}
+
+
+@dataclass(frozen=True)
+class Part:
+    """One attached part as the email carried it."""
+
+    filename: str
+    declared_type: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A part that passed, with the name its bytes are kept under."""
+
+    name: str
+    filename: str
+    content_type: str
+    content: bytes
+    sha256: str
+
+
+def storage() -> Storage:
+    return storages[STORAGE]
+
+
+def content_type(content: bytes) -> str:
+    """The kind the bytes say they are ("" for none the desk keeps)."""
+    head = content[:16]
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    if head[4:8] == b"ftyp" and head[8:12] in HEIF_BRANDS:
+        return "image/heic"
+    if content[:1024].lstrip(b"\r\n\t ").startswith(b"%PDF-"):
+        return "application/pdf"
+    return ""
+
+
+def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[Kept]]:
+    """Each part described (name, declared type, size, digest, and why it was refused, "" when
+    kept), and the parts to keep, in the email's order. `key` is the message's key: with the
+    digest it names the stored object."""
+    folder = hashlib.sha256(key.encode()).hexdigest()[:32]
+    limit = settings.REFUNDS_ATTACHMENT_MAX_BYTES
+    most = settings.REFUNDS_ATTACHMENTS_PER_MESSAGE
+    about: list[dict] = []
+    kept: list[Kept] = []
+    for part in parts:
+        digest = hashlib.sha256(part.content).hexdigest()
+        kind = content_type(part.content)
+        refused = ""
+        if len(part.content) > limit:
+            refused = f"over the limit of {limit:,} bytes"
+        elif not kind:
+            refused = "not an image (JPEG, PNG, GIF, WebP, HEIC) or a PDF by its content"
+        elif any(one.sha256 == digest for one in kept):
+            refused = "the same file as one kept above"
+        elif len(kept) >= most:
+            refused = f"more than {most} files on one message: the first {most} are kept"
+        about.append(
+            {
+                "name": part.filename,
+                "type": part.declared_type,
+                "size": len(part.content),
+                "sha256": digest,
+                "refused": refused,
+            }
+        )
+        if not refused:
+            name = f"{folder}/{digest}{EXTENSIONS[kind]}"
+            kept.append(Kept(name, part.filename, kind, part.content, digest))
+    return about, kept
+
+
+def attachments_store(kept: list[Kept]) -> None:
+    """Write each kept part's bytes under its name (the same name again overwrites it: a
+    retry). Outside any transaction: S3 is a network wait."""
+    outside_transaction("the attachments' storage")
+    files = storage()
+    for one in kept:
+        files.save(one.name, ContentFile(one.content))
+
+
+def attachments_record(message: Message, kept: list[Kept]) -> None:
+    """The rows of the kept parts on a message just created, in its transaction."""
+    Attachment.objects.bulk_create(
+        [
+            Attachment(
+                message=message,
+                name=one.name,
+                filename=one.filename[:255],
+                content_type=one.content_type,
+                size=len(one.content),
+                sha256=one.sha256,
+            )
+            for one in kept
+        ]
+    )

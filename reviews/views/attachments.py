@@ -1,0 +1,54 @@
+"""A customer's attachment, to whoever may read its message: streamed from the file system, or
+a redirect to a signed link to the object in S3 that lasts REFUNDS_ATTACHMENTS_URL_SECONDS. The
+storage is never served otherwise (it lies outside the static root, and the bucket is private)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.files.storage import FileSystemStorage
+from django.http import FileResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
+from django.shortcuts import get_object_or_404
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_GET
+
+from intake import attachments, selectors
+from intake.models import Attachment
+from refunds import permissions
+from reviews.views.common import HtmxHttpRequest
+
+
+@require_GET
+@login_required
+def attachment(request: HtmxHttpRequest, attachment_id: int) -> HttpResponseBase:
+    # The message page's own check: who may read the message may see what it brought.
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    kept = get_object_or_404(
+        Attachment.objects.filter(message__in=selectors.messages_visible(request.user)),
+        pk=attachment_id,
+    )
+    disposition = (
+        content_disposition_header(False, kept.filename or kept.name.rsplit("/")[-1]) or "inline"
+    )
+    files = attachments.storage()
+    if not isinstance(files, FileSystemStorage):
+        url = files.url(  # type: ignore[call-arg] # S3Storage's url() takes these
+            kept.name,
+            parameters={
+                "ResponseContentType": kept.content_type,
+                "ResponseContentDisposition": disposition,
+            },
+            expire=settings.REFUNDS_ATTACHMENTS_URL_SECONDS,
+        )
+        response: HttpResponseBase = HttpResponseRedirect(url)
+    else:
+        response = FileResponse(files.open(kept.name), content_type=kept.content_type)
+        response["Content-Disposition"] = disposition
+        # Its bytes are the customer's: nothing in them runs as the desk's page.
+        response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    response["Cache-Control"] = "private, no-store"
+    return response
