@@ -1,16 +1,22 @@
-"""A manager asks the customer for a photo on the ticket page and decides on the reply, in a real
-browser at 390 and 1280 px. The test runs the thread itself between the clicks (no worker).
+"""A manager asks the customer for a photo on the ticket page and decides on the reply, which
+comes through the inbound webhook with two photos shown on the card and the ticket page, in a
+real browser at 390 and 1280 px. The test runs the thread itself between the clicks (no worker).
 Screenshots under var/test/screenshots/ask-*.png for a person to look at."""
 
 from __future__ import annotations
 
-import pytest
-from django.utils import timezone
+import struct
+import zlib
 
-from intake.services import message_receive
+import pytest
+from django.test import Client
+
+from intake.models import Attachment
 from refunds import enqueue, runner, services
 from refunds.models import CannedReason, CustomerQuestion, Decision, Ticket
 from tests.conftest import wait_for
+from tests.test_attachments import post, reply_email
+from tests.test_attachments import webhook as webhook  # noqa: F401 (a fixture)
 from tests.test_browser import csp_problems
 from tests.test_browser_desk import browser, page_for, shots  # noqa: F401 (the fixture)
 
@@ -21,6 +27,23 @@ pytestmark = [pytest.mark.browser]
 def no_worker(settings, monkeypatch):
     settings.REFUNDS_UNDO_SECONDS = 0
     monkeypatch.setattr(enqueue, "send", lambda name, pk: True)
+
+
+def png(red: int, green: int, blue: int) -> bytes:
+    """A real 8x8 PNG of one colour, as a phone's photo would be a real image."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + bytes((red, green, blue)) * 8 for _ in range(8))
+    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def fits(page, name: str) -> None:
@@ -57,25 +80,29 @@ def test_a_manager_asks_for_a_photo_and_decides_on_the_reply(
     expect(page.locator("#waiting-on-customer")).to_contain_text("Waiting on the customer since")
     fits(page, "waiting")
 
+    # The reply comes through the mail provider's inbound webhook with two photos.
     question = CustomerQuestion.objects.get(ticket=ticket)
-    body = "Here it is: the lamp's shade is cracked right across."
-    message_receive(
-        channel="email",
-        key="<photo@customer.test>",
-        message_id="<photo@customer.test>",
-        sender=big_order.customer_email,
-        subject="Re: your question",
-        body=body,
-        received_at=timezone.now(),
-        raw=body,
-        recipients=[f"replies+{question.token}@desk.example.com"],
-    )
+    files = [
+        ("front.png", "image/png", png(200, 40, 40)),
+        ("side.png", "image/png", png(40, 90, 200)),
+    ]
+    reply = reply_email(question, files, sender=big_order.customer_email)
+    assert post(Client(), reply).status_code == 200
+    assert Attachment.objects.count() == 2
     assert runner.advance(ticket.pk) == "awaiting_review"
     page.goto(f"{live_server.url}/")
-    expect(page.locator(f"#review-{ticket.pk}")).to_contain_text("cracked right across")
+    card = page.locator(f"#review-{ticket.pk}")
+    expect(card).to_contain_text("the vase is in pieces")
+    photos = card.locator("img.thumb")
+    expect(photos).to_have_count(2)
+    for i in range(2):  # drawn, through the checked link
+        photos.nth(i).scroll_into_view_if_needed()
+        expect(photos.nth(i)).to_be_visible()
+        wait_for(lambda i=i: photos.nth(i).evaluate("e => e.complete && e.naturalWidth") == 8)
     fits(page, "queue-reply")
     page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
     expect(page.locator(".review-card .description")).to_contain_text("The customer replied:")
+    expect(page.locator("img.thumb")).to_have_count(2)
     fits(page, "reply")
     page.get_by_role("button", name="Approve the amount above").click()
     wait_for(lambda: Decision.objects.filter(ticket=ticket, answer="approve").exists())
