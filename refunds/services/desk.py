@@ -181,7 +181,8 @@ def ticket_decide(
         answers, lowered = _order_answers(ticket, lines, orders or {}, answer, reason, reviewer)
         approved = any(a["answer"] == Decision.Answer.APPROVE for a in answers.values())
         answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
-    if answer == Decision.Answer.APPROVE and lines is None and not ticket.amount_cents:
+    proposed = (ticket.pending_payload or {}).get("amount_cents")
+    if answer == Decision.Answer.APPROVE and lines is None and proposed == 0:
         # The policy proposed nothing (a damaged item the message does not name): the review
         # node would refuse the approval of nothing, after the decision was recorded.
         raise RefundError(
