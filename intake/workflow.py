@@ -5,7 +5,8 @@ Message.thread_id), four nodes in a line, each its own step:
 2. find orders: the order numbers in the text, or else the sender's only recent order in the
    desk; each asked of the desk, then of the shop (refunds.services.order_find). An order whose
    customer is not the sender, several customers' orders, no order, a message not about a
-   refund or a reader that failed: the message goes to "Needs sorting" with the reason.
+   refund, a reading less sure than REFUNDS_READER_MIN_CONFIDENCE (with what was unsure) or a
+   reader that failed: the message goes to "Needs sorting" with the reason.
 3. open the ticket: in one transaction fenced by the message's lease epoch, one ticket covering
    the message's orders (refunds.services.ticket_open(order_numbers=...), with the reason and the
    reading, opened by whoever brought the message in; intake/placing.py), the message added to
@@ -43,7 +44,7 @@ from langgraph.runtime import get_runtime
 from core import sql
 from intake import placing, reader
 from intake.models import Message
-from intake.reading import Reading
+from intake.reading import Reading, sureness
 from intake.services import message_problems
 from refunds import audit, mail, persistence, policy, services
 from refunds import lease as leases
@@ -119,6 +120,9 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
     reading = Reading.from_json(read["reading"])
     if reading.reason not in policy.TICKET_REASONS:
         return {"sorting": f"Not about a refund (read by {reading.read_by})."}
+    if reading.confidence < settings.REFUNDS_READER_MIN_CONFIDENCE:
+        # A review opened on a guess costs a reviewer more than a message sorted by hand.
+        return {"sorting": unsure_words(reading)}
     try:
         numbers = list(dict.fromkeys(order_number_read(n) for n in reading.orders if n.strip("# ")))
     except ValueError as exc:
@@ -146,6 +150,18 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
         named = ", ".join(missing)
         return {"sorting": f"There is no order {named}, in the desk or in the shop."}
     return {"orders": numbers}
+
+
+def unsure_words(reading: Reading) -> str:
+    """Why a reading was not acted on, for the message's page and "Needs sorting"."""
+    why = "; ".join(reading.unsure) or "no reason given"
+    return (
+        f"The reader was unsure (confidence {sureness(reading.confidence)}, below "
+        f"{sureness(settings.REFUNDS_READER_MIN_CONFIDENCE)}; read by {reading.read_by}): {why}. "
+        f"It read {policy.REASONS[reading.reason].lower()}"
+        + (f", order {', '.join(reading.orders)}" if reading.orders else "")
+        + "."
+    )[:2000]
 
 
 def _recent_order(message: Message) -> dict[str, Any]:
