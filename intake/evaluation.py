@@ -9,6 +9,7 @@ A file holds one JSON object a line: {"sender": ..., "subject": ..., "body": ...
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -231,3 +232,34 @@ def report(name: str, result: Score) -> list[str]:
         row = "".join(f"{result.confusion[(label, r)]:>{width}}" for r in REASONS)
         lines.append(f"    {SHORT[label]:<{width}}{row}")
     return lines
+
+
+# --- labelled lines from what reviewers corrected (`manage.py export_corrections`) -------------
+_ADDRESS = re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+")
+
+
+class Masker:
+    """Each email address as a stand-in, the same one for the same address throughout an export
+    ("customer-1@example.invalid"), so a shop can share its set without its customers' addresses."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def address(self, address: str) -> str:
+        key = address.strip().lower()
+        if key not in self.seen:
+            self.seen[key] = f"customer-{len(self.seen) + 1}@example.invalid"
+        return self.seen[key]
+
+    def text(self, text: str) -> str:
+        return _ADDRESS.sub(lambda m: self.address(m.group()), text)
+
+
+def labelled_line(
+    *, sender: str, subject: str, body: str, orders: list[str], reason: str, **extra: object
+) -> str:
+    """One line of the format `load` reads; extra keys (what was read) are kept beside."""
+    if reason not in REASONS:
+        raise ValueError(f"unknown reason {reason!r}")
+    data = {"sender": sender, "subject": subject, "body": body, "orders": orders, "reason": reason}
+    return json.dumps({**data, **extra}, ensure_ascii=False)
