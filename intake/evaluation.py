@@ -195,6 +195,7 @@ SHORT = {
     "wrong_item": "wrong",
     "other": "other",
     "not_refund": "not_ref",
+    "refund_status": "status",
 }
 
 

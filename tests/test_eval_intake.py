@@ -48,13 +48,14 @@ def test_it_prints_the_exact_figures_for_the_rules_on_a_small_file():
         "  confidence 50% or more: 6 of 6 read (coverage 1.000), 0 to Needs sorting; of those "
         "read, 0.833 right (reason and orders)",
         "  confusion (rows: labelled, columns: read)",
-        "                  late  damaged not_recv    wrong    other  not_ref",
-        "    late             2        0        0        0        0        0",
-        "    damaged          0        1        0        0        0        0",
-        "    not_recv         0        0        1        0        0        0",
-        "    wrong            0        0        0        0        1        0",
-        "    other            0        0        0        0        0        0",
-        "    not_ref          0        0        0        0        0        1",
+        "                  late  damaged not_recv    wrong    other  not_ref   status",
+        "    late             2        0        0        0        0        0        0",
+        "    damaged          0        1        0        0        0        0        0",
+        "    not_recv         0        0        1        0        0        0        0",
+        "    wrong            0        0        0        0        1        0        0",
+        "    other            0        0        0        0        0        0        0",
+        "    not_ref          0        0        0        0        0        1        0",
+        "    status           0        0        0        0        0        0        0",
         "  line 6: labelled wrong_item ['1050'], read other ['1051']",
     ]
 
@@ -106,7 +107,7 @@ def test_a_model_that_reads_some_messages_is_scored_with_its_fallback_count():
         (
             '\n\n{"body": "x", "orders": [], "reason": "angry"}\n',
             'line 3: "reason" must be one of late_delivery, damaged, not_received, wrong_item, '
-            "other, not_refund; got 'angry'",
+            "other, not_refund, refund_status; got 'angry'",
         ),
         ('{"body": "x", "orders": [1042], "reason": "other"}', 'line 1: "orders" must be a list'),
         ('{"orders": [], "reason": "other"}', 'line 1: no "body"'),

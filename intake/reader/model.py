@@ -29,7 +29,8 @@ from intake.reading import Reading
 from refunds import policy
 
 ReasonCode = Literal[
-    "late_delivery", "damaged", "not_received", "wrong_item", "other", "not_refund"
+    "late_delivery", "damaged", "not_received", "wrong_item", "other", "not_refund",
+    "refund_status",
 ]  # fmt: skip
 assert set(ReasonCode.__args__) == set(policy.REASONS)  # type: ignore[attr-defined]
 
@@ -72,7 +73,8 @@ one object with exactly these keys:
   late; "damaged": it arrived broken or faulty; "not_received": it never arrived; "wrong_item":
   another item than ordered; "other": money back asked for another reason (a cancellation, a
   double charge, a return); "not_refund": the message asks for no money back (a question about
-  stock or an address, a thank-you).
+  stock or an address, a thank-you); "refund_status": the customer asks where a refund they
+  already asked for is (no new request).
 - "orders": the shop's order numbers the customer writes about, exactly as written, without
   "#" ([] if none). Never a date, phone number, postcode, amount, year or tracking number.
 - "amount_cents": an amount of money the customer names, in cents (6.99 -> 699), or null.

@@ -49,9 +49,9 @@ _ORDER_FAR = re.compile(
 _HASH = re.compile(r"(?<![\w&])#\s?(?P<first>" + _ID + r")\b")
 _ANY_ID = re.compile(r"#?\s?(" + _ID + r")\b")
 _NOT_ORDER_BEFORE = re.compile(
-    r"(?:\b(?:" + vocabulary.NOT_ORDER_WORDS + r")\b)\W*(?:\w+\W+)?(?:number|no|nr|num|n[o°º])?\W*$"
+    r"(?:\b(?:" + vocabulary.NOT_ORDER_WORDS + r")\b)\W*(?:\w+\W+)?(?:number|no|nr|num|n[o°º])?\W*"
+    r"(?:(?:is|was|es|est|ist|e|era)\W+)?$"
 )
-_NOT_ORDER_WORD = re.compile(r"\b(?:" + vocabulary.NOT_ORDER_WORDS + r")\b")
 _SUBJECT_BARE = re.compile(r"(?<![\w#$€£.,:/-])(\d{3,12})(?![\w.,:/-]|\s?(?:€|\$|£|%))")
 # Numbers that are something else: dates, times, phone numbers, amounts, decimals, long codes.
 _NOT_ORDERS = re.compile(
@@ -93,6 +93,7 @@ _WORD = re.compile(r"[a-z']+")
 _NEGATION_BEFORE = re.compile(r"\b(?:" + vocabulary.NEGATIONS + r")\W+(?:\w+\W+)?$")
 _GREETING = re.compile(r"^\s*" + vocabulary.GREETINGS + r"[,!:.]*\s*$", re.I)
 _REFUND = re.compile(r"\b(?:" + "|".join(vocabulary.REFUND_PHRASES) + r")")
+_REFUND_STATUS = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_STATUS_PHRASES + r")")
 _REFUND_DONE = re.compile(r"\b(?:" + vocabulary.REFUND_DONE_PHRASES + r")")
 _FUZZY = {
     "refund": None, "reimburse": None, "reembolso": None, "remboursement": None,
@@ -143,9 +144,12 @@ def read(*, sender: str, subject: str, body: str) -> Reading:
         unsure += found.doubts
     # A reason the newest words name beats one in the quoted part; a named reason anywhere
     # beats a bare "refund please" ("any news? I asked for the fee back" above "it was late").
-    named = _reason_in(newest)
+    # "Where is my refund?" in the body; in the subject only when the words below it say no
+    # reason ("Where is my refund?" over "it came late, I'd like the fee back" is a request).
+    named = _status_in(newest[1:]) or _reason_in(newest)
     if named is None and (named := _reason_in(older)) is not None:
         unsure.append(_doubt("quoted_reason", named[1]))
+    named = named or _status_in(newest[:1])
     reason, reason_words, reason_sentence = (
         named or _asked_in(newest) or _asked_in(older) or _none()
     )
@@ -266,7 +270,7 @@ def _orders_in_part(part: _Part) -> list[_Hit]:
             number = match["far"]
             if _YEAR.match(number) or _AFTER_MONTH.search(text[: match.start("far")]):
                 continue
-            if _NOT_ORDER_WORD.search(text, match.start(), match.start("far")):
+            if _NOT_ORDER_BEFORE.search(text[max(0, match.start("far") - 40) : match.start("far")]):
                 continue  # "the order came late, the tracking number is 9400..."
             keep(*match.span("far"), match.start(), how="far")
             break  # the first such number only: a second is more likely something else's
@@ -360,6 +364,15 @@ def _late_by_dates(folded: Folded) -> tuple[str, str, str] | None:
                 policy.LATE_DELIVERY,
                 *_said(folded, expected.start(), came.end()),
             )
+    return None
+
+
+def _status_in(parts: list[_Part]) -> tuple[str, str, str] | None:
+    """Asks where a refund already asked for is ("where is my refund?", "I haven't received
+    my refund yet"): read before the reasons, whose "haven't received" it would be."""
+    for part in parts:
+        if found := _REFUND_STATUS.search(part.folded.text):
+            return policy.REFUND_STATUS, *_said(part.folded, found.start(), found.end())
     return None
 
 

@@ -376,3 +376,25 @@ DIGIT_WORDS: dict[str, str] = {
     **dict.fromkeys(("eight", "ocho", "huit", "acht", "oito", "otto"), "8"),
     **dict.fromkeys(("nine", "nueve", "neuf", "neun", "nove"), "9"),
 }
+
+# --- "where is my refund": a refund already asked for, asked after --------------------------
+REFUND_STATUS_PHRASES = (
+    r"where\s+(?:is|'s)\s+(?:my|the)\s+(?:\w+\s+)?refund|"
+    r"(?:status|news|update)\s+(?:of|on|about)\s+(?:my|the)\s+(?:\w+\s+)?refund|"
+    r"refund\s+status|(?:haven'?t|have\s+not|didn'?t|did\s+not|not|never|still\s+not)\s+"
+    r"(?:yet\s+)?(?:got(?:ten)?|received?|seen)\s+(?:my|the|any)\s+(?:\w+\s+)?refund|"
+    r"when\s+(?:will|do|can)\s+i\s+(?:get|receive|see)\s+(?:my|the)\s+(?:\w+\s+)?refund|"
+    r"refund\s+(?:has\s+)?(?:still\s+)?(?:not|n'?t|never)\s+(?:\w+\s+)?(?:arrived|come|"
+    r"shown\s+up|reached)|"
+    r"donde\s+esta\s+(?:mi|el)\s+reembolso|estado\s+de\s+(?:mi|el)\s+reembolso|"
+    r"(?:todavia|aun)\s+no\s+(?:he\s+)?recib\w*\s+(?:mi|el)\s+reembolso|"
+    r"no\s+(?:he\s+)?recibido\s+(?:mi|el)\s+reembolso|"
+    r"ou\s+en\s+est\s+(?:mon|le)\s+remboursement|"
+    r"(?:pas\s+(?:encore\s+)?|toujours\s+pas\s+)recu\s+(?:mon|le)\s+remboursement|"
+    r"wo\s+bleibt\s+(?:meine|die)\s+(?:ruck)?erstattung|"
+    r"(?:ruck)?erstattung\s+(?:\w+\s+){0,2}(?:noch\s+)?nicht\s+(?:erhalten|angekommen|bekommen)|"
+    r"(?:cade|onde\s+esta)\s+(?:o\s+)?(?:meu|o)\s+reembolso|"
+    r"(?:ainda\s+)?nao\s+recebi\s+o\s+(?:meu\s+)?reembolso|"
+    r"dov'?\s*e\s+(?:il\s+)?(?:mio|il)\s+rimborso|"
+    r"non\s+ho\s+(?:ancora\s+)?ricevuto\s+il\s+(?:mio\s+)?rimborso"
+)
