@@ -119,3 +119,38 @@ def test_where_is_my_refund_in_the_subject_over_a_new_request_is_the_request():
     assert reading.reason == policy.LATE_DELIVERY
     alone = rules.read(sender="a@example.com", subject="Where is my refund?", body="Thanks, Iris")
     assert alone.reason == policy.REFUND_STATUS
+
+
+def test_a_model_reading_where_is_my_refund_is_answered_the_same_way(
+    transactional_db, smtp, settings, monkeypatch
+):
+    import json
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from intake.reader import model
+
+    make_order("1042")
+    opened = receive("My order #1042 came a week late, can I have the delivery fee back?", key="a")
+    assert runner.advance(opened.ticket.pk) == "awaiting_review"
+    before = smtp.count()
+    settings.REFUNDS_MODEL = "fake:x"
+    answer = {
+        "reason": "refund_status",
+        "orders": [],
+        "amount_cents": None,
+        "language": "en",
+        "summary": "Asks after the refund.",
+        "quotes": {},
+        "confidence": 0.9,
+    }
+    monkeypatch.setattr(
+        model,
+        "build",
+        lambda spec: GenericFakeChatModel(messages=iter([AIMessage(content=json.dumps(answer))])),
+    )
+    asked = receive("Any news about the money you owe me?", key="b")
+    assert (asked.status, asked.reading["read_by"]) == (Message.Status.ANSWERED, "fake:x")
+    (told,) = smtp.delivered[before:]
+    assert "waiting for a person on our team" in told.body
