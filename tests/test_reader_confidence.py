@@ -259,6 +259,10 @@ def test_a_reading_below_the_threshold_goes_to_sorting_saying_what_was_unsure(
     client.force_login(agent)
     page = client.get(reverse("reviews:message", args=[message.pk])).content.decode()
     assert "The reader was unsure (confidence 75%" in page
+    sorting_page = client.get(reverse("reviews:needs_sorting")).content.decode()
+    assert "<strong>Unsure (75% sure):</strong> the order number stands apart from" in (
+        sorting_page.replace("&quot;", '"').replace("&#x27;", "'")
+    )
 
 
 def test_a_reading_at_or_above_the_threshold_opens_its_ticket(transactional_db, settings):
