@@ -360,6 +360,15 @@ REFUNDS_MODEL_API_KEY = env_str("REFUNDS_MODEL_API_KEY", "")
 REFUNDS_MODEL_BASE_URL = env_str("REFUNDS_MODEL_BASE_URL", "")
 REFUNDS_MODEL_TIMEOUT = env_number("REFUNDS_MODEL_TIMEOUT", 10.0, minimum=0.1)
 REFUNDS_MODEL_ATTEMPTS = env_int("REFUNDS_MODEL_ATTEMPTS", 2, minimum=1)
+# A reading less sure than this (0 to 1; intake/reader/rules.py DOUBTS says what costs what)
+# sends the message to "Needs sorting" with what was unsure, instead of opening a review on a
+# guess. 0: every reading is acted on.
+REFUNDS_READER_MIN_CONFIDENCE = env_number("REFUNDS_READER_MIN_CONFIDENCE", 0.5, minimum=0.0)
+if REFUNDS_READER_MIN_CONFIDENCE > 1:
+    raise BadSetting(
+        "REFUNDS_READER_MIN_CONFIDENCE must be at most 1 (a confidence is 0 to 1), "
+        f"got {os.environ['REFUNDS_READER_MIN_CONFIDENCE']!r}"
+    )
 
 # --- Production refuses the fakes -------------------------------------------------------------
 # Mail that never leaves this machine, or a gateway that moves no money, is the demo's. Outside

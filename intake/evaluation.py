@@ -1,5 +1,7 @@
 """Measuring a reader against labelled messages (`manage.py eval_intake`): order-number
-precision, recall and F1, reason accuracy, a confusion table, messages read per second.
+precision, recall and F1, reason accuracy, per reading (reason) precision, recall and F1 and
+their mean (macro-F1), a confusion table, coverage against accuracy at the confidence threshold,
+messages read per second.
 
 A file holds one JSON object a line: {"sender": ..., "subject": ..., "body": ..., "orders":
 ["1042"], "reason": "late_delivery"}; sender and subject may be left out."""
@@ -7,13 +9,14 @@ A file holds one JSON object a line: {"sender": ..., "subject": ..., "body": ...
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from intake.reading import Reading
+from intake.reading import Reading, sureness
 from refunds.policy import REASONS
 
 Reader = Callable[..., Reading]
@@ -46,6 +49,9 @@ class Score:
     fallbacks: Counter[str] = field(default_factory=Counter)  # why -> n
     seconds: float = 0.0
     misses: list[str] = field(default_factory=list)  # "line 12: reason late_delivery, read ..."
+    threshold: float = 0.0  # readings less sure than this go to "Needs sorting"
+    kept: int = 0  # messages read at least that sure
+    kept_right: int = 0  # of those, reason and orders both right
 
     @property
     def precision(self) -> float:
@@ -65,6 +71,36 @@ class Score:
     @property
     def accuracy(self) -> float:
         return self.right_reasons / self.messages if self.messages else 0.0
+
+    def per_reason(self, reason: str) -> tuple[float, float, float, int]:
+        """(precision, recall, F1, how many are labelled so) of one reading."""
+        labelled = sum(n for (label, _), n in self.confusion.items() if label == reason)
+        read = sum(n for (_, got), n in self.confusion.items() if got == reason)
+        right = self.confusion[(reason, reason)]
+        precision = right / read if read else 0.0
+        recall = right / labelled if labelled else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return precision, recall, f1, labelled
+
+    @property
+    def seen_reasons(self) -> list[str]:
+        """The readings labelled or read in the file: those macro-F1 averages over."""
+        seen = {r for pair in self.confusion for r in pair}
+        return [r for r in REASONS if r in seen]
+
+    @property
+    def macro_f1(self) -> float:
+        reasons = self.seen_reasons
+        return sum(self.per_reason(r)[2] for r in reasons) / len(reasons) if reasons else 0.0
+
+    @property
+    def coverage(self) -> float:
+        """The share read at least as sure as the threshold (the rest go to a person)."""
+        return self.kept / self.messages if self.messages else 0.0
+
+    @property
+    def kept_accuracy(self) -> float:
+        return self.kept_right / self.kept if self.kept else 0.0
 
     @property
     def per_second(self) -> float:
@@ -124,8 +160,8 @@ def _norm(order: str) -> str:
     return order.strip().lstrip("#").strip().upper()
 
 
-def score(examples: list[Example], reader: Reader) -> Score:
-    result = Score()
+def score(examples: list[Example], reader: Reader, *, threshold: float = 0.0) -> Score:
+    result = Score(threshold=threshold)
     started = time.perf_counter()
     for example in examples:
         reading = reader(sender=example.sender, subject=example.subject, body=example.body)
@@ -137,12 +173,16 @@ def score(examples: list[Example], reader: Reader) -> Score:
         result.missed_orders += len(labelled - read)
         result.right_reasons += reading.reason == example.reason
         result.confusion[(example.reason, reading.reason)] += 1
+        if reading.confidence >= threshold:
+            result.kept += 1
+            result.kept_right += read == labelled and reading.reason == example.reason
         if reading.fallback:
             result.fallbacks[reading.fallback] += 1
         if read != labelled or reading.reason != example.reason:
             result.misses.append(
                 f"line {example.line}: labelled {example.reason} {sorted(labelled)}, "
                 f"read {reading.reason} {sorted(read)}"
+                + (f" (confidence {sureness(reading.confidence)})" * (reading.confidence < 1))
             )
     result.seconds = time.perf_counter() - started
     return result
@@ -155,6 +195,7 @@ SHORT = {
     "wrong_item": "wrong",
     "other": "other",
     "not_refund": "not_ref",
+    "refund_status": "status",
 }
 
 
@@ -167,6 +208,20 @@ def report(name: str, result: Score) -> list[str]:
         f"{result.missed_orders} missed)",
         f"  reason: accuracy {result.accuracy:.3f}  ({result.right_reasons} of {result.messages})",
     ]
+    lines.append(
+        f"  per reading: macro-F1 {result.macro_f1:.3f} over {len(result.seen_reasons)} readings"
+    )
+    for reason in result.seen_reasons:
+        p, r, f1, n = result.per_reason(reason)
+        lines.append(
+            f"    {SHORT[reason]:<9} precision {p:.3f}  recall {r:.3f}  F1 {f1:.3f}  ({n} labelled)"
+        )
+    lines.append(
+        f"  confidence {sureness(result.threshold)} or more: {result.kept} of {result.messages} "
+        f"read "
+        f"(coverage {result.coverage:.3f}), {result.messages - result.kept} to Needs sorting; "
+        f"of those read, {result.kept_accuracy:.3f} right (reason and orders)"
+    )
     if result.fallbacks:
         total = sum(result.fallbacks.values())
         lines.append(f"  fell back to rules: {total} of {result.messages} messages")
@@ -178,3 +233,34 @@ def report(name: str, result: Score) -> list[str]:
         row = "".join(f"{result.confusion[(label, r)]:>{width}}" for r in REASONS)
         lines.append(f"    {SHORT[label]:<{width}}{row}")
     return lines
+
+
+# --- labelled lines from what reviewers corrected (`manage.py export_corrections`) -------------
+_ADDRESS = re.compile(r"[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+")
+
+
+class Masker:
+    """Each email address as a stand-in, the same one for the same address throughout an export
+    ("customer-1@example.invalid"), so a shop can share its set without its customers' addresses."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def address(self, address: str) -> str:
+        key = address.strip().lower()
+        if key not in self.seen:
+            self.seen[key] = f"customer-{len(self.seen) + 1}@example.invalid"
+        return self.seen[key]
+
+    def text(self, text: str) -> str:
+        return _ADDRESS.sub(lambda m: self.address(m.group()), text)
+
+
+def labelled_line(
+    *, sender: str, subject: str, body: str, orders: list[str], reason: str, **extra: object
+) -> str:
+    """One line of the format `load` reads; extra keys (what was read) are kept beside."""
+    if reason not in REASONS:
+        raise ValueError(f"unknown reason {reason!r}")
+    data = {"sender": sender, "subject": subject, "body": body, "orders": orders, "reason": reason}
+    return json.dumps({**data, **extra}, ensure_ascii=False)

@@ -43,6 +43,8 @@ class Message(models.Model):
         ADDED = "added", "Added to an open ticket"
         NEEDS_SORTING = "needs_sorting", "Needs sorting"
         NOT_REFUND = "not_refund", "Not a refund request"
+        # Asked where a refund is: answered with its ticket's status (`ticket`), nothing opened.
+        ANSWERED = "answered", "Answered with its ticket's status"
 
     # What makes a delivery the same message: the sender's Message-ID (email) or the caller's
     # Idempotency-Key (API), prefixed by the channel. A message delivered twice is one row.

@@ -8,6 +8,12 @@ from typing import Any
 
 from refunds.policy import REASONS
 
+
+def sureness(confidence: float) -> str:
+    """A confidence as people read it: "75%"."""
+    return f"{round(confidence * 100)}%"
+
+
 RULES = "rules"  # read_by for the rules reader; a model's reading says its spec ("openai:gpt-x")
 
 
@@ -25,10 +31,17 @@ class Reading:
     # Why the model's reading was not used, when a model is configured and the rules read it
     # instead ("the model timed out after 10 s"); empty otherwise.
     fallback: str = ""
+    # How sure the reader is, 0 to 1, and why not sure, in words a reviewer reads ("several
+    # order numbers in separate places: 1042, 1050"). Below REFUNDS_READER_MIN_CONFIDENCE the
+    # message goes to "Needs sorting" with these words instead of opening a review on a guess.
+    confidence: float = 1.0
+    unsure: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:
             raise ValueError(f"unknown reason {self.reason!r}")
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be between 0 and 1, got {self.confidence!r}")
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

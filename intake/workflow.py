@@ -5,7 +5,8 @@ Message.thread_id), four nodes in a line, each its own step:
 2. find orders: the order numbers in the text, or else the sender's only recent order in the
    desk; each asked of the desk, then of the shop (refunds.services.order_find). An order whose
    customer is not the sender, several customers' orders, no order, a message not about a
-   refund or a reader that failed: the message goes to "Needs sorting" with the reason.
+   refund, a reading less sure than REFUNDS_READER_MIN_CONFIDENCE (with what was unsure) or a
+   reader that failed: the message goes to "Needs sorting" with the reason.
 3. open the ticket: in one transaction fenced by the message's lease epoch, one ticket covering
    the message's orders (refunds.services.ticket_open(order_numbers=...), with the reason and the
    reading, opened by whoever brought the message in; intake/placing.py), the message added to
@@ -41,11 +42,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import get_runtime
 
 from core import sql
+from core.clock import day_words
 from intake import placing, reader
 from intake.models import Message
-from intake.reading import Reading
+from intake.reading import Reading, sureness
 from intake.services import message_problems
-from refunds import audit, mail, persistence, policy, services
+from refunds import audit, mail, persistence, policy, selectors, services
 from refunds import lease as leases
 from refunds.flow.errors import EffectBusy
 from refunds.flow.state import TICKET_TELLS
@@ -117,8 +119,13 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
     if "reading" not in read:
         return {"sorting": read.get("error") or "The reader could not read the message."}
     reading = Reading.from_json(read["reading"])
+    if reading.reason == policy.REFUND_STATUS:
+        return _asked_after(message, reading)
     if reading.reason not in policy.TICKET_REASONS:
         return {"sorting": f"Not about a refund (read by {reading.read_by})."}
+    if reading.confidence < settings.REFUNDS_READER_MIN_CONFIDENCE:
+        # A review opened on a guess costs a reviewer more than a message sorted by hand.
+        return {"sorting": unsure_words(reading)}
     try:
         numbers = list(dict.fromkeys(order_number_read(n) for n in reading.orders if n.strip("# ")))
     except ValueError as exc:
@@ -146,6 +153,33 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
         named = ", ".join(missing)
         return {"sorting": f"There is no order {named}, in the desk or in the shop."}
     return {"orders": numbers}
+
+
+def _asked_after(message: Message, reading: Reading) -> dict[str, Any]:
+    """{"status_of": ticket id}: the sender's ticket of an order they name, else their latest
+    ticket; {"sorting": why} when they have none."""
+    theirs = of_customer(Ticket.objects.all(), message.sender, field="order__customer_email")
+    named = [n.strip("# ") for n in reading.orders if n.strip("# ")]
+    ticket = (
+        theirs.filter(order__number__in=named).order_by("-pk").first() if named else None
+    ) or theirs.order_by("-pk").first()
+    if ticket is None:
+        return {
+            "sorting": f"Asks where a refund is, but {message.sender} has no ticket in the desk."
+        }
+    return {"status_of": ticket.pk}
+
+
+def unsure_words(reading: Reading) -> str:
+    """Why a reading was not acted on, for the message's page and "Needs sorting"."""
+    why = "; ".join(reading.unsure) or "no reason given"
+    return (
+        f"The reader was unsure (confidence {sureness(reading.confidence)}, below "
+        f"{sureness(settings.REFUNDS_READER_MIN_CONFIDENCE)}; read by {reading.read_by}): {why}. "
+        f"It read {policy.REASONS[reading.reason].lower()}"
+        + (f", order {', '.join(reading.orders)}" if reading.orders else "")
+        + "."
+    )[:2000]
 
 
 def _recent_order(message: Message) -> dict[str, Any]:
@@ -187,6 +221,11 @@ def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict
             return placed(message)
         if "sorting" in found:
             return _to_sorting(message, found["sorting"])
+        if "status_of" in found:  # answered with the ticket's status, nothing opened
+            Message.objects.filter(pk=message.pk).update(
+                status=Message.Status.ANSWERED, ticket_id=found["status_of"]
+            )
+            return placed(Message.objects.get(pk=message.pk))
         reading = Reading.from_json(read["reading"])
         try:
             with transaction.atomic():  # all of the message's orders, or none
@@ -264,6 +303,18 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     where = {**where, "tickets": [t for t in where["tickets"] if t["id"] not in telling]}
     if telling and not where["tickets"]:
         return {"sent": False, "why": "the ticket it opened tells the customer"}
+    if message.status == Message.Status.ANSWERED and message.ticket_id:
+        # Once per message: the outbox keeps one email per key, whatever re-reads the message.
+        mail.send_worded(
+            ticket_id=message.ticket_id,
+            lease=lease,
+            key=message.ack_key,
+            to=message.sender,
+            kind="refund_status",
+            facts=refund_status(message),
+            language=(message.reading or {}).get("language", ""),
+        )
+        return {"sent": True}
     tickets = [t["id"] for t in where["tickets"]]
     mail.send_worded(
         ticket_id=tickets[0] if tickets else None,
@@ -275,6 +326,37 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
         language=(message.reading or {}).get("language", ""),
     )
     return {"sent": True}
+
+
+def refund_status(message: Message) -> dict[str, Any]:
+    """The facts of the answer to "where is my refund" (templates/emails/refund_status.txt
+    words them): the ticket's orders and where it is, the money's progress as the desk says it
+    (refunds.selectors.refund_progress), the amount and the day."""
+    ticket = Ticket.objects.select_related("order").get(pk=message.ticket_id)
+    progress = selectors.refund_progress(ticket)
+    if progress is not None:
+        state = {"on_its_way": "on_its_way", "failed": "refund_failed"}.get(
+            progress["state"], "refunded"
+        )
+    else:
+        state = {
+            Ticket.Status.AWAITING_REVIEW: "review",
+            Ticket.Status.AWAITING_CUSTOMER: "customer",
+            Ticket.Status.DECLINED: "declined",
+            Ticket.Status.REJECTED: "declined",
+        }.get(ticket.status, "open")
+    orders = list(ticket.links.order_by("position").values_list("order__number", flat=True)) or [
+        ticket.order.number
+    ]
+    return {
+        "subject": message.subject,
+        "first_name": (message.sender_name.split() or [""])[0],
+        "orders": orders,
+        "state": state,
+        "amount_cents": ticket.amount_cents,
+        "on": day_words(timezone.localdate(ticket.updated_at)),
+        "why": ticket.outcome_reason,
+    }
 
 
 def _tickets_that_tell(ids: list[int]) -> set[int]:

@@ -31,6 +31,8 @@ NOT_RECEIVED = "not_received"
 WRONG_ITEM = "wrong_item"
 OTHER_REQUEST = "other"
 NOT_REFUND = "not_refund"
+# Asks where a refund already asked for is: answered with its ticket's status, never a ticket.
+REFUND_STATUS = "refund_status"
 
 # Value -> the desk's words, in the order the desk's pickers list them.
 REASONS: dict[str, str] = {
@@ -40,12 +42,13 @@ REASONS: dict[str, str] = {
     WRONG_ITEM: "Wrong item",
     OTHER_REQUEST: "Another request",
     NOT_REFUND: "Not about a refund",
+    REFUND_STATUS: "Asks where a refund is",
 }
 # Reasons a person must judge with the reading beside them: a manager reviews these whatever
 # the amount. A late delivery goes through the lateness rules; "not about a refund" never opens
 # a ticket.
 MANAGER_REASONS = frozenset({DAMAGED, NOT_RECEIVED, WRONG_ITEM, OTHER_REQUEST})
-TICKET_REASONS = tuple(r for r in REASONS if r != NOT_REFUND)
+TICKET_REASONS = tuple(r for r in REASONS if r not in (NOT_REFUND, REFUND_STATUS))
 
 
 def agent_limit_cents() -> int:

@@ -31,10 +31,26 @@ _ORDER_COLON = re.compile(
     + r"(?:#\s?)?(?P<first>" + _ID + r")\b(?P<more>(?:" + vocabulary.LIST_JOINERS + r"#?\s?"
     + _ID + r"\b)*)"
 )  # fmt: skip
+_DIGIT_WORD = r"(?:" + "|".join(sorted(vocabulary.DIGIT_WORDS, key=len, reverse=True)) + r")\b"
+# After "order" (or "#"): three or more digits in words, or groups of digits set apart whose
+# first group is too short to be an order number on its own ("10 52", "1 0 5 2").
+_ORDER_SPELLED = re.compile(
+    r"(?:(?<![\w#])(?:" + "|".join(vocabulary.ORDER_WORDS) + r")\b" + vocabulary.ORDER_FILLER
+    + r"(?:#\s?)?|#\s?)(?P<spelled>" + _DIGIT_WORD + r"(?:(?:\s*-\s*|\s+)" + _DIGIT_WORD
+    + r"){2,11}(?![\w-])|\d{1,2}(?: \d{1,4}){1,5}(?!\w|[.,:/-]\d))"
+)  # fmt: skip
+# "order" or "#", then up to twelve words without a number of three digits or more, then one.
+# Possessive: a word is taken whole, never split into letters tried one way after another.
+_ORDER_FAR = re.compile(
+    r"(?:(?<![\w#])(?:" + "|".join(vocabulary.ORDER_WORDS) + r")\b|(?<![\w&])#(?!\s?\d))"
+    + r"(?:[^\w\n]*+(?:[^\W\d]++|\d{1,2}+(?!\d))){1,12}?[^\w\n]*+"
+    + r"(?<![\w#$€£.,:/-])(?P<far>\d{3,12})(?!\w|[.,:/-]\d|\s?(?:€|\$|£|%))"
+)  # fmt: skip
 _HASH = re.compile(r"(?<![\w&])#\s?(?P<first>" + _ID + r")\b")
 _ANY_ID = re.compile(r"#?\s?(" + _ID + r")\b")
 _NOT_ORDER_BEFORE = re.compile(
-    r"(?:\b(?:" + vocabulary.NOT_ORDER_WORDS + r")\b)\W*(?:\w+\W+)?(?:number|no|nr|num|n[o°º])?\W*$"
+    r"(?:\b(?:" + vocabulary.NOT_ORDER_WORDS + r")\b)\W*(?:\w+\W+)?(?:number|no|nr|num|n[o°º])?\W*"
+    r"(?:(?:is|was|es|est|ist|e|era)\W+)?$"
 )
 _SUBJECT_BARE = re.compile(r"(?<![\w#$€£.,:/-])(\d{3,12})(?![\w.,:/-]|\s?(?:€|\$|£|%))")
 # Numbers that are something else: dates, times, phone numbers, amounts, decimals, long codes.
@@ -77,6 +93,7 @@ _WORD = re.compile(r"[a-z']+")
 _NEGATION_BEFORE = re.compile(r"\b(?:" + vocabulary.NEGATIONS + r")\W+(?:\w+\W+)?$")
 _GREETING = re.compile(r"^\s*" + vocabulary.GREETINGS + r"[,!:.]*\s*$", re.I)
 _REFUND = re.compile(r"\b(?:" + "|".join(vocabulary.REFUND_PHRASES) + r")")
+_REFUND_STATUS = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_STATUS_PHRASES + r")")
 _REFUND_DONE = re.compile(r"\b(?:" + vocabulary.REFUND_DONE_PHRASES + r")")
 _FUZZY = {
     "refund": None, "reimburse": None, "reembolso": None, "remboursement": None,
@@ -117,16 +134,28 @@ def read(*, sender: str, subject: str, body: str) -> Reading:
     older = [_Part(fold(rest))]
     quotes: dict[str, str] = {}
 
-    orders, said = _orders_in(newest) or _orders_in(older) or ([], [])
-    if orders:
+    unsure: list[str] = []
+    found = _orders_in(newest)
+    if found is None and (found := _orders_in(older)) is not None:
+        unsure.append(_doubt("quoted_orders", ", ".join(found.said)))
+    orders, said = (found.numbers, found.said) if found else ([], [])
+    if found:
         quotes["orders"] = ", ".join(said)
+        unsure += found.doubts
     # A reason the newest words name beats one in the quoted part; a named reason anywhere
     # beats a bare "refund please" ("any news? I asked for the fee back" above "it was late").
+    # "Where is my refund?" in the body; in the subject only when the words below it say no
+    # reason ("Where is my refund?" over "it came late, I'd like the fee back" is a request).
+    named = _status_in(newest[1:]) or _reason_in(newest)
+    if named is None and (named := _reason_in(older)) is not None:
+        unsure.append(_doubt("quoted_reason", named[1]))
+    named = named or _status_in(newest[:1])
     reason, reason_words, reason_sentence = (
-        _reason_in(newest) or _reason_in(older) or _asked_in(newest) or _asked_in(older) or _none()
+        named or _asked_in(newest) or _asked_in(older) or _none()
     )
     if reason_words:
         quotes["reason"] = reason_sentence
+    unsure += _reason_doubts(newest, reason, reason_words, bool(orders))
     # An amount only from the customer's own words: a forwarded receipt's total is the shop's.
     amount, amount_words = _amount_in(newest) or (None, "")
     if amount_words:
@@ -142,37 +171,69 @@ def read(*, sender: str, subject: str, body: str) -> Reading:
         summary=_summary(reason, orders, reason_sentence, f"{own}\n{rest}", subject),
         quotes=quotes,
         read_by=RULES,
+        confidence=confidence(unsure),
+        unsure=unsure,
     )
 
 
 # --- order numbers ------------------------------------------------------------------------------
-def _orders_in(parts: list[_Part]) -> tuple[list[str], list[str]] | None:
+@dataclass(frozen=True)
+class _Found:
+    numbers: list[str]
+    said: list[str]  # the customer's words for each number
+    doubts: list[str]  # what makes the reader unsure of them, in words
+
+
+@dataclass(frozen=True)
+class _Hit:
+    start: int
+    end: int
+    number: str
+    said: str
+    how: str = ""  # "" plainly written; "spelled" in words or digits apart; "far" from "order"
+
+
+def _orders_in(parts: list[_Part]) -> _Found | None:
     found: list[str] = []
     said: list[str] = []
     seen: set[str] = set()
+    doubts: list[str] = []
     for part in parts:
-        for number, words_said in _orders_in_part(part):
-            if number.lower() not in seen:
-                seen.add(number.lower())
-                found.append(number)
-                said.append(words_said)
-    return (found, said) if found else None
+        hits = _orders_in_part(part)
+        for hit in hits:
+            if hit.number.lower() not in seen:
+                seen.add(hit.number.lower())
+                found.append(hit.number)
+                said.append(hit.said)
+                if hit.how:
+                    doubts.append(_doubt(hit.how, hit.said))
+        if len({h.number.lower() for h in hits}) > 1 and _apart(part.folded.text, hits):
+            doubts.append(_doubt("separate", ", ".join(h.number for h in hits)))
+    return _Found(found, said, doubts) if found else None
 
 
-def _orders_in_part(part: _Part) -> list[tuple[str, str]]:
+def _apart(text: str, hits: list[_Hit]) -> bool:
+    """Several numbers in separate places, not one list ("1042, 1044 and 1047")."""
+    return any(len(_WORD.findall(text[a.end : b.start])) > 3 for a, b in itertools.pairwise(hits))
+
+
+def _orders_in_part(part: _Part) -> list[_Hit]:
     text = part.folded.text
     # finditer's matches do not overlap: sorted by start, their ends are sorted too, so the one
     # span that may overlap a hit is found by bisection, not by a scan per hit.
     blocked = [m.span() for m in _NOT_ORDERS.finditer(text)]
     ends = [b1 for _, b1 in blocked]
-    hits: list[tuple[int, str, str]] = []
+    hits: list[_Hit] = []
 
-    def keep(start: int, end: int, quoted_from: int) -> None:
+    def free(start: int, end: int) -> bool:
         at = bisect.bisect_right(ends, start)  # the first blocked span ending after `start`
-        if at < len(blocked) and blocked[at][0] < end:
-            return
-        number = part.folded.words_at(start, end).upper()
-        hits.append((start, number, part.folded.words_at(quoted_from, end)))
+        return not (at < len(blocked) and blocked[at][0] < end)
+
+    def keep(start: int, end: int, quoted_from: int, number: str = "", how: str = "") -> None:
+        if free(start, end):
+            number = number or part.folded.words_at(start, end).upper()
+            said = part.folded.words_at(quoted_from, end).strip()
+            hits.append(_Hit(start, end, number, said, how))
 
     for match in (*_ORDER_LED.finditer(text), *_ORDER_COLON.finditer(text)):
         first_start, first_end = match.span("first")
@@ -197,8 +258,28 @@ def _orders_in_part(part: _Part) -> list[tuple[str, str]]:
             if _NOT_ORDER_BEFORE.search(text[max(0, match.start() - 40) : match.start()]):
                 continue
             keep(*match.span(1), match.start(1))
-    hits.sort()
-    return [(number, said.strip()) for _, number, said in hits]
+    if not hits:
+        # "order one oh five two", "order 10 52": the digits in words or set apart.
+        for match in _ORDER_SPELLED.finditer(text):
+            digits = _digits(match["spelled"])
+            if 3 <= len(digits) <= 12:
+                keep(*match.span("spelled"), match.start(), digits, "spelled")
+    if not hits:
+        # "the order I placed for my mum, 1052": a number a few words after "order" or "#".
+        for match in _ORDER_FAR.finditer(text):
+            number = match["far"]
+            if _YEAR.match(number) or _AFTER_MONTH.search(text[: match.start("far")]):
+                continue
+            if _NOT_ORDER_BEFORE.search(text[max(0, match.start("far") - 40) : match.start("far")]):
+                continue  # "the order came late, the tracking number is 9400..."
+            keep(*match.span("far"), match.start(), how="far")
+            break  # the first such number only: a second is more likely something else's
+    hits.sort(key=lambda h: h.start)
+    return hits
+
+
+def _digits(words: str) -> str:
+    return "".join(vocabulary.DIGIT_WORDS.get(w, w) for w in re.findall(r"[a-z]+|\d+", words))
 
 
 # --- the reason ---------------------------------------------------------------------------------
@@ -216,8 +297,82 @@ def _reason_in(parts: list[_Part]) -> tuple[str, str, str] | None:
                     continue
                 return reason, *_said(part.folded, match.start(), match.end())
     for part in parts:
+        if hit := _late_by_dates(part.folded):
+            return hit
+    for part in parts:
         if hit := _fuzzy(part.folded):
             return hit
+    return None
+
+
+# --- lateness said by two dates or days ---------------------------------------------------------
+_EXPECTED = re.compile(r"(?<![\w'])(?:" + vocabulary.EXPECTED + r")(?!\w)")
+_ARRIVED = re.compile(r"(?<![\w'])(?:" + vocabulary.ARRIVED + r")(?!\w)")
+_WEEKDAY_INDEX = {name: i for i, names in enumerate(vocabulary.WEEKDAYS) for name in names}
+_DAY = re.compile(
+    r"(?<![\w'])(?P<weekday>" + "|".join(_WEEKDAY_INDEX) + r")(?:-feira)?(?!\w)"
+    r"|(?<![\w.,/:-])(?P<ordinal>\d{1,2})(?:st|nd|rd|th|er|eme|o|º)(?!\w)"
+    r"|(?:(?<![\w'])(?:the|on|by|el|le|il|l'|am|dia|al|den|du)\s*)(?P<after>\d{1,2})(?!\d|[,/:-]\d)"
+    r"(?!\s?(?:€|\$|£|%|days?|dias|jours|tage|giorni|weeks?))"
+    r"|(?<![\w.,/:-])(?P<dated>\d{1,2})\.?\s+(?:de\s+)?(?:" + _MONTHS + r")\b"
+    r"|\b(?:" + _MONTHS + r")\s+(?P<month_first>\d{1,2})(?:st|nd|rd|th)?(?!\d)"
+)
+_NEXT_WEEK = re.compile(r"\b(?:" + vocabulary.NEXT_WEEK + r")\b")
+
+
+def _day(match: re.Match[str]) -> tuple[str, int]:
+    """("weekday", 0-6) or ("date", 1-31)."""
+    if match["weekday"]:
+        return "weekday", _WEEKDAY_INDEX[match["weekday"]]
+    number = match["ordinal"] or match["after"] or match["dated"] or match["month_first"]
+    return "date", int(number)
+
+
+def _late_by_dates(folded: Folded) -> tuple[str, str, str] | None:
+    """Lateness told by what was expected and when it came ("due on the 3rd, got here on the
+    11th", "meant to arrive Monday, turned up Friday"), with no word like "late": the day it
+    came is later than the day expected. Dates that say it came in time are no lateness."""
+    text = folded.text
+    for expected in _EXPECTED.finditer(text):
+        # The day promised: the nearest after the promise, or just before it ("Montag
+        # angekündigt"); then the arrival after both, and its day close behind.
+        window = text[max(0, expected.start() - 40) : expected.end() + 120]
+        offset = max(0, expected.start() - 40)
+        days = [d for d in _DAY.finditer(window) if not _negated(window, d.start())]
+        if not days:
+            continue
+        first_arrival = _ARRIVED.search(text, expected.end(), expected.end() + 120)
+        until = first_arrival.start() if first_arrival else len(text)
+        before = [d for d in days if d.end() + offset <= expected.start()]
+        after = [d for d in days if expected.end() <= d.start() + offset < until]
+        if not before and not after:
+            continue
+        promised = after[0] if after else before[-1]
+        since = max(expected.end(), promised.end() + offset)
+        for arrived in _ARRIVED.finditer(text, since, since + 120):
+            if _negated(text, arrived.start()):
+                continue
+            came = _DAY.search(text, arrived.end(), arrived.end() + 40)
+            if came is None:
+                continue
+            kind, was = _day(promised)
+            came_kind, on = _day(came)
+            later_week = bool(_NEXT_WEEK.search(text, arrived.end(), came.end() + 25))
+            if came_kind == kind and on <= was and not later_week:
+                return None  # it came by the day promised
+            return (
+                policy.LATE_DELIVERY,
+                *_said(folded, expected.start(), came.end()),
+            )
+    return None
+
+
+def _status_in(parts: list[_Part]) -> tuple[str, str, str] | None:
+    """Asks where a refund already asked for is ("where is my refund?", "I haven't received
+    my refund yet"): read before the reasons, whose "haven't received" it would be."""
+    for part in parts:
+        if found := _REFUND_STATUS.search(part.folded.text):
+            return policy.REFUND_STATUS, *_said(part.folded, found.start(), found.end())
     return None
 
 
@@ -291,6 +446,58 @@ def _one_edit(a: str, b: str) -> bool:
 def _said(folded: Folded, start: int, end: int) -> tuple[str, str]:
     first, last = folded.span(start, end)
     return folded.original[first:last], sentence_around(folded.original, first, last)
+
+
+# --- how sure --------------------------------------------------------------------------------
+# What lowers the reader's confidence, by how much, and how a reviewer reads it.
+DOUBTS: dict[str, tuple[float, str]] = {
+    "separate": (0.35, "several order numbers in separate places ({})"),
+    "far": (0.25, 'the order number stands apart from "order" or "#" ("{}")'),
+    "spelled": (0.2, 'the order number was read from words or digits set apart ("{}")'),
+    "quoted_orders": (0.15, "the order number is only in the quoted or forwarded part ({})"),
+    "quoted_reason": (0.2, 'the reason is only in the quoted or forwarded part ("{}")'),
+    "typo": (0.2, 'the reason was read from a misspelt word ("{}")'),
+    "dates": (0.15, 'lateness was read from two dates, not from words saying it ("{}")'),
+    "conflict": (0.15, "the message also reads as {}"),
+    "no_reason": (0.3, "an order number is named but no words say why the customer writes"),
+}
+
+
+def _doubt(kind: str, words: str) -> str:
+    return DOUBTS[kind][1].format(" ".join(words.split())[:80])
+
+
+def confidence(unsure: list[str]) -> float:
+    """1 less what each doubt costs, never below 0."""
+    by_words = {template.split("{")[0]: cost for cost, template in DOUBTS.values()}
+    cost = sum(next((c for head, c in by_words.items() if u.startswith(head)), 0.0) for u in unsure)
+    return round(max(0.0, 1.0 - cost), 2)
+
+
+def _reason_doubts(newest: list[_Part], reason: str, words: str, has_orders: bool) -> list[str]:
+    """What makes the reason unsure: none named, a typo, two dates, another reason named too."""
+    if reason == policy.NOT_REFUND and not words:
+        return [_doubt("no_reason", "")] if has_orders else []
+    named = {
+        r for r, p in _reason_patterns() for x in newest
+        if any(
+            r not in vocabulary.NEGATABLE or not _negated(x.folded.text, m.start())
+            for m in p.finditer(x.folded.text)
+        )
+    }  # fmt: skip
+    doubts: list[str] = []
+    if reason in policy.TICKET_REASONS and reason not in named and words:
+        dated = reason == policy.LATE_DELIVERY and any(_late_by_dates(x.folded) for x in newest)
+        if dated:
+            doubts.append(_doubt("dates", words))
+        elif reason != policy.OTHER_REQUEST and any(_fuzzy(x.folded) for x in newest):
+            doubts.append(_doubt("typo", words))
+    # A wrong item or a parcel that never came, named beside another reason: which is it?
+    others = named & {policy.WRONG_ITEM, policy.NOT_RECEIVED} - {reason}
+    if reason in policy.TICKET_REASONS and others:
+        said = " and ".join(policy.REASONS[r].lower() for r in sorted(others))
+        doubts.append(_doubt("conflict", said))
+    return doubts
 
 
 # --- the amount ---------------------------------------------------------------------------------

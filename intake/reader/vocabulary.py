@@ -31,7 +31,7 @@ ORDER_WORDS = (
 # What may stand between such a word and the number: "order no. 1042", "order number is 1042",
 # "commande n° 1042", "Bestellung Nr. 1042", "pedido nº 1042", "order: #1042".
 ORDER_FILLER = (
-    r"(?:\s*(?:[:#]|no\b\.?|n\b\.?|nr\b\.?|confirmation\b|num\b\.?|number\b|nummer\b|"
+    r"(?:\s*(?:[:#,]|no\b\.?|n\b\.?|nr\b\.?|confirmation\b|num\b\.?|number\b|nummer\b|"
     r"numero\b|n\s?[°º]|n[o°º]\b\.?|"
     r"id\b|ref\b\.?|is\b|was\b|es\b|est\b|ist\b|e\b|era\b|war\b|"
     r"de\b|da\b|di\b|del\b|dell'|du\b)){0,4}\s*"
@@ -181,8 +181,8 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"(?:el|la|los|las)\b",
             r"(?:caja|paquete)\s+(?:\w+\s+){0,2}?vaci[oa]|(?:vino|llego)\s+vaci[oa]",
             # fr
-            r"jamais\s+(?:ete\s+)?(?:recu|arrivee?|livree?)|pas\s+(?:encore\s+)?(?:ete\s+)?"
-            r"(?:recu|arrivee?|livree?)|toujours\s+pas\s+(?:recu|arrivee?|livree?|de\s+colis)|"
+            r"jamais\s+(?:ete\s+)?(?:recue?s?|arrivee?s?|livree?s?)|pas\s+(?:encore\s+)?(?:ete\s+)?"
+            r"(?:recue?s?|arrivee?s?|livree?s?)|toujours\s+pas\s+(?:recue?s?|arrivee?s?|livree?s?|de\s+colis)|"
             r"j'?\s*attends\s+toujours|colis\s+perdu|jamais\s+arrivee?",
             r"(?:il\s+)?manqu(?:e|ait|aient|ent)\s+(?:le|la|les|l'|un|une)|(?:arrivee?|livree?|"
             r"recue?)\s+sans\s+(?:le|la|les|l'|son|sa|ses)",
@@ -300,18 +300,20 @@ STOPWORDS: dict[str, frozenset[str]] = {
 }
 
 # Lines that open a quoted or forwarded part of a message: the customer's own words end there.
+# "On <date>, <name> <address> wrote:" may be wrapped onto a second line by the mail program.
+_WRAPPED = r"[^\n]{0,120}(?:\n[^\n]{0,120})?"
 QUOTE_OPENERS = (
     r"-{2,}\s*(?:forwarded|original|mensaje\s+reenviado|message\s+transfere|"
     r"weitergeleitete\s+nachricht|mensagem\s+encaminhada|messaggio\s+inoltrato|"
     r"mensaje\s+original|message\s+d'?origine|ursprungliche\s+nachricht|"
     r"mensagem\s+original|messaggio\s+originale)[^\n]*",
     r"begin\s+forwarded\s+message:?",
-    r"on\s.{0,120}\swrote:\s*",
-    r"el\s.{0,120}\sescribio:\s*",
-    r"le\s.{0,120}\sa\s+ecrit\s*:\s*",
-    r"am\s.{0,120}\sschrieb.{0,80}:\s*",
-    r"em\s.{0,120}\sescreveu:\s*",
-    r"il\s.{0,120}\sha\s+scritto:\s*",
+    r"on\s" + _WRAPPED + r"\swrote:\s*",
+    r"el\s" + _WRAPPED + r"\sescribio:\s*",
+    r"le\s" + _WRAPPED + r"\sa\s+ecrit\s*:\s*",
+    r"am\s" + _WRAPPED + r"\sschrieb[^\n]{0,80}(?:\n[^\n]{0,80})?:\s*",
+    r"em\s" + _WRAPPED + r"\sescreveu:\s*",
+    r"il\s" + _WRAPPED + r"\sha\s+scritto:\s*",
     r"from:\s.+\n\s*(?:sent|date|to|subject):.*",
     r"de\s*:\s.+\n\s*(?:enviado|envoye|date|para|a|objet|asunto)\s*:.*",
     r"von:\s.+\n\s*(?:gesendet|datum|an|betreff):.*",
@@ -323,4 +325,76 @@ GREETINGS = (
     r"buenas(?:\s+tardes)?|estimad[oa]s?|bonjour|bonsoir|madame|monsieur|salut|hallo|"
     r"guten\s+(?:tag|morgen|abend)|sehr\s+geehrte|liebe[sr]?|ola|oi|bom\s+dia|boa\s+tarde|"
     r"prezad[oa]s?|caro|cara|cari|ciao|buongiorno|buonasera|salve|gentile)\b[^.!?\n]{0,40}"
+)
+
+# --- lateness said by two dates or days ("due on the 3rd, got here on the 11th") ---------------
+# What the customer was told to expect, then what happened; the reader compares the days.
+EXPECTED = (
+    r"due|expected|expect|promised|scheduled|estimated(?:\s+(?:arrival|delivery))?|"
+    r"(?:meant|supposed)\s+to\s+(?:arrive|come|be\s+(?:here|delivered))|"
+    r"should\s+have\s+(?:been\s+here|arrived|come|been\s+delivered)|"
+    r"would\s+(?:be\s+(?:with\s+me|here|delivered)|arrive|come)|delivery\s+date|"
+    r"tenia\s+que\s+llegar|debia\s+(?:de\s+)?llegar|deberia\s+(?:haber\s+)?llegar|"
+    r"previst[oa]s?|prometi\w*|estaria|fecha\s+(?:prevista|estimada|de\s+entrega)|"
+    r"iba\s+a\s+llegar|devait\s+(?:arriver|etre\s+livree?)|prevue?s?|censee?\s+arriver|"
+    r"promise?|annoncee?|date\s+de\s+livraison|sollte|angekundigt|voraussichtlich|"
+    r"versprochen|geplant|liefertermin|zugesagt|era\s+para\s+chegar|devia\s+chegar|"
+    r"deveria\s+(?:ter\s+)?chegar|prometid[oa]|prazo|doveva\s+arrivare|promess[oa]|"
+    r"sarebbe\s+dovut[oa]\s+arrivare|data\s+di\s+consegna"
+)
+ARRIVED = (
+    r"got\s+here|arrived|arrival|came|turned\s+up|showed\s+up|delivered|reached\s+me|"
+    r"brought\s+it|dropped\s+off|received|landed|llego|recibi|entregaron|entregado|vino|"
+    r"arrivee?|recue?|livree?|angekommen|gekommen|kam|zugestellt|geliefert|erhalten|"
+    r"eingetroffen|chegou|entregue|recebi|veio|arrivat[oa]|consegnat[oa]|ricevut[oa]"
+)
+WEEKDAYS = (
+    ("monday", "lunes", "lundi", "montag", "segunda", "lunedi"),
+    ("tuesday", "martes", "mardi", "dienstag", "terca", "martedi"),
+    ("wednesday", "miercoles", "mercredi", "mittwoch", "quarta", "mercoledi"),
+    ("thursday", "jueves", "jeudi", "donnerstag", "quinta", "giovedi"),
+    ("friday", "viernes", "vendredi", "freitag", "sexta", "venerdi"),
+    ("saturday", "sabado", "samedi", "samstag", "sonnabend", "sabato"),
+    ("sunday", "domingo", "dimanche", "sonntag", "domenica"),
+)
+# "the following Monday", "Tuesday of the next week": a weekday in a later week.
+NEXT_WEEK = (
+    r"following|next|siguiente|proxim[oa]|suivante?|prochaine?|nachsten|folgenden|seguinte|"
+    r"successiv[oa]|dopo"
+)
+
+# --- order numbers said in words ("one oh five two", "uno cero cinco dos") --------------------
+DIGIT_WORDS: dict[str, str] = {
+    **dict.fromkeys(("zero", "oh", "cero", "null"), "0"),
+    **dict.fromkeys(("one", "uno", "un", "une", "eins", "um", "uma"), "1"),
+    **dict.fromkeys(("two", "dos", "deux", "zwei", "zwo", "dois", "duas", "due"), "2"),
+    **dict.fromkeys(("three", "tres", "trois", "drei", "tre"), "3"),
+    **dict.fromkeys(("four", "cuatro", "quatre", "vier", "quatro", "quattro"), "4"),
+    **dict.fromkeys(("five", "cinco", "cinq", "funf", "fuenf", "cinque"), "5"),
+    **dict.fromkeys(("six", "seis", "sechs", "sei"), "6"),
+    **dict.fromkeys(("seven", "siete", "sept", "sieben", "sete", "sette"), "7"),
+    **dict.fromkeys(("eight", "ocho", "huit", "acht", "oito", "otto"), "8"),
+    **dict.fromkeys(("nine", "nueve", "neuf", "neun", "nove"), "9"),
+}
+
+# --- "where is my refund": a refund already asked for, asked after --------------------------
+REFUND_STATUS_PHRASES = (
+    r"where\s+(?:is|'s)\s+(?:my|the)\s+(?:\w+\s+)?refund|"
+    r"(?:status|news|update)\s+(?:of|on|about)\s+(?:my|the)\s+(?:\w+\s+)?refund|"
+    r"refund\s+status|(?:haven'?t|have\s+not|didn'?t|did\s+not|not|never|still\s+not)\s+"
+    r"(?:yet\s+)?(?:got(?:ten)?|received?|seen)\s+(?:my|the|any)\s+(?:\w+\s+)?refund|"
+    r"when\s+(?:will|do|can)\s+i\s+(?:get|receive|see)\s+(?:my|the)\s+(?:\w+\s+)?refund|"
+    r"refund\s+(?:has\s+)?(?:still\s+)?(?:not|n'?t|never)\s+(?:\w+\s+)?(?:arrived|come|"
+    r"shown\s+up|reached)|"
+    r"donde\s+esta\s+(?:mi|el)\s+reembolso|estado\s+de\s+(?:mi|el)\s+reembolso|"
+    r"(?:todavia|aun)\s+no\s+(?:he\s+)?recib\w*\s+(?:mi|el)\s+reembolso|"
+    r"no\s+(?:he\s+)?recibido\s+(?:mi|el)\s+reembolso|"
+    r"ou\s+en\s+est\s+(?:mon|le)\s+remboursement|"
+    r"(?:pas\s+(?:encore\s+)?|toujours\s+pas\s+)recu\s+(?:mon|le)\s+remboursement|"
+    r"wo\s+bleibt\s+(?:meine|die)\s+(?:ruck)?erstattung|"
+    r"(?:ruck)?erstattung\s+(?:\w+\s+){0,2}(?:noch\s+)?nicht\s+(?:erhalten|angekommen|bekommen)|"
+    r"(?:cade|onde\s+esta)\s+(?:o\s+)?(?:meu|o)\s+reembolso|"
+    r"(?:ainda\s+)?nao\s+recebi\s+o\s+(?:meu\s+)?reembolso|"
+    r"dov'?\s*e\s+(?:il\s+)?(?:mio|il)\s+rimborso|"
+    r"non\s+ho\s+(?:ancora\s+)?ricevuto\s+il\s+(?:mio\s+)?rimborso"
 )
