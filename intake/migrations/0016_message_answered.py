@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('intake', '0014_ask_customer'),
+        ('intake', '0015_attachments'),
     ]
 
     operations = [
