@@ -34,19 +34,30 @@ OVERFLOWING = """() => {
 
 
 def _queue_of_seven(manager, count: int = 7) -> list[Ticket]:
-    """Seven manager reviews, four of them opened from customers' messages (with a reading)."""
+    """Seven manager reviews, six of them opened from customers' messages (with a reading)."""
     tickets = []
     for i in range(count):
         order = make_order(str(1060 + i), late=3 + i, fee_cents=2500 + i, name=f"Cus Tomer{i}")
         ticket = awaiting_review(order)
-        if i % 2 == 0:
+        if i != 1:  # all but one from a message, as on the demo
             reading = a_reading("late_delivery", (order.number,)) | {
                 "language": "es",
                 "summary": f"Late delivery, order {order.number}: mi paquete llegó tarde, "
                 "tres días después de lo prometido, y quiero el reembolso del envío.",
                 "quotes": {"reason": "llegó tarde", "language": "mi, el, de"},
             }
-            payload = ticket.pending_payload | {"reason": "late_delivery", "reading": reading}
+            # The notes as the demo's flow writes them: two lines' worth at 1280 px.
+            notes = [
+                f"Order {order.number} for Cus Tomer{i}.",
+                f"Delivered {3 + i} days late: shipping is refundable.",
+                "Late delivery: the shipping fee.",
+                f"Refund of $25.0{i} is over $20.00: manager review.",
+            ]
+            payload = ticket.pending_payload | {
+                "reason": "late_delivery",
+                "reading": reading,
+                "notes": notes,
+            }
             Ticket.objects.filter(pk=ticket.pk).update(pending_payload=payload)
         tickets.append(ticket)
     Ticket.objects.update(required_role="manager")
@@ -61,7 +72,8 @@ def test_six_reviews_fit_a_desk_screen_and_nothing_overflows_at_any_width(
     _queue_of_seven(manager)
     page = page_for(browser, live_server, manager, width=1280)
     page.set_viewport_size({"width": 1280, "height": 800})
-    page.goto(live_server.url + reverse("reviews:queue"))
+    # Covering the agents' queue too, as the demo's manager does (a line more above the table).
+    page.goto(live_server.url + reverse("reviews:queue") + "?cover=1")
     rows = page.locator("tr.review")
     assert rows.count() == 7
     above = [rows.nth(i).bounding_box() for i in range(rows.count())]
