@@ -11,11 +11,13 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
+from refunds import enqueue
 from refunds.models import Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 from tests.sorting_messages import a_reading, waiting_message
 from tests.test_browser_desk import browser, page_for, shots  # noqa: F401 (fixture)
+from tests.test_desk_several import several
 
 pytestmark = [pytest.mark.browser]
 
@@ -33,11 +35,17 @@ OVERFLOWING = """() => {
 }"""
 
 
+TABLE_PAST_ITS_SECTION = """() => {
+  const table = document.querySelector('table.queue');
+  return table.getBoundingClientRect().right - table.parentElement.getBoundingClientRect().right;
+}"""
+
+
 def _queue_of_seven(manager, count: int = 7) -> list[Ticket]:
     """Seven manager reviews, six of them opened from customers' messages (with a reading)."""
     tickets = []
     for i in range(count):
-        order = make_order(str(1060 + i), late=3 + i, fee_cents=2500 + i, name=f"Cus Tomer{i}")
+        order = make_order(str(1060 + i), late=3 + i, fee_cents=2500 + i, name=f"Chloe Martinez{i}")
         ticket = awaiting_review(order)
         if i != 1:  # all but one from a message, as on the demo
             reading = a_reading("late_delivery", (order.number,)) | {
@@ -48,7 +56,7 @@ def _queue_of_seven(manager, count: int = 7) -> list[Ticket]:
             }
             # The notes as the demo's flow writes them: two lines' worth at 1280 px.
             notes = [
-                f"Order {order.number} for Cus Tomer{i}.",
+                f"Order {order.number} for Chloe Martinez{i}.",
                 f"Delivered {3 + i} days late: shipping is refundable.",
                 "Late delivery: the shipping fee.",
                 f"Refund of $25.0{i} is over $20.00: manager review.",
@@ -68,14 +76,23 @@ def test_six_reviews_fit_a_desk_screen_and_nothing_overflows_at_any_width(
     browser,  # noqa: F811
     live_server,
     manager,
+    monkeypatch,
 ):
-    _queue_of_seven(manager)
+    tickets = _queue_of_seven(manager)
+    # Two of them an agent's, as on the demo: their cards say "support agent review".
+    Ticket.objects.filter(pk__in=[t.pk for t in tickets[:2]]).update(required_role="agent")
+    # And one customer's three late orders (the demo's Tomás), its orders a line on the card.
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    three = several(("1092", 4, 899), ("1093", 2, 1450), ("1094", 6, 650))
+    Ticket.objects.filter(pk=three.pk).update(
+        required_role="manager", review_since=tickets[2].review_since + timedelta(microseconds=1)
+    )
     page = page_for(browser, live_server, manager, width=1280)
     page.set_viewport_size({"width": 1280, "height": 800})
     # Covering the agents' queue too, as the demo's manager does (a line more above the table).
     page.goto(live_server.url + reverse("reviews:queue") + "?cover=1")
     rows = page.locator("tr.review")
-    assert rows.count() == 7
+    assert rows.count() == 8
     above = [rows.nth(i).bounding_box() for i in range(rows.count())]
     visible = [box for box in above if box and box["y"] + box["height"] <= 800]
     page.screenshot(path=str(shots() / "queue-fit-1280x800.png"))
@@ -88,9 +105,11 @@ def test_six_reviews_fit_a_desk_screen_and_nothing_overflows_at_any_width(
     assert page.get_by_text("mi paquete llegó tarde").first.is_visible()
     for width in (360, 390, 768, 1024, 1280, 1440, 1920):
         page.set_viewport_size({"width": width, "height": 800})
-        page.goto(live_server.url + reverse("reviews:queue"))
+        page.goto(live_server.url + reverse("reviews:queue") + "?cover=1")
         page.screenshot(path=str(shots() / f"queue-fit-{width}.png"), full_page=True)
         assert page.evaluate(OVERFLOWING) == [], width
+        past = page.evaluate(TABLE_PAST_ITS_SECTION)
+        assert past <= 1, f"at {width} px the queue's table runs {past:.0f} px past its section"
         # The table never runs under the side panel: the panel is beside it or below it.
         table = page.locator("table.queue").bounding_box()
         aside = page.locator("aside").bounding_box()
@@ -98,8 +117,13 @@ def test_six_reviews_fit_a_desk_screen_and_nothing_overflows_at_any_width(
         assert beside or aside["y"] >= table["y"] + table["height"], width
         if width == 390:
             # A phone card, one read from a message too, stays short (docs/desk.md says so).
-            heights = [rows.nth(i).bounding_box()["height"] for i in range(rows.count())]
-            assert max(heights) <= 330, heights
+            heights = {
+                rows.nth(i).get_attribute("data-review"): rows.nth(i).bounding_box()["height"]
+                for i in range(rows.count())
+            }
+            several_high = heights.pop(str(three.pk))
+            assert max(heights.values()) <= 330, heights
+            assert several_high <= 400, several_high  # three orders, each a line when opened
 
 
 def test_a_card_of_three_orders_is_one_line_until_opened_to_answer_per_order(
@@ -112,9 +136,6 @@ def test_a_card_of_three_orders_is_one_line_until_opened_to_answer_per_order(
     show at 1280x800; the orders are a line (each order's number and amount), opened to answer
     them one by one, and saving per order is offered only then."""
     from playwright.sync_api import expect
-
-    from refunds import enqueue
-    from tests.test_desk_several import several
 
     monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
     first = _queue_of_seven(manager, count=5)[0]
