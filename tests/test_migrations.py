@@ -214,3 +214,28 @@ def test_a_refund_from_before_parts_migrates_as_one_shipping_part():
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db
+def test_the_seeded_canned_replies_are_reworded_beyond_shipping_and_an_edited_one_is_kept():
+    """Refunds are parts of an order now: Ben, who asked to change his address, was told "This
+    desk handles refunds of shipping fees" walking the demo."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    from refunds.models import CannedReason
+
+    reword = import_module("refunds.migrations.0039_canned_words_beyond_shipping")
+    CannedReason.objects.all().delete()
+    seeded = [old for old, _ in reword.NOW_SAID]
+    for i, text in enumerate(seeded):
+        CannedReason.objects.create(title=f"Seeded {i}", text=text)
+    CannedReason.objects.create(title="Edited", text=seeded[0] + " Sorry!")
+
+    reword.reword(apps, None)
+
+    texts = dict(CannedReason.objects.values_list("title", "text"))
+    assert [texts[f"Seeded {i}"] for i in range(len(seeded))] == [new for _, new in reword.NOW_SAID]
+    assert texts["Edited"] == seeded[0] + " Sorry!"
+    assert not any("shipping" in text for title, text in texts.items() if title != "Edited")

@@ -288,7 +288,7 @@ def test_a_review_paused_under_version_5_ends_as_a_shipping_fee_refund(
 
 
 def test_a_damaged_item_the_message_does_not_name_is_not_approved_as_nothing(
-    transactional_db, agent, manager, late_order, gateway, client
+    transactional_db, agent, manager, late_order, gateway, client, sinks
 ):
     """The policy proposes nothing: approving that is refused at the door with what to do (the
     review node would refuse the approval of nothing after it was recorded, and the ticket end
@@ -333,3 +333,9 @@ def test_a_damaged_item_the_message_does_not_name_is_not_approved_as_nothing(
     assert answer.status_code == 302, answer.content.decode()[:500]
     assert runner.advance(ticket.pk) == "refunded"
     assert [r["amount_cents"] for r in gateway.refunds_for(ticket.thread_id)] == [2400]
+    # Told at the SMTP server what was refunded, not that it is part of a sum no one asked for
+    # (it said "of the $206.00 you asked for", the order's balance).
+    (told,) = [d for d in sinks.smtp.delivered if d.key == f"{ticket.thread_id}:email"]
+    body = told.body.replace("\r\n", "\n")
+    assert "We have started a refund of $24.00 for order 1042:" in body
+    assert "- 1 x Ceramic vase, $24.00" in body and "asked for" not in body

@@ -210,13 +210,13 @@ def test_a_message_already_marked_not_a_refund_is_not_sorted(db, agent, late_ord
 
 # --- not a refund request ----------------------------------------------------------------------
 def set_aside_reply() -> CannedReason:
-    """One of the replies admins keep for setting aside (migration 0030 seeds this one)."""
+    """One of the replies admins keep for setting aside (migrations 0032 and 0039 seed it)."""
     reply, _ = CannedReason.objects.get_or_create(
         title="Change of address or order details",
         defaults={
             "use": CannedReason.Use.SET_ASIDE,
-            "text": "Thank you for your message. This desk handles refunds of shipping fees, "
-            "so we cannot change an address or an order from here.",
+            "text": "Thank you for your message. This desk handles refunds, so we cannot "
+            "change an address or an order from here.",
         },
     )
     return reply
@@ -312,7 +312,10 @@ def test_own_words_are_sent_and_no_reply_needs_a_why(transactional_db, agent, sm
 
 def test_a_rejection_reply_is_not_a_set_aside_reply(transactional_db, agent):
     message = waiting_message()
-    rejecting = CannedReason.objects.create(title="Delivered on time", text="It was on time.")
+    # Seeded by migration 0010, unless a transactional test before this one flushed the table.
+    rejecting, _ = CannedReason.objects.get_or_create(
+        title="Delivered on time", defaults={"text": "It was on time."}
+    )
     with pytest.raises(sorting.SortingError, match="not one for setting a message aside"):
         sorting.message_mark_not_refund(message=message, by=agent, canned=rejecting)
     nothing_changed(message)

@@ -225,7 +225,10 @@ def order_facts(state: RefundState) -> dict:
         number = check["number"]
         charge = charges.get(number, {})
         answer = check.get("answer") or {}
-        asked = check.get("amount_cents") or check.get("balance_cents") or 0
+        # What the review proposed; a proposal of nothing ($0.00: the reviewer chose the parts)
+        # asked for no sum, so a refund is never "part of" the order's balance.
+        proposed = check.get("amount_cents")
+        asked = proposed if proposed is not None else check.get("balance_cents") or 0
         if charge.get("receipt"):
             paid = charge["amount_cents"]
             refunded.append(
