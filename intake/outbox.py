@@ -96,11 +96,20 @@ def customer_message_ids(email: Email) -> list[str]:
         return [m for m in (message.message_id, mail.message_id(ack) if acked else "") if m]
     if email.key.endswith(ACK_SUFFIX):
         found = Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX))
-    elif email.ticket_id is not None:
-        found = Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk")
-    else:
+        return [m for m in found.values_list("message_id", flat=True) if m]
+    if email.ticket_id is None:
         return []
-    return [m for m in found.values_list("message_id", flat=True) if m]
+    # The messages placed on the ticket, each followed by the acknowledgment the intake sent it
+    # (a message sorted by hand was acknowledged before its ticket existed).
+    placed = Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk")
+    acked = set(
+        Email.objects.filter(key__in=[m.ack_key for m in placed]).values_list("key", flat=True)
+    )
+    said: list[str] = []
+    for message in placed:
+        said += [message.message_id] if message.message_id else []
+        said += [mail.message_id(message.ack_key)] if message.ack_key in acked else []
+    return said
 
 
 ACKNOWLEDGMENTS = mail.OtherRun(

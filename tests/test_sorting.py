@@ -94,6 +94,27 @@ def test_an_order_open_elsewhere_gets_the_message_and_the_others_one_ticket(db, 
     ]
 
 
+def test_a_sorted_tickets_emails_thread_with_the_message_and_its_acknowledgment(
+    db, agent, late_order
+):
+    """Walking the demo, Iris's refund email (her message sorted by hand) stood alone: the
+    acknowledgment she had been sent was no part of the ticket's conversation."""
+    from refunds import mail
+
+    message = waiting_message()
+    Message.objects.filter(pk=message.pk).update(message_id="<late@customer.test>")
+    Email.objects.create(key=message.ack_key, to=message.sender, subject="Re: x", body="")
+    (ticket,) = sort(message, agent).opened
+    Email.objects.create(
+        ticket=ticket, key=f"{ticket.thread_id}:email", to="a@b.c", subject="s", body=""
+    )
+
+    headers = mail.thread_headers(f"{ticket.thread_id}:email")
+
+    ack = f"<{message.thread_id}.ack@refund-desk>"
+    assert headers == {"In-Reply-To": ack, "References": f"<late@customer.test> {ack}"}
+
+
 def test_orders_of_two_customers_are_refused_together_and_nothing_changes(db, agent, late_order):
     make_order("2001", name="Ben Okafor")
     message = waiting_message()
