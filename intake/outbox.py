@@ -82,31 +82,31 @@ def resent(email: Email, by: Any) -> None:
 
 
 def customer_message_ids(email: Email) -> list[str]:
-    """The Message-IDs of the customer's messages an outbox row answers: its acknowledgment's
-    message, or the messages placed on its ticket (oldest first), for refunds/mail.py's
-    In-Reply-To and References. A reply to a message set aside answers the message, after the
-    acknowledgment it was sent (ticketless, so refunds/mail.py finds no earlier email)."""
-    replied = _replied_message(email.key)
-    if replied is not None:
-        message = Message.objects.filter(pk=replied).first()
-        if message is None:
-            return []
-        ack = f"{message.thread_id}{ACK_SUFFIX}"
-        acked = Email.objects.filter(key=ack).exists()
-        return [m for m in (message.message_id, mail.message_id(ack) if acked else "") if m]
+    """The Message-IDs of the customer's messages an outbox row answers, for refunds/mail.py's
+    In-Reply-To and References: an acknowledgment answers its message; a reply to a message set
+    aside answers the message and the acknowledgment it was sent (ticketless, so refunds/mail.py
+    finds no earlier email); a ticket's email, the messages placed on it (oldest first), each
+    with its acknowledgment (a message sorted by hand was acknowledged before its ticket
+    existed)."""
     if email.key.endswith(ACK_SUFFIX):
         found = Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX))
         return [m for m in found.values_list("message_id", flat=True) if m]
+    replied = _replied_message(email.key)
+    if replied is not None:
+        return _with_acknowledgments(list(Message.objects.filter(pk=replied)))
     if email.ticket_id is None:
         return []
-    # The messages placed on the ticket, each followed by the acknowledgment the intake sent it
-    # (a message sorted by hand was acknowledged before its ticket existed).
-    placed = Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk")
+    return _with_acknowledgments(
+        list(Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk"))
+    )
+
+
+def _with_acknowledgments(messages: list[Message]) -> list[str]:
     acked = set(
-        Email.objects.filter(key__in=[m.ack_key for m in placed]).values_list("key", flat=True)
+        Email.objects.filter(key__in=[m.ack_key for m in messages]).values_list("key", flat=True)
     )
     said: list[str] = []
-    for message in placed:
+    for message in messages:
         said += [message.message_id] if message.message_id else []
         said += [mail.message_id(message.ack_key)] if message.ack_key in acked else []
     return said
