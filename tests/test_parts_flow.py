@@ -302,6 +302,9 @@ def test_a_damaged_item_the_message_does_not_name_is_not_approved_as_nothing(
     assert runner.advance(ticket.pk) == "awaiting_review"
     ticket = Ticket.objects.get(pk=ticket.pk)
     assert ticket.amount_cents == 0
+    assert ticket.pending_payload["description"].startswith(
+        "**Nothing is proposed to refund** on order **1042**"
+    )  # not "Refund $0.00 shipping"
 
     with pytest.raises(services.RefundError, match="Nothing is proposed to refund for order 1042"):
         services.ticket_decide(

@@ -86,14 +86,13 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
     """The review's first lines: what is asked, for whom, and what stands in the way."""
     first = state["order"]
     # "shipping" while every order's proposal is its shipping fee alone, as before lines.
-    what = (
-        " shipping"
-        if all(refund_parts.only_shipping(o["parts"]) for o in orders if o.get("parts"))
-        else ""
-    )
+    proposing = [o["parts"] for o in orders if o.get("parts")]
+    what = " shipping" if proposing and all(map(refund_parts.only_shipping, proposing)) else ""
+    # A proposal of nothing (parts the message does not name) is not "Refund $0.00 shipping".
+    asks = f"**Refund {dollars(asked)}**{what}" if asked else "**Nothing is proposed to refund**"
     if len(orders) == 1:
         lines = [
-            f"**Refund {dollars(asked)}**{what} on order **{first['number']}** "
+            f"{asks} on order **{first['number']}** "
             f"for {first['customer_name']} ({first['customer_email']}).",
             f"Promised {day_words(first['promised_on'])}, delivered "
             f"{day_words(first['delivered_on'])}: {days(state['late_by_days'])} late.",
