@@ -79,6 +79,9 @@ class Command(BaseCommand):
         names = [f"{queue}@{socket.gethostname()}" for _, queue, _ in workers]
         self.stdout.write("Waiting for the workers to take tasks...")
         late = _unanswered(names, timeout=120)
+        taking = [name.partition("@")[0] for name in names if name not in late]
+        if taking:
+            self.stdout.write(f"Workers taking tasks: {', '.join(sorted(taking))}.")
         if late:
             self.stderr.write(
                 f"{', '.join(late)} did not answer within 120 s: pages work, but tickets and "
