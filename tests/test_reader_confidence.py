@@ -10,17 +10,15 @@ import json
 
 import pytest
 from django.urls import reverse
-from django.utils import timezone
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from intake import workflow
 from intake.models import Message
 from intake.reader import model, rules
-from intake.services import message_receive
 from refunds import enqueue, policy
 from refunds.models import Ticket
-from tests.conftest import helpdesk, make_order
+from tests.conftest import make_order
+from tests.test_refund_status_answer import receive as received
 from tests.test_settings import manage_check
 
 
@@ -224,20 +222,7 @@ def _no_broker(monkeypatch):
 
 
 def receive(body: str) -> Message:
-    message, _ = message_receive(
-        channel="api",
-        brought_by=helpdesk(),
-        key="m1",
-        sender="ana@example.com",
-        sender_name="Ana Souza",
-        subject="Refund",
-        body=body,
-        received_at=timezone.now(),
-        raw=body,
-    )
-    assert workflow.message_take(message.pk) == "finished"
-    message.refresh_from_db()
-    return message
+    return received(body, key="m1", subject="Refund")
 
 
 FAR = "The order I placed for my mum's birthday last month, 1042, arrived a week late."

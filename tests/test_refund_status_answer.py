@@ -23,14 +23,17 @@ def _no_broker(monkeypatch):
     monkeypatch.setattr(enqueue, "send", lambda name, pk: True)
 
 
-def receive(body: str, *, key: str, sender: str = "ana@example.com") -> Message:
+def receive(
+    body: str, *, key: str, sender: str = "ana@example.com", subject: str = "Refund?"
+) -> Message:
+    """A message handed in through the API and read by the intake, to its end."""
     message, _ = message_receive(
         channel="api",
         brought_by=helpdesk(),
         key=key,
         sender=sender,
         sender_name="Ana Souza",
-        subject="Refund?",
+        subject=subject,
         body=body,
         received_at=timezone.now(),
         raw=body,
