@@ -4,9 +4,13 @@ small data vs large.
     .venv/bin/python bench/pages.py   # 1,000 and 100,000 tickets, SQLite and PostgreSQL
     .venv/bin/python bench/pages.py --backends sqlite --sizes 1000,20000 --requests 100
     .venv/bin/python bench/pages.py --backends sqlite --sizes 10000 --cards kept,none
+    .venv/bin/python bench/pages.py --sizes 100000 --lines 0,4   # four lines per order, beside none
 
 `--cards none` runs the pages with the queue's card cache (reviews/rows.py) turned off (Django's
 DummyCache), so `--cards kept,none` measures what the cache pays, side by side in one run.
+`--lines 4` gives every order four lines (issue 29) and every pending review the proposal a
+damaged item calls for (one vase of the four, its card listing the four with quantity fields);
+`--lines 0,4` runs both, side by side in one run: a card with lines against one without.
 
 Each (backend, size) gets a fresh database (a temporary SQLite file, or the bench_refunds
 PostgreSQL database) holding `size` tickets of which a tenth wait on a review; the finished ones
@@ -63,8 +67,19 @@ def prepare_pages_environment(backend: str, data_dir: Path) -> None:
     )  # fakes allowed by prepare_environment: the pages carry the banner, as a staging box's do
 
 
-def fill(size: int) -> dict:
-    """`size` tickets, a tenth pending, the rest finished with their rows. Returns sample ids."""
+# The four lines of an order in `--lines 4` (title, SKU, unit price in cents, quantity).
+LINES = [
+    ("Ceramic vase", "VASE-01", 2400, 2),
+    ("Table lamp", "LAMP-02", 4500, 1),
+    ("USB-C charger", "CHG-65", 2900, 1),
+    ("Linen shirt", "SHIRT-M", 3500, 3),
+]
+
+
+def fill(size: int, lines: int = 0) -> dict:
+    """`size` tickets, a tenth pending, the rest finished with their rows; with `lines`, each
+    order holds that many lines and each pending review proposes one of them (a damaged vase).
+    Returns sample ids."""
     from datetime import date, timedelta
 
     from django.contrib.auth.models import Group, User
@@ -72,7 +87,8 @@ def fill(size: int) -> dict:
 
     from refunds import policy
     from refunds.flow.nodes import review_request
-    from refunds.models import AuditEvent, Charge, Decision, Email, Order, Ticket
+    from refunds.flow.nodes.common import reason_of
+    from refunds.models import AuditEvent, Charge, Decision, Email, Order, OrderLine, Ticket
 
     agent = User.objects.create_user("agent", password="x")
     agent.groups.add(Group.objects.get_or_create(name="Support agents")[0])
@@ -91,6 +107,27 @@ def fill(size: int) -> dict:
         )
         for i in range(size)  # one order per ticket: an order has at most one open ticket
     )
+    if lines:
+        bought = LINES[:lines]
+        each = sum(unit * quantity for _, _, unit, quantity in bought)
+        for start in range(0, size, 5000):
+            chunk = orders[start : start + 5000]
+            OrderLine.objects.bulk_create(
+                OrderLine(
+                    order=order,
+                    line_id=f"{order.number}-{n}",
+                    sku=sku,
+                    title=title,
+                    unit_price_cents=unit,
+                    quantity=quantity,
+                )
+                for order in chunk
+                for n, (title, sku, unit, quantity) in enumerate(bought)
+            )
+            for order in chunk:
+                order.total_cents = order.paid_cents = each + order.shipping_fee_cents
+            Order.objects.bulk_update(chunk, ["total_cents", "paid_cents"])
+        say(f"    {size * lines:,} order lines")
     pending_every = round(1 / PENDING_SHARE)
     batch: list[Ticket] = []
     for i in range(size):
@@ -116,6 +153,11 @@ def fill(size: int) -> dict:
                 "note": "late",
                 "notes": ["Order facts.", "Delivered 3 days late."],
             }
+            if lines:  # a review of an order with lines: half a damaged vase, half lateness
+                damaged = (i // pending_every) % 2 == 0
+                state |= lined_review(order.number, damaged, reason_of)
+                fee = ticket.amount_cents = state["amount_cents"]
+                role = ticket.required_role = state["required_role"]
             ticket.status = Ticket.Status.AWAITING_REVIEW
             ticket.review_since = timezone.now() - timedelta(minutes=i % 90)
             ticket.pending_interrupt_id = f"{i:032x}"
@@ -181,6 +223,48 @@ def fill(size: int) -> dict:
         "pending_ticket": awaiting.filter(required_role="agent").order_by("-id").first().pk,
         "refunded_ticket": refunded.filter(required_role="agent").order_by("-id").first().pk,
         "pending": awaiting.count(),
+    }
+
+
+def lined_review(number: str, damaged: bool, reason_of) -> dict:
+    """The state of a one-order ticket whose check proposed what a damaged vase (a manager's
+    review) or a late delivery (the shipping fee: an agent's, within their limit) calls for, as
+    refunds/flow/nodes/checks.py builds it (the order's facts with its lines, the policy's
+    parts), for review_request to turn into the card's payload."""
+    from refunds import policy
+    from refunds.flow import parts as refund_parts
+    from refunds.models import Order
+
+    facts = Order.facts(number)
+    reason = policy.DAMAGED if damaged else policy.LATE_DELIVERY
+    words = "one vase arrived smashed" if damaged else "my parcel came three days late"
+    state = {"reason": reason, "order": facts}
+    parts, why = policy.proposed_parts(reason_of(state), facts, words, late_by_days=3)
+    amount = refund_parts.total(parts)
+    check = {
+        "number": number,
+        "order": facts,
+        "balance_cents": facts["paid_cents"],
+        "amount_cents": amount,
+        "parts": parts,
+        "parts_why": why,
+        "late_by_days": 3,
+        "refundable": True,
+        "declined_reason": "",
+        "flags": [],
+        "notes": [why],
+        "history": {"refunds": 0, "total_cents": 0},
+    }
+    role = policy.review_role(
+        amount, flagged=False, limit_cents=policy.agent_limit_cents(), reason=reason
+    )
+    return {
+        **state,
+        "order_numbers": [number],
+        "checks": {number: check},
+        "amount_cents": amount,
+        "required_role": role,
+        "note": words,
     }
 
 
@@ -290,7 +374,7 @@ def report(label: str, name: str, figures: dict) -> None:
     )
 
 
-def run_one(backend: str, size: int, requests: int, cards: str = "kept") -> dict:
+def run_one(backend: str, size: int, requests: int, cards: str = "kept", lines: int = 0) -> dict:
     data_dir = Path(tempfile.mkdtemp(prefix=f"bench-pages-{backend}-"))
     prepare_pages_environment(backend, data_dir)
     import django
@@ -313,9 +397,10 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept") -> dict
     # The anchor shows as many rows as the desk's tickets page (its own default is 100).
     admin.site._registry[Ticket].list_per_page = TICKETS_PAGE
     label = f"{backend} {size:,}" + (" no card cache" if cards == "none" else "")
+    label += f" {lines} lines" if lines else ""
     try:
         say(f"{label}: filling")
-        ids = fill(size)
+        ids = fill(size, lines)
         pages = {
             "queue (agent)": ("agent", "/", None),
             "queue (manager)": ("manager", "/", None),
@@ -348,6 +433,7 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept") -> dict
             "backend": backend,
             "tickets": size,
             "cards": cards,
+            "lines": lines,
             "pending": ids["pending"],
             "pages": {},
         }
@@ -408,18 +494,50 @@ def print_anchors(backend: str, run: dict) -> None:
         )
 
 
+# Issue 29: a card with four lines makes the queue at most this much slower than one without.
+LINES_TARGET = 1.2
+LINES_PAGES = ("queue (agent)", "queue (manager)", "ticket pending (agent)")
+
+
+def print_lines(base: dict, lined: dict) -> None:
+    """Each page's p50 with lines over without, raw and over each run's own admin changelist
+    (the two runs are minutes apart on a shared machine: the anchor takes out its drift)."""
+    print(
+        f"  {base['tickets']:,} tickets, orders of {lined['lines']} lines against "
+        f"{base['lines']} (same run; 'anchored' divides each by its run's admin changelist):"
+    )
+    for page in LINES_PAGES:
+        was, now = base["pages"][page]["p50_ms"], lined["pages"][page]["p50_ms"]
+        anchored = (now / lined["pages"][ADMIN_CHANGELIST]["p50_ms"]) / (
+            was / base["pages"][ADMIN_CHANGELIST]["p50_ms"]
+        )
+        target = (
+            f"target <= {LINES_TARGET:.1f}x: {'met' if anchored <= LINES_TARGET else 'MISSED'}"
+            if page.startswith("queue")
+            else ""
+        )
+        print(
+            f"    {page:<31} p50 {was:6.1f} -> {now:6.1f} ms {now / was:5.2f}x, "
+            f"anchored {anchored:5.2f}x {target}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per page")
     parser.add_argument("--cards", default="kept", help="kept, none, or kept,none side by side")
+    parser.add_argument(
+        "--lines", default="0", help="lines per order: 0, 4, or 0,4 side by side (at most 4)"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        backend, size, cards = args.one.split(":")
-        Path(args.out).write_text(json.dumps(run_one(backend, int(size), args.requests, cards)))
+        backend, size, cards, lines = args.one.split(":")
+        figures = run_one(backend, int(size), args.requests, cards, int(lines))
+        Path(args.out).write_text(json.dumps(figures))
         return
 
     info = machine()
@@ -429,9 +547,15 @@ def main() -> None:
     )
     results = []
     modes = args.cards.split(",")
+    per_order = [int(n) for n in args.lines.split(",")]
+    if not all(0 <= n <= len(LINES) for n in per_order):
+        parser.error(f"--lines takes 0 to {len(LINES)} lines per order")
     for backend in args.backends.split(","):
-        for size, cards in [
-            (int(size), cards) for size in args.sizes.split(",") for cards in modes
+        for size, cards, lines in [
+            (int(size), cards, lines)
+            for size in args.sizes.split(",")
+            for cards in modes
+            for lines in per_order
         ]:
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
                 subprocess.run(
@@ -439,7 +563,7 @@ def main() -> None:
                         sys.executable,
                         __file__,
                         "--one",
-                        f"{backend}:{size}:{cards}",
+                        f"{backend}:{size}:{cards}:{lines}",
                         "--out",
                         out.name,
                         "--requests",
@@ -451,7 +575,11 @@ def main() -> None:
     print()
     constant = {}
     for backend in args.backends.split(","):
-        runs = [r for r in results if r["backend"] == backend and r["cards"] == modes[0]]
+        runs = [
+            r
+            for r in results
+            if r["backend"] == backend and r["cards"] == modes[0] and r["lines"] == per_order[0]
+        ]
         print(
             f"{backend}: "
             + "  vs  ".join(f"{r['tickets']:,} tickets ({r['pending']:,} pending)" for r in runs)
@@ -469,8 +597,8 @@ def main() -> None:
             none_run = next(
                 r
                 for r in results
-                if (r["backend"], r["tickets"], r["cards"])
-                == (backend, kept_run["tickets"], "none")
+                if (r["backend"], r["tickets"], r["cards"], r["lines"])
+                == (backend, kept_run["tickets"], "none", kept_run["lines"])
             )
             for page in ("queue (agent)", "queue (manager)", "queue rows fragment (agent)"):
                 kept, none = kept_run["pages"][page]["p50_ms"], none_run["pages"][page]["p50_ms"]
@@ -478,6 +606,15 @@ def main() -> None:
                     f"  {kept_run['tickets']:,} {page}: p50 {kept:.1f} ms kept, {none:.1f} ms "
                     f"with no card cache: the cache saves {1 - kept / none:.0%}"
                 )
+        for base_run in runs:
+            for lined in (
+                r
+                for r in results
+                if (r["backend"], r["tickets"], r["cards"])
+                == (backend, base_run["tickets"], modes[0])
+                and r["lines"] != base_run["lines"]
+            ):
+                print_lines(base_run, lined)
         for run in runs:
             print_anchors(backend, run)
     path = write_results(

@@ -8,10 +8,19 @@ from datetime import datetime
 from typing import TypedDict
 
 from django.db.models import Sum
+from django.utils import timezone
 
-from core.clock import local_words
+from core.clock import day_words, local_words
 from refunds.flow.words import dollars
-from refunds.models import Charge, ChargePart, Decision, OrderLine, Ticket, of_customer
+from refunds.models import (
+    Charge,
+    ChargePart,
+    Decision,
+    OrderLine,
+    OutsideRefund,
+    Ticket,
+    of_customer,
+)
 from refunds.statuses import PROCESSOR_GAVE_BACK, PROCESSOR_ON_ITS_WAY
 
 EARLIER_LIMIT = 10
@@ -293,6 +302,28 @@ def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:
         quantity, cents = refunded.get(line.pk, (0, 0))
         bought.setdefault(line.order_id, []).append(LineBought(line, quantity, cents))
     return bought
+
+
+def outside_refunds_words(order_ids: Iterable[int]) -> list[tuple[OutsideRefund, str]]:
+    """The refunds of these orders' payments made outside the desk (Stripe's dashboard, the
+    shop's admin), oldest first, each with what the ticket page says of it: "$12.00 refunded
+    outside the desk on Dec 3, 2026", and that it does not count where the processor gave the
+    money back."""
+    rows = (
+        OutsideRefund.objects.filter(order_id__in=list(order_ids))
+        .select_related("order")
+        .order_by("made_at", "id")
+    )
+    said = []
+    for row in rows:
+        words = f"{dollars(row.amount_cents)} refunded outside the desk"
+        if row.made_at:
+            words += f" on {day_words(timezone.localdate(row.made_at))}"
+        if row.status in PROCESSOR_GAVE_BACK:
+            status = row.get_status_display().lower()
+            words += f", then {status} at the processor: it does not count"
+        said.append((row, words + "."))
+    return said
 
 
 def line_titles(line_ids: Iterable[int]) -> dict[int, str]:

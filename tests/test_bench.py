@@ -80,6 +80,23 @@ def test_the_pages_script_fetches_every_page_with_the_same_queries_at_two_sizes(
     assert done.stdout.count("against Django admin's changelist") == 2, done.stdout
 
 
+def test_the_pages_script_sets_cards_with_lines_beside_cards_without(tmp_path):
+    done = run(
+        "pages.py",
+        *("--backends", "sqlite", "--sizes", "100", "--requests", "2", "--lines", "0,4"),
+        results=tmp_path,
+    )
+    out = latest(tmp_path, "pages")
+    assert {(r["tickets"], r["lines"]) for r in out["results"]} == {(100, 0), (100, 4)}
+    lined = next(r for r in out["results"] if r["lines"] == 4)
+    assert "orders of 4 lines against 0" in done.stdout, done.stdout
+    assert done.stdout.count("target <= 1.2x") == 2, done.stdout
+    # The cards list the lines without a statement per card: the same queries as without.
+    plain = next(r for r in out["results"] if r["lines"] == 0)
+    for page in ("queue (agent)", "queue (manager)", "ticket pending (agent)"):
+        assert lined["pages"][page]["queries"] == plain["pages"][page]["queries"], page
+
+
 def test_the_statements_script_counts_what_a_refunded_ticket_costs(tmp_path):
     done = run("statements.py", *("--backends", "embedded", "--tickets", "2"), results=tmp_path)
     assert "app statements" in done.stdout and "checkpoint bytes" in done.stdout

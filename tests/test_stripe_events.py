@@ -19,15 +19,17 @@ from typing import Any
 
 import pytest
 import stripe
+from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
 
+from core.clock import day_words
 from devtools.localstripe import SECRET_KEY
 from devtools.smtp_sink import free_port
 from insights.metrics import DeskCollector
 from refunds import enqueue, money, services, tasks
 from refunds import lease as leases
-from refunds.models import Charge, StripeEvent, Ticket
+from refunds.models import Charge, OutsideRefund, StripeEvent, Ticket
 from refunds.payments.stripe import StripeGateway
 from refunds.services.stripe_events import HANDLE
 from tests.conftest import make_order
@@ -378,16 +380,51 @@ def test_a_refund_is_matched_by_the_receipt_we_stored_when_it_carries_no_key(
     assert charge.processor_status == "failed"
 
 
-def test_a_refund_without_a_desk_key_is_stored_and_nothing_else_changes(
-    db, stripe_desk, deliver, caplog
+def test_a_refund_made_outside_the_desk_is_recorded_once_against_its_order_and_shown(
+    db, stripe_desk, deliver, client, django_user_model
 ):
     ticket, charge, _ = paid_ticket(stripe_desk)
     outside = stripe_desk.call(
         "POST",
         "/v1/refunds",
         payment_intent=ticket.order.payment_reference,
-        amount="100",
+        amount="1200",
     )
+    before = list(Charge.objects.values())
+
+    deliver(event("refund.created", outside))
+    deliver(event("refund.updated", outside))  # another event of it: the same row, once
+
+    rows = list(OutsideRefund.objects.values("order_id", "processor_id", "amount_cents", "status"))
+    assert rows == [
+        {
+            "order_id": ticket.order_id,
+            "processor_id": outside["id"],
+            "amount_cents": 1200,
+            "status": "succeeded",
+        }
+    ]
+    outcomes = list(StripeEvent.objects.order_by("pk").values_list("outcome", flat=True))
+    number = ticket.order.number
+    assert outcomes == [
+        f"{outside['id']}: made outside the desk, recorded against order {number}",
+        f"{outside['id']}: made outside the desk, already recorded against order {number}",
+    ]
+    assert list(Charge.objects.values()) == before  # the desk's own refund is left as it was
+    manager = django_user_model.objects.create_user("mara", password="x")
+    manager.groups.add(Group.objects.get_or_create(name="Managers")[0])
+    client.force_login(manager)
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    made = timezone.localdate(OutsideRefund.objects.get().made_at)
+    assert f"$12.00 refunded outside the desk on {day_words(made)}." in page
+
+
+def test_a_refund_of_a_payment_no_order_has_is_stored_and_nothing_else_changes(
+    db, stripe_desk, deliver, caplog
+):
+    paid_ticket(stripe_desk)
+    stranger = stripe_desk.payment_intent(900)  # a payment of no order the desk has
+    outside = stripe_desk.call("POST", "/v1/refunds", payment_intent=stranger, amount="100")
     before = list(Charge.objects.values())
 
     with caplog.at_level(logging.INFO, logger="refunds.services.stripe_events"):
@@ -395,9 +432,12 @@ def test_a_refund_without_a_desk_key_is_stored_and_nothing_else_changes(
 
     row = StripeEvent.objects.get()
     assert row.handled_at is not None
-    assert row.outcome == f"{outside['id']}: not the desk's, nothing recorded"
+    assert row.outcome == (
+        f"{outside['id']}: not the desk's, and no order has its payment: nothing recorded"
+    )
     assert list(Charge.objects.values()) == before
-    assert f"refund {outside['id']} has no desk key we know" in caplog.text
+    assert not OutsideRefund.objects.exists()
+    assert f"refund {outside['id']} is not the desk's and no order has its payment" in caplog.text
 
 
 def test_an_event_whose_read_fails_is_left_for_the_sweep(

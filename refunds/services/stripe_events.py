@@ -18,9 +18,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.network import outside_transaction
-from refunds import enqueue
+from refunds import enqueue, money
 from refunds.flow.errors import PermanentGatewayError
-from refunds.models import Charge, StripeEvent
+from refunds.models import Charge, Order, StripeEvent
 from refunds.payments.stripe import StripeGateway
 from refunds.services.sweep import wake_all
 from refunds.statuses import PROCESSOR_GAVE_BACK, ProcessorStatus
@@ -97,19 +97,14 @@ def _handle(row: StripeEvent, gateway: StripeGateway) -> str:
 def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
     """Record on our ledger row what Stripe says of `refund` (as Stripe holds it now): matched by
     our key in its metadata, or by its id as the receipt we stored. A refund with neither is not
-    the desk's (made in Stripe's dashboard, say): nothing is recorded, and it is logged."""
+    the desk's (made in Stripe's dashboard, say): it is recorded as made outside the desk against
+    the order whose payment it refunds, and counts against that order's balance."""
     refund_id = refund["id"]
     key = (refund.get("metadata") or {}).get(StripeGateway.METADATA_KEY) or ""
     match = Q(receipt=refund_id) | Q(idempotency_key=key) if key else Q(receipt=refund_id)
     charge = Charge.objects.filter(match).order_by("pk").first()
     if charge is None:
-        log.info(
-            "stripe event %s: refund %s has no desk key we know (%r): stored, nothing recorded",
-            event,
-            refund_id,
-            key,
-        )
-        return f"{refund_id}: not the desk's, nothing recorded"
+        return _outside_record(refund, event)
     try:
         status = ProcessorStatus(refund.get("status") or "")
     except ValueError:
@@ -129,6 +124,25 @@ def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
         # the sweep wakes it too if this wake-up is lost.
         enqueue.advance_on_commit(charge.ticket_id)
     return f"{refund_id}: {status}" + (f" ({reason})" if reason else "")
+
+
+def _outside_record(refund: dict[str, Any], event: str) -> str:
+    """A refund no ledger row knows (made in Stripe's dashboard, say): recorded against the order
+    whose payment it refunds, as the lookup before a charge and `reconcile` record one (one row
+    by its id, its status moving forward only); logged when no order has that payment."""
+    payments = {p for p in (refund.get("payment_intent"), refund.get("charge")) if p}
+    order = Order.objects.filter(payment_reference__in=payments).order_by("pk").first()
+    if order is None:
+        log.info(
+            "stripe event %s: refund %s is not the desk's and no order has its payment %s",
+            event,
+            refund["id"],
+            sorted(payments),
+        )
+        return f"{refund['id']}: not the desk's, and no order has its payment: nothing recorded"
+    new = money.outside_refunds_record(order.pk, [StripeGateway.as_record(refund)])
+    said = "recorded" if new else "already recorded"
+    return f"{refund['id']}: made outside the desk, {said} against order {order.number}"
 
 
 def stripe_events_recover() -> list[int]:

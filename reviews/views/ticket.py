@@ -191,6 +191,8 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "ticket": with_pending_decisions([ticket])[0],
         "decisions": ticket.decisions.select_related("reviewer"),
         "charges": ticket.charges.select_related("order"),
+        # Refunds of its orders' payments the desk did not make: they count against what is left.
+        "outside": selectors.outside_refunds_words(order.pk for order in orders),
         "refund_progress": progress,
         "refunds": {ticket.pk: progress} if progress else {},
         "emails": ticket.emails.all(),
