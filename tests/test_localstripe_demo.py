@@ -52,13 +52,31 @@ def test_it_serves_localstripe_with_a_paid_payment_intent_per_demo_order(tmp_pat
         )
         with urllib.request.urlopen(request, timeout=10) as answer:
             intents = json.loads(answer.read())["data"]
+        # What each customer paid: the order's own paid amount (goods, shipping, tax), so a whole
+        # order's refund fits in its payment; $50.00 besides the fee for an order without lines.
+        paid = {
+            row["number"]: row["paid_cents"]
+            for row in read_rows(tmp_path, "SELECT number, paid_cents FROM refunds_order")
+        }
         from refunds.management.commands.demo_data import ORDERS
 
-        assert sorted(i["amount"] for i in intents) == sorted(5000 + fee for *_, fee in ORDERS)
+        assert sorted(i["amount"] for i in intents) == sorted(
+            paid[number] if paid[number] is not None else 5000 + fee for number, *_, fee in ORDERS
+        )
+        assert any(paid.values()), "the demo's orders have lines and what was paid for them"
         assert {i["status"] for i in intents} == {"succeeded"}
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def read_rows(data_dir, sql: str) -> list[dict]:
+    """Rows of the demo's SQLite database in `data_dir`, read as another process would."""
+    import sqlite3
+
+    with sqlite3.connect(data_dir / "db.sqlite3") as connection:
+        connection.row_factory = sqlite3.Row
+        return [dict(row) for row in connection.execute(sql)]
 
 
 def test_it_refuses_to_run_outside_the_demo(tmp_path):

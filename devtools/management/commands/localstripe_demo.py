@@ -2,7 +2,8 @@
 Stripe emulator, devtools/localstripe.py) on this machine instead of Stripe. Demo only.
 
 It starts localstripe on 127.0.0.1 (port 8420 unless --port), loads the demo data, gives every
-order a PaymentIntent there that the customer paid (goods plus the shipping fee; localstripe
+order a PaymentIntent there that the customer paid (what the order says was paid, or for an
+order without lines $50.00 of goods plus the shipping fee; localstripe
 keeps nothing across restarts, so each start gives new ones), prints the settings that point the
 desk at it, and serves until stopped. Then, in another terminal:
 
@@ -18,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from devtools.localstripe import LocalStripe
 
-GOODS_CENTS = 5000  # what each demo customer paid besides the shipping fee
+GOODS_CENTS = 5000  # what a customer of an order without lines paid besides the shipping fee
 
 
 class Command(BaseCommand):
@@ -41,8 +42,11 @@ class Command(BaseCommand):
         try:
             orders = Order.objects.order_by("number")
             for order in orders:
+                paid = order.paid_cents
+                if paid is None:
+                    paid = GOODS_CENTS + order.shipping_fee_cents
                 order.payment_reference = server.payment_intent(
-                    GOODS_CENTS + order.shipping_fee_cents, order.currency.lower() or "usd"
+                    paid, order.currency.lower() or "usd"
                 )
                 order.save(update_fields=["payment_reference"])
             env = " ".join(f"{name}={value}" for name, value in server.env().items())
