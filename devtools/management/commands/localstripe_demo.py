@@ -1,7 +1,8 @@
 """`manage.py localstripe_demo`: the demo refunds through StripeGateway, against localstripe (a
 Stripe emulator, devtools/localstripe.py) on this machine instead of Stripe. Demo only.
 
-It starts localstripe on 127.0.0.1 (port 8420 unless --port), loads the demo data, gives every
+It starts localstripe on 127.0.0.1 (port 8420 unless --port), loads the demo data and the demo
+customers' messages with their orders (the workers read them once `bin/run` starts), gives every
 order a PaymentIntent there that the customer paid (what the order says was paid, or for an
 order without lines $50.00 of goods plus the shipping fee; localstripe
 keeps nothing across restarts, so each start gives new ones), prints the settings that point the
@@ -38,6 +39,7 @@ class Command(BaseCommand):
             )
         call_command("migrate", verbosity=0)
         call_command("demo_data")
+        call_command("demo_messages")  # its customers' orders too (the smashed vase, the empty box)
         server = LocalStripe(settings.DATA_DIR, port=port).start()
         try:
             orders = Order.objects.order_by("number")
