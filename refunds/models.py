@@ -143,6 +143,7 @@ class Order(models.Model):
         """What lookup reads, in one statement: the order and what the ledger holds for it
         (paid or under way) from tickets other than `for_ticket`."""
         from core import sql
+        from refunds import queries
 
         holding = sql.literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)
         held = (
@@ -152,8 +153,10 @@ class Order(models.Model):
         row = sql.fetchone(
             "SELECT o.number, o.customer_name, o.customer_email, o.promised_on, o.delivered_on, "
             f"o.shipping_fee_cents, (SELECT coalesce(sum(c.amount_cents), 0) {held}), "
-            f"(SELECT max(c.ticket_id) {held}), o.paid_cents FROM refunds_order o "
-            "WHERE o.number = %s",
+            f"(SELECT max(c.ticket_id) {held}), o.paid_cents, "
+            "(SELECT coalesce(sum(x.amount_cents), 0) FROM refunds_outsiderefund x "
+            f"WHERE x.order_id = o.id AND {queries.OUTSIDE_HOLDS}) "
+            "FROM refunds_order o WHERE o.number = %s",
             [for_ticket or 0, for_ticket or 0, number],
         )
         if row is None:
@@ -171,6 +174,8 @@ class Order(models.Model):
         }
         lines, shipping = cls._bought_facts(number, holding, for_ticket or 0)
         facts |= {"lines": lines, "shipping_refunded_cents": shipping}
+        if row[9]:  # refunded at the processor, not by the desk: less is left of what was paid
+            facts["outside_refunded_cents"] = row[9]
         return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
 
     @staticmethod

@@ -189,7 +189,7 @@ def proposed_parts(
     total = sum(p["amount_cents"] for p in parts)
     if paid is None or not parts:
         return parts, why
-    left = max(paid - order["refunded_cents"], 0)
+    left = paid_left(order) or 0
     if total <= left:
         return parts, why
     if not left:
@@ -339,12 +339,11 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
         parts.append(
             {"line": line_id, "quantity": units, "amount_cents": amount, "restock": restock}
         )
-    paid = order.get("paid_cents")
-    if paid is not None and refund_parts.total(parts) > paid - order["refunded_cents"]:
+    paid, left = order.get("paid_cents"), paid_left(order)
+    if paid is not None and left is not None and refund_parts.total(parts) > left:
         raise ValueError(
-            f"Order {number}: {dollars(max(paid - order['refunded_cents'], 0))} is left of the "
-            f"{dollars(paid)} the customer paid; these parts come to "
-            f"{dollars(refund_parts.total(parts))}."
+            f"Order {number}: {dollars(left)} is left of the {dollars(paid)} the customer paid; "
+            f"these parts come to {dollars(refund_parts.total(parts))}."
         )
     return parts
 
@@ -352,10 +351,17 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
 def parts_left(order: OrderFacts, parts: list[Part]) -> int | None:
     """What is left to refund of what the customer paid for the order after these parts (checked
     by parts_checked); None when the shop did not say what was paid."""
+    left = paid_left(order)
+    return None if left is None else max(left - refund_parts.total(parts), 0)
+
+
+def paid_left(order: OrderFacts) -> int | None:
+    """What is left of what the customer paid for the order: less the ledger's refunds (other
+    tickets) and those made outside the desk; None when the shop did not say what was paid."""
     paid = order.get("paid_cents")
     if paid is None:
         return None
-    return max(paid - order["refunded_cents"] - refund_parts.total(parts), 0)
+    return max(paid - order["refunded_cents"] - order.get("outside_refunded_cents", 0), 0)
 
 
 def _units_left(line: LineFacts) -> int:

@@ -373,3 +373,34 @@ def test_an_admin_sees_an_orders_outside_refunds_on_its_page(db, admin_client):
     text = page.content.decode()
     assert "Refunds made outside the desk" in text
     assert "re_Dashboard" in text and "$12.00" in text
+
+
+def test_a_review_proposes_and_allows_only_what_outside_refunds_left_of_the_payment(db):
+    """$50.00 of a $120.00 payment refunded in Stripe's dashboard: the order's facts carry it,
+    the proposal for an empty box is capped at the $70.00 left, the reviewer's parts form says
+    so, and parts above it are refused in words that count it."""
+    from refunds import policy
+    from refunds.models import OrderLine
+
+    order = paid_order("pi_outside_lines", paid=12000)
+    OrderLine.objects.create(
+        order=order, line_id="L1", title="Ceramic vase", unit_price_cents=5650, quantity=2
+    )
+    OutsideRefund.objects.create(
+        order=order, processor_id="re_dash", amount_cents=5000, status="succeeded"
+    )
+    OutsideRefund.objects.create(  # given back by the processor: it does not count
+        order=order, processor_id="re_failed", amount_cents=3000, status="failed"
+    )
+
+    facts = Order.facts(order.number)
+    assert facts is not None and facts["outside_refunded_cents"] == 5000
+    parts, why = policy.proposed_parts(
+        policy.NOT_RECEIVED, facts, "the box was empty", late_by_days=0
+    )
+    assert sum(p["amount_cents"] for p in parts) == 7000
+    assert "Capped at the $70.00 left of the $120.00 the customer paid" in why
+    assert policy.parts_left(facts, parts) == 0
+    [line] = facts["lines"]
+    with pytest.raises(ValueError, match=r"\$70.00 is left of the \$120.00 the customer paid"):
+        policy.parts_checked(facts, [{"line": line["id"], "quantity": 2}])

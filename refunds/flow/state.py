@@ -23,6 +23,9 @@ class OrderFacts(TypedDict):
     refunded_by_ticket: int | None
     # What the customer paid, when the shop sent it: never refunded beyond.
     paid_cents: NotRequired[int]
+    # What of the payment was refunded outside the desk (Stripe's dashboard, say), as recorded
+    # when the order was read (refunds/money.py records them before every charge). Absent: 0.
+    outside_refunded_cents: NotRequired[int]
     # Flow version 6: what was bought, line by line, and what the ledger holds of the shipping
     # fee (other tickets). An order without lines, or facts of version 5: the fee alone.
     lines: NotRequired[list[LineFacts]]

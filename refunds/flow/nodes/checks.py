@@ -50,6 +50,11 @@ def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
             f"The customer paid {dollars(paid)}, less than the {dollars(fee)} fee: no more than "
             "that is refunded."
         )
+    if order.get("outside_refunded_cents"):
+        notes.append(
+            f"{dollars(order['outside_refunded_cents'])} of the payment was refunded outside the "
+            "desk (at the payment processor)."
+        )
     if order.get("refunded_cents"):
         notes.append(
             f"{dollars(order['refunded_cents'])} of the {dollars(order['fee_cents'])} fee was "
