@@ -122,7 +122,7 @@ def test_a_wait_without_a_reply_is_reminded_then_closed_with_one_email_in_the_cu
     assert question.message_id in told.references.split()
     assert told.message_id not in (asking_email.message_id, reminder.message_id)
     sent = Email.objects.get(key=told.key)
-    assert sent.language == "es" and "replying to this email" in sent.desk_text
+    assert sent.language == "es" and "reply to this email with your answer" in sent.desk_text
     # Closed: shown as such, in no queue, not counted as waiting on the customer.
     assert ticket.status == Ticket.Status.CLOSED
     assert ticket.pending_payload["kind"] == "closed"
