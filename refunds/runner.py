@@ -207,7 +207,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
         agent_limit_cents=policy.agent_limit_cents(),
         charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
         track=tracker(),
-        ask_default_outcome=settings.REFUNDS_ASK_DEFAULT_OUTCOME,
+        ask_default_outcome="close" if settings.REFUNDS_ASK_DEFAULT_OUTCOME == "close" else "queue",
     )
 
 

@@ -160,7 +160,12 @@ def test_a_reply_by_the_webhook_after_the_close_reopens_the_same_thread_then_app
     assert Ticket.objects.count() == 1  # the same ticket, the same thread
     values = persistence.snapshot(ticket.thread_id).values
     trail = values["trail"]
-    assert trail[trail.index("ask_customer") :] == ["ask_customer", "no_reply", "close_no_reply", "reply"]
+    assert trail[trail.index("ask_customer") :] == [
+        "ask_customer",
+        "no_reply",
+        "close_no_reply",
+        "reply",
+    ]
     assert "The customer replied:** “Here are the photos" in ticket.pending_payload["description"]
     [kept] = message.files.all()
     client.force_login(agent)

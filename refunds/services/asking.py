@@ -253,8 +253,9 @@ def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
     unanswered REFUNDS_ASK_REMIND_DAYS after it was asked gets one reminder email; one
     unanswered REFUNDS_ASK_GIVE_UP_DAYS after is answered "no reply" for the customer, and the
     thread does what REFUNDS_ASK_DEFAULT_OUTCOME says: the review comes back to its queue saying
-    so, or the ticket is closed as "no reply" with one email saying a reply reopens it. Conditional UPDATEs on the question: two beats at
-    once remind once, and of a reply and the give-up at once one wins."""
+    so, or the ticket is closed as "no reply" with one email saying a reply reopens it.
+    Conditional UPDATEs on the question: two beats at once remind once, and of a reply and the
+    give-up at once one wins."""
     now = now or timezone.now()
     waiting = CustomerQuestion.objects.filter(
         replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER

@@ -214,7 +214,10 @@ def await_reopen(state: RefundState) -> RefundState:
         raise ValueError(f"a ticket closed for want of a reply takes one, got {answer!r}")
     update = _replied(state, answer)
     update["outcome_reason"] = ""
-    update["notes"] = ["The customer replied after the close: the ticket is reopened.", *update["notes"]]
+    update["notes"] = [
+        "The customer replied after the close: the ticket is reopened.",
+        *update["notes"],
+    ]
     return update
 
 
