@@ -633,6 +633,12 @@ if REFUNDS_ASK_GIVE_UP_DAYS <= REFUNDS_ASK_REMIND_DAYS:
         f"REFUNDS_ASK_GIVE_UP_DAYS ({REFUNDS_ASK_GIVE_UP_DAYS:g}) must be more than "
         f"REFUNDS_ASK_REMIND_DAYS ({REFUNDS_ASK_REMIND_DAYS:g})."
     )
+# What the end of a wait without a reply does: "queue" brings the review back to its queue saying
+# there was no reply; "close" closes the ticket as "no reply" with one email to the customer
+# saying a reply reopens it (the thread waits on that reply: refunds/flow/nodes/asking.py).
+REFUNDS_ASK_DEFAULT_OUTCOME = env_choice(
+    "REFUNDS_ASK_DEFAULT_OUTCOME", "queue", choices=("queue", "close")
+)
 # The Reply-To of a question to the customer: "{token}" is the question's own unguessable token
 # (plus-addressing, or a reply domain: "{token}@replies.desk.example.com"); the mail provider's
 # inbound route for it posts replies to the inbound webhook.

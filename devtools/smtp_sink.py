@@ -31,6 +31,7 @@ class Delivered:
     body: str = ""  # the text the customer reads, decoded
     in_reply_to: str = ""  # the threading headers a mail client groups a conversation by
     references: str = ""
+    reply_to: str = ""  # where the customer's reply goes (a question's carries its token)
 
 
 @dataclass
@@ -121,6 +122,7 @@ class SmtpSink:
                         body=_text(message),
                         in_reply_to=message.get("In-Reply-To", ""),
                         references=" ".join(message.get("References", "").split()),
+                        reply_to=message.get("Reply-To", ""),
                     )
                 )
         if refuse:

@@ -606,7 +606,8 @@ def reply_to(key: str) -> list[str]:
     """The Reply-To of an outbox message: a question to the customer's carries its token, so
     the reply finds its thread whatever the subject becomes; others have none. The same on
     every attempt and on a resend."""
-    asked = key.removesuffix(":reminder")  # a reminder carries its question's token
+    # A reminder and the close for want of a reply carry their question's token.
+    asked = key.removesuffix(":reminder").removesuffix(":closed")
     token = CustomerQuestion.objects.filter(email_key=asked).values_list("token", flat=True).first()
     return [reply_address(token)] if token else []
 

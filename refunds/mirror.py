@@ -85,12 +85,11 @@ def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
         result["flow_version"] = values["flow_version"]
     if snap.interrupts:
         pending = snap.interrupts[0]
-        # One thread, two kinds of wait: a reviewer's review, or the customer's reply to it.
-        waits_on_customer = pending.value.get("kind") == "customer"
+        # One thread, three kinds of wait: a reviewer's review, the customer's reply to it, or
+        # that reply after the ticket was closed for want of one.
+        waits_on = {"customer": Ticket.Status.AWAITING_CUSTOMER, "closed": Ticket.Status.CLOSED}
         result |= {
-            "status": Ticket.Status.AWAITING_CUSTOMER
-            if waits_on_customer
-            else Ticket.Status.AWAITING_REVIEW,
+            "status": waits_on.get(pending.value.get("kind"), Ticket.Status.AWAITING_REVIEW),
             "pending_interrupt_id": pending.id,
             "pending_payload": pending.value,
             "required_role": pending.value.get("required_role", ""),

@@ -343,6 +343,8 @@ class Ticket(models.Model):
         Status.RUNNING,
         Status.AWAITING_REVIEW,
         Status.AWAITING_CUSTOMER,
+        # Closed for want of a reply, not finished: a reply reopens it, so it keeps its orders.
+        Status.CLOSED,
         Status.FAILED,
     )
 
@@ -694,6 +696,9 @@ class CustomerQuestion(models.Model):
     replied_at = models.DateTimeField(null=True, blank=True)
     # The reminder the wait's timer sent (REFUNDS_ASK_REMIND_DAYS), once.
     reminded_at = models.DateTimeField(null=True, blank=True)
+    # The reply that reopened the ticket closed for want of one (REFUNDS_ASK_DEFAULT_OUTCOME
+    # "close"): set once, a compare-and-set on NULL, so a reply delivered twice reopens once.
+    reopened_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["asked_at", "id"]

@@ -71,7 +71,7 @@ from refunds.persistence import FenceLost, graph, snapshot, thread_config
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
 # The first leg stops before these.
-EFFECT_NODES = ["received", "charge_order", "email", "notify", "ask_customer"]
+EFFECT_NODES = ["received", "charge_order", "email", "notify", "ask_customer", "close_no_reply"]
 _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
 
 
@@ -207,6 +207,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
         agent_limit_cents=policy.agent_limit_cents(),
         charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
         track=tracker(),
+        ask_default_outcome="close" if settings.REFUNDS_ASK_DEFAULT_OUTCOME == "close" else "queue",
     )
 
 

@@ -13,6 +13,9 @@ class TicketStatus(models.TextChoices):
     RUNNING = "running", "Running"
     AWAITING_REVIEW = "awaiting_review", "Awaiting review"
     AWAITING_CUSTOMER = "awaiting_customer", "Waiting on the customer"
+    # The wait on the customer ended without a reply and REFUNDS_ASK_DEFAULT_OUTCOME is "close":
+    # the thread waits on an interrupt still, so a reply reopens it (not final, not in a queue).
+    CLOSED = "closed", "Closed: no reply from the customer"
     REFUNDED = "refunded", "Refunded"
     DECLINED = "declined", "Declined by policy"
     REJECTED = "rejected", "Rejected by reviewer"
@@ -71,6 +74,7 @@ TICKET_LEASABLE = {
     S.RUNNING: True,
     S.AWAITING_REVIEW: True,
     S.AWAITING_CUSTOMER: True,
+    S.CLOSED: True,  # a reply reopens it: the runner resumes its wait under the lease
     S.REFUNDED: False,
     S.DECLINED: False,
     S.REJECTED: False,
@@ -83,6 +87,7 @@ TICKET_WORK_LEFT = {
     S.RUNNING: True,
     S.AWAITING_REVIEW: False,
     S.AWAITING_CUSTOMER: False,
+    S.CLOSED: False,
     S.REFUNDED: False,
     S.DECLINED: False,
     S.REJECTED: False,

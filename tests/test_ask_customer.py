@@ -367,7 +367,7 @@ def test_a_reply_whose_early_check_passed_before_the_thread_moved_on_resumes_not
     ticket.refresh_from_db()
     ask(ticket, agent, "Which item is missing?")
     assert runner.advance(ticket.pk) == "awaiting_customer"
-    monkeypatch.setattr(asking, "_not_waiting", lambda question: "")  # passed, then the race
+    monkeypatch.setattr(asking, "_not_waiting", lambda question, **_: "")  # passed, then the race
     stale = asking.reply_record(question=first, sender="ana@example.com", text="late words")
     assert not stale.resumed and "no longer waits" in stale.why
     assert Decision.objects.filter(answer="reply").count() == 1

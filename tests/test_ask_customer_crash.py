@@ -4,12 +4,16 @@ SMTP server once, the reply applied once, one line of checkpoint history."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
 from intake.services import message_receive
 from refunds import services
+from refunds.flow.nodes import close_key
 from refunds.models import CustomerQuestion, Decision, Ticket
+from refunds.services import asking
 from tests.conftest import wait_for
 from tests.quiescence import quiesce
 from tests.test_crash import branch_points, crash_plan, open_and_wait_for_review, status  # noqa: F401
@@ -113,4 +117,57 @@ def test_a_worker_killed_between_the_reply_and_the_resume_resumes_once(
     [reply] = Decision.objects.filter(ticket=ticket, answer="reply")
     assert reply.applied_at is not None and reply.refused_reason == ""
     assert sinks.smtp.keys() == {question.email_key: 1}
+    assert branch_points(ticket) == []
+
+
+@pytest.mark.parametrize("point", ["smtp:before", "smtp:after", "close_no_reply"])
+def test_a_worker_killed_around_the_close_email_closes_once_and_a_reply_reopens(
+    workers,
+    sinks,
+    crash_plan,  # noqa: F811
+    sweep_now,
+    settings,
+    agent,
+    admin_user,
+    late_order,
+    point,  # noqa: F811
+):
+    """REFUNDS_ASK_DEFAULT_OUTCOME "close": the wait's timer gives up, a worker dies around the
+    email saying the ticket is closed; the next one closes it with that email sent once."""
+    settings.REFUNDS_ASK_DEFAULT_OUTCOME = "close"  # the timer's audit, in this process
+    env = crash_plan({}) | {"REFUNDS_ASK_DEFAULT_OUTCOME": "close"}
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    ask(ticket, admin_user)
+    until(ticket, "awaiting_customer")
+    question = CustomerQuestion.objects.get(ticket=ticket)
+    crash_plan({"*": {"point": point, "times": 1}})  # armed for the close
+    later = timezone.now() + timedelta(days=settings.REFUNDS_ASK_GIVE_UP_DAYS + 1)
+    assert asking.questions_wait_timers(now=later)["ended"] == [ticket.pk]
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the close")
+    workers("second", pool="solo", env=env)
+    until(ticket, "closed")
+    quiesce(workers)
+    closing = close_key(ticket.thread_id, question.decision_id)
+    wait_for(lambda: sinks.smtp.count(closing), what="the close email")
+    sent = sinks.smtp.keys()[closing]
+    assert sent == 1 or (point == "smtp:after" and sent == 2)  # the outbox's one window
+    assert sinks.smtp.keys()[question.email_key] == 1
+    body = "Sorry, I was away: here is the photo."
+    message_receive(
+        channel="email",
+        key="<late-reply@customer.test>",
+        message_id="<late-reply@customer.test>",
+        sender="ana@example.com",
+        subject="photo",
+        body=body,
+        received_at=timezone.now(),
+        raw=body,
+        recipients=[f"replies+{question.token}@desk.example.com"],
+    )
+    until(ticket, "awaiting_review")
+    quiesce(workers)
+    ticket.refresh_from_db()
+    assert "Sorry, I was away" in ticket.pending_payload["description"]
+    assert Decision.objects.filter(ticket=ticket, answer="reply").count() == 1
     assert branch_points(ticket) == []

@@ -233,6 +233,10 @@ def test_production_starts_with_a_secret_key_and_debug_off(tmp_path):
         ),
         ({"REFUNDS_DEMO": "true", "API_MAX_BODY_BYTES": "ten"}, "API_MAX_BODY_BYTES must be"),
         (
+            {"REFUNDS_DEMO": "true", "REFUNDS_ASK_DEFAULT_OUTCOME": "reopen"},
+            "REFUNDS_ASK_DEFAULT_OUTCOME must be one of queue, close, got 'reopen'",
+        ),
+        (
             {"REFUNDS_DEMO": "true", "WEBHOOK_SWEEP_BUDGET_SECONDS": "236"},
             "WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT (236.0 + 5.0 s) must be below "
             "CELERY_TASK_SOFT_TIME_LIMIT (240 s)",

@@ -42,6 +42,8 @@ def build_graph(
     g.add_node("notify", node("notify"), retry_policy=nodes.MAIL_RETRY)
     g.add_node("ask_customer", node("ask_customer"), retry_policy=nodes.MAIL_RETRY)
     g.add_node("await_reply", node("await_reply"))
+    g.add_node("close_no_reply", node("close_no_reply"), retry_policy=nodes.MAIL_RETRY)
+    g.add_node("await_reopen", node("await_reopen"))
     g.add_conditional_edges(START, nodes.fan_out, ["check_order"])
     g.add_edge("check_order", "gather")
     g.add_conditional_edges("gather", nodes.route_gathered, ["decline", "triage"])
@@ -50,7 +52,9 @@ def build_graph(
     g.add_conditional_edges(
         "approve", nodes.after_review, ["charge_order", "email", "notify", "ask_customer"]
     )
-    g.add_edge("await_reply", "approve")
+    # await_reply routes by Command: to the review, or to the close for want of a reply.
+    g.add_edge("close_no_reply", "await_reopen")
+    g.add_edge("await_reopen", "approve")
     g.add_edge("charge_order", "settle_charges")
     g.add_edge("notify", END)
     g.add_edge("email", END)

@@ -114,9 +114,11 @@ class Reply(TypedDict):
 
 
 class CustomerWait(TypedDict):
-    """The payload of the interrupt that waits on the customer: what the ticket page shows."""
+    """The payload of the interrupt that waits on the customer: what the ticket page shows. Kind
+    "closed": the wait ended without a reply and the ticket is closed as "no reply", waiting
+    still on a reply that reopens it (REFUNDS_ASK_DEFAULT_OUTCOME "close")."""
 
-    kind: Literal["customer"]
+    kind: Literal["customer", "closed"]
     question: str
     asked_by: str
     ask_id: int  # the ask's Decision: a reply to this question, and no other, resumes the wait
@@ -335,3 +337,6 @@ class Collaborators:
     today: Callable[[], date] = field(default=date.today)
     # The carrier's tracking lookup (async: it is cut off by a node timeout); None: no carrier.
     track: Callable[[str], Awaitable[Tracking]] | None = None
+    # What the end of a wait on the customer without a reply does (REFUNDS_ASK_DEFAULT_OUTCOME):
+    # "queue" brings the review back saying so, "close" closes the ticket until a reply.
+    ask_default_outcome: Literal["queue", "close"] = "queue"

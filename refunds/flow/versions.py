@@ -36,6 +36,10 @@ History:
   `replies` (the questions answered, with the customer's words). A thread of version 6 never
   asked: it needs only its stamp (every reader takes a missing `asking` as none and missing
   `replies` as none), and its paused review may be answered "ask" once carried over.
+  Later, without a new shape (no bump): a wait that ends without a reply may close the ticket
+  (`close_no_reply`, then the interrupt `await_reopen`); `await_reply` routes by Command instead
+  of its edge to `approve`. No key was added, and a thread paused at `await_reply` resumes the
+  same node, so a paused version 7 thread needs nothing (tests/test_ask_customer.py).
 """
 
 from __future__ import annotations

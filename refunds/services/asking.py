@@ -133,7 +133,7 @@ def reply_record(
     if sender.strip().lower() != customer.strip().lower():
         why = f"it came from {sender[:200]}, not from the customer's address {customer}"
     else:
-        why = _not_waiting(question)
+        why = _not_waiting(question, closed_too=True)
     now = timezone.now()
     about = (seen or {}) | {"question": question.pk}
     if not why:
@@ -169,21 +169,29 @@ def _record(
     ticket = question.ticket
     # The late guards, on the rows and not on the caller's copies: the ticket waits on this very
     # question now (the thread may have moved on since the early check), and one conditional
-    # UPDATE takes the question for this reply, so a second reply finds it taken.
+    # UPDATE takes the question for this reply, so a second reply finds it taken. A ticket
+    # closed for want of a reply waits on it still: its own compare-and-set lets one reopen it.
     row = (
-        Ticket.objects.filter(pk=ticket.pk, status=Ticket.Status.AWAITING_CUSTOMER)
-        .values("pending_interrupt_id", "pending_payload")
+        Ticket.objects.filter(
+            pk=ticket.pk, status__in=[Ticket.Status.AWAITING_CUSTOMER, Ticket.Status.CLOSED]
+        )
+        .values("status", "pending_interrupt_id", "pending_payload")
         .first()
     )
     payload = row["pending_payload"] if row and isinstance(row["pending_payload"], dict) else {}
     if row is None or payload.get("ask_id") != question.decision_id:
         raise _NotRecorded("the ticket no longer waits on this question")
     pending = row["pending_interrupt_id"]
-    taken = CustomerQuestion.objects.filter(pk=question.pk, replied_at__isnull=True).update(
-        replied_at=now
-    )
+    reopens = row["status"] == Ticket.Status.CLOSED
+    if reopens and answer != Decision.Answer.REPLY:
+        raise _NotRecorded("the ticket is closed for want of a reply already")
+    question_row = CustomerQuestion.objects.filter(pk=question.pk)
+    if reopens:
+        taken = question_row.filter(reopened_at__isnull=True).update(reopened_at=now)
+    else:
+        taken = question_row.filter(replied_at__isnull=True).update(replied_at=now)
     if not taken:
-        raise _NotRecorded("the question was answered already; this reply is kept here")
+        raise _NotRecorded(_ANSWERED)
     try:
         with transaction.atomic():
             decision = Decision.objects.create(
@@ -195,26 +203,42 @@ def _record(
             )
     except IntegrityError:  # the UNIQUE interrupt id, behind the compare-and-set
         raise _NotRecorded("the thread's wait has its answer already") from None
-    CustomerQuestion.objects.filter(pk=question.pk).update(reply=decision)
+    question_row.update(reply=decision)
+    said: dict = {"resumed": True, "no_reply": answer == Decision.Answer.NO_REPLY}
+    if answer == Decision.Answer.NO_REPLY:  # what the thread does with it (the setting)
+        said["outcome"] = settings.REFUNDS_ASK_DEFAULT_OUTCOME
+    if reopens:
+        said["reopened"] = True
     audit.record(
         ticket,
         AuditEvent.Action.REPLY,
         seen=seen | {"interrupt_id": pending},
-        answer={"resumed": True, "no_reply": answer == Decision.Answer.NO_REPLY},
+        answer=said,
         note=text[:300],
     )
     enqueue.advance_on_commit(ticket.pk)
     return decision
 
 
-def _not_waiting(question: CustomerQuestion) -> str:
-    """Why the thread does not wait on this question now ("" when it does)."""
+_ANSWERED = "the question was answered already; this reply is kept here"
+
+
+def _not_waiting(question: CustomerQuestion, *, closed_too: bool = False) -> str:
+    """Why the thread does not wait on this question now ("" when it does). `closed_too`: a
+    ticket closed for want of a reply to it waits on one still (a reply reopens it; a reminder
+    is not sent)."""
     row = Ticket.objects.filter(pk=question.ticket_id).values("status", "pending_payload").first()
     if row is None:
         return "its ticket is gone"
     payload = row["pending_payload"] if isinstance(row["pending_payload"], dict) else {}
+    if (
+        closed_too
+        and row["status"] == Ticket.Status.CLOSED
+        and payload.get("ask_id") == question.decision_id
+    ):
+        return _ANSWERED if question.reopened_at is not None else ""
     if question.replied_at is not None:
-        return "the question was answered already; this reply is kept here"
+        return _ANSWERED
     if row["status"] != Ticket.Status.AWAITING_CUSTOMER or payload.get("ask_id") != (
         question.decision_id
     ):
@@ -228,8 +252,10 @@ def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
     """The customer-wait timers (run by Celery beat with the review timers): a question
     unanswered REFUNDS_ASK_REMIND_DAYS after it was asked gets one reminder email; one
     unanswered REFUNDS_ASK_GIVE_UP_DAYS after is answered "no reply" for the customer, and the
-    review comes back to its queue saying so. Conditional UPDATEs on the question: two beats at
-    once remind once, and of a reply and the give-up at once one wins."""
+    thread does what REFUNDS_ASK_DEFAULT_OUTCOME says: the review comes back to its queue saying
+    so, or the ticket is closed as "no reply" with one email saying a reply reopens it.
+    Conditional UPDATEs on the question: two beats at once remind once, and of a reply and the
+    give-up at once one wins."""
     now = now or timezone.now()
     waiting = CustomerQuestion.objects.filter(
         replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER

@@ -150,6 +150,18 @@ def audit_words(event) -> str:
         return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
     if action == "ask":
         return f"{who} asked the customer: “{answer.get('question', '')}”"
+    if action == "reply" and answer.get("resumed") and answer.get("no_reply"):
+        if answer.get("outcome") == "close":
+            return (
+                "No reply from the customer: the ticket is closed as no reply, and they are "
+                "told that replying reopens it."
+            )
+        return "No reply from the customer: the review is back in the queue without one."
+    if action == "reply" and answer.get("resumed") and answer.get("reopened"):
+        return (
+            f"The customer replied after the close: “{event.note}”; the ticket is reopened and "
+            "the review is back in the queue."
+        )
     if action == "reply" and answer.get("resumed"):
         return f"The customer replied: “{event.note}”; the review is back in the queue."
     if action == "reply":

@@ -9,9 +9,19 @@ the customer whose message opened the ticket that a person will look at it, `app
 review that answers per order, `send_charges` sends one charge_order per approved order, and
 `settle_charges` sends a refused one back to a manager or goes on to the one email (`notify`
 when nothing is refunded). A review may instead ask the customer (`asking`): `ask_customer`
-sends the question, `await_reply` waits on their reply, and `approve` asks again with it."""
+sends the question, `await_reply` waits on their reply, and `approve` asks again with it; a
+wait that ends without one may close the ticket (`close_no_reply`) until a reply reopens it
+(`await_reopen`)."""
 
-from refunds.flow.nodes.asking import after_review, ask_customer, ask_key, await_reply
+from refunds.flow.nodes.asking import (
+    after_review,
+    ask_customer,
+    ask_key,
+    await_reopen,
+    await_reply,
+    close_key,
+    close_no_reply,
+)
 from refunds.flow.nodes.charge import (
     CHARGE_RETRY,
     charge_key,
@@ -37,9 +47,12 @@ __all__ = [
     "approve",
     "ask_customer",
     "ask_key",
+    "await_reopen",
     "await_reply",
     "charge_key",
     "charge_order",
+    "close_key",
+    "close_no_reply",
     "customer_namespace",
     "decline",
     "email",

@@ -1,8 +1,12 @@
 """Asking the customer (flow version 7): a review answered "ask" sends the reviewer's question
 once through the outbox (`ask_customer`), then waits on the customer (`await_reply`, an
 interrupt resumed by their reply, recorded as a Decision like a reviewer's answer), then the
-review asks again (`approve`, a new interrupt) with the reply quoted. Nothing before interrupt()
-has an effect: `await_reply` runs again from the top on resume."""
+review asks again (`approve`, a new interrupt) with the reply quoted. A wait that ends without
+a reply (the timer's "no_reply") goes back to the review, or, under REFUNDS_ASK_DEFAULT_OUTCOME
+"close", tells the customer once that the ticket is closed (`close_no_reply`) and waits on
+(`await_reopen`, an interrupt of its own: the ticket is closed meanwhile) for a reply that
+reopens it. Nothing before interrupt() has an effect: the waits run again from the top on
+resume."""
 
 from __future__ import annotations
 
@@ -114,11 +118,28 @@ def customer_wait(state: RefundState) -> CustomerWait:
     }
 
 
-def await_reply(state: RefundState) -> RefundState:
+def await_reply(
+    state: RefundState, runtime: Runtime[Collaborators]
+) -> Command[Literal["approve", "close_no_reply"]]:
     # This node runs again from the top on resume: nothing before interrupt() may have an effect.
     answer: ReviewAnswer = interrupt(customer_wait(state))
     if answer.get("answer") not in ("reply", "no_reply"):
         raise ValueError(f"the wait on the customer takes their reply, got {answer!r}")
+    if answer["answer"] == "no_reply" and runtime.context.ask_default_outcome == "close":
+        # The question stays the thread's (`asking`): a reply to it after the close reopens.
+        return Command(
+            update={
+                "decision": answer,  # the thread's last answer: a landed resume is noticed
+                "notes": ["No reply from the customer: the ticket is closed as no reply."],
+                "trail": ["no_reply"],
+            },
+            goto="close_no_reply",
+        )
+    return Command(update=_replied(state, answer), goto="approve")
+
+
+def _replied(state: RefundState, answer: ReviewAnswer) -> RefundState:
+    """The update of a wait answered: the customer's reply (or none) kept for the review."""
     asking = state["asking"]
     assert asking is not None
     text = (answer.get("reason") or "").strip()
@@ -135,6 +156,69 @@ def await_reply(state: RefundState) -> RefundState:
         "notes": [note],
         "trail": ["no_reply" if reply.get("no_reply") else "reply"],
     }
+
+
+def close_key(ticket_key: str, decision_id: int) -> str:
+    """The close email's outbox key: one per question closed for want of a reply. It ends the
+    question's own key, so it carries the question's reply address (refunds/mail.py)."""
+    return f"{ask_key(ticket_key, decision_id)}{CLOSED_SUFFIX}"
+
+
+CLOSED_SUFFIX = ":closed"
+CLOSED_REASON = "Closed: no reply from the customer."
+
+
+def close_no_reply(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
+    """Tell the customer, once (its key is the question's), that the ticket is closed since no
+    answer came and that replying reopens it; threaded with the question, with its reply
+    address. A refused address still closes the ticket: the email shows as not delivered."""
+    asking = state["asking"]
+    assert asking is not None  # await_reply routes here only while a question is waited on
+    order = state["order"]
+    why = deliver(
+        runtime,
+        key=close_key(state["ticket_key"], asking["decision_id"]),
+        to=order["customer_email"],
+        kind="closed_no_reply",
+        facts={
+            "customer_name": order["customer_name"],
+            "orders": list(state.get("order_numbers") or [order["number"]]),
+            "question": asking["question"],
+        },
+        language=language_of(state),
+    )
+    note = (
+        f"Told {order['customer_email']} the ticket is closed for want of a reply, and that "
+        "replying reopens it."
+        if not why
+        else f"The email saying the ticket is closed was not delivered: {why}."
+    )
+    return {"outcome_reason": CLOSED_REASON, "notes": [note], "trail": ["close_no_reply"]}
+
+
+def closed_wait(state: RefundState) -> CustomerWait:
+    """The closed ticket's payload: the question it waits on still, for a reply that reopens."""
+    wait = customer_wait(state)
+    wait["kind"] = "closed"
+    wait["description"] = (
+        f"**Closed: no reply from the customer** ({state['order']['customer_email']}) to "
+        f"{wait['asked_by']}'s question: {wait['question']} Their reply reopens it."
+    )
+    return wait
+
+
+def await_reopen(state: RefundState) -> RefundState:
+    # This node runs again from the top on resume: nothing before interrupt() may have an effect.
+    answer: ReviewAnswer = interrupt(closed_wait(state))
+    if answer.get("answer") != "reply":
+        raise ValueError(f"a ticket closed for want of a reply takes one, got {answer!r}")
+    update = _replied(state, answer)
+    update["outcome_reason"] = ""
+    update["notes"] = [
+        "The customer replied after the close: the ticket is reopened.",
+        *update["notes"],
+    ]
+    return update
 
 
 def _short(text: str) -> str:
