@@ -10,9 +10,10 @@ from django.db.models import Exists, F, Max, OuterRef, Q, Sum, Value
 from django.db.models.functions import Now, Upper
 from django.utils import timezone
 
-from core.clock import local_words
+from core.clock import day_words, local_words
 from refunds import policy
 from refunds.flow.words import dollars
+from refunds.payments.records import DISPUTE_OPEN
 from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     PROCESSOR_GAVE_BACK,
@@ -859,6 +860,42 @@ class OutsideRefund(models.Model):
         return f"{self.processor_id}: {dollars(self.amount_cents)} outside the desk"
 
 
+class PaymentDisputeQuerySet(models.QuerySet):
+    def still_open(self) -> PaymentDisputeQuerySet:
+        """Disputes the processor said last were open (payments.records.DISPUTE_OPEN)."""
+        return self.filter(status__in=DISPUTE_OPEN)
+
+
+class PaymentDispute(models.Model):
+    """A dispute of an order's payment (the customer asked their card's bank for the money), as
+    the processor said last: recorded by the ledger's lookup before a charge and by Stripe's
+    `charge.dispute.*` events (re-read), once by the processor's id. The charge itself never
+    waits for an event: the lookup asks the processor each time (refunds/money.py)."""
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="disputes")
+    processor_id = models.CharField(max_length=255, unique=True)  # Stripe's dp_...
+    status = models.CharField(max_length=30)  # Stripe's word, as it said last
+    amount_cents = models.PositiveIntegerField(default=0)
+    reason = models.CharField(max_length=100, blank=True, default="")
+    opened_at = models.DateTimeField(null=True, blank=True)  # as the processor says
+    recorded_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = PaymentDisputeQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.processor_id}: {self.status}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in DISPUTE_OPEN
+
+    def said(self) -> str:
+        """The order's line for it: "Payment disputed on Dec 3" (and how it ended)."""
+        when = f" on {day_words(self.opened_at.date())}" if self.opened_at else ""
+        return f"Payment disputed{when}" + ("" if self.is_open else f" ({self.status})")
+
+
 class Email(models.Model):
     """The outbox: one row per message key. A sender claims the row (status "sending", with its
     claim), marks it "handed over" before the final "." and "sent" after the server's answer,
@@ -1009,4 +1046,4 @@ class StripeEvent(models.Model):
 
 # The demo processor's table lives beside its gateway; Django registers a model when the app's
 # models module imports it.
-from refunds.payments.demo import DemoProcessorRefund  # noqa: E402, F401
+from refunds.payments.demo import DemoProcessorDispute, DemoProcessorRefund  # noqa: E402, F401

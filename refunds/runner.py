@@ -218,6 +218,7 @@ def _pay(
     amount_cents: int,
     order_number: str = "",
     parts: list[Part] | None = None,
+    dispute_seen: bool = False,
 ) -> str:
     """money.pay for one of the ticket's orders: its first, or the one a charge_order names."""
     order_id = lease.order_id
@@ -238,6 +239,7 @@ def _pay(
         key=key,
         amount_cents=amount_cents,
         parts=parts,
+        dispute_seen=dispute_seen,
     )
 
 
