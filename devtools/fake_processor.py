@@ -2,8 +2,8 @@
 `POST /refunds` with an Idempotency-Key (a repeated key answers the first refund), and
 `GET /refunds/<key>`, and `GET /refunds?payment=<reference>` (a payment's refunds, with the keys
 they were made with; `refund_outside()` makes one without, as a dashboard does), and
-`GET /disputes?payment=<reference>` (`dispute()` opens one, as a customer's bank does). It counts every
-call, so the tests see money where it lands.
+`GET /disputes?payment=<reference>` (`dispute()` opens one, as a customer's bank does). It counts
+every call, so the tests see money where it lands.
 
 Behaviours can be queued for the next charge calls: "decline" (402), "unavailable" (503, nothing
 recorded), "timeout_after" (records the refund, then answers too late), "reset_after" (records it,
@@ -166,8 +166,8 @@ class FakeProcessor:
                     query = urllib.parse.parse_qs(self.path.split("?", 1)[1])
                     payment = (query.get("payment") or [""])[0]
                     with processor._lock:
-                        found = [d for d in processor.disputes.values() if d["payment"] == payment]
-                    self._answer(200, {"disputes": found})
+                        held = [d for d in processor.disputes.values() if d["payment"] == payment]
+                    self._answer(200, {"disputes": held})
                     return
                 if self.path.startswith("/refunds?"):
                     query = urllib.parse.parse_qs(self.path.split("?", 1)[1])

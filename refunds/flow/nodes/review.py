@@ -29,7 +29,6 @@ from refunds.flow.state import (
 )
 from refunds.flow.words import days, dollars
 
-
 # After a charge stopped for an open dispute: what a manager's answer does.
 AFTER_DISPUTE = (
     "Check the dispute at the payment processor first: approving refunds all the same, "
