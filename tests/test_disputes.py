@@ -20,8 +20,15 @@ from refunds.models import Charge, PaymentDispute, StripeEvent, Ticket
 from refunds.payments import DemoGateway, HttpGateway
 from refunds.payments.demo import DemoProcessorDispute
 from refunds.payments.stripe import StripeGateway
-from tests.test_outside_refunds import PAID, at_stripe, paid_order, stripe_here  # noqa: F401
-from tests.test_stripe_events import deliver, event, sent, stripe_desk  # noqa: F401
+from tests import test_outside_refunds, test_stripe_events
+from tests.test_outside_refunds import PAID, at_stripe, paid_order
+from tests.test_stripe_events import event
+
+# The fixtures of those tests, shared.
+stripe_here = test_outside_refunds.stripe_here
+stripe_desk = test_stripe_events.stripe_desk
+sent = test_stripe_events.sent
+deliver = test_stripe_events.deliver
 
 SENTENCE = "This payment is disputed: refunding it may pay the customer twice."
 
