@@ -73,6 +73,9 @@ class MemoryGateway:
     def payment_refunds(self, payment_reference: str) -> list:
         return []  # the benchmarks' orders name no payment: the ledger never asks
 
+    def payment_disputes(self, payment_reference: str) -> list:
+        return []  # nor for their disputes
+
 
 def fake_context() -> Collaborators:
     def mailer(**_message: Any) -> None:

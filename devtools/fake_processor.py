@@ -1,8 +1,9 @@
 """A payment processor on a loopback port, speaking what refunds.payments.HttpGateway expects:
 `POST /refunds` with an Idempotency-Key (a repeated key answers the first refund), and
 `GET /refunds/<key>`, and `GET /refunds?payment=<reference>` (a payment's refunds, with the keys
-they were made with; `refund_outside()` makes one without, as a dashboard does). It counts every
-call, so the tests see money where it lands.
+they were made with; `refund_outside()` makes one without, as a dashboard does), and
+`GET /disputes?payment=<reference>` (`dispute()` opens one, as a customer's bank does). It counts
+every call, so the tests see money where it lands.
 
 Behaviours can be queued for the next charge calls: "decline" (402), "unavailable" (503, nothing
 recorded), "timeout_after" (records the refund, then answers too late), "reset_after" (records it,
@@ -30,6 +31,7 @@ class FakeProcessor:
         self.charge_calls: Counter = Counter()  # key -> POSTs received
         self.lookup_calls: Counter = Counter()
         self.answer_late_by = answer_late_by
+        self.disputes: dict[str, dict] = {}  # id -> {"id", "payment", "status", "created"}
         self._queue: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
@@ -78,6 +80,19 @@ class FakeProcessor:
                 "parts": "",
             }
         return receipt
+
+    def dispute(self, payment: str, status: str = "needs_response") -> str:
+        """A dispute of `payment` opened by the customer's bank (or, with `status` won or lost,
+        one already closed)."""
+        dispute_id = f"dp_{secrets.token_hex(6)}"
+        with self._lock:
+            self.disputes[dispute_id] = {
+                "id": dispute_id,
+                "payment": payment,
+                "status": status,
+                "created": int(time.time()),
+            }
+        return dispute_id
 
     def _listed(self, payment: str) -> list[dict]:
         with self._lock:
@@ -147,6 +162,13 @@ class FakeProcessor:
                 self._answer(status, answer)
 
             def do_GET(self) -> None:  # noqa: N802
+                if self.path.startswith("/disputes?"):
+                    query = urllib.parse.parse_qs(self.path.split("?", 1)[1])
+                    payment = (query.get("payment") or [""])[0]
+                    with processor._lock:
+                        held = [d for d in processor.disputes.values() if d["payment"] == payment]
+                    self._answer(200, {"disputes": held})
+                    return
                 if self.path.startswith("/refunds?"):
                     query = urllib.parse.parse_qs(self.path.split("?", 1)[1])
                     payment = (query.get("payment") or [""])[0]

@@ -59,7 +59,7 @@ from django.utils.module_loading import import_string
 from refunds.flow.state import Part
 
 if TYPE_CHECKING:  # not imported at run time: the refunds.payments package needs Django's apps
-    from refunds.payments.records import ProcessorRefund
+    from refunds.payments.records import ProcessorDispute, ProcessorRefund
 
 
 def _plan() -> dict:
@@ -198,6 +198,10 @@ class CrashingGateway:
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
         with open_call("gateway"):
             return self.inner.payment_refunds(payment_reference)
+
+    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
+        with open_call("gateway"):
+            return self.inner.payment_disputes(payment_reference)
 
 
 class TracedSmtpBackend(EmailBackend):

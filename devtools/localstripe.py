@@ -9,6 +9,13 @@ state in memory, where the command pickles the whole store to /tmp/localstripe.p
 write (one file for every copy on the machine). Everything the emulator answers is its own: its
 gaps (no Idempotency-Key, no Refund search) are documented by tests/test_payments_stripe.py, and
 the proof that money moves once comes from our ledger and the gateway's lookup.
+
+One gap is covered here, test-side, and said so: localstripe 1.15.10 has no Dispute resource
+(`GET /v1/disputes` answers 404), and the desk lists a payment's disputes before every charge. So
+the launcher adds Stripe's `GET /v1/disputes` (by `payment_intent` or `charge`) and
+`GET /v1/disputes/<id>` in Stripe's shapes, answering the disputes a test opened with
+`LocalStripe.dispute()` (through `POST /_config/disputes`, which no Stripe has): a payment nobody
+disputed lists none, as at Stripe (tests/test_disputes.py).
 """
 
 from __future__ import annotations
@@ -111,6 +118,24 @@ class LocalStripe:
             "POST", "/v1/refunds", **{kind: payment_reference, "amount": str(amount_cents)}
         )
         return made["id"]
+
+    def dispute(
+        self, payment_intent: str, *, status: str = "needs_response", amount_cents: int = 0
+    ) -> str:
+        """The customer's bank disputes the payment (Stripe opens a Dispute): its id. Test-side:
+        localstripe has no disputes (see the module's docstring)."""
+        made = self.call(
+            "POST",
+            "/_config/disputes",
+            payment_intent=payment_intent,
+            status=status,
+            amount=str(amount_cents),
+        )
+        return made["id"]
+
+    def dispute_closes(self, dispute_id: str, status: str = "won") -> None:
+        """The bank decided (won: the merchant keeps the money; lost: the customer got it)."""
+        self.call("POST", f"/_config/disputes/{dispute_id}", status=status)
 
     def call(self, method: str, path: str, **form: str) -> dict[str, Any]:
         body = urllib.parse.urlencode(form).encode() if method == "POST" else None
@@ -328,11 +353,68 @@ def serve(port: int = 0) -> None:
     from localstripe.server import app
 
     resources.Store.dump_to_disk = lambda self: None  # in memory only: see the module's docstring
+    _add_disputes(app)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     print(sock.getsockname()[1], flush=True)
     web.run_app(app, sock=sock, print=None, access_log=None)
+
+
+def _add_disputes(app: Any) -> None:
+    """Stripe's Dispute reads, which localstripe lacks (the module's docstring), and a way for a
+    test to open and close one. Kept in memory beside the emulator's store."""
+    from aiohttp import web
+    from localstripe import resources
+
+    disputes: dict[str, dict[str, Any]] = {}
+
+    def no_such(dispute_id: str) -> web.Response:
+        error = {"type": "invalid_request_error", "message": f"No such dispute: '{dispute_id}'"}
+        return web.json_response({"error": error}, status=404)
+
+    async def open_one(request: web.Request) -> web.Response:
+        form = await request.post()
+        intent = str(form["payment_intent"])
+        charge = resources.PaymentIntent._api_retrieve(intent).latest_charge
+        made = {
+            "id": f"dp_{os.urandom(8).hex()}",
+            "object": "dispute",
+            "amount": int(str(form.get("amount") or 0)),
+            "currency": "usd",
+            "charge": getattr(charge, "id", charge),
+            "payment_intent": intent,
+            "status": str(form.get("status") or "needs_response"),
+            "reason": "product_not_received",
+            "created": int(time.time()),
+            "livemode": False,
+            "metadata": {},
+        }
+        disputes[made["id"]] = made
+        return web.json_response(made)
+
+    async def close_one(request: web.Request) -> web.Response:
+        found = disputes.get(request.match_info["id"])
+        if found is None:
+            return no_such(request.match_info["id"])
+        found["status"] = str((await request.post()).get("status") or "won")
+        return web.json_response(found)
+
+    async def list_them(request: web.Request) -> web.Response:
+        wanted = {k: request.query[k] for k in ("payment_intent", "charge") if k in request.query}
+        found = [d for d in disputes.values() if all(d[k] == v for k, v in wanted.items())]
+        found.sort(key=lambda d: d["created"], reverse=True)  # newest first, as Stripe lists
+        listed = {"object": "list", "data": found, "has_more": False, "url": "/v1/disputes"}
+        return web.json_response(listed)
+
+    async def read_one(request: web.Request) -> web.Response:
+        found = disputes.get(request.match_info["id"])
+        return web.json_response(found) if found else no_such(request.match_info["id"])
+
+    app.router.add_post("/_config/disputes", open_one)
+    app.router.add_post("/_config/disputes/{id}", close_one)
+    app.router.add_get("/v1/disputes", list_them)
+    app.router.add_get("/v1/disputes/{id}", read_one)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,13 @@ class DeskCollector:
             value=Charge.objects.failed_at_processor().count(),
         )
         yield GaugeMetricFamily(
+            "refund_desk_tickets_disputed",
+            "Tickets waiting on a manager because their payment has an open dispute.",
+            value=Ticket.objects.filter(
+                status=Ticket.Status.AWAITING_REVIEW, pending_payload__has_key="disputed"
+            ).count(),
+        )
+        yield GaugeMetricFamily(
             "refund_desk_stripe_events_unhandled",
             "Stripe events stored and not handled yet (the recovery sweep hands them on).",
             value=StripeEvent.objects.filter(handled_at__isnull=True).count(),

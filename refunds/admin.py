@@ -16,11 +16,13 @@ from refunds.models import (
     Order,
     OrderLine,
     OutsideRefund,
+    PaymentDispute,
     StripeEvent,
     Ticket,
     TicketOrder,
 )
 from refunds.money import money_moved
+from refunds.payments.demo import DemoProcessorDispute
 
 
 def _money(field: str, label: str):
@@ -202,10 +204,35 @@ class OutsideRefundInline(ReadOnly, admin.TabularInline):
         return currencies.shown(refund.amount_cents, refund.order.currency)
 
 
+class PaymentDisputeInline(ReadOnly, admin.TabularInline):
+    """Disputes of the order's payment as the processor said last (the pre-charge lookup and
+    Stripe's dispute events record them): while one is open the desk charges nothing without
+    a manager's approval."""
+
+    model = PaymentDispute
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ("processor_id", "said", "status", "reason", "opened_at")
+    verbose_name = "dispute of the payment"
+    verbose_name_plural = "disputes of the payment"
+
+    @admin.display(description="What it means")
+    def said(self, dispute: PaymentDispute) -> str:
+        return dispute.said()
+
+
+@admin.register(DemoProcessorDispute)
+class DemoProcessorDisputeAdmin(admin.ModelAdmin):
+    """The demo's processor: add one to mark a payment disputed (status needs_response), as a
+    customer's bank does at Stripe; set it to won or lost to close it."""
+
+    list_display = ("payment_reference", "status", "created_at")
+
+
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
     form = OrderForm
-    inlines = [OrderLineInline, OutsideRefundInline]
+    inlines = [OrderLineInline, OutsideRefundInline, PaymentDisputeInline]
     readonly_fields = ["total", "paid"]
 
     def save_model(self, request, obj, form, change) -> None:

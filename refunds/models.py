@@ -10,9 +10,10 @@ from django.db.models import Exists, F, Max, OuterRef, Q, Sum, Value
 from django.db.models.functions import Now, Upper
 from django.utils import timezone
 
-from core.clock import local_words
+from core.clock import day_words, local_words
 from refunds import policy
 from refunds.flow.words import dollars
+from refunds.payments.records import DISPUTE_OPEN
 from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     PROCESSOR_GAVE_BACK,
@@ -140,10 +141,10 @@ class Order(models.Model):
 
     @classmethod
     def facts(cls, number: str, *, for_ticket: int | None = None) -> dict | None:
-        """What lookup reads, in one statement: the order and what the ledger holds for it
-        (paid or under way) from tickets other than `for_ticket`."""
+        """What lookup reads: the order and what the ledger holds for it (paid or under way)
+        from tickets other than `for_ticket`, in one statement; its lines in another, and what
+        of its payment was refunded outside the desk in a third."""
         from core import sql
-        from refunds import queries
 
         holding = sql.literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)
         held = (
@@ -153,9 +154,7 @@ class Order(models.Model):
         row = sql.fetchone(
             "SELECT o.number, o.customer_name, o.customer_email, o.promised_on, o.delivered_on, "
             f"o.shipping_fee_cents, (SELECT coalesce(sum(c.amount_cents), 0) {held}), "
-            f"(SELECT max(c.ticket_id) {held}), o.paid_cents, "
-            "(SELECT coalesce(sum(x.amount_cents), 0) FROM refunds_outsiderefund x "
-            f"WHERE x.order_id = o.id AND {queries.OUTSIDE_HOLDS}) "
+            f"(SELECT max(c.ticket_id) {held}), o.paid_cents, o.id "
             "FROM refunds_order o WHERE o.number = %s",
             [for_ticket or 0, for_ticket or 0, number],
         )
@@ -174,8 +173,13 @@ class Order(models.Model):
         }
         lines, shipping = cls._bought_facts(number, holding, for_ticket or 0)
         facts |= {"lines": lines, "shipping_refunded_cents": shipping}
-        if row[9]:  # refunded at the processor, not by the desk: less is left of what was paid
-            facts["outside_refunded_cents"] = row[9]
+        outside = (
+            OutsideRefund.objects.filter(order_id=row[9])
+            .holding_balance()
+            .aggregate(total=Sum("amount_cents"))["total"]
+        )
+        if outside:  # refunded at the processor, not by the desk: less is left of what was paid
+            facts["outside_refunded_cents"] = outside
         return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
 
     @staticmethod
@@ -869,6 +873,42 @@ class OutsideRefund(models.Model):
         return f"{self.processor_id}: {dollars(self.amount_cents)} outside the desk"
 
 
+class PaymentDisputeQuerySet(models.QuerySet):
+    def still_open(self) -> PaymentDisputeQuerySet:
+        """Disputes the processor said last were open (payments.records.DISPUTE_OPEN)."""
+        return self.filter(status__in=DISPUTE_OPEN)
+
+
+class PaymentDispute(models.Model):
+    """A dispute of an order's payment (the customer asked their card's bank for the money), as
+    the processor said last: recorded by the ledger's lookup before a charge and by Stripe's
+    `charge.dispute.*` events (re-read), once by the processor's id. The charge itself never
+    waits for an event: the lookup asks the processor each time (refunds/money.py)."""
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="disputes")
+    processor_id = models.CharField(max_length=255, unique=True)  # Stripe's dp_...
+    status = models.CharField(max_length=30)  # Stripe's word, as it said last
+    amount_cents = models.PositiveIntegerField(default=0)
+    reason = models.CharField(max_length=100, blank=True, default="")
+    opened_at = models.DateTimeField(null=True, blank=True)  # as the processor says
+    recorded_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = PaymentDisputeQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.processor_id}: {self.status}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in DISPUTE_OPEN
+
+    def said(self) -> str:
+        """The order's line for it: "Payment disputed on Dec 3" (and how it ended)."""
+        when = f" on {day_words(self.opened_at.date())}" if self.opened_at else ""
+        return f"Payment disputed{when}" + ("" if self.is_open else f" ({self.status})")
+
+
 class Email(models.Model):
     """The outbox: one row per message key. A sender claims the row (status "sending", with its
     claim), marks it "handed over" before the final "." and "sent" after the server's answer,
@@ -1019,4 +1059,4 @@ class StripeEvent(models.Model):
 
 # The demo processor's table lives beside its gateway; Django registers a model when the app's
 # models module imports it.
-from refunds.payments.demo import DemoProcessorRefund  # noqa: E402, F401
+from refunds.payments.demo import DemoProcessorDispute, DemoProcessorRefund  # noqa: E402, F401

@@ -5,7 +5,9 @@ pay() in order:
 1. Take the effect lock for the key (refunds/locks.py); if another process holds it, it is in
    the middle of this very charge: stop (EffectBusy) and let the thread be retried later.
 2. For a key not paid nor under way: list the refunds the processor holds for the order's
-   payment and record those the desk did not make (OutsideRefund), outside any transaction.
+   payment and record those the desk did not make (OutsideRefund), outside any transaction;
+   list its disputes too (PaymentDispute): one still open stops the charge here (PaymentDisputed,
+   a manager decides) unless a manager approved it after reading so (`dispute_seen`).
 3. In one transaction, with the order locked: check the epoch; find the key's ledger row.
    Paid: return its receipt. Under way from an earlier run: its outcome is not known yet.
    None: check the charge's parts against what the ledger holds for the order (per line: units
@@ -39,6 +41,7 @@ from refunds.flow.errors import (
     EffectBusy,
     GatewayOutcomeUnknown,
     OverBalance,
+    PaymentDisputed,
     PaymentOutcomeUnknown,
     PermanentGatewayError,
     RetryableGatewayError,
@@ -47,8 +50,8 @@ from refunds.flow.state import Part
 from refunds.flow.words import dollars
 from refunds.lease import Lease
 from refunds.locks import effect_lock
-from refunds.models import Charge, Order, OutsideRefund, Ticket
-from refunds.payments import Gateway, ProcessorRefund
+from refunds.models import Charge, Order, OutsideRefund, PaymentDispute, Ticket
+from refunds.payments import Gateway, ProcessorDispute, ProcessorRefund
 from refunds.payments.receipt import processor_status_of
 from refunds.statuses import PROCESSOR_GAVE_BACK, ProcessorStatus
 
@@ -64,8 +67,11 @@ def pay(
     key: str,
     amount_cents: int,
     parts: list[Part] | None = None,
+    dispute_seen: bool = False,
 ) -> str:
-    """Refund `parts` of the order (none: the shipping fee, for `amount_cents`) once per key."""
+    """Refund `parts` of the order (none: the shipping fee, for `amount_cents`) once per key.
+    `dispute_seen`: a manager approved this charge after the review said the payment is
+    disputed; an open dispute no longer stops it."""
     outside_transaction("the payment gateway")
     parts = refund_parts.or_shipping(parts, amount_cents)
     if refund_parts.total(parts) != amount_cents or any(p["amount_cents"] < 0 for p in parts):
@@ -78,8 +84,14 @@ def pay(
         if _balance_to_check(key):
             try:
                 outside_refunds_look_up(gateway, order_id)
+                disputed = disputes_look_up(gateway, order_id)
             except PermanentGatewayError as exc:
                 unreadable = exc  # refused for good: written down in the ledger, as a decline is
+            else:
+                # Asked of the processor before every charge, never left to an event having
+                # arrived. Nothing is reserved: no money was asked for.
+                if disputed and not dispute_seen:
+                    raise PaymentDisputed()
         row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents, parts)
         if state == "paid" and row.receipt:
             return row.receipt
@@ -290,6 +302,46 @@ def outside_refunds_look_up(gateway: Gateway, order_id: int) -> int:
             f"the refunds of payment {reference} could not be read at the processor: {exc}"
         ) from exc
     return outside_refunds_record(order_id, listed)
+
+
+def disputes_look_up(gateway: Gateway, order_id: int) -> list[ProcessorDispute]:
+    """List the processor's disputes of the order's payment, record them (disputes_record) and
+    return those still open. A network call, made with no transaction open."""
+    reference = (
+        Order.objects.filter(pk=order_id).values_list("payment_reference", flat=True).first()
+    ) or ""
+    if not reference.strip():
+        return []
+    try:
+        listed = gateway.payment_disputes(reference)
+    except GatewayOutcomeUnknown as exc:  # a read moves no money: read again later
+        raise RetryableGatewayError(
+            f"the disputes of payment {reference} could not be read at the processor: {exc}"
+        ) from exc
+    disputes_record(order_id, listed)
+    return [dispute for dispute in listed if dispute.open]
+
+
+def disputes_record(order_id: int, listed: Sequence[ProcessorDispute]) -> int:
+    """Record the disputes in `listed` against the order, once by the processor's id, with the
+    status the processor says now (a dispute closes, and can be reopened by the bank's own
+    review: the processor's word now is the state). Returns how many rows are new."""
+    new = 0
+    for dispute in listed:
+        row, created = PaymentDispute.objects.get_or_create(
+            processor_id=dispute.id,
+            defaults={
+                "order_id": order_id,
+                "status": dispute.status,
+                "amount_cents": dispute.amount_cents,
+                "reason": dispute.reason[:100],
+                "opened_at": dispute.opened_at,
+            },
+        )
+        new += created
+        if not created and row.status != dispute.status:
+            PaymentDispute.objects.filter(pk=row.pk).update(status=dispute.status)
+    return new
 
 
 def outside_refunds_record(order_id: int, listed: Sequence[ProcessorRefund]) -> int:

@@ -219,6 +219,7 @@ def _pay(
     amount_cents: int,
     order_number: str = "",
     parts: list[Part] | None = None,
+    dispute_seen: bool = False,
 ) -> str:
     """money.pay for one of the ticket's orders: its first, or the one a charge_order names."""
     order_id = lease.order_id
@@ -239,6 +240,7 @@ def _pay(
         key=key,
         amount_cents=amount_cents,
         parts=parts,
+        dispute_seen=dispute_seen,
     )
 
 

@@ -20,12 +20,14 @@ def form(**changes) -> dict:
         "promised_on": "2026-11-02",
         "delivered_on": "2026-11-06",
         "payment_reference": "",
-        # The read-only inlines (lines, outside refunds) post their management forms, as the
-        # browser does.
+        # The read-only inlines (lines, outside refunds, disputes) post their management forms,
+        # as the browser does.
         "lines-TOTAL_FORMS": "0",
         "lines-INITIAL_FORMS": "0",
         "outside_refunds-TOTAL_FORMS": "0",
         "outside_refunds-INITIAL_FORMS": "0",
+        "disputes-TOTAL_FORMS": "0",
+        "disputes-INITIAL_FORMS": "0",
         **changes,
     }
 

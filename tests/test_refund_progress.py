@@ -173,6 +173,9 @@ class EventBeforeTheAnswer:
     def payment_refunds(self, payment_reference: str) -> list:
         return self.gateway.payment_refunds(payment_reference)
 
+    def payment_disputes(self, payment_reference: str) -> list:
+        return self.gateway.payment_disputes(payment_reference)
+
 
 @pytest.mark.parametrize(
     "then",

@@ -35,6 +35,19 @@ class OverBalance(ChargeRefused):
     """The charge would refund more than the order's refundable balance."""
 
 
+# What a manager reads when a charge stops for a dispute (the review, the card, the ticket page).
+DISPUTED = "This payment is disputed: refunding it may pay the customer twice."
+
+
+class PaymentDisputed(ChargeRefused):
+    """The payment has a dispute still open at the processor: the card's bank may give the money
+    back too, so the charge is not made until a manager has seen this and approves all the
+    same."""
+
+    def __init__(self, message: str = DISPUTED) -> None:
+        super().__init__(message)
+
+
 class GatewayOutcomeUnknown(GatewayError):
     """The request was sent and no answer came back (timeout, reset): the money may have moved."""
 

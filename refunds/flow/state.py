@@ -81,6 +81,9 @@ class OrderAnswer(TypedDict, total=False):
     # approve: what is refunded (flow version 6). None in an answer of version 5: the shipping
     # fee, for `amount_cents`.
     parts: list[Part]
+    # approve: the review said the order's payment is disputed, and the manager approved all
+    # the same; its charge is not stopped again for an open dispute. Absent reads False.
+    dispute_seen: bool
 
 
 class ReviewAnswer(TypedDict, total=False):
@@ -166,6 +169,9 @@ class OrderCharge(TypedDict, total=False):
     amount_cents: int
     receipt: str
     error: str
+    # The "no" was an open dispute at the processor (errors.PaymentDisputed): the next review
+    # says so, and its approval is the manager's word that they saw it.
+    disputed: bool
 
 
 class ChargeTask(TypedDict):
@@ -176,6 +182,7 @@ class ChargeTask(TypedDict):
     number: str
     amount_cents: int
     parts: list[Part]
+    dispute_seen: NotRequired[bool]  # a manager approved after reading of an open dispute
 
 
 class CheckTask(TypedDict):
@@ -273,6 +280,9 @@ class ReviewRequest(TypedDict):
     orders: NotRequired[list[ReviewOrder]]
     # Flow version 7: the questions asked of the customer and their replies, oldest first.
     replies: NotRequired[list[Reply]]
+    # The orders whose charge stopped for an open dispute at the processor (errors.DISPUTED),
+    # present only when there is one: an approval of this review charges them all the same.
+    disputed: NotRequired[list[str]]
 
 
 class ReviewOrder(TypedDict):
@@ -290,6 +300,8 @@ class ReviewOrder(TypedDict):
     order: NotRequired[OrderFacts]
     parts: NotRequired[list[Part]]
     parts_why: NotRequired[str]
+    # Its last charge stopped for an open dispute at the processor (errors.DISPUTED).
+    disputed: NotRequired[bool]
 
 
 class Payer(Protocol):
@@ -300,11 +312,13 @@ class Payer(Protocol):
         amount_cents: int,
         order_number: str = "",
         parts: list[Part] | None = None,
+        dispute_seen: bool = False,
     ) -> str:
         """Move the money once per key and return the receipt. Raises ChargeRefused (a person
-        decides), RetryableGatewayError (try again), or anything else (the run stops). The
-        order is the ticket's first unless `order_number` names another of its orders; no
-        `parts` is the shipping fee, for `amount_cents`."""
+        decides; PaymentDisputed for a payment with an open dispute, unless `dispute_seen`),
+        RetryableGatewayError (try again), or anything else (the run stops). The order is the
+        ticket's first unless `order_number` names another of its orders; no `parts` is the
+        shipping fee, for `amount_cents`."""
         ...
 
 

@@ -6,7 +6,8 @@ A gateway is the processor's side of the story: `charge()` moves money once per 
 (a repeated key answers the first charge) and `lookup()` tells whether a key was charged. Both are
 given the order's payment reference (what the shop's processor calls the customer's payment, a
 Stripe PaymentIntent for instance); gateways that do not need it ignore it. `payment_refunds()`
-lists a payment's refunds, the desk's and those made elsewhere. Errors are typed
+lists a payment's refunds, the desk's and those made elsewhere, and `payment_disputes()` its
+disputes (an open one stops the charge for a manager's look). Errors are typed
 (refunds.flow.errors): retryable, permanent (a decline), or an unknown outcome. The ledger, the
 balance and the fencing live in refunds/money.py, around whichever gateway this is.
 """
@@ -30,7 +31,7 @@ from refunds.flow.state import Part
 from refunds.payments.demo import DemoGateway
 from refunds.payments.http import HttpGateway
 from refunds.payments.receipt import Receipt
-from refunds.payments.records import ProcessorRefund
+from refunds.payments.records import ProcessorDispute, ProcessorRefund
 from refunds.payments.stripe import StripeGateway
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "HttpGateway",
     "PermanentGatewayError",
     "Receipt",
+    "ProcessorDispute",
     "ProcessorRefund",
     "RetryableGatewayError",
     "StripeGateway",
@@ -71,6 +73,12 @@ class Gateway(Protocol):
         """Every refund of the payment as the processor holds it now, the desk's and any made
         elsewhere (a dashboard, the shop's admin): the ledger counts the others before every
         charge (refunds/money.py) and `manage.py reconcile` compares them all."""
+        ...
+
+    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
+        """Every dispute of the payment as the processor holds it now, open or closed: an open
+        one stops a charge before it is made and sends the ticket to a manager
+        (refunds/money.py), since the card's bank may give the customer the money back too."""
         ...
 
 

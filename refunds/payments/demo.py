@@ -12,7 +12,7 @@ from django.db import IntegrityError, models
 from refunds.flow.errors import PermanentGatewayError
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
-from refunds.payments.records import ProcessorRefund
+from refunds.payments.records import DISPUTE_OPEN, ProcessorDispute, ProcessorRefund
 
 
 class DemoProcessorRefund(models.Model):
@@ -31,6 +31,24 @@ class DemoProcessorRefund(models.Model):
 
     def __str__(self) -> str:
         return f"{self.idempotency_key}: {self.receipt}"
+
+
+class DemoProcessorDispute(models.Model):
+    """A dispute of a payment at the demo processor: what a customer's bank opens in Stripe. The
+    demo marks a payment disputed by adding one (the admin's "Demo processor disputes")."""
+
+    payment_reference = models.CharField(max_length=255, db_index=True)
+    # Stripe's words: needs_response, under_review, ... (open), won, lost (closed).
+    status = models.CharField(max_length=30, default="needs_response")
+    amount_cents = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        app_label = "refunds"
+
+    def __str__(self) -> str:
+        state = "open" if self.status in DISPUTE_OPEN else "closed"
+        return f"{self.payment_reference}: {self.status} ({state})"
 
 
 # The demo's refunds are done when it answers (there is no bank behind it): Stripe's word for it.
@@ -84,6 +102,21 @@ class DemoGateway:
             "pk"
         )
         return [_listed(row) for row in rows] if payment_reference else []
+
+    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
+        """The disputes the demo marked on the payment (DemoProcessorDispute)."""
+        if not payment_reference:
+            return []
+        rows = DemoProcessorDispute.objects.filter(payment_reference=payment_reference)
+        return [
+            ProcessorDispute(
+                id=f"dp_demo_{row.pk}",
+                status=row.status,
+                amount_cents=row.amount_cents,
+                opened_at=row.created_at,
+            )
+            for row in rows.order_by("pk")
+        ]
 
 
 def _listed(row: DemoProcessorRefund) -> ProcessorRefund:

@@ -19,13 +19,14 @@ from refunds.flow.errors import (
 )
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
-from refunds.payments.records import ProcessorRefund
+from refunds.payments.records import ProcessorDispute, ProcessorRefund
 
 
 class HttpGateway:
     """A client for a processor's refund API over HTTP, in the shape most processors share:
     `POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>` to look one up,
-    `GET /refunds?payment=<reference>` to list a payment's refunds.
+    `GET /refunds?payment=<reference>` to list a payment's refunds,
+    `GET /disputes?payment=<reference>` its disputes (404: a processor without disputes, none).
 
     Set REFUNDS_GATEWAY=refunds.payments.HttpGateway and REFUNDS_GATEWAY_URL. The tests run it
     against devtools.fake_processor, a real HTTP server that counts what it is asked."""
@@ -99,6 +100,28 @@ class HttpGateway:
                 else None,
             )
             for refund in answer.get("refunds", [])
+        ]
+
+    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
+        """`GET /disputes?payment=<reference>`: each dispute with its status in Stripe's words
+        (needs_response, under_review, won, lost, ...)."""
+        query = urllib.parse.urlencode({"payment": payment_reference})
+        status, answer = self._call("GET", f"/disputes?{query}")
+        if status == 404:
+            return []  # a processor that keeps no disputes has none to tell
+        if status != 200:
+            raise RetryableGatewayError(answer.get("error", f"listing answered HTTP {status}"))
+        return [
+            ProcessorDispute(
+                id=dispute["id"],
+                status=dispute.get("status") or "",
+                amount_cents=int(dispute.get("amount_cents") or 0),
+                reason=dispute.get("reason") or "",
+                opened_at=datetime.fromtimestamp(dispute["created"], tz=UTC)
+                if dispute.get("created")
+                else None,
+            )
+            for dispute in answer.get("disputes", [])
         ]
 
     def _call(self, method: str, path: str, *, body: bytes | None = None, headers=None):

@@ -1,5 +1,5 @@
-"""What a gateway says of one refund of a payment, the same for every gateway: the listing that
-the ledger's pre-charge check and `manage.py reconcile` read (refunds/money.py,
+"""What a gateway says of one refund, or one dispute, of a payment, the same for every gateway:
+the listings that the ledger's pre-charge check and `manage.py reconcile` read (refunds/money.py,
 refunds/services/reconcile.py)."""
 
 from __future__ import annotations
@@ -21,3 +21,28 @@ class ProcessorRefund:
     desk_key: str
     made_at: datetime | None = None
     failure_reason: str = ""
+
+
+# Stripe's words for a dispute still open: the card's bank has not decided, so the money may yet
+# go back to the customer through it (Stripe's Dispute.status). Closed: won, lost,
+# warning_closed, prevented.
+DISPUTE_OPEN = frozenset(
+    {"needs_response", "warning_needs_response", "under_review", "warning_under_review"}
+)
+
+
+@dataclass(frozen=True)
+class ProcessorDispute:
+    """One dispute (a chargeback, or an inquiry before one) of a payment as the processor holds
+    it now: while it is open, a refund may pay the customer twice (once by the desk, once by the
+    card's bank)."""
+
+    id: str  # the processor's id for it (Stripe's dp_...)
+    status: str  # the processor's word (DISPUTE_OPEN, or won, lost, ...)
+    amount_cents: int = 0
+    reason: str = ""  # the processor's code for why (fraudulent, product_not_received, ...)
+    opened_at: datetime | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.status in DISPUTE_OPEN

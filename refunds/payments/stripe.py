@@ -19,15 +19,22 @@ from refunds.flow.errors import (
 )
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
-from refunds.payments.records import ProcessorRefund
+from refunds.payments.records import ProcessorDispute, ProcessorRefund
 
 if TYPE_CHECKING:
     from stripe import StripeClient
-    from stripe.params import RefundCreateParams, RefundListParams
+    from stripe.params import DisputeListParams, RefundCreateParams, RefundListParams
 
 
 def _of_payment(kind: str, payment: str) -> RefundListParams:
     """List parameters for the refunds of one PaymentIntent or Charge."""
+    if kind == "payment_intent":
+        return {"limit": 100, "payment_intent": payment}
+    return {"limit": 100, "charge": payment}
+
+
+def _disputes_of_payment(kind: str, payment: str) -> DisputeListParams:
+    """List parameters for the disputes of one PaymentIntent or Charge."""
     if kind == "payment_intent":
         return {"limit": 100, "payment_intent": payment}
     return {"limit": 100, "charge": payment}
@@ -125,6 +132,33 @@ class StripeGateway:
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
         """Every refund of the payment, the desk's (our key in their metadata) and any other."""
         return [self.as_record(refund) for refund in self.refunds_of(payment_reference)]
+
+    def dispute_now(self, dispute_id: str) -> dict[str, Any]:
+        """The dispute as Stripe holds it now (its events are read against this)."""
+        with _stripe_errors("reading the dispute"):
+            return self._stripe().v1.disputes.retrieve(dispute_id).to_dict()
+
+    def disputes_of(self, payment_reference: str) -> list[dict[str, Any]]:
+        """Every dispute of a payment (a PaymentIntent or a Charge) as Stripe holds it now."""
+        kind, payment = _stripe_payment(payment_reference)
+        with _stripe_errors("reading the disputes"):
+            listed = self._stripe().v1.disputes.list(params=_disputes_of_payment(kind, payment))
+            return [dispute.to_dict() for dispute in listed.auto_paging_iter()]
+
+    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
+        """Every dispute of the payment, open or closed (ProcessorDispute.open says which)."""
+        return [self.as_dispute(dispute) for dispute in self.disputes_of(payment_reference)]
+
+    @staticmethod
+    def as_dispute(dispute: dict[str, Any]) -> ProcessorDispute:
+        made = dispute.get("created")
+        return ProcessorDispute(
+            id=dispute["id"],
+            status=dispute.get("status") or "",
+            amount_cents=int(dispute.get("amount") or 0),
+            reason=dispute.get("reason") or "",
+            opened_at=datetime.fromtimestamp(int(made), tz=UTC) if made else None,
+        )
 
     @classmethod
     def as_record(cls, refund: dict[str, Any]) -> ProcessorRefund:

@@ -33,7 +33,12 @@ REFUND_EVENTS = frozenset(
     {"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"}
 )
 CHARGE_EVENTS = frozenset({"charge.refunded"})
-EVENTS = REFUND_EVENTS | CHARGE_EVENTS
+# Events whose object is a Dispute: it is re-read and recorded against its order (PaymentDispute).
+# The charge never waits for them: the ledger asks Stripe for disputes before each one.
+DISPUTE_EVENTS = frozenset(
+    {"charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed"}
+)
+EVENTS = REFUND_EVENTS | CHARGE_EVENTS | DISPUTE_EVENTS
 FAILED = PROCESSOR_GAVE_BACK  # with a failure reason
 
 
@@ -87,6 +92,8 @@ def _handle(row: StripeEvent, gateway: StripeGateway) -> str:
         refunds = [gateway.refund_now(obj["id"])]
     elif row.type in CHARGE_EVENTS:
         refunds = gateway.refunds_of(obj["id"])
+    elif row.type in DISPUTE_EVENTS:
+        return dispute_record(gateway.dispute_now(obj["id"]), event=row.event_id)
     else:
         return f"{row.type}: not an event the desk reads"
     return "; ".join(refund_record(refund, event=row.event_id) for refund in refunds) or (
@@ -143,6 +150,25 @@ def _outside_record(refund: dict[str, Any], event: str) -> str:
     new = money.outside_refunds_record(order.pk, [StripeGateway.as_record(refund)])
     said = "recorded" if new else "already recorded"
     return f"{refund['id']}: made outside the desk, {said} against order {order.number}"
+
+
+def dispute_record(dispute: dict[str, Any], *, event: str = "") -> str:
+    """Record against its order what Stripe says now of `dispute` (money.disputes_record): the
+    order whose payment is the dispute's PaymentIntent or Charge. A payment no order names is
+    not the desk's: nothing is recorded."""
+    payments = [dispute.get(k) for k in ("payment_intent", "charge") if dispute.get(k)]
+    order_id = (
+        Order.objects.filter(payment_reference__in=payments)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if order_id is None:
+        log.info("stripe event %s: dispute %s of %s: no order", event, dispute["id"], payments)
+        return f"{dispute['id']}: no order has its payment, nothing recorded"
+    record = StripeGateway.as_dispute(dispute)
+    money.disputes_record(order_id, [record])
+    return f"{record.id}: {record.status}"
 
 
 def stripe_events_recover() -> list[int]:

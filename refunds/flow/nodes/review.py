@@ -12,6 +12,7 @@ from langgraph.types import Command, interrupt
 from core.clock import day_words
 from refunds import policy
 from refunds.flow import parts as refund_parts
+from refunds.flow.errors import DISPUTED
 from refunds.flow.nodes import asking
 from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
@@ -27,6 +28,12 @@ from refunds.flow.state import (
     ReviewRequest,
 )
 from refunds.flow.words import days, dollars
+
+# After a charge stopped for an open dispute: what a manager's answer does.
+AFTER_DISPUTE = (
+    "Check the dispute at the payment processor first: approving refunds all the same, "
+    "rejecting refunds nothing."
+)
 
 
 def triage(
@@ -79,6 +86,8 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
                 "parts_why": check.get("parts_why", ""),
             }
         )
+        if status == "open" and charge.get("disputed"):
+            lines[-1]["disputed"] = True
     return lines
 
 
@@ -97,7 +106,9 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
             f"Promised {day_words(first['promised_on'])}, delivered "
             f"{day_words(first['delivered_on'])}: {days(state['late_by_days'])} late.",
         ]
-        if state.get("payment_error"):
+        if orders[0].get("disputed"):
+            lines.append(f"**{DISPUTED}** No money moved. {AFTER_DISPUTE}")
+        elif state.get("payment_error"):
             lines.append(
                 f"**The charge was refused:** {state['payment_error']}. No money moved. "
                 "Approve to try again, or reject."
@@ -115,7 +126,11 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
             lines.append(f"Order {o['number']} is declined by policy: {o['declined_reason']}")
         elif o["status"] == "refunded":
             lines.append(f"Order {o['number']} is refunded already (receipt {o['receipt']}).")
-    if state.get("payment_error"):
+    disputed = [o["number"] for o in orders if o.get("disputed")]
+    if disputed:
+        lines.append(f"**{DISPUTED}** Order {', '.join(disputed)}. {AFTER_DISPUTE}")
+    error = state.get("payment_error") or ""
+    if error and any(DISPUTED not in one for one in error.split("; ")):
         lines.append(
             f"**A charge was refused:** {state['payment_error']}. Approve to try again, or reject."
         )
@@ -170,6 +185,9 @@ def review_request(state: RefundState) -> ReviewRequest:
     }
     if replies:
         request["replies"] = replies
+    disputed = [o["number"] for o in orders if o.get("disputed")]
+    if disputed:
+        request["disputed"] = disputed
     return request
 
 
@@ -195,9 +213,13 @@ def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAn
             bought={n: c["order"] for n, c in checks.items()},
         ),
     )
+    # What this review said of a dispute is what its approval answers: the manager saw it.
+    disputed = {o["number"] for o in _review_orders(state) if o.get("disputed")}
     for number, one in answers.items():
         if one["answer"] == "approve" and "parts" not in one:
             one["parts"] = _approved_parts(checks[number], one["amount_cents"])
+        if one["answer"] == "approve" and number in disputed:
+            one["dispute_seen"] = True
     return answers
 
 
