@@ -143,10 +143,12 @@ class Order(models.Model):
         """What lookup reads, in one statement: the order and what the ledger holds for it
         (paid or under way) from tickets other than `for_ticket`."""
         from core import sql
+        from refunds.queries import CHARGE_HOLDS
 
-        holding = sql.literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)
+        # Held as the ledger's check counts it (refunds/money.py): paid or under way, and not
+        # given back by the processor (a refund it failed later frees its units and money).
         held = (
-            f"FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN {holding} "
+            f"FROM refunds_charge c WHERE c.order_id = o.id AND {CHARGE_HOLDS} "
             "AND c.ticket_id <> %s"
         )
         row = sql.fetchone(
@@ -169,12 +171,12 @@ class Order(models.Model):
             "refunded_cents": row[6],
             "refunded_by_ticket": row[7],
         }
-        lines, shipping = cls._bought_facts(number, holding, for_ticket or 0)
+        lines, shipping = cls._bought_facts(number, CHARGE_HOLDS, for_ticket or 0)
         facts |= {"lines": lines, "shipping_refunded_cents": shipping}
         return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
 
     @staticmethod
-    def _bought_facts(number: str, holding: str, for_ticket: int) -> tuple[list[dict], int]:
+    def _bought_facts(number: str, holds: str, for_ticket: int) -> tuple[list[dict], int]:
         """The order's lines with what the ledger holds of each, and of its shipping fee, from
         tickets other than `for_ticket`: the refund's parts as refunds/money.py counts them."""
         from core import sql
@@ -185,7 +187,7 @@ class Order(models.Model):
                 "SELECT coalesce(p.line_id, 0), sum(p.quantity), sum(p.amount_cents) "
                 "FROM refunds_chargepart p JOIN refunds_charge c ON c.id = p.charge_id "
                 "JOIN refunds_order o ON o.id = c.order_id "
-                f"WHERE o.number = %s AND c.status IN {holding} AND c.ticket_id <> %s "
+                f"WHERE o.number = %s AND {holds} AND c.ticket_id <> %s "
                 "GROUP BY p.line_id",
                 [number, for_ticket],
             )

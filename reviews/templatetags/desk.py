@@ -329,6 +329,12 @@ def proposed_units(order: dict, line_id: int) -> int:
 
 
 @register.filter
+def units_left(line: dict) -> int:
+    """How many units of one of the review's lines are left to refund (policy.units_left)."""
+    return policy.units_left(line)
+
+
+@register.filter
 def proposal_sums(order: dict) -> dict:
     """What the review's proposal for one order comes to, for reviews/_parts_total.html."""
     facts, parts = order["order"], order.get("parts") or []
