@@ -11,6 +11,7 @@ from django.db.models.functions import Now, Upper
 from django.utils import timezone
 
 from core.clock import local_words
+from core.sql import literals
 from refunds import policy
 from refunds.flow.words import dollars
 from refunds.statuses import (
@@ -35,6 +36,15 @@ class Role(models.TextChoices):
 
 ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
+
+
+# A ledger row `c` (refunds_charge) that holds its order's balance: paid or under way, and not
+# given back by the processor (a refund it failed or canceled). Here so that Order.facts reads
+# what the ledger's own checks read; refunds/queries.py hands it on as CHARGE_HOLDS.
+CHARGE_HOLDS_SQL = (
+    f"c.status IN {literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)} "
+    f"AND c.processor_status NOT IN {literals(sorted(PROCESSOR_GAVE_BACK))}"
+)
 
 
 ORDER_NUMBER_MAX = 32
@@ -143,12 +153,11 @@ class Order(models.Model):
         """What lookup reads, in one statement: the order and what the ledger holds for it
         (paid or under way) from tickets other than `for_ticket`."""
         from core import sql
-        from refunds.queries import CHARGE_HOLDS
 
         # Held as the ledger's check counts it (refunds/money.py): paid or under way, and not
         # given back by the processor (a refund it failed later frees its units and money).
         held = (
-            f"FROM refunds_charge c WHERE c.order_id = o.id AND {CHARGE_HOLDS} "
+            f"FROM refunds_charge c WHERE c.order_id = o.id AND {CHARGE_HOLDS_SQL} "
             "AND c.ticket_id <> %s"
         )
         row = sql.fetchone(
@@ -171,7 +180,7 @@ class Order(models.Model):
             "refunded_cents": row[6],
             "refunded_by_ticket": row[7],
         }
-        lines, shipping = cls._bought_facts(number, CHARGE_HOLDS, for_ticket or 0)
+        lines, shipping = cls._bought_facts(number, CHARGE_HOLDS_SQL, for_ticket or 0)
         facts |= {"lines": lines, "shipping_refunded_cents": shipping}
         return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
 

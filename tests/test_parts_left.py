@@ -57,9 +57,7 @@ def earlier_refund(order: Order, line: OrderLine, units: int, **charge) -> Charg
         amount_cents=line.unit_price_cents * units,
         **charge,
     )
-    ChargePart.objects.create(
-        charge=row, line=line, quantity=units, amount_cents=row.amount_cents
-    )
+    ChargePart.objects.create(charge=row, line=line, quantity=units, amount_cents=row.amount_cents)
     return row
 
 

@@ -10,6 +10,7 @@ from core.clock import day_words, local_words
 from refunds import currencies, policy, selectors
 from refunds.flow import parts as refund_parts
 from refunds.flow import words
+from refunds.flow.state import LineFacts
 from refunds.selectors import RefundProgress
 
 register = template.Library()
@@ -329,7 +330,7 @@ def proposed_units(order: dict, line_id: int) -> int:
 
 
 @register.filter
-def units_left(line: dict) -> int:
+def units_left(line: LineFacts) -> int:
     """How many units of one of the review's lines are left to refund (policy.units_left)."""
     return policy.units_left(line)
 
