@@ -136,10 +136,11 @@ def wrap_node(name: str, fn):
 
 
 def charged_order(ticket_key: str, idempotency_key: str) -> str:
-    """The order a charge is for ('<thread>:charge_card:<order>:<amount>'); '' for a key of
-    before flow version 5 ('<thread>:charge_card:<amount>')."""
+    """The order a charge is for ('<thread>:charge_card:<order>:<amount>', then the parts'
+    digest and ':again<n>' where the key has them); '' for a key of before flow version 5
+    ('<thread>:charge_card:<amount>')."""
     parts = idempotency_key.removeprefix(ticket_key + ":").split(":")
-    return parts[1] if len(parts) == 3 and parts[0] == "charge_card" else ""
+    return parts[1] if len(parts) >= 3 and parts[0] == "charge_card" else ""
 
 
 def wrap_intake_task(name: str, fn):

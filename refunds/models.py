@@ -11,6 +11,7 @@ from django.db.models.functions import Now, Upper
 from django.utils import timezone
 
 from core.clock import day_words, local_words
+from core.sql import literals
 from refunds import policy
 from refunds.flow.words import dollars
 from refunds.payments.records import DISPUTE_OPEN
@@ -36,6 +37,15 @@ class Role(models.TextChoices):
 
 ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
+
+
+# A ledger row `c` (refunds_charge) that holds its order's balance: paid or under way, and not
+# given back by the processor (a refund it failed or canceled). Here so that Order.facts reads
+# what the ledger's own checks read; refunds/queries.py hands it on as CHARGE_HOLDS.
+CHARGE_HOLDS_SQL = (
+    f"c.status IN {literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)} "
+    f"AND c.processor_status NOT IN {literals(sorted(PROCESSOR_GAVE_BACK))}"
+)
 
 
 ORDER_NUMBER_MAX = 32
@@ -146,9 +156,10 @@ class Order(models.Model):
         of its payment was refunded outside the desk in a third."""
         from core import sql
 
-        holding = sql.literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)
+        # Held as the ledger's check counts it (refunds/money.py): paid or under way, and not
+        # given back by the processor (a refund it failed later frees its units and money).
         held = (
-            f"FROM refunds_charge c WHERE c.order_id = o.id AND c.status IN {holding} "
+            f"FROM refunds_charge c WHERE c.order_id = o.id AND {CHARGE_HOLDS_SQL} "
             "AND c.ticket_id <> %s"
         )
         row = sql.fetchone(
@@ -171,7 +182,7 @@ class Order(models.Model):
             "refunded_cents": row[6],
             "refunded_by_ticket": row[7],
         }
-        lines, shipping = cls._bought_facts(number, holding, for_ticket or 0)
+        lines, shipping = cls._bought_facts(number, CHARGE_HOLDS_SQL, for_ticket or 0)
         facts |= {"lines": lines, "shipping_refunded_cents": shipping}
         outside = (
             OutsideRefund.objects.filter(order_id=row[9])
@@ -183,7 +194,7 @@ class Order(models.Model):
         return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
 
     @staticmethod
-    def _bought_facts(number: str, holding: str, for_ticket: int) -> tuple[list[dict], int]:
+    def _bought_facts(number: str, holds: str, for_ticket: int) -> tuple[list[dict], int]:
         """The order's lines with what the ledger holds of each, and of its shipping fee, from
         tickets other than `for_ticket`: the refund's parts as refunds/money.py counts them."""
         from core import sql
@@ -194,7 +205,7 @@ class Order(models.Model):
                 "SELECT coalesce(p.line_id, 0), sum(p.quantity), sum(p.amount_cents) "
                 "FROM refunds_chargepart p JOIN refunds_charge c ON c.id = p.charge_id "
                 "JOIN refunds_order o ON o.id = c.order_id "
-                f"WHERE o.number = %s AND c.status IN {holding} AND c.ticket_id <> %s "
+                f"WHERE o.number = %s AND {holds} AND c.ticket_id <> %s "
                 "GROUP BY p.line_id",
                 [number, for_ticket],
             )

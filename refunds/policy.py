@@ -221,7 +221,7 @@ def _proposed_parts(
         order["fee_cents"] - order.get("shipping_refunded_cents", order["refunded_cents"]), 0
     )
     shipping = [refund_parts.shipping(fee_left)] if fee_left else []
-    lines = [line for line in order.get("lines") or [] if _units_left(line)]
+    lines = [line for line in order.get("lines") or [] if units_left(line)]
     if reason == LATE_DELIVERY or not order.get("lines"):
         if reason == LATE_DELIVERY and late_by_days <= 0:
             return [], "Delivered on time: nothing is proposed."
@@ -273,7 +273,7 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
             raise ValueError(
                 f"Order {number}: the whole order is a part of its own; give it alone."
             )
-        whole = [_all_of(line) for line in lines.values() if _units_left(line)]
+        whole = [_all_of(line) for line in lines.values() if units_left(line)]
         whole += [refund_parts.shipping(fee_left)] if fee_left else []
         if not whole:
             raise ValueError(f"Order {number} was refunded in full already.")
@@ -315,9 +315,9 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
         units = one.get("quantity")
         if isinstance(units, bool) or not isinstance(units, int) or units < 1:
             raise ValueError(f"Order {number}: the quantity of {line['title']} must be 1 or more.")
-        if units > _units_left(line):
+        if units > units_left(line):
             raise ValueError(
-                f"Order {number}: only {_units_left(line)} of the {line['quantity']} x "
+                f"Order {number}: only {units_left(line)} of the {line['quantity']} x "
                 f"{line['title']} are left to refund."
             )
         price = refund_parts.line_price(
@@ -364,12 +364,15 @@ def paid_left(order: OrderFacts) -> int | None:
     return max(paid - order["refunded_cents"] - order.get("outside_refunded_cents", 0), 0)
 
 
-def _units_left(line: LineFacts) -> int:
+def units_left(line: LineFacts) -> int:
+    """How many units of a line are left to refund: bought, less what the ledger held of it when
+    the order was checked (refunds paid and under way, Order.facts). The parts form's most, and
+    the limit parts_checked refuses above."""
     return max(line["quantity"] - line["refunded_quantity"], 0)
 
 
 def _all_of(line: LineFacts) -> Part:
-    units = _units_left(line)
+    units = units_left(line)
     amount = refund_parts.line_price(
         line["unit_price_cents"], line["quantity"], line["tax_cents"], units, line["refunded_cents"]
     )

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from core.sql import literal, literals, now
-from refunds.models import Charge, Decision, Email, Fork
+from refunds.models import CHARGE_HOLDS_SQL, Charge, Decision, Email, Fork
 from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     DECISION_KNOWN,
@@ -60,7 +60,7 @@ CHARGE_HOLDING = literals(_chosen(CHARGE_HOLDS_BALANCE))
 CHARGE_GAVE_BACK = literals(sorted(PROCESSOR_GAVE_BACK))  # processor statuses
 # A ledger row `c` that holds its order's balance: paid or under way, and not given back by the
 # processor (a refund it failed or canceled). The ledger's checks, the order's and each line's.
-CHARGE_HOLDS = f"c.status IN {CHARGE_HOLDING} AND c.processor_status NOT IN {CHARGE_GAVE_BACK}"
+CHARGE_HOLDS = CHARGE_HOLDS_SQL  # defined beside Order.facts, which reads it too
 # An outside refund `x` (refunds_outsiderefund: made at the processor, not by the desk) that holds
 # its order's balance: any the processor has not failed or canceled. OutsideRefund.objects
 # .holding_balance() is the ORM's twin.

@@ -52,6 +52,9 @@ class Paid:
 def test_the_gateway_points_name_the_order_a_key_of_several_charges(plan, settings):
     assert faults.charged_order("t-1", "t-1:charge_card:1044:1250") == "1044"
     assert faults.charged_order("t-1", "t-1:charge_card:699") == ""  # one order: no order point
+    # A refund of parts: the key names their digest, and a refund again after a failed one.
+    assert faults.charged_order("t-1", "t-1:charge_card:1044:7450:3f9a1c2b") == "1044"
+    assert faults.charged_order("t-1", "t-1:charge_card:1044:7450:3f9a1c2b:again1") == "1044"
     settings.REFUNDS_CRASH_INNER = {"gateway": f"{__name__}.Paid"}
     gateway = faults.CrashingGateway()
     plan({"t-1": {"point": "gateway:after:1044", "times": -1, "action": "error"}})

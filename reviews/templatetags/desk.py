@@ -10,6 +10,7 @@ from core.clock import day_words, local_words
 from refunds import currencies, policy, selectors
 from refunds.flow import parts as refund_parts
 from refunds.flow import words
+from refunds.flow.state import LineFacts
 from refunds.selectors import RefundProgress
 
 register = template.Library()
@@ -338,6 +339,12 @@ def proposed_units(order: dict, line_id: int) -> int:
         if part.get("line") == line_id:
             return int(part.get("quantity") or 0)
     return 0
+
+
+@register.filter
+def units_left(line: LineFacts) -> int:
+    """How many units of one of the review's lines are left to refund (policy.units_left)."""
+    return policy.units_left(line)
 
 
 @register.filter
