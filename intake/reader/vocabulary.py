@@ -161,7 +161,12 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"(?:parcel|package|order|delivery|shipment)\s+(?:is\s+|was\s+|got\s+)?"
             r"(?:lost|missing|stolen)",
             r"(?:marked|shows?|showing|says?|said)\s+(?:as\s+)?delivered\s+but",
-            r"where\s+is\s+my\s+(?:order|package|parcel|stuff|delivery)",
+            r"where\s+is\s+my\s+(?:order|package|parcel|stuff|delivery)|"
+            r"donde\s+esta\s+(?:mi|el)\s+(?:pedido|paquete|envio)|"
+            r"ou\s+(?:est|en\s+est)\s+(?:mon\s+colis|ma\s+commande|ma\s+livraison)|"
+            r"wo\s+(?:ist|bleibt)\s+(?:mein\s+paket|meine\s+(?:bestellung|lieferung|sendung))|"
+            r"onde\s+esta\s+(?:a\s+)?(?:minha\s+encomenda|o\s+meu\s+(?:pacote|pedido))|"
+            r"dov'?\s*e\s+(?:il\s+)?(?:mio\s+(?:pacco|ordine)|la\s+mia\s+spedizione)",
             r"nothing\s+(?:has\s+)?(?:arrived|came|come)|no\s+(?:sign\s+of\s+(?:it|the|my)|"
             r"package|parcel)",
             # A part of the order missing from what came ("the charger was missing"), or a box
@@ -397,4 +402,138 @@ REFUND_STATUS_PHRASES = (
     r"(?:ainda\s+)?nao\s+recebi\s+o\s+(?:meu\s+)?reembolso|"
     r"dov'?\s*e\s+(?:il\s+)?(?:mio|il)\s+rimborso|"
     r"non\s+ho\s+(?:ancora\s+)?ricevuto\s+il\s+(?:mio\s+)?rimborso"
+)
+
+# The money asked back, as customers name it when they ask after it: "the refund", "my money
+# back", "the credit", "el reembolso", "la devolución del dinero", "die Gutschrift", "il rimborso".
+REFUND_NOUNS = (
+    r"refund\w*|reimburs\w*|money(?:\s+back)?|credit(?!\s+card)|\$\s?\d[\d.,]{0,15}\d|"
+    r"reembols\w*|devol(?:ucion|ver\w*|vieran|vi\w*)|dinero|"
+    r"rembours\w*|argent|"
+    r"(?:ruck)?erstatt\w*|gutschrift|geld|betrag|"
+    r"dinheiro|estorno|"
+    r"rimbors\w*|soldi|accredito|(?<![\d.,])\d[\d.,]{0,15}\s?(?:€|eur|euros?|dollars?)"
+)
+# Asking how a refund stands ("any update on", "where is", "¿cómo va", "où en est", "wo bleibt",
+# "alguma novidade sobre", "a che punto è"), before the money's name.
+REFUND_PROGRESS = (
+    r"where(?:\s+is|'s)|status\s+(?:of|on)|(?:any\s+)?(?:update|news)\s+(?:on|about|regarding)|"
+    r"any\s+(?:update|news)|how(?:\s+is|'s)|what(?:\s+has)?\s+happened\s+(?:to|with)|"
+    r"checking\s+(?:in\s+)?on|follow(?:ing)?(?:\s+|-)up\s+on|chasing|"
+    r"se\s+ha\s+procesado|ha\s+sido\s+procesad[oa]|donde\s+esta|como\s+va|que\s+(?:pasa|paso)\s+con|estado\s+de|novedades?\s+(?:sobre|de|del)|"
+    r"ou\s+en\s+est|qu'en\s+est-il\s+de|des\s+nouvelles\s+(?:de|du)|ou\s+est|"
+    r"wo\s+bleibt|wo\s+ist|was\s+ist\s+mit|stand\s+(?:der|meiner)|neuigkeiten\s+(?:zu|zur|uber)|"
+    r"onde\s+esta|cade|(?:alguma\s+)?novidades?\s+(?:sobre|do|da)|ponto\s+de\s+situacao|"
+    r"estado\s+do|a\s+che\s+punto|novita\s+(?:sul|sulla|per)|notizie\s+(?:sul|del)|"
+    r"che\s+fine\s+ha\s+fatto|dov'?\s*e|stato\s+del"
+)
+# Waiting for it, or not seeing it yet, before the money's name: "still waiting for", "haven't
+# seen", "sigo esperando", "j'attends toujours", "warte noch immer auf", "sto ancora aspettando".
+REFUND_WAITING = (
+    r"(?:still\s+)?waiting\s+(?:for|on)|still\s+expecting|"
+    r"(?:haven'?t|have\s+not|hasn'?t|didn'?t|did\s+not|not|never|still\s+(?:don'?t|can'?t|"
+    r"haven'?t))\s+(?:yet\s+)?(?:got(?:ten)?|received?|seen|see|had)|"
+    r"sigo\s+(?:esperando|sin\s+(?:recibir|ver))|estoy\s+esperando|"
+    r"(?:todavia|aun)\s+no\s+(?:he\s+|me\s+ha\s+)?(?:recibido|visto|llegado|veo|tengo)|"
+    r"no\s+(?:he\s+)?(?:recibido|visto)|"
+    r"j'?\s*attends(?:\s+toujours|\s+encore)?|en\s+attente\s+d[eu']|"
+    r"(?:pas\s+encore|toujours\s+pas|jamais)\s+(?:vu|recu|eu)|"
+    r"warte\s+(?:noch\s+)?(?:immer\s+)?(?:noch\s+)?auf|noch\s+(?:nicht|keine?n?)\s+(?:\w+\s+)?"
+    r"(?:erhalten|bekommen|gesehen)|"
+    r"(?:ainda\s+)?(?:estou|continuo)\s+(?:a\s+espera|a\s+esperar|esperando|aguardando)|"
+    r"(?:ainda\s+)?nao\s+(?:recebi|vi)|aguardo|"
+    r"sto\s+(?:ancora\s+)?aspettando|aspetto\s+ancora|in\s+attesa\s+del|"
+    r"non\s+ho\s+(?:ancora\s+)?(?:ricevuto|visto)"
+)
+# After the money's name: it has not come, or where it stands ("the refund still hasn't
+# arrived", "has my refund been processed", "la Gutschrift ist nicht eingegangen").
+REFUND_NOT_COME = (
+    r"(?:(?:has|have|is|was|still)\s*){0,2}(?:not|n't|never|yet\s+to)\s+(?:yet\s+)?(?:be(?:en)?\s+)?"
+    r"(?:arrived?|come|shown\s+up|show\s+up|reached|appeared|credited|processed|on\s+my)|"
+    r"(?:been|be)\s+(?:processed|issued|sent|paid)|go(?:ne)?\s+through|on\s+(?:its|the)\s+way|"
+    r"no\s+(?:me\s+)?(?:ha\s+)?(?:llegado|aparece|llega)|"
+    r"(?:n'est|n'a)\s+(?:toujours\s+)?pas\s+(?:encore\s+)?(?:ete\s+)?(?:arrive|apparu|"
+    r"credite|effectue)|"
+    r"(?:noch\s+)?nicht\s+(?:\w+\s+){0,3}?(?:eingegangen|angekommen|erhalten|gutgeschrieben|"
+    r"da|bearbeitet)|"
+    r"(?:ainda\s+)?nao\s+(?:me\s+)?(?:chegou|apareceu|caiu|entrou)|"
+    r"non\s+(?:e\s+)?(?:ancora\s+)?(?:arrivat[oa]|accreditat[oa])"
+)
+# Asking when: "when will I get", "cuándo voy a recibir", "quand vais-je être", "wann bekomme
+# ich", "quando vou receber", "quando riceverò"; the money's name follows.
+REFUND_WHEN = (
+    r"when\s+(?:will|do|can|should|am|would)\s+(?:i|we)\s+(?:\w+\s+)?(?:get|receive|see|expect|"
+    r"be|have)|how\s+long\s+(?:will|does|until)|"
+    r"cuando\s+(?:\w+\s+)?(?:voy\s+a\s+recibir|recibire|me\s+(?:devolveran|llegara)|llegara|"
+    r"vere)|"
+    r"quand\s+(?:est-ce\s+que\s+)?(?:je\s+vais|vais-je|vais\s+je|serai-je|vais\s+t-on)\s+"
+    r"(?:\w+\s+)?(?:etre|recevoir|voir|avoir)|"
+    r"wann\s+(?:bekomme|erhalte|kriege|sehe)\s+ich|wann\s+(?:wird|kommt)|"
+    r"quando\s+(?:\w+\s+)?(?:vou\s+receber|recebo|vou\s+ter|chega|vai\s+chegar)|"
+    r"quando\s+(?:\w+\s+)?(?:ricevero|arrivera|avro|vedro)"
+)
+# A refund said to be agreed before ("you said it would be refunded", "the refund you approved",
+# "me confirmaron el reembolso", "zugesagte Gutschrift"), read with waiting words beside it.
+REFUND_AGREED = (
+    r"you\s+(?:said|told\s+me|promised|approved|confirmed|agreed|accepted)|(?:i\s+)?was\s+told|"
+    r"(?:was|been|were)\s+(?:approved|confirmed|agreed|accepted|promised)|"
+    r"i\s+(?:asked|requested)|requested|request|approved|confirmed|"
+    r"me\s+(?:dijeron|dijisteis|prometieron|confirmaron|aseguraron)|confirmad[oa]|aprobad[oa]|"
+    r"solicite|prometid[oa]|"
+    r"on\s+m'a\s+(?:dit|promis|confirme)|vous\s+m'avez\s+(?:dit|promis|confirme)|promis|"
+    r"confirme|valide|accepte|j'ai\s+demande|"
+    r"zugesagte?n?|bestatigt|versprochen|genehmigt|beantragt|"
+    r"(?:me\s+)?disseram|prometeram|aprovad[oa]|solicitei|"
+    r"mi\s+(?:avete|avevate)\s+detto|promess[oa]|confermat[oa]|approvat[oa]|richiesto|"
+    r"ho\s+chiesto"
+)
+# ... and the words that say it is still not there ("still", "nothing on my card", "todavía no",
+# "toujours rien", "bis heute nicht", "ainda", "ancora nulla").
+REFUND_PENDING = (
+    r"still|yet|nothing|no\s+sign|it'?s\s+been|(?:not|isn'?t|n'?t)\s+(?:\w+\s+)?on\s+my\s+"
+    r"(?:card|account|statement|bank)|"
+    r"todavia|aun\s+no|sigo\s+sin|nada\s+en\s+mi|"
+    r"toujours|pas\s+encore|rien|"
+    r"noch\s+(?:nicht|immer|kein)|bis\s+heute|nichts|"
+    r"ainda|ja\s+passaram|nada|"
+    r"ancora|nulla|niente"
+)
+# Not a request though "refund" is said: the customer says none is needed, or asks how refunds
+# work before buying.
+NOT_ASKING_PHRASES = (
+    r"no\s+(?:refund|reimbursement)\s+(?:is\s+)?(?:needed|necessary|required)|"
+    r"(?:don'?t|do\s+not|won'?t|no\s+longer)\s+need\s+(?:a|the|any)\s+refund|"
+    r"no\s+need\s+(?:for|of)\s+(?:a|the|any)\s+refund|not\s+(?:asking|looking)\s+for\s+(?:a|any)\s+"
+    r"refund|(?:your|the)\s+(?:refund|returns?)\s+policy|how\s+(?:do|does)\s+(?:\w+\s+)?refunds?\s+"
+    r"work|"
+    r"(?:ya\s+)?no\s+(?:necesito|hace\s+falta)\s+(?:el|un|ningun)\s+reembolso|"
+    r"politica\s+de\s+(?:reembolsos?|devoluciones?)|como\s+funcionan?\s+(?:los\s+)?reembolsos|"
+    r"pas\s+besoin\s+(?:d'un|de|du)\s+remboursement|politique\s+de\s+remboursement|"
+    r"(?:keine|brauche\s+keine)\s+(?:ruck)?erstattung\s+(?:notig|mehr)|erstattungsrichtlinie|"
+    r"nao\s+(?:preciso|e\s+preciso)\s+(?:do|de|de\s+um)\s+reembolso|politica\s+de\s+reembolso|"
+    r"non\s+(?:serve|ho\s+bisogno\s+di)\s+(?:il|un|alcun)\s+rimborso|politica\s+di\s+rimborso"
+)
+# A refund said to have come, with a few words between ("the refund for order 1084 came through
+# yesterday", "il rimborso per l'ordine 4216 è arrivato ieri"): thanks, not a request. Read only
+# after "where is my refund", so "the refund has not arrived" is never one.
+REFUND_CAME = (
+    r"arrived|came\s+(?:through|in)|went\s+through|showed\s+up|(?:is|was)\s+(?:in|on)\s+my|"
+    r"(?:been\s+)?credited|hit\s+my|(?:ha\s+)?llegado|llego|(?:est|a\s+ete)\s+(?:bien\s+)?"
+    r"(?:arrive|credite)|bien\s+recu|angekommen|eingegangen|gutgeschrieben|chegou|caiu|"
+    r"(?:e\s+)?arrivat[oa]|accreditat[oa]"
+)
+# "got the refund", "ya me llegó el reembolso", "j'ai bien reçu le remboursement", "recebi o
+# reembolso": the money's name after these, a few words later.
+REFUND_GOT = (
+    r"got|received|recieved|saw|see|(?:ya\s+)?me\s+(?:ha\s+)?(?:llego|llegado)|recibi\w*|"
+    r"(?:j'?\s*ai\s+)?(?:bien\s+)?recu|(?:habe\s+)?(?:die\s+)?erhalten|recebi|ricevuto"
+)
+# Money not seen where it would land ("it still isn't on my card", "no veo nada en mi cuenta",
+# "nicht auf meinem Konto", "sul conto non vedo nulla"): asked after, with the money named nearby.
+REFUND_NOT_ON_ACCOUNT = (
+    r"(?:not|isn'?t|n'?t|nothing|no|nada|rien|nicht|nichts|nao|non|nulla|niente)\s+"
+    r"(?:[\w']+\s+){0,3}?(?:on|in|en|sur|auf|na|no|sul|nel)\s+(?:my|mi|mon|ma|meinem|meiner|"
+    r"minha|meu|mio|il|la)\s+(?:card|account|statement|bank|tarjeta|cuenta|extracto|carte|"
+    r"compte|releve|karte|konto|kontoauszug|cartao|conta|extrato|carta|conto|estratto)|"
+    r"(?:sul|nel)\s+(?:mio\s+)?conto\s+non"
 )
