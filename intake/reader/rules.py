@@ -108,7 +108,8 @@ _REFUND_STATUS = re.compile(
     r"(?<![\w'])(?:" + vocabulary.REFUND_STATUS_PHRASES + r")"
     r"|(?<![\w'])(?:" + vocabulary.REFUND_PROGRESS + "|" + vocabulary.REFUND_WAITING + "|"
     + vocabulary.REFUND_WHEN + r")" + _STATUS_GAP + _MONEY
-    + r"|(?<![\w'])" + _MONEY + _OF_ORDER + r"(?:" + vocabulary.REFUND_NOT_COME + r")(?!\w)"
+    + r"|(?<![\w'])" + _MONEY + _OF_ORDER + r"(?:(?:ist|sind|wurde|hat|e|est|ha|foi)\s+)?"
+    + r"(?:" + vocabulary.REFUND_NOT_COME + r")(?!\w)"
 )  # fmt: skip
 _REFUND_AGREED = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_AGREED + r")(?!\w)")
 _REFUND_PENDING = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_PENDING + r")(?!\w)")

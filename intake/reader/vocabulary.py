@@ -14,7 +14,7 @@ from refunds import policy
 ORDER_WORDS = (
     r"orders?",
     r"order\s+(?:number|no|nr|num|id|ref(?:erence)?)s?",
-    r"ord",
+    r"ord|ordr",
     r"pedidos?",
     r"(?:numero|n[o°º])\s+(?:de\s+)?pedido",
     r"commandes?",
@@ -70,7 +70,17 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"not\s+what\s+i\s+(?:ordered|bought|paid\s+for)",
             r"(?:isn'?t|is\s+not|wasn'?t|was\s+not)\s+(?:the\s+)?(?:one|item|thing)\s+i\s+ordered",
             r"(?:incorrect|different)\s+(?:item|product|size|colou?r|model)",
-            r"instead\s+of\s+(?:the|a|my)\b",
+            r"instead\s+of\s+(?:the|a|my|mine)\b",
+            r"(?:someone|somebody)\s+else'?s\s+(?:order|parcel|package|item|stuff|things)|"
+            r"(?:meant|addressed)\s+for\s+(?:someone|somebody)\s+else",
+            r"(?:pedido|paquete)\s+de\s+otra\s+persona|en\s+(?:lugar|vez)\s+del?\s+mio",
+            r"(?:commande|colis)\s+de\s+quelqu'?\s*un\s+d'?\s*autre|"
+            r"au\s+lieu\s+d[eu]\s+(?:la\s+)?mien(?:ne)?",
+            r"(?:bestellung|paket|sendung)\s+(?:von\s+)?(?:jemand(?:em)?|einem)\s+anderen|"
+            r"(?:an)?statt\s+(?:der\s+|dem\s+)?meine[nrs]?\b",
+            r"(?:encomenda|pacote)\s+de\s+outra\s+pessoa|em\s+vez\s+d[ao]\s+(?:meu|minha)\b",
+            r"(?:ordine|pacco)\s+di\s+(?:un'?\s*)?altr[oa]\s+(?:persona|cliente)|"
+            r"invece\s+del(?:la)?\s+mi[oa]\b",
             # es
             r"(?:articulo|producto|talla|color|modelo|paquete)\s+(?:equivocad[oa]|incorrect[oa]|"
             r"errone[oa])",
@@ -160,7 +170,12 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"order|delivery|shipment)",
             r"(?:parcel|package|order|delivery|shipment)\s+(?:is\s+|was\s+|got\s+)?"
             r"(?:lost|missing|stolen)",
-            r"(?:marked|shows?|showing|says?|said)\s+(?:as\s+)?delivered\s+but",
+            r"(?:marked|shows?|showing|says?|said|claims?|claimed|states?|lists?|according\s+to)"
+            r"\s+(?:[\w']+\s+){0,4}?(?:as\s+)?delivered\W+(?:but|yet|though|although)",
+            # A delivery that failed or went back, in the courier's words (often forwarded).
+            r"unable\s+to\s+deliver|(?:could\s+not|couldn'?t|cannot|can'?t)\s+(?:be\s+)?"
+            r"deliver(?:ed)?|delivery\s+(?:attempt\s+)?(?:failed|unsuccessful)|failed\s+delivery|"
+            r"return(?:ed)?\s+to\s+(?:the\s+)?sender",
             r"where\s+is\s+my\s+(?:order|package|parcel|stuff|delivery)|"
             r"donde\s+esta\s+(?:mi|el)\s+(?:pedido|paquete|envio)|"
             r"ou\s+(?:est|en\s+est)\s+(?:mon\s+colis|ma\s+commande|ma\s+livraison)|"
@@ -185,6 +200,9 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"falta(?:ba|n|ban)?\s+(?:el|la|los|las|un|una)\b|(?:vino|llego)\s+sin\s+"
             r"(?:el|la|los|las)\b",
             r"(?:caja|paquete)\s+(?:\w+\s+){0,2}?vaci[oa]|(?:vino|llego)\s+vaci[oa]",
+            r"(?:dice|figura|aparece|consta|marca)\s+(?:\w+\s+){0,4}?(?:como\s+)?entregad[oa]\W+"
+            r"(?:pero|aunque)|no\s+(?:pudimos|pudieron|se\s+pudo|fue\s+posible)\s+entregar|"
+            r"devuelt[oa]\s+al\s+remitente|entrega\s+fallida",
             # fr
             r"jamais\s+(?:ete\s+)?(?:recue?s?|arrivee?s?|livree?s?)|pas\s+(?:encore\s+)?(?:ete\s+)?"
             r"(?:recue?s?|arrivee?s?|livree?s?)|toujours\s+pas\s+(?:recue?s?|arrivee?s?|livree?s?|de\s+colis)|"
@@ -192,6 +210,9 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"(?:il\s+)?manqu(?:e|ait|aient|ent)\s+(?:le|la|les|l'|un|une)|(?:arrivee?|livree?|"
             r"recue?)\s+sans\s+(?:le|la|les|l'|son|sa|ses)",
             r"(?:colis|carton|boite)\s+(?:\w+\s+){0,2}?vide",
+            r"(?:indique|affiche|dit|marque|pretend)\s+(?:\w+\s+){0,4}?(?:comme\s+)?livree?\W+"
+            r"(?:mais|pourtant|alors\s+que)|(?:n'a\s+pas\s+pu|impossible\s+de)\s+(?:etre\s+)?livr|"
+            r"retourne\s+a\s+l'?\s*expediteur|echec\s+de\s+(?:la\s+)?livraison",
             # de
             r"(?:nicht|nie|noch\s+nicht)\s+(?:angekommen|erhalten|geliefert|zugestellt|bekommen|"
             r"eingetroffen|da)|warte\s+(?:immer\s+)?noch|(?:paket|sendung)\s+(?:ist\s+)?"
@@ -199,11 +220,18 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"fehl(?:t|te|ten)\b(?!\s+nichts)|ohne\s+(?:das|den|die)\s+\w+\s+(?:angekommen|geliefert)",
             r"(?:paket|karton|schachtel|box)\s+(?:\w+\s+){0,2}?leer|leere[ns]?\s+(?:paket|karton|"
             r"schachtel|box)",
+            r"(?:als\s+)?(?:zugestellt|geliefert)\s+(?:markiert|angezeigt|gemeldet|gilt)?\W*"
+            r"(?:aber|obwohl|doch)|angeblich\s+(?:zugestellt|geliefert)|konnte\s+nicht\s+"
+            r"zugestellt|zustellung\s+(?:ist\s+)?fehlgeschlagen|(?:zuruck|retour)\s+an\s+"
+            r"(?:den\s+)?absender",
             # pt
             r"(?:nao|nunca|ainda\s+nao)\s+(?:me\s+)?(?:chegou|chegaram|recebi|foi\s+entregue|"
             r"veio)|continuo\s+a?\s*esperar|extraviad[oa]",
             r"falta(?:va|m|vam)?\s+(?:o|a|os|as|um|uma)\b|(?:veio|chegou)\s+sem\s+(?:o|a|os|as)\b",
             r"(?:caixa|pacote|encomenda)\s+(?:\w+\s+){0,2}?vazi[oa]|(?:veio|chegou)\s+vazi[oa]",
+            r"(?:diz|consta|aparece|indica)\s+(?:\w+\s+){0,4}?(?:como\s+)?entregue\W+"
+            r"(?:mas|porem)|nao\s+(?:foi\s+possivel|conseguimos|conseguiram)\s+entregar|"
+            r"devolvid[oa]\s+ao\s+remetente",
             # it
             r"(?:non|mai|ancora\s+non)\s+(?:mi\s+)?(?:e\s+|sono\s+)?(?:(?:mai|ancora)\s+)?"
             r"(?:arrivat[oaie]|ricevut[oaie]|consegnat[oaie])|non\s+ho\s+(?:mai\s+|ancora\s+)?"
@@ -211,6 +239,9 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"manca(?:va|no|vano)?\s+(?:il|lo|la|l'|i|gli|le|un|una|uno)\b|(?:arrivat[oaie]|consegnat[oaie])\s+senza\s+(?:il|lo|la|l'|i|"
             r"gli|le)\b",
             r"(?:pacco|scatola|confezione)\s+(?:\w+\s+){0,2}?vuot[oa]|arrivat[oa]\s+vuot[oa]",
+            r"(?:risulta|dice|segna|indica)\s+(?:\w+\s+){0,4}?(?:come\s+)?consegnat[oa]\W+"
+            r"(?:ma|pero)|non\s+(?:e\s+stato\s+possibile|siamo\s+riusciti\s+a)\s+consegnar|"
+            r"restituit[oa]\s+al\s+mittente|consegna\s+fallita",
         ),
     ),
     (
@@ -226,6 +257,22 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"after\s+the\s+(?:promised|expected|estimated|guaranteed)\s+(?:date|day|delivery)",
             r"overdue|behind\s+schedule|too\s+slow|so\s+slow|slow\s+delivery|missed\s+the\s+"
             r"(?:delivery\s+)?(?:date|deadline)",
+            r"later\s+than\s+(?:[\w']+\s+){0,2}?(?:promised|expected|planned|scheduled|estimated|"
+            r"said|stated|quoted|advertised|told|agreed|indicated)|"
+            r"(?:delivery|shipping|shipment|postage|courier|dispatch|post)\s+(?:[\w']+\s+){0,3}?"
+            r"slow|slow\s+(?:shipping|shipment|post|courier)",
+            r"mas\s+tarde\s+de\s+lo\s+(?:prometido|previsto|esperado|indicado|acordado|"
+            r"anunciado)|(?:envio|entrega)\s+(?:\w+\s+){0,2}?(?:muy\s+|demasiado\s+)?lent(?:[oa]|isim[oa])",
+            r"plus\s+tard\s+que\s+(?:\w+\s+)?(?:prevu|promis|annonce|indique)|"
+            r"(?:livraison|envoi|expedition)\s+(?:\w+\s+){0,2}?(?:tres\s+|trop\s+|super\s+)?lente?",
+            r"spater\s+als\s+(?:\w+\s+){0,2}?(?:versprochen|angekundigt|geplant|erwartet|"
+            r"angegeben|vereinbart)|(?:lieferung|versand|zustellung)\s+(?:\w+\s+){0,2}?"
+            r"(?:sehr\s+|zu\s+|extrem\s+)?langsam",
+            r"mais\s+tarde\s+do\s+que\s+(?:o\s+)?(?:prometido|previsto|esperado|indicado)|"
+            r"(?:entrega|envio)\s+(?:\w+\s+){0,2}?(?:muito\s+|demasiado\s+)?lent(?:[oa]|issim[oa])",
+            r"piu\s+tardi\s+(?:del|di\s+quanto)\s+(?:\w+\s+)?(?:previsto|promesso|indicato|"
+            r"atteso|detto)|(?:consegna|spedizione)\s+(?:\w+\s+){0,2}?(?:molto\s+|troppo\s+)?"
+            r"lent(?:[oa]|issim[oa])",
             # es
             r"retraso|retrasad[oa]s?|con\s+demora|demorad[oa]|llego\s+tarde|llegaron\s+tarde|"
             r"muy\s+tarde|tarde\s+(?:el|la|mi)\s+(?:pedido|paquete|entrega)",
@@ -338,7 +385,7 @@ EXPECTED = (
     r"due|expected|expect|promised|scheduled|estimated(?:\s+(?:arrival|delivery))?|"
     r"(?:meant|supposed)\s+to\s+(?:arrive|come|be\s+(?:here|delivered))|"
     r"should\s+have\s+(?:been\s+here|arrived|come|been\s+delivered)|"
-    r"would\s+(?:be\s+(?:with\s+me|here|delivered)|arrive|come)|delivery\s+date|"
+    r"(?:would|it'?d)\s+(?:be\s+(?:with\s+me|here|delivered)|arrive|come)|delivery\s+date|"
     r"tenia\s+que\s+llegar|debia\s+(?:de\s+)?llegar|deberia\s+(?:haber\s+)?llegar|"
     r"previst[oa]s?|prometi\w*|estaria|fecha\s+(?:prevista|estimada|de\s+entrega)|"
     r"iba\s+a\s+llegar|devait\s+(?:arriver|etre\s+livree?)|prevue?s?|censee?\s+arriver|"
@@ -407,7 +454,7 @@ REFUND_STATUS_PHRASES = (
 # The money asked back, as customers name it when they ask after it: "the refund", "my money
 # back", "the credit", "el reembolso", "la devolución del dinero", "die Gutschrift", "il rimborso".
 REFUND_NOUNS = (
-    r"refund\w*|reimburs\w*|money(?:\s+back)?|credit(?!\s+card)|\$\s?\d[\d.,]{0,15}\d|"
+    r"refund\w*|reimburs\w*|money(?:\s+back)?|credit(?!\s+card)|(?:\$|£|€)\s?\d[\d.,]{0,15}\d|"
     r"reembols\w*|devol(?:ucion|ver\w*|vieran|vi\w*)|dinero|"
     r"rembours\w*|argent|"
     r"(?:ruck)?erstatt\w*|gutschrift|geld|betrag|"
