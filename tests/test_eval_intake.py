@@ -155,10 +155,12 @@ def test_the_shipped_set_has_80_messages_or_more_and_keeps_the_rules_at_their_ta
     assert result.accuracy >= 0.85, result.misses
 
 
-# Macro-F1 of the rules on the shipped sets, measured when this test was written (issue 33): CI
+# Macro-F1 of the rules on the shipped sets, measured when this test was written (issue 33; the
+# own set 0.874 before "later than promised", a disputed delivery, "someone else's order" and
+# thanks for a refund were read in general terms, 0.982 after): CI
 # fails when a change drops it by more than MARGIN below its floor. Raise a floor with the reader.
 MARGIN = 0.02
-FLOORS = {"intake_eval.jsonl": 0.874, "intake_misses.jsonl": 1.000}
+FLOORS = {"intake_eval.jsonl": 0.982, "intake_misses.jsonl": 1.000, "intake_status.jsonl": 1.000}
 
 
 @pytest.mark.parametrize("name", sorted(FLOORS))
@@ -194,3 +196,14 @@ def _reading_of(confidence: float):
         return type(reading)(**{**reading.as_json(), "confidence": confidence})
 
     return reader
+
+
+def test_the_status_set_labels_where_is_my_refund_in_six_languages_beside_near_misses():
+    lines = [json.loads(line) for line in (DATA / "intake_status.jsonl").read_text().splitlines()]
+    asking = [line for line in lines if line["reason"] == "refund_status"]
+    assert len(asking) >= 20
+    assert {line["language"] for line in asking} == {"en", "es", "de", "fr", "pt", "it"}
+    near = [line for line in lines if line["reason"] != "refund_status"]
+    assert len(near) >= 15 and all(
+        "refund" in line["body"].lower() or line["language"] != "en" for line in near
+    )

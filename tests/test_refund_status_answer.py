@@ -61,6 +61,55 @@ def test_asking_where_a_refund_is_is_read_as_such(body):
     )
 
 
+@pytest.mark.parametrize(
+    ("subject", "body"),
+    [
+        ("", "Any news about the refund for order 1042?"),
+        ("", "Is my refund on its way? I asked for it on Friday."),
+        ("", "The refund for order 1042 still hasn't shown up."),
+        ("", "When can I expect my money back?"),
+        ("", "I'm still waiting on the £4.50 credit."),
+        ("", "You told me the fee would be refunded within a week. It's been three."),
+        ("Re: your refund", "Thanks, but there's still nothing on my bank account."),
+        ("", "¿Qué pasa con mi reembolso? Ya pasaron diez días."),
+        ("", "Me prometieron devolverme el envío y todavía no veo nada."),
+        ("", "Des nouvelles de mon remboursement ? Commande 1042."),
+        ("", "J'attends toujours le remboursement de la commande 1042."),
+        ("", "Wo bleibt mein Geld? Ich warte noch auf die Gutschrift."),
+        ("", "Die Rückerstattung für Bestellung 1042 ist noch nicht eingegangen."),
+        ("", "Quando vou receber o reembolso da encomenda 1042?"),
+        ("", "Che fine ha fatto il mio rimborso?"),
+    ],
+)
+def test_asking_after_a_refund_in_other_words_is_read_as_such(subject, body):
+    assert rules.read(sender="a@example.com", subject=subject, body=body).reason == (
+        policy.REFUND_STATUS
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("Order 1042 never arrived and I'd like my money back.", policy.NOT_RECEIVED),
+        ("I want a refund, the parcel has not arrived.", policy.NOT_RECEIVED),
+        (
+            "You promised Tuesday. It's still not here. Refund please, order 1042.",
+            policy.NOT_RECEIVED,
+        ),
+        ("I haven't received the item and I'd like a refund.", policy.NOT_RECEIVED),
+        ("Please refund order 1042, I changed my mind.", policy.OTHER_REQUEST),
+        ("Got my refund today, thanks a lot!", policy.NOT_REFUND),
+        ("The refund for order 1042 went through this morning, thank you.", policy.NOT_REFUND),
+        ("Ya me llegó el reembolso, gracias.", policy.NOT_REFUND),
+        ("Il rimborso è arrivato, grazie mille.", policy.NOT_REFUND),
+        ("What is your refund policy for gifts?", policy.NOT_REFUND),
+        ("It turned up after all, no refund needed.", policy.NOT_REFUND),
+    ],
+)
+def test_a_new_request_or_a_thanks_that_names_a_refund_is_not_asking_after_one(body, reason):
+    assert rules.read(sender="a@example.com", subject="", body=body).reason == reason
+
+
 def test_the_senders_ticket_answers_with_its_status_once_and_opens_nothing(
     transactional_db, smtp, agent
 ):

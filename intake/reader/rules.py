@@ -93,8 +93,38 @@ _WORD = re.compile(r"[a-z']+")
 _NEGATION_BEFORE = re.compile(r"\b(?:" + vocabulary.NEGATIONS + r")\W+(?:\w+\W+)?$")
 _GREETING = re.compile(r"^\s*" + vocabulary.GREETINGS + r"[,!:.]*\s*$", re.I)
 _REFUND = re.compile(r"\b(?:" + "|".join(vocabulary.REFUND_PHRASES) + r")")
-_REFUND_STATUS = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_STATUS_PHRASES + r")")
-_REFUND_DONE = re.compile(r"\b(?:" + vocabulary.REFUND_DONE_PHRASES + r")")
+# "Where is my refund": a way of asking after it ("any update on", "still waiting for", "when
+# will I get") a few words before the money's name, or the money's name before words that say it
+# has not come ("the refund for order 1042 still hasn't arrived").
+_MONEY = r"(?:" + vocabulary.REFUND_NOUNS + r")(?!\w)"
+_NOUN = re.compile(r"(?<![\w'])" + _MONEY)
+_STATUS_SEP = r"[^\w.,;:!?\n$€£]++"  # between words of one clause
+_STATUS_GAP = r"(?:" + _STATUS_SEP + r"[\w']++){0,3}?" + _STATUS_SEP
+_OF_ORDER = (
+    r"(?:\s+(?:for|of|on|from|de|del|da|do|du|des|fur|zu|per|dell'|della|pour|para|der|von)\s+"
+    r"(?:[\w']+\s+){0,2}?#?\d{3,12})?\s*,?\s*"
+)  # "the refund for order 1042", "el reembolso del pedido 1042"
+_REFUND_STATUS = re.compile(
+    r"(?<![\w'])(?:" + vocabulary.REFUND_STATUS_PHRASES + r")"
+    r"|(?<![\w'])(?:" + vocabulary.REFUND_PROGRESS + "|" + vocabulary.REFUND_WAITING + "|"
+    + vocabulary.REFUND_WHEN + r")" + _STATUS_GAP + _MONEY
+    + r"|(?<![\w'])" + _MONEY + _OF_ORDER + r"(?:(?:ist|sind|wurde|hat|e|est|ha|foi)\s+)?"
+    + r"(?:" + vocabulary.REFUND_NOT_COME + r")(?!\w)"
+)  # fmt: skip
+_REFUND_AGREED = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_AGREED + r")(?!\w)")
+_REFUND_PENDING = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_PENDING + r")(?!\w)")
+_NOT_ON_ACCOUNT = re.compile(r"(?<![\w'])(?:" + vocabulary.REFUND_NOT_ON_ACCOUNT + r")(?!\w)")
+_CLAUSE = re.compile(r"(?:[^.!?\n]|[.!?](?!\s))+")  # a sentence: up to a mark before a space
+_REFUND_DONE = re.compile(
+    r"\b(?:" + vocabulary.REFUND_DONE_PHRASES + r")"
+    r"|(?<![\w'])(?:" + vocabulary.REFUND_GOT + r")(?:" + _STATUS_SEP + r"[\w']++){0,2}?"
+    + _STATUS_SEP + r"(?:refund\w*|reimburs\w*|money\s+back|reembols\w*|rembours\w*|"
+    r"(?:ruck)?erstattung|gutschrift|rimbors\w*)(?!\w)"
+    r"|(?<![\w'])(?:refund|reimbursement|reembolso|remboursement|(?:ruck)?erstattung|gutschrift|"
+    r"rimborso)" + _OF_ORDER + r"(?:(?:has|have|is|was|already|just|finally|now|ya|bien|e|ist|"
+    r"hat|ja|me|se)\s+){0,3}(?:" + vocabulary.REFUND_CAME + r")(?!\w)"
+)  # fmt: skip
+_NOT_ASKING = re.compile(r"(?<![\w'])(?:" + vocabulary.NOT_ASKING_PHRASES + r")(?!\w)")
 _FUZZY = {
     "refund": None, "reimburse": None, "reembolso": None, "remboursement": None,
     "rimborso": None, "erstattung": None, "ruckerstattung": None,
@@ -146,7 +176,7 @@ def read(*, sender: str, subject: str, body: str) -> Reading:
     # beats a bare "refund please" ("any news? I asked for the fee back" above "it was late").
     # "Where is my refund?" in the body; in the subject only when the words below it say no
     # reason ("Where is my refund?" over "it came late, I'd like the fee back" is a request).
-    named = _status_in(newest[1:]) or _reason_in(newest)
+    named = _status_in(newest[1:]) or _agreed_status(newest) or _reason_in(newest)
     if named is None and (named := _reason_in(older)) is not None:
         unsure.append(_doubt("quoted_reason", named[1]))
     named = named or _status_in(newest[:1])
@@ -376,6 +406,37 @@ def _status_in(parts: list[_Part]) -> tuple[str, str, str] | None:
     return None
 
 
+def _agreed_status(newest: list[_Part]) -> tuple[str, str, str] | None:
+    """Asks after a refund in other words: the money named (here or in the subject) and not
+    seen where it would land ("Re: your refund" over "it still isn't on my card"), or a sentence
+    that says it was agreed ("you said the money would be back in 5 days") with words that say
+    it has not come ("it's been two weeks", "todavía no", "toujours rien"). A reason named
+    outside those sentences ("you promised Tuesday; it's still not here; refund please") is a
+    new request, not this."""
+    body = newest[-1].folded
+    if not any(_NOUN.search(part.folded.text) for part in newest):
+        return None
+    if found := _NOT_ON_ACCOUNT.search(body.text):
+        return policy.REFUND_STATUS, *_said(body, found.start(), found.end())
+    if not _REFUND_PENDING.search(body.text):
+        return None
+    agreed = [
+        (clause, said)
+        for clause in _CLAUSE.finditer(body.text)
+        if (said := _REFUND_AGREED.search(clause.group())) and _NOUN.search(clause.group())
+    ]
+    if not agreed:
+        return None
+    pieces, at = [], 0
+    for clause, _ in agreed:
+        pieces += [body.text[at : clause.start()], " "]
+        at = clause.end()
+    if _reason_in([_Part(fold("".join(pieces) + body.text[at:]))]):
+        return None
+    clause, said = agreed[0]
+    return policy.REFUND_STATUS, *_said(body, clause.start() + said.start(), clause.end())
+
+
 def _asked_in(parts: list[_Part]) -> tuple[str, str, str] | None:
     """Money asked back without a reason ("another request"), a thanks for a refund already
     made ("not about a refund"), or a typo of "refund"."""
@@ -385,6 +446,8 @@ def _asked_in(parts: list[_Part]) -> tuple[str, str, str] | None:
             return policy.NOT_REFUND, *_said(part.folded, done.start(), done.end())
         if asked := _asking(text):
             return policy.OTHER_REQUEST, *_said(part.folded, asked.start(), asked.end())
+        if not_asked := _NOT_ASKING.search(text):
+            return policy.NOT_REFUND, *_said(part.folded, not_asked.start(), not_asked.end())
         if typo := _fuzzy(part.folded, asked=True):
             return typo
     return None
@@ -397,8 +460,16 @@ _OUR_NAME = re.compile(r"\s*(?:desk|team|department|dept)\b|[\w.+-]{0,64}@")
 
 
 def _asking(text: str, start: int = 0) -> re.Match[str] | None:
-    """The first words from `start` that ask for money back."""
-    return next((m for m in _REFUND.finditer(text, start) if not _names_us(text, m)), None)
+    """The first words from `start` that ask for money back; not those that say none is
+    needed or ask how refunds work ("no refund needed after all", "your refund policy")."""
+    not_asked = [m.span() for m in _NOT_ASKING.finditer(text)]
+    return next(
+        (
+            m for m in _REFUND.finditer(text, start)
+            if not _names_us(text, m) and not any(a <= m.start() < b for a, b in not_asked)
+        ),
+        None,
+    )  # fmt: skip
 
 
 def _names_us(text: str, match: re.Match[str]) -> bool:

@@ -14,7 +14,7 @@ from refunds import policy
 ORDER_WORDS = (
     r"orders?",
     r"order\s+(?:number|no|nr|num|id|ref(?:erence)?)s?",
-    r"ord",
+    r"ord|ordr",
     r"pedidos?",
     r"(?:numero|n[o°º])\s+(?:de\s+)?pedido",
     r"commandes?",
@@ -70,7 +70,17 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"not\s+what\s+i\s+(?:ordered|bought|paid\s+for)",
             r"(?:isn'?t|is\s+not|wasn'?t|was\s+not)\s+(?:the\s+)?(?:one|item|thing)\s+i\s+ordered",
             r"(?:incorrect|different)\s+(?:item|product|size|colou?r|model)",
-            r"instead\s+of\s+(?:the|a|my)\b",
+            r"instead\s+of\s+(?:the|a|my|mine)\b",
+            r"(?:someone|somebody)\s+else'?s\s+(?:order|parcel|package|item|stuff|things)|"
+            r"(?:meant|addressed)\s+for\s+(?:someone|somebody)\s+else",
+            r"(?:pedido|paquete)\s+de\s+otra\s+persona|en\s+(?:lugar|vez)\s+del?\s+mio",
+            r"(?:commande|colis)\s+de\s+quelqu'?\s*un\s+d'?\s*autre|"
+            r"au\s+lieu\s+d[eu]\s+(?:la\s+)?mien(?:ne)?",
+            r"(?:bestellung|paket|sendung)\s+(?:von\s+)?(?:jemand(?:em)?|einem)\s+anderen|"
+            r"(?:an)?statt\s+(?:der\s+|dem\s+)?meine[nrs]?\b",
+            r"(?:encomenda|pacote)\s+de\s+outra\s+pessoa|em\s+vez\s+d[ao]\s+(?:meu|minha)\b",
+            r"(?:ordine|pacco)\s+di\s+(?:un'?\s*)?altr[oa]\s+(?:persona|cliente)|"
+            r"invece\s+del(?:la)?\s+mi[oa]\b",
             # es
             r"(?:articulo|producto|talla|color|modelo|paquete)\s+(?:equivocad[oa]|incorrect[oa]|"
             r"errone[oa])",
@@ -160,8 +170,18 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"order|delivery|shipment)",
             r"(?:parcel|package|order|delivery|shipment)\s+(?:is\s+|was\s+|got\s+)?"
             r"(?:lost|missing|stolen)",
-            r"(?:marked|shows?|showing|says?|said)\s+(?:as\s+)?delivered\s+but",
-            r"where\s+is\s+my\s+(?:order|package|parcel|stuff|delivery)",
+            r"(?:marked|shows?|showing|says?|said|claims?|claimed|states?|lists?|according\s+to)"
+            r"\s+(?:[\w']+\s+){0,4}?(?:as\s+)?delivered\W+(?:but|yet|though|although)",
+            # A delivery that failed or went back, in the courier's words (often forwarded).
+            r"unable\s+to\s+deliver|(?:could\s+not|couldn'?t|cannot|can'?t)\s+(?:be\s+)?"
+            r"deliver(?:ed)?|delivery\s+(?:attempt\s+)?(?:failed|unsuccessful)|failed\s+delivery|"
+            r"return(?:ed)?\s+to\s+(?:the\s+)?sender",
+            r"where\s+is\s+my\s+(?:order|package|parcel|stuff|delivery)|"
+            r"donde\s+esta\s+(?:mi|el)\s+(?:pedido|paquete|envio)|"
+            r"ou\s+(?:est|en\s+est)\s+(?:mon\s+colis|ma\s+commande|ma\s+livraison)|"
+            r"wo\s+(?:ist|bleibt)\s+(?:mein\s+paket|meine\s+(?:bestellung|lieferung|sendung))|"
+            r"onde\s+esta\s+(?:a\s+)?(?:minha\s+encomenda|o\s+meu\s+(?:pacote|pedido))|"
+            r"dov'?\s*e\s+(?:il\s+)?(?:mio\s+(?:pacco|ordine)|la\s+mia\s+spedizione)",
             r"nothing\s+(?:has\s+)?(?:arrived|came|come)|no\s+(?:sign\s+of\s+(?:it|the|my)|"
             r"package|parcel)",
             # A part of the order missing from what came ("the charger was missing"), or a box
@@ -180,6 +200,9 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"falta(?:ba|n|ban)?\s+(?:el|la|los|las|un|una)\b|(?:vino|llego)\s+sin\s+"
             r"(?:el|la|los|las)\b",
             r"(?:caja|paquete)\s+(?:\w+\s+){0,2}?vaci[oa]|(?:vino|llego)\s+vaci[oa]",
+            r"(?:dice|figura|aparece|consta|marca)\s+(?:\w+\s+){0,4}?(?:como\s+)?entregad[oa]\W+"
+            r"(?:pero|aunque)|no\s+(?:pudimos|pudieron|se\s+pudo|fue\s+posible)\s+entregar|"
+            r"devuelt[oa]\s+al\s+remitente|entrega\s+fallida",
             # fr
             r"jamais\s+(?:ete\s+)?(?:recue?s?|arrivee?s?|livree?s?)|pas\s+(?:encore\s+)?(?:ete\s+)?"
             r"(?:recue?s?|arrivee?s?|livree?s?)|toujours\s+pas\s+(?:recue?s?|arrivee?s?|livree?s?|de\s+colis)|"
@@ -187,6 +210,9 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"(?:il\s+)?manqu(?:e|ait|aient|ent)\s+(?:le|la|les|l'|un|une)|(?:arrivee?|livree?|"
             r"recue?)\s+sans\s+(?:le|la|les|l'|son|sa|ses)",
             r"(?:colis|carton|boite)\s+(?:\w+\s+){0,2}?vide",
+            r"(?:indique|affiche|dit|marque|pretend)\s+(?:\w+\s+){0,4}?(?:comme\s+)?livree?\W+"
+            r"(?:mais|pourtant|alors\s+que)|(?:n'a\s+pas\s+pu|impossible\s+de)\s+(?:etre\s+)?livr|"
+            r"retourne\s+a\s+l'?\s*expediteur|echec\s+de\s+(?:la\s+)?livraison",
             # de
             r"(?:nicht|nie|noch\s+nicht)\s+(?:angekommen|erhalten|geliefert|zugestellt|bekommen|"
             r"eingetroffen|da)|warte\s+(?:immer\s+)?noch|(?:paket|sendung)\s+(?:ist\s+)?"
@@ -194,11 +220,18 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"fehl(?:t|te|ten)\b(?!\s+nichts)|ohne\s+(?:das|den|die)\s+\w+\s+(?:angekommen|geliefert)",
             r"(?:paket|karton|schachtel|box)\s+(?:\w+\s+){0,2}?leer|leere[ns]?\s+(?:paket|karton|"
             r"schachtel|box)",
+            r"(?:als\s+)?(?:zugestellt|geliefert)\s+(?:markiert|angezeigt|gemeldet|gilt)?\W*"
+            r"(?:aber|obwohl|doch)|angeblich\s+(?:zugestellt|geliefert)|konnte\s+nicht\s+"
+            r"zugestellt|zustellung\s+(?:ist\s+)?fehlgeschlagen|(?:zuruck|retour)\s+an\s+"
+            r"(?:den\s+)?absender",
             # pt
             r"(?:nao|nunca|ainda\s+nao)\s+(?:me\s+)?(?:chegou|chegaram|recebi|foi\s+entregue|"
             r"veio)|continuo\s+a?\s*esperar|extraviad[oa]",
             r"falta(?:va|m|vam)?\s+(?:o|a|os|as|um|uma)\b|(?:veio|chegou)\s+sem\s+(?:o|a|os|as)\b",
             r"(?:caixa|pacote|encomenda)\s+(?:\w+\s+){0,2}?vazi[oa]|(?:veio|chegou)\s+vazi[oa]",
+            r"(?:diz|consta|aparece|indica)\s+(?:\w+\s+){0,4}?(?:como\s+)?entregue\W+"
+            r"(?:mas|porem)|nao\s+(?:foi\s+possivel|conseguimos|conseguiram)\s+entregar|"
+            r"devolvid[oa]\s+ao\s+remetente",
             # it
             r"(?:non|mai|ancora\s+non)\s+(?:mi\s+)?(?:e\s+|sono\s+)?(?:(?:mai|ancora)\s+)?"
             r"(?:arrivat[oaie]|ricevut[oaie]|consegnat[oaie])|non\s+ho\s+(?:mai\s+|ancora\s+)?"
@@ -206,6 +239,9 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"manca(?:va|no|vano)?\s+(?:il|lo|la|l'|i|gli|le|un|una|uno)\b|(?:arrivat[oaie]|consegnat[oaie])\s+senza\s+(?:il|lo|la|l'|i|"
             r"gli|le)\b",
             r"(?:pacco|scatola|confezione)\s+(?:\w+\s+){0,2}?vuot[oa]|arrivat[oa]\s+vuot[oa]",
+            r"(?:risulta|dice|segna|indica)\s+(?:\w+\s+){0,4}?(?:come\s+)?consegnat[oa]\W+"
+            r"(?:ma|pero)|non\s+(?:e\s+stato\s+possibile|siamo\s+riusciti\s+a)\s+consegnar|"
+            r"restituit[oa]\s+al\s+mittente|consegna\s+fallita",
         ),
     ),
     (
@@ -221,6 +257,22 @@ REASON_PHRASES: list[tuple[str, tuple[str, ...]]] = [
             r"after\s+the\s+(?:promised|expected|estimated|guaranteed)\s+(?:date|day|delivery)",
             r"overdue|behind\s+schedule|too\s+slow|so\s+slow|slow\s+delivery|missed\s+the\s+"
             r"(?:delivery\s+)?(?:date|deadline)",
+            r"later\s+than\s+(?:[\w']+\s+){0,2}?(?:promised|expected|planned|scheduled|estimated|"
+            r"said|stated|quoted|advertised|told|agreed|indicated)|"
+            r"(?:delivery|shipping|shipment|postage|courier|dispatch|post)\s+(?:[\w']+\s+){0,3}?"
+            r"slow|slow\s+(?:shipping|shipment|post|courier)",
+            r"mas\s+tarde\s+de\s+lo\s+(?:prometido|previsto|esperado|indicado|acordado|"
+            r"anunciado)|(?:envio|entrega)\s+(?:\w+\s+){0,2}?(?:muy\s+|demasiado\s+)?lent(?:[oa]|isim[oa])",
+            r"plus\s+tard\s+que\s+(?:\w+\s+)?(?:prevu|promis|annonce|indique)|"
+            r"(?:livraison|envoi|expedition)\s+(?:\w+\s+){0,2}?(?:tres\s+|trop\s+|super\s+)?lente?",
+            r"spater\s+als\s+(?:\w+\s+){0,2}?(?:versprochen|angekundigt|geplant|erwartet|"
+            r"angegeben|vereinbart)|(?:lieferung|versand|zustellung)\s+(?:\w+\s+){0,2}?"
+            r"(?:sehr\s+|zu\s+|extrem\s+)?langsam",
+            r"mais\s+tarde\s+do\s+que\s+(?:o\s+)?(?:prometido|previsto|esperado|indicado)|"
+            r"(?:entrega|envio)\s+(?:\w+\s+){0,2}?(?:muito\s+|demasiado\s+)?lent(?:[oa]|issim[oa])",
+            r"piu\s+tardi\s+(?:del|di\s+quanto)\s+(?:\w+\s+)?(?:previsto|promesso|indicato|"
+            r"atteso|detto)|(?:consegna|spedizione)\s+(?:\w+\s+){0,2}?(?:molto\s+|troppo\s+)?"
+            r"lent(?:[oa]|issim[oa])",
             # es
             r"retraso|retrasad[oa]s?|con\s+demora|demorad[oa]|llego\s+tarde|llegaron\s+tarde|"
             r"muy\s+tarde|tarde\s+(?:el|la|mi)\s+(?:pedido|paquete|entrega)",
@@ -333,7 +385,7 @@ EXPECTED = (
     r"due|expected|expect|promised|scheduled|estimated(?:\s+(?:arrival|delivery))?|"
     r"(?:meant|supposed)\s+to\s+(?:arrive|come|be\s+(?:here|delivered))|"
     r"should\s+have\s+(?:been\s+here|arrived|come|been\s+delivered)|"
-    r"would\s+(?:be\s+(?:with\s+me|here|delivered)|arrive|come)|delivery\s+date|"
+    r"(?:would|it'?d)\s+(?:be\s+(?:with\s+me|here|delivered)|arrive|come)|delivery\s+date|"
     r"tenia\s+que\s+llegar|debia\s+(?:de\s+)?llegar|deberia\s+(?:haber\s+)?llegar|"
     r"previst[oa]s?|prometi\w*|estaria|fecha\s+(?:prevista|estimada|de\s+entrega)|"
     r"iba\s+a\s+llegar|devait\s+(?:arriver|etre\s+livree?)|prevue?s?|censee?\s+arriver|"
@@ -397,4 +449,138 @@ REFUND_STATUS_PHRASES = (
     r"(?:ainda\s+)?nao\s+recebi\s+o\s+(?:meu\s+)?reembolso|"
     r"dov'?\s*e\s+(?:il\s+)?(?:mio|il)\s+rimborso|"
     r"non\s+ho\s+(?:ancora\s+)?ricevuto\s+il\s+(?:mio\s+)?rimborso"
+)
+
+# The money asked back, as customers name it when they ask after it: "the refund", "my money
+# back", "the credit", "el reembolso", "la devolución del dinero", "die Gutschrift", "il rimborso".
+REFUND_NOUNS = (
+    r"refund\w*|reimburs\w*|money(?:\s+back)?|credit(?!\s+card)|(?:\$|£|€)\s?\d[\d.,]{0,15}\d|"
+    r"reembols\w*|devol(?:ucion|ver\w*|vieran|vi\w*)|dinero|"
+    r"rembours\w*|argent|"
+    r"(?:ruck)?erstatt\w*|gutschrift|geld|betrag|"
+    r"dinheiro|estorno|"
+    r"rimbors\w*|soldi|accredito|(?<![\d.,])\d[\d.,]{0,15}\s?(?:€|eur|euros?|dollars?)"
+)
+# Asking how a refund stands ("any update on", "where is", "¿cómo va", "où en est", "wo bleibt",
+# "alguma novidade sobre", "a che punto è"), before the money's name.
+REFUND_PROGRESS = (
+    r"where(?:\s+is|'s)|status\s+(?:of|on)|(?:any\s+)?(?:update|news)\s+(?:on|about|regarding)|"
+    r"any\s+(?:update|news)|how(?:\s+is|'s)|what(?:\s+has)?\s+happened\s+(?:to|with)|"
+    r"checking\s+(?:in\s+)?on|follow(?:ing)?(?:\s+|-)up\s+on|chasing|"
+    r"se\s+ha\s+procesado|ha\s+sido\s+procesad[oa]|donde\s+esta|como\s+va|que\s+(?:pasa|paso)\s+con|estado\s+de|novedades?\s+(?:sobre|de|del)|"
+    r"ou\s+en\s+est|qu'en\s+est-il\s+de|des\s+nouvelles\s+(?:de|du)|ou\s+est|"
+    r"wo\s+bleibt|wo\s+ist|was\s+ist\s+mit|stand\s+(?:der|meiner)|neuigkeiten\s+(?:zu|zur|uber)|"
+    r"onde\s+esta|cade|(?:alguma\s+)?novidades?\s+(?:sobre|do|da)|ponto\s+de\s+situacao|"
+    r"estado\s+do|a\s+che\s+punto|novita\s+(?:sul|sulla|per)|notizie\s+(?:sul|del)|"
+    r"che\s+fine\s+ha\s+fatto|dov'?\s*e|stato\s+del"
+)
+# Waiting for it, or not seeing it yet, before the money's name: "still waiting for", "haven't
+# seen", "sigo esperando", "j'attends toujours", "warte noch immer auf", "sto ancora aspettando".
+REFUND_WAITING = (
+    r"(?:still\s+)?waiting\s+(?:for|on)|still\s+expecting|"
+    r"(?:haven'?t|have\s+not|hasn'?t|didn'?t|did\s+not|not|never|still\s+(?:don'?t|can'?t|"
+    r"haven'?t))\s+(?:yet\s+)?(?:got(?:ten)?|received?|seen|see|had)|"
+    r"sigo\s+(?:esperando|sin\s+(?:recibir|ver))|estoy\s+esperando|"
+    r"(?:todavia|aun)\s+no\s+(?:he\s+|me\s+ha\s+)?(?:recibido|visto|llegado|veo|tengo)|"
+    r"no\s+(?:he\s+)?(?:recibido|visto)|"
+    r"j'?\s*attends(?:\s+toujours|\s+encore)?|en\s+attente\s+d[eu']|"
+    r"(?:pas\s+encore|toujours\s+pas|jamais)\s+(?:vu|recu|eu)|"
+    r"warte\s+(?:noch\s+)?(?:immer\s+)?(?:noch\s+)?auf|noch\s+(?:nicht|keine?n?)\s+(?:\w+\s+)?"
+    r"(?:erhalten|bekommen|gesehen)|"
+    r"(?:ainda\s+)?(?:estou|continuo)\s+(?:a\s+espera|a\s+esperar|esperando|aguardando)|"
+    r"(?:ainda\s+)?nao\s+(?:recebi|vi)|aguardo|"
+    r"sto\s+(?:ancora\s+)?aspettando|aspetto\s+ancora|in\s+attesa\s+del|"
+    r"non\s+ho\s+(?:ancora\s+)?(?:ricevuto|visto)"
+)
+# After the money's name: it has not come, or where it stands ("the refund still hasn't
+# arrived", "has my refund been processed", "la Gutschrift ist nicht eingegangen").
+REFUND_NOT_COME = (
+    r"(?:(?:has|have|is|was|still)\s*){0,2}(?:not|n't|never|yet\s+to)\s+(?:yet\s+)?(?:be(?:en)?\s+)?"
+    r"(?:arrived?|come|shown\s+up|show\s+up|reached|appeared|credited|processed|on\s+my)|"
+    r"(?:been|be)\s+(?:processed|issued|sent|paid)|go(?:ne)?\s+through|on\s+(?:its|the)\s+way|"
+    r"no\s+(?:me\s+)?(?:ha\s+)?(?:llegado|aparece|llega)|"
+    r"(?:n'est|n'a)\s+(?:toujours\s+)?pas\s+(?:encore\s+)?(?:ete\s+)?(?:arrive|apparu|"
+    r"credite|effectue)|"
+    r"(?:noch\s+)?nicht\s+(?:\w+\s+){0,3}?(?:eingegangen|angekommen|erhalten|gutgeschrieben|"
+    r"da|bearbeitet)|"
+    r"(?:ainda\s+)?nao\s+(?:me\s+)?(?:chegou|apareceu|caiu|entrou)|"
+    r"non\s+(?:e\s+)?(?:ancora\s+)?(?:arrivat[oa]|accreditat[oa])"
+)
+# Asking when: "when will I get", "cuándo voy a recibir", "quand vais-je être", "wann bekomme
+# ich", "quando vou receber", "quando riceverò"; the money's name follows.
+REFUND_WHEN = (
+    r"when\s+(?:will|do|can|should|am|would)\s+(?:i|we)\s+(?:\w+\s+)?(?:get|receive|see|expect|"
+    r"be|have)|how\s+long\s+(?:will|does|until)|"
+    r"cuando\s+(?:\w+\s+)?(?:voy\s+a\s+recibir|recibire|me\s+(?:devolveran|llegara)|llegara|"
+    r"vere)|"
+    r"quand\s+(?:est-ce\s+que\s+)?(?:je\s+vais|vais-je|vais\s+je|serai-je|vais\s+t-on)\s+"
+    r"(?:\w+\s+)?(?:etre|recevoir|voir|avoir)|"
+    r"wann\s+(?:bekomme|erhalte|kriege|sehe)\s+ich|wann\s+(?:wird|kommt)|"
+    r"quando\s+(?:\w+\s+)?(?:vou\s+receber|recebo|vou\s+ter|chega|vai\s+chegar)|"
+    r"quando\s+(?:\w+\s+)?(?:ricevero|arrivera|avro|vedro)"
+)
+# A refund said to be agreed before ("you said it would be refunded", "the refund you approved",
+# "me confirmaron el reembolso", "zugesagte Gutschrift"), read with waiting words beside it.
+REFUND_AGREED = (
+    r"you\s+(?:said|told\s+me|promised|approved|confirmed|agreed|accepted)|(?:i\s+)?was\s+told|"
+    r"(?:was|been|were)\s+(?:approved|confirmed|agreed|accepted|promised)|"
+    r"i\s+(?:asked|requested)|requested|request|approved|confirmed|"
+    r"me\s+(?:dijeron|dijisteis|prometieron|confirmaron|aseguraron)|confirmad[oa]|aprobad[oa]|"
+    r"solicite|prometid[oa]|"
+    r"on\s+m'a\s+(?:dit|promis|confirme)|vous\s+m'avez\s+(?:dit|promis|confirme)|promis|"
+    r"confirme|valide|accepte|j'ai\s+demande|"
+    r"zugesagte?n?|bestatigt|versprochen|genehmigt|beantragt|"
+    r"(?:me\s+)?disseram|prometeram|aprovad[oa]|solicitei|"
+    r"mi\s+(?:avete|avevate)\s+detto|promess[oa]|confermat[oa]|approvat[oa]|richiesto|"
+    r"ho\s+chiesto"
+)
+# ... and the words that say it is still not there ("still", "nothing on my card", "todavía no",
+# "toujours rien", "bis heute nicht", "ainda", "ancora nulla").
+REFUND_PENDING = (
+    r"still|yet|nothing|no\s+sign|it'?s\s+been|(?:not|isn'?t|n'?t)\s+(?:\w+\s+)?on\s+my\s+"
+    r"(?:card|account|statement|bank)|"
+    r"todavia|aun\s+no|sigo\s+sin|nada\s+en\s+mi|"
+    r"toujours|pas\s+encore|rien|"
+    r"noch\s+(?:nicht|immer|kein)|bis\s+heute|nichts|"
+    r"ainda|ja\s+passaram|nada|"
+    r"ancora|nulla|niente"
+)
+# Not a request though "refund" is said: the customer says none is needed, or asks how refunds
+# work before buying.
+NOT_ASKING_PHRASES = (
+    r"no\s+(?:refund|reimbursement)\s+(?:is\s+)?(?:needed|necessary|required)|"
+    r"(?:don'?t|do\s+not|won'?t|no\s+longer)\s+need\s+(?:a|the|any)\s+refund|"
+    r"no\s+need\s+(?:for|of)\s+(?:a|the|any)\s+refund|not\s+(?:asking|looking)\s+for\s+(?:a|any)\s+"
+    r"refund|(?:your|the)\s+(?:refund|returns?)\s+policy|how\s+(?:do|does)\s+(?:\w+\s+)?refunds?\s+"
+    r"work|"
+    r"(?:ya\s+)?no\s+(?:necesito|hace\s+falta)\s+(?:el|un|ningun)\s+reembolso|"
+    r"politica\s+de\s+(?:reembolsos?|devoluciones?)|como\s+funcionan?\s+(?:los\s+)?reembolsos|"
+    r"pas\s+besoin\s+(?:d'un|de|du)\s+remboursement|politique\s+de\s+remboursement|"
+    r"(?:keine|brauche\s+keine)\s+(?:ruck)?erstattung\s+(?:notig|mehr)|erstattungsrichtlinie|"
+    r"nao\s+(?:preciso|e\s+preciso)\s+(?:do|de|de\s+um)\s+reembolso|politica\s+de\s+reembolso|"
+    r"non\s+(?:serve|ho\s+bisogno\s+di)\s+(?:il|un|alcun)\s+rimborso|politica\s+di\s+rimborso"
+)
+# A refund said to have come, with a few words between ("the refund for order 1084 came through
+# yesterday", "il rimborso per l'ordine 4216 è arrivato ieri"): thanks, not a request. Read only
+# after "where is my refund", so "the refund has not arrived" is never one.
+REFUND_CAME = (
+    r"arrived|came\s+(?:through|in)|went\s+through|showed\s+up|(?:is|was)\s+(?:in|on)\s+my|"
+    r"(?:been\s+)?credited|hit\s+my|(?:ha\s+)?llegado|llego|(?:est|a\s+ete)\s+(?:bien\s+)?"
+    r"(?:arrive|credite)|bien\s+recu|angekommen|eingegangen|gutgeschrieben|chegou|caiu|"
+    r"(?:e\s+)?arrivat[oa]|accreditat[oa]"
+)
+# "got the refund", "ya me llegó el reembolso", "j'ai bien reçu le remboursement", "recebi o
+# reembolso": the money's name after these, a few words later.
+REFUND_GOT = (
+    r"got|received|recieved|saw|see|(?:ya\s+)?me\s+(?:ha\s+)?(?:llego|llegado)|recibi\w*|"
+    r"(?:j'?\s*ai\s+)?(?:bien\s+)?recu|(?:habe\s+)?(?:die\s+)?erhalten|recebi|ricevuto"
+)
+# Money not seen where it would land ("it still isn't on my card", "no veo nada en mi cuenta",
+# "nicht auf meinem Konto", "sul conto non vedo nulla"): asked after, with the money named nearby.
+REFUND_NOT_ON_ACCOUNT = (
+    r"(?:not|isn'?t|n'?t|nothing|no|nada|rien|nicht|nichts|nao|non|nulla|niente)\s+"
+    r"(?:[\w']+\s+){0,3}?(?:on|in|en|sur|auf|na|no|sul|nel)\s+(?:my|mi|mon|ma|meinem|meiner|"
+    r"minha|meu|mio|il|la)\s+(?:card|account|statement|bank|tarjeta|cuenta|extracto|carte|"
+    r"compte|releve|karte|konto|kontoauszug|cartao|conta|extrato|carta|conto|estratto)|"
+    r"(?:sul|nel)\s+(?:mio\s+)?conto\s+non"
 )
