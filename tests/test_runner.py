@@ -304,7 +304,7 @@ def test_every_run_that_can_reach_an_effect_is_durable_sync(
     )
     assert runner.advance(ticket.pk) == "refunded"
     assert seen == [
-        ("exit", ["received", "charge_order", "email", "notify", "ask_customer"]),
+        ("exit", ["received", "charge_order", "email", "notify", "ask_customer", "close_no_reply"]),
         ("sync", None),
     ]
 
