@@ -48,7 +48,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.core.mail.message import sanitize_address
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Case, F, Q, When
 from django.db.models.functions import Coalesce, Now
 from langgraph.errors import GraphDrained
@@ -117,17 +117,23 @@ def send_once(
     with effect_lock(key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is sending {key}")
-        row = _claim_for_run(
-            ticket_id=ticket_id,
-            lease=lease,
-            key=key,
-            to=to,
-            subject=subject,
-            body=body,
-            language=language,
-            desk_text=desk_text,
-        )
-        if row is None:
+        # What the headers need from the database (the row's thread, its Reply-To) is read in the
+        # claim's transaction: once the row shows "sending", a lost connection finds the worker
+        # inside the SMTP conversation (whose handover mark takes a fresh connection), never
+        # before it with the claim held and nothing sent.
+        with transaction.atomic():
+            row = _claim_for_run(
+                ticket_id=ticket_id,
+                lease=lease,
+                key=key,
+                to=to,
+                subject=subject,
+                body=body,
+                language=language,
+                desk_text=desk_text,
+            )
+            headers = _headers(key) if row is not None else None
+        if row is None or headers is None:
             status, claimed_by = Email.objects.filter(key=key).values_list(
                 "status", "claimed_by"
             ).first() or ("", "")
@@ -139,7 +145,7 @@ def send_once(
                 )
             raise EffectBusy(f"{key} was claimed by {claimed_by} moments ago")
         fence = (lease.holds_sql(), lease.holds_params())
-        _deliver(key, Sender(claim, fence=fence), *row)
+        _deliver(key, Sender(claim, fence=fence), *row, headers=headers)
 
 
 # A takeover of a row whose handover has no answer recorded keeps what is known: the message was
@@ -266,12 +272,13 @@ def resend(email_id: int) -> bool:
     if email.status == Email.Status.SENT:
         return True
     claim = f"resend:{uuid.uuid4().hex[:12]}"
+    headers = _headers(email.key)  # before the claim, as send_once reads them
     with effect_lock(email.key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is sending {email.key}")
         if not _claim(email.key, claim, resendable()):
             return Email.objects.filter(pk=email_id, status=Email.Status.SENT).exists()
-        _deliver(email.key, Sender(claim), email.to, email.subject, email.body)
+        _deliver(email.key, Sender(claim), email.to, email.subject, email.body, headers=headers)
     return True
 
 
@@ -317,14 +324,28 @@ class AnswerLost(smtplib.SMTPServerDisconnected):
     """The message was handed over and no answer came back: it may have been delivered."""
 
 
-def _deliver(key: str, sender: Sender, to: str, subject: str, body: str) -> None:
+@dataclass(frozen=True)
+class Headers:
+    """A message's headers that the database says (its thread, its Reply-To)."""
+
+    thread: dict[str, str]
+    reply_to: list[str]
+
+
+def _headers(key: str) -> Headers:
+    return Headers(thread_headers(key), reply_to(key))
+
+
+def _deliver(
+    key: str, sender: Sender, to: str, subject: str, body: str, *, headers: Headers
+) -> None:
     outside_transaction("the mail server")
     message = EmailMessage(
         header_text(subject),
         body,
         to=[header_text(to)],
-        headers={"X-Refund-Key": key, "Message-ID": message_id(key), **thread_headers(key)},
-        reply_to=reply_to(key),
+        headers={"X-Refund-Key": key, "Message-ID": message_id(key), **headers.thread},
+        reply_to=headers.reply_to,
     )
     backend = get_connection()
     try:

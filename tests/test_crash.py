@@ -351,8 +351,12 @@ def test_two_deliveries_of_the_same_resume_at_once_charge_once(
 
 
 def test_two_reviewers_deciding_the_same_review_at_once_apply_one_decision(
-    workers, sinks, agent, admin_user, late_order
+    workers, sinks, agent, admin_user, late_order, settings
 ):
+    # The winner's decision waits its undo window before a worker applies it: a loser slowed by
+    # a busy machine still meets it at the row's compare-and-set or the UNIQUE interrupt id
+    # (AlreadyDecided), not a review the worker has already moved on ("no longer pending").
+    settings.REFUNDS_UNDO_SECONDS = 3.0
     workers("w1")
     ticket = open_and_wait_for_review("1042", None)  # an integration opened it: both may decide
     barrier = threading.Barrier(2)
