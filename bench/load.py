@@ -23,9 +23,15 @@ Then, per step of the sweep, after a run with no reviewers and one with one:
    decision -> refunded (Decision.decided_at -> the refunded Ticket's updated_at) and
    message -> ticket in the queue (Message.received_at -> Ticket.review_since).
 
-The run with no reviewers also times `--idle` decisions one at a time on a quiet desk first
-(decision -> refunded idle p50, which the targets compare against). Everything lands in
-bench/results/load-<time>.json and the CSVs in bench/results/load-<time>/.
+First, on a quiet desk, `--idle` decisions one at a time (decision -> refunded idle p50) and
+one reviewer alone loading the queue page `--idle` times, then its unchanged poll (the queue's
+one-reviewer p50): the targets divide by these. Each step also says where the 2 CPUs went (CPU
+seconds of each Procfile process, PostgreSQL, Redis and Locust, per second of the step), and the
+targets' step (50 reviewers) is sampled by py-spy for `--profile` seconds in the web and the
+threads worker: where their samples' leaf frames are, by library, and the app's functions on
+the stack. Everything lands in bench/results/load-<time>.json, the chart of p95 against
+reviewers in bench/results/load-<time>.png (matplotlib), and the CSVs, the processes' logs and
+py-spy's raw samples in bench/results/load-<time>/.
 """
 
 from __future__ import annotations
@@ -153,6 +159,117 @@ class Procfile:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+# --- where the time goes -----------------------------------------------------------------------
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(groups: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each named process group's live processes, of
+    PostgreSQL's and Redis's servers, and of Locust: where a 2-core box's time goes."""
+    out: dict[str, float] = dict.fromkeys([*groups, "postgres", "redis", "locust"], 0.0)
+    by_group = {pgid: name for name, pgid in groups.items()}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        command, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1]
+        values = fields.split()
+        pgid, used = int(values[2]), (int(values[11]) + int(values[12])) / TICK
+        if pgid in by_group:
+            out[by_group[pgid]] += used
+        elif command in ("postgres", "postmaster"):
+            out["postgres"] += used
+        elif command.startswith("redis-server"):
+            out["redis"] += used
+        elif command == "locust":
+            out["locust"] += used
+    return out
+
+
+BUCKETS = (  # a sample's leaf-most frame in one of these is counted there (first match)
+    ("psycopg", "the database driver (psycopg)"),
+    ("/django/template/", "templates"),
+    ("/django/contrib/sessions/", "sessions"),
+    ("/django/contrib/auth/", "auth"),
+    ("/django/db/models/sql/", "the ORM compiling SQL"),
+    ("/django/db/", "the ORM (rows to objects)"),
+    ("/langgraph/", "LangGraph"),
+    ("/kombu/", "Celery's broker (kombu, redis-py)"),
+    ("/redis/", "Celery's broker (kombu, redis-py)"),
+    ("/celery/", "Celery"),
+    ("/gunicorn/", "gunicorn"),
+    ("/django/", "Django (the rest)"),
+)
+
+
+def py_spy_start(pids: dict[str, int], seconds: int, out_dir: Path) -> dict:
+    """Sample each named process tree with py-spy for `seconds` (CPU only: idle threads left
+    out); py_spy_collect says where its samples' leaf frames are: by library, and the app's own
+    functions (by the share of samples they are on the stack of)."""
+    spy = Path(sys.executable).parent / "py-spy"
+    running = {}
+    for name, pid in pids.items():
+        raw = out_dir / f"profile-{name}.txt"
+        running[name] = (
+            raw,
+            subprocess.Popen(
+                [str(spy), "record", "--pid", str(pid), "--subprocesses", "--nonblocking"]
+                + ["--rate", "100", "--duration", str(seconds), "--format", "raw"]
+                + ["--output", str(raw)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            ),
+        )
+    return running
+
+
+def py_spy_collect(running: dict) -> dict[str, dict]:
+    out = {}
+    for name, (raw, proc) in running.items():
+        proc.wait(timeout=120)
+        out[name] = summarize_profile(raw)
+    return out
+
+
+def summarize_profile(raw: Path) -> dict:
+    by_bucket: dict[str, int] = {}
+    ours: dict[str, int] = {}
+    total = 0
+    text = raw.read_text() if raw.exists() else ""
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        bucket = "the app's own code and the rest"
+        for frame in reversed(frames):
+            found = next((b for key, b in BUCKETS if key in frame), None)
+            if found:
+                bucket = found
+                break
+        by_bucket[bucket] = by_bucket.get(bucket, 0) + n
+        seen = set()
+        for frame in frames:
+            # The app's own functions: "name (refunds/selectors.py:12)" under the project's root.
+            if str(ROOT) in frame and "/.venv/" not in frame and "/site-packages/" not in frame:
+                function = frame.split(" (")[0] + " (" + frame.rsplit("/", 1)[-1].split(":")[0]
+                if function not in seen:
+                    seen.add(function)
+                    ours[function + ")"] = ours.get(function + ")", 0) + n
+    share = {k: round(v / total, 3) for k, v in sorted(by_bucket.items(), key=lambda kv: -kv[1])}
+    top = sorted(ours.items(), key=lambda kv: -kv[1])[:12]
+    return {
+        "samples": total,
+        "leaf_by_library": share,
+        "app_functions_on_stack": {k: round(v / total, 3) for k, v in top} if total else {},
+    }
 
 
 def free_port() -> int:
@@ -291,6 +408,41 @@ def idle_latency(desk: Desk, count: int) -> dict:
     return {"decisions": len(rows), "p50_ms": pct(rows, 50), "p95_ms": pct(rows, 95)}
 
 
+def idle_pages(desk: Desk, url: str, count: int) -> dict:
+    """One reviewer alone on the desk: the queue page loaded `count` times one after another,
+    then its unchanged poll as htmx sends it. The queue's one-reviewer p50 the targets divide
+    by (a reviewer in the sweep loads the page only to decide, a few times a minute: too few
+    loads to trust its p50)."""
+    import re
+    import urllib.request
+
+    session = desk.sessions(1)[0]["session"]
+
+    def get(path: str, headers: dict[str, str] | None = None) -> tuple[float, str]:
+        request = urllib.request.Request(
+            url + path, headers={"Cookie": f"sessionid={session}", **(headers or {})}
+        )
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read().decode()
+        return (time.perf_counter() - started) * 1000, body
+
+    get("/")  # the first request of a worker process warms its caches
+    pages = [get("/") for _ in range(count)]
+    version = re.search(r'id="queue-rows" hx-get="[^"?]*\?v=([0-9a-zA-Z._-]+)', pages[-1][1])
+    htmx = {"HX-Request": "true", "HX-Target": "queue-rows", "HX-Current-URL": url + "/"}
+    path = f"/?v={version.group(1) if version else ''}"
+    polls = [get(path, htmx)[0] for _ in range(count)]
+    page_ms, poll_ms = sorted(ms for ms, _ in pages), sorted(polls)
+    return {
+        "loads": count,
+        "queue_p50_ms": pct(page_ms, 50),
+        "queue_p95_ms": pct(page_ms, 95),
+        "poll_p50_ms": pct(poll_ms, 50),
+        "poll_p95_ms": pct(poll_ms, 95),
+    }
+
+
 def decided_to_refunded(*, ticket_ids=None, reviewers=None, since=None) -> list[float]:
     from refunds.models import Decision, Ticket
 
@@ -365,6 +517,8 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
     prefix = out_dir / f"locust-{reviewers}"
     logged_before = procs.errors()
     cpu_started = os.times()
+    groups = {name: proc.pid for name, proc in procs.procs.items()}  # each its own group
+    used_before = cpu_seconds(groups)
     command = [
         str(Path(sys.executable).parent / "locust"),
         *("-f", str(ROOT / "bench" / "load_users.py")),
@@ -393,6 +547,15 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
         # The workers' throughput under this load: a batch opened and approved a third in.
         while time.monotonic() - started < args.seconds / 3:
             time.sleep(0.1)
+        profiling = (
+            py_spy_start(
+                {"web": groups["web"], "worker": groups["worker"]},
+                min(args.profile, args.seconds // 2),
+                out_dir,
+            )
+            if args.profile and reviewers == profile_at(args)
+            else {}
+        )
         batch_ids = desk.open(desk.orders(args.batch, "W"))
         batch_started = time.perf_counter()
         deadline = time.monotonic() + 600
@@ -408,6 +571,12 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
             locust.kill()
             locust.wait()
     elapsed = time.monotonic() - started
+    used_after = cpu_seconds(groups)
+    cpu_share = {
+        name: round((used_after[name] - used_before.get(name, 0.0)) / elapsed, 3)
+        for name in used_after
+    }  # CPUs busy on average; the box has os.cpu_count()
+    profile = py_spy_collect(profiling)
     # What the step's reviewers decided is paid, its messages placed: a bounded wait.
     ids_reviewed = [u["user"] for u in json.loads(config.read_text())["reviewers"]]
     numbers = [m["number"] for m in messages]
@@ -463,6 +632,8 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
         "batch_seconds": batch_seconds,
         "refunds_per_minute": len(batch_ids) * 60 / batch_seconds,
         "process_errors": logged,
+        "cpus_busy": cpu_share,
+        "profile": profile,
     }
     say(
         f"{label}: {result['polls_per_s']:.1f} polls/s, poll p50/p95 "
@@ -473,7 +644,15 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
         f"{fmt(result['message_to_queue_p95_ms'])} ms, {errors} errors, "
         f"{result['refunds_per_minute']:.0f} refunds/min"
     )
+    busy = ", ".join(f"{name} {share:.2f}" for name, share in cpu_share.items() if share >= 0.01)
+    say(f"{label}: CPUs busy (of {os.cpu_count()}): {busy}")
     return result
+
+
+def profile_at(args) -> int:
+    """The step profiled: the targets' (AT reviewers), else the sweep's largest."""
+    sweep = [int(n) for n in args.reviewers.split(",")]
+    return AT if AT in sweep else max(sweep)
 
 
 def fmt(value) -> str:
@@ -530,6 +709,11 @@ def run(args) -> dict:
             f"idle: decision -> refunded p50 {result['idle']['p50_ms']:.0f} ms, "
             f"p95 {result['idle']['p95_ms']:.0f} ms"
         )
+        result["idle_pages"] = idle_pages(desk, url, args.idle)
+        say(
+            f"idle: one reviewer's queue page p50 {result['idle_pages']['queue_p50_ms']:.0f} ms, "
+            f"its unchanged poll p50 {result['idle_pages']['poll_p50_ms']:.0f} ms"
+        )
         for n in steps:
             result["steps"].append(run_step(desk, n, args, url, out_dir, procs))
     finally:
@@ -549,8 +733,9 @@ def run(args) -> dict:
 def targets(result: dict) -> list[dict]:
     """Each target per step against the baselines of the same run (they hold at AT reviewers)."""
     steps = {s["reviewers"]: s for s in result["steps"]}
-    one, none = steps.get(1), steps.get(0)
+    none = steps.get(0)
     idle = result["idle"]["p50_ms"]
+    alone = result["idle_pages"]["queue_p50_ms"]
     out = []
     for n, step in steps.items():
         if n < 2:
@@ -558,7 +743,7 @@ def targets(result: dict) -> list[dict]:
         checks = [
             (
                 "queue p95 / its p50 with one reviewer",
-                step["queue_p95_ms"] / one["queue_p50_ms"] if one else float("nan"),
+                step["queue_p95_ms"] / alone,
             ),
             ("decision -> refunded p95 / its idle p50", step["decided_to_refunded_p95_ms"] / idle),
             (
@@ -577,11 +762,53 @@ def targets(result: dict) -> list[dict]:
     return out
 
 
+def chart(result: dict, path: Path) -> None:
+    """The sweep's p95s against reviewers, as a PNG (matplotlib, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    steps = [s for s in result["steps"] if s["reviewers"] >= 1]
+    x = [s["reviewers"] for s in steps]
+    figure, axes = pyplot.subplots(figsize=(8, 4.5), dpi=100)
+    for key, label in (
+        ("poll_p95_ms", "queue's poll (every 2 s per reviewer)"),
+        ("queue_p95_ms", "queue page"),
+        ("decided_to_refunded_p95_ms", "decision -> refunded"),
+        ("message_to_queue_p95_ms", "message -> ticket in the queue"),
+    ):
+        axes.plot(x, [s[key] for s in steps], marker="o", label=label)
+    axes.axhline(
+        result["idle_pages"]["queue_p50_ms"] * TARGETS["queue p95 / its p50 with one reviewer"],
+        color="grey",
+        linestyle="--",
+        linewidth=1,
+        label="queue page's target (3x its p50 alone)",
+    )
+    axes.set_xlabel("reviewers at once (each polling every 2 s, deciding every 20-60 s)")
+    axes.set_ylabel("p95, ms")
+    axes.set_title("A shift's load on one 2-core box (PostgreSQL, Redis, gunicorn, Celery)")
+    axes.set_xticks(x)
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+
+
 def print_table(result: dict) -> None:
     print()
     print(
         f"idle decision -> refunded: p50 {result['idle']['p50_ms']:.0f} ms, "
         f"p95 {result['idle']['p95_ms']:.0f} ms ({result['idle']['decisions']} decisions)"
+    )
+    alone = result["idle_pages"]
+    print(
+        f"one reviewer alone ({alone['loads']} loads each): queue page p50 "
+        f"{alone['queue_p50_ms']:.0f} ms, p95 {alone['queue_p95_ms']:.0f} ms; unchanged poll p50 "
+        f"{alone['poll_p50_ms']:.0f} ms, p95 {alone['poll_p95_ms']:.0f} ms"
     )
     none = next((s for s in result["steps"] if s["reviewers"] == 0), None)
     print(
@@ -600,6 +827,17 @@ def print_table(result: dict) -> None:
             f"({s['messages_placed']}) | {s['errors']} | {s['refunds_per_minute']:.0f} | "
             f"{ratio:.2f} |"
         )
+    print()
+    for s in result["steps"]:
+        busy = ", ".join(f"{k} {v:.2f}" for k, v in s["cpus_busy"].items() if v >= 0.01)
+        print(f"{s['reviewers']:>4} reviewers, CPUs busy of {os.cpu_count()}: {busy}")
+        for name, found in s["profile"].items():
+            print(f"     py-spy, {name} ({found['samples']} samples), leaf frames by library:")
+            for bucket, share in found["leaf_by_library"].items():
+                print(f"       {share:6.1%}  {bucket}")
+            print("     the app's functions on the stack:")
+            for function, share in found["app_functions_on_stack"].items():
+                print(f"       {share:6.1%}  {function}")
     print()
     for t in result["targets"]:
         mark = "met" if t["met"] else "MISSED"
@@ -621,6 +859,12 @@ def main() -> None:
     parser.add_argument(
         "--decide-every", default="20,60", help="seconds between a reviewer's decisions: lo,hi"
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=20,
+        help="seconds of py-spy on the web and the threads worker at the targets' step (0: none)",
+    )
     args = parser.parse_args()
     info = machine()
     say(
@@ -630,6 +874,9 @@ def main() -> None:
     result = run(args)
     result["targets"] = targets(result)
     print_table(result)
+    png = RESULTS / f"load-{time.strftime('%Y%m%d-%H%M%S')}.png"
+    chart(result, png)
+    result["chart"] = str(png)
     path = write_results(
         "load",
         {
@@ -640,7 +887,10 @@ def main() -> None:
             **result,
         },
     )
-    say(f"wrote {path} (Locust's CSVs and the processes' logs: {result['csv_dir']})")
+    say(
+        f"wrote {path}, the chart {png} (Locust's CSVs and the processes' logs: "
+        f"{result['csv_dir']})"
+    )
 
 
 if __name__ == "__main__":

@@ -217,9 +217,7 @@ def _proposed_parts(
 ) -> tuple[list[Part], str]:
     """What each reason calls for. An order without lines (from before them, or sent without)
     has only its shipping fee to give back."""
-    fee_left = max(
-        order["fee_cents"] - order.get("shipping_refunded_cents", order["refunded_cents"]), 0
-    )
+    fee_left = shipping_left(order)
     shipping = [refund_parts.shipping(fee_left)] if fee_left else []
     lines = [line for line in order.get("lines") or [] if units_left(line)]
     if reason == LATE_DELIVERY or not order.get("lines"):
@@ -261,9 +259,7 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
     if not isinstance(given, list) or not given or not all(isinstance(p, dict) for p in given):
         raise ValueError(f'Order {number}: give the parts as a list, like [{{"shipping": true}}].')
     lines = {line["id"]: line for line in order.get("lines") or []}
-    fee_left = max(
-        order["fee_cents"] - order.get("shipping_refunded_cents", order["refunded_cents"]), 0
-    )
+    fee_left = shipping_left(order)
     if any(p.get("whole_order") for p in given):
         if (
             len(given) != 1
@@ -362,6 +358,14 @@ def paid_left(order: OrderFacts) -> int | None:
     if paid is None:
         return None
     return max(paid - order["refunded_cents"] - order.get("outside_refunded_cents", 0), 0)
+
+
+def shipping_left(order: OrderFacts) -> int:
+    """How much of the order's shipping fee is left to refund, in cents: the fee, less what the
+    ledger held of it when the order was checked (Order.facts; an order's facts from before
+    lines count all its refunds as the fee's)."""
+    held = order.get("shipping_refunded_cents", order["refunded_cents"])
+    return max(order["fee_cents"] - held, 0)
 
 
 def units_left(line: LineFacts) -> int:

@@ -116,7 +116,7 @@ def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_p
     done = run(
         "load.py",
         *("--reviewers", "2", "--seconds", "12", "--decide-every", "2,4"),
-        *("--batch", "3", "--idle", "2", "--message-rate", "1"),
+        *("--batch", "3", "--idle", "2", "--message-rate", "1", "--profile", "3"),
         results=tmp_path,
     )
     out = latest(tmp_path, "load")
@@ -130,3 +130,10 @@ def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_p
     assert out["idle"]["decisions"] == 2
     assert {t["target"] for t in out["targets"]} >= {"errors"}
     assert "| 2 |" in done.stdout  # the table's row
+    # One reviewer alone, the targets' anchor: the queue page and its unchanged poll.
+    assert out["idle_pages"]["queue_p50_ms"] > out["idle_pages"]["poll_p50_ms"] > 0
+    # Where the time goes: each process's CPU, and py-spy's samples of the profiled step.
+    assert two["cpus_busy"]["web"] > 0 and two["cpus_busy"]["postgres"] > 0, two["cpus_busy"]
+    assert two["profile"]["web"]["samples"] > 0, done.stdout
+    assert sum(two["profile"]["web"]["leaf_by_library"].values()) == pytest.approx(1, abs=0.01)
+    assert Path(out["chart"]).read_bytes().startswith(b"\x89PNG")

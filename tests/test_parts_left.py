@@ -113,6 +113,22 @@ def test_the_quantity_allows_what_is_left_and_a_line_refunded_in_full_has_no_inp
     assert f"part-1047-qty-{runner_line.pk}" not in page
 
 
+def test_a_shipping_fee_refunded_already_is_said_and_offers_no_checkbox(
+    client, manager, order, vase, agent
+):
+    earlier = earlier_refund(order, vase, 1, status=Charge.Status.SUCCEEDED, receipt="re_1")
+    ChargePart.objects.create(charge=earlier, line=None, amount_cents=order.shipping_fee_cents)
+    opened = services.ticket_open(
+        order_number="1047", opened_by=agent, reason=policy.DAMAGED, note="the vase is smashed"
+    )
+    assert runner.advance(opened.pk) == "awaiting_review"
+    client.force_login(manager)
+    page = client.get(reverse("reviews:ticket", args=[opened.pk])).content.decode()
+
+    assert 'name="part-1047-shipping"' not in page
+    assert f"Shipping (${order.shipping_fee_cents / 100:.2f}) refunded already" in page
+
+
 def decide_on_the_page(client, ticket: Ticket, fields: dict[str, str]):
     return client.post(
         reverse("reviews:decide", args=[ticket.pk]),
@@ -140,6 +156,26 @@ def test_the_form_refuses_more_than_is_left_and_records_nothing(
     assert Decision.objects.get().orders["1047"]["parts"] == [
         {"line": vase.pk, "quantity": 1, "amount_cents": 2400, "restock": False}
     ]
+
+
+def test_a_refusal_without_htmx_names_the_order_once(client, manager, ticket, vase):
+    """The form posted without JavaScript: the refusal comes back as a flash on the page it
+    came from, naming the order once although the refusal's own words already name it."""
+    client.force_login(manager)
+    response = client.post(
+        reverse("reviews:decide", args=[ticket.pk]),
+        {
+            "interrupt_id": ticket.pending_interrupt_id,
+            "approve": "1",
+            "parts-1047": "1",
+            f"part-1047-qty-{vase.pk}": "2",
+        },
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "only 1 of the 2 x Ceramic vase are left to refund" in page
+    assert "Order 1047: Order 1047" not in page
+    assert not Decision.objects.exists()
 
 
 def test_the_decision_api_refuses_more_than_is_left_and_records_nothing(

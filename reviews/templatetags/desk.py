@@ -10,7 +10,7 @@ from core.clock import day_words, local_words
 from refunds import currencies, policy, selectors
 from refunds.flow import parts as refund_parts
 from refunds.flow import words
-from refunds.flow.state import LineFacts
+from refunds.flow.state import LineFacts, OrderFacts
 from refunds.selectors import RefundProgress
 
 register = template.Library()
@@ -345,6 +345,12 @@ def proposed_units(order: dict, line_id: int) -> int:
 def units_left(line: LineFacts) -> int:
     """How many units of one of the review's lines are left to refund (policy.units_left)."""
     return policy.units_left(line)
+
+
+@register.filter
+def shipping_left(order: OrderFacts) -> int:
+    """How much of an order's shipping fee is left to refund (policy.shipping_left)."""
+    return policy.shipping_left(order)
 
 
 @register.filter

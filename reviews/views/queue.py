@@ -473,5 +473,7 @@ def decision_error(request: HtmxHttpRequest, ticket: Ticket, text: str, *, statu
         return response
     if status == 403:
         raise PermissionDenied(text)  # templates/403.html says it in words
-    messages.error(request, f"Order {ticket.order.number}: {text}")
+    # The flash names the order the page is about, unless the refusal already does.
+    named = f"Order {ticket.order.number}"
+    messages.error(request, text if text.startswith(named) else f"{named}: {text}")
     return back(request, ticket)

@@ -10,6 +10,7 @@ resume."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from langgraph.runtime import Runtime
@@ -66,21 +67,9 @@ def ask_customer(
 ) -> Command[Literal["await_reply", "approve"]]:
     """Send the question once (its key is the ask's); the reply address is the outbox's to give
     (it carries the question's token). A refused address sends the review back, saying so."""
-    asking = state["asking"]
-    assert asking is not None  # after_review routes here only with a question
-    order = state["order"]
-    why = deliver(
-        runtime,
-        key=ask_key(state["ticket_key"], asking["decision_id"]),
-        to=order["customer_email"],
-        kind="question",
-        facts={
-            "customer_name": order["customer_name"],
-            "orders": list(state.get("order_numbers") or [order["number"]]),
-            "question": asking["question"],
-        },
-        language=language_of(state),
-    )
+    assert state["asking"] is not None  # after_review routes here only with a question
+    to = state["order"]["customer_email"]
+    why = _about_the_question(state, runtime, ask_key, "question")
     if why:
         return Command(
             update={
@@ -92,10 +81,34 @@ def ask_customer(
         )
     return Command(
         update={
-            "notes": [f"Question sent to {order['customer_email']}; waiting on their reply."],
+            "notes": [f"Question sent to {to}; waiting on their reply."],
             "trail": ["ask_customer"],
         },
         goto="await_reply",
+    )
+
+
+def _about_the_question(
+    state: RefundState,
+    runtime: Runtime[Collaborators],
+    key_of: Callable[[str, int], str],
+    kind: str,
+) -> str | None:
+    """Email the customer once about the question waiting on them (its key is `key_of` the
+    ask's): the question, their orders, in their language. Returns why it was refused, if so."""
+    asking, order = state["asking"], state["order"]
+    assert asking is not None
+    return deliver(
+        runtime,
+        key=key_of(state["ticket_key"], asking["decision_id"]),
+        to=order["customer_email"],
+        kind=kind,
+        facts={
+            "customer_name": order["customer_name"],
+            "orders": list(state.get("order_numbers") or [order["number"]]),
+            "question": asking["question"],
+        },
+        language=language_of(state),
     )
 
 
@@ -172,24 +185,11 @@ def close_no_reply(state: RefundState, runtime: Runtime[Collaborators]) -> Refun
     """Tell the customer, once (its key is the question's), that the ticket is closed since no
     answer came and that replying reopens it; threaded with the question, with its reply
     address. A refused address still closes the ticket: the email shows as not delivered."""
-    asking = state["asking"]
-    assert asking is not None  # await_reply routes here only while a question is waited on
-    order = state["order"]
-    why = deliver(
-        runtime,
-        key=close_key(state["ticket_key"], asking["decision_id"]),
-        to=order["customer_email"],
-        kind="closed_no_reply",
-        facts={
-            "customer_name": order["customer_name"],
-            "orders": list(state.get("order_numbers") or [order["number"]]),
-            "question": asking["question"],
-        },
-        language=language_of(state),
-    )
+    assert state["asking"] is not None  # await_reply routes here only while a question waits
+    to = state["order"]["customer_email"]
+    why = _about_the_question(state, runtime, close_key, "closed_no_reply")
     note = (
-        f"Told {order['customer_email']} the ticket is closed for want of a reply, and that "
-        "replying reopens it."
+        f"Told {to} the ticket is closed for want of a reply, and that replying reopens it."
         if not why
         else f"The email saying the ticket is closed was not delivered: {why}."
     )
