@@ -11,6 +11,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core.clock import day_words, local_words
+from refunds.flow.errors import DISPUTED
 from refunds.flow.words import dollars
 from refunds.models import (
     Charge,
@@ -18,6 +19,7 @@ from refunds.models import (
     Decision,
     OrderLine,
     OutsideRefund,
+    PaymentDispute,
     Ticket,
     of_customer,
 )
@@ -330,6 +332,26 @@ def outside_refunds_words(order_ids: Iterable[int]) -> list[tuple[OutsideRefund,
             status = row.get_status_display().lower()
             words += f", then {status} at the processor: it does not count"
         said.append((row, words + "."))
+    return said
+
+
+def disputes_words(order_ids: Iterable[int]) -> list[tuple[PaymentDispute, str]]:
+    """The disputes of these orders' payments as the processor said last, oldest first, each
+    with what the ticket page says of it: "$56.99 of the payment disputed by the customer's bank
+    on Dec 3, 2026.", then while it is open that refunding it may pay the customer twice, or
+    once closed how it ended."""
+    rows = (
+        PaymentDispute.objects.filter(order_id__in=list(order_ids))
+        .select_related("order")
+        .order_by("opened_at", "id")
+    )
+    said = []
+    for row in rows:
+        what = f"{dollars(row.amount_cents)} of the payment" if row.amount_cents else "The payment"
+        when = f" on {day_words(timezone.localdate(row.opened_at))}" if row.opened_at else ""
+        words = f"{what} disputed by the customer's bank{when}"
+        closed = f"{words}; closed ({row.status})."
+        said.append((row, f"{words}. {DISPUTED}" if row.is_open else closed))
     return said
 
 
