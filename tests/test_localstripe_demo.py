@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -71,6 +72,11 @@ def test_it_serves_localstripe_with_a_paid_payment_intent_per_demo_order(tmp_pat
         assert {number for number, *_ in ORDERS} | {"1095", "1096", "1097"} <= numbers
         assert any(o["paid_cents"] for o in orders), "the demo's orders have lines and payments"
         assert {i["status"] for i in intents} == {"succeeded"}
+
+        proc.terminate()  # as a supervisor stops it: localstripe stops with it
+        proc.wait(timeout=20)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -16,6 +16,8 @@ until stopped. Then, in another terminal:
 
 from __future__ import annotations
 
+import signal
+
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -43,6 +45,9 @@ class Command(BaseCommand):
         call_command("demo_data")
         call_command("demo_messages")  # its customers' orders too (the smashed vase, the empty box)
         server = LocalStripe(settings.DATA_DIR, port=port).start()
+        # Stopped as by Ctrl-C (a supervisor's or a test's terminate): localstripe stops with it
+        # rather than going on serving, orphaned, on the port.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             orders = Order.objects.order_by("number")
             for order in orders:
