@@ -16,6 +16,15 @@ the launcher adds Stripe's `GET /v1/disputes` (by `payment_intent` or `charge`) 
 `GET /v1/disputes/<id>` in Stripe's shapes, answering the disputes a test opened with
 `LocalStripe.dispute()` (through `POST /_config/disputes`, which no Stripe has): a payment nobody
 disputed lists none, as at Stripe (tests/test_disputes.py).
+
+A second gap, covered the same way: localstripe's refunds are `succeeded` for good, where Stripe
+fails some days later (a closed card) and says so by its events. `POST /_config/refunds/<id>/fail`
+(no Stripe has it; `LocalStripe.fail_refund()`) marks a refund of the emulator's store `failed`
+with a `failure_reason`, so every read of it (one refund, a payment's list) says so from then on,
+and answers the events Stripe would send for it (`refund.failed`, `charge.refund.updated`), kept
+in the emulator's store as its own events. Sending them is the caller's part (localstripe signs
+and sends events only to endpoints registered beforehand): `manage.py stripe_fails_refund` signs
+them and posts them to the desk's webhook, as Stripe would.
 """
 
 from __future__ import annotations
@@ -37,6 +46,18 @@ from typing import Any
 from devtools.processes import ROOT, wait_for
 
 SECRET_KEY = "sk_test_localstripe_0000000000"  # localstripe accepts any key of this shape
+# The demo's webhook signing secret (localstripe_demo prints it, stripe_fails_refund signs with
+# it): a fixed value, as public as the demo's passwords; never a production secret.
+DEMO_WEBHOOK_SECRET = "whsec_localstripe_demo_0000000000"
+# Why Stripe says a refund failed (Refund.failure_reason), as its API reference lists them.
+FAILURE_REASONS = (
+    "expired_or_canceled_card",
+    "lost_or_stolen_card",
+    "declined",
+    "insufficient_funds",
+    "merchant_request",
+    "unknown",
+)
 
 
 class LocalStripe:
@@ -118,6 +139,15 @@ class LocalStripe:
             "POST", "/v1/refunds", **{kind: payment_reference, "amount": str(amount_cents)}
         )
         return made["id"]
+
+    def fail_refund(
+        self, refund_id: str, reason: str = "expired_or_canceled_card"
+    ) -> list[dict[str, Any]]:
+        """Stripe fails a refund it had accepted (the card was closed): every read of it says
+        `failed` from now on. Returns the events Stripe would send, for the caller to deliver.
+        Test- and demo-side: localstripe cannot fail a refund (see the module's docstring)."""
+        made = self.call("POST", f"/_config/refunds/{refund_id}/fail", failure_reason=reason)
+        return made["events"]
 
     def dispute(
         self, payment_intent: str, *, status: str = "needs_response", amount_cents: int = 0
@@ -354,6 +384,7 @@ def serve(port: int = 0) -> None:
 
     resources.Store.dump_to_disk = lambda self: None  # in memory only: see the module's docstring
     _add_disputes(app)
+    _add_refund_failures(app)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
@@ -415,6 +446,30 @@ def _add_disputes(app: Any) -> None:
     app.router.add_post("/_config/disputes/{id}", close_one)
     app.router.add_get("/v1/disputes", list_them)
     app.router.add_get("/v1/disputes/{id}", read_one)
+
+
+def _add_refund_failures(app: Any) -> None:
+    """A way to fail a refund the emulator made, as Stripe fails one days later (the module's
+    docstring): its status and failure_reason change in the emulator's own store."""
+    from aiohttp import web
+    from localstripe import resources
+    from localstripe.errors import UserError
+
+    async def fail_one(request: web.Request) -> web.Response:
+        refund_id = request.match_info["id"]
+        reason = str((await request.post()).get("failure_reason") or "")
+        if reason not in FAILURE_REASONS:
+            raise UserError(400, f"failure_reason must be one of {', '.join(FAILURE_REASONS)}")
+        refund = resources.Refund._api_retrieve(refund_id)  # 404 as Stripe when unknown
+        if refund.status not in ("pending", "succeeded"):
+            raise UserError(400, f"Refund {refund_id} is {refund.status}: it cannot fail now")
+        refund.status = "failed"
+        refund.failure_reason = reason
+        sent = ("refund.failed", "charge.refund.updated")  # what Stripe sends as one fails
+        events = [resources.Event(kind, refund)._export() for kind in sent]
+        return web.json_response({"refund": refund._export(), "events": events})
+
+    app.router.add_post("/_config/refunds/{id}/fail", fail_one)
 
 
 if __name__ == "__main__":

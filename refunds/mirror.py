@@ -88,6 +88,10 @@ def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
         # One thread, three kinds of wait: a reviewer's review, the customer's reply to it, or
         # that reply after the ticket was closed for want of one.
         waits_on = {"customer": Ticket.Status.AWAITING_CUSTOMER, "closed": Ticket.Status.CLOSED}
+        if isinstance(pending.value.get("amount_cents"), int):
+            # A waiting review's amount is what it asks (the queue's "Approve $X"), not what the
+            # run paid before: 0 after a refused charge or a refund that failed later.
+            result["amount_cents"] = pending.value["amount_cents"]
         result |= {
             "status": waits_on.get(pending.value.get("kind"), Ticket.Status.AWAITING_REVIEW),
             "pending_interrupt_id": pending.id,

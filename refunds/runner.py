@@ -435,14 +435,30 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
                 log.warning("ticket %s: failure email refused: %s", lease.row_id, exc)
             left = {n: c for n, c in charges.items() if n != number and c.get("receipt")}
             update: dict[str, Any] = carried | {
-                "checks": {number: {**check, "refunds_failed": check.get("refunds_failed", 0) + 1}},
+                "checks": {
+                    number: {
+                        **check,
+                        # The review comes back over the order as it stands now (what is left
+                        # of it: refunds made since, outside the desk or by other tickets), not
+                        # as it was checked before this refund.
+                        "order": ctx.find_order(number) or check["order"],
+                        "refunds_failed": check.get("refunds_failed", 0) + 1,
+                    }
+                },
                 "charges": {number: {"number": number, "amount_cents": 0}},
                 "amount_cents": sum(c["amount_cents"] for c in left.values()),
                 "receipt": ", ".join(c["receipt"] for c in left.values()),
-                # The review reads "The charge was refused: <this>. No money moved."
+                # The review reads "The refund failed after it was made: <this>. No money reached
+                # the customer; ..." (review.failed_later, by the trail's "refund_failed").
                 "payment_error": why.removesuffix(" No money reached them.").rstrip("."),
                 "required_role": "manager",
-                "notes": [f"Order {number}: refund {charge.receipt} failed at Stripe. {why}"],
+                # The ended run's "Refunded $X." is no longer true; the next ending says anew.
+                "outcome_reason": "",
+                # Why it failed is the review's own line (and the audit's note): said once there.
+                "notes": [
+                    f"Order {number}: refund {charge.receipt} of {dollars(charge.amount_cents)} "
+                    "failed at Stripe; the money came back."
+                ],
                 "trail": ["refund_failed"],
             }
             config = thread_config(lease.thread_id, fence=lease.epoch)

@@ -11,6 +11,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core.clock import day_words, local_words
+from refunds.flow.errors import DISPUTED
 from refunds.flow.words import dollars
 from refunds.models import (
     Charge,
@@ -18,6 +19,7 @@ from refunds.models import (
     Decision,
     OrderLine,
     OutsideRefund,
+    PaymentDispute,
     Ticket,
     of_customer,
 )
@@ -93,7 +95,12 @@ def refund_progress_of(tickets: Iterable[Ticket]) -> dict[int, RefundProgress]:
 
 def charge_progress(charge: Charge) -> RefundProgress:
     """Where one paid refund's money is, in the same words (the ticket page's list of them)."""
-    return _progress([charge])
+    progress = _progress([charge])
+    if progress["state"] == "failed":
+        # Why it failed is the review's line it went back to (and the audit's note): said there.
+        words = f"Refund of {dollars(charge.amount_cents)} failed; the money came back"
+        return {"state": "failed", "words": words}
+    return progress
 
 
 def _progress(charges: Iterable[Charge]) -> RefundProgress:
@@ -102,18 +109,20 @@ def _progress(charges: Iterable[Charge]) -> RefundProgress:
     has not finished, the refund is started and on its way; a failure is said in the desk's
     words, with what it means for the money."""
     paid = [c for c in charges if c.status == Charge.Status.SUCCEEDED]
+    gave_back = [c for c in paid if c.processor_status in PROCESSOR_GAVE_BACK]
+    standing = [c for c in paid if c.processor_status not in PROCESSOR_GAVE_BACK]
     # A failure already handed back to a manager was dealt with there (approved again: a new
-    # refund beside it; rejected): it no longer says where this ticket's money is.
-    failed = [
-        c for c in paid if c.processor_status in PROCESSOR_GAVE_BACK and c.handed_back_at is None
-    ]
+    # refund beside it; rejected): it no longer says where this ticket's money is. Alone (one
+    # charge's line on the ticket page) it still failed: never "Refunded".
+    failed = [c for c in gave_back if c.handed_back_at is None] or (
+        gave_back if not standing else []
+    )
     if failed:
         why = dict.fromkeys(
             refund_failure_words(c.failure_reason, c.processor_status) for c in failed
         )
         amount = dollars(sum(c.amount_cents for c in failed))
         return {"state": "failed", "words": f"Refund of {amount} failed. {' '.join(why)}"}
-    standing = [c for c in paid if c.processor_status not in PROCESSOR_GAVE_BACK]
     if any(c.processor_status in PROCESSOR_ON_ITS_WAY for c in standing):
         amount = dollars(sum(c.amount_cents for c in standing))
         words = f"Refund of {amount} started, on its way to the customer's bank"
@@ -323,6 +332,26 @@ def outside_refunds_words(order_ids: Iterable[int]) -> list[tuple[OutsideRefund,
             status = row.get_status_display().lower()
             words += f", then {status} at the processor: it does not count"
         said.append((row, words + "."))
+    return said
+
+
+def disputes_words(order_ids: Iterable[int]) -> list[tuple[PaymentDispute, str]]:
+    """The disputes of these orders' payments as the processor said last, oldest first, each
+    with what the ticket page says of it: "$56.99 of the payment disputed by the customer's bank
+    on Dec 3, 2026.", then while it is open that refunding it may pay the customer twice, or
+    once closed how it ended."""
+    rows = (
+        PaymentDispute.objects.filter(order_id__in=list(order_ids))
+        .select_related("order")
+        .order_by("opened_at", "id")
+    )
+    said = []
+    for row in rows:
+        what = f"{dollars(row.amount_cents)} of the payment" if row.amount_cents else "The payment"
+        when = f" on {day_words(timezone.localdate(row.opened_at))}" if row.opened_at else ""
+        words = f"{what} disputed by the customer's bank{when}"
+        closed = f"{words}; closed ({row.status})."
+        said.append((row, f"{words}. {DISPUTED}" if row.is_open else closed))
     return said
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
+from core.clock import day_words
 from insights.metrics import DeskCollector
 from refunds import payments, runner, services
 from refunds.models import Charge, PaymentDispute, StripeEvent, Ticket
@@ -29,6 +31,11 @@ stripe_here = test_outside_refunds.stripe_here
 stripe_desk = test_stripe_events.stripe_desk
 sent = test_stripe_events.sent
 deliver = test_stripe_events.deliver
+
+
+def today() -> str:
+    return day_words(timezone.localdate())
+
 
 SENTENCE = "This payment is disputed: refunding it may pay the customer twice."
 
@@ -149,6 +156,30 @@ def test_dispute_events_are_stored_once_and_recorded_as_stripe_holds_them_now(
     row.refresh_from_db()
     assert row.status == "won" and not row.is_open
     assert StripeEvent.objects.filter(handled_at__isnull=False).count() == 3
+
+
+def test_the_ticket_page_says_the_payment_is_disputed_before_anyone_approves(
+    db, stripe_desk, deliver, client, manager
+):
+    order = paid_order(stripe_desk.payment_intent(PAID))
+    dispute_id = stripe_desk.dispute(order.payment_reference, amount_cents=PAID)
+    deliver(event("charge.dispute.created", StripeGateway().dispute_now(dispute_id)))
+    ticket = reviewed(order)
+    client.force_login(manager)
+
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+
+    assert f'<p class="dispute error" data-processor-id="{dispute_id}">' in page
+    assert (
+        f"$56.99 of the payment disputed by the customer&#x27;s bank on {today()}. {SENTENCE}"
+    ) in page
+
+    stripe_desk.dispute_closes(dispute_id, "won")
+    deliver(event("charge.dispute.closed", StripeGateway().dispute_now(dispute_id)))
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    assert f'<p class="dispute" data-processor-id="{dispute_id}">' in page
+    assert f"bank on {today()}; closed (won).</p>" in page
+    assert "refunding it may pay the customer twice" not in page
 
 
 def test_a_dispute_of_a_payment_no_order_names_records_nothing(db, stripe_desk, deliver):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +47,9 @@ def test_it_serves_localstripe_with_a_paid_payment_intent_per_demo_order(tmp_pat
         output = "".join(said)
         assert f"STRIPE_API_BASE=http://127.0.0.1:{port}" in output
         assert "REFUNDS_GATEWAY=refunds.payments.StripeGateway" in output
+        # The secret the demo's desk checks stripe_fails_refund's events with, and the command.
+        assert "STRIPE_WEBHOOK_SECRET=whsec_localstripe_demo_0000000000" in output
+        assert f"manage.py stripe_fails_refund <ticket> --port {port}" in output
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/payment_intents?limit=100",
             headers={"Authorization": "Bearer sk_test_x"},
@@ -68,6 +72,11 @@ def test_it_serves_localstripe_with_a_paid_payment_intent_per_demo_order(tmp_pat
         assert {number for number, *_ in ORDERS} | {"1095", "1096", "1097"} <= numbers
         assert any(o["paid_cents"] for o in orders), "the demo's orders have lines and payments"
         assert {i["status"] for i in intents} == {"succeeded"}
+
+        proc.terminate()  # as a supervisor stops it: localstripe stops with it
+        proc.wait(timeout=20)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         proc.terminate()
         proc.wait(timeout=20)

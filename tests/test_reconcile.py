@@ -13,10 +13,12 @@ from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from core.clock import day_words
 from devtools.localstripe import SECRET_KEY
 from refunds import enqueue, money, payments, services, tasks
-from refunds.models import Charge, OutsideRefund, Ticket
-from refunds.payments import ProcessorRefund
+from refunds.flow.words import dollars
+from refunds.models import Charge, OutsideRefund, PaymentDispute, Ticket
+from refunds.payments import ProcessorDispute, ProcessorRefund
 from refunds.payments.stripe import StripeGateway
 from tests.test_outside_refunds import PAID, at_stripe, paid_order, pay
 from tests.test_outside_refunds import (  # noqa: F401 - an autouse fixture: pay()'s leases
@@ -110,6 +112,29 @@ def test_a_clean_ledger_reports_no_problem_and_exits_zero(db, stripe_here):
     assert "Problems: 0." in said
 
 
+def test_an_open_dispute_is_listed_and_recorded_but_is_no_problem(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 699)
+    # Disputed after the desk's refund: the lookup before that charge saw none.
+    disputed = stripe_here.dispute(order.payment_reference, amount_cents=PAID)
+    closed = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), closed, 699)
+    stripe_here.dispute_closes(stripe_here.dispute(closed.payment_reference), "won")
+
+    status, said = reconcile()
+
+    assert status == 0  # a dispute is the bank's, not a mismatch of the ledger
+    assert "Open disputes: 1." in said
+    assert (
+        f"- Order {order.number}: dispute {disputed} of {dollars(PAID)} (needs_response), "
+        f"opened {day_words(timezone.localdate())}. This payment is disputed: refunding it may "
+        "pay the customer twice."
+    ) in said
+    assert "Problems: 0." in said
+    assert PaymentDispute.objects.get(processor_id=disputed).order == order
+    assert PaymentDispute.objects.filter(order=closed).get().status == "won"
+
+
 def test_a_ledger_refund_the_processor_lacks_is_a_problem(db, stripe_here):
     order = paid_order(stripe_here.payment_intent(PAID))
     pay(StripeGateway(), order, 699)
@@ -149,6 +174,9 @@ class Says:
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
         return self.refunds
+
+    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
+        return []
 
 
 def test_a_desk_refund_failed_at_the_processor_is_re_read_onto_the_ledger(db, monkeypatch):

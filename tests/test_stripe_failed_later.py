@@ -8,13 +8,15 @@ cannot."""
 from __future__ import annotations
 
 import pytest
+from django.urls import reverse
 
 from devtools.localstripe import StripeFaults
-from refunds import enqueue, money, payments, runner, selectors, services, tasks
+from refunds import enqueue, money, payments, policy, runner, selectors, services, tasks
+from refunds.flow.nodes.review import failed_later
 from refunds.models import AuditEvent, Charge, Email, StripeEvent, Ticket
 from refunds.services.stripe_events import HANDLE
 from tests import test_crash
-from tests.conftest import make_order, wait_for
+from tests.conftest import give_lines, make_order, wait_for
 from tests.test_stripe_events import WEBHOOK_SECRET, event, post
 from tests.test_stripe_events import stripe_desk as stripe_desk  # noqa: F401 - a fixture
 from tests.test_stripe_events import stripe_says as stripe_says  # noqa: F401 - a fixture
@@ -156,6 +158,96 @@ def test_a_failed_refund_whose_wake_up_was_lost_is_handed_back_by_the_sweep(
     assert ticket not in Ticket.objects.needing_worker()
     ticket.refresh_from_db()
     assert "The refund was canceled at Stripe" in ticket.pending_payload["description"]
+
+
+# --- what the manager reads once a failed refund is back ---------------------------------------
+def failed_back(desk, client, woken, ticket: Ticket) -> Ticket:
+    """Stripe fails the ticket's refund (localstripe's launcher says so on every read from now
+    on) and its `refund.failed` comes in: the thread goes back to a manager."""
+    receipt = Charge.objects.get(ticket=ticket).receipt
+    assert receipt
+    refund_failed, _ = desk.fail_refund(receipt)
+    deliver(client, woken, refund_failed)
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    return Ticket.objects.get(pk=ticket.pk)
+
+
+def test_the_ticket_page_says_the_refund_failed_never_refunded_and_why_once(
+    transactional_db, client, manager, desk, woken
+):
+    ticket = failed_back(desk, client, woken, refunded(desk, "4311", manager))
+    client.force_login(manager)
+
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+
+    assert ticket.outcome_reason == ""  # the first run's "Refunded $6.99." is not true now
+    assert 'id="ticket-outcome"' not in page
+    assert "Refunded $6.99" not in page
+    # The ledger's line for the refund says it failed, not "Refunded".
+    assert (
+        '<span class="processor-status processor-failed">Refund of $6.99 failed; the money '
+        "came back</span>"
+    ) in page
+    # The review says what happened once, in the desk's words; a failure after the refund was
+    # made is not "The charge was refused ... No money moved".
+    review = " ".join([ticket.pending_payload["description"], *ticket.pending_payload["notes"]])
+    assert review.count("the card is closed") == 1
+    assert (
+        "**The refund failed after it was made:** The customer's bank refused the refund: the "
+        "card is closed. No money reached the customer; it is back in the order's balance."
+    ) in review
+    assert "The charge was refused" not in review
+    assert "No money moved" not in review
+
+
+def test_the_queue_asks_the_refund_again_after_it_failed(
+    transactional_db, client, manager, desk, woken
+):
+    ticket = failed_back(desk, client, woken, refunded(desk, "4312", manager))
+    client.force_login(manager)
+
+    page = client.get(reverse("reviews:queue")).content.decode()
+
+    assert ticket.amount_cents == 699  # what the review asks, not the $0.00 paid since
+    assert "Approve $6.99" in page
+    assert "Approve $0.00" not in page
+    assert "Refund failed after it was made: The customer&#x27;s bank refused the refund" in page
+    assert "Charge failed" not in page
+
+
+def test_what_is_left_after_a_failed_refund_counts_a_refund_made_outside_since(
+    transactional_db, client, manager, desk, woken
+):
+    order = give_lines(make_order("4313", fee_cents=699), [("Ceramic vase", 2400, 2)])
+    order.payment_reference = desk.payment_intent(order.paid_cents or 0)
+    order.save(update_fields=["payment_reference"])
+    ticket = services.ticket_open(order_number="4313")
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    services.ticket_decide(
+        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=manager
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    # $10.00 refunded in Stripe's dashboard after the desk's refund; Stripe says so.
+    outside = desk.refund_outside(order.payment_reference, 1000)
+    deliver(client, woken, event("refund.created", desk.call("GET", f"/v1/refunds/{outside}")))
+
+    ticket = failed_back(desk, client, woken, Ticket.objects.get(pk=ticket.pk))
+    client.force_login(manager)
+
+    [review] = ticket.pending_payload["orders"]
+    assert policy.paid_left(review["order"]) == 5499 - 1000  # paid, less the outside refund
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    assert "$38.00 left to refund of the $54.99 paid" in page  # after this $6.99 of shipping
+
+
+def test_a_review_tells_a_refund_failed_later_from_a_charge_refused_by_its_trail():
+    """The later of the two steps says which wrote the review's payment_error: a refund that
+    failed, approved again and then refused at the charge reads as a refused charge."""
+    assert failed_later({"trail": ["approve", "charge_order", "email", "refund_failed"]})
+    assert not failed_later({"trail": ["refund_failed", "approve", "payment_failed"]})
+    assert not failed_later({"trail": ["approve", "payment_failed"]})
+    assert not failed_later({})
 
 
 # --- a worker killed while it hands a failed refund back --------------------------------------

@@ -283,6 +283,8 @@ class ReviewRequest(TypedDict):
     # The orders whose charge stopped for an open dispute at the processor (errors.DISPUTED),
     # present only when there is one: an approval of this review charges them all the same.
     disputed: NotRequired[list[str]]
+    # The payment_error is a refund the processor failed after making it, not a refused charge.
+    refund_failed: NotRequired[bool]
 
 
 class ReviewOrder(TypedDict):

@@ -8,6 +8,8 @@ processor and
 - re-reads the desk's own refunds' statuses onto their ledger rows (forward only: the same
   record as Stripe's events, refunds/services/stripe_events.py), so a failure whose event was
   lost still gives its money back and sends its ticket to a manager;
+- records the payment's disputes (PaymentDispute, as the pre-charge lookup does) and lists those
+  still open: not a mismatch, but a refund of such a payment may pay the customer twice;
 - says what does not match: a refund with the desk's key the ledger lacks, a ledger refund the
   processor lacks, a second refund under one key, amounts that differ, a refund the ledger
   calls refused; and any order refunded past what was paid, which the pre-charge check cannot
@@ -21,13 +23,15 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from core.clock import local_words
+from django.utils import timezone
+
+from core.clock import day_words, local_words
 from core.network import outside_transaction
 from refunds import metrics, money
-from refunds.flow.errors import GatewayError
+from refunds.flow.errors import DISPUTED, GatewayError
 from refunds.flow.words import dollars
 from refunds.models import Charge, Order, OrderLine
-from refunds.payments import Gateway, ProcessorRefund, get_gateway
+from refunds.payments import Gateway, ProcessorDispute, ProcessorRefund, get_gateway
 from refunds.payments.stripe import StripeGateway
 from refunds.services.stripe_events import refund_record
 from refunds.statuses import PROCESSOR_GAVE_BACK
@@ -49,6 +53,9 @@ class ReconcileReport:
     under_way: int = 0  # ledger rows whose outcome is not known yet, found at the processor
     not_checked: int = 0  # orders left for the next run (the time budget ran out)
     problems: list[str] = field(default_factory=list)
+    # Each dispute still open of the orders looked at, in words: not a problem of the ledger's
+    # (the exit status ignores them), but what a manager reads before refunding that payment.
+    open_disputes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -67,6 +74,9 @@ class ReconcileReport:
                 f"Desk refunds under way in the ledger and made at the processor: "
                 f"{self.under_way} (their ticket's next run settles them)."
             )
+        if self.open_disputes:
+            said.append(f"Open disputes: {len(self.open_disputes)}.")
+            said += [f"- {words}" for words in self.open_disputes]
         if self.not_checked:
             said.append(f"Not checked this time (out of time): {self.not_checked} order(s).")
         said.append(f"Problems: {len(self.problems)}.")
@@ -102,10 +112,28 @@ def reconcile_payments(
         report.listed += len(listed)
         report.outside_new += money.outside_refunds_record(order.pk, listed)
         _compare(order, listed, report)
+        try:
+            disputes = gateway.payment_disputes(order.payment_reference)
+        except GatewayError as exc:
+            report.problems.append(
+                f"Order {order.number}: its disputes could not be read at the processor ({exc})."
+            )
+            continue
+        money.disputes_record(order.pk, disputes)
+        report.open_disputes += [_dispute_words(order, d) for d in disputes if d.open]
     metrics.RECONCILE_PROBLEMS.inc(len(report.problems))
     for line in report.lines():
         (log.warning if report.problems else log.info)("reconcile: %s", line)
     return report
+
+
+def _dispute_words(order: Order, dispute: ProcessorDispute) -> str:
+    when = dispute.opened_at
+    opened = f", opened {day_words(timezone.localdate(when))}" if when else ""
+    return (
+        f"Order {order.number}: dispute {dispute.id} of {dollars(dispute.amount_cents)} "
+        f"({dispute.status}){opened}. {DISPUTED}"
+    )
 
 
 def _compare(order: Order, listed: list[ProcessorRefund], report: ReconcileReport) -> None:

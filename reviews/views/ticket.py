@@ -193,6 +193,8 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "charges": ticket.charges.select_related("order"),
         # Refunds of its orders' payments the desk did not make: they count against what is left.
         "outside": selectors.outside_refunds_words(order.pk for order in orders),
+        # Disputes of its orders' payments: while one is open, a refund may pay twice.
+        "disputes": selectors.disputes_words(order.pk for order in orders),
         "refund_progress": progress,
         "refunds": {ticket.pk: progress} if progress else {},
         "emails": ticket.emails.all(),

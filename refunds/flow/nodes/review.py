@@ -108,6 +108,12 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
         ]
         if orders[0].get("disputed"):
             lines.append(f"**{DISPUTED}** No money moved. {AFTER_DISPUTE}")
+        elif state.get("payment_error") and failed_later(state):
+            lines.append(
+                f"**The refund failed after it was made:** {state['payment_error']}. No money "
+                "reached the customer; it is back in the order's balance. Approve to refund "
+                "again, or reject."
+            )
         elif state.get("payment_error"):
             lines.append(
                 f"**The charge was refused:** {state['payment_error']}. No money moved. "
@@ -130,11 +136,26 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
     if disputed:
         lines.append(f"**{DISPUTED}** Order {', '.join(disputed)}. {AFTER_DISPUTE}")
     error = state.get("payment_error") or ""
-    if error and any(DISPUTED not in one for one in error.split("; ")):
+    if error and failed_later(state):
+        lines.append(
+            f"**A refund failed after it was made:** {error}. No money reached the customer; it "
+            "is back in the order's balance. Approve to refund again, or reject."
+        )
+    elif error and any(DISPUTED not in one for one in error.split("; ")):
         lines.append(
             f"**A charge was refused:** {state['payment_error']}. Approve to try again, or reject."
         )
     return lines
+
+
+def failed_later(state: RefundState) -> bool:
+    """Whether the review's `payment_error` is a refund the processor failed after making it
+    (the runner handed it back: the trail's "refund_failed"), not a charge refused just now
+    ("payment_failed"): the later of the two in the trail says which."""
+    for step in reversed(state.get("trail") or []):
+        if step in ("refund_failed", "payment_failed"):
+            return step == "refund_failed"
+    return False
 
 
 def review_request(state: RefundState) -> ReviewRequest:
@@ -188,6 +209,8 @@ def review_request(state: RefundState) -> ReviewRequest:
     disputed = [o["number"] for o in orders if o.get("disputed")]
     if disputed:
         request["disputed"] = disputed
+    if state.get("payment_error") and failed_later(state):
+        request["refund_failed"] = True
     return request
 
 
