@@ -491,3 +491,29 @@ def test_a_reply_on_the_ticket_is_not_offered_for_sending_back_as_misread(
     with pytest.raises(SortingError, match="not opened from a customer's message"):
         message_send_back(ticket=ticket, why="misread", by=agent)
     assert not Decision.objects.filter(answer="reject").exists()
+
+
+def test_the_customers_next_emails_answer_their_own_messages_not_another_addresss(
+    transactional_db, settings, agent, colleague, late_order
+):
+    """A reply from another address resumes nothing and stays on the ticket's timeline: the
+    reminder and the outcome the customer gets are threaded with what they saw and wrote, never
+    "In-Reply-To" a message of someone else's."""
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        reply_in(question, sender="mallory@example.com", key="<mallory@elsewhere.test>")
+        clock.shift(timedelta(days=3, minutes=1))
+        assert tasks.escalate_overdue_reviews() == 1
+        [_, reminder] = mail.outbox
+        assert reminder.extra_headers["In-Reply-To"] == question.message_id
+        assert "<mallory@elsewhere.test>" not in reminder.extra_headers["References"]
+        reply_in(question, key="<ana-reply@customer.test>")
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        ticket.refresh_from_db()
+        decide(ticket, agent)
+        assert runner.advance(ticket.pk) == "refunded"
+    outcome = mail.outbox[-1]
+    assert outcome.extra_headers["In-Reply-To"] == "<ana-reply@customer.test>"
+    assert "<mallory@elsewhere.test>" not in outcome.extra_headers["References"]
