@@ -565,3 +565,15 @@ def test_a_reminder_the_mail_server_refused_is_never_sent_once_the_customer_repl
         assert refunds_mail.resend(reminder.pk) is False
         assert reminder.pk not in {email.pk for email, _ in ops_selectors.undelivered()}
     assert smtp.keys()[reminder.key] == 0
+
+
+def test_the_timeline_quotes_the_reply_without_the_blank_lines_its_email_ends_with(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    reply_in(question, body="Here is the photo.\n\n")
+    assert Decision.objects.get(answer="reply").reason == "Here is the photo."
+    client.force_login(agent)
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    assert "The customer replied: “Here is the photo.”; the review is back" in page

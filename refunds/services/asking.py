@@ -130,6 +130,7 @@ def reply_record(
     Of two replies at once, the compare-and-set on the question's `replied_at` lets one in."""
     ticket = question.ticket
     customer = ticket.order.customer_email
+    text = text.strip()  # an email's body ends in a newline; the quotes of it should not
     why = ""
     if sender.strip().lower() != customer.strip().lower():
         why = f"it came from {sender[:200]}, not from the customer's address {customer}"
