@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from intake.models import ACK_SUFFIX, REPLY_PREFIX, Message, MessageEvent
 from refunds import mail
-from refunds.models import Email
+from refunds.models import Email, same_customer
 
 
 def _by_ack_key() -> QuerySet[Message]:
@@ -87,7 +87,7 @@ def customer_message_ids(email: Email) -> list[str]:
     aside answers the message and the acknowledgment it was sent (ticketless, so refunds/mail.py
     finds no earlier email); a ticket's email, the messages placed on it (oldest first), each
     with its acknowledgment (a message sorted by hand was acknowledged before its ticket
-    existed)."""
+    existed), from the address the email goes to."""
     if email.key.endswith(ACK_SUFFIX):
         found = Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX))
         return [m for m in found.values_list("message_id", flat=True) if m]
@@ -96,9 +96,10 @@ def customer_message_ids(email: Email) -> list[str]:
         return _with_acknowledgments(list(Message.objects.filter(pk=replied)))
     if email.ticket_id is None:
         return []
-    return _with_acknowledgments(
-        list(Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk"))
-    )
+    # Only the recipient's own: a message from another address on the ticket's timeline (a
+    # reply that resumed nothing) is no message of theirs to answer.
+    placed = Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk")
+    return _with_acknowledgments([m for m in placed if same_customer(m.sender, email.to)])
 
 
 def _with_acknowledgments(messages: list[Message]) -> list[str]:

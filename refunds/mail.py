@@ -49,14 +49,15 @@ from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.core.mail.message import sanitize_address
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import Case, F, Q, When
-from django.db.models.functions import Coalesce, Now
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
+from django.db.models.functions import Coalesce, Concat, Now
 from langgraph.errors import GraphDrained
 
 from core import sql
 from core.network import outside_transaction
 from refunds import emails, metrics, queries, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
+from refunds.flow.nodes.asking import CLOSED_SUFFIX
 from refunds.lease import Lease
 from refunds.locks import effect_lock
 from refunds.mail_tracking import METADATA_KEY
@@ -248,11 +249,25 @@ def owner(email: Email) -> OtherRun | None:
 
 def resendable() -> Q:
     """Outbox rows no run will send any more: a final ticket's (unless another run owns them),
-    or another run's once it settled. Only these appear undelivered and may be resent."""
-    q = Q(ticket__status__in=Ticket.FINAL)
+    or another run's once it settled. Only these appear undelivered and may be resent. The
+    email saying a ticket is closed for want of a reply is true only while it is: resendable
+    while the ticket is closed on that question and no reply reopened it, never after."""
+    q = (Q(ticket__status__in=Ticket.FINAL) & ~Q(key__endswith=CLOSED_SUFFIX)) | still_closed()
     for other in OTHER_RUNS:
         q = (q & ~other.owns()) | other.settled()
     return q
+
+
+def still_closed() -> Q:
+    """Close emails whose ticket is still closed on their question: the ticket's status says
+    closed and the question's `reopened_at` is unset. A reply records `reopened_at` before a
+    worker reopens the ticket, so the status alone would let a Resend through meanwhile."""
+    closed_on = (
+        CustomerQuestion.objects.filter(ticket=OuterRef("ticket"), reopened_at__isnull=True)
+        .annotate(closed_key=Concat(F("email_key"), Value(CLOSED_SUFFIX)))
+        .filter(closed_key=OuterRef("key"))
+    )
+    return Q(ticket__status=Ticket.Status.CLOSED) & Q(Exists(closed_on))
 
 
 def about(emails: list[Email]) -> dict[int, tuple[str, str]]:
@@ -628,7 +643,7 @@ def reply_to(key: str) -> list[str]:
     the reply finds its thread whatever the subject becomes; others have none. The same on
     every attempt and on a resend."""
     # A reminder and the close for want of a reply carry their question's token.
-    asked = key.removesuffix(":reminder").removesuffix(":closed")
+    asked = key.removesuffix(":reminder").removesuffix(CLOSED_SUFFIX)
     token = CustomerQuestion.objects.filter(email_key=asked).values_list("token", flat=True).first()
     return [reply_address(token)] if token else []
 

@@ -11,12 +11,14 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core.clock import day_words, local_words
+from refunds import mail
 from refunds.flow.errors import DISPUTED
 from refunds.flow.words import dollars
 from refunds.models import (
     Charge,
     ChargePart,
     Decision,
+    Email,
     OrderLine,
     OutsideRefund,
     PaymentDispute,
@@ -153,6 +155,12 @@ def refund_failure_words(reason: str, status: str = "failed") -> str:
     else:
         why = "The refund failed at Stripe" + (f" ({reason})." if reason else ".")
     return f"{why} No money reached them."
+
+
+def resendable_email_ids(ticket: Ticket) -> set[int]:
+    """The ticket's undelivered emails an admin may send again (refunds.mail.resendable)."""
+    emails = ticket.emails.filter(mail.resendable()).exclude(status=Email.Status.SENT)
+    return set(emails.values_list("pk", flat=True))
 
 
 def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:

@@ -10,12 +10,14 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.urls import reverse
 from django.utils import timezone
 
 from intake import workflow
 from intake.models import Message
 from intake.services import message_receive
-from refunds import enqueue, persistence, runner, services, tasks
+from ops import selectors as ops_selectors
+from refunds import enqueue, mail, persistence, runner, services, tasks
 from refunds.flow.nodes import close_key
 from refunds.models import AuditEvent, CustomerQuestion, Decision, Email, Ticket
 from refunds.services import asking
@@ -261,3 +263,66 @@ def test_a_closed_ticket_keeps_its_order_and_gets_no_reminder(
         assert tasks.escalate_overdue_reviews() == 0
         with pytest.raises(services.RefundError, match="open ticket"):
             services.ticket_open(order_number=late_order.number, opened_by=colleague)
+
+
+def closed_undelivered(ticket: Ticket, clock, smtp) -> Email:
+    """Closed as `closed` does, with the mail server refusing the close email's address: the
+    ticket closes all the same, and the email waits undelivered."""
+    clock.shift(timedelta(days=3, minutes=1))
+    assert tasks.escalate_overdue_reviews() == 1  # the reminder
+    clock.shift(timedelta(days=4))
+    assert tasks.escalate_overdue_reviews() == 1  # the give-up
+    smtp.refuse(1, code=550)
+    assert runner.advance(ticket.pk) == "closed"
+    smtp.accept()
+    row = Email.objects.get(key__endswith=":closed")
+    assert row.status != Email.Status.SENT
+    return row
+
+
+def test_an_admin_resends_the_undelivered_close_email_while_the_ticket_stays_closed(
+    transactional_db, smtp, client, agent, colleague, admin_user, late_order
+):
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        asked(ticket, agent)
+        row = closed_undelivered(ticket, clock, smtp)
+        client.force_login(admin_user)
+        page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+        assert "not delivered" in page
+        assert reverse("reviews:email_resend", args=[ticket.pk, row.pk]) in page
+        services.email_resend(email_id=row.pk, by=admin_user)
+        assert mail.resend(row.pk) is True
+    assert smtp.keys()[row.key] == 1
+
+
+def test_the_close_email_is_never_resent_once_a_reply_reopened_the_ticket(
+    transactional_db, smtp, client, agent, colleague, admin_user, late_order
+):
+    """It says the ticket is closed and that replying reopens it: untrue after the reply. The
+    guard holds where the row is claimed: a Resend decided before the reply (its task still in
+    the broker) sends nothing once the reply is recorded, before a worker reopened the ticket
+    (its status still says closed), and nothing after the ticket ended."""
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        row = closed_undelivered(ticket, clock, smtp)
+        reply_in(question)
+        ticket.refresh_from_db()
+        assert ticket.status == Ticket.Status.CLOSED  # no worker reopened it yet
+        with pytest.raises(services.RefundError, match="reply reopened it"):
+            services.email_resend(email_id=row.pk, by=admin_user)
+        assert mail.resend(row.pk) is False
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        ticket.refresh_from_db()
+        decide(ticket, agent)
+        assert runner.advance(ticket.pk) == "refunded"
+        with pytest.raises(services.RefundError, match="reply reopened it"):
+            services.email_resend(email_id=row.pk, by=admin_user)
+        assert mail.resend(row.pk) is False
+        client.force_login(admin_user)
+        page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+        assert reverse("reviews:email_resend", args=[ticket.pk, row.pk]) not in page
+        assert row.pk not in {email.pk for email, _ in ops_selectors.undelivered()}
+    assert smtp.keys()[row.key] == 0
+    assert smtp.keys()[f"{ticket.thread_id}:email"] == 1

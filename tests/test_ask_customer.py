@@ -23,7 +23,9 @@ from api.models import ApiToken
 from intake.models import Message
 from intake.services import message_receive
 from intake.sorting import SortingError, message_send_back
+from ops import selectors as ops_selectors
 from refunds import emails, enqueue, persistence, runner, services, tasks
+from refunds import mail as refunds_mail
 from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
 from refunds.services import asking
 from tests.reviewing import decide
@@ -491,3 +493,87 @@ def test_a_reply_on_the_ticket_is_not_offered_for_sending_back_as_misread(
     with pytest.raises(SortingError, match="not opened from a customer's message"):
         message_send_back(ticket=ticket, why="misread", by=agent)
     assert not Decision.objects.filter(answer="reject").exists()
+
+
+def test_the_customers_next_emails_answer_their_own_messages_not_another_addresss(
+    transactional_db, settings, agent, colleague, late_order
+):
+    """A reply from another address resumes nothing and stays on the ticket's timeline: the
+    reminder and the outcome the customer gets are threaded with what they saw and wrote, never
+    "In-Reply-To" a message of someone else's."""
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        reply_in(question, sender="mallory@example.com", key="<mallory@elsewhere.test>")
+        clock.shift(timedelta(days=3, minutes=1))
+        assert tasks.escalate_overdue_reviews() == 1
+        [_, reminder] = mail.outbox
+        assert reminder.extra_headers["In-Reply-To"] == question.message_id
+        assert "<mallory@elsewhere.test>" not in reminder.extra_headers["References"]
+        reply_in(question, key="<ana-reply@customer.test>")
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        ticket.refresh_from_db()
+        decide(ticket, agent)
+        assert runner.advance(ticket.pk) == "refunded"
+    outcome = mail.outbox[-1]
+    assert outcome.extra_headers["In-Reply-To"] == "<ana-reply@customer.test>"
+    assert "<mallory@elsewhere.test>" not in outcome.extra_headers["References"]
+
+
+def test_the_timeline_says_the_customer_was_reminded_of_the_question(
+    transactional_db, settings, client, agent, colleague, late_order
+):
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        asked(ticket, agent)
+        clock.shift(timedelta(days=3, minutes=1))
+        assert tasks.escalate_overdue_reviews() == 1
+        client.force_login(agent)
+        page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    said = "The desk reminded the customer of the question: “Could you send a photo of the damage?”"
+    assert said in page
+    assert "asked the customer: “”" not in page
+
+
+def test_a_reminder_the_mail_server_refused_is_never_sent_once_the_customer_replied(
+    transactional_db, settings, smtp, agent, colleague, admin_user, late_order
+):
+    """ "We have not heard from you yet" is untrue after the reply: the timer's next delivery of
+    a reminder the mail server refused, and an admin's Resend, claim nothing once the reply is
+    recorded (before a worker moved the ticket on: its status still says waiting), the guard
+    being in the outbox's claim."""
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        clock.shift(timedelta(days=3, minutes=1))
+        smtp.refuse(1, code=451)  # a busy mail server: the reminder waits for the next beat
+        assert tasks.escalate_overdue_reviews() == 1
+        smtp.accept()
+        reminder = Email.objects.get(key=question.email_key + asking.REMINDER_SUFFIX)
+        assert reminder.status != Email.Status.SENT and reminder.attempts == 1
+        reply_in(question)
+        ticket.refresh_from_db()
+        assert ticket.status == Ticket.Status.AWAITING_CUSTOMER  # no worker moved it on yet
+        assert tasks.escalate_overdue_reviews() == 0  # its delivery of the reminder: nothing
+        assert refunds_mail.resend(reminder.pk) is False  # the claim itself
+        with pytest.raises(services.RefundError, match="not true any more"):
+            services.email_resend(email_id=reminder.pk, by=admin_user)
+        assert runner.advance(ticket.pk) == "awaiting_review"
+        assert refunds_mail.resend(reminder.pk) is False
+        assert reminder.pk not in {email.pk for email, _ in ops_selectors.undelivered()}
+    assert smtp.keys()[reminder.key] == 0
+
+
+def test_the_timeline_quotes_the_reply_without_the_blank_lines_its_email_ends_with(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    reply_in(question, body="Here is the photo.\n\n")
+    assert Decision.objects.get(answer="reply").reason == "Here is the photo."
+    client.force_login(agent)
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    assert "The customer replied: “Here is the photo.”; the review is back" in page

@@ -9,10 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from devtools.faults import fired
 from intake.services import message_receive
 from refunds import services
 from refunds.flow.nodes import close_key
-from refunds.models import CustomerQuestion, Decision, Ticket
+from refunds.models import AuditEvent, CustomerQuestion, Decision, Ticket
 from refunds.services import asking
 from tests.conftest import wait_for
 from tests.quiescence import quiesce
@@ -170,4 +171,66 @@ def test_a_worker_killed_around_the_close_email_closes_once_and_a_reply_reopens(
     ticket.refresh_from_db()
     assert "Sorry, I was away" in ticket.pending_payload["description"]
     assert Decision.objects.filter(ticket=ticket, answer="reply").count() == 1
+    assert branch_points(ticket) == []
+
+
+@pytest.mark.parametrize("point", ["resume", "await_reopen", "after:await_reopen"])
+def test_a_worker_sigkilled_between_a_reply_after_the_close_and_the_reopening_reopens_once(
+    workers,
+    sinks,
+    crash_plan,  # noqa: F811
+    sweep_now,
+    settings,
+    agent,
+    admin_user,
+    late_order,
+    point,  # noqa: F811
+):
+    """The ticket is closed for want of a reply; the customer's reply comes, is recorded, and
+    the worker reopening the thread with it is stopped at `point` and SIGKILLed there (its
+    whole process group, no cleanup). The next worker reopens the ticket once: one reply
+    applied, one reopening on the timeline, one line of checkpoint history, and at the SMTP
+    server nothing twice and nothing new (the question and the close email, once each)."""
+    settings.REFUNDS_ASK_DEFAULT_OUTCOME = "close"  # the timer's audit, in this process
+    env = crash_plan({}) | {"REFUNDS_ASK_DEFAULT_OUTCOME": "close"}
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    ask(ticket, admin_user)
+    until(ticket, "awaiting_customer")
+    question = CustomerQuestion.objects.get(ticket=ticket)
+    later = timezone.now() + timedelta(days=settings.REFUNDS_ASK_GIVE_UP_DAYS + 1)
+    assert asking.questions_wait_timers(now=later)["ended"] == [ticket.pk]
+    until(ticket, "closed")
+    closing = close_key(ticket.thread_id, question.decision_id)
+    wait_for(lambda: sinks.smtp.count(closing), what="the close email")
+    crash_plan({"*": {"point": point, "times": 1, "action": "stop"}})  # armed for the reopening
+    body = "Sorry, I was away: here is the photo."
+    message_receive(
+        channel="email",
+        key="<late-reply@customer.test>",
+        message_id="<late-reply@customer.test>",
+        sender="ana@example.com",
+        subject="photo",
+        body=body,
+        received_at=timezone.now(),
+        raw=body,
+        recipients=[f"replies+{question.token}@desk.example.com"],
+    )
+    wait_for(
+        lambda: any(f"@{point}@" in marker for marker in fired(crash_plan.path)),
+        timeout=30,
+        what=f"the worker to stop at {point}",
+    )
+    doomed.kill()  # SIGKILL, where it stands
+    assert not doomed.alive
+    workers("second", pool="solo", env=env)
+    until(ticket, "awaiting_review")
+    quiesce(workers)
+    ticket.refresh_from_db()
+    assert "Sorry, I was away" in ticket.pending_payload["description"]
+    [reply] = Decision.objects.filter(ticket=ticket, answer="reply")
+    assert reply.applied_at is not None and reply.refused_reason == ""
+    replies = AuditEvent.objects.filter(ticket=ticket, action=AuditEvent.Action.REPLY)
+    assert [event.answer.get("reopened") for event in replies] == [None, True]  # give-up, reply
+    assert sinks.smtp.keys() == {question.email_key: 1, closing: 1}
     assert branch_points(ticket) == []

@@ -106,7 +106,7 @@ def test_a_sorted_tickets_emails_thread_with_the_message_and_its_acknowledgment(
     Email.objects.create(key=message.ack_key, to=message.sender, subject="Re: x", body="")
     (ticket,) = sort(message, agent).opened
     Email.objects.create(
-        ticket=ticket, key=f"{ticket.thread_id}:email", to="a@b.c", subject="s", body=""
+        ticket=ticket, key=f"{ticket.thread_id}:email", to=message.sender, subject="s", body=""
     )
 
     headers = mail.thread_headers(f"{ticket.thread_id}:email")

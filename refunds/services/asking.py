@@ -13,7 +13,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models.functions import Concat
 from django.urls import reverse
 from django.utils import timezone
 
@@ -129,6 +130,7 @@ def reply_record(
     Of two replies at once, the compare-and-set on the question's `replied_at` lets one in."""
     ticket = question.ticket
     customer = ticket.order.customer_email
+    text = text.strip()  # an email's body ends in a newline; the quotes of it should not
     why = ""
     if sender.strip().lower() != customer.strip().lower():
         why = f"it came from {sender[:200]}, not from the customer's address {customer}"
@@ -306,7 +308,10 @@ def _reminder_written(question: CustomerQuestion, now) -> bool:
         desk_text=worded.desk_text,
     )
     audit.record(
-        ticket, AuditEvent.Action.ASK, seen={"question": question.pk}, answer={"reminder": True}
+        ticket,
+        AuditEvent.Action.ASK,
+        seen={"question": question.pk},
+        answer={"reminder": True, "question": question.text},
     )
     return True
 
@@ -331,6 +336,21 @@ def _reminders() -> Q:
     return Q(key__contains=":ask:", key__endswith=REMINDER_SUFFIX)
 
 
+def _reminders_still_true() -> Q:
+    """Reminders whose question still waits on the customer: unanswered (a reply or the
+    give-up sets `replied_at` before a worker moves the ticket on) and the ticket waiting on
+    it. After that "we have not heard from you" is untrue: neither the timer's next delivery
+    of one the mail server refused nor an admin's Resend may claim it."""
+    waiting = (
+        CustomerQuestion.objects.filter(
+            replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER
+        )
+        .annotate(reminder_key=Concat(F("email_key"), Value(REMINDER_SUFFIX)))
+        .filter(reminder_key=OuterRef("key"))
+    )
+    return _reminders() & Q(Exists(waiting))
+
+
 def _about(found: list[Email]) -> dict[int, tuple[str, str]]:
     return {
         e.pk: (
@@ -344,8 +364,11 @@ def _about(found: list[Email]) -> dict[int, tuple[str, str]]:
 
 QUESTION_REMINDERS = mail.OtherRun(
     owns=_reminders,
-    settled=_reminders,
-    busy="",
+    settled=_reminders_still_true,
+    busy=(
+        "That reminder says the customer has not answered yet, and it is not true any more: "
+        "they replied, or the wait on the question ended."
+    ),
     about=_about,
     resent=lambda email, by: None,
 )

@@ -11,10 +11,12 @@ from django.db import IntegrityError, transaction
 
 from core.clock import local_words
 from refunds import audit, enqueue, mail, order_source, permissions, policy
+from refunds.flow.nodes.asking import CLOSED_SUFFIX
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
 from refunds.models import (
     AuditEvent,
+    CustomerQuestion,
     Email,
     Fork,
     Order,
@@ -193,6 +195,11 @@ def email_resend(*, email_id: int, by) -> None:
             raise RefundError(other.busy)
         if email.ticket is None:
             raise RefundError("That email belongs to no ticket and no other run; nothing sends it.")
+        if _reopened(email):
+            raise RefundError(
+                "That email says the ticket is closed for want of a reply, and it is not any "
+                "more: the customer's reply reopened it."
+            )
         raise RefundError("The ticket is still running; its own run sends this email.")
     with transaction.atomic():
         if email.ticket is not None:
@@ -205,6 +212,16 @@ def email_resend(*, email_id: int, by) -> None:
         if other is not None:
             other.resent(email, by)
         enqueue.resend_on_commit(email.pk)
+
+
+def _reopened(email: Email) -> bool:
+    """An email saying the ticket is closed for want of a reply, whose question a reply
+    reopened since."""
+    asked = email.key.removesuffix(CLOSED_SUFFIX)
+    return (
+        asked != email.key
+        and CustomerQuestion.objects.filter(email_key=asked, reopened_at__isnull=False).exists()
+    )
 
 
 def ticket_retry(*, ticket: Ticket, by=None) -> bool:

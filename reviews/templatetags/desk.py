@@ -149,6 +149,11 @@ def audit_words(event) -> str:
         )
     if action == "reject":
         return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
+    if action == "ask" and answer.get("reminder"):
+        question = answer.get("question")
+        return f"{who} reminded the customer of the question" + (
+            f": “{question}”" if question else "."
+        )
     if action == "ask":
         return f"{who} asked the customer: “{answer.get('question', '')}”"
     if action == "reply" and answer.get("resumed") and answer.get("no_reply"):

@@ -198,6 +198,7 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         "refund_progress": progress,
         "refunds": {ticket.pk: progress} if progress else {},
         "emails": ticket.emails.all(),
+        "resendable": selectors.resendable_email_ids(ticket),
         "may_decide": not refusal,
         "refusal": refusal,
         "may_edit": not permissions.edit_refusal(request.user, ticket),
