@@ -167,8 +167,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(groups: dict[str, int]) -> dict[str, float]:
     """CPU seconds (user + system) so far of each named process group's live processes, of
-    PostgreSQL's and Redis's servers, and of Locust: where a 2-core box's time goes."""
-    out: dict[str, float] = dict.fromkeys([*groups, "postgres", "redis", "locust"], 0.0)
+    PostgreSQL's and Redis's servers, and of the whole machine: where a 2-core box's time goes.
+    PostgreSQL's count includes the backends that ended (the postmaster's reaped children)."""
+    out: dict[str, float] = dict.fromkeys([*groups, "postgres", "redis"], 0.0)
     by_group = {pgid: name for name, pgid in groups.items()}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -183,27 +184,34 @@ def cpu_seconds(groups: dict[str, int]) -> dict[str, float]:
         if pgid in by_group:
             out[by_group[pgid]] += used
         elif command in ("postgres", "postmaster"):
-            out["postgres"] += used
+            out["postgres"] += used + (int(values[13]) + int(values[14])) / TICK
         elif command.startswith("redis-server"):
             out["redis"] += used
-        elif command == "locust":
-            out["locust"] += used
+    # The machine: every CPU's busy time (user, nice, system, irq, softirq, steal).
+    ticks = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    out["the whole machine"] = sum(int(ticks[i]) for i in (0, 1, 2, 5, 6, 7)) / TICK
     return out
 
 
-BUCKETS = (  # a sample's leaf-most frame in one of these is counted there (first match)
-    ("psycopg", "the database driver (psycopg)"),
-    ("/django/template/", "templates"),
-    ("/django/contrib/sessions/", "sessions"),
-    ("/django/contrib/auth/", "auth"),
-    ("/django/db/models/sql/", "the ORM compiling SQL"),
-    ("/django/db/", "the ORM (rows to objects)"),
-    ("/langgraph/", "LangGraph"),
-    ("/kombu/", "Celery's broker (kombu, redis-py)"),
-    ("/redis/", "Celery's broker (kombu, redis-py)"),
-    ("/celery/", "Celery"),
-    ("/gunicorn/", "gunicorn"),
-    ("/django/", "Django (the rest)"),
+BUCKETS = (  # a sample's leaf-most frame under one of these is counted there (first match)
+    ("psycopg/", "the database driver (psycopg)"),
+    ("psycopg_pool/", "the database driver (psycopg)"),
+    ("django/template/", "templates"),
+    ("django/contrib/sessions/", "sessions"),
+    ("django/contrib/auth/", "auth"),
+    ("django/db/models/sql/", "the ORM compiling SQL"),
+    ("django/db/", "the ORM (rows to objects)"),
+    ("langgraph/", "LangGraph"),
+    ("kombu/", "Celery's broker (kombu, redis-py)"),
+    ("redis/", "Celery's broker (kombu, redis-py)"),
+    ("celery/", "Celery"),
+    ("gunicorn/", "gunicorn (waiting for a request)"),
+    ("django/", "Django (the rest)"),
+)
+# The project's own packages: py-spy names a frame's file relative to its sys.path entry
+# ("refunds/selectors.py"), as it does a library's ("django/db/models/query.py").
+APP = tuple(
+    f"{d.name}/" for d in ROOT.iterdir() if (d / "__init__.py").exists() and d.name != "bench"
 )
 
 
@@ -237,6 +245,9 @@ def py_spy_collect(running: dict) -> dict[str, dict]:
 
 
 def summarize_profile(raw: Path) -> dict:
+    """py-spy's raw samples ("process ...;frame;...;leaf count", a frame "function (file:line)"):
+    the share of samples whose leaf-most frame is in each library (the app's own code when no
+    library matches), and the app's functions by the share of samples they are on the stack of."""
     by_bucket: dict[str, int] = {}
     ours: dict[str, int] = {}
     total = 0
@@ -247,22 +258,27 @@ def summarize_profile(raw: Path) -> dict:
             continue
         n = int(count)
         total += n
-        frames = stack.split(";")
-        bucket = "the app's own code and the rest"
-        for frame in reversed(frames):
-            found = next((b for key, b in BUCKETS if key in frame), None)
-            if found:
-                bucket = found
+        frames = [
+            (frame.rsplit(" (", 1)[0], frame.rsplit(" (", 1)[1].rstrip(")"))
+            for frame in stack.split(";")
+            if " (" in frame and not frame.startswith("process ")
+        ]
+        bucket = "the app's own code"
+        for _, where in reversed(frames):
+            found = next((b for key, b in BUCKETS if where.startswith(key)), None)
+            if found or where.startswith(APP):
+                bucket = found or bucket
                 break
+        else:
+            bucket = "Python's standard library and the rest"
         by_bucket[bucket] = by_bucket.get(bucket, 0) + n
         seen = set()
-        for frame in frames:
-            # The app's own functions: "name (refunds/selectors.py:12)" under the project's root.
-            if str(ROOT) in frame and "/.venv/" not in frame and "/site-packages/" not in frame:
-                function = frame.split(" (")[0] + " (" + frame.rsplit("/", 1)[-1].split(":")[0]
-                if function not in seen:
-                    seen.add(function)
-                    ours[function + ")"] = ours.get(function + ")", 0) + n
+        for function, where in frames:
+            if where.startswith(APP):
+                name = f"{function} ({where.split(':')[0]})"
+                if name not in seen:
+                    seen.add(name)
+                    ours[name] = ours.get(name, 0) + n
     share = {k: round(v / total, 3) for k, v in sorted(by_bucket.items(), key=lambda kv: -kv[1])}
     top = sorted(ours.items(), key=lambda kv: -kv[1])[:12]
     return {
@@ -576,7 +592,11 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
         name: round((used_after[name] - used_before.get(name, 0.0)) / elapsed, 3)
         for name in used_after
     }  # CPUs busy on average; the box has os.cpu_count()
-    profile = py_spy_collect(profiling)
+    profile = py_spy_collect(profiling)  # py-spy sampled a part of the step: it has ended
+    cpu = os.times()  # Locust's and py-spy's CPU: the children this process waited for
+    children = cpu.children_user - cpu_started.children_user
+    children += cpu.children_system - cpu_started.children_system
+    cpu_share["locust and py-spy"] = round(children / elapsed, 3)
     # What the step's reviewers decided is paid, its messages placed: a bounded wait.
     ids_reviewed = [u["user"] for u in json.loads(config.read_text())["reviewers"]]
     numbers = [m["number"] for m in messages]

@@ -133,7 +133,36 @@ def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_p
     # One reviewer alone, the targets' anchor: the queue page and its unchanged poll.
     assert out["idle_pages"]["queue_p50_ms"] > out["idle_pages"]["poll_p50_ms"] > 0
     # Where the time goes: each process's CPU, and py-spy's samples of the profiled step.
-    assert two["cpus_busy"]["web"] > 0 and two["cpus_busy"]["postgres"] > 0, two["cpus_busy"]
+    busy = two["cpus_busy"]
+    assert busy["web"] > 0 and busy["postgres"] > 0 and busy["locust and py-spy"] > 0, busy
+    assert busy["the whole machine"] >= busy["web"] + busy["worker"], busy
     assert two["profile"]["web"]["samples"] > 0, done.stdout
     assert sum(two["profile"]["web"]["leaf_by_library"].values()) == pytest.approx(1, abs=0.01)
     assert Path(out["chart"]).read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_load_scripts_profile_summary_names_libraries_and_the_apps_functions(tmp_path):
+    """py-spy names a frame's file relative to its sys.path entry, a library's as the app's: the
+    summary puts a sample under its leaf-most library, else under the app's own code, and lists
+    the app's functions on the stack (a first version matched absolute paths and found none)."""
+    from bench.load import summarize_profile
+
+    gunicorn = 'process 1:"gunicorn";process 2:"gunicorn";'
+    raw = tmp_path / "profile-web.txt"
+    raw.write_text(
+        f"{gunicorn}SyncWorker.handle (gunicorn/workers/sync.py:141);"
+        "queue (reviews/views/queue.py:250);execute (psycopg/cursor.py:97) 3\n"
+        f"{gunicorn}queue (reviews/views/queue.py:250);digest (reviews/rows.py:12) 1\n"
+        f"{gunicorn}SyncWorker.accept (gunicorn/workers/sync.py:30) 1\n"
+    )
+    found = summarize_profile(raw)
+    assert found["samples"] == 5
+    assert found["leaf_by_library"] == {
+        "the database driver (psycopg)": 0.6,
+        "the app's own code": 0.2,
+        "gunicorn (waiting for a request)": 0.2,
+    }
+    assert found["app_functions_on_stack"] == {
+        "queue (reviews/views/queue.py)": 0.8,
+        "digest (reviews/rows.py)": 0.2,
+    }
