@@ -7,6 +7,7 @@ surfacing later as a confusing error deep inside a worker.
 import math
 import os
 import sys
+from email.utils import getaddresses
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -131,6 +132,23 @@ def env_choice(name: str, default: str, *, choices: tuple[str, ...]) -> str:
 
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_addresses(name: str, default: str) -> list[tuple[str, str]]:
+    """Email addresses separated by commas, each "ops@example.com" or "Ana <ana@example.com>",
+    as Django's ADMINS takes them: [(name, address)]."""
+    raw = os.environ.get(name, default)
+    if not raw.strip():
+        return []
+    found = getaddresses([raw])
+    for _, address in found:
+        local, at, domain = address.partition("@")
+        if not (local and at and domain) or any(c.isspace() for c in address):
+            raise BadSetting(
+                f"{name} must be email addresses separated by commas, such as "
+                f"'Ana <ana@example.com>,ops@example.com'; got {raw!r}"
+            )
+    return found
 
 
 def writable_dir(name: str, path: str) -> Path:

@@ -19,6 +19,7 @@ from kombu import Exchange, Queue
 
 from config.env import (
     BadSetting,
+    env_addresses,
     env_bool,
     env_choice,
     env_int,
@@ -294,6 +295,11 @@ EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
 # Every step of an SMTP conversation gives up after this long: a hung mail server costs a retry,
 # not a worker (and bounds how long the outbox waits on a sender it cannot see).
 EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10.0, minimum=0.1)
+# Who hears of what needs a person and has no page open: a reconcile that finds a problem (and,
+# by Django's default logging, a server error's traceback). None set: nothing is sent.
+ADMINS = env_addresses("ADMINS", "")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL  # the sender of the admins' email (Django's is root@localhost)
+EMAIL_SUBJECT_PREFIX = "[Refund Desk] "
 
 # --- Mail provider (django-anymail): every ANYMAIL_<NAME> variable is anymail's <NAME> setting ---
 # e.g. ANYMAIL_MAILGUN_API_KEY, ANYMAIL_MAILGUN_WEBHOOK_SIGNING_KEY, ANYMAIL_WEBHOOK_SECRET,

@@ -8,9 +8,10 @@ from intake.models import Message
 from refunds import mail, persistence
 from refunds.flow.nodes import customer_namespace
 from refunds.flow.words import node_words
-from refunds.models import Email, Ticket
+from refunds.models import Email, ReconcileRun, Ticket
 
 LIMIT = 100
+EARLIER_RUNS = 10  # reconcile runs listed below the last one
 
 
 def failed_threads() -> list[Ticket]:
@@ -66,6 +67,11 @@ def counts() -> dict[str, int]:
         + Message.objects.given_up().count(),
         "undelivered": _undelivered().count(),
     }
+
+
+def reconcile_runs() -> list[ReconcileRun]:
+    """The last reconcile runs, newest first: the last one and a few before it."""
+    return list(ReconcileRun.objects.order_by("-started_at", "-id")[: EARLIER_RUNS + 1])
 
 
 def customer_memory(email: str) -> list[dict]:

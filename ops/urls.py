@@ -11,6 +11,7 @@ urlpatterns = [
     path("ops/failed/messages/<int:message_id>/retry/", views.message_retry, name="message_retry"),
     path("ops/undelivered/", views.undelivered, name="undelivered"),
     path("ops/undelivered/<int:email_id>/resend/", views.resend, name="resend"),
+    path("ops/reconcile/", views.reconcile, name="reconcile"),
     # path, not str: an address may hold "/" (valid in its local part), and with str the links
     # to such a customer could not be built, breaking every page that shows one.
     path("customers/<path:email>/", views.customer, name="customer"),

@@ -1,6 +1,7 @@
-"""Admins' pages: a thread's history (time travel, fork), the failed and undelivered queues, and
-what the desk remembers about a customer. Managers read; only admins act; agents and users in
-no desk group are refused."""
+"""Admins' pages: a thread's history (time travel, fork), the failed and undelivered queues,
+reconcile's last report, and what the desk remembers about a customer. Managers read (not
+reconcile's report: admins only); only admins act; agents and users in no desk group are
+refused."""
 
 from __future__ import annotations
 
@@ -215,6 +216,15 @@ def resend(request: HttpRequest, email_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
     return redirect("ops:undelivered")
+
+
+@require_GET
+@admins_only
+def reconcile(request: HttpRequest) -> HttpResponse:
+    """The last report of `reconcile` (the command's or beat's), with the runs before it."""
+    runs = selectors.reconcile_runs()
+    context = {"last": runs[0] if runs else None, "earlier": runs[1:]}
+    return render(request, "ops/reconcile.html", context)
 
 
 @require_GET

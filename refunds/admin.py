@@ -17,6 +17,7 @@ from refunds.models import (
     OrderLine,
     OutsideRefund,
     PaymentDispute,
+    ReconcileRun,
     StripeEvent,
     Ticket,
     TicketOrder,
@@ -508,6 +509,28 @@ class StripeEventAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["event_id", "type", "created", "received_at", "handled_at", "outcome"]
     list_filter = ["type", ("handled_at", admin.EmptyFieldListFilter)]
     search_fields = ["event_id"]
+
+
+@admin.register(ReconcileRun)
+class ReconcileRunAdmin(ReadOnly, admin.ModelAdmin):
+    """Each run of `reconcile` and its report, as the run saved it (/ops/reconcile/ shows the
+    last one)."""
+
+    list_display = ["started_at", "by", "since", "orders", "problem_count", "dispute_count"]
+    list_filter = ["by"]
+    readonly_fields = ["by", "started_at", "finished_at", "since", "orders", "report"]
+
+    @admin.display(description="Problems")
+    def problem_count(self, run: ReconcileRun) -> int:
+        return len(run.problems)
+
+    @admin.display(description="Open disputes")
+    def dispute_count(self, run: ReconcileRun) -> int:
+        return len(run.open_disputes)
+
+    @admin.display(description="Report")
+    def report(self, run: ReconcileRun) -> str:
+        return format_html("<pre>{}</pre>", "\n".join(run.lines))
 
 
 @admin.register(Email)

@@ -1036,6 +1036,39 @@ class SweepRun(models.Model):
         return f"{self.name} at {local_words(self.ran_at)}"
 
 
+class ReconcileRun(models.Model):
+    """One run of `reconcile` and what it said, saved by the run itself (the command and the
+    daily task alike) for /ops/reconcile/. Every run is kept: one small row a day."""
+
+    class By(models.TextChoices):
+        BEAT = "beat", "the daily beat"
+        COMMAND = "command", "manage.py reconcile"
+
+    by = models.CharField(max_length=10, choices=By.choices)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    since = models.DateTimeField()  # the orders charged since then were looked at
+    orders = models.PositiveIntegerField(default=0)
+    lines = models.JSONField(default=list)  # the report as printed (and emailed)
+    problems = models.JSONField(default=list)  # each one in words, also among the lines
+    open_disputes = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"reconcile by {self.by} at {local_words(self.started_at)}"
+
+    def marked_lines(self) -> list[tuple[str, str]]:
+        """Each line with what it is ("problem", "dispute" or ""), for the page to mark."""
+        problems = {f"- {words}" for words in self.problems}
+        disputes = {f"- {words}" for words in self.open_disputes}
+        return [
+            (line, "problem" if line in problems else "dispute" if line in disputes else "")
+            for line in self.lines
+        ]
+
+
 class StripeEventQuerySet(models.QuerySet):
     def needing_worker(self, received_before=None) -> StripeEventQuerySet:
         """Events not handled yet that still have attempts left (received before a time)."""

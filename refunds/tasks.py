@@ -13,6 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from refunds import mail, metrics, runner, services
+from refunds.models import ReconcileRun
 
 
 # celery-types 0.26 predates Celery 5.7's retry_on_worker_lost, hence the ignore.
@@ -85,6 +86,7 @@ def reconcile_payments() -> int:
     report = services.reconcile_payments(
         since=now - timedelta(days=settings.REFUNDS_RECONCILE_DAYS),
         deadline=time.monotonic() + settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.75,
+        by=ReconcileRun.By.BEAT,
     )
     return len(report.problems)
 

@@ -10,7 +10,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # config/env.py's strict readers: each takes the variable's name first.
-READERS = {"env_str", "env_int", "env_number", "env_bool", "env_url", "env_choice", "env_list"}
+READERS = {
+    "env_str",
+    "env_int",
+    "env_number",
+    "env_bool",
+    "env_url",
+    "env_choice",
+    "env_list",
+    "env_addresses",
+}
 TABLES_IN = ("## Settings (environment variables)", "## Scale out")
 
 

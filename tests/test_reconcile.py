@@ -10,14 +10,18 @@ from io import StringIO
 
 import pytest
 from django.conf import settings as django_settings
+from django.core import mail
+from django.core.mail.backends.base import BaseEmailBackend
 from django.core.management import CommandError, call_command
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from core.clock import day_words
 from devtools.localstripe import SECRET_KEY
 from refunds import enqueue, money, payments, services, tasks
 from refunds.flow.words import dollars
-from refunds.models import Charge, OutsideRefund, PaymentDispute, Ticket
+from refunds.models import Charge, OutsideRefund, PaymentDispute, ReconcileRun, Ticket
 from refunds.payments import ProcessorDispute, ProcessorRefund
 from refunds.payments.stripe import StripeGateway
 from tests.test_outside_refunds import PAID, at_stripe, paid_order, pay
@@ -167,16 +171,19 @@ def test_a_refund_with_the_desks_key_the_ledger_lacks_is_a_problem(db, stripe_he
 
 class Says:
     """A processor that says what the test wants of a payment's refunds (localstripe cannot say
-    `failed`, nor a second amount)."""
+    `failed`, nor a second amount) and of its disputes (none unless told)."""
 
-    def __init__(self, refunds: list[ProcessorRefund]) -> None:
+    def __init__(
+        self, refunds: list[ProcessorRefund], disputes: list[ProcessorDispute] | None = None
+    ) -> None:
         self.refunds = refunds
+        self.disputes = disputes or []
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
         return self.refunds
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        return []
+        return self.disputes
 
 
 def test_a_desk_refund_failed_at_the_processor_is_re_read_onto_the_ledger(db, monkeypatch):
@@ -289,3 +296,135 @@ def test_beat_runs_it_daily_on_the_housekeeping_queue(db, stripe_here):
     stripe_here.refund_outside(order.payment_reference, 1)
 
     assert tasks.reconcile_payments() == 1  # the problem found: past the fee
+
+
+# --- each run's report: kept, shown under ops, emailed to the admins on a problem ---------------
+def a_run(*, problem: bool = False, dispute: bool = False) -> services.ReconcileReport:
+    """One run over the desk's refund of one paid order: with a problem (the processor holds
+    another amount) or none, with an open dispute or none."""
+    if not Charge.objects.exists():
+        pay(payments.DemoGateway(), paid_order("pi_Run"), 699)
+    charge = Charge.objects.get()
+    held = ProcessorRefund(
+        id=charge.receipt or "",
+        amount_cents=698 if problem else 699,
+        status="succeeded",
+        desk_key=charge.idempotency_key,
+    )
+    disputes = [ProcessorDispute(id="dp_Open", status="needs_response", amount_cents=PAID)]
+    return services.reconcile_payments(
+        since=a_day_ago(), gateway=Says([held], disputes if dispute else [])
+    )
+
+
+def test_a_run_saves_its_report(db):
+    report = a_run(problem=True, dispute=True)
+
+    run = ReconcileRun.objects.get()
+    assert run.lines == report.lines()
+    assert (run.orders, run.problems, run.open_disputes) == (
+        1,
+        report.problems,
+        report.open_disputes,
+    )
+    assert len(run.problems) == len(run.open_disputes) == 1
+    assert run.by == "command"
+    assert run.since < run.started_at <= run.finished_at
+
+
+def test_the_command_and_beat_say_which_ran(db, stripe_here):
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 699)
+
+    reconcile()
+    tasks.reconcile_payments()
+
+    assert list(ReconcileRun.objects.values_list("by", flat=True)) == ["beat", "command"]
+
+
+def test_the_page_shows_the_last_report_to_an_admin(client, admin_user):
+    a_run()
+    a_run(problem=True, dispute=True)
+    last = ReconcileRun.objects.first()
+    assert last is not None
+    [problem], [dispute] = last.problems, last.open_disputes
+    client.force_login(admin_user)
+
+    page = client.get(reverse("ops:reconcile")).content.decode()
+
+    assert "1 problem</strong>, 1 open dispute." in page
+    assert f'<li class="reconcile-problem">- {escape(problem)}</li>' in page
+    assert f'<li class="reconcile-dispute">- {escape(dispute)}</li>' in page
+    assert "<li>Problems: 1.</li>" in page
+    earlier = ReconcileRun.objects.last()
+    assert earlier is not None and earlier != last
+    assert f'id="reconcile-run-{earlier.pk}"' in page  # listed with its counts
+    assert f'id="reconcile-run-{last.pk}"' not in page
+    assert 'id="nav-reconcile"' in page
+
+
+@pytest.mark.parametrize("who", ["agent", "manager"])
+def test_the_page_is_refused_to_everyone_but_admins(client, db, who, request):
+    a_run(problem=True)
+    client.force_login(request.getfixturevalue(who))
+
+    response = client.get(reverse("ops:reconcile"))
+
+    assert response.status_code == 403
+    assert "in the ledger" not in response.content.decode()
+
+
+def test_the_page_says_when_no_reconcile_has_run(client, admin_user):
+    client.force_login(admin_user)
+
+    page = client.get(reverse("ops:reconcile")).content.decode()
+
+    assert (
+        "No reconcile has run yet: it runs daily, or run <code>manage.py reconcile</code>." in page
+    )
+
+
+@pytest.fixture
+def admins(settings) -> None:
+    settings.ADMINS = [("Ops", "ops@example.com"), ("", "cfo@example.com")]
+
+
+def test_a_run_with_a_problem_emails_the_admins_once(db, admins):
+    report = a_run(problem=True)
+
+    [sent] = mail.outbox
+    assert sent.to == ["ops@example.com", "cfo@example.com"]
+    assert sent.subject == (
+        "[Refund Desk] Reconcile found 1 problem between the ledger and the processor"
+    )
+    assert "\n".join(report.lines()) in sent.body
+    assert "/ops/reconcile/" in sent.body
+
+
+def test_a_clean_run_emails_no_one(db, admins):
+    a_run(dispute=True)  # an open dispute is no problem of the ledger's
+
+    assert mail.outbox == []
+
+
+def test_with_no_admins_set_a_problem_emails_no_one(db, settings):
+    settings.ADMINS = []
+
+    a_run(problem=True)
+
+    assert mail.outbox == []
+
+
+class Refuses(BaseEmailBackend):
+    def send_messages(self, email_messages):
+        raise ConnectionRefusedError("the mail server is down")
+
+
+def test_a_mail_server_that_fails_does_not_fail_the_run(db, admins, settings, caplog):
+    settings.EMAIL_BACKEND = "tests.test_reconcile.Refuses"
+
+    report = a_run(problem=True)
+
+    assert not report.ok
+    assert ReconcileRun.objects.get().problems == report.problems
+    assert "the admins' email about 1 problem was not sent" in caplog.text

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import BadSetting, env_bool, env_int, env_number, env_str, env_url
+from config.env import (
+    BadSetting,
+    env_addresses,
+    env_bool,
+    env_int,
+    env_number,
+    env_str,
+    env_url,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = "REFUNDS_TEST_SETTING"
@@ -122,6 +130,22 @@ def test_env_url_refuses_other_schemes_without_echoing_credentials(monkeypatch, 
     message = str(refused.value)
     assert message == f"{VAR} must start with one of sqlite://, postgres://; got {got}"
     assert "secret" not in message
+
+
+def test_env_addresses_reads_addresses_as_django_admins_takes_them(monkeypatch):
+    monkeypatch.setenv(VAR, '"Souza, Ana" <ana@example.com>, ops@example.com')
+    assert env_addresses(VAR, "") == [("Souza, Ana", "ana@example.com"), ("", "ops@example.com")]
+    monkeypatch.setenv(VAR, " ")
+    assert env_addresses(VAR, "") == []
+    monkeypatch.delenv(VAR)
+    assert env_addresses(VAR, "") == []
+
+
+@pytest.mark.parametrize("raw", ["ops", "ops@", "Ana <@example.com>", "ana smith@example.com"])
+def test_env_addresses_refuses_what_is_not_an_address_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv(VAR, raw)
+    with pytest.raises(ImproperlyConfigured, match=f"^{VAR} must be email addresses"):
+        env_addresses(VAR, "")
 
 
 def test_a_bad_setting_is_an_improperly_configured():

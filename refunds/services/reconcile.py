@@ -14,6 +14,9 @@ processor and
   processor lacks, a second refund under one key, amounts that differ, a refund the ledger
   calls refused; and any order refunded past what was paid, which the pre-charge check cannot
   fully prevent (a dashboard refund made between its lookup and the desk's own refund).
+
+Each run saves its report (ReconcileRun, shown at /ops/reconcile/) and, when it found a problem,
+emails the admins (settings.ADMINS).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.core.mail import mail_admins
 from django.utils import timezone
 
 from core.clock import day_words, local_words
@@ -30,7 +34,7 @@ from core.network import outside_transaction
 from refunds import metrics, money
 from refunds.flow.errors import DISPUTED, GatewayError
 from refunds.flow.words import dollars
-from refunds.models import Charge, Order, OrderLine
+from refunds.models import Charge, Order, OrderLine, ReconcileRun
 from refunds.payments import Gateway, ProcessorDispute, ProcessorRefund, get_gateway
 from refunds.payments.stripe import StripeGateway
 from refunds.services.stripe_events import refund_record
@@ -84,11 +88,17 @@ class ReconcileReport:
 
 
 def reconcile_payments(
-    *, since: datetime, gateway: Gateway | None = None, deadline: float | None = None
+    *,
+    since: datetime,
+    gateway: Gateway | None = None,
+    deadline: float | None = None,
+    by: str = ReconcileRun.By.COMMAND,
 ) -> ReconcileReport:
     """Compare the ledger with the processor for every order charged since `since` that names a
-    payment; `deadline` (time.monotonic()) leaves the orders after it for the next run."""
+    payment; `deadline` (time.monotonic()) leaves the orders after it for the next run. Saves
+    the report as run `by` the command or beat, and emails the admins any problem."""
     outside_transaction("the payment processor")
+    started_at = timezone.now()
     gateway = gateway or get_gateway()
     report = ReconcileReport(since=since)
     orders = (
@@ -122,9 +132,36 @@ def reconcile_payments(
         money.disputes_record(order.pk, disputes)
         report.open_disputes += [_dispute_words(order, d) for d in disputes if d.open]
     metrics.RECONCILE_PROBLEMS.inc(len(report.problems))
-    for line in report.lines():
+    lines = report.lines()
+    for line in lines:
         (log.warning if report.problems else log.info)("reconcile: %s", line)
+    ReconcileRun.objects.create(
+        by=by,
+        started_at=started_at,
+        finished_at=timezone.now(),
+        since=since,
+        orders=report.orders,
+        lines=lines,
+        problems=report.problems,
+        open_disputes=report.open_disputes,
+    )
+    _tell_the_admins(report.problems, lines)
     return report
+
+
+def _tell_the_admins(problems: list[str], lines: list[str]) -> None:
+    """One email to settings.ADMINS (none when it is empty) when the run found a problem. A mail
+    server that fails loses only the email: the report is saved and counted by then."""
+    if not problems:
+        return
+    found = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
+    try:
+        mail_admins(
+            f"Reconcile found {found} between the ledger and the processor",
+            "\n".join([*lines, "", "On the desk: /ops/reconcile/ (admins only)."]),
+        )
+    except Exception:
+        log.exception("reconcile: the admins' email about %s was not sent", found)
 
 
 def _dispute_words(order: Order, dispute: ProcessorDispute) -> str:

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from refunds import services
+from refunds.models import ReconcileRun
 
 
 def _day(value: str) -> date:
@@ -18,8 +19,8 @@ class Command(BaseCommand):
     help = (
         "Compare the ledger with the payment processor for the orders charged since a date: "
         "refunds made outside the desk (recorded), refunds missing on either side, amounts that "
-        "differ, orders refunded past what was paid. Moves no money; exits 1 when something is "
-        "wrong."
+        "differ, orders refunded past what was paid. Moves no money; saves the report (shown at "
+        "/ops/reconcile/), emails the admins a problem and exits 1 when something is wrong."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -34,7 +35,7 @@ class Command(BaseCommand):
             since = datetime(day.year, day.month, day.day, tzinfo=UTC)
         else:
             since = timezone.now() - timedelta(days=settings.REFUNDS_RECONCILE_DAYS)
-        report = services.reconcile_payments(since=since)
+        report = services.reconcile_payments(since=since, by=ReconcileRun.By.COMMAND)
         self.stdout.write("\n".join(report.lines()))
         if not report.ok:
             raise CommandError(
