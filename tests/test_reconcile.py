@@ -244,11 +244,30 @@ def test_an_order_charged_before_since_is_not_looked_at(db, stripe_here):
     order = paid_order(stripe_here.payment_intent(PAID))
     pay(StripeGateway(), order, 699)
     Charge.objects.update(created_at=datetime(2026, 1, 1, tzinfo=UTC))
+    Ticket.objects.update(created_at=datetime(2026, 1, 1, tzinfo=UTC))
 
     status, said = reconcile("--since", "2026-02-01")
 
     assert status == 0
-    assert "Reconciled 0 order(s) charged since Feb 1, 2026, 00:00 UTC" in said
+    assert "Reconciled 0 order(s) charged or ticketed since Feb 1, 2026, 00:00 UTC" in said
+
+
+def test_an_order_the_desk_did_not_charge_is_looked_at_when_a_ticket_was_opened_for_it(
+    db, stripe_here
+):
+    """The balance check refused the desk's refund (nothing charged, no ledger row), yet the
+    order's refund made in Stripe's dashboard is recorded and counted."""
+    order = paid_order(stripe_here.payment_intent(PAID), paid=PAID)
+    Ticket.objects.create(thread_id=f"refund-{order.number}", order=order)
+    stripe_here.refund_outside(order.payment_reference, 5000)
+    assert not Charge.objects.exists()
+
+    status, said = reconcile()
+
+    assert status == 0, said
+    assert "Reconciled 1 order(s)" in said
+    assert "Refunds made outside the desk: 1 ($50.00), 1 new" in said
+    assert OutsideRefund.objects.get().order == order
 
 
 def test_a_since_that_is_not_a_date_is_refused(db):

@@ -1,8 +1,8 @@
 """`manage.py reconcile` and its daily task: the ledger beside the processor, order by order. It
 moves no money.
 
-For each order charged since a date that names a payment, it lists the payment's refunds at the
-processor and
+For each order charged since a date, or with a ticket opened since, that names a payment, it
+lists the payment's refunds at the processor and
 - records those the desk did not make (OutsideRefund, as the ledger's pre-charge lookup does), so
   a refund made in Stripe's dashboard after the desk's last lookup is counted from now on;
 - re-reads the desk's own refunds' statuses onto their ledger rows (forward only: the same
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.core.mail import mail_admins
+from django.db.models import Q
 from django.utils import timezone
 
 from core.clock import day_words, local_words
@@ -67,8 +68,8 @@ class ReconcileReport:
 
     def lines(self) -> list[str]:
         said = [
-            f"Reconciled {self.orders} order(s) charged since {local_words(self.since)}: "
-            f"{self.listed} refund(s) at the processor.",
+            f"Reconciled {self.orders} order(s) charged or ticketed since "
+            f"{local_words(self.since)}: {self.listed} refund(s) at the processor.",
             f"Refunds made outside the desk: {self.outside} ({dollars(self.outside_cents)}), "
             f"{self.outside_new} new since the last look.",
             f"Desk refunds whose status the processor moved on: {self.statuses_moved}.",
@@ -101,8 +102,12 @@ def reconcile_payments(
     started_at = timezone.now()
     gateway = gateway or get_gateway()
     report = ReconcileReport(since=since)
+    # The orders charged since, and those a ticket was opened for since: a ticket declined or
+    # refused by the balance check charged nothing, yet its order may be refunded elsewhere.
     orders = (
-        Order.objects.filter(charges__created_at__gte=since)
+        Order.objects.filter(
+            Q(charges__created_at__gte=since) | Q(links__ticket__created_at__gte=since)
+        )
         .exclude(payment_reference="")
         .distinct()
         .order_by("pk")

@@ -17,7 +17,8 @@ def _day(value: str) -> date:
 
 class Command(BaseCommand):
     help = (
-        "Compare the ledger with the payment processor for the orders charged since a date: "
+        "Compare the ledger with the payment processor for the orders charged or ticketed "
+        "since a date: "
         "refunds made outside the desk (recorded), refunds missing on either side, amounts that "
         "differ, orders refunded past what was paid. Moves no money; saves the report (shown at "
         "/ops/reconcile/), emails the admins a problem and exits 1 when something is wrong."
