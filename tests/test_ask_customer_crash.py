@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from devtools.faults import fired
 from intake.services import message_receive
-from refunds import services
+from refunds import services, tasks
 from refunds.flow.nodes import close_key
 from refunds.models import AuditEvent, CustomerQuestion, Decision, Ticket
 from refunds.services import asking
@@ -234,3 +234,50 @@ def test_a_worker_sigkilled_between_a_reply_after_the_close_and_the_reopening_re
     assert [event.answer.get("reopened") for event in replies] == [None, True]  # give-up, reply
     assert sinks.smtp.keys() == {question.email_key: 1, closing: 1}
     assert branch_points(ticket) == []
+
+
+@pytest.mark.parametrize("point", ["smtp:before", "smtp:after"])
+def test_a_housekeeping_worker_killed_around_the_reminder_reminds_once(
+    workers,
+    sinks,
+    crash_plan,  # noqa: F811
+    sweep_now,
+    settings,
+    agent,
+    admin_user,
+    late_order,
+    point,  # noqa: F811
+):
+    """The wait's timer runs in a real housekeeping worker, which dies around the reminder's
+    SMTP conversation; beat's next tick, in another worker, reminds the customer once (at the
+    SMTP server), and the question itself went once."""
+    env = crash_plan({})
+    workers("threads", pool="solo", env=env, queues="threads")
+    ticket = open_and_wait_for_review("1042", agent)
+    ask(ticket, admin_user)
+    until(ticket, "awaiting_customer")
+    question = CustomerQuestion.objects.get(ticket=ticket)
+    wait_for(lambda: sinks.smtp.count(ticket.thread_id), what="the question email")
+    reminder = question.email_key + asking.REMINDER_SUFFIX
+    due = timezone.now() - timedelta(days=settings.REFUNDS_ASK_REMIND_DAYS, hours=1)
+    CustomerQuestion.objects.filter(pk=question.pk).update(asked_at=due)
+    crash_plan({"*": {"point": point, "times": 1}})  # armed for the reminder
+    doomed = workers("keeper", pool="solo", env=env, queues="housekeeping")
+    tasks.escalate_overdue_reviews.delay()
+    wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the reminder")
+    workers("keeper2", pool="solo", env=env, queues="housekeeping")
+
+    def reminded() -> bool:
+        if sinks.smtp.keys().get(reminder):
+            return True
+        tasks.escalate_overdue_reviews.delay()  # beat's next tick
+        return False
+
+    wait_for(reminded, timeout=60, every=2, what="the reminder at the SMTP server")
+    quiesce(workers)
+    sent = sinks.smtp.keys()[reminder]
+    assert sent == 1 or (point == "smtp:after" and sent == 2)  # the outbox's one window
+    assert sinks.smtp.keys()[question.email_key] == 1
+    assert CustomerQuestion.objects.get(pk=question.pk).reminded_at is not None
+    status_now = status(ticket)
+    assert status_now == "awaiting_customer", status_now
