@@ -45,6 +45,23 @@ def until(ticket: Ticket, wanted: str, *, timeout: float = 45) -> None:
     wait_for(done, timeout=timeout, every=0.5, what=f"ticket {ticket.pk} to be {wanted}")
 
 
+def reply_after_the_close(question: CustomerQuestion) -> None:
+    """The customer's answer by the inbound path, days after the close, to the question's
+    reply address."""
+    body = "Sorry, I was away: here is the photo."
+    message_receive(
+        channel="email",
+        key="<late-reply@customer.test>",
+        message_id="<late-reply@customer.test>",
+        sender="ana@example.com",
+        subject="photo",
+        body=body,
+        received_at=timezone.now(),
+        raw=body,
+        recipients=[f"replies+{question.token}@desk.example.com"],
+    )
+
+
 @pytest.fixture
 def sweep_now(settings):
     settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
@@ -154,18 +171,7 @@ def test_a_worker_killed_around_the_close_email_closes_once_and_a_reply_reopens(
     sent = sinks.smtp.keys()[closing]
     assert sent == 1 or (point == "smtp:after" and sent == 2)  # the outbox's one window
     assert sinks.smtp.keys()[question.email_key] == 1
-    body = "Sorry, I was away: here is the photo."
-    message_receive(
-        channel="email",
-        key="<late-reply@customer.test>",
-        message_id="<late-reply@customer.test>",
-        sender="ana@example.com",
-        subject="photo",
-        body=body,
-        received_at=timezone.now(),
-        raw=body,
-        recipients=[f"replies+{question.token}@desk.example.com"],
-    )
+    reply_after_the_close(question)
     until(ticket, "awaiting_review")
     quiesce(workers)
     ticket.refresh_from_db()
@@ -204,18 +210,7 @@ def test_a_worker_sigkilled_between_a_reply_after_the_close_and_the_reopening_re
     closing = close_key(ticket.thread_id, question.decision_id)
     wait_for(lambda: sinks.smtp.count(closing), what="the close email")
     crash_plan({"*": {"point": point, "times": 1, "action": "stop"}})  # armed for the reopening
-    body = "Sorry, I was away: here is the photo."
-    message_receive(
-        channel="email",
-        key="<late-reply@customer.test>",
-        message_id="<late-reply@customer.test>",
-        sender="ana@example.com",
-        subject="photo",
-        body=body,
-        received_at=timezone.now(),
-        raw=body,
-        recipients=[f"replies+{question.token}@desk.example.com"],
-    )
+    reply_after_the_close(question)
     wait_for(
         lambda: any(f"@{point}@" in marker for marker in fired(crash_plan.path)),
         timeout=30,
