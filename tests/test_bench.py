@@ -131,7 +131,8 @@ def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_p
     assert {t["target"] for t in out["targets"]} >= {"errors"}
     assert "| 2 |" in done.stdout  # the table's row
     # One reviewer alone, the targets' anchor: the queue page and its unchanged poll.
-    assert out["idle_pages"]["queue_p50_ms"] > out["idle_pages"]["poll_p50_ms"] > 0
+    alone = out["idle_pages"]
+    assert alone["loads"] == 2 and alone["queue_p50_ms"] > 0 and alone["poll_p50_ms"] > 0
     # Where the time goes: each process's CPU, and py-spy's samples of the profiled step.
     busy = two["cpus_busy"]
     assert busy["web"] > 0 and busy["postgres"] > 0 and busy["locust and py-spy"] > 0, busy
