@@ -431,17 +431,20 @@ class OrderAnswerIn(StrictBody):
             )
         return super().to_internal_value(data)
 
-    answer = serializers.ChoiceField(choices=Decision.Answer.choices)
+    answer = serializers.ChoiceField(choices=["approve", "reject"])
     amount_cents = WholeCents(
         required=False,
         min_value=1,
-        help_text="approve: pay this much (managers may lower it; at most what it asks).",
+        help_text="approve, a shorthand kept for earlier clients: pay this much of the proposal "
+        "(managers; its parts scaled down to it, at most what it proposes). Expanded into "
+        "`parts` before the decision is checked.",
     )
     reason = Text(
         required=False,
         allow_blank=True,
         max_length=REASON_MAX,
-        help_text="reject: why, for the customer (else the decision's `reason`).",
+        help_text="reject: why, for the customer (else the decision's `reason`); approve: why "
+        "less than proposed, if it is.",
     )
     parts = serializers.ListField(
         child=PartIn(),
@@ -456,20 +459,27 @@ class OrderAnswerIn(StrictBody):
 
 
 class DecisionIn(serializers.Serializer):
-    """Answer a ticket's pending review, as a reviewer does on the desk."""
+    """Answer a ticket's pending review, as a reviewer does on the desk. A decision has one
+    shape, its answer per open order with the parts each approval refunds (`orders`); `answer`
+    alone ("approve" as proposed, "reject" with `reason`) and `amount_cents` are shorthands
+    expanded into it before it is checked, as the desk's buttons are; "ask" asks the customer
+    the question in `reason` instead."""
 
     interrupt_id = serializers.CharField(
         max_length=64, help_text="The pending review's interrupt id (review.interrupt_id)."
     )
     answer = serializers.ChoiceField(
-        choices=Decision.Answer.choices, help_text="approve, or reject (with a reason)."
+        choices=["approve", "reject", "ask"],
+        help_text="approve (as proposed, for every open order not in `orders`), reject (with a "
+        "reason), or ask (the customer the question in `reason`).",
     )
     reason = serializers.CharField(
         required=False,
         allow_blank=True,
         default="",
         max_length=REASON_MAX,
-        help_text="For the customer (to reject).",
+        help_text="For the customer: why, for every rejected order without its own reason (a "
+        "ticket of one order: why less, for a lower approval); the question, to ask.",
     )
     note = serializers.CharField(
         required=False,
@@ -483,7 +493,9 @@ class DecisionIn(serializers.Serializer):
         allow_null=True,
         default=None,
         min_value=1,
-        help_text="Managers: approve this lower amount instead (an edit). One order only.",
+        help_text="A shorthand kept for earlier clients (managers, one open order): approve "
+        "this much of the proposal, its parts scaled down to it. Expanded into `orders` "
+        "before the decision is checked.",
     )
     orders = serializers.DictField(
         child=OrderAnswerIn(),
@@ -499,7 +511,8 @@ class DecisionIn(serializers.Serializer):
 
 
 class DecisionMade(serializers.ModelSerializer):
-    """The decision recorded: a worker applies it."""
+    """The decision recorded, in its one shape (`orders`: each open order's answer, an approval
+    with the parts it refunds and their `amount_cents`): a worker applies it."""
 
     reviewer = serializers.CharField(source="reviewer.username")
 
@@ -510,7 +523,6 @@ class DecisionMade(serializers.ModelSerializer):
             "interrupt_id",
             "answer",
             "reason",
-            "amount_cents",
             "orders",
             "reviewer",
             "decided_at",

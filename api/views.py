@@ -225,7 +225,8 @@ def ticket_detail(request: Request, ticket_id: int) -> Response:
 
 @extend_schema(
     operation_id="tickets_decide",
-    summary="Answer a ticket's pending review (approve, reject, or approve a lower amount)",
+    summary="Answer a ticket's pending review: per order, approve with the parts refunded or "
+    "reject with a reason (or ask the customer)",
     request=DecisionIn,
     responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 422, 429)},
 )
@@ -238,10 +239,20 @@ def ticket_decision(request: Request, ticket_id: int) -> Response:
         raise NotFound(f"There is no ticket {ticket_id}.")
     form = DecisionIn(data=request.data)
     form.is_valid(raise_exception=True)
+    given = form.validated_data
+    said = {"ticket": ticket, "interrupt_id": given["interrupt_id"], "reviewer": request.user}
     try:
-        decision = services.ticket_decide(
-            ticket=ticket, reviewer=request.user, **form.validated_data
-        )
+        if given["answer"] == "ask":
+            decision = services.ticket_ask(**said, question=given["reason"], note=given["note"])
+        else:
+            orders = services.review_answers(
+                ticket,
+                answer=given["answer"],
+                reason=given["reason"],
+                amount_cents=given["amount_cents"],
+                orders=given["orders"],
+            )
+            decision = services.ticket_decide(**said, orders=orders, note=given["note"])
     except PermissionDenied as exc:
         raise Forbidden(str(exc)) from None
     except (services.AlreadyDecided, services.ClaimTaken) as exc:

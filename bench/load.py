@@ -385,7 +385,7 @@ class Desk:
                 services.ticket_decide(
                     ticket=ticket,
                     interrupt_id=ticket.pending_interrupt_id,
-                    answer="approve",
+                    orders=services.review_answers(ticket, answer="approve"),
                     reviewer=self.driver,
                 )
             except services.AlreadyDecided:

@@ -18,7 +18,7 @@ from celery import Celery
 from langgraph.types import Command
 
 from bench._common import redis_client
-from bench.reference import APPROVE, compiled, fake_context, initial
+from bench.reference import approved, compiled, fake_context, initial
 
 BROKER = os.environ["CELERY_BROKER_URL"]
 app = Celery("naive_glue", broker=BROKER)
@@ -40,12 +40,15 @@ def _redis():
 @app.task
 def start(thread_id: str, number: str) -> None:
     config = {"configurable": {"thread_id": thread_id}}
-    _graph().invoke(initial(thread_id, number), config, context=fake_context(), durability="sync")
-    _redis().rpush(PAUSED, json.dumps(thread_id))
+    paused = _graph().invoke(
+        initial(thread_id, number), config, context=fake_context(), durability="sync"
+    )
+    # The review's answer travels with the wake-up, as a plain glue's "approve" button would.
+    _redis().rpush(PAUSED, json.dumps([thread_id, approved(paused["__interrupt__"][0].value)]))
 
 
 @app.task
-def resume(thread_id: str) -> None:
+def resume(thread_id: str, answer: dict) -> None:
     config = {"configurable": {"thread_id": thread_id}}
-    _graph().invoke(Command(resume=APPROVE), config, context=fake_context(), durability="sync")
+    _graph().invoke(Command(resume=answer), config, context=fake_context(), durability="sync")
     _redis().rpush(DONE, json.dumps(thread_id))

@@ -65,7 +65,7 @@ def main() -> None:
             services.ticket_decide(
                 ticket=ticket,
                 interrupt_id=ticket.pending_interrupt_id,
-                answer="approve",
+                orders=services.review_answers(ticket, answer="approve"),
                 reviewer=admin,
             )
             assert runner.advance(ticket.pk) == "refunded"

@@ -141,6 +141,13 @@ def initial(thread_id: str, number: str) -> dict:
 APPROVE = {"answer": "approve", "reason": "", "reviewer": "bench"}
 
 
+def approved(review: dict) -> dict:
+    """APPROVE in the one shape the desk sends: every open order as proposed."""
+    from refunds.flow import answers
+
+    return APPROVE | {"orders": answers.expanded(review["orders"], answer="approve")}
+
+
 def run_bare(url: str, numbers: list[str], prefix: str) -> dict:
     """Every ticket start to end in this process: invoke to the interrupt, then resume."""
     graph = compiled(url)
@@ -152,11 +159,14 @@ def run_bare(url: str, numbers: list[str], prefix: str) -> dict:
         paused = graph.invoke(
             initial(f"{prefix}-{number}", number), config, context=ctx, durability="sync"
         )
-        interrupt_id = paused["__interrupt__"][0].id
+        (pending,) = paused["__interrupt__"]
         from langgraph.types import Command
 
         done = graph.invoke(
-            Command(resume={interrupt_id: APPROVE}), config, context=ctx, durability="sync"
+            Command(resume={pending.id: approved(pending.value)}),
+            config,
+            context=ctx,
+            durability="sync",
         )
         assert done["outcome"] == "refunded", done
     elapsed = time.perf_counter() - started

@@ -92,7 +92,7 @@ def run_naive(n_workers: int, numbers: list[str], url: str, data_dir: Path) -> d
                 raise RuntimeError(f"naive glue: {done} of {len(numbers)} done after 600 s")
             paused = client.lpop(naive_glue.PAUSED, 100) or []
             for raw in paused:
-                naive_glue.resume.delay(json.loads(raw))
+                naive_glue.resume.delay(*json.loads(raw))
             done += len(client.lpop(naive_glue.DONE, 100) or [])
             if not paused:
                 time.sleep(POLL)
@@ -146,7 +146,7 @@ class Desk:
             services.ticket_decide(
                 ticket=ticket,
                 interrupt_id=ticket.pending_interrupt_id,
-                answer="approve",
+                orders=services.review_answers(ticket, answer="approve"),
                 reviewer=self.reviewer,
             )
             self.decided.add(ticket.pk)

@@ -36,6 +36,7 @@ from refunds.services import (
     NOTE_MAX,
     RefundError,
     order_find,
+    review_answers,
     ticket_decide,
 )
 
@@ -341,8 +342,7 @@ def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
         ticket_decide(
             ticket=ticket,
             interrupt_id=ticket.pending_interrupt_id,
-            answer="reject",
-            reason=SENT_BACK_REASON,
+            orders=review_answers(ticket, answer="reject", reason=SENT_BACK_REASON),
             note=f"Sent back to Needs sorting: {why}",
             reviewer=by,
             sent_back=True,

@@ -197,7 +197,7 @@ def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]
     decision = after.get("decision")
     if decision and decision != before.get("decision"):
         verb = "approved" if decision.get("answer") == "approve" else "rejected"
-        if isinstance(decision.get("orders"), dict):  # each order's own, not the shared reason
+        if len(decision.get("orders") or {}) > 1:  # each order's own, not the shared reason
             verb = "answered per order"
         text = f"{verb} by {decision.get('reviewer', 'a reviewer')}"
         if decision.get("reason") and verb != "answered per order":

@@ -578,9 +578,9 @@ class Decision(models.Model):
     answer = models.CharField(max_length=10, choices=Answer)
     reason = models.TextField(blank=True)  # for the customer: their email quotes it
     note = models.TextField(blank=True)  # internal: stays on the desk, never in the thread
-    amount_cents = models.PositiveIntegerField(null=True, blank=True)  # a manager's lower amount
-    # A ticket of several orders: the answer per order number ({"answer", "amount_cents",
-    # "reason"}); `answer` then says whether any was approved. None: `answer` is for them all.
+    # approve or reject: the answer per open order number, in its one shape (approve with the
+    # parts it refunds, reject with a reason: refunds/flow/answers.py); `answer` says whether
+    # any was approved. None for an ask and the customer's reply.
     orders = models.JSONField(null=True, blank=True)
     # A rejection because the intake misread the message, which went back to Needs sorting: the
     # customer is told nothing now (no refusal that is not one); the message's next ticket
@@ -619,7 +619,6 @@ class Decision(models.Model):
             self.answer,
             self.reason,
             self.reviewer.username if self.reviewer else "",
-            self.amount_cents,
             self.orders,
             sent_back=self.sent_back,
         )
@@ -629,7 +628,6 @@ def resume_value(
     answer: str,
     reason: str,
     reviewer: str,
-    amount_cents: int | None,
     orders: dict | None = None,
     *,
     sent_back: bool = False,
@@ -638,10 +636,8 @@ def resume_value(
     left out on purpose: what enters the thread can reach the customer's email, the note must
     not."""
     value: dict[str, Any] = {"answer": answer, "reason": reason, "reviewer": reviewer}
-    if amount_cents is not None:
-        value["amount_cents"] = amount_cents  # an "edit": the amount to pay instead
     if orders:
-        value["orders"] = orders  # the answer per order of a ticket of several
+        value["orders"] = orders  # the answer per open order
     if sent_back:
         value["sent_back"] = True  # a misread message sent back: nothing to tell the customer
     return value

@@ -109,7 +109,10 @@ def edit_refusal(user, ticket: Ticket) -> str:
     if refusal:
         return refusal
     if not (is_admin(user) or is_manager(user)):
-        return "Only a manager lowers an amount; approve it as it is, or escalate it."
+        return (
+            "Only a manager lowers an amount or changes what is refunded; approve it as "
+            "proposed, or escalate it."
+        )
     return ""
 
 

@@ -194,13 +194,13 @@ def proposed_parts(
         return parts, why
     if not left:
         return [], "What the customer paid was refunded in full already: nothing is proposed."
-    return _scaled(parts, left), (
+    return scaled(parts, left), (
         f"{why} Capped at the {dollars(left)} left of the {dollars(paid)} the customer paid "
         f"(the parts' full prices come to {dollars(total)})."
     )
 
 
-def _scaled(parts: list[Part], cents: int) -> list[Part]:
+def scaled(parts: list[Part], cents: int) -> list[Part]:
     """The parts with their amounts scaled down to add up to `cents` (less than their sum): each
     its share rounded down, the cents left over to the first ones, none above its full price."""
     total = sum(p["amount_cents"] for p in parts)
@@ -269,11 +269,13 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
             raise ValueError(
                 f"Order {number}: the whole order is a part of its own; give it alone."
             )
-        whole = [_all_of(line) for line in lines.values() if units_left(line)]
-        whole += [refund_parts.shipping(fee_left)] if fee_left else []
-        if not whole:
+        whole = whole_order(order)
+        left = paid_left(order)
+        if not whole or left == 0:
             raise ValueError(f"Order {number} was refunded in full already.")
-        return whole
+        # The whole order is what is left of what the customer paid (a discount, a refund
+        # made elsewhere): its parts scaled down to that, as the proposal is.
+        return whole if left is None or left >= refund_parts.total(whole) else scaled(whole, left)
     parts: list[Part] = []
     seen: set[object] = set()
     for one in given:
@@ -344,6 +346,23 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
     return parts
 
 
+def whole_order(order: OrderFacts) -> list[Part]:
+    """Every line's units left and the shipping fee left, part by part."""
+    whole = [_all_of(line) for line in order.get("lines") or [] if units_left(line)]
+    fee_left = shipping_left(order)
+    return whole + ([refund_parts.shipping(fee_left)] if fee_left else [])
+
+
+def parts_for_amount(order: OrderFacts, proposal: list[Part], amount_cents: int) -> list[Part]:
+    """The parts an amount set by hand refunds (an admin's fork): the proposal scaled down to
+    it, or, above the proposal, the whole order's parts scaled to it; an order without lines,
+    its shipping fee."""
+    base = proposal if refund_parts.total(proposal) >= amount_cents else whole_order(order)
+    if not order.get("lines") or refund_parts.total(base) < amount_cents:
+        return [refund_parts.shipping(amount_cents)]
+    return base if refund_parts.total(base) == amount_cents else scaled(base, amount_cents)
+
+
 def parts_left(order: OrderFacts, parts: list[Part]) -> int | None:
     """What is left to refund of what the customer paid for the order after these parts (checked
     by parts_checked); None when the shop did not say what was paid."""
@@ -408,82 +427,7 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-# --- a reviewer's answers per order, and what the desk says of an approval -----------------------
-def order_answers_checked(
-    asked: dict[str, int],
-    given: object,
-    *,
-    answer: str = "",
-    reason: str = "",
-    bought: dict[str, OrderFacts] | None = None,
-) -> dict[str, dict]:
-    """The one check of a reviewer's answers per order, called by the desk's form, the decision
-    service and the graph's review node alike. `asked`: each open order's number and the amount
-    it asks (cents); `given`: {number: {"answer": "approve" or "reject", "amount_cents"?,
-    "parts"?, "reason"?}}; an open order left out takes `answer` (and `reason`), or is refused
-    when there is none. `parts` (checked by parts_checked against the order's facts in
-    `bought`) replace the proposal, and their sum is the amount. Returns {number: {"answer":
-    "approve", "amount_cents", "parts"?} or {"answer": "reject", "reason"}} for every open order;
-    ValueError names the order and what is wrong."""
-    if not isinstance(given, dict):
-        raise ValueError("The answers per order must map each order number to its answer.")
-    given = {str(number): one for number, one in given.items()}
-    unknown = [n for n in given if n not in asked]
-    if unknown:
-        raise ValueError(
-            f"This review has no open order {unknown[0][:40]}; its open orders are "
-            f"{', '.join(asked)}."
-        )
-    answers: dict[str, dict] = {}
-    for number, most in asked.items():
-        one = given.get(number, {"answer": answer, "reason": reason})
-        if not isinstance(one, dict):
-            raise ValueError(f"Order {number}: give its answer as approve or reject.")
-        extra = sorted(set(one) - {"answer", "amount_cents", "reason", "parts"})
-        if extra:
-            raise ValueError(f"Order {number}: unknown field(s) {', '.join(extra)}.")
-        why = one.get("reason") or ""
-        if not isinstance(why, str):
-            raise ValueError(f"Order {number}: the reason must be text.")
-        if one.get("answer") == "reject":
-            if one.get("amount_cents") is not None or one.get("parts") is not None:
-                raise ValueError(f"Order {number}: only an approval carries an amount.")
-            answers[number] = {"answer": "reject", "reason": why.strip() or reason}
-            continue
-        if one.get("answer") != "approve":
-            raise ValueError(f"Choose approve or reject for order {number}.")
-        if why.strip() and number in given:
-            raise ValueError(f"Order {number}: a reason goes with a rejection only.")
-        if one.get("parts") is not None:
-            facts = (bought or {}).get(number)
-            if facts is None:
-                raise ValueError(f"Order {number}: its parts cannot be changed in this review.")
-            parts = parts_checked(facts, one["parts"])
-            # An answer checked before (the decision, read again by the review node) carries
-            # its sum; any other amount beside parts is refused.
-            if one.get("amount_cents") not in (None, refund_parts.total(parts)):
-                raise ValueError(f"Order {number}: give the amount in its parts, not beside them.")
-            answers[number] = {
-                "answer": "approve",
-                "amount_cents": refund_parts.total(parts),
-                "parts": parts,
-            }
-            continue
-        amount = one.get("amount_cents")
-        amount = most if amount is None else amount
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            raise ValueError(
-                f"Order {number}: the amount must be in dollars and cents, like 12.50."
-            )
-        if not 0 < amount <= most:
-            raise ValueError(
-                f"Order {number}: the new amount must be more than $0.00 and at most the "
-                f"{dollars(most)} asked."
-            )
-        answers[number] = {"answer": "approve", "amount_cents": amount}
-    return answers
-
-
+# --- what the desk says of an approval ------------------------------------------------------
 def paid_out_words(
     amount_cents: int | None,
     orders: list[str],

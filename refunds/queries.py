@@ -86,8 +86,7 @@ def due(alias: str) -> str:
 def open_decisions(ticket: str) -> str:
     """The ticket's decisions recorded, past their undo grace and not yet applied (an SQL
     expression for its id), as one
-    JSON array of [id, interrupt_id, answer, reason, amount_cents, reviewer's username, orders,
-    sent_back]:
+    JSON array of [id, interrupt_id, answer, reason, reviewer's username, orders, sent_back]:
     the lease grant returns them with the lease, so a resume needs no read of its own. Read it
     with `read_open_decisions`."""
     from django.contrib.auth import get_user_model
@@ -95,7 +94,7 @@ def open_decisions(ticket: str) -> str:
     from core.sql import is_postgres
 
     users = get_user_model()._meta.db_table
-    columns = "d.id, d.interrupt_id, d.answer, d.reason, d.amount_cents, COALESCE(u.username, '')"
+    columns = "d.id, d.interrupt_id, d.answer, d.reason, COALESCE(u.username, '')"
     rows = (  # a customer's reply has no reviewer
         f"FROM {Decision._meta.db_table} d LEFT JOIN {users} u ON u.id = d.reviewer_id "
         f"WHERE d.ticket_id = {ticket} AND {unapplied('d')} AND {due('d')}"

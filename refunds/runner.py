@@ -52,6 +52,8 @@ from refunds import lease as leases
 from refunds.carriers import tracker
 from refunds.flow import versions
 from refunds.flow.errors import EffectBusy, MailRefused
+from refunds.flow.nodes.checks import customer_words, reproposed
+from refunds.flow.nodes.common import reason_of
 from refunds.flow.nodes.messages import language_of, refund_failed_facts, refund_failed_key
 from refunds.flow.state import FLOW_VERSION, Collaborators, Part, RefundState
 from refunds.flow.words import dollars
@@ -329,16 +331,14 @@ def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | No
     """Return the recorded decision the thread waits on, if any; close out the others."""
     chosen = None
     for row in _open_decisions(lease):
-        pk, interrupt_id, answer, reason, amount_cents, reviewer, orders, sent_back = row
+        pk, interrupt_id, answer, reason, reviewer, orders, sent_back = row
         one = _fenced(Decision.objects.filter(pk=pk), lease)
         if interrupt_id in pending and chosen is None and not _taken(one):
             continue  # withdrawn by Undo as its grace ended (or the lease is gone): not applied
         if interrupt_id in pending and chosen is None:
             if isinstance(orders, str):  # SQLite hands JSON back as text, PostgreSQL parsed
                 orders = json.loads(orders)
-            value = resume_value(
-                answer, reason, reviewer, amount_cents, orders, sent_back=bool(sent_back)
-            )
+            value = resume_value(answer, reason, reviewer, orders, sent_back=bool(sent_back))
             chosen = _Answer(pk, interrupt_id, value)
         elif pk == answered:  # a crash after the resume landed, before we noted it
             one.update(applied_at=timezone.now())
@@ -377,7 +377,7 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         values = base.values | carried
         (number,) = values["order_numbers"]
         update: dict[str, Any] = carried | {
-            "checks": {number: {**values["checks"][number], "amount_cents": fork.amount_cents}},
+            "checks": {number: _forked(values["checks"][number], fork.amount_cents)},
             "amount_cents": fork.amount_cents,
             # Counted over every branch: a fork from an older checkpoint gets a new number, so
             # its notify email has a key of its own.
@@ -402,6 +402,13 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             from_checkpoint_id=base.config["configurable"]["checkpoint_id"],
             previous_amount_cents=previous,
         )
+
+
+def _forked(check: dict[str, Any], amount_cents: int) -> dict[str, Any]:
+    """The order's check with the admin's corrected amount, and the parts that refund it."""
+    proposal = check.get("parts") or []
+    parts = policy.parts_for_amount(check["order"], proposal, amount_cents)
+    return check | {"amount_cents": amount_cents, "parts": parts}
 
 
 def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
@@ -437,11 +444,15 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             update: dict[str, Any] = carried | {
                 "checks": {
                     number: {
-                        **check,
                         # The review comes back over the order as it stands now (what is left
                         # of it: refunds made since, outside the desk or by other tickets), not
-                        # as it was checked before this refund.
-                        "order": ctx.find_order(number) or check["order"],
+                        # as it was checked before this refund, proposing what is left.
+                        **reproposed(
+                            check,
+                            ctx.find_order(number) or check["order"],
+                            reason_of(values),
+                            customer_words(values),
+                        ),
                         "refunds_failed": check.get("refunds_failed", 0) + 1,
                     }
                 },

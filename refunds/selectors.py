@@ -42,16 +42,15 @@ def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str |
         else None
     )
     if decision is not None:
-        if decision.answer == Decision.Answer.REJECT:
+        approved = [o for o in (decision.orders or {}).values() if o["answer"] == "approve"]
+        if decision.answer == Decision.Answer.ASK:
+            done = "the customer was asked"
+        elif not approved:
             done = "rejected"
-        elif decision.amount_cents is not None:
-            done = f"approved at a lower {dollars(decision.amount_cents)}"
         else:
-            done = f"approved: {dollars(ticket.amount_cents)}"
-        return (
-            f"Order {number} was decided by {decision.reviewer.username} at "
-            f"{local_words(decision.decided_at)}, {done}."
-        )
+            done = f"approved: {dollars(sum(o['amount_cents'] for o in approved))}"
+        who = decision.reviewer.username if decision.reviewer else "the customer"
+        return f"Order {number} was decided by {who} at {local_words(decision.decided_at)}, {done}."
     if (
         ticket.status != Ticket.Status.AWAITING_REVIEW
         or ticket.pending_interrupt_id != interrupt_id

@@ -6,7 +6,7 @@ import re
 
 from django import forms
 
-from refunds import currencies, policy
+from refunds import currencies, services
 from refunds.models import AuditEvent, CannedReason, Role, Ticket
 
 
@@ -43,38 +43,61 @@ class DecideForm(forms.Form):
         return pressed[0] if pressed else ""
 
 
-def order_answers(post, lines: list[dict]) -> dict[str, dict]:
-    """The answers per open order a review form posts (`order-<number>`: approve or reject;
-    `amount-<number>`: dollars, for those who may lower it), checked by the rule the service
-    and the graph use (policy.order_answers_checked); ValueError says what is wrong."""
-    given: dict[str, dict] = {}
-    asked: dict[str, int] = {}
-    for line in lines:
+def review_answers(post, ticket: Ticket, button: str, data: dict) -> dict[str, dict]:
+    """A review form's answer in the one shape (refunds/flow/answers.py), from the button
+    pressed and the fields beside it: "approve" refunds what each order's parts form ticks, or
+    the proposal (for one order without lines, `amount` lowers it); "reject" rejects every open
+    order with `reason` (a canned reply in front of it); "orders" takes each open order's own
+    answer (`order-<n>`, with its parts form, `amount-<n>` and `reason-<n>`). Expanded by
+    services.review_answers; RefundError says what is wrong."""
+    review = services.review_orders(ticket)
+    reason = data["reason"]
+    if data["canned"] is not None and button in ("reject", "orders"):
+        reason = f"{data['canned'].text} {reason}".strip()
+    amount: int | None = None
+    try:
+        orders = parts_answers(post, review) if button in ("approve", "orders") else {}
+        if button == "orders":
+            orders = _own_answers(post, review, orders)
+        elif button == "approve" and not orders:
+            amount = cents(data["amount"])
+    except ValueError as exc:
+        raise services.RefundError(str(exc)) from None
+    answer = "" if button == "orders" else button
+    return services.review_answers(
+        ticket, answer=answer, reason=reason, amount_cents=amount, orders=orders or None
+    )
+
+
+def _own_answers(post, review: list, ticked: dict[str, dict]) -> dict[str, dict]:
+    """Each open order's own answer: approve (its ticked parts, or `amount-<n>` of its
+    proposal) or reject, with `reason-<n>` (why less, or why not)."""
+    answers: dict[str, dict] = {}
+    for line in review:
         if line.get("status") != "open":
             continue
         number = str(line["number"])
-        asked[number] = int(line.get("amount_cents") or 0)
         one: dict = {"answer": post.get(f"order-{number}", "")}
-        if one["answer"] == "approve":
+        why = (post.get(f"reason-{number}") or "").strip()
+        if why:
+            one["reason"] = why
+        if one["answer"] == "approve" and number in ticked:
+            one["parts"] = ticked[number]["parts"]
+        elif one["answer"] == "approve":
             try:
                 one["amount_cents"] = cents(post.get(f"amount-{number}", ""))
             except ValueError as exc:
                 raise ValueError(f"Order {number}: {exc}") from None
-        given[number] = one
-    return policy.order_answers_checked(asked, given)
+        answers[number] = one
+    return answers
 
 
-def names_parts(post) -> bool:
-    """Whether a review form posts the parts of an order (its parts form: `parts-<number>`)."""
-    return any(key.startswith("parts-") for key in post)
-
-
-def parts_answers(post, lines: list[dict]) -> dict[str, dict]:
-    """The approval of each open order whose parts form was posted: `part-<n>-whole` (the whole
-    order), else `part-<n>-qty-<line>` units (0: not refunded), `part-<n>-amount-<line>`
-    (dollars for those units, left empty: their full price), `part-<n>-restock-<line>` and
-    `part-<n>-shipping`. Checked by the service as the API's parts are
-    (policy.parts_checked); an order without its parts form gets the decision's answer."""
+def parts_answers(post, lines: list) -> dict[str, dict]:
+    """The approval of each open order whose parts form was posted (`parts-<n>`):
+    `part-<n>-whole` (the whole order), else `part-<n>-qty-<line>` units (0: not refunded),
+    `part-<n>-amount-<line>` (dollars for those units; left empty: the proposal's amount for the
+    units it proposes, else their full price), `part-<n>-restock-<line>` and
+    `part-<n>-shipping` (the proposal's amount of it, if it proposes it, else what is left)."""
     orders: dict[str, dict] = {}
     for line in lines:
         number = str(line["number"])
@@ -84,6 +107,9 @@ def parts_answers(post, lines: list[dict]) -> dict[str, dict]:
         if post.get(prefix + "whole"):
             orders[number] = {"answer": "approve", "parts": [{"whole_order": True}]}
             continue
+        proposed = {
+            (p.get("line"), p.get("quantity")): p["amount_cents"] for p in line.get("parts") or []
+        }
         parts: list[dict] = []
         for bought in (line.get("order") or {}).get("lines") or []:
             raw = (post.get(f"{prefix}qty-{bought['id']}") or "0").strip()
@@ -97,6 +123,7 @@ def parts_answers(post, lines: list[dict]) -> dict[str, dict]:
                 raise ValueError(f"Order {number}: {bought['title']}: {exc}") from None
             if int(raw):
                 restock = bool(post.get(f"{prefix}restock-{bought['id']}"))
+                amount = proposed.get((bought["id"], int(raw))) if amount is None else amount
                 part = {"line": bought["id"], "quantity": int(raw), "restock": restock}
                 parts.append(part | ({} if amount is None else {"amount_cents": amount}))
             elif amount is not None:
@@ -105,7 +132,8 @@ def parts_answers(post, lines: list[dict]) -> dict[str, dict]:
                     "leave the amount empty."
                 )
         if post.get(prefix + "shipping"):
-            parts.append({"shipping": True})
+            fee = proposed.get((None, None))
+            parts.append({"shipping": True} | ({} if fee is None else {"amount_cents": fee}))
         if not parts:
             raise ValueError(f"Order {number}: tick what to refund, or reject it.")
         orders[number] = {"answer": "approve", "parts": parts}

@@ -76,9 +76,8 @@ def decide(ticket: Ticket, reviewer, answer: str = "approve", reason: str = ""):
     return services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer=answer,
-        reason=reason,
         reviewer=reviewer,
+        orders=services.review_answers(ticket, answer=answer, reason=reason),
     )
 
 
@@ -141,10 +140,39 @@ def refunded_by_parts(number: str, parts: list[dict], *, opened_by, reviewer):
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
-        orders={number: {"answer": "approve", "parts": parts}},
         reviewer=reviewer,
+        orders=services.review_answers(
+            ticket, answer="approve", orders={number: {"answer": "approve", "parts": parts}}
+        ),
     )
     assert runner.advance(ticket.pk) == "refunded"
     ticket.refresh_from_db()
     return ticket
+
+
+def in_one_shape(review: dict, value: dict) -> dict:
+    """A resume value as the desk sends it: `value`'s shorthands (its answer for every open
+    order, a lower `amount_cents`, answers per order) expanded against the pending review's
+    payload into the one shape (refunds/flow/answers.py), as services.review_answers does."""
+    from refunds.flow import answers
+
+    if value.get("answer") not in ("approve", "reject"):
+        return value
+    shape = {k: v for k, v in value.items() if k not in ("amount_cents", "orders")}
+    shape["orders"] = answers.expanded(
+        review["orders"],
+        answer=value["answer"],
+        reason=value.get("reason", ""),
+        amount_cents=value.get("amount_cents"),
+        orders=value.get("orders"),
+    )
+    return shape
+
+
+def shipped(cents: int) -> dict:
+    """An approval of an order's shipping fee, or `cents` of it, as a decision records it."""
+    return {
+        "answer": "approve",
+        "parts": [{"shipping": True, "amount_cents": cents}],
+        "amount_cents": cents,
+    }

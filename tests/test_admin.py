@@ -13,7 +13,10 @@ def refunded(transactional_db, agent, late_order) -> Ticket:
     runner.advance(ticket.pk)
     ticket.refresh_from_db()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     runner.advance(ticket.pk)
     ticket.refresh_from_db()

@@ -63,9 +63,13 @@ def test_a_decision_per_order_is_recorded_and_carried_to_the_end(transactional_d
     }
     made = post_decision(api, ticket.pk, body)
     assert made["status"] == 201
-    assert made["answer"] == "approve" and made["amount_cents"] is None
+    assert made["answer"] == "approve" and "amount_cents" not in made
     assert made["orders"] == {
-        "1042": {"answer": "approve", "amount_cents": 699},
+        "1042": {
+            "answer": "approve",
+            "parts": [{"shipping": True, "amount_cents": 699}],
+            "amount_cents": 699,
+        },
         "1044": {"answer": "reject", "reason": "On time."},
     }
     assert runner.advance(ticket.pk) == "refunded"

@@ -44,12 +44,11 @@ def closing(monkeypatch, settings):
 
 def asked(ticket: Ticket, reviewer) -> CustomerQuestion:
     ticket.refresh_from_db()
-    services.ticket_decide(
+    services.ticket_ask(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="ask",
-        reason="Could you send a photo of the damage?",
         reviewer=reviewer,
+        question="Could you send a photo of the damage?",
     )
     assert runner.advance(ticket.pk) == "awaiting_customer"
     return CustomerQuestion.objects.get(ticket=ticket)

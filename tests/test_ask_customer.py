@@ -49,13 +49,12 @@ def waiting_review(order, opener) -> Ticket:
 
 
 def ask(ticket: Ticket, reviewer, question: str = "", canned: CannedReason | None = None):
-    return services.ticket_decide(
+    return services.ticket_ask(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="ask",
-        reason=question,
-        canned=canned,
         reviewer=reviewer,
+        question=question,
+        canned=canned,
     )
 
 
@@ -260,9 +259,8 @@ def test_a_canned_question_is_asked_with_words_of_ones_own(
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"reason": ""}, "Write the question"),
-        ({"reason": "x", "amount_cents": 100}, "carries no amount"),
-        ({"reason": "x" * 2001}, "too long"),
+        ({"question": ""}, "Write the question"),
+        ({"question": "x" * 2001}, "too long"),
     ],
 )
 def test_a_bad_question_is_refused_and_changes_nothing(
@@ -270,12 +268,8 @@ def test_a_bad_question_is_refused_and_changes_nothing(
 ):
     ticket = waiting_review(late_order, colleague)
     with pytest.raises(services.RefundError, match=error):
-        services.ticket_decide(
-            ticket=ticket,
-            interrupt_id=ticket.pending_interrupt_id,
-            answer="ask",
-            reviewer=agent,
-            **kwargs,
+        services.ticket_ask(
+            ticket=ticket, interrupt_id=ticket.pending_interrupt_id, reviewer=agent, **kwargs
         )
     assert not Decision.objects.exists() and not CustomerQuestion.objects.exists()
 

@@ -24,12 +24,11 @@ pytestmark = pytest.mark.slow
 
 def ask(ticket: Ticket, reviewer) -> None:
     ticket.refresh_from_db()
-    services.ticket_decide(
+    services.ticket_ask(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="ask",
-        reason="Could you send a photo of the damage?",
         reviewer=reviewer,
+        question="Could you send a photo of the damage?",
     )
 
 

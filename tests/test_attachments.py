@@ -105,12 +105,11 @@ def waiting_on_the_customer(order, opener, asker) -> tuple[Ticket, CustomerQuest
     ticket = services.ticket_open(order_number=order.number, opened_by=opener)
     assert runner.advance(ticket.pk) == "awaiting_review"
     ticket.refresh_from_db()
-    services.ticket_decide(
+    services.ticket_ask(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="ask",
-        reason="Could you send a photo of the damage?",
         reviewer=asker,
+        question="Could you send a photo of the damage?",
     )
     assert runner.advance(ticket.pk) == "awaiting_customer"
     return ticket, CustomerQuestion.objects.get(ticket=ticket)

@@ -87,7 +87,10 @@ def open_and_wait_for_review(order_number: str, who) -> Ticket:
 def approve(ticket: Ticket, reviewer) -> Decision:
     ticket.refresh_from_db()
     return services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=reviewer
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=reviewer,
+        orders=services.review_answers(ticket, answer="approve"),
     )
 
 
@@ -365,12 +368,12 @@ def test_two_reviewers_deciding_the_same_review_at_once_apply_one_decision(
     def decide(reviewer, answer):
         barrier.wait()
         try:
+            fresh = Ticket.objects.get(pk=ticket.pk)
             results[reviewer.username] = services.ticket_decide(
-                ticket=Ticket.objects.get(pk=ticket.pk),
+                ticket=fresh,
                 interrupt_id=ticket.pending_interrupt_id,
-                answer=answer,
-                reason="both at once",
                 reviewer=reviewer,
+                orders=services.review_answers(fresh, answer=answer, reason="both at once"),
             )
         except services.AlreadyDecided as exc:
             results[reviewer.username] = exc

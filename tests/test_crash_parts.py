@@ -107,9 +107,12 @@ def test_a_worker_stopped_inside_a_charge_of_parts_past_its_lease_refunds_each_o
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
-        orders={n: {"answer": "approve", "parts": parts_of(o)} for n, o in paid_orders.items()},
+        orders=services.review_answers(
+            ticket,
+            answer="approve",
+            orders={n: {"answer": "approve", "parts": parts_of(o)} for n, o in paid_orders.items()},
+        ),
     )
     marker = wait_for(lambda: fired_at(crash_plan.path, point), what="the worker to stop")[0]
     pid = int(marker.rsplit("@", 1)[1])

@@ -172,10 +172,13 @@ def test_a_partial_refund_says_it_is_part_with_the_total_and_why(transactional_d
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
-        amount_cents=1000,
-        reason="Die Hälfte des Pakets kam pünktlich.",
         reviewer=manager,
+        orders=services.review_answers(
+            ticket,
+            answer="approve",
+            reason="Die Hälfte des Pakets kam pünktlich.",
+            amount_cents=1000,
+        ),
     )
     assert runner.advance(ticket.pk) == "refunded"
     told = smtp.delivered[-1]

@@ -11,7 +11,6 @@ from django.core.exceptions import PermissionDenied
 from refunds import enqueue, runner, services
 from refunds.models import (
     AuditEvent,
-    CannedReason,
     Charge,
     Decision,
     Email,
@@ -19,6 +18,7 @@ from refunds.models import (
 )
 from refunds.payments.demo import DemoProcessorRefund
 from tests.conftest import make_order
+from tests.reviewing import shipped
 
 
 @pytest.fixture(autouse=True)
@@ -47,13 +47,13 @@ def managers_ticket() -> Ticket:
     return several(("1045", 6, 4800), ("1042", 4, 699))
 
 
-def decide(ticket: Ticket, reviewer, answer="approve", **kwargs) -> Decision:
+def decide(ticket: Ticket, reviewer, answer="approve", note="", **shorthands) -> Decision:
     return services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer=answer,
+        orders=services.review_answers(ticket, answer=answer, **shorthands),
         reviewer=reviewer,
-        **kwargs,
+        note=note,
     )
 
 
@@ -79,9 +79,9 @@ def test_an_agent_approves_one_order_and_rejects_the_other_with_the_shared_reaso
         reason="The tracking shows 1044 on time.",
         orders={"1042": {"answer": "approve"}, "1044": {"answer": "reject"}},
     )
-    assert decision.answer == "approve" and decision.amount_cents is None
+    assert decision.answer == "approve"
     assert decision.orders == {
-        "1042": {"answer": "approve", "amount_cents": 699},
+        "1042": shipped(699),
         "1044": {"answer": "reject", "reason": "The tracking shows 1044 on time."},
     }
     # Logged as itself, with what it pays: not "Approved" (nor "Edited the amount").
@@ -102,12 +102,10 @@ def test_a_manager_lowers_one_order_and_pays_the_other_in_full(transactional_db,
     assert ticket.required_role == "manager" and ticket.pending_payload["config"]["allow_edit"]
     decision = decide(ticket, manager, orders={"1045": {"answer": "approve", "amount_cents": 3000}})
     # 1042 is left out: it gets the answer for all (approve, in full).
-    assert decision.orders == {
-        "1045": {"answer": "approve", "amount_cents": 3000},
-        "1042": {"answer": "approve", "amount_cents": 699},
-    }
-    event = AuditEvent.objects.get(ticket=ticket, action="answer")
-    assert event.amount_cents == 3699 and event.get_action_display() == "Answered per order"
+    assert decision.orders == {"1045": shipped(3000), "1042": shipped(699)}
+    # What is refunded changed: an edit, with what it pays.
+    event = AuditEvent.objects.get(ticket=ticket, action="edit")
+    assert event.amount_cents == 3699
 
     assert runner.advance(ticket.pk) == "refunded"
     paid = dict(Charge.objects.filter(ticket=ticket).values_list("order__number", "amount_cents"))
@@ -121,8 +119,7 @@ def test_a_manager_lowers_one_order_and_pays_the_other_in_full(transactional_db,
 
 def test_rejecting_every_order_is_a_rejection_and_moves_no_money(transactional_db, agent):
     ticket = agents_ticket()
-    canned = CannedReason.objects.create(title="Late by carrier", text="The carrier's delay.")
-    decision = decide(ticket, agent, answer="reject", canned=canned, reason="Sorry.")
+    decision = decide(ticket, agent, answer="reject", reason="The carrier's delay. Sorry.")
     assert decision.answer == "reject"
     assert decision.orders == {
         "1042": {"answer": "reject", "reason": "The carrier's delay. Sorry."},
@@ -155,11 +152,10 @@ BAD = [
     (["1042"], "must map each order number"),
     ({"1042": {"answer": "reject"}}, "Give a reason for rejecting order 1042"),
     ({"1042": {"answer": "approve", "amount_cents": 0}}, "more than $0.00"),
-    ({"1042": {"answer": "approve", "amount_cents": 700}}, "at most the $6.99 asked"),
+    ({"1042": {"answer": "approve", "amount_cents": 700}}, "at most the $6.99 proposed"),
     ({"1042": {"answer": "approve", "amount_cents": "6.99"}}, "dollars and cents"),
     ({"1042": {"answer": "approve", "amount_cents": True}}, "dollars and cents"),
     ({"1042": {"answer": "reject", "reason": "x", "amount_cents": 5}}, "only an approval"),
-    ({"1042": {"answer": "approve", "reason": "x"}}, "a reason goes with a rejection"),
     ({"1042": {"answer": "approve", "extra": 1}}, "unknown field(s) extra"),
     ({"1042": {"answer": "reject", "reason": "x" * 1001}}, "too long"),
 ]
@@ -193,14 +189,14 @@ def test_a_reject_for_all_without_a_reason_is_refused(transactional_db, agent):
     assert not Decision.objects.exists()
 
 
-def test_per_order_answers_are_refused_for_a_ticket_of_one_order(transactional_db, agent):
+def test_a_ticket_of_one_order_is_answered_per_order_too(transactional_db, agent):
     make_order("1042")
     ticket = services.ticket_open(order_number="1042")
     assert runner.advance(ticket.pk) == "awaiting_review"
     ticket.refresh_from_db()
-    with pytest.raises(services.RefundError, match="covers one order"):
-        decide(ticket, agent, orders={"1042": {"answer": "approve"}})
-    assert not Decision.objects.exists()
+    # One shape for one order or several: its answer per order is its answer.
+    decision = decide(ticket, agent, orders={"1042": {"answer": "approve"}})
+    assert decision.orders == {"1042": shipped(ticket.amount_cents)}
 
 
 def test_an_agent_may_not_lower_an_orders_amount(transactional_db, agent):
@@ -210,7 +206,7 @@ def test_an_agent_may_not_lower_an_orders_amount(transactional_db, agent):
     assert not Decision.objects.exists()
     # Its full amount is no edit: an agent approves it as asked.
     decision = decide(ticket, agent, orders={"1044": {"answer": "approve", "amount_cents": 1250}})
-    assert decision.orders["1044"] == {"answer": "approve", "amount_cents": 1250}
+    assert decision.orders["1044"] == shipped(1250)
 
 
 def test_four_eyes_holds_for_several_orders(transactional_db, agent, colleague):
@@ -252,10 +248,7 @@ def test_bulk_approve_approves_every_open_order_of_a_ticket(transactional_db, ag
             "text": "Approved $19.49 for orders 1042, 1044, 1043 — being paid out",
         }
     ]
-    assert Decision.objects.get().orders == {
-        "1042": {"answer": "approve", "amount_cents": 699},
-        "1044": {"answer": "approve", "amount_cents": 1250},
-    }
+    assert Decision.objects.get().orders == {"1042": shipped(699), "1044": shipped(1250)}
     assert runner.advance(ticket.pk) == "refunded"
     assert sorted(DemoProcessorRefund.objects.values_list("amount_cents", flat=True)) == [699, 1250]
 

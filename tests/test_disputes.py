@@ -52,7 +52,10 @@ def approve(ticket: Ticket, reviewer) -> str:
     """The reviewer approves the pending review; a worker applies it. Where the thread stands."""
     ticket.refresh_from_db()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=reviewer
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=reviewer,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     return runner.advance(ticket.pk)
 

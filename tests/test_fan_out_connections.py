@@ -74,7 +74,10 @@ def test_a_three_order_tickets_fan_out_leaves_no_connection_open(
 
     ticket = Ticket.objects.get(pk=ticket.pk)
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     assert len(opened_elsewhere) > checks, "the per-order charges ran on LangGraph's threads"

@@ -63,7 +63,10 @@ def test_an_answer_to_the_review_a_fork_replaced_is_refused(
     assert ticket.pending_interrupt_id != old and ticket.amount_cents == 500
     with pytest.raises(services.RefundError, match="Already decided|no longer pending"):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=old, answer="approve", reviewer=admin_user
+            ticket=ticket,
+            interrupt_id=old,
+            reviewer=admin_user,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert Charge.objects.count() == 0
 

@@ -29,6 +29,7 @@ from refunds.flow.errors import (
 from refunds.flow.graph import build_graph
 from refunds.flow.nodes import review
 from refunds.flow.state import Collaborators, OrderFacts
+from tests.reviewing import in_one_shape
 
 TICKET = "refund-1042-abc"
 PROMISED = date(2026, 11, 2)
@@ -151,10 +152,9 @@ class Desk:
         reviewer: str = "agent",
         control: RunControl | None = None,
     ) -> dict:
-        return self.resume(
-            {self.pending().id: {"answer": answer, "reason": reason, "reviewer": reviewer}},
-            control=control,
-        )
+        pending = self.pending()
+        value = {"answer": answer, "reason": reason, "reviewer": reviewer}
+        return self.resume({pending.id: in_one_shape(pending.value, value)}, control=control)
 
     def state(self):
         return self.graph.get_state(self.config)
@@ -389,7 +389,10 @@ def test_a_resume_keyed_by_an_unknown_interrupt_id_is_silently_ignored_by_langgr
 def test_a_resume_keyed_by_the_pending_interrupt_id_answers_it():
     desk = Desk(order_facts())
     desk.start()
-    desk.resume({desk.pending().id: {"answer": "approve", "reviewer": "agent"}})
+    pending = desk.pending()
+    desk.resume(
+        {pending.id: in_one_shape(pending.value, {"answer": "approve", "reviewer": "agent"})}
+    )
     assert desk.state().values["decision"]["answer"] == "approve"
 
 

@@ -4,6 +4,7 @@ lists what was refunded and what was not."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from refunds.flow import nodes
 from refunds.flow.errors import PermanentGatewayError
 from refunds.flow.graph import build_graph
 from refunds.flow.state import Collaborators, OrderFacts
+from tests.reviewing import in_one_shape
 from tests.test_graph import FakeMailer, order_facts
 
 TICKET = "refund-1042-several"
@@ -68,7 +70,7 @@ class Desk:
     def answer(self, value: dict) -> dict:
         interrupt = self.pending()
         return self.graph.invoke(
-            Command(resume={interrupt.id: value}),
+            Command(resume={interrupt.id: in_one_shape(interrupt.value, value)}),
             self.config,
             context=self.context,
             durability="sync",
@@ -175,18 +177,37 @@ def test_every_order_declined_by_policy_ends_in_one_notify_without_a_review():
 @pytest.mark.parametrize(
     "orders, error",
     [
-        ({"1043": {"answer": "approve"}}, "no open order 1043"),
-        ({"1042": {"answer": "approve", "amount_cents": 700}}, r"at most the \$6.99 asked"),
-        ({"1042": {"answer": "maybe"}}, "approve or reject"),
+        ({"1043": {"answer": "approve", "parts": [{"shipping": True}]}}, "no open order 1043"),
+        (
+            {"1042": {"answer": "approve", "parts": [{"shipping": True, "amount_cents": 700}]}},
+            r"at most \$6.99",
+        ),
+        ({"1042": {"answer": "maybe"}}, "approve or reject for order 1042"),
     ],
 )
-def test_an_answer_the_review_does_not_allow_is_refused_and_moves_no_money(orders, error):
+def test_an_answer_the_review_cannot_apply_comes_back_to_the_review_and_moves_no_money(
+    orders, error
+):
+    """The review node checks the answer again (the order may have changed since the desk
+    checked it): one it cannot apply is never a failed ticket, the review comes back saying why."""
     desk = Desk(three_orders())
     desk.start()
-    with pytest.raises(ValueError, match=error):
-        desk.answer({"answer": "approve", "reviewer": "manager", "orders": orders})
+    first = desk.pending()
+    desk.graph.invoke(
+        Command(resume={first.id: {"answer": "approve", "reviewer": "manager", "orders": orders}}),
+        desk.config,
+        context=desk.context,
+        durability="sync",
+    )
     assert desk.gateway.calls == [] and desk.mailer.sent == []
-    assert desk.pending()  # still waiting on the same review
+    again = desk.pending()
+    assert again.id != first.id
+    said = again.value["description"]
+    assert "The decision of manager could not be applied" in said and re.search(error, said)
+    desk.answer({"answer": "approve", "reviewer": "manager"})
+    values = desk.graph.get_state(desk.config).values
+    assert values["outcome"] == "refunded" and not values.get("review_error")
+    assert len(desk.mailer.sent) == 1
 
 
 def test_a_refused_charge_goes_back_to_a_manager_and_the_paid_order_stays_paid_once():

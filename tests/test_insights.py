@@ -154,7 +154,10 @@ def test_metrics_move_when_a_worker_refunds_a_ticket(
 
     ticket.refresh_from_db()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     wait_for(lambda: Ticket.objects.get(pk=ticket.pk).status == "refunded", what="refunded")
 

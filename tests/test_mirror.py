@@ -9,6 +9,7 @@ from langgraph.types import Command
 from refunds import mirror
 from refunds.flow import nodes
 from refunds.flow.errors import MailRetryable, PermanentGatewayError, RetryableGatewayError
+from tests.reviewing import in_one_shape
 from tests.test_graph import TICKET, Desk, FakeGateway, FakeMailer, order_facts
 
 
@@ -47,8 +48,9 @@ def step_by_step(desk: Desk, graph_input) -> int:
 
 
 def answer(desk: Desk, verdict: str, reviewer: str = "agent", reason: str = "") -> Command:
-    pending = desk.state().interrupts[0].id
-    return Command(resume={pending: {"answer": verdict, "reviewer": reviewer, "reason": reason}})
+    pending = desk.state().interrupts[0]
+    value = {"answer": verdict, "reviewer": reviewer, "reason": reason}
+    return Command(resume={pending.id: in_one_shape(pending.value, value)})
 
 
 START = {"ticket_key": TICKET, "order_number": "1042", "note": "late", "flow_version": 1}

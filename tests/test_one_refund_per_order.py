@@ -194,8 +194,8 @@ def test_five_tickets_for_one_order_refund_it_once(workers, sinks, agent, admin_
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=admin_user,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     wait_for(lambda: status_of(ticket.pk) == "refunded", what="the refund")
 

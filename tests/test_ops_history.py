@@ -176,7 +176,12 @@ def test_a_decision_on_the_review_a_fork_replaced_is_refused(
     fork_through_the_page(client, ticket, "5")
     ticket = review(ticket)
     with pytest.raises(services.RefundError, match="no longer pending"):
-        services.ticket_decide(ticket=ticket, interrupt_id=stale, answer="approve", reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket,
+            interrupt_id=stale,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="approve"),
+        )
     assert Charge.objects.count() == 0
 
 
@@ -358,9 +363,8 @@ def test_the_audit_trail_says_the_amount_a_manager_lowered_from(
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
-        amount_cents=2500,
+        orders=services.review_answers(ticket, answer="approve", amount_cents=2500),
     )
     client.force_login(manager)
     html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()

@@ -63,8 +63,8 @@ def test_a_refund_is_remembered_and_shown_on_the_customer_page(
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=admin_user,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     make_order("1050", fee_cents=300)

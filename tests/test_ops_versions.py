@@ -34,8 +34,8 @@ def approve(ticket: Ticket, reviewer) -> Decision:
     return services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=reviewer,
+        orders=services.review_answers(ticket, answer="approve"),
     )
 
 
@@ -308,9 +308,8 @@ def test_a_lower_amount_approved_on_a_version_4_review_is_paid_at_that_amount(
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
-        amount_cents=500,
+        orders=services.review_answers(ticket, answer="approve", amount_cents=500),
     )
     assert runner.advance(ticket.pk) == "refunded"
     carried_to_5(ticket)

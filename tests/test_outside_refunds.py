@@ -307,7 +307,10 @@ def test_a_ticket_whose_balance_went_elsewhere_goes_to_a_manager_saying_why(
     stripe_here.refund_outside(order.payment_reference, 699)  # meanwhile, in the dashboard
 
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=manager
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=manager,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "awaiting_review"
 

@@ -200,8 +200,8 @@ def test_a_damaged_vase_is_proposed_approved_and_refunded_as_its_line(
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     assert [r["amount_cents"] for r in gateway.refunds_for(ticket.thread_id)] == [4800]
@@ -240,9 +240,10 @@ def test_a_damaged_vase_refused_by_its_manager_is_told_so_without_a_word_of_ship
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="reject",
-        reason="The photos show the vase whole.",
         reviewer=manager,
+        orders=services.review_answers(
+            ticket, answer="reject", reason="The photos show the vase whole."
+        ),
     )
     assert runner.advance(ticket.pk) == "rejected"
     (told,) = [d for d in sinks.smtp.delivered if d.key == f"{ticket.thread_id}:notify"]
@@ -275,8 +276,8 @@ def test_a_review_paused_under_version_5_ends_as_a_shipping_fee_refund(
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     state = persistence.snapshot(ticket.thread_id).values
@@ -310,8 +311,8 @@ def test_a_damaged_item_the_message_does_not_name_is_not_approved_as_nothing(
         services.ticket_decide(
             ticket=ticket,
             interrupt_id=ticket.pending_interrupt_id,
-            answer="approve",
             reviewer=manager,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert not Decision.objects.exists()
     client.force_login(manager)

@@ -151,7 +151,7 @@ def test_a_thread_begun_with_sqlitesavers_string_versions_finishes_with_them(tra
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
 
-    from bench.reference import APPROVE, fake_context, initial
+    from bench.reference import approved, fake_context, initial
     from refunds.flow.graph import build_graph
 
     thread = f"old-{uuid.uuid4().hex}"
@@ -167,7 +167,7 @@ def test_a_thread_begun_with_sqlitesavers_string_versions_finishes_with_them(tra
 
     new = persistence.graph()
     done = new.invoke(
-        Command(resume={paused["__interrupt__"][0].id: APPROVE}),
+        Command(resume={paused["__interrupt__"][0].id: approved(paused["__interrupt__"][0].value)}),
         config,
         context=fake_context(),
         durability="sync",

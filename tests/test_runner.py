@@ -50,7 +50,10 @@ def test_advancing_a_paused_thread_again_runs_nothing(paused):
 
 def test_a_thread_leased_by_another_worker_is_left_alone(paused, agent):
     services.ticket_decide(
-        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=paused,
+        interrupt_id=paused.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(paused, answer="approve"),
     )
     Ticket.objects.filter(pk=paused.pk).update(
         lease_owner="someone-else", lease_expires_at=timezone.now() + timedelta(seconds=30)
@@ -62,7 +65,10 @@ def test_a_thread_leased_by_another_worker_is_left_alone(paused, agent):
 
 def test_an_expired_lease_is_taken_over(paused, agent):
     services.ticket_decide(
-        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=paused,
+        interrupt_id=paused.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(paused, answer="approve"),
     )
     Ticket.objects.filter(pk=paused.pk).update(
         lease_owner="dead-worker", lease_expires_at=timezone.now() - timedelta(seconds=1)
@@ -84,7 +90,10 @@ def test_a_decision_for_an_interrupt_the_thread_no_longer_waits_on_is_refused(pa
 
 def test_a_resume_is_keyed_by_interrupt_id_and_applied_once(paused, agent):
     decision = services.ticket_decide(
-        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=paused,
+        interrupt_id=paused.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(paused, answer="approve"),
     )
     assert runner.advance(paused.pk) == "refunded"
     after = checkpoints(paused)
@@ -105,9 +114,8 @@ def test_a_resume_finds_its_decision_in_the_grant_and_reads_none_of_its_own(paus
     services.ticket_decide(
         ticket=paused,
         interrupt_id=paused.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
-        amount_cents=500,
+        orders=services.review_answers(paused, answer="approve", amount_cents=500),
     )
     with CaptureQueriesContext(connection) as statements:
         assert runner.advance(paused.pk) == "refunded"
@@ -119,7 +127,10 @@ def test_a_resume_finds_its_decision_in_the_grant_and_reads_none_of_its_own(paus
 
 def test_a_crash_after_the_resume_landed_is_noticed_not_replayed(paused, agent):
     decision = services.ticket_decide(
-        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=paused,
+        interrupt_id=paused.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(paused, answer="approve"),
     )
     assert runner.advance(paused.pk) == "refunded"
     Decision.objects.filter(pk=decision.pk).update(applied_at=None)  # the note was lost
@@ -264,7 +275,10 @@ def test_the_mirror_stops_offering_the_review_while_its_answer_is_applied(
         json.dumps({"*": {"point": "charge_order", "action": "sleep", "seconds": 1.5}})
     )
     services.ticket_decide(
-        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=paused,
+        interrupt_id=paused.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(paused, answer="approve"),
     )
 
     def run():
@@ -300,7 +314,10 @@ def test_every_run_that_can_reach_an_effect_is_durable_sync(
     runner.advance(ticket.pk)
     ticket.refresh_from_db()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     assert seen == [
@@ -385,7 +402,10 @@ def test_a_takeover_raises_the_fence_before_it_reads_so_the_older_epoch_cannot_w
     in (the fence still holds the epoch before the older one's), and the newer run would go on
     from a read the older writer has since changed."""
     services.ticket_decide(
-        ticket=paused, interrupt_id=paused.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=paused,
+        interrupt_id=paused.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(paused, answer="approve"),
     )
     older = leases.grant(paused.pk)
     assert older is not None

@@ -42,7 +42,16 @@ def awaiting(order, *, role: str = "agent", interrupt_id: str = PENDING, **field
         status=Ticket.Status.AWAITING_REVIEW,
         required_role=role,
         pending_interrupt_id=interrupt_id,
-        pending_payload={"required_role": role},
+        pending_payload={
+            "required_role": role,
+            "orders": [
+                {
+                    "number": order.number,
+                    "amount_cents": fields.get("amount_cents") or order.shipping_fee_cents,
+                    "status": "open",
+                }
+            ],
+        },
         **fields,
     )
 
@@ -59,7 +68,10 @@ def test_an_agent_approves_a_pending_review(agent, late_order, woken, commit):
 
     with commit():
         decision = services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="approve"),
         )
 
     assert decision.reviewer == agent and decision.answer == "approve"
@@ -72,9 +84,8 @@ def test_a_rejection_keeps_its_reason(agent, late_order, woken, commit):
     decision = services.ticket_decide(
         ticket=ticket,
         interrupt_id=PENDING,
-        answer="reject",
-        reason="  Voucher already sent  ",
         reviewer=agent,
+        orders=services.review_answers(ticket, answer="reject", reason="  Voucher already sent  "),
     )
     assert decision.reason == "Voucher already sent"
 
@@ -83,7 +94,10 @@ def test_a_manager_decides_a_manager_ticket(manager, big_order, woken, commit):
     ticket = awaiting(big_order, role="manager")
     with commit():
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=manager
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=manager,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert Decision.objects.get().reviewer == manager and woken == [ticket.pk]
 
@@ -92,7 +106,10 @@ def test_an_admin_decides_any_ticket(admin_user, late_order, big_order):
     for n, (order, role) in enumerate([(late_order, "agent"), (big_order, "manager")]):
         ticket = awaiting(order, role=role, interrupt_id=str(n) * 32)
         services.ticket_decide(
-            ticket=ticket, interrupt_id=str(n) * 32, answer="approve", reviewer=admin_user
+            ticket=ticket,
+            interrupt_id=str(n) * 32,
+            reviewer=admin_user,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert Decision.objects.count() == 2
 
@@ -105,7 +122,12 @@ def assert_nothing_written(woken) -> None:
 def test_it_refuses_an_unknown_answer(agent, late_order, woken, commit):
     ticket = awaiting(late_order)
     with commit(), pytest.raises(services.RefundError, match="Choose approve or reject"):
-        services.ticket_decide(ticket=ticket, interrupt_id=PENDING, answer="maybe", reviewer=agent)
+        services.ticket_decide(
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="maybe"),
+        )
     assert_nothing_written(woken)
 
 
@@ -114,7 +136,10 @@ def test_it_refuses_a_rejection_without_a_reason(agent, late_order, woken, commi
     ticket = awaiting(late_order)
     with commit(), pytest.raises(services.RefundError, match="Give a reason"):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="reject", reason=reason, reviewer=agent
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="reject", reason=reason),
         )
     assert_nothing_written(woken)
 
@@ -125,9 +150,10 @@ def test_it_refuses_a_reason_that_is_too_long(agent, late_order, woken, commit):
         services.ticket_decide(
             ticket=ticket,
             interrupt_id=PENDING,
-            answer="reject",
-            reason="x" * (services.REASON_MAX + 1),
             reviewer=agent,
+            orders=services.review_answers(
+                ticket, answer="reject", reason="x" * (services.REASON_MAX + 1)
+            ),
         )
     assert_nothing_written(woken)
 
@@ -136,7 +162,10 @@ def test_it_refuses_an_interrupt_that_is_not_pending(agent, late_order, woken, c
     ticket = awaiting(late_order, interrupt_id=OTHER)
     with commit(), pytest.raises(services.RefundError, match="no longer pending"):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert_nothing_written(woken)
 
@@ -147,7 +176,10 @@ def test_it_refuses_a_decision_on_a_ticket_that_no_longer_waits(agent, late_orde
     ticket.refresh_from_db()
     with commit(), pytest.raises(services.RefundError, match="no longer pending"):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert_nothing_written(woken)
 
@@ -158,13 +190,19 @@ def test_it_refuses_a_second_decision_naming_the_first_reviewer(
     ticket = awaiting(late_order)
     with commit():
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert woken == [ticket.pk]
 
     with commit(), pytest.raises(services.AlreadyDecided) as refused:
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no", reviewer=admin_user
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=admin_user,
+            orders=services.review_answers(ticket, answer="reject", reason="no"),
         )
 
     assert str(refused.value).startswith("Already decided: agent approved this refund at ")
@@ -175,7 +213,10 @@ def test_it_refuses_a_second_decision_naming_the_first_reviewer(
 def test_already_decided_wins_over_stale_once_the_ticket_moved_on(agent, admin_user, late_order):
     ticket = awaiting(late_order)
     services.ticket_decide(
-        ticket=ticket, interrupt_id=PENDING, answer="reject", reason="no", reviewer=agent
+        ticket=ticket,
+        interrupt_id=PENDING,
+        reviewer=agent,
+        orders=services.review_answers(ticket, answer="reject", reason="no"),
     )
     Ticket.objects.filter(pk=ticket.pk).update(
         status=Ticket.Status.REJECTED, pending_interrupt_id=""
@@ -184,7 +225,10 @@ def test_already_decided_wins_over_stale_once_the_ticket_moved_on(agent, admin_u
 
     with pytest.raises(services.AlreadyDecided, match="agent rejected this refund"):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=admin_user
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=admin_user,
+            orders=services.review_answers(ticket, answer="approve"),
         )
 
 
@@ -193,7 +237,10 @@ def test_a_manager_covers_an_agent_ticket(manager, late_order, woken, commit):
     ticket = awaiting(late_order, role="agent")
     with commit():
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=manager
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=manager,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert Decision.objects.get().reviewer == manager
 
@@ -202,7 +249,10 @@ def test_an_agent_may_not_decide_a_manager_ticket(agent, big_order, woken, commi
     ticket = awaiting(big_order, role="manager")
     with commit(), pytest.raises(PermissionDenied):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=agent
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=agent,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert_nothing_written(woken)
 
@@ -212,7 +262,10 @@ def test_a_user_without_a_role_may_not_decide(late_order, woken, commit, django_
     ticket = awaiting(late_order)
     with commit(), pytest.raises(PermissionDenied):
         services.ticket_decide(
-            ticket=ticket, interrupt_id=PENDING, answer="approve", reviewer=nobody
+            ticket=ticket,
+            interrupt_id=PENDING,
+            reviewer=nobody,
+            orders=services.review_answers(ticket, answer="approve"),
         )
     assert_nothing_written(woken)
 
@@ -433,11 +486,18 @@ def test_opening_deciding_forking_retrying_and_resending_each_leave_one_audit_ev
         status="awaiting_review",
         pending_interrupt_id=PENDING,
         required_role="agent",
-        pending_payload={"required_role": "agent", "amount_cents": 699},
+        pending_payload={
+            "required_role": "agent",
+            "amount_cents": 699,
+            "orders": [{"number": "1042", "amount_cents": 699, "status": "open"}],
+        },
     )
     ticket.refresh_from_db()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=PENDING, answer="reject", reason="voucher", reviewer=admin_user
+        ticket=ticket,
+        interrupt_id=PENDING,
+        reviewer=admin_user,
+        orders=services.review_answers(ticket, answer="reject", reason="voucher"),
     )
     Ticket.objects.filter(pk=ticket.pk).update(status="failed")
     services.ticket_retry(ticket=ticket, by=admin_user)
@@ -460,4 +520,9 @@ def test_opening_deciding_forking_retrying_and_resending_each_leave_one_audit_ev
     ]
     reject = AuditEvent.objects.get(ticket=ticket, action="reject")
     assert reject.seen["interrupt_id"] == PENDING and reject.seen["review"]["amount_cents"] == 699
-    assert reject.answer == {"answer": "reject", "reason": "voucher", "note": ""}
+    assert reject.answer == {
+        "answer": "reject",
+        "reason": "voucher",
+        "orders": {"1042": {"answer": "reject", "reason": "voucher"}},
+        "note": "",
+    }

@@ -54,8 +54,8 @@ def decide_and_time(
             services.ticket_decide(
                 ticket=ticket,
                 interrupt_id=ticket.pending_interrupt_id,
-                answer="approve",
                 reviewer=reviewer,
+                orders=services.review_answers(ticket, answer="approve"),
             )
         for pk in set(decided) - set(refunded):
             if Ticket.objects.filter(pk=pk, status="refunded").exists():
@@ -87,7 +87,10 @@ def test_a_mail_server_slow_to_answer_stalls_no_lease_and_no_other_ticket(
     sinks.smtp.slow(SMTP_DELAY, key_prefix=slow.thread_id)
     slow.refresh_from_db()
     services.ticket_decide(
-        ticket=slow, interrupt_id=slow.pending_interrupt_id, answer="approve", reviewer=admin_user
+        ticket=slow,
+        interrupt_id=slow.pending_interrupt_id,
+        reviewer=admin_user,
+        orders=services.review_answers(slow, answer="approve"),
     )
     wait_for(lambda: sinks.smtp.ended_for(slow.thread_id), timeout=30, what="the slow final '.'")
     held_at = time.monotonic()

@@ -123,9 +123,8 @@ def test_several_tickets_for_one_order_refund_it_once_at_stripe(
     services.ticket_decide(
         ticket=first,
         interrupt_id=first.pending_interrupt_id,
-        answer="approve",
         reviewer=admin_user,
-        amount_cents=300,
+        orders=services.review_answers(first, answer="approve", amount_cents=300),
     )
     wait_for(lambda: status(first) == "refunded", timeout=60, what="the first refund")
 

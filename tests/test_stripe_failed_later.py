@@ -62,8 +62,8 @@ def refunded(localstripe, number: str, manager) -> Ticket:
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     return Ticket.objects.get(pk=ticket.pk)
@@ -118,8 +118,8 @@ def test_a_refund_stripe_fails_later_goes_back_to_a_manager_and_the_customer_is_
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="approve",
         reviewer=manager,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     keys = list(
@@ -225,7 +225,10 @@ def test_what_is_left_after_a_failed_refund_counts_a_refund_made_outside_since(
     assert runner.advance(ticket.pk) == "awaiting_review"
     ticket.refresh_from_db()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=manager
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=manager,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     # $10.00 refunded in Stripe's dashboard after the desk's refund; Stripe says so.

@@ -20,10 +20,9 @@ def decided(agent, colleague, manager):
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
-        answer="reject",
-        reason="=SUM(A1)",
-        note="seen before",
         reviewer=colleague,
+        orders=services.review_answers(ticket, answer="reject", reason="=SUM(A1)"),
+        note="seen before",
     )
     return ticket
 

@@ -150,7 +150,7 @@ def test_it_refuses_a_rejection_without_a_reason(client, agent, small):
     )
     assert response.status_code == 400
     html = response.content.decode()
-    assert "Give a reason for the rejection" in html
+    assert "Give a reason for rejecting order" in html
     assert 'name="reject"' in html  # the form is back, ready for a second try
     assert unchanged(small)
 
@@ -160,7 +160,7 @@ def test_it_shows_the_missing_reason_on_the_queue_without_javascript(client, age
     response = client.post(
         decide_url(small), {"interrupt_id": small.pending_interrupt_id, "reject": "1"}, follow=True
     )
-    assert "Give a reason for the rejection" in response.content.decode()
+    assert "Give a reason for rejecting order" in response.content.decode()
     assert unchanged(small)
 
 
@@ -234,7 +234,7 @@ def test_it_puts_a_decision_error_in_the_message_region_too(client, agent, small
     html = response.content.decode()
     # The queue's next poll replaces the row; the message region keeps the error in view.
     assert '<div id="messages" hx-swap-oob="true">' in html
-    assert "Order 1042: Give a reason for the rejection" in html
+    assert "Give a reason for rejecting order 1042" in html
 
 
 # --- from the ticket page ----------------------------------------------------------------------
@@ -266,7 +266,7 @@ def test_it_shows_an_error_in_the_ticket_page_status_region(client, agent, small
     assert response.status_code == 400
     html = response.content.decode()
     assert html.startswith('<div id="ticket-status"')
-    assert "Give a reason for the rejection" in html and 'name="reject"' in html
+    assert "Give a reason for rejecting order" in html and 'name="reject"' in html
     assert unchanged(small)
 
 
@@ -278,7 +278,7 @@ def test_it_sends_a_plain_post_from_the_ticket_page_back_there(client, agent, sm
         follow=True,
     )
     assert response.redirect_chain[-1][0] == reverse("reviews:ticket", args=[small.pk])
-    assert "Give a reason for the rejection" in response.content.decode()
+    assert "Give a reason for rejecting order" in response.content.decode()
 
     response = client.post(
         decide_url(small),

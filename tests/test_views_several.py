@@ -24,6 +24,7 @@ from refunds.models import (
 )
 from refunds.payments.demo import DemoProcessorRefund
 from tests.conftest import make_order
+from tests.reviewing import shipped
 from tests.test_desk_several import agents_ticket, several
 
 QUEUE = "/"
@@ -82,10 +83,11 @@ def test_answers_per_order_through_the_card_are_recorded(transactional_db, clien
     }
     response = client.post(reverse("reviews:decide", args=[ticket.pk]), form, headers=HTMX)
     assert response.status_code == 200, response.content.decode()
-    assert "Approved $5.00 for order 1042, rejected 1049" in response.content.decode()
+    said = "Approved $5.00 (instead of $6.99) for order 1042, rejected 1049"
+    assert said in response.content.decode()
     decision = Decision.objects.get()
     assert decision.orders == {
-        "1042": {"answer": "approve", "amount_cents": 500},
+        "1042": shipped(500),
         "1049": {"answer": "reject", "reason": "Ask the carrier first."},
     }
 
@@ -117,8 +119,8 @@ def test_approve_all_on_the_card_approves_every_open_order(transactional_db, cli
     form = {"interrupt_id": ticket.pending_interrupt_id, "approve": "1"}
     client.post(reverse("reviews:decide", args=[ticket.pk]), form, headers=HTMX)
     assert Decision.objects.get().orders == {
-        "1042": {"answer": "approve", "amount_cents": 699},
-        "1049": {"answer": "approve", "amount_cents": 15000},
+        "1042": shipped(699),
+        "1049": shipped(15000),
     }
 
 
@@ -224,7 +226,10 @@ def test_a_three_order_ticket_reviewed_per_order_runs_to_its_end(transactional_d
 def test_the_dashboard_counts_tickets_and_orders_apart(transactional_db, client, manager):
     ticket = agents_ticket()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=manager
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=manager,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     assert runner.advance(ticket.pk) == "refunded"
     client.force_login(manager)
@@ -253,7 +258,10 @@ def test_a_refused_charge_comes_back_with_the_paid_order_shown_refunded(
 
     ticket = agents_ticket()
     services.ticket_decide(
-        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, answer="approve", reviewer=agent
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        reviewer=agent,
+        orders=services.review_answers(ticket, answer="approve"),
     )
     charge = DemoGateway.charge
 
@@ -278,9 +286,10 @@ def test_a_refused_charge_comes_back_with_the_paid_order_shown_refunded(
         services.ticket_decide(
             ticket=ticket,
             interrupt_id=ticket.pending_interrupt_id,
-            answer="approve",
             reviewer=manager,
-            orders={"1042": {"answer": "approve"}},
+            orders=services.review_answers(
+                ticket, answer="approve", orders={"1042": {"answer": "approve"}}
+            ),
         )
     assert Decision.objects.count() == 1
     form = {

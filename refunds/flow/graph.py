@@ -50,7 +50,9 @@ def build_graph(
     g.add_edge("decline", "notify")
     g.add_edge("received", "approve")
     g.add_conditional_edges(
-        "approve", nodes.after_review, ["charge_order", "email", "notify", "ask_customer"]
+        "approve",
+        nodes.after_review,
+        ["charge_order", "email", "notify", "ask_customer", "approve"],
     )
     # await_reply routes by Command: to the review, or to the close for want of a reply.
     g.add_edge("close_no_reply", "await_reopen")

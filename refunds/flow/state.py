@@ -73,11 +73,11 @@ class Part(TypedDict, total=False):
 
 
 class OrderAnswer(TypedDict, total=False):
-    """A reviewer's answer for one order of a ticket of several."""
+    """A reviewer's answer for one order of the review (refunds/flow/answers.py)."""
 
     answer: Literal["approve", "reject"]
-    amount_cents: int  # approve: what to pay (a manager may lower it); the parts' sum
-    reason: str  # reject: why, for the customer
+    amount_cents: int  # approve: what to pay, the parts' sum
+    reason: str  # reject: why, for the customer; approve: why less than proposed, if said
     # approve: what is refunded (flow version 6). None in an answer of version 5: the shipping
     # fee, for `amount_cents`.
     parts: list[Part]
@@ -93,8 +93,7 @@ class ReviewAnswer(TypedDict, total=False):
     reason: str
     reviewer: str
     decision_id: int
-    amount_cents: int  # an "edit": a manager approves a lower amount
-    # A ticket of several orders: the answer per order number; an order left out gets `answer`.
+    # approve or reject: the answer per open order number, in its one shape (flow/answers.py).
     orders: dict[str, OrderAnswer]
     sent_back: bool  # a misread message sent back to Needs sorting: nothing told the customer
 
@@ -234,6 +233,9 @@ class RefundState(TypedDict, total=False):
     decision: ReviewAnswer
     receipt: str
     payment_error: str
+    # An answer the review node could not apply (the review changed under it): the review comes
+    # back with this said, never a failed ticket. Cleared by the next answer applied.
+    review_error: str
     email_delivered: bool
     outcome: Literal["refunded", "declined", "rejected"]
     outcome_reason: str

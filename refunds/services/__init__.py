@@ -3,11 +3,13 @@ enqueued on commit through refunds.enqueue. The names below are the package's pu
 
 from refunds.services.asking import questions_wait_timers
 from refunds.services.desk import (
-    ANSWERS,
     decision_undo,
+    review_answers,
     review_claim,
+    review_orders,
     review_unclaim,
     reviews_approve_bulk,
+    ticket_ask,
     ticket_decide,
     ticket_escalate,
 )
@@ -49,7 +51,6 @@ from refunds.services.tickets import (
 from refunds.services.timers import reviews_escalate_overdue
 
 __all__ = [
-    "ANSWERS",
     "FORKABLE",
     "FORK_MAX_CENTS",
     "NOTE_MAX",
@@ -66,11 +67,14 @@ __all__ = [
     "also_recover",
     "email_resend",
     "fork_balance_refusal",
+    "review_answers",
     "review_claim",
+    "review_orders",
     "review_unclaim",
     "reviews_approve_bulk",
     "reconcile_payments",
     "reviews_escalate_overdue",
+    "ticket_ask",
     "ticket_decide",
     "decision_undo",
     "ticket_escalate",

@@ -30,13 +30,9 @@ QUESTION_MAX = 2000
 REPLY_MAX = 20_000  # of a reply's text, into the thread; the whole message stays on the desk
 
 
-def question_words(
-    text: str, canned: CannedReason | None, *, amount_cents: int | None, orders: object
-) -> str:
+def question_words(text: str, canned: CannedReason | None) -> str:
     """The question as the customer reads it: a canned question, the reviewer's own words, or
-    both. RefundError for an ask that carries what only an approval does."""
-    if amount_cents is not None or orders:
-        raise RefundError("A question to the customer carries no amount or per-order answers.")
+    both."""
     if canned is not None and canned.use != CannedReason.Use.ASK:
         raise RefundError(f"“{canned.title}” is not a question to the customer.")
     words = f"{canned.text} {text}".strip() if canned is not None else text.strip()

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from core.clock import local_words
 from refunds import audit, enqueue, permissions, policy
-from refunds.flow.words import dollars
+from refunds.flow import answers as flow_answers
+from refunds.flow.state import ReviewOrder
 from refunds.models import (
     AuditEvent,
     CannedReason,
@@ -22,9 +23,7 @@ from refunds.models import (
     Ticket,
 )
 from refunds.services.asking import QUESTION_MAX, asking_record, question_words
-from refunds.services.errors import NOTE_MAX, REASON_MAX, AlreadyDecided, ClaimTaken, RefundError
-
-ANSWERS = ("approve", "reject", "ask")
+from refunds.services.errors import NOTE_MAX, AlreadyDecided, ClaimTaken, RefundError
 
 
 def _claim_window() -> timedelta:
@@ -103,67 +102,130 @@ def review_unclaim(*, ticket: Ticket, by) -> bool:
     return True
 
 
+def review_orders(ticket: Ticket) -> list[ReviewOrder]:
+    """The pending review's orders, as its payload lists them."""
+    payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
+    return list(payload.get("orders") or [])
+
+
+def review_answers(
+    ticket: Ticket,
+    *,
+    answer: str = "",
+    reason: str = "",
+    amount_cents: object = None,
+    orders: object = None,
+) -> dict[str, dict[str, Any]]:
+    """The edges' shorthands ("approve as proposed", "approve all", "reject all", a manager's
+    lower amount, answers per order) expanded into the one shape ticket_decide takes, against
+    the ticket's pending review (refunds/flow/answers.py). Nothing pending: nothing to expand
+    (ticket_decide says where the ticket is)."""
+    review = review_orders(ticket)
+    if not review or answer == Decision.Answer.ASK:
+        return {}
+    try:
+        return flow_answers.expanded(
+            review, answer=answer, reason=reason, amount_cents=amount_cents, orders=orders
+        )
+    except ValueError as exc:
+        raise RefundError(str(exc)) from None
+
+
 def ticket_decide(
     *,
     ticket: Ticket,
     interrupt_id: str,
-    answer: str,
-    reason: str = "",
     reviewer,
+    orders: dict[str, Any],
     note: str = "",
-    amount_cents: int | None = None,
-    canned: CannedReason | None = None,
-    orders: dict[str, Any] | None = None,
     sent_back: bool = False,
 ) -> Decision:
     """Record a reviewer's answer to one pending interrupt, then let a worker apply it.
 
-    `reason` (with a canned reason in front of it) goes to the customer; `note` stays on the
-    desk. `amount_cents` makes an approval an "edit": a manager pays less than asked.
-
-    A ticket of several orders (its pending payload lists `orders`) takes `orders`, the answer
-    per order number ({"answer": "approve", "amount_cents"?} or {"answer": "reject",
-    "reason"?}); an open order left out gets `answer`, a rejection without its own reason gets
-    `reason`. Every open order's answer is recorded in Decision.orders; Decision.answer says
-    whether any was approved. A lower amount per order follows the one-order edit's rule (who,
-    and more than $0.00).
+    `orders`: the answer in its one shape, per open order number ({"answer": "approve",
+    "parts", "reason"?} or {"answer": "reject", "reason"}; review_answers expands the
+    shorthands), checked here by the check the review node runs again (flow/answers.py). Parts
+    other than proposed are an edit, which only a manager makes. Reasons go to the customer;
+    `note` stays on the desk.
 
     `sent_back` (intake.sorting.message_send_back only): a rejection because the message was
-    misread; the thread tells the customer nothing, `reason` stays on the desk."""
-    if answer not in ANSWERS:
-        raise RefundError("Choose approve or reject (or ask the customer).")
-    reason = (reason or "").strip()
-    asking = answer == Decision.Answer.ASK
-    if asking:
-        reason = question_words(reason, canned, amount_cents=amount_cents, orders=orders)
-        canned = None
-    lines = None if asking else _several_lines(ticket)
-    if lines is None and _names_parts(orders):  # one order's parts: answered as its own line
-        lines = _review_lines(ticket)
-    if orders is not None and lines is None:
-        raise RefundError(
-            f"This ticket covers one order ({ticket.order.number}); answer it without per-order "
-            "answers."
-        )
-    if lines is not None and amount_cents is not None:
-        raise RefundError(
-            "This ticket covers several orders: lower an order's own amount, not the total."
-        )
-    rejecting = answer == Decision.Answer.REJECT or any(
-        isinstance(one, dict) and one.get("answer") == Decision.Answer.REJECT
-        for one in (orders.values() if isinstance(orders, dict) else ())
+    misread; the thread tells the customer nothing, the reason stays on the desk."""
+    _still_pending(ticket, interrupt_id, reviewer)
+    review = review_orders(ticket)
+    try:
+        answers = flow_answers.checked(review, orders)
+    except ValueError as exc:
+        raise RefundError(str(exc)) from None
+    edited = flow_answers.edited(review, answers)
+    if edited:
+        refusal = permissions.edit_refusal(reviewer, ticket)
+        if refusal:
+            raise PermissionDenied(refusal)
+    approved = any(one["answer"] == Decision.Answer.APPROVE for one in answers.values())
+    answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
+    reasons = [one.get("reason", "") for one in answers.values()]
+    paid = flow_answers.approved_cents(answers)
+    # Each action as itself: a change of what is refunded, the plain answer, or a mix.
+    kinds = {one["answer"] for one in answers.values()}
+    action = (
+        AuditEvent.Action.EDIT
+        if edited
+        else kinds.pop()
+        if len(kinds) == 1
+        else AuditEvent.Action.ANSWER
     )
-    if canned is not None and rejecting:
-        reason = f"{canned.text} {reason}".strip()
-    note = (note or "").strip()
-    if asking and len(reason) > QUESTION_MAX:
+    reason = "; ".join(dict.fromkeys(r for r in reasons if r))
+    given: dict[str, Any] = {"answer": answer, "reason": reason, "orders": answers, "note": note}
+    if edited:
+        given |= {"amount_cents": paid, "asked_cents": ticket.amount_cents}
+    return _record(
+        ticket,
+        interrupt_id,
+        reviewer,
+        answer=answer,
+        reason=reason,
+        note=note,
+        orders=dict(answers),
+        sent_back=sent_back,
+        action=action,
+        given=given,
+        amount_cents=paid if approved else ticket.amount_cents,
+    )
+
+
+def ticket_ask(
+    *,
+    ticket: Ticket,
+    interrupt_id: str,
+    reviewer,
+    question: str = "",
+    canned: CannedReason | None = None,
+    note: str = "",
+) -> Decision:
+    """Ask the customer instead of deciding: the question (a canned one, words of one's own, or
+    both) is recorded as the review's answer with its reply token; the thread sends it and
+    waits for the reply."""
+    question = question_words(question or "", canned)
+    if len(question) > QUESTION_MAX:
         raise RefundError(f"The question is too long (at most {QUESTION_MAX} characters).")
-    if answer == Decision.Answer.REJECT and not reason and lines is None:
-        raise RefundError("Give a reason for the rejection; the customer is sent it.")
-    if len(reason) > REASON_MAX and not asking:
-        raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
-    if len(note) > NOTE_MAX:
-        raise RefundError(f"The internal note is too long (at most {NOTE_MAX} characters).")
+    _still_pending(ticket, interrupt_id, reviewer)
+    return _record(
+        ticket,
+        interrupt_id,
+        reviewer,
+        answer=Decision.Answer.ASK,
+        reason=question,
+        note=note,
+        orders=None,
+        action=Decision.Answer.ASK,
+        given={"answer": Decision.Answer.ASK, "question": question, "note": note},
+        amount_cents=ticket.amount_cents,
+    )
+
+
+def _still_pending(ticket: Ticket, interrupt_id: str, reviewer) -> None:
+    """The early checks on the caller's copy: answered already, moved on, not theirs to decide
+    (the UPDATE in _record checks the row again, where the race is)."""
     earlier = Decision.objects.filter(interrupt_id=interrupt_id).select_related("reviewer").first()
     if earlier is not None:
         raise AlreadyDecided(_already_decided_message(earlier))
@@ -175,34 +237,25 @@ def ticket_decide(
     refusal = permissions.decision_refusal(reviewer, ticket)
     if refusal:
         raise PermissionDenied(refusal)
-    answers: dict[str, dict[str, Any]] | None = None
-    lowered = False
-    if lines is not None:
-        answers, lowered = _order_answers(ticket, lines, orders or {}, answer, reason, reviewer)
-        approved = any(a["answer"] == Decision.Answer.APPROVE for a in answers.values())
-        answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
-    proposed = (ticket.pending_payload or {}).get("amount_cents")
-    if answer == Decision.Answer.APPROVE and lines is None and proposed == 0:
-        # The policy proposed nothing (a damaged item the message does not name): the review
-        # node would refuse the approval of nothing, after the decision was recorded.
-        raise RefundError(
-            f"Nothing is proposed to refund for order {ticket.order.number}: choose what to "
-            "refund on the ticket page, or reject it, or ask the customer."
-        )
-    if amount_cents is not None:
-        if answer != Decision.Answer.APPROVE:
-            raise RefundError("Only an approval carries a new amount.")
-        refusal = permissions.edit_refusal(reviewer, ticket)
-        if refusal:
-            raise PermissionDenied(refusal)
-        asked = ticket.amount_cents or 0
-        if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
-            raise RefundError("The new amount must be in dollars and cents, like 12.50.")
-        if not 0 < amount_cents < asked:
-            raise RefundError(
-                f"The new amount must be more than $0.00 and less than the {dollars(asked)} "
-                "asked; to pay it all, approve without changing it."
-            )
+
+
+def _record(
+    ticket: Ticket,
+    interrupt_id: str,
+    reviewer,
+    *,
+    answer: str,
+    reason: str,
+    note: str,
+    orders: dict[str, Any] | None,
+    action: str,
+    given: dict[str, Any],
+    amount_cents: int | None,
+    sent_back: bool = False,
+) -> Decision:
+    note = (note or "").strip()
+    if len(note) > NOTE_MAX:
+        raise RefundError(f"The internal note is too long (at most {NOTE_MAX} characters).")
     now = timezone.now()
     grace = float(settings.REFUNDS_UNDO_SECONDS)
     try:
@@ -241,46 +294,21 @@ def ticket_decide(
                 answer=answer,
                 reason=reason,
                 note=note,
-                amount_cents=amount_cents,
-                orders=answers,
+                orders=orders,
                 sent_back=sent_back,
                 # A send-back ends a misread review with no undo: its message moved already.
                 apply_after=now + timedelta(seconds=grace) if grace and not sent_back else None,
             )
-            if asking:  # its reply address's token, kept before any email can carry it
+            if answer == Decision.Answer.ASK:  # its reply address's token, before any email
                 asking_record(ticket=ticket, decision=decision, reviewer=reviewer)
-            # Each action as itself: answered order by order (whatever the mix), a lower amount,
-            # or the plain answer ("Approve all" of several too); with the amount it pays.
-            action: str = answer
-            if answers is not None and orders is not None:
-                action = AuditEvent.Action.ANSWER
-            elif amount_cents is not None:
-                action = AuditEvent.Action.EDIT
-            if answers is not None:
-                paid = sum(
-                    one["amount_cents"]
-                    for one in answers.values()
-                    if one["answer"] == Decision.Answer.APPROVE
-                )
-            else:
-                paid = amount_cents if amount_cents is not None else ticket.amount_cents
-            given: dict[str, Any] = {"answer": answer, "reason": reason, "note": note}
-            if asking:
-                given = {"answer": answer, "question": reason, "note": note}
-            if amount_cents is not None:
-                given |= {"amount_cents": amount_cents, "asked_cents": ticket.amount_cents}
-            if answers is not None:
-                given["orders"] = answers
-            if canned is not None:
-                given["canned"] = canned.title
             audit.record(
                 ticket,
                 action,
                 actor=reviewer,
                 seen={"interrupt_id": interrupt_id, "review": ticket.pending_payload},
-                answer=given,
+                answer=given | {"note": note},
                 note=note,
-                amount_cents=paid if answer == Decision.Answer.APPROVE else ticket.amount_cents,
+                amount_cents=amount_cents,
             )
             # Woken just after the grace (a worker woken early finds nothing due yet).
             enqueue.advance_after_on_commit(ticket.pk, grace + 0.5 if decision.apply_after else 0)
@@ -288,84 +316,6 @@ def ticket_decide(
         earlier = Decision.objects.select_related("reviewer").get(interrupt_id=interrupt_id)
         raise AlreadyDecided(_already_decided_message(earlier)) from None
     return decision
-
-
-def _several_lines(ticket: Ticket) -> dict[str, dict[str, Any]] | None:
-    """The pending review's line per order, by number, for a ticket of several orders; None for
-    one order (answered as a whole, its amount lowered by `amount_cents`, or by its parts)."""
-    lines = _review_lines(ticket)
-    return lines if lines and len(lines) >= 2 else None
-
-
-def _review_lines(ticket: Ticket) -> dict[str, dict[str, Any]] | None:
-    payload = ticket.pending_payload or {}
-    lines = payload.get("orders") if isinstance(payload, dict) else None
-    return {str(line["number"]): line for line in lines} if lines else None
-
-
-def _names_parts(orders: Any) -> bool:
-    return isinstance(orders, dict) and any(
-        isinstance(one, dict) and "parts" in one for one in orders.values()
-    )
-
-
-def _order_answers(
-    ticket: Ticket,
-    lines: dict[str, dict[str, Any]],
-    given: Any,
-    answer: str,
-    reason: str,
-    reviewer,
-) -> tuple[dict[str, dict[str, Any]], bool]:
-    """Each open order's answer, checked against the pending review: `given`'s own, else
-    `answer` for all. Returns them and whether any amount was lowered. A RefundError (or
-    PermissionDenied for a lower amount the reviewer may not set) says what is wrong."""
-    if not isinstance(given, dict):
-        raise RefundError("The answers per order must map each order number to its answer.")
-    given = {str(number): one for number, one in given.items()}
-    for number in given:
-        line = lines.get(str(number))
-        if line is None:
-            raise RefundError(
-                f"This ticket covers no order {str(number)[:40]}; its orders are "
-                f"{', '.join(lines)}."
-            )
-        if line.get("status") != "open":
-            why = (
-                "declined by policy"
-                if line.get("status") == "declined"
-                else f"refunded already (receipt {line.get('receipt') or 'on file'})"
-            )
-            raise RefundError(f"Order {number} is {why}; there is nothing to decide for it.")
-    asked = {n: int(line.get("amount_cents") or 0) for n, line in lines.items()}
-    open_ = {n: cents for n, cents in asked.items() if lines[n].get("status") == "open"}
-    try:
-        bought = {n: line["order"] for n, line in lines.items() if line.get("order")}
-        answers = policy.order_answers_checked(
-            open_, given, answer=answer, reason=reason, bought=bought
-        )
-    except ValueError as exc:
-        raise RefundError(str(exc)) from None
-    for number, one in answers.items():
-        said = one.get("reason") or ""
-        if one["answer"] == Decision.Answer.REJECT and not said:
-            raise RefundError(
-                f"Give a reason for rejecting order {number}; the customer is sent it."
-            )
-        if len(said) > REASON_MAX:
-            raise RefundError(
-                f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
-            )
-    # Parts other than the proposal are an edit too, whatever their sum.
-    lowered = any(
-        one.get("amount_cents", open_[n]) < open_[n] or "parts" in given.get(n, {})
-        for n, one in answers.items()
-    )
-    if lowered:
-        refusal = permissions.edit_refusal(reviewer, ticket)
-        if refusal:
-            raise PermissionDenied(refusal)
-    return answers, lowered
 
 
 def decision_undo(*, decision_id: int, by) -> Decision:
@@ -396,7 +346,7 @@ def decision_undo(*, decision_id: int, by) -> Decision:
             AuditEvent.Action.UNDO,
             actor=by,
             seen={"interrupt_id": decision.interrupt_id, "decided_at": str(decision.decided_at)},
-            answer={"answer": decision.answer, "amount_cents": decision.amount_cents}
+            answer={"answer": decision.answer}
             | ({"orders": decision.orders} if decision.orders else {}),
         )
     return decision
@@ -458,7 +408,10 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
             continue
         try:
             decision = ticket_decide(
-                ticket=ticket, interrupt_id=interrupt_id, answer="approve", reviewer=by
+                ticket=ticket,
+                interrupt_id=interrupt_id,
+                orders=review_answers(ticket, answer="approve"),
+                reviewer=by,
             )
         except (PermissionDenied, RefundError) as exc:
             results.append(
@@ -483,8 +436,8 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
 
 def numbers_words(ticket: Ticket) -> str:
     """The ticket's order numbers as its review lists them ("1042, 1044"), without a query."""
-    lines = _several_lines(ticket)
-    return ", ".join(lines) if lines else ticket.order.number
+    lines = review_orders(ticket)
+    return ", ".join(str(o["number"]) for o in lines) if lines else ticket.order.number
 
 
 def _already_decided_message(decision: Decision) -> str:

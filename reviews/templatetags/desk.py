@@ -138,8 +138,12 @@ def audit_words(event) -> str:
     if action == "escalate":
         text = "sent the review to managers" if event.actor else "escalated the review to managers"
         return f"{who} {text}" + (f": “{event.note}”" if event.note else ".")
-    if action in ("answer", "approve", "edit", "reject") and isinstance(answer.get("orders"), dict):
-        return f"{who} answered per order: {_per_order_words(answer['orders'], seen)}."
+    orders = answer.get("orders")
+    if action in ("answer", "approve", "edit", "reject") and isinstance(orders, dict):
+        if len(orders) > 1:
+            return f"{who} answered per order: {_per_order_words(orders, seen)}."
+        for one in orders.values():  # a ticket of one order: its answer is the review's
+            answer = answer | {"reason": one.get("reason", "")}
     if action == "approve":
         return f"{who} approved {amount or 'the refund'}."
     if action == "edit":
@@ -198,8 +202,18 @@ def audit_words(event) -> str:
 
 @register.filter
 def per_order_words(event) -> str:
-    """An answer per order's audit entry as words: "approved $6.99 on 1042; rejected 1044 (…)"."""
-    return _per_order_words((event.answer or {}).get("orders") or {}, event.seen or {})
+    """An answer per order's audit entry as words: "approved $6.99 on 1042; rejected 1044 (…)";
+    of one order, what changed: "amount $48.00 → $25.00 “why”", or the rejection's “why”."""
+    orders, seen = (event.answer or {}).get("orders") or {}, event.seen or {}
+    if len(orders) != 1:
+        return _per_order_words(orders, seen)
+    (one,) = orders.values()
+    why = f"“{one['reason']}”" if one.get("reason") else ""
+    asked = (seen.get("review") or {}).get("amount_cents")
+    paid = one.get("amount_cents")
+    if one.get("answer") == "approve" and asked and paid is not None and paid < asked:
+        return f"amount {words.dollars(asked)} → {words.dollars(paid)} {why}".strip()
+    return why
 
 
 def _per_order_words(orders: dict, seen: dict) -> str:
@@ -292,8 +306,10 @@ def order_answers_words(decision) -> str:
     for number, one in orders.items():
         if one.get("answer") == "approve":
             said = f"{number} approved {words.dollars(one.get('amount_cents') or 0)}"
-            if one.get("parts"):
+            if one.get("parts") and not refund_parts.only_shipping(one["parts"]):
                 said += f" ({'; '.join(refund_parts.words(one['parts'], titles))})"
+            if one.get("reason"):  # why less than proposed
+                said += f": {one['reason']}"
             parts.append(said)
         else:
             why = f" ({one['reason']})" if one.get("reason") else ""
@@ -344,6 +360,16 @@ def proposed_units(order: dict, line_id: int) -> int:
         if part.get("line") == line_id:
             return int(part.get("quantity") or 0)
     return 0
+
+
+@register.filter
+def proposed_pay(order: dict, line_id: int) -> str:
+    """What the review's proposal pays for a line's units, as an empty Pay input pays it
+    ("full price" for a line it does not propose: reviews.forms.parts_answers)."""
+    for part in order.get("parts") or []:
+        if part.get("line") == line_id:
+            return words.dollars(part["amount_cents"])
+    return "full price"
 
 
 @register.filter

@@ -99,7 +99,7 @@ def _answer_cell(event) -> str:
     """ "approve", "reject", or per order "1042 approve; 1044 reject"."""
     answer = event.answer or {}
     orders = answer.get("orders")
-    if isinstance(orders, dict):
+    if isinstance(orders, dict) and len(orders) > 1:
         return "; ".join(f"{number} {one.get('answer', '')}" for number, one in orders.items())
     return answer.get("answer", "") or answer.get("to", "")
 
@@ -108,7 +108,7 @@ def _reason_cell(event) -> str:
     """The reason the customer was sent; per order, each rejected order's own."""
     answer = event.answer or {}
     orders = answer.get("orders")
-    if isinstance(orders, dict):
+    if isinstance(orders, dict) and len(orders) > 1:
         return "; ".join(
             f"{number}: {one['reason']}" for number, one in orders.items() if one.get("reason")
         )

@@ -84,26 +84,25 @@ DECIDED_SHOWN = timedelta(seconds=8)
 
 def decided_line(decision: Decision, ticket: Ticket) -> str:
     """The short line that takes a decided review's place in the queue."""
-    number = ticket.order.number
-    if decision.orders:
-        number = ", ".join(decision.orders)
+    orders = decision.orders or {}
+    numbers = list(orders) or [ticket.order.number]
+    on = ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
     if decision.refused_reason:
-        return f"Your decision on order {number} was not applied: {decision.refused_reason}"
-    if decision.orders:
-        paid = {n: o for n, o in decision.orders.items() if o["answer"] == "approve"}
-        rejected = [n for n in decision.orders if n not in paid]
-        if not paid:
-            return f"Rejected the refund for orders {number} — the customer is told why"
-        total = sum(o["amount_cents"] for o in paid.values())
-        return policy.paid_out_words(
-            total, list(paid), rejected=rejected, undo_seconds=decision.undo_seconds_left()
-        )
-    if decision.answer == Decision.Answer.REJECT:
-        return f"Rejected the refund for order {number} — the customer is told why"
+        return f"Your decision on {on} was not applied: {decision.refused_reason}"
     if decision.answer == Decision.Answer.ASK:
-        return f"Asked the customer about order {number}; the review comes back with their reply"
-    amount = decision.amount_cents if decision.amount_cents is not None else ticket.amount_cents
-    return policy.paid_out_words(amount, [number], undo_seconds=decision.undo_seconds_left())
+        return f"Asked the customer about {on}; the review comes back with their reply"
+    paid = {n: o for n, o in orders.items() if o["answer"] == "approve"}
+    if not paid:
+        return f"Rejected the refund for {on} — the customer is told why"
+    # What the review proposed for them, while the caller's copy still shows it.
+    proposed = {str(o["number"]): o["amount_cents"] for o in services.review_orders(ticket)}
+    return policy.paid_out_words(
+        sum(o["amount_cents"] for o in paid.values()),
+        list(paid),
+        asked_cents=sum(proposed[n] for n in paid) if set(paid) <= set(proposed) else None,
+        rejected=[n for n in orders if n not in paid],
+        undo_seconds=decision.undo_seconds_left(),
+    )
 
 
 def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision]) -> list[Ticket]:
@@ -264,48 +263,24 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
             services.ticket_escalate(ticket=ticket, by=request.user, note=data["note"])
             text = f"Escalated the review of order {ticket.order.number} to managers."
         elif answer == "ask":
-            decision = services.ticket_decide(
+            decision = services.ticket_ask(
                 ticket=ticket,
                 interrupt_id=data["interrupt_id"],
-                answer="ask",
-                reason=data["question"],
+                question=data["question"],
                 canned=data["canned_question"],
                 note=data["note"],
                 reviewer=request.user,
             )
             text = decided_line(decision, ticket)
-        elif answer == "approve" and forms.names_parts(request.POST):
-            decision = _decide_parts(request, ticket, data)
-            text = decided_line(decision, ticket)
-        elif answer == "orders" or (answer and several_lines(ticket)):
-            decision = _decide_several(request, ticket, answer, data)
-            text = decided_line(decision, ticket)
         else:
-            try:
-                amount = forms.cents(data["amount"]) if answer == "approve" else None
-            except ValueError as exc:
-                raise services.RefundError(str(exc)) from None
-            if amount is not None and amount == ticket.amount_cents:
-                amount = None  # unchanged: a plain approval
             decision = services.ticket_decide(
                 ticket=ticket,
                 interrupt_id=data["interrupt_id"],
-                answer=answer,
-                reason=data["reason"],
+                orders=forms.review_answers(request.POST, ticket, answer, data),
                 note=data["note"],
-                canned=data["canned"],
-                amount_cents=amount,
                 reviewer=request.user,
             )
-            if answer == "approve":
-                text = policy.paid_out_words(
-                    ticket.amount_cents if amount is None else amount,
-                    [ticket.order.number],
-                    asked_cents=ticket.amount_cents,
-                    undo_seconds=decision.undo_seconds_left(),
-                )
-            else:
-                text = f"Rejected the refund on order {ticket.order.number}."
+            text = decided_line(decision, ticket)
     except PermissionDenied as exc:
         return decision_error(request, ticket, str(exc), status=403)
     except (services.AlreadyDecided, services.ClaimTaken) as exc:
@@ -323,60 +298,6 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         messages.success(request, text)
         return back(request, ticket)
     return trigger_client_event(response, "queueChanged")
-
-
-def several_lines(ticket: Ticket) -> list[dict]:
-    """The pending review's lines per order of a ticket of several; [] for one order."""
-    payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
-    lines = payload.get("orders") or []
-    return lines if len(lines) > 1 else []
-
-
-def _decide_parts(request: HtmxHttpRequest, ticket: Ticket, data) -> Decision:
-    """Approve with the parts each order's parts form ticks (the same check as the API's)."""
-    payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
-    try:
-        orders = forms.parts_answers(request.POST, payload.get("orders") or [])
-    except ValueError as exc:
-        raise services.RefundError(str(exc)) from None
-    return services.ticket_decide(
-        ticket=ticket,
-        interrupt_id=data["interrupt_id"],
-        answer="approve",
-        reason=data["reason"],
-        note=data["note"],
-        canned=data["canned"],
-        orders=orders,
-        reviewer=request.user,
-    )
-
-
-def _decide_several(request: HtmxHttpRequest, ticket: Ticket, answer: str, data) -> Decision:
-    """A ticket of several orders: "Approve all" and "Reject all" answer every open order,
-    "Save the answers per order" sends each order's own."""
-    orders = None
-    if answer == "orders":
-        lines = several_lines(ticket)
-        if not lines:
-            raise services.RefundError(
-                "This review has no orders to answer one by one; reload the page."
-            )
-        try:
-            orders = forms.order_answers(request.POST, lines)
-        except ValueError as exc:
-            raise services.RefundError(str(exc)) from None
-        approved = any(one["answer"] == "approve" for one in orders.values())
-        answer = "approve" if approved else "reject"
-    return services.ticket_decide(
-        ticket=ticket,
-        interrupt_id=data["interrupt_id"],
-        answer=answer,
-        reason=data["reason"],
-        note=data["note"],
-        canned=data["canned"],
-        orders=orders,
-        reviewer=request.user,
-    )
 
 
 @require_POST

@@ -650,8 +650,11 @@ class Run:
                 services.ticket_decide(
                     ticket=ticket,
                     interrupt_id=ticket.pending_interrupt_id,
-                    answer="reject" if reject else "approve",
-                    reason="not covered (crashtest)" if reject else "",
+                    orders=services.review_answers(
+                        ticket,
+                        answer="reject" if reject else "approve",
+                        reason="not covered (crashtest)" if reject else "",
+                    ),
                     reviewer=reviewers[ticket.required_role],
                 )
             except services.RefundError:

@@ -55,8 +55,13 @@ def asked(state: RefundState, answer: ReviewAnswer) -> RefundState:
     }
 
 
-def after_review(state: RefundState) -> list[Send] | Literal["ask_customer", "email", "notify"]:
-    """The review's way out: a question to send, else the charges (or the email)."""
+def after_review(
+    state: RefundState,
+) -> list[Send] | Literal["ask_customer", "email", "notify", "approve"]:
+    """The review's way out: a question to send, else the charges (or the email); an answer the
+    review could not apply, back to the review."""
+    if state.get("review_error"):
+        return "approve"
     if state.get("asking"):
         return "ask_customer"
     return send_charges(state)

@@ -18,7 +18,8 @@ from refunds.flow.errors import (
     PaymentDisputed,
     RetryableGatewayError,
 )
-from refunds.flow.nodes.common import attempt, ordered_checks, stop_if_drained
+from refunds.flow.nodes.checks import customer_words, reproposed
+from refunds.flow.nodes.common import attempt, ordered_checks, reason_of, stop_if_drained
 from refunds.flow.state import (
     ChargeTask,
     Collaborators,
@@ -145,9 +146,12 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
     return {"charges": {number: charge}, "notes": [note], "trail": [f"charge_order:{number}"]}
 
 
-def settle_charges(state: RefundState) -> Command[Literal["email", "approve"]]:
+def settle_charges(
+    state: RefundState, runtime: Runtime[Collaborators]
+) -> Command[Literal["email", "approve"]]:
     """Every charge of the fan-out answered: a refused one goes back to a manager (the others
-    stay paid), else on to the one email."""
+    stay paid) over its order as it stands now, proposing what is left of it; else on to the
+    one email."""
     charges = state.get("charges") or {}
     refused = {
         c["number"]: charges[c["number"]].get("error", "")
@@ -170,6 +174,7 @@ def settle_charges(state: RefundState) -> Command[Literal["email", "approve"]]:
                 # The refused orders' charge entries are dropped, so the re-review asks again;
                 # one stopped by a dispute keeps saying so, for that review and its answer.
                 "charges": {n: _dropped(n, charges[n]) for n in refused},
+                "checks": {n: _anew(state, runtime, n) for n in refused},
                 "amount_cents": paid,
                 "notes": [f"Charge refused: {why.rstrip('.')}. {stands}."],
                 "trail": ["payment_failed"],
@@ -186,6 +191,12 @@ def settle_charges(state: RefundState) -> Command[Literal["email", "approve"]]:
         },
         goto="email",
     )
+
+
+def _anew(state: RefundState, runtime: Runtime[Collaborators], number: str) -> OrderCheck:
+    check = (state.get("checks") or {})[number]
+    order = runtime.context.find_order(number) or check["order"]
+    return reproposed(check, order, reason_of(state), customer_words(state))
 
 
 def _dropped(number: str, charge: OrderCharge) -> OrderCharge:

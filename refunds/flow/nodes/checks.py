@@ -20,6 +20,7 @@ from refunds.flow.state import (
     Collaborators,
     CustomerHistory,
     OrderCheck,
+    OrderFacts,
     Part,
     RefundState,
 )
@@ -38,12 +39,7 @@ def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     if order is None:
         raise OrderNotFound(f"order {state['order_number']} does not exist")
     fee, paid = order["fee_cents"], order.get("paid_cents")
-    # What the order came to: its items (when the shop sent them) and its shipping.
-    bought = fee + sum(
-        line["unit_price_cents"] * line["quantity"] + line["tax_cents"]
-        for line in order.get("lines") or []
-    )
-    balance = max(min(bought, bought if paid is None else paid) - order.get("refunded_cents", 0), 0)
+    balance = balance_of(order)
     notes = [f"Order {order['number']} for {order['customer_name']}."]
     if paid is not None and paid < fee and not order.get("lines"):
         notes.append(
@@ -67,6 +63,38 @@ def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         "amount_cents": balance,
         "notes": notes,
         "trail": ["lookup"],
+    }
+
+
+def balance_of(order: OrderFacts) -> int:
+    """What is left to refund of the order: what it came to (its items, when the shop sent
+    them, and its shipping), or what was paid if less, less what the desk refunded of it."""
+    bought = order["fee_cents"] + sum(
+        line["unit_price_cents"] * line["quantity"] + line["tax_cents"]
+        for line in order.get("lines") or []
+    )
+    paid = order.get("paid_cents")
+    return max(min(bought, bought if paid is None else paid) - order.get("refunded_cents", 0), 0)
+
+
+def reproposed(check: OrderCheck, order: OrderFacts, reason: str, words: str) -> OrderCheck:
+    """One order's check over the order as it stands now (refunds made since: at the processor,
+    by other tickets, a refund that failed), with the proposal made anew from it: what a review
+    that comes back after a charge offers is what can be paid."""
+    local: RefundState = {
+        "order": order,
+        "balance_cents": balance_of(order),
+        "late_by_days": check["late_by_days"],
+        "reason": reason,
+    }
+    parts, why = _proposal(local, words, refundable=True)
+    return {
+        **check,
+        "order": order,
+        "balance_cents": local["balance_cents"],
+        "amount_cents": refund_parts.total(parts),
+        "parts": parts,
+        "parts_why": why,
     }
 
 

@@ -210,9 +210,9 @@ def parts_given(check: OrderCheck) -> list[dict]:
     return items
 
 
-def _why_less(state: RefundState, answer: OrderAnswer) -> str:
-    """The reviewer's reason for paying less than asked: the order's own, else the decision's."""
-    return str(answer.get("reason") or (state.get("decision") or {}).get("reason") or "")
+def _why_less(answer: OrderAnswer) -> str:
+    """The reviewer's reason for paying less than asked: that order's own, never another's."""
+    return str(answer.get("reason") or "")
 
 
 def order_facts(state: RefundState) -> dict:
@@ -221,6 +221,7 @@ def order_facts(state: RefundState) -> dict:
     policy's reason; and the totals."""
     charges = state.get("charges") or {}
     refunded, not_refunded = [], []
+    asked_in_all = 0  # what the customer asked for, every order a person reviewed
     for check in ordered_checks(state):
         number = check["number"]
         charge = charges.get(number, {})
@@ -229,6 +230,10 @@ def order_facts(state: RefundState) -> dict:
         # asked for no sum, so a refund is never "part of" the order's balance.
         proposed = check.get("amount_cents")
         asked = proposed if proposed is not None else check.get("balance_cents") or 0
+        if check["refundable"]:
+            asked_in_all += max(
+                asked, charge.get("amount_cents", 0) if charge.get("receipt") else 0
+            )
         if charge.get("receipt"):
             paid = charge["amount_cents"]
             refunded.append(
@@ -238,7 +243,7 @@ def order_facts(state: RefundState) -> dict:
                     "paid_cents": paid,
                     "receipt": charge["receipt"],
                     "part": paid < asked,
-                    "why_part": _why_less(state, answer) if paid < asked else "",
+                    "why_part": _why_less(answer) if paid < asked else "",
                     "given": parts_given(check),
                 }
             )
@@ -269,11 +274,12 @@ def order_facts(state: RefundState) -> dict:
             )
         else:
             not_refunded.append({"number": number, "why_not": state.get("outcome_reason", "")})
+        asked_in_all = state["amount_cents"] if state.get("receipt") else 0
     return {
         "orders": list(state.get("order_numbers") or [state["order"]["number"]]),
         "refunded": refunded,
         "not_refunded": not_refunded,
-        "asked_cents": sum(o["asked_cents"] for o in refunded),
+        "asked_cents": asked_in_all,
         "paid_cents": sum(o["paid_cents"] for o in refunded),
         "part": any(o["part"] for o in refunded),
         "given": any(o["given"] for o in refunded),

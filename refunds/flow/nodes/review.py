@@ -4,13 +4,14 @@ the node runs again from the top on resume."""
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from core.clock import day_words
 from refunds import policy
+from refunds.flow import answers as flow_answers
 from refunds.flow import parts as refund_parts
 from refunds.flow.errors import DISPUTED
 from refunds.flow.nodes import asking
@@ -20,8 +21,6 @@ from refunds.flow.state import (
     Collaborators,
     CustomerHistory,
     OrderAnswer,
-    OrderCheck,
-    Part,
     RefundState,
     ReviewAnswer,
     ReviewOrder,
@@ -164,6 +163,8 @@ def review_request(state: RefundState) -> ReviewRequest:
     open_ = [o for o in orders if o["status"] == "open"]
     asked = sum(o["amount_cents"] for o in open_)
     lines = _summary(state, orders, asked)
+    if state.get("review_error"):
+        lines.insert(1, f"**{state['review_error']}** Answer it again.")
     reason = reason_of(state)
     reading = state.get("reading")
     if reason != policy.LATE_DELIVERY or reading:
@@ -215,46 +216,17 @@ def review_request(state: RefundState) -> ReviewRequest:
 
 
 def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAnswer]:
-    """The reviewer's answer for each open order: its own entry in `orders`, else the answer
-    for all. An "edit" (`amount_cents` beside the answer) lowers the one open order's amount.
-    Refuses an order that is not open or an amount above what it asks."""
-    checks = state.get("checks") or {}
-    asked = {o["number"]: o["amount_cents"] for o in _review_orders(state) if o["status"] == "open"}
-    given = answer.get("orders") or {}
-    edited = answer.get("amount_cents")
-    if edited is not None:
-        if given or len(asked) != 1 or answer["answer"] != "approve":
-            raise ValueError("only an approval of a review of one open order carries an amount")
-        given = {number: {"answer": "approve", "amount_cents": edited} for number in asked}
-    answers = cast(
-        dict[str, OrderAnswer],
-        policy.order_answers_checked(
-            asked,
-            given,
-            answer=answer["answer"],
-            reason=answer.get("reason", ""),
-            bought={n: c["order"] for n, c in checks.items()},
-        ),
-    )
+    """The reviewer's answer for each open order, checked again against this review as the
+    decision service checked it (refunds/flow/answers.py): what the desk accepted, the flow
+    applies. ValueError when the review changed under it."""
+    orders = _review_orders(state)
+    answers = flow_answers.checked(orders, answer.get("orders"))
     # What this review said of a dispute is what its approval answers: the manager saw it.
-    disputed = {o["number"] for o in _review_orders(state) if o.get("disputed")}
+    disputed = {o["number"] for o in orders if o.get("disputed")}
     for number, one in answers.items():
-        if one["answer"] == "approve" and "parts" not in one:
-            one["parts"] = _approved_parts(checks[number], one["amount_cents"])
         if one["answer"] == "approve" and number in disputed:
             one["dispute_seen"] = True
     return answers
-
-
-def _approved_parts(check: OrderCheck, amount_cents: int) -> list[Part]:
-    """The parts an approval refunds: the policy's proposal as it stands; the shipping fee
-    alone may be lowered (a check of flow version 5 proposed nothing else)."""
-    proposed = refund_parts.or_shipping(check.get("parts"), check["amount_cents"])
-    if amount_cents == refund_parts.total(proposed):
-        return proposed
-    if refund_parts.only_shipping(proposed):
-        return [refund_parts.shipping(amount_cents)]
-    raise ValueError(f"order {check['number']}: a lower amount goes with the parts it refunds")
 
 
 def _review_note(state: RefundState, answer: ReviewAnswer, answers: dict[str, OrderAnswer]) -> str:
@@ -291,7 +263,14 @@ def approve(state: RefundState) -> RefundState:
         return asking.asked(state, answer)
     if answer.get("answer") not in ("approve", "reject"):
         raise ValueError(f"review answer must be approve or reject (or ask), got {answer!r}")
-    answers = answer_orders(state, answer)
+    try:
+        answers = answer_orders(state, answer)
+    except ValueError as exc:
+        # Never a failed ticket for what a person decided: the review comes back, saying why.
+        why = (
+            f"The decision of {answer.get('reviewer') or 'a reviewer'} could not be applied: {exc}"
+        )
+        return {"review_error": why, "notes": [why], "trail": ["decision_refused"]}
     checks = state.get("checks") or {}
     approved = [n for n, one in answers.items() if one["answer"] == "approve"]
     paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
@@ -299,6 +278,7 @@ def approve(state: RefundState) -> RefundState:
         "decision": answer,
         "checks": {n: {**checks[n], "answer": one} for n, one in answers.items()},
         "payment_error": "",
+        "review_error": "",
         "notes": [_review_note(state, answer, answers)],
         "trail": ["approve"],
     }

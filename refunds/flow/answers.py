@@ -1,0 +1,193 @@
+"""A reviewer's answer in its one shape: for each open order of the review, approve with the
+parts it refunds (and a reason where it pays less than proposed) or reject with a reason.
+
+The desk's forms and the API expand their shorthands ("approve as proposed", "approve all",
+"reject all", a lower amount) into it with `expanded`; `checked` is the one check, run by the
+decision service before it records an answer and again by the review node before it applies
+one, against the same review, so what the desk accepts the flow applies. No Django here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from refunds import policy
+from refunds.flow import parts as refund_parts
+from refunds.flow.state import OrderAnswer, Part, ReviewOrder
+from refunds.flow.words import dollars
+
+REASON_MAX = 1000  # characters of a reason for the customer (the API's and the forms' limit)
+FIELDS = frozenset({"answer", "parts", "reason", "amount_cents"})
+
+
+def open_orders(review: Sequence[ReviewOrder]) -> dict[str, ReviewOrder]:
+    """The review's orders that wait on an answer, by number, in the review's order."""
+    return {str(o["number"]): o for o in review if o.get("status") == "open"}
+
+
+def proposal(order: ReviewOrder) -> list[Part]:
+    """What the review proposes to refund of one open order (an order from before parts: its
+    amount in shipping)."""
+    if order.get("parts") == [] or not order.get("amount_cents"):
+        return list(order.get("parts") or [])
+    return refund_parts.or_shipping(order.get("parts"), order["amount_cents"])
+
+
+def expanded(
+    review: Sequence[ReviewOrder],
+    *,
+    answer: str = "",
+    reason: str = "",
+    amount_cents: object = None,
+    orders: object = None,
+) -> dict[str, dict[str, Any]]:
+    """The shorthands in the one shape. An open order left out of `orders` takes `answer`:
+    "approve" its proposal, "reject" with `reason`. An approval without parts refunds the
+    proposal; with `amount_cents` below it (a manager's lower amount: beside `answer` for a
+    review of one open order, or in an order's own answer) the proposal's parts scaled down to
+    it. A review of one open order gives `reason` to its answer whatever it is (why it is
+    lowered); of several, only to rejections without their own. ValueError says what is wrong;
+    `checked` checks the result."""
+    open_ = open_orders(review)
+    given = _by_number(review, orders)
+    if amount_cents is not None:
+        if len(open_) != 1:
+            raise ValueError(
+                "This ticket covers several orders: lower an order's own amount, not the total."
+            )
+        if answer != "approve" or given:
+            raise ValueError("Only an approval of the whole review carries a new amount.")
+        given = {next(iter(open_)): {"answer": "approve", "amount_cents": amount_cents}}
+    answers: dict[str, dict[str, Any]] = {}
+    for number, order in open_.items():
+        one = dict(given.get(number) or {"answer": answer})
+        if not one.get("reason") and (one.get("answer") == "reject" or len(open_) == 1):
+            one["reason"] = reason
+        if one.get("answer") == "approve" and one.get("parts") is None:
+            one["parts"] = _lowered(number, proposal(order), one.pop("amount_cents", None))
+        answers[number] = one
+    return answers
+
+
+def _by_number(review: Sequence[ReviewOrder], orders: object) -> dict[str, dict[str, Any]]:
+    if orders is None:
+        return {}
+    if not isinstance(orders, Mapping):
+        raise ValueError("The answers per order must map each order number to its answer.")
+    everyone = {str(o["number"]): o for o in review}
+    for number, one in orders.items():
+        order = everyone.get(str(number))
+        if order is None:
+            raise ValueError(
+                f"This ticket covers no order {str(number)[:40]}; its orders are "
+                f"{', '.join(everyone)}."
+            )
+        if order.get("status") != "open":
+            why = (
+                "declined by policy"
+                if order.get("status") == "declined"
+                else f"refunded already (receipt {order.get('receipt') or 'on file'})"
+            )
+            raise ValueError(f"Order {number} is {why}; there is nothing to decide for it.")
+        if not isinstance(one, Mapping):
+            raise ValueError(f"Order {number}: give its answer as approve or reject.")
+    return {str(number): dict(one) for number, one in orders.items()}
+
+
+def _lowered(number: str, parts: list[Part], amount: object) -> list[Part]:
+    """The proposal, or its parts scaled down to a lower amount."""
+    if not parts:
+        raise ValueError(
+            f"Nothing is proposed to refund for order {number}: choose what to refund on the "
+            "ticket page, or reject it, or ask the customer."
+        )
+    most = refund_parts.total(parts)
+    if amount is None or amount == most:
+        return parts
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise ValueError(f"Order {number}: the amount must be in dollars and cents, like 12.50.")
+    if not 0 < amount < most:
+        raise ValueError(
+            f"Order {number}: the new amount must be more than $0.00 and at most the "
+            f"{dollars(most)} proposed."
+        )
+    return policy.scaled(parts, amount)
+
+
+def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnswer]:
+    """The one check of an answer in the one shape: every open order answered, approvals with
+    parts that the order's facts allow (policy.parts_checked: bought, left of each line, left
+    of what was paid), rejections with a reason. Returns each order's answer as the flow applies
+    it ({"answer": "approve", "parts", "amount_cents", "reason"?} or {"answer": "reject",
+    "reason"}); ValueError names the order and what is wrong."""
+    open_ = open_orders(review)
+    if not open_:
+        raise ValueError("This review has no open order to answer.")
+    if not isinstance(given, Mapping):
+        raise ValueError("The answers per order must map each order number to its answer.")
+    given = {str(number): one for number, one in given.items()}
+    unknown = [n for n in given if n not in open_]
+    if unknown:
+        raise ValueError(
+            f"This review has no open order {unknown[0][:40]}; its open orders are "
+            f"{', '.join(open_)}."
+        )
+    answers: dict[str, OrderAnswer] = {}
+    for number, order in open_.items():
+        one = given.get(number)
+        if not isinstance(one, Mapping) or one.get("answer") not in ("approve", "reject"):
+            raise ValueError(f"Choose approve or reject for order {number}.")
+        extra = sorted(set(one) - FIELDS)
+        if extra:
+            raise ValueError(f"Order {number}: unknown field(s) {', '.join(extra)}.")
+        why = one.get("reason") or ""
+        if not isinstance(why, str):
+            raise ValueError(f"Order {number}: the reason must be text.")
+        why = why.strip()
+        if len(why) > REASON_MAX:
+            raise ValueError(
+                f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
+            )
+        if one["answer"] == "reject":
+            if one.get("parts") is not None or one.get("amount_cents") is not None:
+                raise ValueError(f"Order {number}: only an approval carries parts or an amount.")
+            if not why:
+                raise ValueError(
+                    f"Give a reason for rejecting order {number}; the customer is sent it."
+                )
+            answers[number] = {"answer": "reject", "reason": why}
+            continue
+        facts = order.get("order")
+        if facts is None:  # a review from before parts: its one proposal is all it offers
+            if one.get("parts") != proposal(order):
+                raise ValueError(f"Order {number}: its parts cannot be changed in this review.")
+            parts = proposal(order)
+        else:
+            parts = policy.parts_checked(facts, one.get("parts"))
+        if one.get("amount_cents") not in (None, refund_parts.total(parts)):
+            raise ValueError(f"Order {number}: give the amount in its parts, not beside them.")
+        approved: OrderAnswer = {
+            "answer": "approve",
+            "parts": parts,
+            "amount_cents": refund_parts.total(parts),
+        }
+        if why:
+            approved["reason"] = why
+        answers[number] = approved
+    return answers
+
+
+def edited(review: Sequence[ReviewOrder], answers: Mapping[str, OrderAnswer]) -> bool:
+    """Whether an approval refunds other parts than proposed (what only a manager may do); a
+    proposal posted back unchanged is a plain approval."""
+    open_ = open_orders(review)
+    return any(
+        one["answer"] == "approve"
+        and refund_parts.digest(one["parts"]) != refund_parts.digest(proposal(open_[number]))
+        for number, one in answers.items()
+    )
+
+
+def approved_cents(answers: Mapping[str, OrderAnswer]) -> int:
+    """What an answer pays out, all its approved orders together."""
+    return sum(one["amount_cents"] for one in answers.values() if one["answer"] == "approve")
