@@ -315,8 +315,9 @@ def _open_decisions(lease: leases.Lease) -> list[tuple]:
 
 
 def _taken(decision) -> bool:
-    """The late guard of Undo: one conditional UPDATE takes the decision for applying, only if it
-    is still there and past its grace, and ends its grace (Undo deletes it only while
+    """The late guard of Undo, and the one place that holds its window (the grant reads
+    decisions in their grace too): one conditional UPDATE takes the decision for applying, only
+    if it is still there and past its grace, and ends its grace (Undo deletes it only while
     `apply_after` is in the future). Of an Undo and this at the same moment, one wins."""
     return bool(
         decision.filter(Q(apply_after__isnull=True) | Q(apply_after__lte=Now())).update(
@@ -332,7 +333,7 @@ def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | No
         pk, interrupt_id, answer, reason, amount_cents, reviewer, orders, sent_back = row
         one = _fenced(Decision.objects.filter(pk=pk), lease)
         if interrupt_id in pending and chosen is None and not _taken(one):
-            continue  # withdrawn by Undo as its grace ended (or the lease is gone): not applied
+            continue  # in its grace, withdrawn by Undo, or the lease is gone: not applied
         if interrupt_id in pending and chosen is None:
             if isinstance(orders, str):  # SQLite hands JSON back as text, PostgreSQL parsed
                 orders = json.loads(orders)
