@@ -464,6 +464,9 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             }
             config = thread_config(lease.thread_id, fence=lease.epoch)
             graph().update_state(config, update, as_node="received")
+            # A worker that dies here leaves the state handed back and the charge not marked:
+            # the next one finds the receipt gone from the thread's charges and only marks it.
+            _emit(lease.thread_id, "hand_back:state_written")
         with transaction.atomic():
             marked = Charge.objects.filter(
                 pk=charge.pk, handed_back_at__isnull=True, ticket__lease_epoch=lease.epoch
