@@ -301,6 +301,43 @@ def test_an_outside_kill_waits_for_a_ready_worker_and_a_worker_down_is_started_a
         worker.stop()
 
 
+def test_the_child_run_gets_every_option_the_command_was_given():
+    """The command runs its work in a child process (a fresh data folder and database): an
+    option left off the child's command line runs with its default (`--items 0` once made a
+    third of the tickets damaged items all the same)."""
+    from django.core.management.base import BaseCommand
+
+    from devtools.management.commands.crashtest import (
+        PARENT_ONLY,
+        RUN_OPTIONS,
+        Command,
+        child_argv,
+    )
+
+    parser = Command().create_parser("manage.py", "crashtest")
+    given = ["--tickets", "7", "--kills", "3", "--pauses", "1", "--seed", "5", "--workers", "3"]
+    given += ["--backend", "postgres", "--several", "0.5", "--messages", "0", "--items", "0"]
+    given += ["--timeout", "90"]
+    opts = vars(parser.parse_args(given))
+    child = vars(parser.parse_args(child_argv(opts)[1:]))
+    assert {name: child[name] for name in RUN_OPTIONS} == {name: opts[name] for name in RUN_OPTIONS}
+    assert child["items"] == 0.0
+    # Every option of the command is the run's or the parent's own: none can be forgotten.
+    django_own = vars(BaseCommand().create_parser("manage.py", "x").parse_args([]))
+    assert set(opts) - set(django_own) == {*RUN_OPTIONS, *PARENT_ONLY}
+
+
+def test_a_run_with_no_share_of_damaged_items_makes_no_item_orders(db, settings, tmp_path):
+    from devtools.management.commands.crashtest import Run
+    from refunds.models import OrderLine
+
+    settings.REFUNDS_CRASH_PLAN = str(tmp_path / "crash-plan.json")
+    opts = {"seed": 7, "tickets": 12, "several": 0.0, "messages": 0.0, "items": 0.0}
+    run = Run(opts, progress=None)
+    assert len(run._open_tickets()) == 12
+    assert run.items == set() and not OrderLine.objects.exists()
+
+
 def test_a_lease_counts_for_the_worker_whose_process_holds_it_until_it_expires(db):
     from datetime import timedelta
 

@@ -212,29 +212,43 @@ class Command(BaseCommand):
         if opts["backend"] == "postgres":
             _recreate_postgres(opts["database_url"])
             env |= {"DATABASE_URL": opts["database_url"], "CELERY_BROKER_URL": opts["broker_url"]}
-        argv = ["crashtest"]
-        for name in (
-            "tickets",
-            "kills",
-            "pauses",
-            "seed",
-            "workers",
-            "backend",
-            "several",
-            "messages",
-        ):
-            argv += [f"--{name}", str(opts[name])]
-        if opts["timeout"]:
-            argv += ["--timeout", str(opts["timeout"])]
         try:
             return subprocess.call(
-                [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), *argv], env=env
+                [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), *child_argv(opts)],
+                env=env,
             )
         finally:
             if opts["keep"]:
                 self.stderr.write(f"crashtest data kept in {data}")
             else:
                 shutil.rmtree(data, ignore_errors=True)
+
+
+# The options the child's run reads; the parent alone uses the others (PARENT_ONLY) to make the
+# child's data folder and database.
+RUN_OPTIONS = (
+    "tickets",
+    "kills",
+    "pauses",
+    "seed",
+    "workers",
+    "backend",
+    "several",
+    "messages",
+    "items",
+    "timeout",
+)
+PARENT_ONLY = ("keep", "database_url", "broker_url")
+
+
+def child_argv(opts: dict) -> list[str]:
+    """The command line of the child that runs: every option of the run, as the parent got it
+    (one left out runs with its default: `--items 0` once ran a third of damaged items)."""
+    argv = ["crashtest"]
+    for name in RUN_OPTIONS:
+        if opts[name] is not None:
+            argv += [f"--{name}", str(opts[name])]
+    return argv
 
 
 def _recreate_postgres(url: str) -> None:
