@@ -16,6 +16,8 @@ several points of one thread). Points:
   open_ticket, acknowledge), at their start and once they returned (effect made, result not yet
   checkpointed); the thread is the message's (intake-...);
 - "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
+  "hand_back:state_written": a refund the processor failed later is written into the thread
+  (its update_state on disk) and its charge not yet marked handed back;
 - "gateway:before", "gateway:after": around the gateway's charge call; a charge of one order
   (its key `<thread>:charge_card:<order>:<amount>`) also fires "gateway:before:<order>" and
   "gateway:after:<order>";

@@ -84,11 +84,12 @@ def due(alias: str) -> str:
 
 
 def open_decisions(ticket: str) -> str:
-    """The ticket's decisions recorded, past their undo grace and not yet applied (an SQL
-    expression for its id), as one
-    JSON array of [id, interrupt_id, answer, reason, reviewer's username, orders, sent_back]:
-    the lease grant returns them with the lease, so a resume needs no read of its own. Read it
-    with `read_open_decisions`."""
+    """The ticket's decisions recorded and not yet applied (an SQL expression for its id), as
+    one JSON array of [id, interrupt_id, answer, reason, reviewer's username, orders,
+    sent_back]: the lease grant returns them with the lease, so a resume needs no read of its
+    own. Read it with `read_open_decisions`. A decision still in its undo grace is read too: a
+    read is no guard against an Undo, so the grace is held in one place, the runner's
+    compare-and-set as it takes the decision (runner._taken)."""
     from django.contrib.auth import get_user_model
 
     from core.sql import is_postgres
@@ -97,7 +98,7 @@ def open_decisions(ticket: str) -> str:
     columns = "d.id, d.interrupt_id, d.answer, d.reason, COALESCE(u.username, '')"
     rows = (  # a customer's reply has no reviewer
         f"FROM {Decision._meta.db_table} d LEFT JOIN {users} u ON u.id = d.reviewer_id "
-        f"WHERE d.ticket_id = {ticket} AND {unapplied('d')} AND {due('d')}"
+        f"WHERE d.ticket_id = {ticket} AND {unapplied('d')}"
     )
     if is_postgres():
         built = f"json_build_array({columns}, d.orders, d.sent_back)"
@@ -112,7 +113,8 @@ def read_open_decisions(value: Any) -> list[tuple]:
 
 
 def decision_waiting(ticket: str) -> str:
-    """A decision for the ticket (an SQL expression for its id) waits to be applied."""
+    """A decision for the ticket (an SQL expression for its id) waits to be applied: past its
+    grace, so that no sweep or release wakes a worker for one it may not take yet."""
     table = Decision._meta.db_table
     return (
         f"EXISTS (SELECT 1 FROM {table} d WHERE d.ticket_id = {ticket} AND {unapplied('d')} "

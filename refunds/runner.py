@@ -317,8 +317,9 @@ def _open_decisions(lease: leases.Lease) -> list[tuple]:
 
 
 def _taken(decision) -> bool:
-    """The late guard of Undo: one conditional UPDATE takes the decision for applying, only if it
-    is still there and past its grace, and ends its grace (Undo deletes it only while
+    """The late guard of Undo, and the one place that holds its window (the grant reads
+    decisions in their grace too): one conditional UPDATE takes the decision for applying, only
+    if it is still there and past its grace, and ends its grace (Undo deletes it only while
     `apply_after` is in the future). Of an Undo and this at the same moment, one wins."""
     return bool(
         decision.filter(Q(apply_after__isnull=True) | Q(apply_after__lte=Now())).update(
@@ -334,7 +335,7 @@ def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | No
         pk, interrupt_id, answer, reason, reviewer, orders, sent_back = row
         one = _fenced(Decision.objects.filter(pk=pk), lease)
         if interrupt_id in pending and chosen is None and not _taken(one):
-            continue  # withdrawn by Undo as its grace ended (or the lease is gone): not applied
+            continue  # in its grace, withdrawn by Undo, or the lease is gone: not applied
         if interrupt_id in pending and chosen is None:
             if isinstance(orders, str):  # SQLite hands JSON back as text, PostgreSQL parsed
                 orders = json.loads(orders)
@@ -474,6 +475,9 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             }
             config = thread_config(lease.thread_id, fence=lease.epoch)
             graph().update_state(config, update, as_node="received")
+            # A worker that dies here leaves the state handed back and the charge not marked:
+            # the next one finds the receipt gone from the thread's charges and only marks it.
+            _emit(lease.thread_id, "hand_back:state_written")
         with transaction.atomic():
             marked = Charge.objects.filter(
                 pk=charge.pk, handed_back_at__isnull=True, ticket__lease_epoch=lease.epoch

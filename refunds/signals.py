@@ -1,9 +1,11 @@
 from django.db.models.signals import post_migrate
 from django.dispatch import Signal, receiver
 
-# A thread reached a point of its run: `event` is "resume" before a resume is applied, or
-# "after:<node>" once that node's checkpoint is on disk. Sent with `thread_id` and `event`; a
-# receiver's exception stops the run where it stands (crash tests connect here, from devtools/).
+# A thread reached a point of its run: `event` is "resume" before a resume is applied,
+# "after:<node>" once that node's checkpoint is on disk, or "hand_back:state_written" once a
+# failed refund's state update is on disk and before its charge is marked handed back. Sent
+# with `thread_id` and `event`; a receiver's exception stops the run where it stands (crash
+# tests connect here, from devtools/).
 step_reached = Signal()
 
 # A step of one email's conversation with the mail server, sent with `key` (the outbox row's)

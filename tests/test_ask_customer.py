@@ -16,6 +16,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core import mail
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -394,6 +395,39 @@ def test_an_unanswered_question_is_reminded_once_then_comes_back_without_a_reply
         assert late.ticket_id == ticket.pk
         assert Decision.objects.filter(answer="reply").count() == 0
         assert len(mail.outbox) == 2
+
+
+def test_two_timer_runs_on_one_stale_read_write_one_reminder_and_neither_aborts(
+    transactional_db, settings, agent, colleague, late_order
+):
+    """Two timer runs (a slow beat and the next) both read the question as not reminded yet,
+    before either marked it; the question still waits, so the early check passes on both
+    copies. The compare-and-set on `reminded_at` lets one write the reminder: the other writes
+    nothing and returns, rather than meeting the outbox's UNIQUE key and aborting its run."""
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        clock.shift(timedelta(days=3, minutes=1))
+        read_by_one, read_by_the_other = (
+            CustomerQuestion.objects.select_related("ticket__order").get(pk=question.pk)
+            for _ in range(2)
+        )
+        now = timezone.now()
+        with transaction.atomic():  # each run writes a question's reminder in its own
+            assert asking._reminder_written(read_by_one, now) is True
+        with transaction.atomic():
+            assert asking._reminder_written(read_by_the_other, now) is False
+        key = question.email_key + asking.REMINDER_SUFFIX
+        assert Email.objects.filter(key=key).count() == 1
+        said = AuditEvent.objects.filter(ticket=ticket, action=AuditEvent.Action.ASK)
+        assert [bool(event.answer.get("reminder")) for event in said.order_by("pk")] == [
+            False,
+            True,
+        ]
+        assert tasks.escalate_overdue_reviews() == 0  # delivers the one reminder, writes none
+    [_, reminder] = mail.outbox
+    assert "We have not heard from you yet" in reminder.body
 
 
 def test_a_reply_and_the_give_up_at_once_resume_the_wait_once(

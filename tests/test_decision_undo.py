@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from refunds import enqueue, runner, services
+from refunds import lease as leases
 from refunds.models import AuditEvent, Charge, Decision, Ticket
 from tests.reviewing import advance_to_review, decide
 
@@ -131,6 +132,37 @@ def test_an_undo_holding_the_row_as_the_grace_ends_beats_the_apply(review, agent
     taken = runner._taken(Decision.objects.filter(pk=decision.pk))
     thread.join(BOUND)
     assert taken is False
+    assert runner.advance(review.pk) == "awaiting_review" and not Charge.objects.exists()
+
+
+def test_a_worker_that_read_the_decision_inside_its_grace_takes_nothing_and_undo_wins(
+    review, agent
+):
+    """The undo window is held in one place, where the decision is taken: a worker woken inside
+    the grace (a wake-up of its own, a sweep, another decision's) holds the lease and has read
+    the decision with it. Its compare-and-set refuses the decision and leaves the grace as it
+    was, so the reviewer's Undo still wins; then, with the worker's read gone stale, it takes
+    nothing either."""
+    decision = decide(review, agent)
+    pending = {review.pending_interrupt_id}
+    lease = leases.grant(review.pk)
+    assert lease is not None
+    assert [row[0] for row in lease.open_decisions or []] == [decision.pk]  # a read, no guard
+    try:
+        assert runner._settle_decisions(lease, pending, None) is None
+    finally:
+        lease.release()
+    assert Decision.objects.get(pk=decision.pk).apply_after == decision.apply_after
+    assert not Charge.objects.exists()
+
+    stale = leases.grant(review.pk)  # reads it again, inside the grace
+    assert stale is not None
+    services.decision_undo(decision_id=decision.pk, by=agent)  # the reviewer's Undo wins
+    try:
+        assert runner._settle_decisions(stale, pending, None) is None
+    finally:
+        stale.release()
+    assert not Decision.objects.exists()
     assert runner.advance(review.pk) == "awaiting_review" and not Charge.objects.exists()
 
 

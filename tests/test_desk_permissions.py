@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from api.models import ApiToken
-from refunds.models import AuditEvent, Decision, Ticket
+from refunds.models import AuditEvent, CustomerQuestion, Decision, Email, Ticket
 from tests.conftest import make_order
 from tests.reviewing import awaiting_review
 
@@ -174,6 +174,34 @@ def test_nobody_decides_a_ticket_they_opened_on_the_page_or_in_the_api(
     assert response.status_code == 403 and "four-eyes" in response.json()["error"]
     assert not Decision.objects.exists()
     assert mine not in {t for t in (client.get("/").context["reviews"])}  # not in their queue
+
+
+@pytest.mark.parametrize("persona", ["agent", "manager", "admin_user"])
+def test_nobody_asks_the_customer_on_a_ticket_they_opened_on_the_page_or_in_the_api(
+    db, request, client, mailoutbox, persona
+):
+    """Four-eyes on the ask path too: a question is a reviewer's answer to the review (it holds
+    the refund and writes to the customer), so the opener may not give it. The view and the API
+    call the service with no early check of their own: this is the service's refusal."""
+    user = request.getfixturevalue(persona)
+    mine = awaiting_review(make_order("4004", fee_cents=699), opened_by=user)
+    before = snapshot(mine)
+    client.force_login(user)
+    form = {"interrupt_id": mine.pending_interrupt_id, "ask": "1", "question": "A photo?"}
+    response = client.post(reverse("reviews:decide", args=[mine.pk]), form)
+    assert response.status_code == 403
+    assert "four-eyes" in response.content.decode()
+    api = {"HTTP_AUTHORIZATION": f"Bearer {ApiToken.issue(user)[1]}"}
+    response = client.post(
+        f"/api/tickets/{mine.pk}/decision/",
+        {"interrupt_id": mine.pending_interrupt_id, "answer": "ask", "reason": "A photo?"},
+        content_type="application/json",
+        **api,
+    )
+    assert response.status_code == 403 and "four-eyes" in response.json()["error"]
+    assert snapshot(mine) == before
+    assert not CustomerQuestion.objects.exists() and not Email.objects.exists()
+    assert mailoutbox == []
 
 
 def test_a_forged_agent_decision_on_a_managers_review_is_refused_and_changes_nothing(

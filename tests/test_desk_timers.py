@@ -119,3 +119,24 @@ def test_a_reminder_whose_delivery_died_is_sent_by_the_next_run(desk, smtp):
         assert tasks.escalate_overdue_reviews() == 0
         assert smtp.count("reminder:") == 1
         assert Email.objects.get(key__startswith="reminder:").status == "sent"
+
+
+def test_two_beats_that_both_read_a_review_as_due_remind_the_managers_once(desk):
+    """The race where it happens: two beats (a slow one and the next, or two beat processes)
+    each read the overdue review as not reminded yet, before either marked it. Only the
+    compare-and-set on `reminded_for` stands between them and a second reminder."""
+    from refunds.services import timers
+
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=False) as clock:
+        ticket = awaiting_review(make_order("8006", fee_cents=4800))
+        clock.shift(timedelta(minutes=61))
+        read_by_one, read_by_the_other = (
+            [Ticket.objects.select_related("order").get(pk=ticket.pk)] for _ in range(2)
+        )
+        reminded = timers._remind_managers(read_by_one, timezone_now())
+        assert [t.pk for t in reminded] == [ticket.pk]
+        assert timers._remind_managers(read_by_the_other, timezone_now()) == []
+        assert Email.objects.filter(key__startswith="reminder:").count() == 1  # one manager
+        assert tasks.escalate_overdue_reviews() == 0  # delivers what the first beat queued
+    [reminder] = mail.outbox
+    assert reminder.subject == "Refund Desk: 1 review overdue"

@@ -10,13 +10,25 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from devtools.faults import fired
 from devtools.localstripe import StripeFaults
-from refunds import enqueue, money, payments, policy, runner, selectors, services, tasks
+from refunds import (
+    enqueue,
+    money,
+    payments,
+    persistence,
+    policy,
+    runner,
+    selectors,
+    services,
+    tasks,
+)
 from refunds.flow.nodes.review import failed_later
 from refunds.models import AuditEvent, Charge, Email, StripeEvent, Ticket
 from refunds.services.stripe_events import HANDLE
 from tests import test_crash
 from tests.conftest import give_lines, make_order, wait_for
+from tests.quiescence import quiesce
 from tests.test_stripe_events import WEBHOOK_SECRET, event, post
 from tests.test_stripe_events import stripe_desk as stripe_desk  # noqa: F401 - a fixture
 from tests.test_stripe_events import stripe_says as stripe_says  # noqa: F401 - a fixture
@@ -293,6 +305,58 @@ def test_a_worker_killed_handing_a_failed_refund_back_leaves_one_failure_email(
     wait_for(lambda: sinks.smtp.count(f"{ticket.thread_id}:refund_failed:") == 1, what="the email")
     assert sinks.smtp.keys()[f"{ticket.thread_id}:email"] == 1  # never a second "refunded"
     assert sum(1 for d in sinks.smtp.delivered if ":refund_failed:" in d.key) == 1
+
+
+@pytest.mark.slow
+def test_a_worker_sigkilled_between_the_state_update_and_the_hand_back_mark_hands_back_once(
+    workers, sinks, crash_plan, sweep_now, agent, admin_user, late_order
+):
+    """The worker handing the failed refund back wrote it into the thread (update_state on
+    disk: the refund dropped, the failure noted, one more `refunds_failed`) and is stopped
+    there and SIGKILLed (its whole process group) before it marks the charge handed back. The
+    charge still reads "not handed back", so the next worker hands it back again: it must find
+    the receipt gone from the thread's charges and only mark it, not write the failure into
+    the thread a second time."""
+    env = crash_plan({})
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = test_crash.open_and_wait_for_review("1042", agent)
+    test_crash.approve(ticket, admin_user)
+    wait_for(lambda: test_crash.status(ticket) == "refunded", timeout=60, what="the refund")
+    point = "hand_back:state_written"
+    crash_plan({ticket.thread_id: {"point": point, "times": 1, "action": "stop"}})
+    Charge.objects.filter(ticket=ticket).update(
+        processor_status="failed", failure_reason="expired_or_canceled_card"
+    )
+    enqueue.wake(ticket.pk)  # what the event's handler does once the failure commits
+    wait_for(
+        lambda: any(f"@{point}@" in marker for marker in fired(crash_plan.path)),
+        timeout=30,
+        what=f"the worker to stop at {point}",
+    )
+    doomed.kill()  # SIGKILL, where it stands
+    assert Charge.objects.get(ticket=ticket).handed_back_at is None
+    failure = "failed at Stripe; the money came back."
+    assert persistence.snapshot(ticket.thread_id).values["notes"][-1].endswith(failure)
+
+    workers("second", pool="solo", env=env)
+
+    def back() -> bool:
+        if test_crash.status(ticket) == "awaiting_review":
+            return True
+        sweep_now()
+        return False
+
+    wait_for(back, timeout=60, every=0.5, what="the ticket back at a manager's review")
+    quiesce(workers)
+    assert Charge.objects.get(ticket=ticket).handed_back_at is not None
+    state = persistence.snapshot(ticket.thread_id).values
+    assert state["checks"]["1042"]["refunds_failed"] == 1  # the next refund's key: ":again1"
+    assert state["trail"].count("refund_failed") == 1
+    ticket.refresh_from_db()
+    assert sum(failure in note for note in ticket.pending_payload["notes"]) == 1
+    assert AuditEvent.objects.filter(ticket=ticket, action="refund_failed").count() == 1
+    assert sinks.smtp.count(f"{ticket.thread_id}:refund_failed:") == 1
+    assert sinks.smtp.keys()[f"{ticket.thread_id}:email"] == 1
 
 
 @pytest.mark.slow
