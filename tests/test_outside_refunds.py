@@ -322,6 +322,53 @@ def test_a_ticket_whose_balance_went_elsewhere_goes_to_a_manager_saying_why(
     assert at_stripe(stripe_here, order) == [(699, False)]
 
 
+def test_after_a_refund_made_outside_the_review_proposes_what_is_left_and_approving_it_pays_it(
+    transactional_db, stripe_here, agent, manager
+):
+    """$71.23 paid for a lamp and its shipping; while the review waits, $60.00 is refunded in
+    Stripe's dashboard. The approved $64.24 is refused at the charge, and the review comes back
+    over the order as it stands: proposing the $11.23 left (not the $64.24 again, in a loop),
+    saying so; approving it refunds $11.23 at Stripe, never past what was paid."""
+    from refunds import policy
+    from tests.conftest import give_lines
+
+    order = paid_order(stripe_here.payment_intent(7123))
+    give_lines(order, [("Desk lamp", 6424, 1)])
+    ticket = services.ticket_open(
+        order_number=order.number,
+        opened_by=agent,
+        reason=policy.DAMAGED,
+        note="the lamp arrived cracked",
+    )
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    assert ticket.amount_cents == 6424
+    stripe_here.refund_outside(order.payment_reference, 6000)  # meanwhile, in the dashboard
+
+    def approve_as_proposed() -> None:
+        ticket.refresh_from_db()
+        services.ticket_decide(
+            ticket=ticket,
+            interrupt_id=ticket.pending_interrupt_id,
+            reviewer=manager,
+            orders=services.review_answers(ticket, answer="approve"),
+        )
+
+    approve_as_proposed()
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    (line,) = ticket.pending_payload["orders"]
+    assert line["amount_cents"] == ticket.amount_cents == 1123
+    assert line["order"]["outside_refunded_cents"] == 6000
+    assert "Capped at the $11.23 left of the $71.23 the customer paid" in line["parts_why"]
+    said = " ".join(ticket.pending_payload["description"].split())
+    assert "**Refund $11.23**" in said and "No money moved" in said
+
+    approve_as_proposed()
+    assert runner.advance(ticket.pk) == "refunded"
+    assert sorted(at_stripe(stripe_here, order)) == [(1123, True), (6000, False)]
+
+
 # --- a worker killed inside the pre-charge lookup ---------------------------------------------
 crash_plan = test_crash.crash_plan  # the crash tests' fixtures, shared
 sweep_now = test_crash.sweep_now
