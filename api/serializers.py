@@ -3,7 +3,7 @@ shapes that the OpenAPI schema (/api/schema/) publishes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.utils.functional import lazy
@@ -224,7 +224,13 @@ class PendingReview(serializers.Serializer):
 
 
 class DecisionOut(serializers.ModelSerializer):
-    reviewer = serializers.CharField(source="reviewer.username")
+    reviewer = serializers.CharField(
+        source="reviewer.username",
+        allow_null=True,
+        help_text="Who answered, when a reviewer did; null for the customer's reply and the "
+        "wait's timer (see `answered_by`).",
+    )
+    answered_by = serializers.SerializerMethodField()
     applied = serializers.SerializerMethodField()
 
     class Meta:
@@ -235,9 +241,16 @@ class DecisionOut(serializers.ModelSerializer):
             "reason",
             "orders",
             "reviewer",
+            "answered_by",
             "decided_at",
             "applied",
         ]
+
+    def get_answered_by(self, decision: Decision) -> Literal["reviewer", "customer", "timer"]:
+        """reviewer (approve, reject, ask), customer (their reply) or timer (no reply came)."""
+        if decision.answer == Decision.Answer.REPLY:
+            return "customer"
+        return "timer" if decision.answer == Decision.Answer.NO_REPLY else "reviewer"
 
     def get_applied(self, decision: Decision) -> bool:
         return decision.applied_at is not None

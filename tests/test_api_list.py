@@ -66,3 +66,25 @@ def test_each_listed_ticket_has_the_detail_shape(as_manager, db):
     detail = as_manager.get(f"/api/tickets/{listed['id']}/").json()
     assert listed == detail
     assert detail["pending_review"]["interrupt_id"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "by"), [("reply", "customer"), ("no_reply", "timer"), ("approve", "reviewer")]
+)
+def test_a_decision_without_a_reviewer_is_listed_and_read_saying_who_answered(
+    as_manager, manager, db, answer, by
+):
+    """The customer's reply and the wait's timer answer with no reviewer: the list and the
+    ticket still answer 200 (they failed with a 500 for everyone from the first reply on)."""
+    from refunds.models import Decision
+
+    ticket = awaiting_review(make_order("4300", fee_cents=699))
+    reviewer = manager if by == "reviewer" else None
+    Decision.objects.create(ticket=ticket, interrupt_id="i" * 32, answer=answer, reviewer=reviewer)
+    listed = as_manager.get("/api/tickets/")
+    assert listed.status_code == 200
+    detail = as_manager.get(f"/api/tickets/{ticket.pk}/")
+    assert detail.status_code == 200
+    decision = detail.json()["decision"]
+    assert decision["answered_by"] == by
+    assert decision["reviewer"] == (manager.username if reviewer else None)
