@@ -2,6 +2,7 @@ import re
 from collections.abc import Mapping
 
 from django import template
+from django.template.defaultfilters import truncatechars
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -12,6 +13,7 @@ from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.flow.state import LineFacts, OrderFacts
 from refunds.selectors import RefundProgress
+from refunds.statuses import DecisionAnswer
 
 register = template.Library()
 
@@ -299,6 +301,52 @@ def order_answers_words(decision) -> str:
             why = f" ({one['reason']})" if one.get("reason") else ""
             parts.append(f"{number} rejected{why}")
     return "; ".join(parts)
+
+
+QUOTED_CHARS = 280  # of a customer's reply: the ticket page has all of it
+
+
+@register.filter
+def answered_words(decision) -> str:
+    """How a wait was answered, by what answered it: "approved by ana", "ana asked the customer
+    instead", "the customer replied", "no reply came (the wait's timer)"."""
+    who = decision.reviewer.username if decision.reviewer else ""
+    if decision.answer == DecisionAnswer.REPLY:
+        return "the customer replied"
+    if decision.answer == DecisionAnswer.NO_REPLY:
+        return "no reply came (the wait's timer ran out)"
+    if decision.answer == DecisionAnswer.ASK:
+        return format_html("<strong>{}</strong> asked the customer instead", who)
+    verb = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
+    if decision.orders:
+        verb = "answered per order"
+    return format_html("{} by <strong>{}</strong>", verb, who)
+
+
+@register.filter
+def cause_words(decision) -> str:
+    """What a checkpoint's answer was, said by what it is: a reviewer's decision or question,
+    the customer's reply, or the timer's "no reply" (the two last have no reviewer)."""
+    who = decision.reviewer.username if decision.reviewer else ""
+    if decision.answer == DecisionAnswer.ASK:
+        return format_html(
+            "Caused by <strong>{}</strong> asking the customer: “{}”", who, decision.reason
+        )
+    if decision.answer == DecisionAnswer.REPLY:
+        return format_html(
+            "Caused by the customer's reply: “{}”", truncatechars(decision.reason, QUOTED_CHARS)
+        )
+    if decision.answer == DecisionAnswer.NO_REPLY:
+        return "Caused by the wait's timer: no reply came from the customer"
+    if decision.orders:
+        said = f"per order, {order_answers_words(decision)}"
+    elif decision.answer == DecisionAnswer.APPROVE:
+        said = "approved"
+    else:
+        said = "rejected"
+    if decision.reason and not decision.orders:
+        said += f" (“{decision.reason}”)"
+    return format_html("Caused by the decision of <strong>{}</strong>: {}", who, said)
 
 
 @register.filter
