@@ -23,13 +23,22 @@ pytestmark = [pytest.mark.browser]
 
 # Every element's right edge, past the viewport's (a scrollbar's width aside), as "tag.class".
 # What a person would see past the screen's right edge (the inside of a closed <details> is not
-# seen, though Chromium lays it out), and whether the page scrolls sideways at all.
+# seen, though Chromium lays it out, nor what a box that scrolls sideways within the screen
+# holds, such as the menu's row on a phone), and whether the page scrolls sideways at all.
 OVERFLOWING = """() => {
   const width = document.documentElement.clientWidth;
   const shown = e => !e.closest('details:not([open]) > :not(summary)');
+  const scrolledWithin = e => {
+    for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+      if (/(auto|scroll)/.test(getComputedStyle(a).overflowX)
+          && a.getBoundingClientRect().right <= width + 1) return true;
+    }
+    return false;
+  };
   return [...document.querySelectorAll('body *')]
     .filter(e => { const r = e.getBoundingClientRect(); return r.width && r.right > width + 1; })
     .filter(shown)
+    .filter(e => !scrolledWithin(e))
     .map(e => e.tagName.toLowerCase() + '.' + e.className)
     .concat(document.documentElement.scrollWidth > width ? ['(the page scrolls sideways)'] : []);
 }"""
