@@ -100,3 +100,44 @@ def test_the_menu_is_one_line_and_a_whole_review_fits_under_it(
     assert approve["y"] + approve["height"] <= screen["height"], approve
     assert page.evaluate(UNREACHABLE_SCROLLERS) == []
     assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("screen", [PHONE, DESK], ids=["390x844", "1280x800"])
+def test_confirmations_never_cover_the_next_cards_buttons(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    settings,
+    screen,
+):
+    """Three approvals in a row, each on the card that came up next: the confirmations of the
+    earlier ones are never over a button of the review on screen."""
+    from playwright.sync_api import expect
+
+    settings.REFUNDS_FAKES_BANNER = []
+    tickets = _queue_of(6, colleague)
+    page = page_for(browser, live_server, agent, width=screen["width"])
+    page.set_viewport_size(screen)
+    page.goto(f"{live_server.url}/")
+    for n, ticket in enumerate(tickets[:3]):
+        page.locator(f"#review-{ticket.pk} button[name=approve]").click()
+        expect(page.locator(f"#review-{ticket.pk}")).to_contain_text("Approved")
+        expect(page.locator("#messages .flash").first).to_contain_text(f"for order {1100 + n}")
+        following = page.locator(f"#review-{tickets[n + 1].pk}")  # where the eyes go next
+        name = f"pages-toast-{screen['width']}-{n + 1}.png"
+        page.screenshot(path=str(shots() / name))
+        toasts = [
+            box
+            for flash in page.locator("#messages .flash").all()
+            if flash.is_visible() and (box := flash.bounding_box())
+        ]
+        assert toasts, "the confirmation shows"
+        controls = following.locator("button, summary, a, input").all()
+        for control in controls:
+            box = control.bounding_box()
+            if not box or not control.is_visible():
+                continue
+            covering = [t for t in toasts if _overlap(t, box)]
+            assert covering == [], (control.inner_text(), box, covering)
+    assert csp_problems(page, page.console_messages_seen) == []
