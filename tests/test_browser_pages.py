@@ -6,11 +6,14 @@ at."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from refunds import enqueue, runner, services
 from refunds.models import Ticket
 from tests.conftest import make_order
-from tests.reviewing import awaiting_review
+from tests.reviewing import advance_to_review, awaiting_review, decide
 from tests.test_browser import csp_problems
 from tests.test_browser_desk import browser, page_for, shots  # noqa: F401 (fixture)
 
@@ -140,4 +143,46 @@ def test_confirmations_never_cover_the_next_cards_buttons(
                 continue
             covering = [t for t in toasts if _overlap(t, box)]
             assert covering == [], (control.inner_text(), box, covering)
+    assert csp_problems(page, page.console_messages_seen) == []
+
+
+@pytest.mark.parametrize("screen", [PHONE, DESK], ids=["390x844", "1280x800"])
+def test_the_historys_diagram_is_reached_by_the_keyboard_and_named(
+    browser,  # noqa: F811
+    live_server,
+    agent,
+    colleague,
+    admin_user,
+    screen,
+    monkeypatch,
+):
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # advanced here
+    make_order("1042")
+    ticket = advance_to_review(services.ticket_open(order_number="1042", opened_by=agent))
+    decide(ticket, colleague)
+    assert runner.advance(ticket.pk) == "refunded"
+    page = page_for(browser, live_server, admin_user, width=screen["width"])
+    page.set_viewport_size(screen)
+    page.goto(f"{live_server.url}/tickets/{ticket.pk}/history/")
+    box = page.locator(".diagram .scroll-box")
+    if screen["width"] == 390:
+        assert box.evaluate("b => b.scrollWidth > b.clientWidth")  # it does scroll there
+    assert page.evaluate(UNREACHABLE_SCROLLERS) == []
+    # Tabbing from the page's top reaches the drawing, named, and the arrow keys scroll it.
+    page.locator("#history-back").focus()
+    for _ in range(10):
+        page.keyboard.press("Tab")
+        if box.evaluate("b => b === document.activeElement"):
+            break
+    expect(box).to_be_focused()
+    expect(box).to_have_accessible_name(re.compile("The workflow diagram"))
+    if screen["width"] == 390:
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(
+            "() => document.querySelector('.diagram .scroll-box').scrollLeft > 0"
+        )
+    page.screenshot(path=str(shots() / f"pages-history-{screen['width']}.png"), full_page=True)
     assert csp_problems(page, page.console_messages_seen) == []
