@@ -115,3 +115,32 @@ def test_a_state_value_without_words_is_left_out_of_the_history_never_printed_as
     after = {"amount_cents": 500, "something_new": {"question": "why?"}, "more": ["a", "b"]}
     changes, _, _ = history.diff(before, after)
     assert [(c.label, c.before, c.after) for c in changes] == [("Refund amount", "$6.99", "$5.00")]
+
+
+def test_a_wait_closed_for_no_reply_then_reopened_by_a_reply_reads_so(
+    client, transactional_db, settings, agent, colleague, admin_user, late_order
+):
+    from tests import test_ask_close
+
+    settings.REFUNDS_ASK_DEFAULT_OUTCOME = "close"
+    settings.REFUNDS_ASK_REMIND_DAYS, settings.REFUNDS_ASK_GIVE_UP_DAYS = 3, 7
+    with time_machine.travel("2026-12-01 09:00 +0000", tick=True) as clock:
+        ticket = waiting_review(late_order, colleague)
+        question = asked(ticket, agent)
+        test_ask_close.closed(ticket, clock)
+        test_ask_close.reply_in(question)
+        assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(admin_user)
+    html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
+    text = re.sub(r"\s+", " ", shown(html))
+    for words in (
+        "Caused by the wait's timer: no reply came from the customer",
+        "Caused by the customer's reply: “Sorry, I was away: here is the photo.”",
+        "the desk (the wait's timer) Reminded the customer of the question",
+        "the ticket is closed as no reply; replying reopens it",
+        "the customer The customer replied “Sorry, I was away: here is the photo.”; the ticket "
+        "is reopened and the review is back in the queue",
+    ):
+        assert words in text, words
+    assert "rejected" not in text.lower()
+    assert REPR.search(text) is None
