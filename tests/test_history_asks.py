@@ -144,3 +144,24 @@ def test_a_wait_closed_for_no_reply_then_reopened_by_a_reply_reads_so(
         assert words in text, words
     assert "rejected" not in text.lower()
     assert REPR.search(text) is None
+
+
+def test_the_audit_export_names_the_customer_the_timer_and_the_question(
+    client, asked_twice, admin_user
+):
+    import csv
+    import io
+
+    client.force_login(admin_user)
+    response = client.get(reverse("reviews:audit_export"))
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    said = [(r["action"], r["who"], r["answer"], r["reason"]) for r in reversed(rows)]
+    assert said == [
+        ("Opened", "bea", "", ""),
+        ("Asked the customer", "agent", "ask", "Could you send a photo of the damage?"),
+        ("The customer replied", "the customer", "reply", ""),
+        ("Asked the customer", "agent", "ask", "Which of the two vases?"),
+        ("No reply from the customer", "the desk (the wait's timer)", "no_reply", ""),
+        ("Approved", "agent", "approve", ""),
+    ], said
+    assert rows[-3]["note"] == "Here is the photo: the vase is in pieces."

@@ -198,6 +198,58 @@ def audit_words(event) -> str:
     return f"{who}: {event.get_action_display()}."
 
 
+def _timer(event) -> bool:
+    """The wait's timer wrote it: a reminder, or the end of a wait with no reply."""
+    answer = event.answer or {}
+    return bool(answer.get("reminder") or answer.get("no_reply"))
+
+
+@register.filter
+def audit_who(event) -> str:
+    """Who an audit entry is by: a user, the customer (their reply has no user), or the desk."""
+    if event.actor:
+        return event.actor.username
+    if _timer(event):
+        return "the desk (the wait's timer)"
+    if event.action == "reply":
+        return "the customer"
+    return "the desk"
+
+
+@register.filter
+def audit_what(event) -> str:
+    """What an audit entry is, named by what happened: an ask, a reminder, a reply, no reply."""
+    answer = event.answer or {}
+    if event.action == "ask" and answer.get("reminder"):
+        return "Reminded the customer of the question"
+    if event.action == "reply" and answer.get("no_reply"):
+        return "No reply from the customer"
+    if event.action == "reply" and not answer.get("resumed"):
+        return "A reply that resumed nothing"
+    return event.get_action_display()
+
+
+@register.filter
+def audit_asking(event) -> str:
+    """The details of a question or a reply: what was asked, what the customer wrote, what the
+    end of a wait did ("" for other entries)."""
+    answer = event.answer or {}
+    if event.action == "ask":
+        return f"“{answer['question']}”" if answer.get("question") else ""
+    if event.action != "reply":
+        return ""
+    if answer.get("no_reply"):
+        if answer.get("outcome") == "close":
+            return "the ticket is closed as no reply; replying reopens it"
+        return "the review is back in the queue without a reply"
+    said = f"“{event.note}”" if event.note else "(no words)"
+    if not answer.get("resumed"):
+        return f"{said}; it resumed nothing: {answer.get('why') or 'no wait took it'}"
+    if answer.get("reopened"):
+        return f"{said}; the ticket is reopened and the review is back in the queue"
+    return f"{said}; the review is back in the queue"
+
+
 @register.filter
 def per_order_words(event) -> str:
     """An answer per order's audit entry as words: "approved $6.99 on 1042; rejected 1044 (…)"."""
