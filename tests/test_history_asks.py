@@ -106,6 +106,12 @@ def test_no_page_of_an_asked_ticket_prints_a_python_value(client, asked_twice, a
     client.force_login(admin_user)
     args = [] if page == "reviews:audit" else [asked_twice.pk]
     html = client.get(reverse(page, args=args)).content.decode()
+    if page == "reviews:ticket":  # its decisions, each by what it is, no reviewer made up
+        said = re.sub(r"<[^>]+>", "", html)
+        assert "The customer replied at Dec 1, 2026" in said
+        assert "No reply from the customer (the wait's timer) at Dec 9, 2026" in html_lib.unescape(
+            said
+        )
     found = REPR.search(shown(html))
     assert found is None, shown(html)[max(found.start() - 80, 0) : found.end() + 80]
 
