@@ -51,13 +51,16 @@ def bar_chart(
     fmt: Callable[[float], str] = lambda v: f"{v:g}",
     stacked: bool = True,
     whole: bool = False,
+    least: float = 0,
 ) -> SafeString:
     """Bars per label, several series stacked. Each bar has a <title> (a tooltip and what a
-    screen reader says); the figure has a text summary in aria-label."""
+    screen reader says); the figure has a text summary in aria-label. `least`: the lowest top
+    the axis has, so small or no values still get ticks `fmt` tells apart (money in cents: a
+    dollar, not "$0.01, $0.01, $0.00" for a day with no refunds)."""
     count = len(labels)
     totals = [sum(s.values[i] for s in series) for i in range(count)]
     highest = max(totals, default=0) if stacked else max(max(s.values, default=0) for s in series)
-    top = _nice_max(highest)
+    top = max(_nice_max(highest), least)
     if whole:  # counts: whole-number ticks (0, 1, 2, 3, 4 rather than steps of 0.25)
         top = max(4, math.ceil(top / 4) * 4)
     ticks = [fmt(top * tick / 4) for tick in range(5)]

@@ -71,6 +71,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 labels,
                 [charts.Series("refunded", "bar-ok", paid)],
                 fmt=lambda v: dollars(round(v)),
+                least=100,
             ),
             charts.bar_chart(
                 "Tickets ended per day: refunded, declined, rejected",

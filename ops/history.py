@@ -13,10 +13,10 @@ from django.utils import timezone
 from langgraph.types import Send
 
 from core.clock import day_words
-from refunds import persistence, runner
+from refunds import persistence, policy, runner
 from refunds.flow import nodes
 from refunds.flow.words import days, dollars, node_words
-from refunds.models import Decision, Fork, Ticket
+from refunds.models import Decision, Fork, Role, Ticket
 from refunds.persistence import storage
 
 PAGE_SIZE = 20
@@ -33,6 +33,7 @@ LABELS = {
     "forks": "Forks so far",
     "order_number": "Order number",
     "note": "Customer's note",
+    "reason": "Reason",
 }
 # Kept out of the words: ids and the flow version are for admins, in the technical details.
 HIDDEN = {
@@ -53,6 +54,10 @@ HIDDEN = {
     "checks",
     "charges",
     "order_numbers",
+    # Asking the customer: the decision's row says the question, the reply or its absence.
+    "asking",
+    "replies",
+    "reading",  # the intake's reading: the ticket page tells it
 }
 
 
@@ -141,15 +146,22 @@ def _when(snapshot) -> datetime | None:
     return timezone.localtime(datetime.fromisoformat(snapshot.created_at))
 
 
-def _show(key: str, value: Any) -> str:
+def _show(key: str, value: Any) -> str | None:
+    """A state value in words; None for a structure with no words here (never its repr)."""
     if value is None or value == "":
         return "—"
     if key.endswith("_cents"):
         return dollars(value)
     if key == "late_by_days":
         return days(value)
+    if key == "reason":
+        return policy.REASONS.get(value, str(value))
+    if key == "required_role" and value in Role.values:
+        return Role(value).label.lower() + "s"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, dict | list | tuple | set):
+        return None
     return str(value)
 
 
@@ -173,6 +185,8 @@ def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]
             continue
         was = _show(key, before.get(key)) if key in before else "—"
         now = _show(key, after.get(key))
+        if was is None or now is None:
+            continue
         if was != now:
             changes.append(Change(LABELS.get(key, key.replace("_", " ")), was, now))
     numbers = after.get("order_numbers") or []
@@ -196,14 +210,29 @@ def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]
         changes.append(Change("Carrier tracking", "—", text))
     decision = after.get("decision")
     if decision and decision != before.get("decision"):
-        verb = "approved" if decision.get("answer") == "approve" else "rejected"
-        if len(decision.get("orders") or {}) > 1:  # each order's own, not the shared reason
-            verb = "answered per order"
-        text = f"{verb} by {decision.get('reviewer', 'a reviewer')}"
-        if decision.get("reason") and verb != "answered per order":
-            text += f": “{decision['reason']}”"
-        changes.append(Change("Decision", "—", text))
+        changes.append(Change(*answer_words(decision)))
     return changes, _added(before, after, "notes"), _added(before, after, "flags")
+
+
+def _quote(text: str | None) -> str:
+    return f"“{text}”" if text else ""
+
+
+def answer_words(answer: dict) -> tuple[str, str, str]:
+    """The thread's last answer as a row of the diff (label, before, after), named by what it
+    is: a reviewer's decision or question, the customer's reply, or the timer's "no reply"."""
+    kind, who = answer.get("answer"), answer.get("reviewer") or "a reviewer"
+    if kind == "ask":
+        return "Question to the customer", "—", f"{_quote(answer.get('reason'))} asked by {who}"
+    if kind == "reply":
+        return "The customer's reply", "—", _quote(answer.get("reason")) or "(no words)"
+    if kind == "no_reply":
+        return "The customer's reply", "—", "none came: the wait's timer ran out"
+    if len(answer.get("orders") or {}) > 1:  # each order's own, not the shared reason
+        return "Decision", "—", f"answered per order by {who}"
+    verb = "approved" if kind == "approve" else "rejected"
+    reason = f": {_quote(answer['reason'])}" if answer.get("reason") else ""
+    return "Decision", "—", f"{verb} by {who}{reason}"
 
 
 def _added(before: dict, after: dict, key: str) -> list[str]:
@@ -354,15 +383,20 @@ def order_lanes(ticket: Ticket) -> list[Lane]:
     return out
 
 
+# A wait on the customer (refunds/flow/state.py CustomerWait) rather than on a reviewer.
+CUSTOMER_WAITS = {"customer", "closed"}
+
+
 def _interrupts(snapshot, answers: dict[str, Decision]) -> list[dict[str, Any]]:
     out = []
     for interrupt in snapshot.interrupts or ():
         value = interrupt.value if isinstance(interrupt.value, dict) else {}
+        on_customer = value.get("kind") in CUSTOMER_WAITS
         out.append(
             {
                 "id": interrupt.id,
-                "description": value.get("description", str(interrupt.value)),
-                "role": value.get("required_role", ""),
+                "description": value.get("description", ""),
+                "role": "customer" if on_customer else value.get("required_role", ""),
                 "amount_cents": value.get("amount_cents"),
                 "answer": answers.get(interrupt.id),
             }

@@ -84,6 +84,24 @@ def test_the_dashboard_renders_with_no_data(client, manager):
     assert page.status_code == 200 and page.content.decode().count("<svg") == 4
 
 
+def money_axis(html: str) -> list[str]:
+    """The tick labels of the refunds chart's money axis, bottom to top."""
+    chart = html.split("<figcaption>Refunds paid per day</figcaption>")[1].split("</svg>")[0]
+    return re.findall(r'<text class="axis" [^>]*text-anchor="end">(\$[\d,.]+)</text>', chart)
+
+
+def test_the_money_axis_reads_in_distinct_amounts_with_no_refunds(client, manager):
+    client.force_login(manager)
+    html = client.get("/dashboard/").content.decode()
+    assert money_axis(html) == ["$0.00", "$0.25", "$0.50", "$0.75", "$1.00"]
+
+
+def test_the_money_axis_follows_the_refunds_paid(client, manager, history):
+    client.force_login(manager)
+    html = client.get("/dashboard/").content.decode()
+    assert money_axis(html) == ["$0.00", "$2.50", "$5.00", "$7.50", "$10.00"]
+
+
 # --- /metrics ------------------------------------------------------------------------------------
 def metric(text: str, name: str, **labels: str) -> float:
     wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())

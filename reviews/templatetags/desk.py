@@ -2,6 +2,7 @@ import re
 from collections.abc import Mapping
 
 from django import template
+from django.template.defaultfilters import truncatechars
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -12,6 +13,7 @@ from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.flow.state import LineFacts, OrderFacts
 from refunds.selectors import RefundProgress
+from refunds.statuses import DecisionAnswer
 
 register = template.Library()
 
@@ -200,6 +202,58 @@ def audit_words(event) -> str:
     return f"{who}: {event.get_action_display()}."
 
 
+def _timer(event) -> bool:
+    """The wait's timer wrote it: a reminder, or the end of a wait with no reply."""
+    answer = event.answer or {}
+    return bool(answer.get("reminder") or answer.get("no_reply"))
+
+
+@register.filter
+def audit_who(event) -> str:
+    """Who an audit entry is by: a user, the customer (their reply has no user), or the desk."""
+    if event.actor:
+        return event.actor.username
+    if _timer(event):
+        return "the desk (the wait's timer)"
+    if event.action == "reply":
+        return "the customer"
+    return "the desk"
+
+
+@register.filter
+def audit_what(event) -> str:
+    """What an audit entry is, named by what happened: an ask, a reminder, a reply, no reply."""
+    answer = event.answer or {}
+    if event.action == "ask" and answer.get("reminder"):
+        return "Reminded the customer of the question"
+    if event.action == "reply" and answer.get("no_reply"):
+        return "No reply from the customer"
+    if event.action == "reply" and not answer.get("resumed"):
+        return "A reply that resumed nothing"
+    return event.get_action_display()
+
+
+@register.filter
+def audit_asking(event) -> str:
+    """The details of a question or a reply: what was asked, what the customer wrote, what the
+    end of a wait did ("" for other entries)."""
+    answer = event.answer or {}
+    if event.action == "ask":
+        return f"“{answer['question']}”" if answer.get("question") else ""
+    if event.action != "reply":
+        return ""
+    if answer.get("no_reply"):
+        if answer.get("outcome") == "close":
+            return "the ticket is closed as no reply; replying reopens it"
+        return "the review is back in the queue without a reply"
+    said = f"“{event.note}”" if event.note else "(no words)"
+    if not answer.get("resumed"):
+        return f"{said}; it resumed nothing: {answer.get('why') or 'no wait took it'}"
+    if answer.get("reopened"):
+        return f"{said}; the ticket is reopened and the review is back in the queue"
+    return f"{said}; the review is back in the queue"
+
+
 @register.filter
 def per_order_words(event) -> str:
     """An answer per order's audit entry as words: "approved $6.99 on 1042; rejected 1044 (…)";
@@ -315,6 +369,52 @@ def order_answers_words(decision) -> str:
             why = f" ({one['reason']})" if one.get("reason") else ""
             parts.append(f"{number} rejected{why}")
     return "; ".join(parts)
+
+
+QUOTED_CHARS = 280  # of a customer's reply: the ticket page has all of it
+
+
+@register.filter
+def answered_words(decision) -> str:
+    """How a wait was answered, by what answered it: "approved by ana", "ana asked the customer
+    instead", "the customer replied", "no reply came (the wait's timer)"."""
+    who = decision.reviewer.username if decision.reviewer else ""
+    if decision.answer == DecisionAnswer.REPLY:
+        return "the customer replied"
+    if decision.answer == DecisionAnswer.NO_REPLY:
+        return "no reply came (the wait's timer ran out)"
+    if decision.answer == DecisionAnswer.ASK:
+        return format_html("<strong>{}</strong> asked the customer instead", who)
+    verb = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
+    if decision.orders:
+        verb = "answered per order"
+    return format_html("{} by <strong>{}</strong>", verb, who)
+
+
+@register.filter
+def cause_words(decision) -> str:
+    """What a checkpoint's answer was, said by what it is: a reviewer's decision or question,
+    the customer's reply, or the timer's "no reply" (the two last have no reviewer)."""
+    who = decision.reviewer.username if decision.reviewer else ""
+    if decision.answer == DecisionAnswer.ASK:
+        return format_html(
+            "Caused by <strong>{}</strong> asking the customer: “{}”", who, decision.reason
+        )
+    if decision.answer == DecisionAnswer.REPLY:
+        return format_html(
+            "Caused by the customer's reply: “{}”", truncatechars(decision.reason, QUOTED_CHARS)
+        )
+    if decision.answer == DecisionAnswer.NO_REPLY:
+        return "Caused by the wait's timer: no reply came from the customer"
+    if decision.orders:
+        said = f"per order, {order_answers_words(decision)}"
+    elif decision.answer == DecisionAnswer.APPROVE:
+        said = "approved"
+    else:
+        said = "rejected"
+    if decision.reason and not decision.orders:
+        said += f" (“{decision.reason}”)"
+    return format_html("Caused by the decision of <strong>{}</strong>: {}", who, said)
 
 
 @register.filter

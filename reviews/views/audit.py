@@ -13,7 +13,9 @@ from django.views.decorators.http import require_GET
 
 from refunds import permissions, selectors
 from refunds.flow.words import dollars
+from refunds.models import AuditEvent
 from reviews import forms, paging
+from reviews.templatetags.desk import audit_what, audit_who
 from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest
 
 
@@ -67,9 +69,9 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
                     e.at.astimezone(UTC).isoformat(timespec="seconds"),
                     e.ticket_id,
                     _csv_safe(e.ticket.order.number),  # the shop's text, as imported
-                    e.get_action_display(),
+                    audit_what(e),  # an ask, a reminder, a reply, no reply: by what it is
                     # Django lets a user name start with @ + or -, a formula to a spreadsheet.
-                    _csv_safe(e.actor.username) if e.actor else "the desk",
+                    _csv_safe(audit_who(e)),
                     dollars(moment_cents(e)),
                     _answer_cell(e),
                     _csv_safe(_reason_cell(e)),
@@ -96,11 +98,14 @@ def moment_cents(event) -> int | None:
 
 
 def _answer_cell(event) -> str:
-    """ "approve", "reject", or per order "1042 approve; 1044 reject"."""
+    """ "approve", "reject", "ask", "reply", "no_reply", or per order "1042 approve; 1044
+    reject"."""
     answer = event.answer or {}
     orders = answer.get("orders")
     if isinstance(orders, dict) and len(orders) > 1:
         return "; ".join(f"{number} {one.get('answer', '')}" for number, one in orders.items())
+    if event.action == AuditEvent.Action.REPLY:  # the customer's or the timer's: no "answer"
+        return "no_reply" if answer.get("no_reply") else "reply"
     return answer.get("answer", "") or answer.get("to", "")
 
 
@@ -112,7 +117,7 @@ def _reason_cell(event) -> str:
         return "; ".join(
             f"{number}: {one['reason']}" for number, one in orders.items() if one.get("reason")
         )
-    return answer.get("reason", "")
+    return answer.get("reason", "") or answer.get("question", "")  # an ask: its question
 
 
 def _csv_safe(text: str) -> str:
