@@ -286,6 +286,16 @@ def orders_words(ticket) -> str:
 
 
 @register.filter
+def placed_words(placed) -> str:
+    """The orders a message was placed on a ticket for (intake.models.MessageTicket), in words:
+    its own, else the ticket's (a customer's reply to a question names none of its own)."""
+    numbers = list(placed.orders)
+    if not numbers:
+        return orders_words(placed.ticket)
+    return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
+
+
+@register.filter
 def lowers_amounts(user) -> bool:
     """Managers and admins lower an amount before approving (refunds.permissions.edit_refusal
     says it for one ticket)."""
