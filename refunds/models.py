@@ -486,6 +486,15 @@ class Ticket(models.Model):
         return [link.order.number for link in self.links.all()]
 
     @property
+    def opener_words(self) -> str:
+        """Who opened it, said one way on every page (the list, the ticket, its timeline): the
+        user who opened it (or pasted or posted the message), "the intake" for a customer's
+        message the mail provider handed in, "an integration" for a call with no user."""
+        if self.opened_by is not None:
+            return self.opened_by.username
+        return "the intake" if self.reading is not None else "an integration"
+
+    @property
     def is_final(self) -> bool:
         return self.status in self.FINAL
 

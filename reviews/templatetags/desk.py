@@ -130,7 +130,15 @@ def audit_words(event) -> str:
     amount = words.dollars((seen.get("review") or {}).get("amount_cents"))
     action = event.action
     if action == "open":
-        return f"{who} opened the ticket" + (f": “{event.note}”" if event.note else ".")
+        # Said as the ticket's page and the list say it; a sorter acts but opens nothing.
+        opener = event.ticket.opener_words
+        if event.ticket.opened_by_id is None:  # "The intake", never a username's case
+            opener = opener[:1].upper() + opener[1:]
+        sorted_by = event.actor and event.actor.pk != event.ticket.opened_by_id
+        said = f"{opener} opened the ticket" + (
+            f", sorted by {event.actor.username}" if sorted_by else ""
+        )
+        return said + (f": “{event.note}”" if event.note else ".")
     if action == "claim":
         return f"{who} took the review (assigned to them)."
     if action == "unclaim":
