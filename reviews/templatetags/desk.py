@@ -88,14 +88,15 @@ def review_markdown(text: str | None) -> SafeString:
 
 
 @register.filter
-def when(value) -> SafeString:
+def when(value, precision: str = "") -> SafeString:
     """One format for every time on the desk (core/clock.py), in the reviewer's time zone,
-    labelled with it: "Dec 1, 2026, 14:05 CET", in a <time> element carrying the exact instant."""
+    labelled with it: "Dec 1, 2026, 14:05 CET", in a <time> element carrying the exact instant.
+    `when:"seconds"` for a deadline a few seconds away (an undo's grace), which a minute
+    cannot tell: "Dec 1, 2026, 14:05:07 CET"."""
     if not value:
         return mark_safe("")
-    return format_html(
-        '<time datetime="{}">{}</time>', value.isoformat(timespec="seconds"), local_words(value)
-    )
+    words = local_words(value, seconds=precision == "seconds")
+    return format_html('<time datetime="{}">{}</time>', value.isoformat(timespec="seconds"), words)
 
 
 @register.filter
