@@ -7,7 +7,7 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import day_words, local_words
-from refunds import currencies, policy, selectors
+from refunds import currencies, emails, policy, selectors
 from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.flow.state import LineFacts, OrderFacts
@@ -292,6 +292,18 @@ def orders_words(ticket) -> str:
         shown = ", ".join(numbers[: SEVERAL_LISTED - 1])
         return f"{len(numbers)} orders: {shown}, …"
     return "orders " + ", ".join(numbers)
+
+
+@register.filter
+def goes_in(canned, about) -> str:
+    """What a canned reply's option adds for the customer of `about` (a ticket or a message, by
+    the language the reader found): " (goes in English: no Spanish text)" when it has no words
+    in their language (CannedReason.text_in), "" when it has, or when they are written to in
+    English anyway."""
+    language = str((getattr(about, "reading", None) or {}).get("language") or "")
+    if canned.text_in(language) is not None:
+        return ""
+    return f" (goes in English: no {emails.language_name(language)} text)"
 
 
 @register.filter
