@@ -193,9 +193,11 @@ def _against_the_demo(report: ReconcileReport, orders) -> ReconcileReport:
         log.info("reconcile: %s", report.not_run)
         return report
     report.wrong_gateway = True
+    count = elsewhere.count()
+    named = ", ".join(receipts) + (", …" if count > len(receipts) else "")
     report.not_run = (
-        f"Not reconciled: the ledger holds {elsewhere.count()} refund(s) the demo gateway never "
-        f"made (receipt {', '.join(receipts)}{', …' if elsewhere.count() > 3 else ''}), so they "
+        f"Not reconciled: the ledger holds {count} refund(s) the demo gateway never made "
+        f"(receipt{'s' if count > 1 else ''} {named}), so they "
         "went through another gateway. Run it with the same payment variables as the web "
         "(REFUNDS_GATEWAY, STRIPE_SECRET_KEY, STRIPE_API_BASE where it is set). No report was "
         "saved."
