@@ -139,9 +139,7 @@ def test_a_canned_question_is_asked_in_the_customers_language_where_it_has_one(d
     asked = question_words("Merci.", photo, language="fr")
 
     assert asked == "Pourriez-vous envoyer une photo ? Merci."
-    assert question_words("", photo, language="it") == (
-        "Could you send a photo?"
-    )
+    assert question_words("", photo, language="it") == ("Could you send a photo?")
 
 
 def test_admins_keep_a_replys_texts_in_other_languages(admin_client):
