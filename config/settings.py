@@ -784,7 +784,26 @@ LOGGING = {
         "json": {"()": "core.logs.JsonFormatter"},
         "text": {"()": "core.logs.TextFormatter", "format": "%(levelname)s %(name)s %(message)s"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "filters": {
+        "refusals_in_one_line": {"()": "core.logs.RefusalsInOneLine"},
+        "require_debug_false": {"()": "django.utils.log.RequireDebugFalse"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+        # Django's own, kept: a 500 emails settings.ADMINS outside DEBUG.
+        "mail_admins": {
+            "level": "ERROR",
+            "filters": ["require_debug_false"],
+            "class": "django.utils.log.AdminEmailHandler",
+        },
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"httpx": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    "loggers": {
+        # Django's default config gives "django" a console handler of its own under DEBUG, and
+        # its records reach the root's console too: every line twice in the demo.
+        "django": {"handlers": ["mail_admins"], "level": "INFO"},
+        "django.request": {"filters": ["refusals_in_one_line"]},
+        "httpx": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }

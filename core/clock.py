@@ -12,12 +12,14 @@ from __future__ import annotations
 from datetime import date, datetime
 
 
-def local_words(moment: datetime) -> str:
-    """A moment in the active time zone: "Dec 1, 2026, 22:12 JST"."""
+def local_words(moment: datetime, *, seconds: bool = False) -> str:
+    """A moment in the active time zone: "Dec 1, 2026, 22:12 JST"; with `seconds` for a
+    deadline seconds away (an undo's grace): "Dec 1, 2026, 22:12:05 JST"."""
     from django.utils import timezone
 
     local = timezone.localtime(moment)
-    return f"{day_words(local.date())}, {local:%H:%M} {local.tzname()}"
+    clock = f"{local:%H:%M:%S}" if seconds else f"{local:%H:%M}"
+    return f"{day_words(local.date())}, {clock} {local.tzname()}"
 
 
 def day_words(day: date | str, *, year: bool = True) -> str:

@@ -62,6 +62,19 @@ class TextFormatter(logging.Formatter):
         return mask(f"{line} {context}".rstrip())
 
 
+class RefusalsInOneLine(logging.Filter):
+    """A 4xx that Django logs (django.request: PermissionDenied, a bad request) is the desk
+    refusing someone, not a fault in it: one line with the refusal's words, no traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if isinstance(status, int) and 400 <= status < 500 and record.exc_info:
+            words = str(record.exc_info[1] or "").strip()
+            record.msg, record.args = record.getMessage() + (f": {words}" if words else ""), None
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def request_id_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
     """Give every request an id (the proxy's X-Request-ID when it sends a sane one), log lines
     made while it runs carry it, and the response names it."""

@@ -252,8 +252,12 @@ def message_mark_not_refund(
             message=message, actor=by, action=MessageEvent.Action.NOT_REFUND, answer=answer
         )
         if replying:
-            text = "\n\n".join(t for t in ((canned.text if canned else ""), words) if t)
-            worded = set_aside_reply(message, text)
+            language = (message.reading or {}).get("language", "")
+            said = canned.text_in(language) if canned else ""
+            if said is None:  # not in their language: the page said it goes in English
+                said, language = canned.text if canned else "", "en"
+            text = "\n\n".join(t for t in (said, words) if t)
+            worded = set_aside_reply(message, text, language=language)
             email = Email.objects.create(
                 key=f"{REPLY_PREFIX}{message.pk}:{event.pk}",
                 to=message.sender,
@@ -268,16 +272,19 @@ def message_mark_not_refund(
     return message
 
 
-def set_aside_reply(message: Message, text: str) -> Worded:
+def set_aside_reply(message: Message, text: str, *, language: str | None = None) -> Worded:
     """The reply to a message set aside: the agent's (or the canned) words, greeted and signed
-    as the intake's acknowledgment is, in the language the message was read in
-    (templates/emails/set_aside.txt; the agent's own words are sent as written)."""
+    as the intake's acknowledgment is, in the language the message was read in, or `language`
+    (English for a canned reply without words in theirs) (templates/emails/set_aside.txt; the
+    agent's own words are sent as written)."""
     facts = {
         "subject": message.subject,
         "first_name": (message.sender_name.split() or [""])[0],
         "text": text,
     }
-    return emails.word("set_aside", facts, (message.reading or {}).get("language", ""))
+    if language is None:
+        language = (message.reading or {}).get("language", "")
+    return emails.word("set_aside", facts, language)
 
 
 def message_set_aside_undo(*, message: Message, by) -> Message:

@@ -368,7 +368,8 @@ def _tickets_that_tell(ids: list[int]) -> set[int]:
 
 def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
     """The acknowledgment's facts (templates/emails/acknowledgment.txt words them): what happens
-    next. It never says why a message waits for a person (that may name someone else's order)."""
+    next. It never says why a message waits for a person (that may name someone else's order),
+    and never asks for an order number the message gave (`gave_order`)."""
     opened = [t for t in where["tickets"] if not t["added"]]
     added = [t for t in where["tickets"] if t["added"]]
     return {
@@ -377,6 +378,7 @@ def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
         "opened": [n for t in opened for n in _orders_of(t)],
         "opened_requests": len(opened),
         "added": [n for t in added for n in _orders_of(t)],
+        "gave_order": bool((message.reading or {}).get("orders")),
     }
 
 

@@ -9,6 +9,7 @@ from refunds import currencies, mail, permissions, persistence, selectors, servi
 from refunds.flow.words import dollars
 from refunds.models import (
     CannedReason,
+    CannedReasonText,
     Charge,
     Decision,
     Email,
@@ -579,12 +580,30 @@ def _cents(amount: str) -> int:
         raise services.RefundError(str(exc)) from None
 
 
+class CannedReasonTextInline(admin.TabularInline):
+    """The reply in each other language the desk writes in: a customer who wrote in one it lacks
+    is sent the English, and the reviewer is told so before they pick it."""
+
+    model = CannedReasonText
+    extra = 1
+    verbose_name = "text in another language"
+    verbose_name_plural = "texts in other languages (the text above is the English)"
+
+
 @admin.register(CannedReason)
 class CannedReasonAdmin(admin.ModelAdmin):
     """The replies reviewers pick when they reject, and agents when they set a message aside
-    (`use`); the text is emailed to the customer."""
+    (`use`); the text is emailed to the customer, in their language where it has one."""
 
-    list_display = ["title", "use", "text", "active", "position"]
+    inlines = [CannedReasonTextInline]
+    list_display = ["title", "use", "text", "languages", "active", "position"]
     list_filter = ["use", "active"]
     list_editable = ["active", "position"]
     search_fields = ["title", "text"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("texts")
+
+    @admin.display(description="Languages")
+    def languages(self, canned: CannedReason) -> str:
+        return ", ".join(["en", *(t.language for t in canned.texts.all())])

@@ -486,6 +486,15 @@ class Ticket(models.Model):
         return [link.order.number for link in self.links.all()]
 
     @property
+    def opener_words(self) -> str:
+        """Who opened it, said one way on every page (the list, the ticket, its timeline): the
+        user who opened it (or pasted or posted the message), "the intake" for a customer's
+        message the mail provider handed in, "an integration" for a call with no user."""
+        if self.opened_by is not None:
+            return self.opened_by.username
+        return "the intake" if self.reading is not None else "an integration"
+
+    @property
     def is_final(self) -> bool:
         return self.status in self.FINAL
 
@@ -646,15 +655,19 @@ def resume_value(
 class CannedReasonQuerySet(models.QuerySet):
     def rejecting(self) -> CannedReasonQuerySet:
         """The active replies a reviewer picks when they reject."""
-        return self.filter(active=True, use=CannedReason.Use.REJECT)
+        return self.filter(active=True, use=CannedReason.Use.REJECT).with_texts()
 
     def asking(self) -> CannedReasonQuerySet:
         """The active questions a reviewer picks when they ask the customer."""
-        return self.filter(active=True, use=CannedReason.Use.ASK)
+        return self.filter(active=True, use=CannedReason.Use.ASK).with_texts()
 
     def setting_aside(self) -> CannedReasonQuerySet:
         """The active replies an agent picks when they set a message aside."""
-        return self.filter(active=True, use=CannedReason.Use.SET_ASIDE)
+        return self.filter(active=True, use=CannedReason.Use.SET_ASIDE).with_texts()
+
+    def with_texts(self) -> CannedReasonQuerySet:
+        """With their texts in other languages, which every offer of them reads."""
+        return self.prefetch_related("texts")
 
 
 class CannedReason(models.Model):
@@ -680,6 +693,36 @@ class CannedReason(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    def text_in(self, language: str) -> str | None:
+        """Its words in the customer's language (ISO 639-1; "" for a customer the desk has not
+        read, who is written to in English): `text` is English, the others are its
+        CannedReasonTexts. None when it has none in that language: it goes in English, and
+        the desk tells the reviewer so before they pick it."""
+        code = (language or "en").lower().split("-")[0]
+        if code == "en":
+            return self.text
+        return next((t.text for t in self.texts.all() if t.language == code), None)
+
+
+class CannedReasonText(models.Model):
+    """A canned reply's words in one more language the desk writes to customers in
+    (settings.LANGUAGES); its `text` on CannedReason is the English."""
+
+    canned = models.ForeignKey(CannedReason, on_delete=models.CASCADE, related_name="texts")
+    language = models.CharField(
+        max_length=8, choices=[(c, n) for c, n in settings.LANGUAGES if c != "en"]
+    )
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["language"]
+        constraints = [
+            models.UniqueConstraint(fields=["canned", "language"], name="canned_text_per_language")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.canned} ({self.language})"
 
 
 class CustomerQuestion(models.Model):

@@ -79,7 +79,7 @@ def row_key(
         user.pk,
         user.get_username(),
         sorted(user_roles(user)),
-        [_columns(reason) for reason in canned],
+        [_columns(reason) + [_columns(t) for t in reason.texts.all()] for reason in canned],
         warn_after,
         timezone.get_current_timezone_name(),
         waited,

@@ -86,6 +86,8 @@ def test_admin_lists_amounts_in_dollars_and_keeps_canned_reasons(client, admin_u
             "active": "on",
             "position": 0,
             "use": "reject",  # a reply for rejecting (not one for setting a message aside)
+            "texts-TOTAL_FORMS": "0",  # its texts in other languages (an inline): none
+            "texts-INITIAL_FORMS": "0",
         },
     )
     assert response.status_code == 302

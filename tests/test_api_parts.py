@@ -151,6 +151,27 @@ def test_a_part_the_order_does_not_allow_is_refused_and_records_nothing(api, tic
     assert not Decision.objects.exists()
 
 
+def test_the_email_tells_no_one_to_keep_an_item_that_never_came(
+    api, transactional_db, agent, vase, smtp
+):
+    opened = services.ticket_open(
+        order_number="1042",
+        opened_by=agent,
+        reason=policy.NOT_RECEIVED,
+        note="Customer: the two vases never came",
+    )
+    assert runner.advance(opened.pk) == "awaiting_review"
+    ticket = Ticket.objects.get(pk=opened.pk)
+
+    made = decide(api, ticket, [{"line": vase.pk, "quantity": 2}])
+
+    assert made["status"] == 201, made
+    assert runner.advance(ticket.pk) == "refunded"
+    (mail,) = smtp.delivered
+    assert "- 2 x Ceramic vase, $48.00" in mail.body.splitlines()
+    assert "send it back" not in mail.body
+
+
 # --- the review form, without JavaScript ---------------------------------------------------------
 def test_the_ticket_page_ticks_the_proposal_and_a_plain_post_refunds_one_vase_of_two(
     client, manager, ticket, vase, smtp

@@ -156,6 +156,21 @@ def test_the_reply_resumes_the_thread_once_and_the_review_comes_back_with_it_quo
     assert len(mail.outbox) == 2  # the question, then the refund's confirmation
 
 
+def test_the_replys_page_and_its_path_name_the_order_it_answers_about(
+    transactional_db, client, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    message = reply_in(asked(ticket, agent))
+    client.force_login(agent)
+
+    page = client.get(f"/messages/{message.pk}/").content.decode()
+    path = client.get(f"/messages/{message.pk}/history/").content.decode()
+
+    link = f'<a href="/tickets/{ticket.pk}/">ticket {ticket.pk}</a> for order {late_order.number}.'
+    assert f"A reply to the question on\n        {link}" in page
+    assert f"a reply to the question on {link}" in path
+
+
 def test_a_reply_by_its_thread_headers_alone_resumes_the_thread(
     transactional_db, agent, colleague, late_order
 ):

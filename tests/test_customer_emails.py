@@ -151,6 +151,40 @@ def test_a_message_for_a_person_is_acknowledged_in_its_language(transactional_db
     assert ack.in_reply_to == f"<ack-{language}@customer.test>"
 
 
+ASKS_FOR_THE_NUMBER = "replying with the order number helps us find it"
+
+
+def test_an_acknowledgment_never_asks_for_the_order_number_the_message_gave(transactional_db, smtp):
+    message = email_in(
+        "Hello, my order 5555 arrived a week late. Can I have the shipping back? Ana",
+        message_id="<gave-its-number@customer.test>",
+        subject="Late parcel",
+    )
+
+    assert message.status == Message.Status.NEEDS_SORTING  # no such order at the desk
+    (ack,) = smtp.delivered
+    said = " ".join(ack.body.split())
+    assert "A person on our team will read your message and get back to you." in said
+    assert ASKS_FOR_THE_NUMBER not in said
+
+
+def test_an_acknowledgment_asks_for_the_order_number_when_the_message_gave_none(
+    transactional_db, smtp
+):
+    email_in(
+        "Hello, my parcel arrived a week late. Can I have the shipping back? Ana",
+        message_id="<gave-no-number@customer.test>",
+        subject="Late parcel",
+    )
+
+    (ack,) = smtp.delivered
+    said = " ".join(ack.body.split())
+    assert (
+        "A person on our team will read your message and get back to you. If it is about an "
+        f"order, {ASKS_FOR_THE_NUMBER}." in said
+    )
+
+
 def test_a_policy_refusal_is_in_the_customers_language(transactional_db, smtp):
     make_order("1042", late=-3)  # three days early
     message = email_in(LATE["fr"].format(n=1042), message_id="<fr-early@customer.test>")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection, transaction
@@ -16,6 +17,7 @@ from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
 
+from core.clock import day_words
 from refunds import enqueue, runner, services
 from refunds import lease as leases
 from refunds.models import AuditEvent, Charge, Decision, Ticket
@@ -196,6 +198,22 @@ def test_undo_beside_the_queues_confirmation(client, review, agent):
     assert f'id="review-{review.pk}"' in client.get(reverse("reviews:queue")).content.decode()
     refused = client.post(reverse("reviews:undo", args=[decision.pk]), follow=True)
     assert "There is no decision of yours to undo here." in refused.content.decode()
+
+
+def test_the_ticket_page_gives_the_undo_deadline_to_the_second_in_the_reviewers_zone(
+    client, review, agent
+):
+    decision = decide(review, agent)
+    assert decision.apply_after is not None
+    client.force_login(agent)
+    client.cookies["tz"] = "Asia/Tokyo"  # what desk.js sets from the reviewer's browser
+
+    html = client.get(reverse("reviews:ticket", args=[review.pk])).content.decode()
+
+    there = decision.apply_after.astimezone(ZoneInfo("Asia/Tokyo"))
+    said = f"{day_words(there.date())}, {there:%H:%M:%S} JST"
+    instant = decision.apply_after.isoformat(timespec="seconds")
+    assert f'it is applied at <time datetime="{instant}">{said}</time> unless you undo' in html
 
 
 def test_undo_on_the_ticket_page_while_the_grace_runs(client, review, agent, colleague):

@@ -186,6 +186,43 @@ def test_whoever_pasted_a_message_and_sorts_it_too_is_still_barred(ana, agent, c
     refused_everywhere(ticket, agent)
 
 
+def opener_everywhere(ticket: Ticket, reader) -> tuple[str, str]:
+    """Who opened the ticket as the tickets list and the ticket's timeline say it."""
+    client = Client()
+    client.force_login(reader)
+    listed = client.get(reverse("reviews:tickets")).content.decode()
+    row = re.search(
+        rf'href="/tickets/{ticket.pk}/".*?<div class="muted small">by (.*?)</div>', listed, re.S
+    )
+    page = client.get(reverse("reviews:ticket", args=[ticket.pk])).content.decode()
+    timeline = re.search(
+        r'class="event event-open">.*?</span> (.*?) opened the ticket(.*?)[:.]', page
+    )
+    assert row and timeline, (listed, page)
+    return row.group(1), timeline.group(1) + " opened the ticket" + timeline.group(2)
+
+
+@pytest.mark.parametrize(
+    ("came", "said"),
+    [
+        ("emailed", ("the intake", "The intake opened the ticket")),
+        ("sorted", ("the intake", "The intake opened the ticket, sorted by agent")),
+        ("pasted", ("bea", "bea opened the ticket")),
+    ],
+)
+def test_the_list_and_the_timeline_name_the_opener_as_the_ticket_page_does(
+    ana, agent, colleague, admin_user, came, said
+):
+    ticket = {
+        "emailed": lambda: opened_from(emailed()),
+        "sorted": lambda: sorted_by(emailed(NO_ORDER), agent),
+        "pasted": lambda: opened_from(pasted(colleague)),
+    }[came]()
+
+    assert opener_everywhere(ticket, admin_user) == said
+    assert opener_words(ticket, admin_user).startswith(said[0])
+
+
 @pytest.mark.parametrize(
     ("channel", "person", "words"),
     [

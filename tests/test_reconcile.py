@@ -340,7 +340,7 @@ def test_a_run_saves_its_report(db):
     report = a_run(problem=True, dispute=True)
 
     run = ReconcileRun.objects.get()
-    assert run.lines == report.lines()
+    assert run.lines == report.lines(since=False)  # its page says since when, in one zone
     assert (run.orders, run.problems, run.open_disputes) == (
         1,
         report.problems,
@@ -447,3 +447,53 @@ def test_a_mail_server_that_fails_does_not_fail_the_run(db, admins, settings, ca
     assert not report.ok
     assert ReconcileRun.objects.get().problems == report.problems
     assert "the admins' email about 1 problem was not sent" in caplog.text
+
+
+# --- against the demo gateway: nothing to reconcile; a run through the wrong gateway ------------
+def test_against_the_demo_gateway_there_is_nothing_to_reconcile_and_no_report(db):
+    """The demo's records are the desk's own refunds: nothing made elsewhere to compare."""
+    order = paid_order("pi_Demo")
+    pay(payments.DemoGateway(), order, 699)
+
+    status, said = reconcile()
+
+    assert status == 0, said
+    assert said.strip() == (
+        "Nothing to reconcile: REFUNDS_GATEWAY is the demo gateway, which moves no money and "
+        "holds only the desk's own refunds. No report was saved."
+    )
+    assert not ReconcileRun.objects.exists()
+
+
+def test_a_run_through_the_wrong_gateway_says_so_and_saves_no_report(
+    db, stripe_here, admins, settings
+):
+    """The web refunds through Stripe; the command is run without its variables (the demo
+    gateway): the ledger's refunds are not reported missing at the processor, nor saved."""
+    order = paid_order(stripe_here.payment_intent(PAID))
+    receipt = pay(StripeGateway(), order, 699)
+    settings.REFUNDS_GATEWAY = "refunds.payments.DemoGateway"  # the command run without them
+    payments.get_gateway.cache_clear()
+
+    status, said = reconcile()
+
+    assert status == 1
+    assert f"the ledger holds 1 refund(s) the demo gateway never made (receipt {receipt})" in said
+    assert "Run it with the same payment variables as the web" in said
+    assert "is not at the processor" not in said
+    assert not ReconcileRun.objects.exists()
+    assert mail.outbox == []
+
+
+def test_the_saved_report_leaves_its_moment_to_the_page_which_says_it_in_one_zone(
+    client, admin_user
+):
+    a_run()
+    client.force_login(admin_user)
+    client.cookies["tz"] = "Asia/Tokyo"
+
+    page = client.get(reverse("ops:reconcile")).content.decode()
+
+    [run] = ReconcileRun.objects.all()
+    assert run.lines[0] == "Reconciled 1 order(s): 1 refund(s) at the processor."
+    assert " JST" in page and " UTC" not in page

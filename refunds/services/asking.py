@@ -30,12 +30,14 @@ QUESTION_MAX = 2000
 REPLY_MAX = 20_000  # of a reply's text, into the thread; the whole message stays on the desk
 
 
-def question_words(text: str, canned: CannedReason | None) -> str:
-    """The question as the customer reads it: a canned question, the reviewer's own words, or
-    both."""
+def question_words(text: str, canned: CannedReason | None, *, language: str = "") -> str:
+    """The question as the customer reads it: a canned question (in the customer's `language`
+    where it has words in it, else in English, as the ticket page says), the reviewer's own
+    words, or both."""
     if canned is not None and canned.use != CannedReason.Use.ASK:
         raise RefundError(f"“{canned.title}” is not a question to the customer.")
-    words = f"{canned.text} {text}".strip() if canned is not None else text.strip()
+    said = (canned.text_in(language) or canned.text) if canned is not None else ""
+    words = f"{said} {text}".strip()
     if not words:
         raise RefundError("Write the question, or pick one: the customer is sent it.")
     return words

@@ -16,7 +16,11 @@ lists the payment's refunds at the processor and
   fully prevent (a dashboard refund made between its lookup and the desk's own refund).
 
 Each run saves its report (ReconcileRun, shown at /ops/reconcile/) and, when it found a problem,
-emails the admins (settings.ADMINS).
+emails the admins (settings.ADMINS). Against the demo gateway there is nothing to reconcile (it
+holds the desk's own refunds and nothing made elsewhere): the run says so and saves nothing, and
+when the ledger holds refunds the demo never made (the web refunds through Stripe, the command
+was run without its variables) it says that too, as an error, rather than saving every one of
+them as missing at the processor.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from refunds.flow.errors import DISPUTED, GatewayError
 from refunds.flow.words import dollars
 from refunds.models import Charge, Order, OrderLine, ReconcileRun
 from refunds.payments import Gateway, ProcessorDispute, ProcessorRefund, get_gateway
+from refunds.payments.demo import DemoGateway, DemoProcessorRefund
 from refunds.payments.stripe import StripeGateway
 from refunds.services.stripe_events import refund_record
 from refunds.statuses import PROCESSOR_GAVE_BACK
@@ -61,15 +66,27 @@ class ReconcileReport:
     # Each dispute still open of the orders looked at, in words: not a problem of the ledger's
     # (the exit status ignores them), but what a manager reads before refunding that payment.
     open_disputes: list[str] = field(default_factory=list)
+    # Why nothing was compared (the demo gateway), in words; such a run saves no report.
+    not_run: str = ""
+    # The ledger's refunds were made through another gateway than this process's.
+    wrong_gateway: bool = False
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.wrong_gateway
 
-    def lines(self) -> list[str]:
+    def lines(self, *, since: bool = True) -> list[str]:
+        """The report in words. `since` False: without the moment it starts from, for the saved
+        report, whose page says that moment in its reader's zone (one zone per page)."""
+        if self.not_run:
+            return [self.not_run]
+        looked = (
+            f"Reconciled {self.orders} order(s) charged or ticketed since {local_words(self.since)}"
+            if since
+            else f"Reconciled {self.orders} order(s)"
+        )
         said = [
-            f"Reconciled {self.orders} order(s) charged or ticketed since "
-            f"{local_words(self.since)}: {self.listed} refund(s) at the processor.",
+            f"{looked}: {self.listed} refund(s) at the processor.",
             f"Refunds made outside the desk: {self.outside} ({dollars(self.outside_cents)}), "
             f"{self.outside_new} new since the last look.",
             f"Desk refunds whose status the processor moved on: {self.statuses_moved}.",
@@ -112,6 +129,8 @@ def reconcile_payments(
         .distinct()
         .order_by("pk")
     )
+    if isinstance(gateway, DemoGateway):
+        return _against_the_demo(report, orders)
     for order in orders:
         if deadline is not None and time.monotonic() > deadline:
             report.not_checked += 1
@@ -146,11 +165,44 @@ def reconcile_payments(
         finished_at=timezone.now(),
         since=since,
         orders=report.orders,
-        lines=lines,
+        lines=report.lines(since=False),
         problems=report.problems,
         open_disputes=report.open_disputes,
     )
     _tell_the_admins(report.problems, lines)
+    return report
+
+
+def _against_the_demo(report: ReconcileReport, orders) -> ReconcileReport:
+    """The demo gateway holds the desk's own refunds and nothing made elsewhere: there is nothing
+    to compare. Refunds in the ledger that it never made went through another gateway (the web
+    runs on Stripe; this process was started without its variables): comparing them with the
+    demo would call every one missing, so the run says that instead. Neither is saved."""
+    made = Charge.objects.filter(
+        order__in=orders, status=Charge.Status.SUCCEEDED, receipt__isnull=False
+    )
+    elsewhere = made.exclude(
+        idempotency_key__in=DemoProcessorRefund.objects.values("idempotency_key")
+    )
+    receipts = list(elsewhere.order_by("pk").values_list("receipt", flat=True)[:3])
+    if not receipts:
+        report.not_run = (
+            "Nothing to reconcile: REFUNDS_GATEWAY is the demo gateway, which moves no money and "
+            "holds only the desk's own refunds. No report was saved."
+        )
+        log.info("reconcile: %s", report.not_run)
+        return report
+    report.wrong_gateway = True
+    count = elsewhere.count()
+    named = ", ".join(receipts) + (", …" if count > len(receipts) else "")
+    report.not_run = (
+        f"Not reconciled: the ledger holds {count} refund(s) the demo gateway never made "
+        f"(receipt{'s' if count > 1 else ''} {named}), so they "
+        "went through another gateway. Run it with the same payment variables as the web "
+        "(REFUNDS_GATEWAY, STRIPE_SECRET_KEY, STRIPE_API_BASE where it is set). No report was "
+        "saved."
+    )
+    log.error("reconcile: %s", report.not_run)
     return report
 
 

@@ -8,7 +8,7 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import day_words, local_words
-from refunds import currencies, policy, selectors
+from refunds import currencies, emails, policy, selectors
 from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.flow.state import LineFacts, OrderFacts
@@ -90,14 +90,15 @@ def review_markdown(text: str | None) -> SafeString:
 
 
 @register.filter
-def when(value) -> SafeString:
+def when(value, precision: str = "") -> SafeString:
     """One format for every time on the desk (core/clock.py), in the reviewer's time zone,
-    labelled with it: "Dec 1, 2026, 14:05 CET", in a <time> element carrying the exact instant."""
+    labelled with it: "Dec 1, 2026, 14:05 CET", in a <time> element carrying the exact instant.
+    `when:"seconds"` for a deadline a few seconds away (an undo's grace), which a minute
+    cannot tell: "Dec 1, 2026, 14:05:07 CET"."""
     if not value:
         return mark_safe("")
-    return format_html(
-        '<time datetime="{}">{}</time>', value.isoformat(timespec="seconds"), local_words(value)
-    )
+    words = local_words(value, seconds=precision == "seconds")
+    return format_html('<time datetime="{}">{}</time>', value.isoformat(timespec="seconds"), words)
 
 
 @register.filter
@@ -132,7 +133,15 @@ def audit_words(event) -> str:
     amount = words.dollars((seen.get("review") or {}).get("amount_cents"))
     action = event.action
     if action == "open":
-        return f"{who} opened the ticket" + (f": “{event.note}”" if event.note else ".")
+        # Said as the ticket's page and the list say it; a sorter acts but opens nothing.
+        opener = event.ticket.opener_words
+        if event.ticket.opened_by_id is None:  # "The intake", never a username's case
+            opener = opener[:1].upper() + opener[1:]
+        sorted_by = event.actor and event.actor.pk != event.ticket.opened_by_id
+        said = f"{opener} opened the ticket" + (
+            f", sorted by {event.actor.username}" if sorted_by else ""
+        )
+        return said + (f": “{event.note}”" if event.note else ".")
     if action == "claim":
         return f"{who} took the review (assigned to them)."
     if action == "unclaim":
@@ -337,6 +346,28 @@ def orders_words(ticket) -> str:
         shown = ", ".join(numbers[: SEVERAL_LISTED - 1])
         return f"{len(numbers)} orders: {shown}, …"
     return "orders " + ", ".join(numbers)
+
+
+@register.filter
+def goes_in(canned, about) -> str:
+    """What a canned reply's option adds for the customer of `about` (a ticket or a message, by
+    the language the reader found): " (goes in English: no Spanish text)" when it has no words
+    in their language (CannedReason.text_in), "" when it has, or when they are written to in
+    English anyway."""
+    language = str((getattr(about, "reading", None) or {}).get("language") or "")
+    if canned.text_in(language) is not None:
+        return ""
+    return f" (goes in English: no {emails.language_name(language)} text)"
+
+
+@register.filter
+def placed_words(placed) -> str:
+    """The orders a message was placed on a ticket for (intake.models.MessageTicket), in words:
+    its own, else the ticket's (a customer's reply to a question names none of its own)."""
+    numbers = list(placed.orders)
+    if not numbers:
+        return orders_words(placed.ticket)
+    return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
 
 
 @register.filter

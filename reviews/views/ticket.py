@@ -124,6 +124,15 @@ def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
     return render(request, template, {"error": error, "values": values}, status=400)
 
 
+def _placements(message: Message):
+    # A reply names no orders of its own: its ticket's are shown (templatetags placed_words).
+    return (
+        message.placements.select_related("ticket__order")
+        .prefetch_related("ticket__links__order")
+        .order_by("id")
+    )
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
@@ -139,7 +148,7 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         ),
         pk=message_id,
     )
-    placed = message.placements.select_related("ticket").order_by("id")
+    placed = _placements(message)
     aside = sorting.set_aside_event(message)
     last = message.events.select_related("actor").order_by("-at", "-id").first()
     context = {
@@ -173,7 +182,7 @@ def message_history(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     context = {
         "message": message,
         "events": message.events.select_related("actor").order_by("at", "id"),
-        "placed": message.placements.select_related("ticket").order_by("id"),
+        "placed": _placements(message),
     }
     return render(request, "reviews/message_history.html", context)
 

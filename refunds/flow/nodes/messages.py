@@ -186,10 +186,12 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     }
 
 
-def parts_given(check: OrderCheck) -> list[dict]:
+def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
     """What an approved order's refund gave back, part by part, for the customer's email (each
     line's quantity, title, amount and whether it comes back; the shipping fee); [] for the
-    shipping fee alone (or an answer from before parts), which the email says in a sentence."""
+    shipping fee alone (or an answer from before parts), which the email says in a sentence.
+    `came` False: the customer reported the items not received, so the email does not tell
+    them to keep what never reached them (a line marked to come back still says so)."""
     parts = (check.get("answer") or {}).get("parts") or []
     if not parts or refund_parts.only_shipping(parts):
         return []
@@ -206,6 +208,7 @@ def parts_given(check: OrderCheck) -> list[dict]:
                     "amount_cents": part["amount_cents"],
                     "restock": bool(part.get("restock")),
                 }
+                | ({} if came else {"missing": True})
             )
     return items
 
@@ -244,7 +247,7 @@ def order_facts(state: RefundState) -> dict:
                     "receipt": charge["receipt"],
                     "part": paid < asked,
                     "why_part": _why_less(answer) if paid < asked else "",
-                    "given": parts_given(check),
+                    "given": parts_given(check, came=reason_of(state) != policy.NOT_RECEIVED),
                 }
             )
         elif not check["refundable"]:

@@ -37,6 +37,8 @@ class Command(BaseCommand):
         else:
             since = timezone.now() - timedelta(days=settings.REFUNDS_RECONCILE_DAYS)
         report = services.reconcile_payments(since=since, by=ReconcileRun.By.COMMAND)
+        if report.wrong_gateway:
+            raise CommandError(report.not_run)
         self.stdout.write("\n".join(report.lines()))
         if not report.ok:
             raise CommandError(
