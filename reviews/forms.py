@@ -51,9 +51,10 @@ def review_answers(post, ticket: Ticket, button: str, data: dict) -> dict[str, d
     answer (`order-<n>`, with its parts form, `amount-<n>` and `reason-<n>`). Expanded by
     services.review_answers; RefundError says what is wrong."""
     review = services.review_orders(ticket)
-    reason = data["reason"]
-    if data["canned"] is not None and button in ("reject", "orders"):
-        reason = f"{data['canned'].text} {reason}".strip()
+    reason, canned = data["reason"], data["canned"]
+    if canned is not None and button in ("reject", "orders"):  # in the customer's language
+        said = canned.text_in((ticket.reading or {}).get("language", "")) or canned.text
+        reason = f"{said} {reason}".strip()
     amount: int | None = None
     try:
         orders = parts_answers(post, review) if button in ("approve", "orders") else {}

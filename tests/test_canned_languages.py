@@ -183,15 +183,6 @@ def test_a_queue_card_follows_a_text_added_in_the_customers_language(
     assert ">Used</option>" in client.get(reverse("reviews:queue")).content.decode()
 
 
-# The rejection's canned reply is put in front of its reason by reviews/forms.py review_answers,
-# and the ask's by refunds/services/desk.py ticket_ask (question_words): neither passes the
-# customer's language yet, so both go in English. Strict: they fail loudly once the callers
-# pass it (the change is in the words branch's report), and the marks come off then.
-CALLERS_PASS_NO_LANGUAGE = pytest.mark.xfail(
-    strict=True, reason="review_answers and ticket_ask pass no language to the canned reply yet"
-)
-
-
 def spanish_review(order, opener):
     ticket = services.ticket_open(
         order_number=order.number, opened_by=opener, reading=a_reading() | {"language": "es"}
@@ -206,7 +197,6 @@ def the_customers_email(smtp) -> str:
     return " ".join(mail.body.split())
 
 
-@CALLERS_PASS_NO_LANGUAGE
 def test_a_rejection_with_a_canned_reply_goes_in_the_customers_language(
     transactional_db, agent, colleague, late_order, smtp
 ):
@@ -224,7 +214,6 @@ def test_a_rejection_with_a_canned_reply_goes_in_the_customers_language(
     assert "Fue usado." in the_customers_email(smtp)
 
 
-@CALLERS_PASS_NO_LANGUAGE
 def test_a_canned_question_goes_in_the_customers_language(
     transactional_db, agent, colleague, late_order, smtp
 ):

@@ -205,7 +205,8 @@ def ticket_ask(
     """Ask the customer instead of deciding: the question (a canned one, words of one's own, or
     both) is recorded as the review's answer with its reply token; the thread sends it and
     waits for the reply."""
-    question = question_words(question or "", canned)
+    language = (ticket.reading or {}).get("language", "")
+    question = question_words(question or "", canned, language=language)
     if len(question) > QUESTION_MAX:
         raise RefundError(f"The question is too long (at most {QUESTION_MAX} characters).")
     _still_pending(ticket, interrupt_id, reviewer)
