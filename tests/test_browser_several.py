@@ -13,6 +13,7 @@ from refunds import enqueue, runner, services
 from refunds.models import Charge, Decision, Email
 from refunds.payments.demo import DemoProcessorRefund
 from tests.conftest import make_order
+from tests.reviewing import shipped
 from tests.test_browser import csp_problems
 from tests.test_browser_desk import browser, page_for  # noqa: F401  (the fixture)
 from tests.test_browser_shift import _fits
@@ -114,11 +115,11 @@ def test_a_manager_answers_a_three_order_ticket_per_order_on_the_queue_card(
     page.screenshot(path=str(SCREENS / f"several-queue-answering-{width}.png"), full_page=True)
     row.locator("button[name=orders]").click()
     expect(page.locator(f"#review-{ticket.pk}")).to_contain_text(
-        "Approved $5.00 for order 1042, rejected 1049"
+        "Approved $5.00 (instead of $6.99) for order 1042, rejected 1049"
     )
     decision = Decision.objects.get()
     assert decision.orders == {
-        "1042": {"answer": "approve", "amount_cents": 500},
+        "1042": shipped(500),
         "1049": {"answer": "reject", "reason": "A fee this high needs the carrier's report."},
     }
 
