@@ -333,6 +333,7 @@ def test_it_shows_the_decision_charges_and_emails_of_a_refunded_ticket(
         "reason": "",
         "orders": None,
         "reviewer": "manager",
+        "answered_by": "reviewer",
         "decided_at": None,
         "applied": True,
     }

@@ -158,10 +158,8 @@ def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnsw
             answers[number] = {"answer": "reject", "reason": why}
             continue
         facts = order.get("order")
-        if facts is None:  # a review from before parts: its one proposal is all it offers
-            if one.get("parts") != proposal(order):
-                raise ValueError(f"Order {number}: its parts cannot be changed in this review.")
-            parts = proposal(order)
+        if facts is None:  # a review from before parts offers its shipping fee, or less of it
+            parts = _shipping_only(number, one.get("parts"), refund_parts.total(proposal(order)))
         else:
             parts = policy.parts_checked(facts, one.get("parts"))
         if one.get("amount_cents") not in (None, refund_parts.total(parts)):
@@ -175,6 +173,17 @@ def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnsw
             approved["reason"] = why
         answers[number] = approved
     return answers
+
+
+def _shipping_only(number: str, given: object, most: int) -> list[Part]:
+    fee = given[0] if isinstance(given, list) and len(given) == 1 else None
+    amount = fee.get("amount_cents") if isinstance(fee, dict) and fee.get("shipping") else None
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= most:
+        raise ValueError(
+            f"Order {number}: this review refunds its shipping fee, more than $0.00 and at most "
+            f"{dollars(most)}."
+        )
+    return [refund_parts.shipping(amount)]
 
 
 def edited(review: Sequence[ReviewOrder], answers: Mapping[str, OrderAnswer]) -> bool:

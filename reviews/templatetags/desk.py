@@ -437,14 +437,12 @@ def cause_words(decision) -> str:
         )
     if decision.answer == DecisionAnswer.NO_REPLY:
         return "Caused by the wait's timer: no reply came from the customer"
-    if decision.orders:
+    if len(decision.orders or {}) > 1:
         said = f"per order, {order_answers_words(decision)}"
-    elif decision.answer == DecisionAnswer.APPROVE:
-        said = "approved"
-    else:
-        said = "rejected"
-    if decision.reason and not decision.orders:
-        said += f" (“{decision.reason}”)"
+    else:  # a ticket of one order: its answer is the review's
+        said = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
+        if decision.reason:
+            said += f" (“{decision.reason}”)"
     return format_html("Caused by the decision of <strong>{}</strong>: {}", who, said)
 
 
