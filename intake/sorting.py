@@ -157,10 +157,10 @@ def message_sort(
             raise _taken(message)
         try:
             # No note: the message itself is on the ticket's page, its reading on the card.
-            # The sorter acts; who brought the message in (if anyone) stays its opener.
+            # The sorter chose the orders: they open what their sort opens (four-eyes).
             where = open_or_add(
                 [o.number for o in orders],
-                opened_by=message.brought_by,
+                opened_by=by,
                 actor=by,
                 reason=reason,
                 reading=message.reading,

@@ -1,7 +1,8 @@
-"""Four-eyes on every way in (issue 27): whoever brings a customer's message in (pastes it at the
-desk, posts it with their API token) is the opener of the ticket it opens, recorded and shown,
-and never decides it; the mail provider's message has no person; a person who sorts a message by
-hand acts without becoming its opener."""
+"""Four-eyes on every way in (issues 27 and 44): whoever brings a customer's message in (pastes it
+at the desk, posts it with their API token) is the opener of the ticket it opens, recorded and
+shown, and never decides it; the mail provider's message has no person; a person who sorts a
+message by hand chose its orders and opens what their sort opens; a message from a desk user's
+own address is no customer's and goes to a person to sort."""
 
 from __future__ import annotations
 
@@ -163,27 +164,68 @@ def sorted_by(message: Message, user) -> Ticket:
     return advance_to_review(ticket)
 
 
-def test_sorting_an_email_by_hand_neither_opens_it_nor_bars_the_sorter(ana, agent):
+def test_whoever_sorts_an_email_by_hand_opens_its_ticket_and_never_decides_it(
+    ana, agent, colleague
+):
     ticket = sorted_by(emailed(NO_ORDER), agent)
-    assert ticket.opened_by is None
-    assert opener_words(ticket, agent) == "the intake from a customer's email, sorted by agent"
-    decide(ticket, agent)
-    assert Decision.objects.get(ticket=ticket).reviewer == agent
-
-
-def test_a_pasted_message_sorted_by_a_colleague_stays_the_pasters(ana, agent, colleague):
-    ticket = sorted_by(pasted(agent, NO_ORDER), colleague)
     assert ticket.opened_by == agent
-    assert opener_words(ticket, colleague) == "agent from a pasted message, sorted by bea"
     refused_everywhere(ticket, agent)
-    decide(ticket, colleague)  # the sorter is not barred
+    decide(ticket, colleague)
     assert Decision.objects.get(ticket=ticket).reviewer == colleague
+
+
+def test_a_pasted_message_sorted_by_a_colleague_is_the_sorters(ana, agent, colleague):
+    ticket = sorted_by(pasted(agent, NO_ORDER), colleague)
+    assert ticket.opened_by == colleague
+    refused_everywhere(ticket, colleague)
+    decide(ticket, agent)  # who pasted it did not choose its order
+    assert Decision.objects.get(ticket=ticket).reviewer == agent
 
 
 def test_whoever_pasted_a_message_and_sorts_it_too_is_still_barred(ana, agent, colleague):
     ticket = sorted_by(pasted(agent, NO_ORDER), agent)
     assert ticket.opened_by == agent
     refused_everywhere(ticket, agent)
+
+
+def test_an_agent_who_sorts_a_message_onto_another_customers_order_never_approves_it_alone(
+    ana, agent, colleague
+):
+    """ "Open it anyway" onto someone else's order, then approve it: refused, the sorter is the
+    ticket's opener (an agent refunded $14.50 to an order of their choosing this way)."""
+    make_order("1050", fee_cents=1450, name="Noah Berg")
+    message = emailed(NO_ORDER)
+    make_order("1044", fee_cents=1439)
+    assert workflow.message_take(message.pk) == "finished"
+    (ticket,) = sorting.message_sort(
+        message=Message.objects.get(pk=message.pk),
+        order_numbers=["1050"],
+        reason=policy.LATE_DELIVERY,
+        by=agent,
+        other_customer_ok=True,
+    ).opened
+    ticket = advance_to_review(ticket)
+    refused_everywhere(ticket, agent)
+
+
+def test_an_email_from_a_desk_users_address_goes_to_a_person_to_sort_saying_why(ana, agent):
+    """A reviewer writing in "as a customer" from their own address opens nothing they could
+    approve: the message waits in Needs sorting, marked, and no ticket is opened."""
+    agent.email = "Agent@Desk.Example"
+    agent.save(update_fields=["email"])
+    mime = (
+        "From: Agent <agent@desk.example>\r\nSubject: Late parcel\r\n"
+        "Message-ID: <m2@mail.example.com>\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"\r\n{LATE}\r\n"
+    )
+    response = Client().post("/mail/mailgun/inbound_mime/", signed({"body-mime": mime}))
+    assert response.status_code == 200, response.content
+    message = Message.objects.get(channel=Message.Channel.EMAIL)
+    assert workflow.message_take(message.pk) == "finished"
+    message.refresh_from_db()
+    assert message.status == Message.Status.NEEDS_SORTING and message.ticket is None
+    assert "is the address of a desk user, not a customer's" in message.sorting_reason
+    assert not Ticket.objects.exists()
 
 
 def opener_everywhere(ticket: Ticket, reader) -> tuple[str, str]:
@@ -206,7 +248,7 @@ def opener_everywhere(ticket: Ticket, reader) -> tuple[str, str]:
     ("came", "said"),
     [
         ("emailed", ("the intake", "The intake opened the ticket")),
-        ("sorted", ("the intake", "The intake opened the ticket, sorted by agent")),
+        ("sorted", ("agent", "agent opened the ticket")),  # the sorter opens it
         ("pasted", ("bea", "bea opened the ticket")),
     ],
 )

@@ -51,7 +51,7 @@ def test_sorting_opens_the_ticket_with_the_reason_chosen_and_the_reading(db, age
     (ticket,) = done.opened
     assert ticket.order == late_order and ticket.reason == policy.WRONG_ITEM
     assert ticket.reading == message.reading
-    assert ticket.opened_by is None  # nobody brought it in; the sorter acts, four-eyes spares them
+    assert ticket.opened_by == agent  # the sorter chose its order: four-eyes bars them
     message.refresh_from_db()
     assert message.status == Message.Status.OPENED and message.ticket == ticket
     assert message.handled_by == agent and message.handled_at is not None
