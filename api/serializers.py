@@ -379,15 +379,21 @@ Error._declared_fields["fields"] = serializers.DictField(
 )
 
 
-class WholeCents(serializers.IntegerField):
-    """Whole cents as a JSON integer: not a string, a fraction or a boolean."""
+class WholeNumber(serializers.IntegerField):
+    """A JSON integer: not a string, a fraction or a boolean."""
 
-    default_error_messages = {"invalid": "must be whole cents, a JSON integer such as 1250"}
+    default_error_messages = {"invalid": "must be a whole number, a JSON integer such as 2"}
 
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class WholeCents(WholeNumber):
+    """Whole cents as a JSON integer: not a string, a fraction or a boolean."""
+
+    default_error_messages = {"invalid": "must be whole cents, a JSON integer such as 1250"}
 
 
 class Text(serializers.CharField):
@@ -411,10 +417,10 @@ class PartIn(StrictBody):
             )
         return super().to_internal_value(data)
 
-    line = serializers.IntegerField(
+    line = WholeNumber(
         required=False, help_text="The line's id (pending_review.orders[].order.lines[].id)."
     )
-    quantity = serializers.IntegerField(
+    quantity = WholeNumber(
         required=False,
         min_value=1,
         help_text="With `line`: how many of it, at most what is left of it.",

@@ -114,7 +114,7 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
         parts: list[dict] = []
         for bought in (line.get("order") or {}).get("lines") or []:
             raw = (post.get(f"{prefix}qty-{bought['id']}") or "0").strip()
-            if not raw.isdigit():
+            if not (raw.isascii() and raw.isdigit()):  # "²" is a digit to Python, not to int()
                 raise ValueError(
                     f"Order {number}: the quantity of {bought['title']} is a whole number."
                 )

@@ -215,3 +215,11 @@ def test_a_form_that_ticks_nothing_is_refused_and_records_nothing(client, manage
     )
     assert answer.status_code == 400 and "tick what to refund" in answer.content.decode()
     assert not Decision.objects.exists()
+
+
+@pytest.mark.parametrize("field", ["quantity", "line"])
+def test_a_line_or_quantity_given_as_a_string_is_refused_like_an_amount(api, ticket, vase, field):
+    part = {"line": vase.pk, "quantity": 1} | {field: str({"line": vase.pk, "quantity": 1}[field])}
+    answered = decide(api, ticket, [part])
+    assert answered["status"] == 400 and "whole number" in json.dumps(answered)
+    assert not Decision.objects.exists()

@@ -73,7 +73,7 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
                     # Django lets a user name start with @ + or -, a formula to a spreadsheet.
                     _csv_safe(audit_who(e)),
                     dollars(moment_cents(e)),
-                    _answer_cell(e),
+                    _csv_safe(_answer_cell(e)),  # an order number is the shop's text
                     _csv_safe(_reason_cell(e)),
                     _csv_safe(e.note),
                 ]
