@@ -43,9 +43,10 @@ def reviewer_time_zone_middleware(get_response: Callable[[HttpRequest], HttpResp
         name = request.COOKIES.get("tz", "")
         if name in known:
             timezone.activate(ZoneInfo(name))
-        else:
+        try:
+            return get_response(request)
+        finally:  # the zone is this request's: what runs next in the thread has its own
             timezone.deactivate()
-        return get_response(request)
 
     return middleware
 

@@ -7,8 +7,6 @@ a bounded number of examples per operation, so the whole file stays under a minu
 
 from __future__ import annotations
 
-import time
-
 import hypothesis
 import pytest
 import schemathesis
@@ -87,7 +85,6 @@ def test_every_operation_answers_as_its_schema_says(api_schema, callers, no_brok
         "POST /api/orders/",
         "POST /api/messages/",
     }
-    started = time.process_time()  # this process's CPU: other processes' load does not count
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
@@ -103,4 +100,3 @@ def test_every_operation_answers_as_its_schema_says(api_schema, callers, no_brok
                 case.call_and_validate(headers=headers, checks=every_check)
 
             answers_as_documented()
-    assert time.process_time() - started < 15

@@ -89,3 +89,12 @@ def test_no_template_or_module_formats_a_date_its_own_way():
     allowed = {"core/clock.py", "core/logs.py", "core/sql.py", "reviews/views/audit.py"}
     pattern = r"\|date:|\|time:|strftime\(|:%[YbdHm]|%Y-%m-%d"
     assert offending(pattern, (".py", ".html", ".txt"), allowed) == []
+
+
+def test_a_reviewers_zone_lasts_for_their_request_and_no_longer(client, agent, settings):
+    """The zone the browser names is the request's: the thread's next work (another request,
+    a command, a test) reads times in the desk's own zone again."""
+    client.force_login(agent)
+    client.cookies["tz"] = "Asia/Tokyo"
+    assert client.get("/").status_code == 200
+    assert timezone.get_current_timezone_name() == settings.TIME_ZONE

@@ -495,7 +495,7 @@ def test_the_history_says_a_decisions_parts_in_words(client, agent, manager, adm
     client.force_login(admin_user)
     html = client.get(reverse("ops:history", args=[ticket.pk])).content.decode()
     assert (
-        "per order, 1047 approved $51.49 (1 x Ceramic vase, $20.00, stays with the customer; "
+        ": approved $51.49 (1 x Ceramic vase, $20.00, stays with the customer; "
         "1 x Linen runner, $24.50, comes back; shipping, $6.99)"
     ) in html
     # The ticket page says it in the same words.

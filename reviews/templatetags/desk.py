@@ -437,12 +437,13 @@ def cause_words(decision) -> str:
         )
     if decision.answer == DecisionAnswer.NO_REPLY:
         return "Caused by the wait's timer: no reply came from the customer"
-    if len(decision.orders or {}) > 1:
+    orders = decision.orders or {}
+    if len(orders) > 1:
         said = f"per order, {order_answers_words(decision)}"
-    else:  # a ticket of one order: its answer is the review's
+    elif orders:  # a ticket of one order: "approved $6.99 (…)", "rejected (why)"
+        said = order_answers_words(decision).partition(" ")[2]
+    else:
         said = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
-        if decision.reason:
-            said += f" (“{decision.reason}”)"
     return format_html("Caused by the decision of <strong>{}</strong>: {}", who, said)
 
 
