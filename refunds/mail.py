@@ -51,6 +51,7 @@ from django.core.mail.message import sanitize_address
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.functions import Coalesce, Concat, Now
+from django.utils.crypto import salted_hmac
 from langgraph.errors import GraphDrained
 
 from core import sql
@@ -649,9 +650,11 @@ def reply_to(key: str) -> list[str]:
 
 
 def message_id(key: str) -> str:
-    # The same Message-ID on every attempt: a mail system that sees a message twice (the one
-    # window the outbox cannot close) can tell it is one message.
-    return f"<{key.replace(':', '.')}@refund-desk>"
+    """The same Message-ID on every attempt: a mail system that sees a message twice (the one
+    window the outbox cannot close) can tell it is one message. Keyed by the secret, so nobody
+    can work a question's id out from its thread id and name it in a forged reply's References
+    (the reply address's token is unguessable too)."""
+    return f"<{salted_hmac('refund-desk.message-id', key).hexdigest()[:32]}@refund-desk>"
 
 
 def _write_sql(statement: str, params: list) -> int:

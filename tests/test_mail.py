@@ -43,7 +43,7 @@ def test_it_sends_once_and_a_repeat_sends_nothing(ticket):
     assert len(django_mail.outbox) == 1
     message = django_mail.outbox[0]
     assert message.extra_headers["X-Refund-Key"] == "refund-1042-mail:email"
-    assert message.extra_headers["Message-ID"] == "<refund-1042-mail.email@refund-desk>"
+    assert message.extra_headers["Message-ID"] == mail.message_id("refund-1042-mail:email")
     row = Email.objects.get()
     assert (row.status, row.claimed_by, row.attempts) == ("sent", f"epoch:{lease.epoch}", 1)
 
@@ -183,8 +183,20 @@ def test_through_a_real_smtp_server_the_message_is_marked_sent_once_accepted(tic
     send(ticket, lease)
     send(ticket, lease)  # a re-run of the node: the row says sent, nothing goes out
     assert smtp.keys() == {"refund-1042-mail:email": 1}
-    assert smtp.delivered[0].message_id == "<refund-1042-mail.email@refund-desk>"
+    assert smtp.delivered[0].message_id == mail.message_id("refund-1042-mail:email")
     assert Email.objects.get().status == "sent"
+
+
+def test_a_message_id_is_the_same_for_its_key_and_names_neither_thread_nor_order(settings):
+    """A question's Message-ID, named in a reply's References, finds the question: nobody may
+    work it out from a ticket's thread id (its order number) to forge a reply."""
+    key = "refund-1042-mail:ask:7"
+    first = mail.message_id(key)
+    assert first == mail.message_id(key)  # every attempt of one email: one id
+    assert first.endswith("@refund-desk>") and "1042" not in first and "ask" not in first
+    assert first != mail.message_id("refund-1042-mail:ask:8")
+    settings.SECRET_KEY = "another-secret-" * 4
+    assert mail.message_id(key) != first  # not a function of the key alone
 
 
 @pytest.mark.parametrize(("code", "kind"), [(451, MailRetryable), (550, MailRefused)])

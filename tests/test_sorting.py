@@ -11,7 +11,7 @@ from django.db import connection
 
 from intake import sorting, workflow
 from intake.models import Message, MessageEvent
-from refunds import enqueue, policy, runner, services, tasks
+from refunds import enqueue, mail, policy, runner, services, tasks
 from refunds.models import AuditEvent, CannedReason, Decision, Email, Ticket
 from reviews.templatetags.desk import audit_words
 from tests.conftest import make_order
@@ -99,8 +99,6 @@ def test_a_sorted_tickets_emails_thread_with_the_message_and_its_acknowledgment(
 ):
     """Walking the demo, Iris's refund email (her message sorted by hand) stood alone: the
     acknowledgment she had been sent was no part of the ticket's conversation."""
-    from refunds import mail
-
     message = waiting_message()
     Message.objects.filter(pk=message.pk).update(message_id="<late@customer.test>")
     Email.objects.create(key=message.ack_key, to=message.sender, subject="Re: x", body="")
@@ -111,7 +109,7 @@ def test_a_sorted_tickets_emails_thread_with_the_message_and_its_acknowledgment(
 
     headers = mail.thread_headers(f"{ticket.thread_id}:email")
 
-    ack = f"<{message.thread_id}.ack@refund-desk>"
+    ack = mail.message_id(message.ack_key)
     assert headers == {"In-Reply-To": ack, "References": f"<late@customer.test> {ack}"}
 
 
@@ -302,10 +300,10 @@ def test_a_set_aside_reply_threads_with_the_customers_message_and_its_acknowledg
     Email.objects.create(key=message.ack_key, to=message.sender, subject="Re: New address", body="")
     sorting.message_mark_not_refund(message=message, by=agent, words="Noted, thank you.")
     tasks.resend_email(enqueued[0])
-    (mail,) = smtp.delivered
-    ack = f"<{message.thread_id}.ack@refund-desk>"
-    assert mail.in_reply_to == ack
-    assert mail.references == f"<moved@customer.test> {ack}"
+    (sent,) = smtp.delivered
+    ack = mail.message_id(message.ack_key)
+    assert sent.in_reply_to == ack
+    assert sent.references == f"<moved@customer.test> {ack}"
 
 
 def test_own_words_are_sent_and_no_reply_needs_a_why(transactional_db, agent, smtp, enqueued):
