@@ -40,8 +40,8 @@ def reply_place(message: Message, *, recipients: Iterable[str], references: Iter
         status=Message.Status.ADDED,
         ticket=ticket,
         answers_question=found.question,
-        sorting_reason="" if replied.resumed else f"A reply that resumed nothing: {replied.why}.",
-        resumed_wait=replied.resumed,
+        sorting_reason="" if replied.why == "" else f"A reply that resumed nothing: {replied.why}.",
+        resumed_wait=replied.resumed or replied.kept,
         finished_at=now,
         updated_at=now,
     )

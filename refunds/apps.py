@@ -14,3 +14,4 @@ class RefundsConfig(AppConfig):
         also_sent_by(timers.REMINDERS)
         also_sent_by(asking.QUESTION_REMINDERS)
         also_recover(stripe_events_recover)
+        also_recover(asking.replies_kept_apply)

@@ -748,6 +748,10 @@ class CustomerQuestion(models.Model):
         Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     replied_at = models.DateTimeField(null=True, blank=True)
+    # A reply that came before the thread waited on the question ({"text", "seen"}): the mail
+    # server took the question before the run that sent it reached its wait. Kept once (a
+    # compare-and-set on NULL); the recovery sweep applies it as the reply once the thread waits.
+    early_reply = models.JSONField(null=True, blank=True)
     # The reminder the wait's timer sent (REFUNDS_ASK_REMIND_DAYS), once.
     reminded_at = models.DateTimeField(null=True, blank=True)
     # The reply that reopened the ticket closed for want of one (REFUNDS_ASK_DEFAULT_OUTCOME

@@ -248,6 +248,67 @@ def test_a_second_reply_after_the_thread_moved_on_resumes_nothing(
     assert "answered already" in event.answer["why"]
 
 
+def on_its_way(ticket: Ticket, reviewer) -> CustomerQuestion:
+    """The reviewer asked, and the thread is running on to its wait: the runner's UPDATE as it
+    resumes the review with the ask (refunds/runner.py), before the run sends the question and
+    reaches the wait. The mail server took the question in that run; the reply can come now."""
+    ask(ticket, reviewer, "Could you send a photo of the damage?")
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status=Ticket.Status.RUNNING, pending_interrupt_id="", pending_payload=None
+    )
+    return CustomerQuestion.objects.get(ticket=ticket)
+
+
+def test_a_reply_that_comes_before_the_thread_waits_is_kept_and_resumes_the_wait_once(
+    transactional_db, agent, colleague, late_order
+):
+    """Issue 44 item 4: the question is in the customer's mailbox from the mail server's "."; the
+    thread waits only after the sent mark and its next step. A reply in that gap is kept, and
+    the recovery sweep applies it once the thread waits on the question: once, whatever runs."""
+    ticket = waiting_review(late_order, colleague)
+    question = on_its_way(ticket, agent)
+    message = reply_in(question)
+    assert (message.ticket_id, message.sorting_reason, message.resumed_wait) == (
+        ticket.pk,
+        "",
+        True,
+    )
+    assert not Decision.objects.filter(answer="reply").exists()
+    assert services.tickets_recover() == [] and not Decision.objects.filter(answer="reply")
+    assert runner.advance(ticket.pk) == "awaiting_customer"  # the run reaches its wait
+    services.tickets_recover()  # beat's next sweep
+    services.tickets_recover()
+    [reply] = Decision.objects.filter(ticket=ticket, answer="reply")
+    assert reply.reason == "Here is the photo: the vase is in pieces."
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    assert "The customer replied:** “Here is the photo" in ticket.pending_payload["description"]
+    assert asking.replies_kept_apply() == []
+    assert asking.questions_wait_timers(now=timezone.now() + timedelta(days=30)) == {
+        "ended": [],
+        "reminded": [],
+    }
+    assert len(mail.outbox) == 1  # the question; no reminder of a question answered
+
+
+def test_of_two_replies_before_the_wait_the_first_is_kept_and_answers_it(
+    transactional_db, agent, colleague, late_order
+):
+    """The keep is a compare-and-set on the question: a second early reply (or the first one
+    delivered again) does not take its place, and a reply after the wait does not jump it."""
+    ticket = waiting_review(late_order, colleague)
+    question = on_its_way(ticket, agent)
+    reply_in(question)
+    second = reply_in(question, key="<reply-2@customer.test>", body="And another photo.")
+    assert "answered already" in second.sorting_reason
+    assert runner.advance(ticket.pk) == "awaiting_customer"
+    third = reply_in(question, key="<reply-3@customer.test>", body="Did you get my photo?")
+    assert "answered already" in third.sorting_reason  # the kept reply answers first
+    [reply] = Decision.objects.filter(ticket=ticket, answer="reply")
+    assert reply.reason == "Here is the photo: the vase is in pieces."
+    assert asking.replies_kept_apply() == []
+
+
 def test_the_canned_questions_are_seeded_beside_the_canned_replies(db):
     assert list(CannedReason.objects.asking().values_list("text", flat=True)) == [
         "Could you send a photo of the damage?",

@@ -4,6 +4,7 @@ SMTP server once, the reply applied once, one line of checkpoint history."""
 
 from __future__ import annotations
 
+import signal
 from datetime import timedelta
 
 import pytest
@@ -275,3 +276,58 @@ def test_a_housekeeping_worker_killed_around_the_reminder_reminds_once(
     assert CustomerQuestion.objects.get(pk=question.pk).reminded_at is not None
     status_now = status(ticket)
     assert status_now == "awaiting_customer", status_now
+
+
+@pytest.mark.parametrize("then", ["woken", "killed"])
+def test_a_reply_before_the_wait_is_kept_and_resumes_it_once_whatever_the_worker_does(
+    workers,
+    sinks,
+    crash_plan,  # noqa: F811
+    sweep_now,
+    agent,
+    admin_user,
+    late_order,
+    then,
+):
+    """Issue 44 item 4: the question is in the customer's mailbox once the mail server took
+    it; the worker that sent it is stopped (SIGSTOP) right after, the wait not reached, and the
+    customer's reply comes then. The worker is woken (SIGCONT), or SIGKILLed and another takes
+    the thread on. Either way the reply resumes the wait once: the review is back quoting it,
+    one reply applied, the question once at the SMTP server, no reminder, no second answer."""
+    env = crash_plan({})
+    doomed = workers("doomed", pool="solo", env=env)
+    ticket = open_and_wait_for_review("1042", agent)
+    crash_plan({"*": {"point": "after:ask_customer", "times": 1, "action": "stop"}})
+    ask(ticket, admin_user)
+    wait_for(
+        lambda: any("@after:ask_customer@" in marker for marker in fired(crash_plan.path)),
+        timeout=30,
+        what="the worker to stop after the question went",
+    )
+    question = CustomerQuestion.objects.get(ticket=ticket)
+    assert sinks.smtp.keys() == {question.email_key: 1}
+    assert status(ticket) == "running"
+    message, _ = message_receive(
+        channel="email",
+        key="<early-reply@customer.test>",
+        message_id="<early-reply@customer.test>",
+        sender="ana@example.com",
+        subject="photo",
+        body="Here is the photo: the vase is in pieces.",
+        received_at=timezone.now(),
+        raw="Here is the photo: the vase is in pieces.",
+        recipients=[f"replies+{question.token}@desk.example.com"],
+    )
+    if then == "woken":
+        doomed.signal(signal.SIGCONT)
+    else:
+        doomed.kill()  # SIGKILL, where it stands
+        workers("second", pool="solo", env=env)
+    until(ticket, "awaiting_review")
+    quiesce(workers)
+    ticket.refresh_from_db()
+    assert "the vase is in pieces" in ticket.pending_payload["description"]
+    [reply] = Decision.objects.filter(ticket=ticket, answer="reply")
+    assert reply.applied_at is not None and reply.refused_reason == ""
+    assert sinks.smtp.keys() == {question.email_key: 1}
+    assert branch_points(ticket) == []

@@ -117,6 +117,7 @@ class Replied:
     resumed: bool
     why: str = ""  # why it resumed nothing
     decision: Decision | None = None
+    kept: bool = False  # it came before the thread waited: it resumes the wait once it does
 
 
 def reply_record(
@@ -136,6 +137,12 @@ def reply_record(
         why = _not_waiting(question, closed_too=True)
     now = timezone.now()
     about = (seen or {}) | {"question": question.pk}
+    if why == _ON_ITS_WAY:
+        if _kept(question, text, about):
+            return Replied(False, kept=True)
+        why = _ANSWERED  # a reply to it is kept already
+    if not why and _kept_applied(question):  # the first reply answers, as below
+        why = _ANSWERED
     if not why:
         try:
             with transaction.atomic():
@@ -152,6 +159,44 @@ def reply_record(
         note=text[:300],
     )
     return Replied(False, why)
+
+
+def _kept(question: CustomerQuestion, text: str, seen: dict) -> bool:
+    """Keep a reply that came before the thread waits on its question, once: the question is in
+    the customer's mailbox from the mail server's acceptance, before the run that sent it has
+    reached its wait (a slow server, a backlog, an auto-reply). `replies_kept_apply` applies it."""
+    return bool(
+        CustomerQuestion.objects.filter(
+            pk=question.pk, replied_at__isnull=True, early_reply__isnull=True
+        ).update(early_reply={"text": text, "seen": seen})
+    )
+
+
+def replies_kept_apply() -> list[int]:
+    """Apply each kept reply whose thread now waits on its question, as if it came now (one of
+    the recovery sweep's, so it holds whatever dies between the keep and the wait): `_record`'s
+    late guards and its compare-and-set on `replied_at` apply it once, whatever the order of
+    this, a second reply and the wait's timer. Returns the tickets it resumed."""
+    kept = CustomerQuestion.objects.filter(
+        early_reply__isnull=False,
+        replied_at__isnull=True,
+        ticket__status=Ticket.Status.AWAITING_CUSTOMER,
+    ).select_related("ticket")
+    return [question.ticket_id for question in kept if _kept_applied(question)]
+
+
+def _kept_applied(question: CustomerQuestion) -> bool:
+    """Record the question's kept reply as the wait's answer; False when there is none, or the
+    thread does not wait on it (it waits on another question: this one's wait is over)."""
+    reply = question.early_reply
+    if not isinstance(reply, dict):
+        return False
+    try:
+        with transaction.atomic():
+            _record(question, reply["text"], reply["seen"] | {"kept": True}, timezone.now())
+    except _NotRecorded:
+        return False
+    return True
 
 
 class _NotRecorded(Exception):
@@ -239,12 +284,18 @@ def _not_waiting(question: CustomerQuestion, *, closed_too: bool = False) -> str
         return _ANSWERED if question.reopened_at is not None else ""
     if question.replied_at is not None:
         return _ANSWERED
+    if row["status"] == Ticket.Status.RUNNING:
+        return _ON_ITS_WAY
     if row["status"] != Ticket.Status.AWAITING_CUSTOMER or payload.get("ask_id") != (
         question.decision_id
     ):
         status = Ticket.Status(row["status"]).label.lower()
         return f"the ticket no longer waits on this question (it is {status})"
     return ""
+
+
+# An unanswered question of a running thread: the run that sent it has not reached its wait.
+_ON_ITS_WAY = "the ticket does not wait on this question yet (it is running)"
 
 
 # --- waits that end: a reminder, then the review comes back without a reply ----------------------
