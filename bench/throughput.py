@@ -413,7 +413,7 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     from django.core.management import call_command
 
     from bench.reference import order_facts, run_bare
-    from core import embedded_redis
+    from devtools import embedded_redis
     from refunds import persistence
     from refunds.models import Order
 

@@ -470,10 +470,11 @@ if REFUNDS_ATTACHMENTS_S3_BUCKET:
     )
 INTAKE_TASK_WRAPPER = ""  # a dotted path wrapping every intake task (crash tests: devtools)
 
-# devtools/ (crash points, worker processes, the SMTP sink, the fake processor, `manage.py
-# crashtest`) sits beside the app in a checkout and is not installed with it: where it is missing,
-# its app is simply absent. Fault injection: a plan file (devtools/faults.py) puts crash points in
-# the nodes, around the gateway and in mail delivery; tests and crashtest set it, nothing else.
+# devtools/ (the demo's and the reader's commands, crash points, worker processes, the SMTP sink,
+# the fake processor, `manage.py crashtest`) sits beside the app in a checkout and is not installed
+# with it: where it is missing, its app is simply absent. Fault injection: a plan file
+# (devtools/faults.py) puts crash points in the nodes, around the gateway and in mail delivery;
+# tests and crashtest set it, nothing else.
 if importlib.util.find_spec("devtools") is not None:
     INSTALLED_APPS.append("devtools")
 REFUNDS_CRASH_PLAN = env_str("REFUNDS_CRASH_PLAN", "")

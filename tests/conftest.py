@@ -16,7 +16,7 @@ from django.template import Template
 from django.test.utils import instrumented_test_render
 from template_partials.templatetags.partials import TemplateProxy
 
-from core import embedded_redis
+from devtools import embedded_redis
 from devtools.fake_processor import FakeProcessor
 from devtools.localstripe import LocalStripe
 from devtools.processes import CeleryProcess

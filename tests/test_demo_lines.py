@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 
-from refunds.management.commands.demo_data import ORDERS
+from devtools.management.commands.demo_data import ORDERS
 from refunds.models import Order, OrderLine
 from refunds.services.orders import TOTAL_TOLERANCE_PER_LINE
 

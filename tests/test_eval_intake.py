@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from intake import evaluation
+from devtools import evaluation
 from intake.reader import model
 
 DATA = Path(__file__).resolve().parent / "data"

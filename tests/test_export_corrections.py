@@ -9,7 +9,8 @@ from io import StringIO
 
 from django.core.management import call_command
 
-from intake import evaluation, sorting
+from devtools import evaluation
+from intake import sorting
 from intake.models import Message
 from refunds import policy, runner
 from refunds.models import Ticket

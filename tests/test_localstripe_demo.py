@@ -66,7 +66,7 @@ def test_it_serves_localstripe_with_a_paid_payment_intent_per_demo_order(tmp_pat
             for o in orders
         )
         # Every order of the demo, its customers' messages' too (the smashed vase of 1095).
-        from refunds.management.commands.demo_data import ORDERS
+        from devtools.management.commands.demo_data import ORDERS
 
         numbers = {o["number"] for o in orders}
         assert {number for number, *_ in ORDERS} | {"1095", "1096", "1097"} <= numbers

@@ -342,7 +342,7 @@ class Run:
         return self._summary(inside, settled, time.monotonic() - started)
 
     def _start_broker(self):
-        from core import embedded_redis
+        from devtools import embedded_redis
 
         if settings.USES_EMBEDDED_BROKER:
             return embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET)

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from intake.evaluation import Masker, labelled_line
+from devtools.evaluation import Masker, labelled_line
 from intake.models import Message, MessageEvent
 from refunds import policy
 

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from devtools.management.commands.demo_data import ORDERS, demo_email, demo_lines
 from intake.services import message_receive
-from refunds.management.commands.demo_data import ORDERS, demo_email, demo_lines
 from refunds.models import Order
 
 # demo_data keeps one customer per order (no repeat-refunder flags); the customer who writes

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from core import embedded_redis
+from devtools import embedded_redis
 
 
 class Command(BaseCommand):

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.modelspec import model_spec_error
-from intake import evaluation
+from devtools import evaluation
 from intake.reader import rules
 
 SHIPPED = Path(settings.BASE_DIR) / "tests" / "data" / "intake_eval.jsonl"
