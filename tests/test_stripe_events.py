@@ -380,6 +380,71 @@ def test_a_refund_is_matched_by_the_receipt_we_stored_when_it_carries_no_key(
     assert charge.processor_status == "failed"
 
 
+def refund_with_our_key(localstripe, payment: str, key: str, amount: int = 100) -> dict:
+    """A refund made at Stripe carrying `key` as the desk's (another desk on the same account,
+    one made in the dashboard with our metadata copied): not the ledger row's own refund."""
+    return localstripe.call(
+        "POST",
+        "/v1/refunds",
+        payment_intent=payment,
+        amount=str(amount),
+        **{f"metadata[{StripeGateway.METADATA_KEY}]": key},
+    )
+
+
+@pytest.mark.parametrize("where", ["another payment", "the order's payment"])
+def test_a_failed_refund_carrying_our_key_that_is_not_the_rows_changes_nothing_on_the_row(
+    db, stripe_desk, deliver, where
+):
+    ticket, charge, _ = paid_ticket(stripe_desk)
+    order = ticket.order
+    payment = stripe_desk.payment_intent(900) if where == "another payment" else None
+    other = refund_with_our_key(
+        stripe_desk, payment or order.payment_reference, charge.idempotency_key
+    )
+    before = list(Charge.objects.values())
+
+    for body in stripe_desk.fail_refund(other["id"]):  # refund.failed, charge.refund.updated
+        deliver(body)
+
+    assert list(Charge.objects.values()) == before  # not failed, its ticket not handed back
+    assert money.refundable_cents(order) == 0  # the order was refunded: no second approval
+    outcomes = list(StripeEvent.objects.order_by("pk").values_list("outcome", flat=True))
+    if payment:
+        assert (
+            outcomes
+            == [f"{other['id']}: not the desk's, and no order has its payment: nothing recorded"]
+            * 2
+        )
+        assert not OutsideRefund.objects.exists()
+    else:
+        assert outcomes == [
+            f"{other['id']}: made outside the desk, recorded against order {order.number}",
+            f"{other['id']}: made outside the desk, already recorded against order {order.number}",
+        ]
+        assert OutsideRefund.objects.get().status == "failed"
+
+
+def test_a_row_without_its_receipt_yet_is_found_by_its_key_on_its_orders_payment_only(
+    db, stripe_desk, deliver
+):
+    """The create call's answer was lost (the row under way, no receipt yet): an event finds the
+    row by the key its refund carries, if that refund gives back the order's payment."""
+    _, charge, refund = paid_ticket(stripe_desk)
+    Charge.objects.filter(pk=charge.pk).update(status="pending", receipt=None, processor_status="")
+    elsewhere = stripe_desk.payment_intent(900)
+
+    deliver(
+        event("refund.updated", refund_with_our_key(stripe_desk, elsewhere, charge.idempotency_key))
+    )
+    charge.refresh_from_db()
+    assert charge.processor_status == ""
+
+    deliver(event("refund.updated", refund))
+    charge.refresh_from_db()
+    assert charge.processor_status == "succeeded"
+
+
 def test_a_refund_made_outside_the_desk_is_recorded_once_against_its_order_and_shown(
     db, stripe_desk, deliver, client, django_user_model
 ):
