@@ -299,6 +299,16 @@ def test_a_since_that_is_not_a_date_is_refused(db):
     assert "--since 'yesterday' is not a date (YYYY-MM-DD)." in said
 
 
+def test_a_since_in_the_future_is_refused_and_nothing_is_saved(db, stripe_here):
+    tomorrow = (timezone.now() + timedelta(days=1)).date()
+
+    status, said = reconcile("--since", tomorrow.isoformat())
+
+    assert status == 1
+    assert said == f"--since {tomorrow} is in the future (UTC): nothing to check."
+    assert not ReconcileRun.objects.exists()
+
+
 def test_a_processor_that_cannot_be_read_is_a_problem(db, stripe_here):
     order = paid_order("pi_NoSuchPaymentAtStripe")
     Charge.objects.create(
