@@ -430,8 +430,9 @@ INTAKE_RECENT_ORDER_DAYS = env_int("INTAKE_RECENT_ORDER_DAYS", 60, minimum=1)
 # the damage with them (Mailgun's own limit is 25 MB); larger ones answer 413. Every other URL
 # keeps Django's 2.5 MB (DATA_UPLOAD_MAX_MEMORY_SIZE).
 INBOUND_MAX_BODY_BYTES = env_int("INBOUND_MAX_BODY_BYTES", 25 * 1024 * 1024, minimum=1024 * 1024)
-# A signed inbound post whose signature's timestamp is further than this from now is refused, and
-# each signature's token is taken once (Mailgun's advice: not too tight, its deliveries may lag).
+# A signed inbound or tracking post whose signature's timestamp is further than this from now is
+# refused, and each signature's token is taken once (Mailgun's advice: not too tight, its
+# deliveries may lag).
 INBOUND_SIGNATURE_MAX_AGE_SECONDS = env_int("INBOUND_SIGNATURE_MAX_AGE_SECONDS", 900, minimum=60)
 # Customers' attachments (intake/attachments.py): images (JPEG, PNG, GIF, WebP, HEIC) and PDF
 # only, judged by their bytes; at most MAX_BYTES each and PER_MESSAGE on one message, the rest

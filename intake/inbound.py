@@ -1,8 +1,8 @@
 """Email in: the mail provider's inbound webhook, through django-anymail. anymail's ESP view
 (mounted under /mail/ behind intake/webhook.py's door, e.g. /mail/mailgun/inbound_mime/) checks
 the provider's signature and refuses a bad one before anything here runs; this receiver refuses a
-signature that is stale or used already (what anymail leaves to the app) and turns the message
-into a Message.
+signature that is stale or used already (what anymail leaves to the app; intake/webhook.py's
+signed_once, as for the tracking posts) and turns the message into a Message.
 
 An email is never refused once signed: the customer already sent it. Its faults (no text, too
 long, a From that is no address) send it to "Needs sorting" (intake/services.py). Text in a
@@ -31,16 +31,14 @@ from django.utils import timezone
 from django.utils.html import strip_tags
 
 from intake import attachments
-from intake.models import Message, SignatureToken
+from intake.models import Message
 from intake.services import message_receive
-from intake.webhook import Refused
+from intake.webhook import signed_once
 
 log = logging.getLogger(__name__)
 # Providers retry a delivery for hours (Mailgun 8 h, others up to 3 days): an unsigned time
 # older than this, or in the future, is not when the email came; the time it reached us is.
 PLAUSIBLE_AGE = timedelta(days=7)
-# ESPs that sign a timestamp and a one-time token (anymail hands the token over as event_id).
-SIGNS_TIMESTAMP_AND_TOKEN = {"Mailgun"}
 
 
 @receiver(inbound, dispatch_uid="intake.inbound.message_in")
@@ -56,8 +54,7 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
     about, kept = attachments.attachments_judge(parts, key=key)
     attachments.attachments_store(kept)  # before the row that names them: see the module
     with transaction.atomic():  # the token is taken only with the message it brought
-        if esp_name in SIGNS_TIMESTAMP_AND_TOKEN:
-            _signed_once(event)
+        signed_once(event, esp_name)
         message, created = message_receive(
             channel=Message.Channel.EMAIL,
             key=key,
@@ -93,29 +90,6 @@ def _references(email: AnymailInboundMessage) -> list[str]:
     """The Message-IDs it answers: In-Reply-To, then References."""
     written = " ".join(email.get_all("In-Reply-To", []) + email.get_all("References", []))
     return re.findall(r"<[^<>\s]+>", written)
-
-
-def _signed_once(event: AnymailInboundEvent) -> None:
-    """Refuse a signature signed too long ago (or ahead), and one used already: a signed post
-    replayed, with the same email or another, stores nothing. The token's row is the guard: two
-    posts of one signature at once, one of them inserts it."""
-    now = timezone.now()
-    window = timedelta(seconds=settings.INBOUND_SIGNATURE_MAX_AGE_SECONDS)
-    signed_at = event.timestamp
-    if signed_at is None or abs(now - signed_at) > window:
-        raise Refused(
-            f"The signature's timestamp ({signed_at.isoformat()}) is more than "
-            f"{window.total_seconds():.0f} s from now."
-            if signed_at
-            else "The signature has no timestamp.",
-            reason="stale",
-        )
-    SignatureToken.objects.filter(signed_at__lt=now - window).delete()  # refused by age anyway
-    _, first = SignatureToken.objects.get_or_create(
-        token=event.event_id or "", defaults={"signed_at": signed_at}
-    )
-    if not first:
-        raise Refused("This signature was used already.", reason="replayed")
 
 
 def _received_at(stamp: datetime | None) -> datetime:

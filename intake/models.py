@@ -197,8 +197,8 @@ class MessageEvent(models.Model):
 
 
 class SignatureToken(models.Model):
-    """A signed inbound post's token (Mailgun signs timestamp + token), taken once: the same
-    signature posted again, with this email or another, is refused. Kept while its timestamp is
+    """A signed inbound or tracking post's token (Mailgun signs timestamp + token), taken once:
+    the same signature posted again, to either URL, is refused. Kept while its timestamp is
     young enough to pass the age check (INBOUND_SIGNATURE_MAX_AGE_SECONDS); older ones are
     refused by their age and removed."""
 

@@ -3,6 +3,7 @@ intake/webhook.py's door, under anymail's own names; the inbound ones take bodie
 INBOUND_MAX_BODY_BYTES."""
 
 from anymail.urls import urlpatterns as anymail_urls
+from django.db import transaction
 from django.urls import URLPattern
 
 from intake.webhook import door
@@ -11,10 +12,10 @@ app_name = "anymail"
 urlpatterns = [
     URLPattern(
         url.pattern,
-        door(
-            url.callback,
-            max_bytes="INBOUND_MAX_BODY_BYTES" if "inbound" in (url.name or "") else None,
-        ),
+        door(url.callback, max_bytes="INBOUND_MAX_BODY_BYTES")
+        if "inbound" in (url.name or "")
+        # A tracking post's receivers (its signature's token, what it reports) commit together.
+        else door(transaction.atomic(url.callback)),
         url.default_args,
         url.name,
     )

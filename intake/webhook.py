@@ -1,5 +1,6 @@
 """The door in front of the mail provider's webhooks (anymail's views under /mail/): the size a
-post may have, and a clear 4xx, logged in one line, for a post that is not one we take.
+post may have, and a clear 4xx, logged in one line, for a post that is not one we take; a
+signature stale or used already is one (signed_once, for inbound and tracking posts alike).
 
 Django parses a form and refuses any form field over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) with a
 400, site-wide; Mailgun's raw-MIME route posts the whole email, a photo of the damage with it, as
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -18,14 +20,18 @@ from functools import wraps
 from typing import Any
 
 from anymail.exceptions import AnymailConfigurationError, AnymailWebhookValidationFailure
+from anymail.signals import AnymailEvent, AnymailTrackingEvent, tracking
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.http.multipartparser import MultiPartParserError
+from django.utils import timezone
 from django.utils.datastructures import MultiValueDict
 
+from intake.models import SignatureToken
 from refunds import metrics
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,8 @@ log = logging.getLogger(__name__)
 # missing, JSON that does not parse, a tracking webhook pointed at the inbound URL): the post's
 # fault, so a 400 that says so, never a 500 the provider retries for hours.
 MALFORMED = (KeyError, json.JSONDecodeError, MultiPartParserError, AnymailConfigurationError)
+# ESPs that sign a timestamp and a one-time token (anymail hands the token over as event_id).
+SIGNS_TIMESTAMP_AND_TOKEN = {"Mailgun"}
 
 
 class Refused(AnymailWebhookValidationFailure):
@@ -75,6 +83,55 @@ class WholeForm(FileUploadHandler):
                 upload = SimpleUploadedFile(filename, content, part.get_content_type())
                 files.appendlist(name, upload)
         return post, files
+
+
+def signed_once(event: AnymailEvent, esp_name: str) -> None:
+    """Refuse (Refused) a signature signed too long ago (or ahead), and one used already, at any
+    of the provider's URLs: a signed post replayed, with the same content or another, changes
+    nothing. For ESPs that sign a timestamp and a one-time token (anymail's event_id); called in
+    the transaction of what the post records, so a post that records nothing leaves its token
+    for the provider's retry. The token's row is the guard: of two posts of one signature at
+    once, one inserts it."""
+    if esp_name not in SIGNS_TIMESTAMP_AND_TOKEN:
+        return
+    now = timezone.now()
+    window = timedelta(seconds=settings.INBOUND_SIGNATURE_MAX_AGE_SECONDS)
+    signed_at = _signed_at(event)
+    if signed_at is None or abs(now - signed_at) > window:
+        raise Refused(
+            f"The signature's timestamp ({signed_at.isoformat()}) is more than "
+            f"{window.total_seconds():.0f} s from now."
+            if signed_at
+            else "The signature's timestamp is not a time.",
+            reason="stale",
+        )
+    SignatureToken.objects.filter(signed_at__lt=now - window).delete()  # refused by age anyway
+    _, first = SignatureToken.objects.get_or_create(
+        token=event.event_id or "", defaults={"signed_at": signed_at}
+    )
+    if not first:
+        raise Refused("This signature was used already.", reason="replayed")
+
+
+def _signed_at(event: AnymailEvent) -> datetime | None:
+    """When the post was signed: Mailgun's JSON (tracking) posts sign a time of their own beside
+    the event's (which may be hours older); in its form posts the event's time is the signed
+    one."""
+    block = event.esp_event.get("signature") if isinstance(event.esp_event, dict) else None
+    if not isinstance(block, dict):
+        return event.timestamp
+    try:
+        return datetime.fromtimestamp(int(block["timestamp"]), tz=UTC)
+    except (TypeError, ValueError, OverflowError, OSError):  # signed, yet not a time
+        return None
+
+
+@receiver(tracking, dispatch_uid="intake.webhook.tracking_signed_once")
+def tracking_signed_once(sender, event: AnymailTrackingEvent, esp_name: str, **kwargs) -> None:
+    """The tracking posts' age and once checks, as the inbound ones' (intake/inbound.py): run in
+    the post's transaction with refunds/mail_tracking.py's record (intake/urls.py), so a refusal
+    undoes whatever that recorded, whichever receiver ran first."""
+    signed_once(event, esp_name)
 
 
 def door(view: Callable[..., HttpResponse], *, max_bytes: str | None = None):

@@ -813,6 +813,15 @@ class ChargeQuerySet(models.QuerySet):
         """Refunds the processor accepted and then failed or canceled."""
         return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=PROCESSOR_GAVE_BACK)
 
+    def of_refund(
+        self, refund_id: str, key: str, *, orders: models.QuerySet[Order] | list[int]
+    ) -> ChargeQuerySet:
+        """The ledger's row of a processor refund: the one whose receipt is its id; before a row
+        has its receipt, the one whose key the refund carries, of one of `orders` (those the
+        refund's payment paid). Another refund carrying a row's key is not that row."""
+        unreceipted = Q(receipt__isnull=True, idempotency_key=key, order__in=orders)
+        return self.filter(Q(receipt=refund_id) | unreceipted if key else Q(receipt=refund_id))
+
     def record_processor_status(self, status: str, failure_reason: str = "") -> int:
         """Move these charges' processor status forward to `status` and answer how many moved:
         one compare-and-set UPDATE, so a status behind what a row holds (an older read, a late

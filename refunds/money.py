@@ -345,19 +345,14 @@ def disputes_record(order_id: int, listed: Sequence[ProcessorDispute]) -> int:
 
 
 def outside_refunds_record(order_id: int, listed: Sequence[ProcessorRefund]) -> int:
-    """Record against the order the refunds in `listed` that the desk did not make: no ledger
-    row has the key they carry nor their id as its receipt (a refund with the desk's metadata
-    key that no ledger row knows, from another desk on the same account say, is counted too).
-    Once by the processor's id; a status already recorded only moves forward. Returns how many
-    rows are new."""
-    keys = {refund.desk_key for refund in listed if refund.desk_key}
-    ids = {refund.id for refund in listed}
-    ours = set(
-        Charge.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True)
-    ) | set(Charge.objects.filter(receipt__in=ids).values_list("receipt", flat=True))
+    """Record against the order the refunds in `listed` (its payment's) that the desk did not
+    make: no ledger row is theirs (Charge.objects.of_refund). A refund carrying the desk's key
+    that is not its row's, from another desk on the same account say, is counted too. Once by
+    the processor's id; a status already recorded only moves forward. Returns how many rows
+    are new."""
     new = 0
     for refund in listed:
-        if refund.id in ours or (refund.desk_key and refund.desk_key in ours):
+        if Charge.objects.of_refund(refund.id, refund.desk_key, orders=[order_id]).exists():
             continue
         status = _status(refund.status)
         reason = refund.failure_reason[:200] if status in PROCESSOR_GAVE_BACK else ""

@@ -9,6 +9,7 @@ import hmac
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -206,10 +207,14 @@ def mailgun_event(
     key: str | None = KEY,
     at: float | None = None,
     sign_with: str = SIGNING_KEY,
+    signed_at: float | str | None = None,
+    token: str = "",
     **data,
 ) -> str:
-    """A tracking payload as Mailgun posts it: the event data and its HMAC-SHA256 signature."""
-    timestamp, token = str(int(time.time())), "a" * 50
+    """A tracking payload as Mailgun posts it: the event data (`at`: when it happened) and its
+    HMAC-SHA256 signature over a time (`signed_at`, now by default) and a one-time token."""
+    timestamp = signed_at if isinstance(signed_at, str) else str(int(signed_at or time.time()))
+    token = token or uuid.uuid4().hex
     signature = hmac.new(sign_with.encode(), f"{timestamp}{token}".encode(), hashlib.sha256)
     return json.dumps(
         {
@@ -286,3 +291,46 @@ def test_an_event_for_a_message_we_never_sent_is_logged_and_answered(client, sen
     assert response.status_code == 200  # the provider would retry it forever otherwise
     assert Email.objects.get().delivery == ""
     assert "does not know" in caplog.text
+
+
+YEAR = 365 * 86400
+
+
+@pytest.mark.parametrize("years", [-2, 1])
+def test_a_tracking_signature_two_years_old_or_a_year_ahead_is_refused(client, sent, years):
+    payload = mailgun_event("failed", signed_at=time.time() + years * YEAR, **BOUNCE)
+
+    response = post(client, payload)
+
+    assert response.status_code == 400
+    assert "from now" in response.json()["error"]
+    assert Email.objects.get().delivery == ""
+
+
+def test_a_tracking_signature_over_a_timestamp_that_is_no_time_is_refused(client, sent):
+    response = post(client, mailgun_event("failed", signed_at="soon", **BOUNCE))
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "The signature's timestamp is not a time."
+    assert Email.objects.get().delivery == ""
+
+
+def test_a_tracking_signature_used_again_is_refused_and_changes_nothing(client, sent):
+    now = time.time()
+    assert (
+        post(client, mailgun_event("delivered", signed_at=now, token="t" * 50)).status_code == 200
+    )
+
+    again = post(client, mailgun_event("failed", signed_at=now, token="t" * 50, **BOUNCE))
+
+    assert again.status_code == 400
+    assert again.json()["error"] == "This signature was used already."
+    assert Email.objects.get().delivery == "delivered"
+
+
+def test_an_event_hours_old_signed_now_is_taken(client, sent):
+    """Mailgun retries an event for hours: the time it signed is the post's, not the event's."""
+    response = post(client, mailgun_event("failed", at=time.time() - 3 * 3600, **BOUNCE))
+
+    assert response.status_code == 200
+    assert Email.objects.get().delivery == "bounced"

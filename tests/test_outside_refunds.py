@@ -136,6 +136,26 @@ def test_the_desks_own_refunds_are_not_counted_twice(db, localstripe):
     assert sorted(at_stripe(localstripe, order)) == [(300, True), (399, True)]
 
 
+def test_a_second_refund_under_the_key_of_a_paid_row_counts_against_the_balance(db, localstripe):
+    """A refund carrying the key of a row the desk paid that is not the row's own (its receipt is
+    another refund): money moved beside the desk's, and the next charge counts it."""
+    order = paid_order(localstripe.payment_intent(PAID), paid=PAID)
+    gw = gateway(localstripe.url)
+    pay(gw, order, 300)
+    localstripe.call(
+        "POST",
+        "/v1/refunds",
+        payment_intent=order.payment_reference,
+        amount="5400",
+        **{f"metadata[{StripeGateway.METADATA_KEY}]": Charge.objects.get().idempotency_key},
+    )
+
+    with pytest.raises(OverBalance, match=r"has \$0\.00 left to refund of the \$56\.99"):
+        pay(gw, order, 399)
+
+    assert OutsideRefund.objects.get().amount_cents == 5400
+
+
 def test_a_refund_with_a_desk_key_no_ledger_row_has_counts_as_outside(db):
     """Another desk on the same Stripe account, say: the key is not ours to vouch for."""
     order = paid_order("pi_Another")

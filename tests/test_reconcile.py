@@ -213,6 +213,24 @@ def test_a_desk_refund_failed_at_the_processor_is_re_read_onto_the_ledger(db, mo
     assert money.refundable_cents(order) == 699
 
 
+def test_a_refund_the_ledger_says_failed_and_the_processor_holds_is_a_problem(db, stripe_here):
+    """A ledger row marked failed by an event that was not its refund's (before events were
+    matched by receipt): the balance counts its money as given back, so reconcile says so."""
+    order = paid_order(stripe_here.payment_intent(PAID))
+    pay(StripeGateway(), order, 699)
+    Charge.objects.update(processor_status="failed", failure_reason="expired_or_canceled_card")
+    receipt = Charge.objects.get().receipt
+
+    status, said = reconcile()
+
+    assert status == 1
+    assert (
+        f"Order {order.number}: the ledger says the refund {receipt} of $6.99 failed, the "
+        "processor says succeeded" in said
+    )
+    assert "Problems: 1." in said
+
+
 def test_amounts_that_differ_and_a_second_refund_under_one_key_are_problems(db):
     order = paid_order("pi_Differ")
     pay(payments.DemoGateway(), order, 699)
@@ -237,7 +255,11 @@ def test_amounts_that_differ_and_a_second_refund_under_one_key_are_problems(db):
     assert (
         "a second refund, re_twice of $6.99, under the key of the ledger's" in (report.problems[1])
     )
-    assert "was refunded $13.99 at the processor ($13.99 by the desk" in report.problems[2]
+    assert "counted as made outside the desk" in report.problems[1]
+    assert (
+        "was refunded $13.99 at the processor ($7.00 by the desk, $6.99 outside the desk)"
+        in report.problems[2]
+    )
 
 
 def test_an_order_charged_before_since_is_not_looked_at(db, stripe_here):
@@ -275,6 +297,16 @@ def test_a_since_that_is_not_a_date_is_refused(db):
 
     assert status == 1
     assert "--since 'yesterday' is not a date (YYYY-MM-DD)." in said
+
+
+def test_a_since_in_the_future_is_refused_and_nothing_is_saved(db, stripe_here):
+    tomorrow = (timezone.now() + timedelta(days=1)).date()
+
+    status, said = reconcile("--since", tomorrow.isoformat())
+
+    assert status == 1
+    assert said == f"--since {tomorrow} is in the future (UTC): nothing to check."
+    assert not ReconcileRun.objects.exists()
 
 
 def test_a_processor_that_cannot_be_read_is_a_problem(db, stripe_here):

@@ -17,11 +17,14 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import hypothesis
 import pytest
 import stripe
 from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 
 from core.clock import day_words
 from devtools.localstripe import SECRET_KEY
@@ -285,10 +288,77 @@ def test_a_body_over_the_limit_is_413_and_stores_nothing(db, client, stripe_desk
     assert StripeEvent.objects.count() == 0
 
 
-def test_a_signed_post_that_is_not_an_event_is_400(db, client, stripe_desk):
-    assert post(client, "[1, 2]").status_code == 400
-    assert post(client, {"id": "evt_1", "type": "refund.updated"}).status_code == 400
+def raw_event(**fields: str) -> str:
+    """An event's JSON with some fields written as they stand (JSON has no Infinity)."""
+    written = {"id": '"evt_raw"', "type": '"refund.updated"', "created": "1700000000"}
+    written |= {"data": '{"object": {"id": "re_1"}}'} | fields
+    return "{" + ", ".join(f'"{name}": {value}' for name, value in written.items()) + "}"
+
+
+NOT_EVENTS = {
+    "not JSON": ("not json", "the body: Invalid JSON"),
+    "a list": ("[1, 2]", "the body: Input should be an object"),
+    "no data": ({"id": "evt_1", "type": "refund.updated", "created": 1}, "data: Field required"),
+    "an object that is text": (event("refund.updated", "re_1"), "data.object: Input should be"),
+    "an object's id a number": (event("refund.updated", {"id": 5}), "data.object.id: Input"),
+    "created as text": (raw_event(created='"soon"'), "created: Input should be a valid integer"),
+    "created past year 9999": (raw_event(created=str(10**20)), "created: Input should be less"),
+    "created Infinity": (raw_event(created="Infinity"), "created: Input should be a valid"),
+    "an id of 300 characters": (raw_event(id=f'"evt_{"x" * 296}"'), "id: String should have at"),
+    "a NUL": (raw_event(data='{"object": {"id": "re_1", "note": "a\\u0000b"}}'), "a NUL"),
+    "NaN": (raw_event(data='{"object": {"id": "re_1", "amount": NaN}}'), "not JSON compliant"),
+    "nested 10,000 deep": (
+        raw_event(data='{"object": {"id": "re_1"}, "x": ' + "[" * 10_000 + "]" * 10_000 + "}"),
+        "recursion limit",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(NOT_EVENTS))
+def test_a_signed_post_that_is_not_an_event_is_400_in_words_and_stores_nothing(
+    db, client, stripe_desk, sent, django_capture_on_commit_callbacks, shape
+):
+    body, words = NOT_EVENTS[shape]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(client, body)
+
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("Not one of Stripe's events: ")
+    assert words in response.json()["error"]
     assert StripeEvent.objects.count() == 0
+    assert sent == []
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+
+
+@hypothesis.settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    field=st.sampled_from(["id", "type", "created", "data", "data.object", "data.object.id"]),
+    value=JSON,
+)
+def test_a_signed_event_with_any_field_of_any_json_answers_200_or_a_clear_400(
+    db, client, stripe_desk, field, value
+):
+    body = event("refund.updated", {"id": "re_1"})
+    *path, last = field.split(".")
+    parent = body
+    for name in path:
+        parent = parent[name]
+    parent[last] = value
+    stored = StripeEvent.objects.count()
+
+    response = post(client, json.dumps(body))
+
+    assert response.status_code in (200, 400), response.content
+    if response.status_code == 400:
+        assert response.json()["error"].startswith("Not one of Stripe's events: ")
+        assert StripeEvent.objects.count() == stored
 
 
 def test_it_rejects_get(db, client, stripe_desk):
@@ -378,6 +448,71 @@ def test_a_refund_is_matched_by_the_receipt_we_stored_when_it_carries_no_key(
 
     charge.refresh_from_db()
     assert charge.processor_status == "failed"
+
+
+def refund_with_our_key(localstripe, payment: str, key: str, amount: int = 100) -> dict:
+    """A refund made at Stripe carrying `key` as the desk's (another desk on the same account,
+    one made in the dashboard with our metadata copied): not the ledger row's own refund."""
+    return localstripe.call(
+        "POST",
+        "/v1/refunds",
+        payment_intent=payment,
+        amount=str(amount),
+        **{f"metadata[{StripeGateway.METADATA_KEY}]": key},
+    )
+
+
+@pytest.mark.parametrize("where", ["another payment", "the order's payment"])
+def test_a_failed_refund_carrying_our_key_that_is_not_the_rows_changes_nothing_on_the_row(
+    db, stripe_desk, deliver, where
+):
+    ticket, charge, _ = paid_ticket(stripe_desk)
+    order = ticket.order
+    payment = stripe_desk.payment_intent(900) if where == "another payment" else None
+    other = refund_with_our_key(
+        stripe_desk, payment or order.payment_reference, charge.idempotency_key
+    )
+    before = list(Charge.objects.values())
+
+    for body in stripe_desk.fail_refund(other["id"]):  # refund.failed, charge.refund.updated
+        deliver(body)
+
+    assert list(Charge.objects.values()) == before  # not failed, its ticket not handed back
+    assert money.refundable_cents(order) == 0  # the order was refunded: no second approval
+    outcomes = list(StripeEvent.objects.order_by("pk").values_list("outcome", flat=True))
+    if payment:
+        assert (
+            outcomes
+            == [f"{other['id']}: not the desk's, and no order has its payment: nothing recorded"]
+            * 2
+        )
+        assert not OutsideRefund.objects.exists()
+    else:
+        assert outcomes == [
+            f"{other['id']}: made outside the desk, recorded against order {order.number}",
+            f"{other['id']}: made outside the desk, already recorded against order {order.number}",
+        ]
+        assert OutsideRefund.objects.get().status == "failed"
+
+
+def test_a_row_without_its_receipt_yet_is_found_by_its_key_on_its_orders_payment_only(
+    db, stripe_desk, deliver
+):
+    """The create call's answer was lost (the row under way, no receipt yet): an event finds the
+    row by the key its refund carries, if that refund gives back the order's payment."""
+    _, charge, refund = paid_ticket(stripe_desk)
+    Charge.objects.filter(pk=charge.pk).update(status="pending", receipt=None, processor_status="")
+    elsewhere = stripe_desk.payment_intent(900)
+
+    deliver(
+        event("refund.updated", refund_with_our_key(stripe_desk, elsewhere, charge.idempotency_key))
+    )
+    charge.refresh_from_db()
+    assert charge.processor_status == ""
+
+    deliver(event("refund.updated", refund))
+    charge.refresh_from_db()
+    assert charge.processor_status == "succeeded"
 
 
 def test_a_refund_made_outside_the_desk_is_recorded_once_against_its_order_and_shown(

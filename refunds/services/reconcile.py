@@ -12,8 +12,9 @@ lists the payment's refunds at the processor and
   still open: not a mismatch, but a refund of such a payment may pay the customer twice;
 - says what does not match: a refund with the desk's key the ledger lacks, a ledger refund the
   processor lacks, a second refund under one key, amounts that differ, a refund the ledger
-  calls refused; and any order refunded past what was paid, which the pre-charge check cannot
-  fully prevent (a dashboard refund made between its lookup and the desk's own refund).
+  calls refused, or failed while the processor holds it; and any order refunded past what was
+  paid, which the pre-charge check cannot fully prevent (a dashboard refund made between its
+  lookup and the desk's own refund).
 
 Each run saves its report (ReconcileRun, shown at /ops/reconcile/) and, when it found a problem,
 emails the admins (settings.ADMINS). Against the demo gateway there is nothing to reconcile (it
@@ -237,12 +238,21 @@ def _compare(order: Order, listed: list[ProcessorRefund], report: ReconcileRepor
     desk_cents = outside_cents = 0
     for refund in listed:
         counts = refund.status not in PROCESSOR_GAVE_BACK
-        charge = by_receipt.get(refund.id) or by_key.get(refund.desk_key)
+        # The rule of Charge.objects.of_refund: a row with a receipt is that refund only.
+        keyed = by_key.get(refund.desk_key)
+        charge = by_receipt.get(refund.id) or (keyed if keyed and not keyed.receipt else None)
         if charge is None:
             report.outside += 1
             report.outside_cents += refund.amount_cents
             outside_cents += refund.amount_cents if counts else 0
-            if refund.desk_key:
+            if keyed:
+                report.problems.append(
+                    f"Order {order.number}: the processor has a second refund, {refund.id} of "
+                    f"{dollars(refund.amount_cents)}, under the key of the ledger's "
+                    f"{keyed.receipt} ({keyed.idempotency_key}); counted as made outside the "
+                    "desk."
+                )
+            elif refund.desk_key:
                 report.problems.append(
                     f"Order {order.number}: refund {refund.id} of {dollars(refund.amount_cents)} "
                     f"carries the desk's key {refund.desk_key}, which the ledger does not have "
@@ -266,13 +276,6 @@ def _compare_one(
     order: Order, charge: Charge, refund: ProcessorRefund, report: ReconcileReport
 ) -> None:
     """One of the desk's refunds, the ledger's row beside what the processor holds."""
-    if charge.receipt and charge.receipt != refund.id:
-        report.problems.append(
-            f"Order {order.number}: the processor has a second refund, {refund.id} of "
-            f"{dollars(refund.amount_cents)}, under the key of the ledger's {charge.receipt} "
-            f"({charge.idempotency_key})."
-        )
-        return
     if charge.status == Charge.Status.REFUSED:
         report.problems.append(
             f"Order {order.number}: the ledger says the refund {charge.idempotency_key} was "
@@ -300,6 +303,16 @@ def _compare_one(
     )
     charge.refresh_from_db(fields=["processor_status"])
     report.statuses_moved += charge.processor_status != before
+    gave_back = charge.processor_status in PROCESSOR_GAVE_BACK
+    if gave_back and refund.status and refund.status not in PROCESSOR_GAVE_BACK:
+        # Statuses only move forward, so the ledger keeps its word; the balance counts this
+        # refund's money as given back, and a second approval would refund the order again.
+        report.problems.append(
+            f"Order {order.number}: the ledger says the refund {refund.id} of "
+            f"{dollars(refund.amount_cents)} {charge.processor_status}, the processor says "
+            f"{refund.status}: the desk counts its money as given back and may refund the order "
+            "again."
+        )
 
 
 def _past_what_was_paid(

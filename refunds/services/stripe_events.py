@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from core.network import outside_transaction
@@ -102,14 +102,16 @@ def _handle(row: StripeEvent, gateway: StripeGateway) -> str:
 
 
 def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
-    """Record on our ledger row what Stripe says of `refund` (as Stripe holds it now): matched by
-    our key in its metadata, or by its id as the receipt we stored. A refund with neither is not
-    the desk's (made in Stripe's dashboard, say): it is recorded as made outside the desk against
-    the order whose payment it refunds, and counts against that order's balance."""
+    """Record on our ledger row what Stripe says of `refund` (as Stripe holds it now): the row
+    whose receipt is its id, or one not yet given a receipt whose key its metadata carries, of
+    the order whose payment it refunds (Charge.objects.of_refund). Any other refund is not the
+    desk's (made in Stripe's dashboard; one carrying our key yet on another payment, or beside
+    the row's own): it is recorded as made outside the desk against the order whose payment it
+    refunds, and counts against that order's balance; it never marks the row failed."""
     refund_id = refund["id"]
     key = (refund.get("metadata") or {}).get(StripeGateway.METADATA_KEY) or ""
-    match = Q(receipt=refund_id) | Q(idempotency_key=key) if key else Q(receipt=refund_id)
-    charge = Charge.objects.filter(match).order_by("pk").first()
+    paid_by = Order.objects.filter(payment_reference__in=_payments(refund))
+    charge = Charge.objects.of_refund(refund_id, key, orders=paid_by).order_by("pk").first()
     if charge is None:
         return _outside_record(refund, event)
     try:
@@ -137,7 +139,7 @@ def _outside_record(refund: dict[str, Any], event: str) -> str:
     """A refund no ledger row knows (made in Stripe's dashboard, say): recorded against the order
     whose payment it refunds, as the lookup before a charge and `reconcile` record one (one row
     by its id, its status moving forward only); logged when no order has that payment."""
-    payments = {p for p in (refund.get("payment_intent"), refund.get("charge")) if p}
+    payments = _payments(refund)
     order = Order.objects.filter(payment_reference__in=payments).order_by("pk").first()
     if order is None:
         log.info(
@@ -150,6 +152,12 @@ def _outside_record(refund: dict[str, Any], event: str) -> str:
     new = money.outside_refunds_record(order.pk, [StripeGateway.as_record(refund)])
     said = "recorded" if new else "already recorded"
     return f"{refund['id']}: made outside the desk, {said} against order {order.number}"
+
+
+def _payments(refund: dict[str, Any]) -> set[str]:
+    """The payment a refund gives money back from, as an order may name it (PaymentIntent or
+    Charge)."""
+    return {p for p in (refund.get("payment_intent"), refund.get("charge")) if p}
 
 
 def dispute_record(dispute: dict[str, Any], *, event: str = "") -> str:

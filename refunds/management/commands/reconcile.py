@@ -34,6 +34,8 @@ class Command(BaseCommand):
         if options["since"]:
             day = _day(options["since"])
             since = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            if since > timezone.now():  # it would check nothing and say all is well
+                raise CommandError(f"--since {day} is in the future (UTC): nothing to check.")
         else:
             since = timezone.now() - timedelta(days=settings.REFUNDS_RECONCILE_DAYS)
         report = services.reconcile_payments(since=since, by=ReconcileRun.By.COMMAND)
