@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import time
 import uuid
@@ -23,6 +24,7 @@ import requests
 from django.contrib.auth.models import User
 from django.db import transaction
 from moto.server import ThreadedMotoServer
+from PIL import Image
 
 from config.storage import attachments_storage
 from core.network import NetworkInTransaction
@@ -41,9 +43,19 @@ ELF = b"\x7fELF\x02\x01\x01\x00"
 
 
 def photo(head: bytes = JPEG, *, size: int = 2048, seed: str = "a") -> bytes:
-    """`size` bytes that start as `head` says (a JPEG's magic number by default)."""
+    """`size` bytes that start as `head` says (a JPEG's magic number by default); a JPEG or a
+    PNG is a real picture of 4 x 3 pixels, its size in its header as a phone's photo's is."""
+    if head in (JPEG, PNG):
+        head = picture("JPEG" if head == JPEG else "PNG", (4, 3), "L")
     filler = hashlib.sha256(seed.encode()).digest() * (size // 32 + 1)
     return (head + filler)[:size]
+
+
+def picture(kind: str, size: tuple[int, int], mode: str) -> bytes:
+    """A real picture of one colour, written by Pillow in its format `kind`."""
+    out = io.BytesIO()
+    Image.new(mode, size).save(out, kind)
+    return out.getvalue()
 
 
 @dataclass
@@ -204,6 +216,41 @@ def test_a_12_mb_file_an_executable_named_jpg_and_a_sixth_file_are_refused_sayin
     assert "Not kept: sixth.pdf" in page and "Not kept: huge.jpg" in page
     on_message = client.get(f"/messages/{message.pk}/").content.decode()
     assert "over the limit of 10,485,760 bytes" in on_message
+
+
+def test_a_picture_of_too_many_pixels_is_kept_as_a_download_and_never_drawn(
+    transactional_db, client, bucket, agent, colleague, late_order
+):
+    """A decompression bomb: about 48 KB of PNG that a browser draws as 20,000 x 20,000 pixels.
+    It is kept and linked as a file that downloads; the small picture beside it is drawn."""
+    ticket, question = waiting_on_the_customer(late_order, colleague, agent)
+    bomb_png = picture("PNG", (20_000, 20_000), "1")
+    files = [("bomb.png", "image/png", bomb_png), ("side.png", "image/png", photo(PNG))]
+    assert post(client, reply_email(question, files)).status_code == 200
+    bomb, side = Attachment.objects.order_by("id")
+    assert bucket.read(f"attachments/{bomb.name}") == bomb_png
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(agent)
+    for url in ("/", f"/tickets/{ticket.pk}/", f"/messages/{bomb.message_id}/"):
+        html = client.get(url).content.decode()
+        assert f'href="/attachments/{bomb.pk}/"' in html
+        assert f'<img src="/attachments/{bomb.pk}/"' not in html
+        assert "KB: too large a picture to show here, it downloads)" in html
+        assert f'<img src="/attachments/{side.pk}/"' in html
+    signed = parse_qs(urlsplit(client.get(f"/attachments/{bomb.pk}/")["Location"]).query)
+    assert signed["response-content-disposition"] == ['attachment; filename="bomb.png"']
+    signed = parse_qs(urlsplit(client.get(f"/attachments/{side.pk}/")["Location"]).query)
+    assert signed["response-content-disposition"] == ['inline; filename="side.png"']
+
+
+def test_a_picture_is_drawn_up_to_the_settings_pixels_read_from_its_header(settings):
+    settings.REFUNDS_ATTACHMENT_PREVIEW_PIXELS = 12
+    assert attachments.previewable("image/png", photo(PNG))  # 4 x 3
+    assert attachments.previewable("image/jpeg", photo(JPEG))
+    assert not attachments.previewable("image/png", PNG + bytes(64))  # no size to read
+    assert not attachments.previewable("image/heic", photo(b"\x00\x00\x00\x18ftypheic"))
+    settings.REFUNDS_ATTACHMENT_PREVIEW_PIXELS = 11
+    assert not attachments.previewable("image/png", photo(PNG))
 
 
 def test_a_webhook_delivered_twice_stores_each_photo_once(

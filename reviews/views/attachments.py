@@ -31,8 +31,10 @@ def attachment(request: HtmxHttpRequest, attachment_id: int) -> HttpResponseBase
         Attachment.objects.filter(message__in=selectors.messages_visible(request.user)),
         pk=attachment_id,
     )
+    # A picture too large to draw (Attachment.preview) is a download: a tab would draw it.
+    download = kept.is_image and not kept.preview
     disposition = (
-        content_disposition_header(False, kept.filename or kept.name.rsplit("/")[-1]) or "inline"
+        content_disposition_header(download, kept.filename or kept.name.rsplit("/")[-1]) or "inline"
     )
     files = attachments.storage()
     if not isinstance(files, FileSystemStorage):
