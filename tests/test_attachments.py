@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
@@ -343,13 +344,19 @@ def test_only_users_who_may_read_the_message_get_its_photo(
     assert client.get(url).status_code == 302
 
 
-def test_the_demo_keeps_photos_in_a_private_folder_served_only_through_the_check(
-    transactional_db, client, settings, tmp_path, agent, colleague, late_order, nobody
-):
+@pytest.fixture
+def folder(settings, tmp_path) -> Path:
+    """The desk's attachments storage in a private folder, as the demo's settings make it."""
     folder = tmp_path / "attachments"
     settings.STORAGES = settings.STORAGES | {
         "attachments": attachments_storage(folder=str(folder), url_seconds=30)
     }
+    return folder
+
+
+def test_the_demo_keeps_photos_in_a_private_folder_served_only_through_the_check(
+    transactional_db, client, settings, folder, agent, colleague, late_order, nobody
+):
     ticket, question = waiting_on_the_customer(late_order, colleague, agent)
     front = photo(seed="front")
     post(client, reply_email(question, [("front.jpg", "image/jpeg", front)]))
@@ -364,6 +371,39 @@ def test_the_demo_keeps_photos_in_a_private_folder_served_only_through_the_check
     assert response["Content-Type"] == "image/jpeg"
     assert response["Content-Disposition"] == 'inline; filename="front.jpg"'
     assert response["Content-Security-Policy"] == "sandbox; default-src 'none'"
+
+
+def test_a_photo_deleted_from_the_folder_answers_410_in_words_and_its_ticket_still_shows(
+    transactional_db, client, folder, agent, colleague, late_order
+):
+    ticket, question = waiting_on_the_customer(late_order, colleague, agent)
+    post(client, reply_email(question, [("front.jpg", "image/jpeg", photo(seed="front"))]))
+    kept = Attachment.objects.get()
+    (folder / kept.name).unlink()
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(agent)
+    response = client.get(f"/attachments/{kept.pk}/")
+    assert response.status_code == 410
+    assert "This file is no longer in the desk's storage" in response.content.decode()
+    page = client.get(f"/tickets/{ticket.pk}/")
+    assert page.status_code == 200 and f'href="/attachments/{kept.pk}/"' in page.content.decode()
+
+
+def test_a_photo_deleted_from_the_bucket_is_s3s_own_404_and_its_ticket_still_shows(
+    transactional_db, client, bucket, agent, colleague, late_order
+):
+    ticket, question = waiting_on_the_customer(late_order, colleague, agent)
+    post(client, reply_email(question, [("front.jpg", "image/jpeg", photo(seed="front"))]))
+    kept = Attachment.objects.get()
+    bucket.client.delete_object(Bucket=bucket.name, Key=f"attachments/{kept.name}")  # type: ignore[attr-defined]
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(agent)
+    link = client.get(f"/attachments/{kept.pk}/")
+    assert link.status_code == 302
+    # S3's own answer: 404, or 403 to a caller that may not list the bucket (as moto's is).
+    assert requests.get(link["Location"], timeout=10).status_code in (403, 404)
+    page = client.get(f"/tickets/{ticket.pk}/")
+    assert page.status_code == 200 and f'href="/attachments/{kept.pk}/"' in page.content.decode()
 
 
 @pytest.mark.parametrize(
