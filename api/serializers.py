@@ -510,7 +510,7 @@ class DecisionIn(serializers.Serializer):
         max_length=NOTE_MAX,
         help_text="Internal; never emailed.",
     )
-    amount_cents = serializers.IntegerField(
+    amount_cents = WholeCents(
         required=False,
         allow_null=True,
         default=None,
