@@ -236,7 +236,7 @@ def test_a_picture_of_too_many_pixels_is_kept_as_a_download_and_never_drawn(
         html = client.get(url).content.decode()
         assert f'href="/attachments/{bomb.pk}/"' in html
         assert f'<img src="/attachments/{bomb.pk}/"' not in html
-        assert "KB: too large a picture to show here, it downloads)" in html
+        assert "KB: too large or unreadable to preview; it downloads)" in html
         assert f'<img src="/attachments/{side.pk}/"' in html
     signed = parse_qs(urlsplit(client.get(f"/attachments/{bomb.pk}/")["Location"]).query)
     assert signed["response-content-disposition"] == ['attachment; filename="bomb.png"']
