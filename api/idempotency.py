@@ -4,6 +4,7 @@ answer the same; after that the key is new again."""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -38,13 +39,14 @@ def idempotent(*, user, endpoint: str, key: str, request_body: bytes, respond) -
                     key=key,
                     request_hash=digest,
                     status_code=0,
-                    response={},
+                    response="",
                 )
         except IntegrityError:
             return _kept(user=user, endpoint=endpoint, key=key, digest=digest)
-        claim.status_code, claim.response = respond()
+        status_code, answer = respond()
+        claim.status_code, claim.response = status_code, json.dumps(answer)
         claim.save(update_fields=["status_code", "response"])
-    return claim.status_code, claim.response
+    return status_code, answer
 
 
 def _kept(*, user, endpoint: str, key: str, digest: str) -> tuple[int, dict]:
@@ -54,4 +56,4 @@ def _kept(*, user, endpoint: str, key: str, digest: str) -> tuple[int, dict]:
             "This Idempotency-Key was used with a different request body in the last "
             "24 hours; use a new key for a new request."
         )
-    return earlier.status_code, earlier.response
+    return earlier.status_code, json.loads(earlier.response)

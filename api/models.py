@@ -22,7 +22,9 @@ class IdempotentRequest(models.Model):
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
     status_code = models.PositiveSmallIntegerField()
-    response = models.JSONField()
+    # The answer as JSON text, kept exactly: an answer may echo a NUL the caller sent (an order
+    # number refused for it), which PostgreSQL's jsonb cannot hold.
+    response = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

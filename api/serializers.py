@@ -3,9 +3,11 @@ shapes that the OpenAPI schema (/api/schema/) publishes."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
+from django.utils import timezone
 from django.utils.functional import lazy
 from drf_spectacular.extensions import (
     OpenApiSerializerExtension,
@@ -15,6 +17,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from api.errors import Unprocessable
 from api.parsers import MAX_NUMBER_DIGITS
 from refunds import policy
 from refunds.models import (
@@ -507,7 +510,7 @@ class DecisionIn(serializers.Serializer):
         max_length=NOTE_MAX,
         help_text="Internal; never emailed.",
     )
-    amount_cents = serializers.IntegerField(
+    amount_cents = WholeCents(
         required=False,
         allow_null=True,
         default=None,
@@ -648,6 +651,14 @@ class MessageTextScheme(OpenApiSerializerFieldExtension):
         return {"type": "string", "pattern": r"\S", "maxLength": settings.INTAKE_MAX_CHARS}
 
 
+RECEIVED_SINCE = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": "^2[0-9]{3}-"})
+class ReceivedAt(serializers.DateTimeField):
+    """A time from the year 2000 on (MessageIn.validate_received_at says the rest)."""
+
+
 class MessageIn(StrictBody):
     """A customer's message, as a helpdesk received it; the intake reads it and opens the
     ticket (or sends it to "Needs sorting")."""
@@ -670,8 +681,9 @@ class MessageIn(StrictBody):
         help_text="What the customer wrote, as plain text.",
         error_messages={"required": "Missing field: body", "blank": "The message has no text."},
     )
-    received_at = serializers.DateTimeField(
-        required=False, help_text="When the customer sent it; now when left out."
+    received_at = ReceivedAt(
+        required=False,
+        help_text="When the customer sent it, from 2000 to a day from now; now when left out.",
     )
     to = serializers.ListField(
         child=serializers.CharField(max_length=254),
@@ -689,6 +701,17 @@ class MessageIn(StrictBody):
         help_text="The Message-IDs it answers (its In-Reply-To and References): a reply to a "
         "question's email resumes that ticket.",
     )
+
+    def validate_received_at(self, value: datetime) -> datetime:
+        # Year 1 or next month is a client's default or a wrong zone, not when anyone wrote: no
+        # order a helpdesk brings is older than 2000, and a day ahead covers every zone's offset.
+        # 422, not 400: a schema's date-time cannot say "until tomorrow".
+        if not RECEIVED_SINCE <= value <= timezone.now() + timedelta(days=1):
+            raise Unprocessable(
+                f"received_at {value.isoformat()} is not when a customer wrote: it must be from "
+                "2000-01-01 to a day from now."
+            )
+        return value
 
 
 class MessageOut(serializers.Serializer):

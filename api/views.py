@@ -319,7 +319,8 @@ def _push(request: Request) -> Response:
     "the key used again later answers 422 naming its message. The answer is "
     "202 while the intake reads it (status received); the message's status and ticket follow "
     "as it is placed. The sender must be an email address and the body some text of at most "
-    "INTAKE_MAX_CHARS characters; anything else is a 400 and nothing is stored. Anyone who "
+    "INTAKE_MAX_CHARS characters; anything else is a 400 and nothing is stored; a "
+    "received_at before 2000 or more than a day ahead, a 422. Anyone who "
     "may open tickets (POST /api/tickets/) may hand in messages; the caller is the opener of "
     "the ticket a message opens, and four-eyes keeps them from deciding it.",
     request=MessageIn,

@@ -442,6 +442,12 @@ REFUNDS_ATTACHMENT_MAX_BYTES = env_int(
     "REFUNDS_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1024
 )
 REFUNDS_ATTACHMENTS_PER_MESSAGE = env_int("REFUNDS_ATTACHMENTS_PER_MESSAGE", 5, minimum=1)
+# A kept picture is shown on the pages only up to this many pixels, read from its header: a
+# browser draws it at 4 bytes a pixel, so 40 million (a phone's 12-24 MP photo with room) is
+# 160 MB, and the 1.2 MB PNG of 20,000 x 20,000 that took a reviewer's tab to 3.2 GB is a link.
+REFUNDS_ATTACHMENT_PREVIEW_PIXELS = env_int(
+    "REFUNDS_ATTACHMENT_PREVIEW_PIXELS", 40_000_000, minimum=1
+)
 # Where they are kept: a private folder of the data folder (never under STATIC_ROOT, nothing
 # serves it directly), or an S3 bucket when one is named. The credentials are boto3's own
 # (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the machine's role); the endpoint is for an

@@ -10,16 +10,21 @@ The bytes are written before the message's row commits, under a name made of the
 and the bytes' digest: the webhook's retry after a crash (or a second delivery of the same email)
 writes the same object again, so an object is either named by its Attachment row or overwritten
 by the retry that records it; nothing a row names can be missing. Writing happens outside any
-database transaction (a network wait on S3 inside one would hold SQLite's whole database)."""
+database transaction (a network wait on S3 inside one would hold SQLite's whole database).
+
+A kept picture is shown on the pages only when Pillow reads its size from its header (nothing is
+decoded) and it is at most REFUNDS_ATTACHMENT_PREVIEW_PIXELS: a larger one is a link."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, storages
+from PIL import Image
 
 from core.network import outside_transaction
 from intake.models import Attachment, Message
@@ -34,6 +39,8 @@ EXTENSIONS = {
     "image/heic": ".heic",
     "application/pdf": ".pdf",
 }
+# The kinds a browser shows as a picture, and Pillow's name for each (HEIC is a link).
+PREVIEWED = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WEBP"}
 # ISO base media files whose major brand says HEIF/HEIC (a photo from a phone).
 HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"}
 
@@ -56,6 +63,7 @@ class Kept:
     content_type: str
     content: bytes
     sha256: str
+    preview: bool
 
 
 def storage() -> Storage:
@@ -78,6 +86,19 @@ def content_type(content: bytes) -> str:
     if content[:1024].lstrip(b"\r\n\t ").startswith(b"%PDF-"):
         return "application/pdf"
     return ""
+
+
+def previewable(kind: str, content: bytes) -> bool:
+    """Drawn on the pages: a kind browsers draw, of at most the setting's pixels by its header
+    (nothing decoded); not when Pillow cannot read the header, or it is past Pillow's own limit."""
+    if kind not in PREVIEWED:
+        return False
+    try:
+        with Image.open(io.BytesIO(content), formats=[PREVIEWED[kind]]) as image:
+            width, height = image.size
+    except (OSError, Image.DecompressionBombError):
+        return False
+    return width * height <= settings.REFUNDS_ATTACHMENT_PREVIEW_PIXELS
 
 
 def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[Kept]]:
@@ -112,7 +133,8 @@ def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[
         )
         if not refused:
             name = f"{folder}/{digest}{EXTENSIONS[kind]}"
-            kept.append(Kept(name, part.filename, kind, part.content, digest))
+            preview = previewable(kind, part.content)
+            kept.append(Kept(name, part.filename, kind, part.content, digest, preview))
     return about, kept
 
 
@@ -136,6 +158,7 @@ def attachments_record(message: Message, kept: list[Kept]) -> None:
                 content_type=one.content_type,
                 size=len(one.content),
                 sha256=one.sha256,
+                preview=one.preview,
             )
             for one in kept
         ]

@@ -231,6 +231,9 @@ class Attachment(models.Model):
     content_type = models.CharField(max_length=100)  # read from its bytes, not its name
     size = models.PositiveBigIntegerField()
     sha256 = models.CharField(max_length=64)
+    # Shown as a picture (attachments.previewable): its header read, within the pixels allowed.
+    # Files kept before it was recorded were never measured: links.
+    preview = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = AttachmentQuerySet.as_manager()
@@ -246,5 +249,6 @@ class Attachment(models.Model):
 
     @property
     def is_image(self) -> bool:
-        """Shown as a picture in a browser (HEIC is not, by most: a link)."""
+        """A kind a browser shows as a picture (HEIC is not, by most); `preview` says whether
+        the pages do."""
         return self.content_type.startswith("image/") and self.content_type != "image/heic"

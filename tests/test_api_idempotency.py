@@ -131,7 +131,7 @@ def test_a_request_whose_key_another_session_claims_at_the_same_time_runs_nothin
                 key="same",
                 request_hash=hashlib.sha256(body.encode()).hexdigest(),
                 status_code=202,
-                response=kept,
+                response=json.dumps(kept),
             )
             claimed.set()
             assert release.wait(30)

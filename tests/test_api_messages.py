@@ -4,9 +4,11 @@ intake takes it from there. Bad input is a 4xx in the API's one error shape and 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from api.models import ApiToken
 from intake.models import Message
@@ -115,6 +117,21 @@ def test_unknown_fields_are_refused(api, post, woken):
     refused(post(api, {**GOOD, "order": "1042"}), 400, "Unknown field(s): order")
 
 
+@pytest.mark.parametrize(
+    "stamp", ["0001-01-01T00:00:00Z", "1999-12-31T23:59:59Z", "2999-01-01T00:00:00Z"]
+)
+def test_a_received_at_not_in_our_times_is_refused_in_words_naming_it(api, post, woken, stamp):
+    response = post(api, {**GOOD, "received_at": stamp})
+    refused(response, 422, "is not when a customer wrote: it must be from 2000-01-01 to a day")
+    assert response.json()["error"].startswith(f"received_at {stamp[:10]}")
+
+
+def test_a_received_at_of_an_hour_ago_is_taken(api, post, woken):
+    hour_ago = timezone.now() - timedelta(hours=1)
+    assert post(api, {**GOOD, "received_at": hour_ago.isoformat()}).status_code == 202
+    assert Message.objects.get().received_at == hour_ago
+
+
 def test_a_user_who_may_not_open_tickets_may_not_hand_in_messages(post, woken, db):
     from django.contrib.auth.models import User
 
@@ -130,3 +147,9 @@ def test_without_a_token_it_is_401(post, woken, db):
 def test_it_is_in_the_schema(client, db):
     schema = client.get("/api/schema/", headers={"Accept": "application/json"})
     assert "/api/messages/" in schema.content.decode()
+
+
+def test_the_schema_says_received_at_is_from_2000(client, db):
+    schema = client.get("/api/schema/", headers={"Accept": "application/json"}).json()
+    received_at = schema["components"]["schemas"]["MessageInRequest"]["properties"]["received_at"]
+    assert received_at["format"] == "date-time" and received_at["pattern"] == "^2[0-9]{3}-"

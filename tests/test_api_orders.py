@@ -269,6 +269,23 @@ def test_a_replay_with_the_same_key_answers_the_first_response(api):
     assert IdempotentRequest.objects.count() == 1
 
 
+def test_a_nul_refused_on_its_line_is_answered_with_a_key_as_without_and_replayed(api):
+    """The answer names the order number as sent, NUL and all; PostgreSQL's jsonb could not
+    keep it (a 500 with the key, after the good orders were written and rolled back)."""
+    body = {"orders": [order("7401"), order("7402\x00")]}
+    first = push(api, body, **{"Idempotency-Key": "push-nul"})
+    again = push(api, body, **{"Idempotency-Key": "push-nul"})
+
+    assert first.status_code == again.status_code == 200
+    results = first.json()["results"]
+    assert [(r["order_number"], r["result"]) for r in results] == [
+        ("7401", "created"),
+        ("7402\x00", "refused"),
+    ]
+    assert results[1]["reason"] == "order_number: Null characters are not allowed."
+    assert again.json() == first.json() and set(fees()) == {"7401"}
+
+
 def test_the_same_key_with_another_body_answers_422(api):
     push(api, {"orders": [order("7501")]}, **{"Idempotency-Key": "push-2"})
 

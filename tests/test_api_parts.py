@@ -223,3 +223,16 @@ def test_a_line_or_quantity_given_as_a_string_is_refused_like_an_amount(api, tic
     answered = decide(api, ticket, [part])
     assert answered["status"] == 400 and "whole number" in json.dumps(answered)
     assert not Decision.objects.exists()
+
+
+def test_the_decisions_amount_given_as_a_string_is_refused_like_a_parts(api, ticket):
+    body = {
+        "interrupt_id": ticket.pending_interrupt_id,
+        "answer": "approve",
+        "amount_cents": "2000",
+    }
+    response = api.post(
+        f"{URL}{ticket.pk}/decision/", data=json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 400 and "whole cents" in response.json()["error"]
+    assert not Decision.objects.exists()

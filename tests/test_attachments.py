@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import time
 import uuid
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
@@ -23,6 +25,7 @@ import requests
 from django.contrib.auth.models import User
 from django.db import transaction
 from moto.server import ThreadedMotoServer
+from PIL import Image
 
 from config.storage import attachments_storage
 from core.network import NetworkInTransaction
@@ -41,9 +44,19 @@ ELF = b"\x7fELF\x02\x01\x01\x00"
 
 
 def photo(head: bytes = JPEG, *, size: int = 2048, seed: str = "a") -> bytes:
-    """`size` bytes that start as `head` says (a JPEG's magic number by default)."""
+    """`size` bytes that start as `head` says (a JPEG's magic number by default); a JPEG or a
+    PNG is a real picture of 4 x 3 pixels, its size in its header as a phone's photo's is."""
+    if head in (JPEG, PNG):
+        head = picture("JPEG" if head == JPEG else "PNG", (4, 3), "L")
     filler = hashlib.sha256(seed.encode()).digest() * (size // 32 + 1)
     return (head + filler)[:size]
+
+
+def picture(kind: str, size: tuple[int, int], mode: str) -> bytes:
+    """A real picture of one colour, written by Pillow in its format `kind`."""
+    out = io.BytesIO()
+    Image.new(mode, size).save(out, kind)
+    return out.getvalue()
 
 
 @dataclass
@@ -206,6 +219,41 @@ def test_a_12_mb_file_an_executable_named_jpg_and_a_sixth_file_are_refused_sayin
     assert "over the limit of 10,485,760 bytes" in on_message
 
 
+def test_a_picture_of_too_many_pixels_is_kept_as_a_download_and_never_drawn(
+    transactional_db, client, bucket, agent, colleague, late_order
+):
+    """A decompression bomb: about 48 KB of PNG that a browser draws as 20,000 x 20,000 pixels.
+    It is kept and linked as a file that downloads; the small picture beside it is drawn."""
+    ticket, question = waiting_on_the_customer(late_order, colleague, agent)
+    bomb_png = picture("PNG", (20_000, 20_000), "1")
+    files = [("bomb.png", "image/png", bomb_png), ("side.png", "image/png", photo(PNG))]
+    assert post(client, reply_email(question, files)).status_code == 200
+    bomb, side = Attachment.objects.order_by("id")
+    assert bucket.read(f"attachments/{bomb.name}") == bomb_png
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(agent)
+    for url in ("/", f"/tickets/{ticket.pk}/", f"/messages/{bomb.message_id}/"):
+        html = client.get(url).content.decode()
+        assert f'href="/attachments/{bomb.pk}/"' in html
+        assert f'<img src="/attachments/{bomb.pk}/"' not in html
+        assert "KB: too large or unreadable to preview; it downloads)" in html
+        assert f'<img src="/attachments/{side.pk}/"' in html
+    signed = parse_qs(urlsplit(client.get(f"/attachments/{bomb.pk}/")["Location"]).query)
+    assert signed["response-content-disposition"] == ['attachment; filename="bomb.png"']
+    signed = parse_qs(urlsplit(client.get(f"/attachments/{side.pk}/")["Location"]).query)
+    assert signed["response-content-disposition"] == ['inline; filename="side.png"']
+
+
+def test_a_picture_is_drawn_up_to_the_settings_pixels_read_from_its_header(settings):
+    settings.REFUNDS_ATTACHMENT_PREVIEW_PIXELS = 12
+    assert attachments.previewable("image/png", photo(PNG))  # 4 x 3
+    assert attachments.previewable("image/jpeg", photo(JPEG))
+    assert not attachments.previewable("image/png", PNG + bytes(64))  # no size to read
+    assert not attachments.previewable("image/heic", photo(b"\x00\x00\x00\x18ftypheic"))
+    settings.REFUNDS_ATTACHMENT_PREVIEW_PIXELS = 11
+    assert not attachments.previewable("image/png", photo(PNG))
+
+
 def test_a_webhook_delivered_twice_stores_each_photo_once(
     transactional_db, client, bucket, agent, colleague, late_order
 ):
@@ -296,13 +344,19 @@ def test_only_users_who_may_read_the_message_get_its_photo(
     assert client.get(url).status_code == 302
 
 
-def test_the_demo_keeps_photos_in_a_private_folder_served_only_through_the_check(
-    transactional_db, client, settings, tmp_path, agent, colleague, late_order, nobody
-):
+@pytest.fixture
+def folder(settings, tmp_path) -> Path:
+    """The desk's attachments storage in a private folder, as the demo's settings make it."""
     folder = tmp_path / "attachments"
     settings.STORAGES = settings.STORAGES | {
         "attachments": attachments_storage(folder=str(folder), url_seconds=30)
     }
+    return folder
+
+
+def test_the_demo_keeps_photos_in_a_private_folder_served_only_through_the_check(
+    transactional_db, client, settings, folder, agent, colleague, late_order, nobody
+):
     ticket, question = waiting_on_the_customer(late_order, colleague, agent)
     front = photo(seed="front")
     post(client, reply_email(question, [("front.jpg", "image/jpeg", front)]))
@@ -317,6 +371,39 @@ def test_the_demo_keeps_photos_in_a_private_folder_served_only_through_the_check
     assert response["Content-Type"] == "image/jpeg"
     assert response["Content-Disposition"] == 'inline; filename="front.jpg"'
     assert response["Content-Security-Policy"] == "sandbox; default-src 'none'"
+
+
+def test_a_photo_deleted_from_the_folder_answers_410_in_words_and_its_ticket_still_shows(
+    transactional_db, client, folder, agent, colleague, late_order
+):
+    ticket, question = waiting_on_the_customer(late_order, colleague, agent)
+    post(client, reply_email(question, [("front.jpg", "image/jpeg", photo(seed="front"))]))
+    kept = Attachment.objects.get()
+    (folder / kept.name).unlink()
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(agent)
+    response = client.get(f"/attachments/{kept.pk}/")
+    assert response.status_code == 410
+    assert "This file is no longer in the desk's storage" in response.content.decode()
+    page = client.get(f"/tickets/{ticket.pk}/")
+    assert page.status_code == 200 and f'href="/attachments/{kept.pk}/"' in page.content.decode()
+
+
+def test_a_photo_deleted_from_the_bucket_is_s3s_own_404_and_its_ticket_still_shows(
+    transactional_db, client, bucket, agent, colleague, late_order
+):
+    ticket, question = waiting_on_the_customer(late_order, colleague, agent)
+    post(client, reply_email(question, [("front.jpg", "image/jpeg", photo(seed="front"))]))
+    kept = Attachment.objects.get()
+    bucket.client.delete_object(Bucket=bucket.name, Key=f"attachments/{kept.name}")  # type: ignore[attr-defined]
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    client.force_login(agent)
+    link = client.get(f"/attachments/{kept.pk}/")
+    assert link.status_code == 302
+    # S3's own answer: 404, or 403 to a caller that may not list the bucket (as moto's is).
+    assert requests.get(link["Location"], timeout=10).status_code in (403, 404)
+    page = client.get(f"/tickets/{ticket.pk}/")
+    assert page.status_code == 200 and f'href="/attachments/{kept.pk}/"' in page.content.decode()
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """Tables that moved between apps keep their rows."""
 
+import json
+
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -239,3 +241,30 @@ def test_the_seeded_canned_replies_are_reworded_beyond_shipping_and_an_edited_on
     assert [texts[f"Seeded {i}"] for i in range(len(seeded))] == [new for _, new in reword.NOW_SAID]
     assert texts["Edited"] == seeded[0] + " Sorry!"
     assert not any("shipping" in text for title, text in texts.items() if title != "Edited")
+
+
+KEPT_BEFORE = [("api", "0003_idempotency_keys_scoped_by_endpoint")]
+KEPT_AFTER = [("api", "0004_kept_answer_as_text")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_answer_is_kept_as_the_same_json_text():
+    executor = MigrationExecutor(connection)
+    executor.migrate(KEPT_BEFORE)
+    old = executor.loader.project_state(KEPT_BEFORE).apps
+    user = old.get_model("auth", "User").objects.create(username="shop")
+    answer = {"created": 1, "results": [{"line": 1, "order_number": "7401", "reason": "é"}]}
+    old.get_model("api", "IdempotentRequest").objects.create(
+        user=user, endpoint="POST api:orders", key="k1", request_hash="d" * 64, status_code=200,
+        response=answer,
+    )  # fmt: skip
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(KEPT_AFTER)
+    new = executor.loader.project_state(KEPT_AFTER).apps
+    assert json.loads(new.get_model("api", "IdempotentRequest").objects.get().response) == answer
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -292,6 +292,7 @@ def _line(**change) -> dict:
         (_line(quantity=None), r"lines\[0\]: missing quantity"),
         (_line(quantity=0), r"lines\[0\]: quantity must be 1 or more, not 0"),
         (_line(unit_price_cents=69.99), r"lines\[0\]: unit_price_cents is not a whole number"),
+        (_line(quantity="1"), r"lines\[0\]: quantity must be a whole number, like 2: '1'"),
         (_line(line_id="b"), r"lines\[1\]: line_id 'b' is also lines\[0\]'s"),
         ({**LINES, "total_cents": 9600}, "total_cents 96.00 EUR does not add up"),
         ({**LINES, "paid_cents": 9600}, "paid_cents 96.00 EUR is more than the total_cents"),

@@ -221,12 +221,14 @@ def _cents(value: Any, name: str) -> int:
     return value
 
 
-def _quantity(value: Any, name: str) -> int:
+def _quantity(value: Any, name: str, *, text: bool) -> int:
+    """A count of units: a whole number, or with `text` its digits (a file's column; a push is
+    read as a file is)."""
     if value is None or value == "":
         raise LineRefused(f"missing {name}", field=name)
     if isinstance(value, bool):
         raise LineRefused(f"{name} must be a whole number, like 2", field=name)
-    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]{1,12}\s*", value, re.ASCII):
+    if text and isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]{1,12}\s*", value, re.ASCII):
         value = int(value)
     elif isinstance(value, Decimal) and value == value.to_integral_value():
         value = int(value)
@@ -293,7 +295,8 @@ def bought_read(
                 sku=_text(item, "sku", 64) if item.get("sku") not in (None, "") else "",
                 title=_text(item, "title", 200),
                 unit_price_cents=amount(item.get(f"unit_price{suffix}"), f"unit_price{suffix}"),
-                quantity=_quantity(item.get("quantity"), "quantity"),
+                # The order source counts in JSON numbers, as its `_cents` amounts are.
+                quantity=_quantity(item.get("quantity"), "quantity", text=not minor_units),
                 tax_cents=0 if tax in (None, "") else amount(tax, f"tax{suffix}"),
             )
         except LineRefused as exc:

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.files.storage import FileSystemStorage
-from django.http import FileResponse, HttpResponseRedirect
+from django.http import FileResponse, HttpResponseGone, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
@@ -18,6 +18,13 @@ from intake import attachments, selectors
 from intake.models import Attachment
 from refunds import permissions
 from reviews.views.common import HtmxHttpRequest
+
+# A missing object in the bucket is S3's own answer to the signed link (404, or 403 to a role
+# that may not list the bucket): the desk signs links without asking S3 first.
+GONE = (
+    "This file is no longer in the desk's storage: it was deleted there after its message came. "
+    "The message and its ticket are kept; an admin can restore the file from a backup."
+)
 
 
 @require_GET
@@ -31,8 +38,10 @@ def attachment(request: HtmxHttpRequest, attachment_id: int) -> HttpResponseBase
         Attachment.objects.filter(message__in=selectors.messages_visible(request.user)),
         pk=attachment_id,
     )
+    # A picture too large to draw (Attachment.preview) is a download: a tab would draw it.
+    download = kept.is_image and not kept.preview
     disposition = (
-        content_disposition_header(False, kept.filename or kept.name.rsplit("/")[-1]) or "inline"
+        content_disposition_header(download, kept.filename or kept.name.rsplit("/")[-1]) or "inline"
     )
     files = attachments.storage()
     if not isinstance(files, FileSystemStorage):
@@ -46,7 +55,11 @@ def attachment(request: HtmxHttpRequest, attachment_id: int) -> HttpResponseBase
         )
         response: HttpResponseBase = HttpResponseRedirect(url)
     else:
-        response = FileResponse(files.open(kept.name), content_type=kept.content_type)
+        try:
+            opened = files.open(kept.name)
+        except FileNotFoundError:  # deleted from the folder behind the desk's back
+            return HttpResponseGone(GONE, content_type="text/plain; charset=utf-8")
+        response = FileResponse(opened, content_type=kept.content_type)
         response["Content-Disposition"] = disposition
         # Its bytes are the customer's: nothing in them runs as the desk's page.
         response["Content-Security-Policy"] = "sandbox; default-src 'none'"
