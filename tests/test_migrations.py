@@ -1,5 +1,6 @@
 """Tables that moved between apps keep their rows."""
 
+import io
 import json
 
 import pytest
@@ -268,3 +269,50 @@ def test_a_kept_answer_is_kept_as_the_same_json_text():
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+PREVIEW_BEFORE = [("intake", "0017_attachment_preview")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pictures_kept_before_previews_are_drawn_again_by_their_headers_and_a_bomb_is_not(
+    settings, tmp_path
+):
+    """A photo kept before `preview` existed stays a photo on its ticket; a picture whose
+    header says too many pixels, or whose file is gone, becomes a link."""
+    from PIL import Image
+
+    from intake.attachments import storage
+
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "attachments": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path)},
+        },
+    }
+    executor = MigrationExecutor(connection)
+    executor.migrate(PREVIEW_BEFORE)
+    old = executor.loader.project_state(PREVIEW_BEFORE).apps
+    message = old.get_model("intake", "Message").objects.create(
+        channel="email", key="email:<p@mail>", sender="ana@example.com", thread_id="i-1",
+        subject="Broken", body="photo", received_at="2026-12-01T09:00:00Z",
+    )  # fmt: skip
+    for name, size in [("small", (4, 3)), ("bomb", (20_000, 20_000)), ("gone", (4, 3))]:
+        out = io.BytesIO()
+        Image.new("1", size).save(out, "PNG")
+        if name != "gone":
+            storage().save(name, io.BytesIO(out.getvalue()))
+        old.get_model("intake", "Attachment").objects.create(
+            message=message, name=name, content_type="image/png", size=len(out.getvalue()),
+            sha256=name * 8,
+        )  # fmt: skip
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    from intake.models import Attachment
+
+    drawn = dict(Attachment.objects.values_list("name", "preview"))
+    assert drawn == {"small": True, "bomb": False, "gone": False}
