@@ -5,6 +5,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
+from core.admin import ReadOnly
 from refunds import currencies, mail, permissions, persistence, selectors, services
 from refunds.flow.words import dollars
 from refunds.models import (
@@ -43,20 +44,6 @@ class Dollars:
 
     amount = _money("amount_cents", "Amount")
     previous_amount = _money("previous_amount_cents", "Previous amount")
-
-
-class ReadOnly:
-    """Rows written by the workflow (the mirror, the ledger, decisions, the outbox) are shown,
-    never edited by hand: the checkpoint and the gateway are the truth they record."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class OrderForm(forms.ModelForm):
@@ -141,8 +128,6 @@ class OrderLineInline(ReadOnly, admin.TabularInline):
     each line with what was refunded of it and what is left."""
 
     model = OrderLine
-    extra = 0
-    can_delete = False
     fields = readonly_fields = (
         "line_id",
         "sku",
@@ -188,8 +173,6 @@ class OutsideRefundInline(ReadOnly, admin.TabularInline):
     the order's balance unless the processor failed or canceled them."""
 
     model = OutsideRefund
-    extra = 0
-    can_delete = False
     fields = readonly_fields = (
         "processor_id",
         "refunded",
@@ -212,8 +195,6 @@ class PaymentDisputeInline(ReadOnly, admin.TabularInline):
     a manager's approval."""
 
     model = PaymentDispute
-    extra = 0
-    can_delete = False
     fields = readonly_fields = ("processor_id", "said", "status", "reason", "opened_at")
     verbose_name = "dispute of the payment"
     verbose_name_plural = "disputes of the payment"
@@ -269,16 +250,13 @@ class OrderAdmin(admin.ModelAdmin):
 
 class TicketOrderInline(ReadOnly, admin.TabularInline):
     model = TicketOrder
-    extra = 0
     fields = readonly_fields = ("position", "order", "open")
-    can_delete = False
     verbose_name = "order covered"
     verbose_name_plural = "orders covered (the first is the ticket's order)"
 
 
 class DecisionInline(Dollars, ReadOnly, admin.TabularInline):
     model = Decision
-    extra = 0
     fields = readonly_fields = (
         "interrupt_id",
         "reviewer",
@@ -290,12 +268,10 @@ class DecisionInline(Dollars, ReadOnly, admin.TabularInline):
         "decided_at",
         "applied_at",
     )
-    can_delete = False
 
 
 class ForkInline(Dollars, ReadOnly, admin.TabularInline):
     model = Fork
-    extra = 0
     fields = readonly_fields = (
         "created_at",
         "by",
@@ -311,7 +287,6 @@ class ForkInline(Dollars, ReadOnly, admin.TabularInline):
 
 class ChargeInline(Dollars, ReadOnly, admin.TabularInline):
     model = Charge
-    extra = 0
     fields = readonly_fields = (
         "idempotency_key",
         "amount",
@@ -322,12 +297,10 @@ class ChargeInline(Dollars, ReadOnly, admin.TabularInline):
         "created_at",
         "settled_at",
     )
-    can_delete = False
 
 
 class EmailInline(ReadOnly, admin.TabularInline):
     model = Email
-    extra = 0
     fields = readonly_fields = (
         "key",
         "to",
@@ -337,7 +310,6 @@ class EmailInline(ReadOnly, admin.TabularInline):
         "last_error",
         "sent_at",
     )
-    can_delete = False
 
 
 @admin.register(Ticket)

@@ -181,3 +181,12 @@ def test_an_order_without_lines_says_only_its_fee_is_refundable(admin_client, la
     page = admin_client.get(reverse("admin:refunds_order_change", args=[late_order.pk]))
 
     assert "only the shipping fee is refundable" in page.content.decode()
+
+
+def test_the_lines_show_no_blank_row_and_no_delete_box(admin_client, late_order):
+    give_lines(late_order, [("Blue vase", 4500, 2), ("Desk lamp", 1500, 1)])
+
+    html = admin_client.get(reverse("admin:refunds_order_change", args=[late_order.pk])).content
+
+    assert b'name="lines-TOTAL_FORMS" value="2"' in html  # the two lines bought, nothing blank
+    assert b"-DELETE" not in html and b"__prefix__" not in html  # no row to delete or to add

@@ -130,6 +130,21 @@ def test_readyz_answers_503_within_3_s_when_the_broker_does_not_answer(client, d
         silent.close()
 
 
+def test_the_broker_check_fails_on_a_broker_that_accepts_and_never_answers(settings):
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+    settings.READYZ_TIMEOUT_SECONDS = 0.5
+    try:
+        result = health.timed(health.check_broker)
+    finally:
+        silent.close()
+    assert result["ok"] is False, result  # an open socket is not a broker: it has to answer
+
+
 @pytest.mark.parametrize("url", ["/healthz", "/readyz"])
 @pytest.mark.parametrize("method", ["post", "put", "delete"])
 def test_health_rejects_other_methods(client, db, url, method):

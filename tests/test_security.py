@@ -338,6 +338,14 @@ def test_admins_cannot_add_or_edit_tokens(client, admin_user, agent):
     assert client.post(f"/admin/api/apitoken/{token.pk}/change/", {"hint": "x"}).status_code == 403
 
 
+def test_admins_revoke_a_token(client, admin_user, agent):
+    ApiToken.issue(agent)
+    token = ApiToken.objects.get()
+    client.force_login(admin_user)
+    client.post(f"/admin/api/apitoken/{token.pk}/delete/", {"post": "yes"})
+    assert not ApiToken.objects.exists()
+
+
 def test_a_user_in_no_group_has_a_key_that_reads_nothing(db, late_order):
     from refunds.models import Ticket
 

@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from core.admin import ReadOnly
 from refunds import permissions
 from webhooks import delivery as outbox
 from webhooks.models import Attempt, Delivery, Endpoint
@@ -48,23 +49,15 @@ class EndpointAdmin(admin.ModelAdmin):
         return permissions.is_admin(request.user)
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(ReadOnly, admin.TabularInline):
     model = Attempt
-    extra = 0
-    can_delete = False
     fields = readonly_fields = ("at", "status_code", "error", "response_body", "duration_ms")
     verbose_name = "attempt"
     verbose_name_plural = "delivery log"
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(ReadOnly, admin.ModelAdmin):
     list_display = [
         "event_id",
         "ticket",
@@ -77,7 +70,7 @@ class DeliveryAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "endpoint"]
     list_select_related = ["event", "endpoint"]
-    readonly_fields = (
+    fields = (
         "event_id",
         "ticket",
         "to_status",
@@ -90,7 +83,6 @@ class DeliveryAdmin(admin.ModelAdmin):
         "last_error",
         "send_again_button",
     )
-    fields = readonly_fields
     inlines = [AttemptInline]
     actions = ["send_again"]
 
@@ -110,15 +102,6 @@ class DeliveryAdmin(admin.ModelAdmin):
     def send_again_button(self, delivery: Delivery) -> str:
         url = reverse("admin:webhooks_delivery_send_again", args=[delivery.pk])
         return format_html('<a class="button" href="{}">Send again</a>', url)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def has_module_permission(self, request) -> bool:
         return permissions.is_admin(request.user)
