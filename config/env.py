@@ -1,22 +1,21 @@
-"""Strict readers for settings that come from the environment.
+"""Settings from the environment, read by environs (marshmallow's fields and validators).
 
-A bad value stops the process at start with a message that names the variable, instead of
-surfacing later as a confusing error deep inside a worker.
+A bad value stops the process at start with one line that names the variable, instead of
+surfacing later as a confusing error deep inside a worker. Below environs: the checks it does not
+make (URL schemes, folders, addresses, the model's name).
 """
 
-import math
 import os
 import sys
+from collections.abc import Callable
 from email.utils import getaddresses
 from pathlib import Path
+from typing import Any
 
+import environs
 from django.core.exceptions import ImproperlyConfigured
 
 from core.modelspec import model_spec_error
-
-_KIND_NAMES = {int: "an integer", float: "a number"}
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 class BadSetting(ImproperlyConfigured):
@@ -73,44 +72,36 @@ def _is_database_unreachable(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and any(marker in text for marker in _UNREACHABLE)
 
 
-def env_str(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+def _naming(parse: Callable[..., Any]) -> Callable[..., Any]:
+    """environs' refusal as a BadSetting (Django's ImproperlyConfigured) naming the variable."""
+
+    def read(env: environs.Env, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return parse(env, name, *args, **kwargs)
+        except environs.EnvValidationError as exc:
+            said = exc.error_messages
+            words = " ".join(said) if isinstance(said, list) else str(said)
+            raise BadSetting(f"{name}={os.environ.get(name)!r}: {words}") from None
+
+    return read
 
 
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise BadSetting(f"{name} must be one of true/false/1/0/yes/no, got {raw!r}")
+class Env(environs.Env):
+    """environs' reader whose every refusal stops the start in one line (exit_on_bad_setting)."""
 
 
-def env_number(name: str, default: float, *, minimum: float, kind: type = float) -> float:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    what = _KIND_NAMES.get(kind, kind.__name__)
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise BadSetting(f"{name} must be {what}, got {raw!r}") from None
-    if not math.isfinite(value):  # float() takes "nan" and "inf"; a lease of nan seconds is not
-        raise BadSetting(f"{name} must be {what}, got {raw!r}")
-    if value < minimum:
-        raise BadSetting(f"{name} must be at least {minimum}, got {raw!r}")
-    return value
+for _kind in ("bool", "int", "float", "str", "list", "dict", "json", "path", "url", "log_level"):
+    setattr(Env, _kind, _naming(getattr(environs.Env, _kind)))
+
+env = Env()
 
 
-def env_int(name: str, default: int, *, minimum: int = 0) -> int:
-    return int(env_number(name, default, minimum=minimum, kind=int))
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in env.str(name, default).split(",") if item.strip()]
 
 
 def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
-    value = os.environ.get(name, default).strip()
+    value = env.str(name, default).strip()
     scheme = value.split("://", 1)[0] if "://" in value else ""
     if scheme not in schemes:
         allowed = ", ".join(f"{s}://" for s in schemes)
@@ -120,24 +111,10 @@ def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
     return value
 
 
-def env_choice(name: str, default: str, *, choices: tuple[str, ...]) -> str:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().upper() if all(c.isupper() for c in choices) else raw.strip()
-    if value not in choices:
-        raise BadSetting(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
-    return value
-
-
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
 def env_addresses(name: str, default: str) -> list[tuple[str, str]]:
     """Email addresses separated by commas, each "ops@example.com" or "Ana <ana@example.com>",
     as Django's ADMINS takes them: [(name, address)]."""
-    raw = os.environ.get(name, default)
+    raw = env.str(name, default)
     if not raw.strip():
         return []
     found = getaddresses([raw])
@@ -176,10 +153,8 @@ def sqlite_file(name: str, path: str) -> None:
 
 
 def model_spec(name: str, value: str) -> str:
-    """A chat model as LangChain's init_chat_model names it with its provider
-    ("openai:gpt-4.1-mini", "anthropic:claude-sonnet-4-5", "ollama:llama3"), or empty for none.
-    Whether the provider's package is installed is known only when the model is built; the
-    reader then falls back to the rules and says so."""
+    """A chat model as init_chat_model names it ("openai:gpt-4.1-mini"), or empty for none; its
+    package's presence is known only when the model is built (the reader then uses the rules)."""
     value = value.strip()
     if error := model_spec_error(name, value):
         raise BadSetting(error)

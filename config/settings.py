@@ -1,13 +1,10 @@
-"""Refund Desk settings. Everything comes from the environment; the defaults run one machine
-with no server installed (SQLite, an embedded Redis as the Celery broker, console email).
-
-Two modes. The demo (`REFUNDS_DEMO=true`, set by bin/run) turns DEBUG on and may load the demo
-users. Anything else is production: DEBUG off unless asked for, SECRET_KEY required, no demo
-users ever (demo_data refuses), and the HTTPS settings `check --deploy` names come from the
-environment (HTTPS=true turns them all on)."""
+"""Refund Desk settings, all from the environment: docs/operations.md's tables say what each
+variable means. The defaults run one machine with no server installed; REFUNDS_DEMO=true is the
+demo, anything else production."""
 
 import importlib.util
 import ipaddress
+import logging
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -16,16 +13,13 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
+from marshmallow.validate import OneOf, Range
 
 from config.env import (
     BadSetting,
+    env,
     env_addresses,
-    env_bool,
-    env_choice,
-    env_int,
     env_list,
-    env_number,
-    env_str,
     env_url,
     exit_on_bad_setting,
     model_spec,
@@ -38,23 +32,20 @@ from refunds.policy import DEFAULT_AGENT_LIMIT_CENTS
 exit_on_bad_setting()  # a bad variable stops the process with one line naming it
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = writable_dir("REFUNDS_DATA_DIR", env_str("REFUNDS_DATA_DIR", str(BASE_DIR / "var")))
+DATA_DIR = writable_dir("REFUNDS_DATA_DIR", env.str("REFUNDS_DATA_DIR", str(BASE_DIR / "var")))
 
 # --- Demo or production -----------------------------------------------------------------------
-DEMO = env_bool("REFUNDS_DEMO", False)
-DEBUG = env_bool("DEBUG", DEMO)
+DEMO = env.bool("REFUNDS_DEMO", False)
+DEBUG = env.bool("DEBUG", DEMO)
 if DEMO and not DEBUG:
     raise BadSetting("REFUNDS_DEMO=true needs DEBUG on: the demo (demo users) is never production")
-SECRET_KEY = env_str("SECRET_KEY", "")
+SECRET_KEY = env.str("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise BadSetting("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-local-only-key"  # noqa: S105 - DEBUG-only fallback
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
-# Proxies in front that each append the address they saw to X-Forwarded-For (core/addresses.py),
-# believed only from the addresses of TRUSTED_PROXY_IPS: a caller that reaches gunicorn directly
-# would otherwise choose the address its lockout and limits count against.
-TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", 0, validate=Range(min=0))
 TRUSTED_PROXY_IPS: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
 for _ip in env_list("TRUSTED_PROXY_IPS", "127.0.0.1,::1"):
     try:
@@ -66,15 +57,16 @@ for _ip in env_list("TRUSTED_PROXY_IPS", "127.0.0.1,::1"):
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 # --- HTTPS (what `manage.py check --deploy` asks for; HTTPS=true sets them all) ---------------
-HTTPS = env_bool("HTTPS", False)
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
-SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
-# Behind a proxy that ends TLS: the header it sets, e.g. X-Forwarded-Proto (value "https").
-_proxy_header = env_str("SECURE_PROXY_SSL_HEADER", "")
+HTTPS = env.bool("HTTPS", False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", HTTPS)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", HTTPS)
+SECURE_HSTS_SECONDS = env.int(
+    "SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0, validate=Range(min=0)
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", False)
+_proxy_header = env.str("SECURE_PROXY_SSL_HEADER", "")
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
 )
@@ -136,8 +128,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
-# A request that meets a lost database connection answers 503 with this Retry-After.
-DATABASE_RETRY_AFTER_SECONDS = env_int("DATABASE_RETRY_AFTER_SECONDS", 5, minimum=1)
+DATABASE_RETRY_AFTER_SECONDS = env.int("DATABASE_RETRY_AFTER_SECONDS", 5, validate=Range(min=1))
 
 # --- Content-Security-Policy (django-csp): nothing inline, nothing from elsewhere ---------------
 CONTENT_SECURITY_POLICY = {
@@ -160,8 +151,10 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_number("LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.1))
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, validate=Range(min=1))
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env.float("LOGIN_LOCKOUT_MINUTES", 15.0, validate=Range(min=0.1))
+)
 # Locked per user name and address pair: one attacker cannot lock a colleague out from elsewhere,
 # and many names from one address are still throttled by the API's and the login's limits.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
@@ -172,8 +165,7 @@ AXES_LOCKOUT_CALLABLE = "config.login_guard.locked_out"
 # reads REMOTE_ADDR, the proxy's own address for every client: five wrong passwords from anywhere
 # locked a user out everywhere.
 AXES_CLIENT_IP_CALLABLE = "core.addresses.client_ip"
-# Failed logins from one address across all user names, before its login POSTs answer 429.
-LOGIN_FAILURES_PER_IP = env_str("LOGIN_FAILURES_PER_IP", "20/hour")
+LOGIN_FAILURES_PER_IP = env.str("LOGIN_FAILURES_PER_IP", "20/hour")
 AXES_VERBOSE = False
 
 ROOT_URLCONF = "config.urls"
@@ -223,21 +215,14 @@ if IS_POSTGRES:
     # An unreachable database answers in seconds, not after the operating system's TCP timeout.
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options.setdefault("connect_timeout", 5)
-    # psycopg sends the parameters apart from the SQL (the extended protocol) instead of Django
-    # quoting them into the text in Python first: about 3 ms less per refund advance on the
-    # bench's host (docs/benchmarks.md). Unnamed statements only, so any pooler in transaction
-    # mode works; Django keeps psycopg's named prepared statements off (prepare_threshold None).
-    _options["server_side_binding"] = env_bool("DATABASE_SERVER_SIDE_BINDING", True)
+    _options["server_side_binding"] = env.bool("DATABASE_SERVER_SIDE_BINDING", True)
 
-# Where LangGraph keeps checkpoints and the customer store. Empty means "beside the app
-# database": a SQLite file next to it, or the same PostgreSQL database (so a test database
-# gets test checkpoints).
-CHECKPOINT_URL = os.environ.get("CHECKPOINT_URL", "")
+CHECKPOINT_URL = env.str("CHECKPOINT_URL", "")  # empty: beside the app database
 if CHECKPOINT_URL:
     CHECKPOINT_URL = env_url("CHECKPOINT_URL", "", schemes=("sqlite", "postgres", "postgresql"))
     if CHECKPOINT_URL.startswith("sqlite"):
         sqlite_file("CHECKPOINT_URL", dj_database_url.parse(CHECKPOINT_URL)["NAME"])
-CHECKPOINT_POOL_SIZE = env_int("CHECKPOINT_POOL_SIZE", 4, minimum=1)
+CHECKPOINT_POOL_SIZE = env.int("CHECKPOINT_POOL_SIZE", 4, validate=Range(min=1))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -260,9 +245,7 @@ LANGUAGES = [
     ("it", "Italian"),
 ]
 LOCALE_PATHS = [BASE_DIR / "locale"]
-# The desk shows times in each reviewer's own time zone (their browser tells it, desk.js); this
-# one until it has.
-TIME_ZONE = env_str("TIME_ZONE", "UTC")
+TIME_ZONE = env.str("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
@@ -270,40 +253,31 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise serves from here after collectstatic
-# WhiteNoise serves static files from gunicorn, in the demo as in production: compressed copies
-# made by collectstatic (gzip; Brotli too where the brotli package is installed).
+# WhiteNoise serves static files from gunicorn: compressed copies made by collectstatic.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-# Files found in the source folders replace collected ones of the same name, and those have no
-# compressed copies: so the source folders only serve in the demo (DEBUG) or where collectstatic
-# never ran (a checkout's tests). Production's release collects, and gunicorn serves that.
+# Files found in the source folders have no compressed copies: only where nothing was collected.
 WHITENOISE_USE_FINDERS = DEBUG or not any(STATIC_ROOT.iterdir())
 WHITENOISE_MAX_AGE = 3600
 
 # --- Email: Django's mail framework, console by default ---------------------------------------
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(DATA_DIR / "mail"))
-DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Refund Desk <refunds@example.com>")
-EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
-EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
-EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
-EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
-# Every step of an SMTP conversation gives up after this long: a hung mail server costs a retry,
-# not a worker (and bounds how long the outbox waits on a sender it cannot see).
-EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10.0, minimum=0.1)
-# Who hears of what needs a person and has no page open: a reconcile that finds a problem (and,
-# by Django's default logging, a server error's traceback). None set: nothing is sent.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", str(DATA_DIR / "mail"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "Refund Desk <refunds@example.com>")
+EMAIL_HOST = env.str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", 25, validate=Range(min=1))
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", 10.0, validate=Range(min=0.1))
 ADMINS = env_addresses("ADMINS", "")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL  # the sender of the admins' email (Django's is root@localhost)
 EMAIL_SUBJECT_PREFIX = "[Refund Desk] "
 
 # --- Mail provider (django-anymail): every ANYMAIL_<NAME> variable is anymail's <NAME> setting ---
-# e.g. ANYMAIL_MAILGUN_API_KEY, ANYMAIL_MAILGUN_WEBHOOK_SIGNING_KEY, ANYMAIL_WEBHOOK_SECRET,
-# ANYMAIL_POSTMARK_SERVER_TOKEN, ANYMAIL_RESEND_API_KEY: any of anymail's ESPs by setting alone.
 ANYMAIL = {
     name.removeprefix("ANYMAIL_"): value
     for name, value in os.environ.items()
@@ -311,75 +285,47 @@ ANYMAIL = {
 }
 
 # --- The workflow ----------------------------------------------------------------------------
-# Support agents decide refunds up to this many cents, managers above (refunds/policy.py).
-REFUNDS_AGENT_LIMIT_CENTS = env_int(
-    "REFUNDS_AGENT_LIMIT_CENTS", DEFAULT_AGENT_LIMIT_CENTS, minimum=1
+REFUNDS_AGENT_LIMIT_CENTS = env.int(
+    "REFUNDS_AGENT_LIMIT_CENTS", DEFAULT_AGENT_LIMIT_CENTS, validate=Range(min=1)
 )
-REFUNDS_GATEWAY = env_str("REFUNDS_GATEWAY", "refunds.payments.DemoGateway")
-# One writer per thread: a lease is held this long and renewed at a third of it while a run goes.
-REFUNDS_LEASE_SECONDS = env_number("REFUNDS_LEASE_SECONDS", 30.0, minimum=1.0)
-# The sweep re-enqueues unfinished threads whose lease expired; after this many attempts without
-# progress the ticket is marked failed and shown to admins.
-REFUNDS_MAX_ATTEMPTS = env_int("REFUNDS_MAX_ATTEMPTS", 5, minimum=1)
-REFUNDS_SWEEP_SECONDS = env_number("REFUNDS_SWEEP_SECONDS", 5.0, minimum=0.5)
-# A ticket younger than this is left to the task that was enqueued for it.
-REFUNDS_SWEEP_GRACE_SECONDS = env_number("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, minimum=0.0)
-# A wake-up the sweep sent and no worker took is sent again after this long (it may have been
-# lost with the broker); until then the queue holds one message per ticket, not one per sweep.
-REFUNDS_REWAKE_SECONDS = env_number("REFUNDS_REWAKE_SECONDS", 30.0, minimum=0.0)
-REFUNDS_GATEWAY_URL = env_str("REFUNDS_GATEWAY_URL", "")  # for refunds.payments.HttpGateway
-REFUNDS_GATEWAY_TIMEOUT = env_number("REFUNDS_GATEWAY_TIMEOUT", 10.0, minimum=0.1)
-# A gateway that is down for a while (nothing charged) is tried again with the same key, backing
-# off, for about this long under the run's lease before a manager hears that no money moved.
-REFUNDS_CHARGE_RETRY_SECONDS = env_number("REFUNDS_CHARGE_RETRY_SECONDS", 45.0, minimum=0.0)
-# Stripe, for refunds.payments.StripeGateway: the secret key (sk_test_... in test mode; sk_live_...
-# or a restricted rk_live_... key allowed to write refunds in live mode; masked in error pages and
-# logs), where Stripe's API answers (the tests point it at localstripe) and how long one call may
-# take before its outcome counts as unknown and the key is looked up.
-STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", "")
+REFUNDS_GATEWAY = env.str("REFUNDS_GATEWAY", "refunds.payments.DemoGateway")
+REFUNDS_LEASE_SECONDS = env.float("REFUNDS_LEASE_SECONDS", 30.0, validate=Range(min=1.0))
+REFUNDS_MAX_ATTEMPTS = env.int("REFUNDS_MAX_ATTEMPTS", 5, validate=Range(min=1))
+REFUNDS_SWEEP_SECONDS = env.float("REFUNDS_SWEEP_SECONDS", 5.0, validate=Range(min=0.5))
+REFUNDS_SWEEP_GRACE_SECONDS = env.float("REFUNDS_SWEEP_GRACE_SECONDS", 5.0, validate=Range(min=0.0))
+REFUNDS_REWAKE_SECONDS = env.float("REFUNDS_REWAKE_SECONDS", 30.0, validate=Range(min=0.0))
+REFUNDS_GATEWAY_URL = env.str("REFUNDS_GATEWAY_URL", "")
+REFUNDS_GATEWAY_TIMEOUT = env.float("REFUNDS_GATEWAY_TIMEOUT", 10.0, validate=Range(min=0.1))
+REFUNDS_CHARGE_RETRY_SECONDS = env.float(
+    "REFUNDS_CHARGE_RETRY_SECONDS", 45.0, validate=Range(min=0.0)
+)
+STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", "")
 STRIPE_API_BASE = env_url("STRIPE_API_BASE", "https://api.stripe.com", schemes=("https", "http"))
-STRIPE_TIMEOUT = env_number("STRIPE_TIMEOUT", 10.0, minimum=0.1)
-# Stripe's events in (/payments/stripe/webhook/): the endpoint's signing secret (whsec_..., from the
-# dashboard; masked; without it every event is refused, never taken unsigned), how far a
-# signature's timestamp may be from now (Stripe's library defaults to 300 s), and the largest body
-# taken (an event is a few KB; larger answers 413).
-STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET", "")
-STRIPE_WEBHOOK_TOLERANCE_SECONDS = env_int("STRIPE_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=10)
-STRIPE_WEBHOOK_MAX_BODY_BYTES = env_int(
-    "STRIPE_WEBHOOK_MAX_BODY_BYTES", 256 * 1024, minimum=16 * 1024
+STRIPE_TIMEOUT = env.float("STRIPE_TIMEOUT", 10.0, validate=Range(min=0.1))
+STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_WEBHOOK_TOLERANCE_SECONDS = env.int(
+    "STRIPE_WEBHOOK_TOLERANCE_SECONDS", 300, validate=Range(min=10)
 )
-# The carrier's tracking lookup (refunds/carriers.py), a step beside the fraud check; empty: none.
-# Each attempt is cut off after the timeout; after the attempts a person checks the delivery.
-REFUNDS_CARRIER = env_str("REFUNDS_CARRIER", "")
-REFUNDS_CARRIER_TIMEOUT = env_number("REFUNDS_CARRIER_TIMEOUT", 5.0, minimum=0.01)
-REFUNDS_CARRIER_ATTEMPTS = env_int("REFUNDS_CARRIER_ATTEMPTS", 2, minimum=1)
+STRIPE_WEBHOOK_MAX_BODY_BYTES = env.int(
+    "STRIPE_WEBHOOK_MAX_BODY_BYTES", 256 * 1024, validate=Range(min=16 * 1024)
+)
+REFUNDS_CARRIER = env.str("REFUNDS_CARRIER", "")
+REFUNDS_CARRIER_TIMEOUT = env.float("REFUNDS_CARRIER_TIMEOUT", 5.0, validate=Range(min=0.01))
+REFUNDS_CARRIER_ATTEMPTS = env.int("REFUNDS_CARRIER_ATTEMPTS", 2, validate=Range(min=1))
 
 # --- The intake's reader (intake/reader/) --------------------------------------------------------
-# A chat model for reading customers' messages, as init_chat_model names it with its provider
-# ("openai:gpt-4.1-mini", "anthropic:claude-sonnet-4-5", "ollama:llama3"); empty: the rules read
-# every message. The model only reads; on any failure the rules read and the reading says why.
-REFUNDS_MODEL = model_spec("REFUNDS_MODEL", env_str("REFUNDS_MODEL", ""))
-# The provider's API key (masked in error pages and logs) and, for a proxy or a local server,
-# its base URL. Each attempt is cut off after the timeout; timeouts, rate limits and lost
-# connections are tried up to the attempts, anything else falls back at once.
-REFUNDS_MODEL_API_KEY = env_str("REFUNDS_MODEL_API_KEY", "")
-REFUNDS_MODEL_BASE_URL = env_str("REFUNDS_MODEL_BASE_URL", "")
-REFUNDS_MODEL_TIMEOUT = env_number("REFUNDS_MODEL_TIMEOUT", 10.0, minimum=0.1)
-REFUNDS_MODEL_ATTEMPTS = env_int("REFUNDS_MODEL_ATTEMPTS", 2, minimum=1)
-# A reading less sure than this (0 to 1; intake/reader/rules.py DOUBTS says what costs what)
-# sends the message to "Needs sorting" with what was unsure, instead of opening a review on a
-# guess. 0: every reading is acted on.
-REFUNDS_READER_MIN_CONFIDENCE = env_number("REFUNDS_READER_MIN_CONFIDENCE", 0.5, minimum=0.0)
-if REFUNDS_READER_MIN_CONFIDENCE > 1:
-    raise BadSetting(
-        "REFUNDS_READER_MIN_CONFIDENCE must be at most 1 (a confidence is 0 to 1), "
-        f"got {os.environ['REFUNDS_READER_MIN_CONFIDENCE']!r}"
-    )
+REFUNDS_MODEL = model_spec("REFUNDS_MODEL", env.str("REFUNDS_MODEL", ""))
+REFUNDS_MODEL_API_KEY = env.str("REFUNDS_MODEL_API_KEY", "")
+REFUNDS_MODEL_BASE_URL = env.str("REFUNDS_MODEL_BASE_URL", "")
+REFUNDS_MODEL_TIMEOUT = env.float("REFUNDS_MODEL_TIMEOUT", 10.0, validate=Range(min=0.1))
+REFUNDS_MODEL_ATTEMPTS = env.int("REFUNDS_MODEL_ATTEMPTS", 2, validate=Range(min=1))
+REFUNDS_READER_MIN_CONFIDENCE = env.float(
+    "REFUNDS_READER_MIN_CONFIDENCE", 0.5, validate=Range(min=0.0, max=1.0)
+)
 
 # --- Production refuses the fakes -------------------------------------------------------------
-# Mail that never leaves this machine, or a gateway that moves no money, is the demo's. Outside
-# the demo the process refuses to start with one, unless an operator allows them for a staging
-# box (then every page of the desk says so: refunds/context.py).
+# Mail that never leaves this machine, or a gateway that moves no money, is the demo's (or a
+# staging box's, with REFUNDS_ALLOW_FAKES: every page then says so).
 PRINTED = "mail is printed, never sent"
 FAKE_EMAIL_BACKENDS = {
     "django.core.mail.backends.console.EmailBackend": PRINTED,
@@ -393,7 +339,7 @@ FAKE_GATEWAYS = dict.fromkeys(
     ("refunds.payments.DemoGateway", "refunds.payments.demo.DemoGateway"),
     "refunds move no money (the demo gateway)",
 )
-REFUNDS_ALLOW_FAKES = env_bool("REFUNDS_ALLOW_FAKES", False)
+REFUNDS_ALLOW_FAKES = env.bool("REFUNDS_ALLOW_FAKES", False)
 REFUNDS_FAKES_IN_USE = [
     f"{name}={value}: {FAKE_EMAIL_BACKENDS.get(value) or FAKE_GATEWAYS[value]}"
     for name, value in (("EMAIL_BACKEND", EMAIL_BACKEND), ("REFUNDS_GATEWAY", REFUNDS_GATEWAY))
@@ -409,58 +355,46 @@ REFUNDS_FAKES_BANNER = [
     words.split(": ", 1)[1] for words in REFUNDS_FAKES_IN_USE if REFUNDS_ALLOW_FAKES and not DEMO
 ]
 
-# The shop's orders, for orders the desk lacks (refunds/order_source.py): a base URL answering
-# GET {base}/orders/{number} with the order as JSON; empty: only orders imported or pushed.
-REFUNDS_ORDER_SOURCE = os.environ.get("REFUNDS_ORDER_SOURCE", "")
+REFUNDS_ORDER_SOURCE = env.str("REFUNDS_ORDER_SOURCE", "")
 if REFUNDS_ORDER_SOURCE:
     REFUNDS_ORDER_SOURCE = env_url("REFUNDS_ORDER_SOURCE", "", schemes=("http", "https"))
-REFUNDS_ORDER_SOURCE_TOKEN = env_str("REFUNDS_ORDER_SOURCE_TOKEN", "")  # sent as a Bearer token
-# Short: a person waits on the "Open a ticket" form while the shop is asked.
-REFUNDS_ORDER_SOURCE_TIMEOUT = env_number("REFUNDS_ORDER_SOURCE_TIMEOUT", 3.0, minimum=0.1)
-REFUNDS_ORDER_SOURCE_ATTEMPTS = env_int("REFUNDS_ORDER_SOURCE_ATTEMPTS", 2, minimum=1)
+REFUNDS_ORDER_SOURCE_TOKEN = env.str("REFUNDS_ORDER_SOURCE_TOKEN", "")
+REFUNDS_ORDER_SOURCE_TIMEOUT = env.float(
+    "REFUNDS_ORDER_SOURCE_TIMEOUT", 3.0, validate=Range(min=0.1)
+)
+REFUNDS_ORDER_SOURCE_ATTEMPTS = env.int("REFUNDS_ORDER_SOURCE_ATTEMPTS", 2, validate=Range(min=1))
 
 # --- Customers' words in (intake/) -------------------------------------------------------------
-# A message's text beyond this many characters is refused by the API and the desk's form (400)
-# and cut there for reading when it comes by email (the whole email is kept raw).
-INTAKE_MAX_CHARS = env_int("INTAKE_MAX_CHARS", 20_000, minimum=100)
-# A message that names no order is placed on its sender's only order of the last this many days
-# (by promised date) in the desk; with none or several, it goes to "Needs sorting".
-INTAKE_RECENT_ORDER_DAYS = env_int("INTAKE_RECENT_ORDER_DAYS", 60, minimum=1)
-# The mail provider's inbound webhook (intake/webhook.py) takes posts up to this size, a photo of
-# the damage with them (Mailgun's own limit is 25 MB); larger ones answer 413. Every other URL
-# keeps Django's 2.5 MB (DATA_UPLOAD_MAX_MEMORY_SIZE).
-INBOUND_MAX_BODY_BYTES = env_int("INBOUND_MAX_BODY_BYTES", 25 * 1024 * 1024, minimum=1024 * 1024)
-# A signed inbound or tracking post whose signature's timestamp is further than this from now is
-# refused, and each signature's token is taken once (Mailgun's advice: not too tight, its
-# deliveries may lag).
-INBOUND_SIGNATURE_MAX_AGE_SECONDS = env_int("INBOUND_SIGNATURE_MAX_AGE_SECONDS", 900, minimum=60)
-# Customers' attachments (intake/attachments.py): images (JPEG, PNG, GIF, WebP, HEIC) and PDF
-# only, judged by their bytes; at most MAX_BYTES each and PER_MESSAGE on one message, the rest
-# refused and listed on the message with why. Kept in the "attachments" storage below, served
-# only through the desk's check (reviews/views/attachments.py).
-REFUNDS_ATTACHMENT_MAX_BYTES = env_int(
-    "REFUNDS_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1024
+INTAKE_MAX_CHARS = env.int("INTAKE_MAX_CHARS", 20_000, validate=Range(min=100))
+INTAKE_RECENT_ORDER_DAYS = env.int("INTAKE_RECENT_ORDER_DAYS", 60, validate=Range(min=1))
+INBOUND_MAX_BODY_BYTES = env.int(
+    "INBOUND_MAX_BODY_BYTES", 25 * 1024 * 1024, validate=Range(min=1024 * 1024)
 )
-REFUNDS_ATTACHMENTS_PER_MESSAGE = env_int("REFUNDS_ATTACHMENTS_PER_MESSAGE", 5, minimum=1)
-# A kept picture is shown on the pages only up to this many pixels, read from its header: a
-# browser draws it at 4 bytes a pixel, so 40 million (a phone's 12-24 MP photo with room) is
-# 160 MB, and the 1.2 MB PNG of 20,000 x 20,000 that took a reviewer's tab to 3.2 GB is a link.
-REFUNDS_ATTACHMENT_PREVIEW_PIXELS = env_int(
-    "REFUNDS_ATTACHMENT_PREVIEW_PIXELS", 40_000_000, minimum=1
+INBOUND_SIGNATURE_MAX_AGE_SECONDS = env.int(
+    "INBOUND_SIGNATURE_MAX_AGE_SECONDS", 900, validate=Range(min=60)
 )
-# Where they are kept: a private folder of the data folder (never under STATIC_ROOT, nothing
-# serves it directly), or an S3 bucket when one is named. The credentials are boto3's own
-# (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the machine's role); the endpoint is for an
-# S3-compatible store other than AWS. A photo's link is signed and lasts URL_SECONDS.
-REFUNDS_ATTACHMENTS_S3_BUCKET = env_str("REFUNDS_ATTACHMENTS_S3_BUCKET", "")
-REFUNDS_ATTACHMENTS_DIR = env_str("REFUNDS_ATTACHMENTS_DIR", str(DATA_DIR / "attachments"))
+# Customers' attachments (intake/attachments.py), served only through the desk's check.
+REFUNDS_ATTACHMENT_MAX_BYTES = env.int(
+    "REFUNDS_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, validate=Range(min=1024)
+)
+REFUNDS_ATTACHMENTS_PER_MESSAGE = env.int(
+    "REFUNDS_ATTACHMENTS_PER_MESSAGE", 5, validate=Range(min=1)
+)
+# A kept picture is drawn on the pages only up to this many pixels, read from its header.
+REFUNDS_ATTACHMENT_PREVIEW_PIXELS = env.int(
+    "REFUNDS_ATTACHMENT_PREVIEW_PIXELS", 40_000_000, validate=Range(min=1)
+)
+REFUNDS_ATTACHMENTS_S3_BUCKET = env.str("REFUNDS_ATTACHMENTS_S3_BUCKET", "")
+REFUNDS_ATTACHMENTS_DIR = env.str("REFUNDS_ATTACHMENTS_DIR", str(DATA_DIR / "attachments"))
 if not REFUNDS_ATTACHMENTS_S3_BUCKET:  # the folder is made, and must be writable, only if used
     REFUNDS_ATTACHMENTS_DIR = str(writable_dir("REFUNDS_ATTACHMENTS_DIR", REFUNDS_ATTACHMENTS_DIR))
-REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL = env_str("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "")
+REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL = env.str("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "")
 if REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL:
     env_url("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "", schemes=("http", "https"))
-REFUNDS_ATTACHMENTS_S3_REGION = env_str("REFUNDS_ATTACHMENTS_S3_REGION", "")
-REFUNDS_ATTACHMENTS_URL_SECONDS = env_int("REFUNDS_ATTACHMENTS_URL_SECONDS", 60, minimum=5)
+REFUNDS_ATTACHMENTS_S3_REGION = env.str("REFUNDS_ATTACHMENTS_S3_REGION", "")
+REFUNDS_ATTACHMENTS_URL_SECONDS = env.int(
+    "REFUNDS_ATTACHMENTS_URL_SECONDS", 60, validate=Range(min=5)
+)
 STORAGES["attachments"] = attachments_storage(
     folder=REFUNDS_ATTACHMENTS_DIR,
     bucket=REFUNDS_ATTACHMENTS_S3_BUCKET,
@@ -477,14 +411,11 @@ if REFUNDS_ATTACHMENTS_S3_BUCKET:
     )
 INTAKE_TASK_WRAPPER = ""  # a dotted path wrapping every intake task (crash tests: devtools)
 
-# devtools/ (the demo's and the reader's commands, crash points, worker processes, the SMTP sink,
-# the fake processor, `manage.py crashtest`) sits beside the app in a checkout and is not installed
-# with it: where it is missing, its app is simply absent. Fault injection: a plan file
-# (devtools/faults.py) puts crash points in the nodes, around the gateway and in mail delivery;
-# tests and crashtest set it, nothing else.
+# devtools/ (the demo's commands, crash points, test servers) sits beside the app in a checkout
+# and is not installed with it: where it is missing, its app is simply absent.
 if importlib.util.find_spec("devtools") is not None:
     INSTALLED_APPS.append("devtools")
-REFUNDS_CRASH_PLAN = env_str("REFUNDS_CRASH_PLAN", "")
+REFUNDS_CRASH_PLAN = env.str("REFUNDS_CRASH_PLAN", "")
 REFUNDS_NODE_WRAPPER = ""  # a dotted path wrapping every node (refunds/persistence/)
 if REFUNDS_CRASH_PLAN:
     if "devtools" not in INSTALLED_APPS:
@@ -498,17 +429,15 @@ CELERY_BROKER_URL = env_url(
     schemes=("redis", "rediss", "redis+socket", "amqp", "amqps", "pyamqp"),
 )
 USES_EMBEDDED_BROKER = CELERY_BROKER_URL == f"redis+socket://{EMBEDDED_REDIS_SOCKET}"
-CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
-CELERY_VISIBILITY_TIMEOUT = env_int("CELERY_VISIBILITY_TIMEOUT", 360, minimum=1)
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", 300, validate=Range(min=1))
+CELERY_VISIBILITY_TIMEOUT = env.int("CELERY_VISIBILITY_TIMEOUT", 360, validate=Range(min=1))
 if CELERY_TASK_TIME_LIMIT >= CELERY_VISIBILITY_TIMEOUT:
     # Otherwise Redis hands a still-running task to a second worker.
     raise BadSetting(
         f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT} s) must be below "
         f"CELERY_VISIBILITY_TIMEOUT ({CELERY_VISIBILITY_TIMEOUT} s)"
     )
-# Below the hard limit: a run past it is asked to stop at its next step (refunds/tasks.py) and
-# the sweep hands the thread on, before the hard limit kills the process mid-node.
-CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", 240, validate=Range(min=1))
 if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
     raise BadSetting(
         f"CELERY_TASK_SOFT_TIME_LIMIT ({CELERY_TASK_SOFT_TIME_LIMIT} s) must be below "
@@ -541,11 +470,8 @@ CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A web request that cannot reach the broker gives up fast; the sweep re-sends from the database.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
-# Every blocking call on the broker's socket gives up after this long. Without it a broker that
-# accepts connections and never answers (a hung Redis, a half-open connection) held a web request
-# until gunicorn killed the worker (30.9 s, then an HTML 500), though the ticket was committed.
 # Above kombu's 1 s BRPOP timeout, so a worker's idle wait is never cut short.
-BROKER_SOCKET_TIMEOUT = env_number("BROKER_SOCKET_TIMEOUT", 2.0, minimum=1.5)
+BROKER_SOCKET_TIMEOUT = env.float("BROKER_SOCKET_TIMEOUT", 2.0, validate=Range(min=1.5))
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
     "socket_timeout": BROKER_SOCKET_TIMEOUT,
@@ -554,10 +480,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
 }
-# Three queues, each with its own workers (Procfile, rundesk), so no kind of work waits behind a
-# backlog of another in the same prefetch slots: `threads` (advances), `intake` (customers'
-# messages: a slow read never holds a refund back) and `housekeeping` (the sweeps, the timers,
-# webhooks, resends). A worker started without -Q consumes all three.
+# Three queues, each with its own workers (Procfile), so no kind of work waits behind another's
+# backlog; a worker started without -Q consumes all three.
 CELERY_TASK_QUEUES = tuple(
     Queue(name, Exchange(name), routing_key=name) for name in ("threads", "intake", "housekeeping")
 )
@@ -572,12 +496,10 @@ CELERY_TASK_ROUTES = {
     "refunds.tasks.reconcile_payments": {"queue": "housekeeping"},
     "webhooks.tasks.*": {"queue": "housekeeping"},
 }
-# Exactly one beat: RedBeat holds a lock in Redis while it schedules; a second beat waits on the
-# lock and takes over once it lapses (a dead beat's lock lapses after BEAT_LOCK_SECONDS). A beat
-# that loses its lock (a tick too late, a FLUSHDB) stands by instead of exiting (config/beat.py).
+# Exactly one beat sends: RedBeat's lock in Redis; a beat that loses it stands by (config/beat.py).
 CELERY_BEAT_SCHEDULER = "config.beat.StandbyScheduler"
 CELERY_BEAT_MAX_LOOP_INTERVAL = 1.0  # how often a waiting beat tries the lock
-BEAT_LOCK_SECONDS = env_int("BEAT_LOCK_SECONDS", 30, minimum=5)
+BEAT_LOCK_SECONDS = env.int("BEAT_LOCK_SECONDS", 30, validate=Range(min=5))
 CELERY_REDBEAT_LOCK_TIMEOUT = BEAT_LOCK_SECONDS
 CELERY_REDBEAT_KEY_PREFIX = "refunds:redbeat"
 if CELERY_BROKER_URL.startswith("redis+socket://"):
@@ -585,7 +507,7 @@ if CELERY_BROKER_URL.startswith("redis+socket://"):
     _BEAT_REDIS_DEFAULT = "unix://" + CELERY_BROKER_URL.removeprefix("redis+socket://")
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     _BEAT_REDIS_DEFAULT = CELERY_BROKER_URL
-elif not os.environ.get("REDBEAT_REDIS_URL"):
+elif not env.str("REDBEAT_REDIS_URL", ""):
     raise BadSetting(
         "REDBEAT_REDIS_URL must name a Redis server (beat's one-beat lock) when "
         "CELERY_BROKER_URL is not Redis"
@@ -597,10 +519,8 @@ CELERY_REDBEAT_REDIS_URL = env_url(
 )
 # Said explicitly, so RedBeat does not hand the broker's transport options to its Redis client.
 CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 5}
-# The queue's rendered cards (reviews/rows.py), under a digest of all they show, so a kept one is
-# never stale and every process may share it: on the Redis already deployed as the broker (under
-# its own key prefix, as beat's lock is), in the process otherwise (the demo's embedded broker,
-# tests). Entries lapse after an hour: the digest holds the wait in minutes, so old keys pile up.
+# The queue's rendered cards (reviews/rows.py), keyed by a digest of all they show: shared on the
+# broker's Redis, in the process otherwise; an hour each, as the digest's minutes pile up keys.
 CARDS_KEPT = 2000  # cards per process in memory: a desk's busiest queues, a few KB each
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     _CARDS_CACHE: dict[str, Any] = {
@@ -633,30 +553,19 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- The review desk -------------------------------------------------------------------------
-# "Assign to me" holds a review this long; after it the claim lapses and anyone may take it.
-REFUNDS_CLAIM_SECONDS = env_number("REFUNDS_CLAIM_SECONDS", 600.0, minimum=5.0)
-# A decision is recorded at once and applied this long after, so "Undo" beside its confirmation
-# can withdraw it meanwhile (refunds.services.decision_undo); 0 applies it at once.
-REFUNDS_UNDO_SECONDS = env_number("REFUNDS_UNDO_SECONDS", 5.0, minimum=0.0)
-# A question the customer has not answered gets one reminder after REMIND days; after GIVE_UP
-# days the review comes back to its queue, saying there was no reply (run with the review timers).
-REFUNDS_ASK_REMIND_DAYS = env_number("REFUNDS_ASK_REMIND_DAYS", 3.0, minimum=0.001)
-REFUNDS_ASK_GIVE_UP_DAYS = env_number("REFUNDS_ASK_GIVE_UP_DAYS", 7.0, minimum=0.001)
+REFUNDS_CLAIM_SECONDS = env.float("REFUNDS_CLAIM_SECONDS", 600.0, validate=Range(min=5.0))
+REFUNDS_UNDO_SECONDS = env.float("REFUNDS_UNDO_SECONDS", 5.0, validate=Range(min=0.0))
+REFUNDS_ASK_REMIND_DAYS = env.float("REFUNDS_ASK_REMIND_DAYS", 3.0, validate=Range(min=0.001))
+REFUNDS_ASK_GIVE_UP_DAYS = env.float("REFUNDS_ASK_GIVE_UP_DAYS", 7.0, validate=Range(min=0.001))
 if REFUNDS_ASK_GIVE_UP_DAYS <= REFUNDS_ASK_REMIND_DAYS:
     raise BadSetting(
         f"REFUNDS_ASK_GIVE_UP_DAYS ({REFUNDS_ASK_GIVE_UP_DAYS:g}) must be more than "
         f"REFUNDS_ASK_REMIND_DAYS ({REFUNDS_ASK_REMIND_DAYS:g})."
     )
-# What the end of a wait without a reply does: "queue" brings the review back to its queue saying
-# there was no reply; "close" closes the ticket as "no reply" with one email to the customer
-# saying a reply reopens it (the thread waits on that reply: refunds/flow/nodes/asking.py).
-REFUNDS_ASK_DEFAULT_OUTCOME = env_choice(
-    "REFUNDS_ASK_DEFAULT_OUTCOME", "queue", choices=("queue", "close")
+REFUNDS_ASK_DEFAULT_OUTCOME = env.str(
+    "REFUNDS_ASK_DEFAULT_OUTCOME", "queue", validate=OneOf(("queue", "close"))
 )
-# The Reply-To of a question to the customer: "{token}" is the question's own unguessable token
-# (plus-addressing, or a reply domain: "{token}@replies.desk.example.com"); the mail provider's
-# inbound route for it posts replies to the inbound webhook.
-REFUNDS_REPLY_ADDRESS = env_str("REFUNDS_REPLY_ADDRESS", "replies+{token}@desk.example.com")
+REFUNDS_REPLY_ADDRESS = env.str("REFUNDS_REPLY_ADDRESS", "replies+{token}@desk.example.com")
 if REFUNDS_REPLY_ADDRESS.count("{token}") != 1 or "@" not in REFUNDS_REPLY_ADDRESS.replace(
     "{token}", ""
 ):
@@ -664,26 +573,26 @@ if REFUNDS_REPLY_ADDRESS.count("{token}") != 1 or "@" not in REFUNDS_REPLY_ADDRE
         "REFUNDS_REPLY_ADDRESS must be an address with {token} once in it, like "
         f"replies+{{token}}@desk.example.com (got {REFUNDS_REPLY_ADDRESS!r})."
     )
-# A review waiting longer than WARN is highlighted in the queue; past ESCALATE an agent-level one
-# goes to managers and managers get a reminder email. The beat checks every TIMER_SECONDS.
-REFUNDS_REVIEW_WARN_MINUTES = env_number("REFUNDS_REVIEW_WARN_MINUTES", 15.0, minimum=0.1)
-REFUNDS_REVIEW_ESCALATE_MINUTES = env_number("REFUNDS_REVIEW_ESCALATE_MINUTES", 60.0, minimum=0.1)
+REFUNDS_REVIEW_WARN_MINUTES = env.float(
+    "REFUNDS_REVIEW_WARN_MINUTES", 15.0, validate=Range(min=0.1)
+)
+REFUNDS_REVIEW_ESCALATE_MINUTES = env.float(
+    "REFUNDS_REVIEW_ESCALATE_MINUTES", 60.0, validate=Range(min=0.1)
+)
 if REFUNDS_REVIEW_ESCALATE_MINUTES <= REFUNDS_REVIEW_WARN_MINUTES:
     raise BadSetting(
         "REFUNDS_REVIEW_ESCALATE_MINUTES must be above REFUNDS_REVIEW_WARN_MINUTES "
         f"({REFUNDS_REVIEW_ESCALATE_MINUTES:g} <= {REFUNDS_REVIEW_WARN_MINUTES:g})"
     )
-REFUNDS_TIMER_SECONDS = env_number("REFUNDS_TIMER_SECONDS", 60.0, minimum=1.0)
+REFUNDS_TIMER_SECONDS = env.float("REFUNDS_TIMER_SECONDS", 60.0, validate=Range(min=1.0))
 CELERY_BEAT_SCHEDULE["review-escalation-timers"] = {
     "task": "refunds.tasks.escalate_overdue_reviews",
     "schedule": REFUNDS_TIMER_SECONDS,
     "options": {"expires": REFUNDS_TIMER_SECONDS},
 }
 
-# `reconcile`: the ledger beside the processor for the orders charged in the last DAYS, run by
-# beat every HOURS (daily by default) on the housekeeping queue; it moves no money.
-REFUNDS_RECONCILE_DAYS = env_number("REFUNDS_RECONCILE_DAYS", 14.0, minimum=0.1)
-REFUNDS_RECONCILE_HOURS = env_number("REFUNDS_RECONCILE_HOURS", 24.0, minimum=0.1)
+REFUNDS_RECONCILE_DAYS = env.float("REFUNDS_RECONCILE_DAYS", 14.0, validate=Range(min=0.1))
+REFUNDS_RECONCILE_HOURS = env.float("REFUNDS_RECONCILE_HOURS", 24.0, validate=Range(min=0.1))
 CELERY_BEAT_SCHEDULE["reconcile-with-the-processor"] = {
     "task": "refunds.tasks.reconcile_payments",
     "schedule": REFUNDS_RECONCILE_HOURS * 3600,
@@ -691,11 +600,12 @@ CELERY_BEAT_SCHEDULE["reconcile-with-the-processor"] = {
 }
 
 # --- The JSON API (Django REST framework, api/) --------------------------------------
-API_RATE_PER_IP = env_str("API_RATE_PER_IP", "300/minute")  # every /api/ request, before auth
-API_RATE_PER_TOKEN = env_str("API_RATE_PER_TOKEN", "120/minute")  # per user, after auth
-API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
-# POST /api/orders/ takes up to 1,000 orders (about 250 bytes each) in one body.
-API_ORDERS_MAX_BODY_BYTES = env_int("API_ORDERS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+API_RATE_PER_IP = env.str("API_RATE_PER_IP", "300/minute")
+API_RATE_PER_TOKEN = env.str("API_RATE_PER_TOKEN", "120/minute")
+API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", 64 * 1024, validate=Range(min=1024))
+API_ORDERS_MAX_BODY_BYTES = env.int(
+    "API_ORDERS_MAX_BODY_BYTES", 1024 * 1024, validate=Range(min=1024)
+)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "api.auth.TokenAuthentication",
@@ -732,24 +642,22 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Webhooks (webhooks/) --------------------------------------------------------------------
-WEBHOOK_TIMEOUT = env_number("WEBHOOK_TIMEOUT", 5.0, minimum=0.1)
-WEBHOOK_MAX_ATTEMPTS = env_int("WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
-WEBHOOK_RETRY_BASE_SECONDS = env_number("WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.0)
-WEBHOOK_SWEEP_SECONDS = env_number("WEBHOOK_SWEEP_SECONDS", 2.0, minimum=0.2)
-# Endpoints are sent to in parallel, one delivery at a time each, by at most this many threads
-# per sweep; a sweep claims nothing new after its budget, so it ends within budget + timeout.
-WEBHOOK_SWEEP_THREADS = env_int("WEBHOOK_SWEEP_THREADS", 8, minimum=1)
-WEBHOOK_SWEEP_BUDGET_SECONDS = env_number("WEBHOOK_SWEEP_BUDGET_SECONDS", 30.0, minimum=1.0)
+WEBHOOK_TIMEOUT = env.float("WEBHOOK_TIMEOUT", 5.0, validate=Range(min=0.1))
+WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", 8, validate=Range(min=1))
+WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", 10.0, validate=Range(min=0.0))
+WEBHOOK_SWEEP_SECONDS = env.float("WEBHOOK_SWEEP_SECONDS", 2.0, validate=Range(min=0.2))
+WEBHOOK_SWEEP_THREADS = env.int("WEBHOOK_SWEEP_THREADS", 8, validate=Range(min=1))
+WEBHOOK_SWEEP_BUDGET_SECONDS = env.float(
+    "WEBHOOK_SWEEP_BUDGET_SECONDS", 30.0, validate=Range(min=1.0)
+)
 if WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT >= CELERY_TASK_SOFT_TIME_LIMIT:
     raise BadSetting(
         f"WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT ({WEBHOOK_SWEEP_BUDGET_SECONDS} + "
         f"{WEBHOOK_TIMEOUT} s) must be below CELERY_TASK_SOFT_TIME_LIMIT "
         f"({CELERY_TASK_SOFT_TIME_LIMIT} s)"
     )
-# Webhooks go to public https addresses only (webhooks/addresses.py). Plain http in the demo;
-# private addresses (a receiver on this machine or the office network) only when asked for.
-WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", DEBUG)
-WEBHOOK_ALLOW_PRIVATE = env_bool("WEBHOOK_ALLOW_PRIVATE", False)
+WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", DEBUG)
+WEBHOOK_ALLOW_PRIVATE = env.bool("WEBHOOK_ALLOW_PRIVATE", False)
 CELERY_BEAT_SCHEDULE["deliver-webhooks"] = {
     "task": "webhooks.tasks.deliver_webhooks",
     "schedule": WEBHOOK_SWEEP_SECONDS,
@@ -757,34 +665,26 @@ CELERY_BEAT_SCHEDULE["deliver-webhooks"] = {
 }
 
 # --- Health and metrics ----------------------------------------------------------------------
-READYZ_TIMEOUT_SECONDS = env_number("READYZ_TIMEOUT_SECONDS", 1.0, minimum=0.1)
-# /readyz's "schedule" check fails when the recovery sweep has not run for this long: beat gone
-# (a beat once exited and nothing swept for 25 minutes while /readyz said ok) or no housekeeping
-# worker. Room for a standby beat's takeover (BEAT_LOCK_SECONDS) and a busy housekeeping worker.
-READYZ_SWEEP_LATE_SECONDS = env_number("READYZ_SWEEP_LATE_SECONDS", 120.0, minimum=1.0)
+READYZ_TIMEOUT_SECONDS = env.float("READYZ_TIMEOUT_SECONDS", 1.0, validate=Range(min=0.1))
+READYZ_SWEEP_LATE_SECONDS = env.float("READYZ_SWEEP_LATE_SECONDS", 120.0, validate=Range(min=1.0))
 if READYZ_SWEEP_LATE_SECONDS <= REFUNDS_SWEEP_SECONDS + BEAT_LOCK_SECONDS:
     raise BadSetting(
         f"READYZ_SWEEP_LATE_SECONDS ({READYZ_SWEEP_LATE_SECONDS:g} s) must be above "
         f"REFUNDS_SWEEP_SECONDS + BEAT_LOCK_SECONDS ({REFUNDS_SWEEP_SECONDS:g} + "
         f"{BEAT_LOCK_SECONDS} s)"
     )
-# /metrics answers admins' sessions and `Authorization: Bearer <METRICS_TOKEN>` (a scraper).
-METRICS_TOKEN = env_str("METRICS_TOKEN", "")
-# Counters and histograms from every process on this machine (gunicorn and Celery children)
-# are summed from files in this folder (prometheus_client's multiprocess mode).
+METRICS_TOKEN = env.str("METRICS_TOKEN", "")
+# prometheus_client's multiprocess mode: every process's counts, summed from files here.
 PROMETHEUS_MULTIPROC_DIR = writable_dir(
-    "PROMETHEUS_MULTIPROC_DIR", env_str("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))
+    "PROMETHEUS_MULTIPROC_DIR", env.str("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))
 )
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
 
 # --- Errors and logs: secrets masked everywhere (config/masking.py) ---------------------------
 DEFAULT_EXCEPTION_REPORTER = "core.masking.SafeReporter"
 DEFAULT_EXCEPTION_REPORTER_FILTER = "core.masking.SafeFilter"
-LOG_LEVEL = env_choice(
-    "LOG_LEVEL", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-)
-# The demo's console is read by a person (words); anything else by a log collector (JSON).
-LOG_FORMAT = env_choice("LOG_FORMAT", "text" if DEMO else "json", choices=("json", "text"))
+LOG_LEVEL = env.log_level("LOG_LEVEL", logging.INFO)
+LOG_FORMAT = env.str("LOG_FORMAT", "text" if DEMO else "json", validate=OneOf(("json", "text")))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

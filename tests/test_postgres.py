@@ -105,7 +105,10 @@ def test_workers_never_create_checkpoint_tables():
         ({"DATABASE_URL": "mysql://x@h/db"}, "DATABASE_URL must start with one of"),
         ({"CHECKPOINT_URL": "redis://h/0"}, "CHECKPOINT_URL must start with one of"),
         ({"CELERY_BROKER_URL": "sqs://"}, "CELERY_BROKER_URL must start with one of"),
-        ({"CHECKPOINT_POOL_SIZE": "0"}, "CHECKPOINT_POOL_SIZE must be at least 1"),
+        (
+            {"CHECKPOINT_POOL_SIZE": "0"},
+            "CHECKPOINT_POOL_SIZE='0': Must be greater than or equal to 1.",
+        ),
     ],
 )
 def test_a_bad_scale_out_setting_stops_the_process_with_its_name(env, message, tmp_path):

@@ -276,9 +276,9 @@ def test_a_model_unsure_of_its_reading_sends_the_message_to_sorting(
 def test_a_bad_threshold_stops_the_process_naming_it(tmp_path, value):
     result = manage_check(tmp_path, REFUNDS_READER_MIN_CONFIDENCE=value)
     assert result.returncode != 0
-    assert result.stderr.startswith(
-        "Refund Desk cannot start: REFUNDS_READER_MIN_CONFIDENCE must be"
-    ), result.stderr
+    assert result.stderr.startswith("Refund Desk cannot start: REFUNDS_READER_MIN_CONFIDENCE="), (
+        result.stderr
+    )
     assert len(result.stderr.strip().splitlines()) == 1
 
 

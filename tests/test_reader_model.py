@@ -279,8 +279,14 @@ def test_a_malformed_model_spec_stops_the_process_naming_the_variable(tmp_path, 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"REFUNDS_MODEL_TIMEOUT": "0"}, "REFUNDS_MODEL_TIMEOUT must be at least 0.1"),
-        ({"REFUNDS_MODEL_ATTEMPTS": "0"}, "REFUNDS_MODEL_ATTEMPTS must be at least 1"),
+        (
+            {"REFUNDS_MODEL_TIMEOUT": "0"},
+            "REFUNDS_MODEL_TIMEOUT='0': Must be greater than or equal to 0.1.",
+        ),
+        (
+            {"REFUNDS_MODEL_ATTEMPTS": "0"},
+            "REFUNDS_MODEL_ATTEMPTS='0': Must be greater than or equal to 1.",
+        ),
     ],
 )
 def test_a_bad_model_timeout_or_attempts_stops_the_process(tmp_path, env, message):

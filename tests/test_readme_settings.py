@@ -9,17 +9,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# config/env.py's strict readers: each takes the variable's name first.
-READERS = {
-    "env_str",
-    "env_int",
-    "env_number",
-    "env_bool",
-    "env_url",
-    "env_choice",
-    "env_list",
-    "env_addresses",
-}
+# config/env.py's readers, each taking the variable's name first: environs' (`env.int(...)`) and
+# the checks of our own that read.
+READERS = {"env_url", "env_list", "env_addresses"}
 TABLES_IN = ("## Settings (environment variables)", "## Scale out")
 
 
@@ -32,7 +24,7 @@ def read_by_settings() -> tuple[set[str], set[str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             called = ast.unparse(node.func)
-            if called in READERS or called in ("os.environ.get", "os.getenv"):
+            if called.startswith("env.") or called in READERS | {"os.environ.get", "os.getenv"}:
                 names.add(node.args[0].value)
         elif (
             isinstance(node, ast.Subscript)
