@@ -57,12 +57,6 @@ def api_schema(wsgi_app):
 
 
 @pytest.fixture
-def no_broker(monkeypatch) -> None:
-    monkeypatch.setattr("refunds.enqueue.wake", lambda ticket_id: True)
-    monkeypatch.setattr("refunds.enqueue.send", lambda task, row_id: True)
-
-
-@pytest.fixture
 def callers(db, no_broker, agent, manager, admin_user, settings) -> dict[str, User]:
     """Who calls the API with a key: the desk's three roles (a helpdesk acts with one of
     theirs) and the shop's integration user, which may push orders and nothing else. The desk
@@ -73,9 +67,8 @@ def callers(db, no_broker, agent, manager, admin_user, settings) -> dict[str, Us
     make_order("1042")
     awaiting_review(make_order("1045", fee_cents=4800, name="Dev Patel"), opened_by=agent)
     replied = asked_the_customer(make_order("1046", name="Ben Okafor"), manager, agent)
-    assert asking.reply_record(
-        question=replied, sender="ben@example.com", text="Photo sent"
-    ).resumed
+    reply = asking.reply_record(question=replied, sender="ben@example.com", text="Photo sent")
+    assert reply.resumed
     ended = asked_the_customer(make_order("1047", name="Cleo Ruiz"), manager, agent)
     later = ended.asked_at + timedelta(days=settings.REFUNDS_ASK_GIVE_UP_DAYS + 1)
     assert asking.questions_wait_timers(now=later)["ended"] == [ended.ticket_id]
@@ -94,6 +87,12 @@ def asked_the_customer(order, opener, asker) -> CustomerQuestion:
     )
     assert runner.advance(ticket.pk) == "awaiting_customer"
     return CustomerQuestion.objects.get(ticket=ticket)
+
+
+@pytest.fixture
+def no_broker(monkeypatch) -> None:
+    monkeypatch.setattr("refunds.enqueue.wake", lambda ticket_id: True)
+    monkeypatch.setattr("refunds.enqueue.send", lambda task, row_id: True)
 
 
 @pytest.mark.parametrize("role", ROLES)
