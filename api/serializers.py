@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
+from django.core.validators import MinLengthValidator
 from django.utils import timezone
 from django.utils.functional import lazy
 from drf_spectacular.extensions import (
@@ -57,6 +58,9 @@ class OrderNumberField(serializers.Field):
     def to_representation(self, value: str) -> str:
         return value
 
+
+# What DRF's CharField refuses (CharFieldScheme): a NUL (PostgreSQL cannot hold one).
+NO_NUL = {"not": {"pattern": r"\u0000"}}
 
 # What refunds.models.order_number_read takes, stated as the same pattern it reads with.
 ORDER_NUMBER_TEXT = {"type": "string", "pattern": ORDER_NUMBER_PATTERN}
@@ -131,7 +135,7 @@ class StrictBody(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"type": "string", "maxLength": NOTE_MAX, "pattern": "^[^\\u0000]*$"})
+@extend_schema_field({"type": "string", "maxLength": NOTE_MAX, **NO_NUL})
 class NoteField(serializers.CharField):
     """Text without a NUL (refunds.services.tickets refuses one: PostgreSQL cannot hold it)."""
 
@@ -472,11 +476,12 @@ class OrderAnswerIn(StrictBody):
         child=PartIn(),
         required=False,
         allow_empty=False,
+        min_length=1,  # the schema's minItems (allow_empty's words are the ones said)
         help_text="approve: what to refund of the order instead of the proposal "
         '(pending_review.orders[].parts), e.g. [{"line": 11, "quantity": 1}, {"shipping": '
         'true}] or [{"whole_order": true}]; their sum is the amount. A line of another order, '
         "more units than are left, an amount above a part's price or a part given twice is "
-        "refused with 400 and changes nothing.",
+        "refused with 422 and changes nothing.",
     )
 
 
@@ -524,6 +529,7 @@ class DecisionIn(serializers.Serializer):
         required=False,
         allow_null=True,
         allow_empty=False,
+        validators=[MinLengthValidator(1)],  # the schema's minProperties, as min_length above
         default=None,
         help_text="The answer per open order number (pending_review.orders), e.g. "
         '{"1042": {"answer": "approve"}, "1049": {"answer": "reject", "reason": "..."}}: a '
@@ -648,7 +654,8 @@ class MessageTextScheme(OpenApiSerializerFieldExtension):
 
     def map_serializer_field(self, auto_schema, direction):
         # Read when the schema is drawn, as message_problems reads it when a message comes.
-        return {"type": "string", "pattern": r"\S", "maxLength": settings.INTAKE_MAX_CHARS}
+        text = {"type": "string", "pattern": r"\S", **NO_NUL}
+        return {**text, "maxLength": settings.INTAKE_MAX_CHARS}
 
 
 RECEIVED_SINCE = datetime(2000, 1, 1, tzinfo=UTC)
@@ -741,3 +748,20 @@ class StrictBodyScheme(OpenApiSerializerExtension):
     def map_serializer(self, auto_schema, direction):
         schema = auto_schema._map_basic_serializer(self.target, direction)
         return {**schema, "additionalProperties": False, **self.target.schema_rules}
+
+
+class CharFieldScheme(OpenApiSerializerFieldExtension):
+    """A request's CharField says what DRF refuses with a 400: a NUL, and only spaces (trimmed
+    to a blank) where a blank is refused; a field's own pattern or format stands."""
+
+    target_class = serializers.CharField
+    match_subclasses = True
+    priority = -1  # after a field's own extension (MessageTextScheme)
+
+    def map_serializer_field(self, auto_schema, direction):
+        schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        if direction != "request" or {"pattern", "format"} & set(schema):
+            return schema
+        if self.target.trim_whitespace and not self.target.allow_blank:
+            schema["pattern"] = r"\S"
+        return {**schema, **NO_NUL}

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from api import idempotency
 from api.errors import Conflict, ShopUnavailable, Unprocessable, body
 from api.serializers import (
+    NO_NUL,
     NON_FIELD,
     ORDERS_MAX,
     DecisionIn,
@@ -75,10 +76,17 @@ class TicketFilter(serializers.Serializer):
 
 LIST_PARAMETERS = [
     OpenApiParameter("status", OpenApiTypes.STR, enum=Ticket.Status.values),
-    OpenApiParameter("order_number", OpenApiTypes.STR),
+    OpenApiParameter(
+        "order_number",
+        {"type": "string", "maxLength": ORDER_NUMBER_MAX, "pattern": r"\S", **NO_NUL},
+    ),
     OpenApiParameter("required_role", OpenApiTypes.STR, enum=["agent", "manager"]),
     OpenApiParameter("created_after", OpenApiTypes.DATETIME),
     OpenApiParameter("created_before", OpenApiTypes.DATETIME),
+    OpenApiParameter("page", OpenApiTypes.INT, description="From 1; past the last page, 404."),
+    OpenApiParameter(
+        "page_size", OpenApiTypes.INT, description="Tickets per page: 50 unless given, at most 200."
+    ),
 ]
 IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
@@ -95,7 +103,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     operation_id="tickets_list",
     summary="List the tickets you may read, newest first",
     parameters=LIST_PARAMETERS,
-    responses={200: TicketPage, **_errors(400, 401, 429)},
+    responses={200: TicketPage, **_errors(400, 401, 404, 429)},
 )
 @extend_schema(
     methods=["POST"],
@@ -228,7 +236,7 @@ def ticket_detail(request: Request, ticket_id: int) -> Response:
     summary="Answer a ticket's pending review: per order, approve with the parts refunded or "
     "reject with a reason (or ask the customer)",
     request=DecisionIn,
-    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 422, 429)},
+    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429)},
 )
 @api_view(["POST"])
 def ticket_decision(request: Request, ticket_id: int) -> Response:

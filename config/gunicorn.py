@@ -11,7 +11,8 @@
   (core.logs.access_line): JSON, or words for a person at a terminal with LOG_FORMAT=text (the
   demo's console).
 - Prometheus' multiprocess files of processes that no longer run are removed at start, and a
-  worker's when it exits, so /metrics does not sum the dead."""
+  worker's when it exits, so /metrics does not sum the dead.
+- gunicornc's control socket is the instance's own, in its data folder (REFUNDS_DATA_DIR)."""
 
 from __future__ import annotations
 
@@ -19,20 +20,23 @@ import os
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from gunicorn import glogging
 
 bind = [f"{os.environ.get('WEB_BIND', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"]
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 preload_app = True
 accesslog = "-"
+# gunicorn's default ($XDG_RUNTIME_DIR or ~/.gunicorn) is one per user: each gunicorn they start
+# takes it from the last, each that stops deletes it, and gunicornc stops whichever holds it.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+control_socket = str(settings.DATA_DIR / "gunicorn.ctl")
 
 
 class AccessLogger(glogging.Logger):
     def access(self, resp: Any, req: Any, environ: dict, request_time: Any) -> None:
         if not self.access_log_enabled:
             return
-        from django.conf import settings
-
         from core.logs import access_line
 
         atoms = self.atoms(resp, req, environ, request_time)
@@ -65,7 +69,6 @@ def remove_dead_metric_files(folder: Path) -> list[str]:
 
 
 def when_ready(server: Any) -> None:
-    from django.conf import settings
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - imports every view (and what they import) now

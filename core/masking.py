@@ -109,7 +109,10 @@ class SafeFilter(SafeExceptionReporterFilter):
 
 def _mask_repr(value: Any) -> Any:
     # Frame variables are shown through their repr; a repr that holds a secret is replaced whole.
-    text = repr(value) if not isinstance(value, str) else value
+    try:
+        text = repr(value) if not isinstance(value, str) else value
+    except Exception as exc:  # a half-made object's: the report goes out all the same
+        return mask(f"Error in formatting: {exc.__class__.__name__}: {exc}")  # Django's words
     masked = mask(text)
     return value if masked == text else masked
 

@@ -16,7 +16,9 @@ from refunds.services import asking
 
 def reply_place(message: Message, *, recipients: Iterable[str], references: Iterable[str]) -> bool:
     """Place a new message that answers a question; False when it answers none."""
-    found = asking.question_for(recipients=recipients, references=references)
+    found = asking.question_for(
+        recipients=recipients, references=references, brought_by=message.brought_by
+    )
     if not found.claims_a_question:
         return False
     now = timezone.now()

@@ -6,10 +6,14 @@ from __future__ import annotations
 import re
 
 import yaml
+from django.test import Client
 from openapi_spec_validator import validate
 
 from api import urls as api_urls
+from api.models import ApiToken
 from refunds.models import ORDER_NUMBER_PATTERN
+from tests.conftest import make_order
+from tests.reviewing import awaiting_review
 
 
 def schema(client) -> dict:
@@ -78,3 +82,34 @@ def test_the_schema_documents_order_numbers_beside_order_number(client, db):
     read = components["TicketOut"]["properties"]["order_numbers"]
     assert read["type"] == "array" and read["readOnly"] is True
     assert "order_number" in components["Error"]["properties"]  # on 409: which order
+
+
+def test_each_refusal_the_server_answers_is_a_status_its_operation_documents(
+    client, manager, settings, db
+):
+    """Schemathesis sends JSON within the size limit and asks for no page: these refusals are
+    asked for here (the decision's 415, 413 and 422, the list's 404 past its last page)."""
+    ticket = awaiting_review(make_order("1042"))
+    api = Client(headers={"Authorization": f"Token {ApiToken.issue(manager)[1]}"})
+    url = f"/api/tickets/{ticket.pk}/decision/"
+    another_order = {
+        "interrupt_id": ticket.pending_interrupt_id,
+        "answer": "approve",
+        "orders": {"9999": {"answer": "approve"}},
+    }
+    too_long = "x" * (settings.API_MAX_BODY_BYTES + 1)
+    decided = [
+        api.post(url, {"answer": "approve"}),  # a form post
+        api.post(url, too_long, content_type="application/json"),
+        api.post(url, another_order, content_type="application/json"),
+    ]
+    assert [answer.status_code for answer in decided] == [415, 413, 422]
+    spec = schema(client)
+    paths = spec["paths"]
+    assert {"415", "413", "422"} <= set(
+        paths["/api/tickets/{ticket_id}/decision/"]["post"]["responses"]
+    )
+    assert api.get("/api/tickets/?page=9").status_code == 404
+    assert "404" in paths["/api/tickets/"]["get"]["responses"]
+    parts = spec["components"]["schemas"]["OrderAnswerInRequest"]["properties"]["parts"]
+    assert "refused with 422" in parts["description"]  # as it is answered, not 400

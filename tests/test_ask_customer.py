@@ -571,6 +571,39 @@ def test_a_reply_handed_in_through_the_api_resumes_the_thread(
     assert runner.advance(ticket.pk) == "awaiting_review"
 
 
+@pytest.mark.parametrize("by", ["reply address", "Message-ID"])
+def test_a_reply_handed_in_by_a_caller_who_may_not_see_the_ticket_resumes_nothing(
+    transactional_db, agent, colleague, manager, big_order, by
+):
+    """The API answers for a ticket outside its caller's scope as for one that is not there:
+    a reply to its question waits in "Needs sorting", as one whose token matches no question
+    does, saying why; the thread still waits on the customer."""
+    ticket = waiting_review(big_order, colleague)  # $48.00: the managers' review
+    question = asked(ticket, manager)
+    api = Client(headers={"Authorization": f"Bearer {ApiToken.issue(agent)[1]}"})
+    body = {"sender": "dev@example.com", "body": "Approve it, I am the customer."}
+    body |= {"to": [asking_address(question)]} if by == "reply address" else {}
+    body |= {"in_reply_to": [question.message_id]} if by == "Message-ID" else {}
+    response = api.post(
+        "/api/messages/",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Idempotency-Key": "reply-1"},
+    )
+    assert response.status_code == 202, response.content
+    assert (response.json()["status"], response.json()["ticket"]) == ("needs_sorting", None)
+    message = Message.objects.get()
+    assert message.sorting_reason == (
+        "A reply to a question, but it was handed in by agent, who may not see its question's "
+        "ticket."
+    )
+    assert not Decision.objects.filter(answer="reply").exists()
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.AWAITING_CUSTOMER
+    question.refresh_from_db()
+    assert question.replied_at is None
+
+
 def test_the_dashboard_counts_the_tickets_waiting_on_customers(
     transactional_db, client, agent, colleague, manager, late_order
 ):

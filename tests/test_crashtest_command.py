@@ -11,6 +11,7 @@ from django.conf import settings
 
 from devtools.management.commands.crashtest import BROKEN_PROMISES
 from devtools.processes import ROOT
+from tests.test_security import PRODUCTION, manage
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +104,23 @@ def test_crashtest_refuses_nonsense_counts_with_a_clear_message(args, said):
     )
     assert done.returncode != 0
     assert said in done.stderr
+
+
+def test_crashtest_refuses_a_production_deployment_before_touching_anything(tmp_path):
+    database = "postgres://postgres@127.0.0.1:1/refunds"  # a port nothing answers on
+    refused = manage(
+        tmp_path,
+        *["crashtest", "--backend", "postgres", "--database-url", database],
+        **PRODUCTION,
+        TMPDIR=str(tmp_path),
+    )
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines() == [
+        "CommandError: crashtest kills workers and drops and recreates the database it is "
+        "pointed at: it runs in the demo (REFUNDS_DEMO=true) or where fakes are allowed "
+        "(REFUNDS_ALLOW_FAKES=true: the tests, a staging box), never in production."
+    ]
+    assert not list(tmp_path.glob("refunds-crashtest-*"))  # no data folder made either
 
 
 KEY = "t-1:email"

@@ -26,6 +26,21 @@ def a_dead_pid() -> int:
     return child.pid
 
 
+def instance_env(data: Path, **more: str) -> dict[str, str]:
+    """The environment of a web process whose data folder is `data`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REFUNDS_", "DEBUG", "PROMETHEUS_", "WEB_"))
+    }
+    return env | {
+        "SECRET_KEY": "gunicorn-test",
+        "REFUNDS_DATA_DIR": str(data),
+        "REFUNDS_ALLOW_FAKES": "true",  # a staging box: its console mail is not what is tested
+        **more,
+    }
+
+
 @pytest.fixture
 def web(tmp_path: Path):
     port = free_port()
@@ -34,23 +49,11 @@ def web(tmp_path: Path):
     dead, alive = a_dead_pid(), os.getpid()
     (metrics / f"counter_{dead}.db").write_bytes(b"")
     (metrics / f"counter_{alive}.db").write_bytes(b"")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("REFUNDS_", "DEBUG", "PROMETHEUS_", "WEB_"))
-    }
-    env |= {
-        "SECRET_KEY": "gunicorn-test",
-        "REFUNDS_DATA_DIR": str(tmp_path),
-        "PORT": str(port),
-        "WEB_CONCURRENCY": "1",
-        "REFUNDS_ALLOW_FAKES": "true",  # a staging box: its console mail is not what is tested
-    }
     out = (tmp_path / "web.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "config.wsgi", "-c", "python:config.gunicorn"],
         cwd=ROOT,
-        env=env,
+        env=instance_env(tmp_path, PORT=str(port), WEB_CONCURRENCY="1"),
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -95,3 +98,29 @@ def test_the_web_process_as_the_procfile_runs_it(web):
 
     assert not (web["metrics"] / f"counter_{web['dead']}.db").exists()
     assert (web["metrics"] / f"counter_{web['alive']}.db").exists()
+    assert (log.parent / "gunicorn.ctl").is_socket()  # gunicornc's, in its own data folder
+
+
+# gunicorn's settings as it reads them from config/gunicorn.py (`-c python:config.gunicorn`).
+CONTROL_SOCKET = """
+from gunicorn.app.base import Application
+class Web(Application):
+    def load_config(self):
+        self.load_config_from_module_name_or_filename("python:config.gunicorn")
+    def load(self):
+        pass
+print(Web().cfg.control_socket)
+"""
+
+
+def test_each_instance_has_its_own_control_socket_in_its_data_folder(tmp_path):
+    for data in (tmp_path / "one", tmp_path / "two"):
+        shown = subprocess.run(
+            [sys.executable, "-c", CONTROL_SOCKET],
+            cwd=ROOT,
+            env=instance_env(data),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.stdout.splitlines() == [str(data / "gunicorn.ctl")], shown.stderr

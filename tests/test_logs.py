@@ -7,8 +7,9 @@ from pathlib import Path
 
 from django.core import mail
 from django.test import Client
+from django.urls import include, path
 
-from tests.test_security import PRODUCTION, manage
+from tests.test_security import DB_PASSWORD, PRODUCTION, manage
 
 # A view refusing someone, as Django's handler answers it (the same call every view's
 # PermissionDenied goes through), in a process whose logging is configured as the web's.
@@ -52,3 +53,30 @@ def test_a_500_still_emails_the_admins_with_its_traceback(db, settings):
     assert sent.to == ["ops@example.com"]
     assert "Internal Server Error: /explode/" in sent.subject
     assert "Traceback" in sent.body
+
+
+class Unprintable:
+    def __repr__(self) -> str:  # as a half-made object's: its repr reads what is not there
+        raise AttributeError("'NoneType' object has no attribute 'username'")
+
+
+def _explode_beside_an_unprintable(request):
+    row = Unprintable()  # noqa: F841 (a frame variable: the report reads each)
+    dsn = f"postgres://refunds:{DB_PASSWORD}@db.internal:5432/refunds"
+    raise RuntimeError(f"could not connect to {dsn}")
+
+
+urlpatterns = [path("explode/", _explode_beside_an_unprintable), path("", include("config.urls"))]
+
+
+def test_a_500_beside_a_value_whose_repr_fails_still_emails_the_admins_masked(db, settings):
+    settings.ROOT_URLCONF = __name__
+    settings.ADMINS = [("Ops", "ops@example.com")]
+
+    answer = Client(raise_request_exception=False).get("/explode/")
+
+    assert answer.status_code == 500
+    [sent] = mail.outbox
+    assert "in _explode_beside_an_unprintable" in sent.body  # its traceback
+    assert "could not connect to postgres://********************@db.internal" in sent.body
+    assert DB_PASSWORD not in sent.body

@@ -18,7 +18,7 @@ from django.db.models.functions import Concat
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit, emails, enqueue, mail
+from refunds import audit, emails, enqueue, mail, permissions
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.nodes.asking import ask_key
 from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
@@ -85,10 +85,21 @@ class Found:
         return self.question is not None or bool(self.why)
 
 
-def question_for(*, recipients: Iterable[str], references: Iterable[str]) -> Found:
+def question_for(*, recipients: Iterable[str], references: Iterable[str], brought_by=None) -> Found:
     """The question a message answers: by the token in a recipient (the reply address), else by
     its In-Reply-To/References naming the question email's Message-ID. A token that matches no
-    question is forged or mistyped: it matches nothing, and says so."""
+    question is forged or mistyped: it matches nothing, and says so. For whoever brought the
+    message in (`brought_by`: an API caller) a question on a ticket they may not see matches
+    nothing either, as the API answers for any ticket outside its caller's scope."""
+    found = _question_for(recipients=recipients, references=references)
+    if found.question is None or brought_by is None:
+        return found
+    if permissions.can_view(brought_by, found.question.ticket):
+        return found
+    return Found(None, f"it was handed in by {brought_by}, who may not see its question's ticket")
+
+
+def _question_for(*, recipients: Iterable[str], references: Iterable[str]) -> Found:
     token = token_in(recipients)
     if token is not None:
         found = CustomerQuestion.objects.filter(token=token).select_related("ticket__order").first()

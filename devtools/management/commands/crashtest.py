@@ -174,6 +174,12 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="keep the data folder and logs")
 
     def handle(self, *args, **opts):
+        if not (settings.DEMO or settings.REFUNDS_ALLOW_FAKES):
+            raise CommandError(
+                "crashtest kills workers and drops and recreates the database it is pointed at: "
+                "it runs in the demo (REFUNDS_DEMO=true) or where fakes are allowed "
+                "(REFUNDS_ALLOW_FAKES=true: the tests, a staging box), never in production."
+            )
         for name in ("tickets", "workers"):
             if opts[name] < 1:
                 raise CommandError(f"--{name} must be at least 1")
