@@ -4,12 +4,16 @@ post may have, and a clear 4xx, logged in one line, for a post that is not one w
 Django parses a form and refuses any form field over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) with a
 400, site-wide; Mailgun's raw-MIME route posts the whole email, a photo of the damage with it, as
 one field. So the inbound routes parse their form themselves (WholeForm, through Django's upload
-handler hook), up to INBOUND_MAX_BODY_BYTES, and every other URL keeps Django's limit."""
+handler hook), up to INBOUND_MAX_BODY_BYTES, and every other URL keeps Django's limit.
+
+Mailgun's inbound view is anymail's with the work per email bounded (MailgunInbound): a post of
+150,000 one-byte MIME parts would hold a worker until it is killed, and the email be lost."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -18,11 +22,12 @@ from functools import wraps
 from typing import Any
 
 from anymail.exceptions import AnymailConfigurationError, AnymailWebhookValidationFailure
+from anymail.webhooks.mailgun import MailgunInboundWebhookView
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
-from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, QueryDict
 from django.http.multipartparser import MultiPartParserError
 from django.utils.datastructures import MultiValueDict
 
@@ -33,6 +38,11 @@ log = logging.getLogger(__name__)
 # missing, JSON that does not parse, a tracking webhook pointed at the inbound URL): the post's
 # fault, so a 400 that says so, never a 500 the provider retries for hours.
 MALFORMED = (KeyError, json.JSONDecodeError, MultiPartParserError, AnymailConfigurationError)
+# Read of one email: its first MOST_PARTS MIME parts, its first MOST_HEADERS headers each up to
+# HEADER_CHARS (the email package reads a header of thousands of words in seconds).
+MOST_PARTS = 100
+MOST_HEADERS = 200
+HEADER_CHARS = 16_000
 
 
 class Refused(AnymailWebhookValidationFailure):
@@ -77,12 +87,56 @@ class WholeForm(FileUploadHandler):
         return post, files
 
 
-def door(view: Callable[..., HttpResponse], *, max_bytes: str | None = None):
+class MailgunInbound(MailgunInboundWebhookView):
+    """anymail's view of Mailgun's inbound routes, on a bounded part of the email (what was not
+    read, in words, is the message's `unread`)."""
+
+    def esp_to_anymail_event(self, request):
+        post, unread = request.POST.copy(), list[str]()
+        if "body-mime" in post:
+            post["body-mime"], unread = _first_parts(post["body-mime"])
+        elif "message-headers" in post:  # the parsed route, as anymail tells them apart
+            post["message-headers"], unread = _first_headers(post["message-headers"])
+        request.POST = post
+        event = super().esp_to_anymail_event(request)
+        event.message.unread = " ".join(unread)
+        return event
+
+
+def _first_parts(mime: str) -> tuple[str, list[str]]:
+    """The raw MIME up to its MOST_PARTS-th part (each part opens with a line "--boundary"),
+    and what was not read."""
+    for count, found in enumerate(re.finditer(r"^--", mime, flags=re.MULTILINE)):
+        if count > MOST_PARTS:
+            return mime[: found.start()], [f"Only its first {MOST_PARTS} MIME parts were read."]
+    return mime, []
+
+
+def _first_headers(written: str) -> tuple[str, list[str]]:
+    """Mailgun's parsed headers ([[name, value], ...]): the first MOST_HEADERS, each on one line
+    (a decoded display name's CR/LF would make the email package refuse the whole email) and up
+    to HEADER_CHARS; and what was not read."""
+    headers = json.loads(written)
+    if not isinstance(headers, list):
+        return written, []
+    pairs = [
+        [re.sub(r"[\r\n]+", " ", str(one)) for one in header]
+        for header in headers
+        if isinstance(header, list) and len(header) == 2
+    ]
+    kept = [[one[:HEADER_CHARS] for one in pair] for pair in pairs[:MOST_HEADERS]]
+    said = (
+        f"Only its first {MOST_HEADERS} headers were read, up to {HEADER_CHARS:,} characters each."
+    )
+    return json.dumps(kept), [said] if kept != pairs else []
+
+
+def door(view: Callable[..., HttpResponseBase], *, max_bytes: str | None = None):
     """`view` behind the door: with `max_bytes` (a setting's name), bodies up to that setting are
     taken and larger ones refused with 413 before anything is parsed."""
 
     @wraps(view)  # keeps anymail's csrf_exempt
-    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         limit = getattr(settings, max_bytes) if max_bytes else None
         if limit is not None:
             try:
