@@ -5,7 +5,8 @@ signature that is stale or used already (what anymail leaves to the app) and tur
 into a Message.
 
 An email is never refused once signed: the customer already sent it. Its faults (no text, too
-long, a From that is no address) send it to "Needs sorting" (intake/services.py). Text in a
+long, a From that is no address or that the provider's checks did not confirm) send it to
+"Needs sorting" (intake/services.py). Text in a
 charset that does not decode is kept with replacement characters; the raw MIME is kept too, with
 each attachment taken out and a line in its place. Attachments are judged and the kept ones
 written to storage before the message's transaction (intake/attachments.py), and recorded with

@@ -118,15 +118,13 @@ def _first_parts(mime: str) -> tuple[str, list[str]]:
 
 
 def _first_headers(written: str) -> tuple[str, list[str]]:
-    """Mailgun's parsed headers ([[name, value], ...]): the first MOST_HEADERS, each on one line
-    (a decoded display name's CR/LF would make the email package refuse the whole email) and up
-    to HEADER_CHARS; and what was not read."""
+    """Mailgun's parsed headers ([[name, value], ...], any other shape read as none): the first
+    MOST_HEADERS, each on one line (a decoded display name's CR/LF would make the email package
+    refuse the whole email) and up to HEADER_CHARS; and what was not read."""
     headers = json.loads(written)
-    if not isinstance(headers, list):
-        return written, []
     pairs = [
         [re.sub(r"[\r\n]+", " ", str(one)) for one in header]
-        for header in headers
+        for header in (headers if isinstance(headers, list) else [])
         if isinstance(header, list) and len(header) == 2
     ]
     kept = [[one[:HEADER_CHARS] for one in pair] for pair in pairs[:MOST_HEADERS]]

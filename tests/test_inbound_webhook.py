@@ -363,6 +363,8 @@ PARSED_ODD = {
         "content-id-map": "{bad",
     },
     "the store() action's fields": {"message-headers": "[]", "attachments": "[]"},
+    "message-headers of another shape": {"message-headers": '{"Subject": 1}', "body-plain": "hi"},
+    "message-headers that are a number": {"message-headers": "5", "body-plain": "hi"},
     "a tracking event": {"event": "delivered", "message-headers": "[]"},
 }
 
