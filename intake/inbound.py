@@ -5,7 +5,8 @@ signature that is stale or used already (what anymail leaves to the app; intake/
 signed_once, as for the tracking posts) and turns the message into a Message.
 
 An email is never refused once signed: the customer already sent it. Its faults (no text, too
-long, a From that is no address) send it to "Needs sorting" (intake/services.py). Text in a
+long, a From that is no address or that the provider's checks did not confirm) send it to
+"Needs sorting" (intake/services.py). Text in a
 charset that does not decode is kept with replacement characters; the raw MIME is kept too, with
 each attachment taken out and a line in its place. Attachments are judged and the kept ones
 written to storage before the message's transaction (intake/attachments.py), and recorded with
@@ -19,9 +20,9 @@ import re
 from datetime import UTC, datetime, timedelta
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
+from email.policy import default
 from email.utils import getaddresses
 
-from anymail.exceptions import AnymailInvalidAddress
 from anymail.inbound import AnymailInboundMessage
 from anymail.signals import AnymailInboundEvent, inbound
 from django.conf import settings
@@ -33,12 +34,29 @@ from django.utils.html import strip_tags
 from intake import attachments
 from intake.models import Message
 from intake.services import message_receive
-from intake.webhook import signed_once
+from intake.webhook import HEADER_CHARS, signed_once
 
 log = logging.getLogger(__name__)
 # Providers retry a delivery for hours (Mailgun 8 h, others up to 3 days): an unsigned time
 # older than this, or in the future, is not when the email came; the time it reached us is.
 PLAUSIBLE_AGE = timedelta(days=7)
+# Work per email is bounded: the email package reads a header of thousands of words in seconds
+# (a References of 70,000 IDs: 15 s), so headers are read as written, each up to HEADER_CHARS,
+# and at most MOST_ADDRESSES recipients and MOST_IDS Message-IDs of them; the message says so.
+MOST_ADDRESSES = 100
+MOST_IDS = 100
+ID = re.compile(r"<[^<>\s]+>")
+# The provider's checks of the sender: Mailgun's own headers, and the standard ones any receiver
+# adds (Received-SPF, RFC 7208; Authentication-Results, RFC 8601: "spf=fail ... dkim=pass").
+VERDICT_HEADERS = {
+    "x-mailgun-spf": "spf",
+    "received-spf": "spf",
+    "x-mailgun-dkim-check-result": "dkim",
+}
+VERDICT = re.compile(r"(?<![\w.-])(spf|dkim)\s*=\s*(\w+)", re.IGNORECASE)
+# Flattened as it came: refolding a long header parses it (seconds, or an error on CR/LF in an
+# encoded display name).
+AS_IT_CAME = default.clone(refold_source="none")
 
 
 @receiver(inbound, dispatch_uid="intake.inbound.message_in")
@@ -50,6 +68,8 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
     parts = _set_aside(email)
     raw = _raw(email)
     sender, name = _from(email)
+    recipients, to_cut = _recipients(email)
+    references, ids_cut = _references(email)
     key = _key(email, raw, sender)
     about, kept = attachments.attachments_judge(parts, key=key)
     attachments.attachments_store(kept)  # before the row that names them: see the module
@@ -60,36 +80,71 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
             key=key,
             sender=sender,
             sender_name=name,
-            subject=email.subject or "",
+            subject=_words(_written(email, "subject")[:HEADER_CHARS]),
             body=body_text(email),
             received_at=_received_at(event.timestamp),
             raw=raw,
             message_id=email.get("Message-ID") or "",
             attachments=about,
-            recipients=_recipients(email),
-            references=_references(email),
+            recipients=recipients,
+            references=references,
+            verdicts=_verdicts(email),
+            unread=" ".join(filter(None, [getattr(email, "unread", ""), to_cut, ids_cut])),
         )
         if created:
             attachments.attachments_record(message, kept)
     log.info("inbound %s: message %s (%s)", esp_name, message.pk, "new" if created else "again")
 
 
-def _recipients(email: AnymailInboundMessage) -> list[str]:
+def _written(email: AnymailInboundMessage, name: str) -> str:
+    """A header's values as written, unparsed; an undecodable byte is a replacement character."""
+    return " ".join(
+        value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        for key, value in email.raw_items()
+        if key.lower() == name
+    )
+
+
+def _recipients(email: AnymailInboundMessage) -> tuple[list[str], str]:
     """Where it was sent: the envelope's recipient first (the reply address, whatever the
-    headers say), then To, Cc and Delivered-To."""
-    found = [email.envelope_recipient or ""]
-    for header in ("To", "Cc", "Delivered-To"):
-        try:
-            found += [a.addr_spec for a in email.get_address_header(header)]
-        except (AnymailInvalidAddress, ValueError, IndexError):
-            continue
-    return [one for one in found if one]
+    headers say), then To, Cc and Delivered-To, up to MOST_ADDRESSES; and "" or that it had
+    more."""
+    written = [_written(email, name) for name in ("to", "cc", "delivered-to")]
+    read = getaddresses([one[:HEADER_CHARS] for one in written])
+    found = [one for one in [email.envelope_recipient or ""] + [a for _, a in read] if one]
+    if len(found) <= MOST_ADDRESSES and all(len(one) <= HEADER_CHARS for one in written):
+        return found, ""
+    return found[
+        :MOST_ADDRESSES
+    ], f"Only the first {MOST_ADDRESSES} addresses it was sent to were read."
 
 
-def _references(email: AnymailInboundMessage) -> list[str]:
-    """The Message-IDs it answers: In-Reply-To, then References."""
-    written = " ".join(email.get_all("In-Reply-To", []) + email.get_all("References", []))
-    return re.findall(r"<[^<>\s]+>", written)
+def _references(email: AnymailInboundMessage) -> tuple[list[str], str]:
+    """The Message-IDs it answers: In-Reply-To, then the last of References (a reply appends
+    the ID it answers), MOST_IDS of each; and "" or that it had more."""
+    answers = ID.findall(_written(email, "in-reply-to")[:HEADER_CHARS])
+    written = _written(email, "references")
+    references = ID.findall(written[-HEADER_CHARS:])
+    if len(answers) <= MOST_IDS and len(references) <= MOST_IDS and len(written) <= HEADER_CHARS:
+        return answers + references, ""
+    return answers[:MOST_IDS] + references[-MOST_IDS:], (
+        f"Only the last {MOST_IDS} Message-IDs of its References were read."
+    )
+
+
+def _verdicts(email: AnymailInboundMessage) -> dict[str, str]:
+    """The provider's SPF and DKIM verdicts ("pass", "fail", "softfail", "none", ...), the first
+    of each: a receiver adds its results above the ones it received, so the topmost are the
+    provider's, and any the sender wrote in are below them."""
+    found: dict[str, str] = {}
+    for name, value in email.raw_items():
+        written = str(value)[:HEADER_CHARS].lower()
+        if name.lower() in VERDICT_HEADERS:
+            found.setdefault(VERDICT_HEADERS[name.lower()], (written.split() or [""])[0])
+        elif name.lower() == "authentication-results":
+            for check, verdict in VERDICT.findall(written):
+                found.setdefault(check, verdict)
+    return found
 
 
 def _received_at(stamp: datetime | None) -> datetime:
@@ -125,13 +180,7 @@ def _from(email: AnymailInboundMessage) -> tuple[str, str]:
     """(address, display name) of the From; a From that is not one address Python can read
     (several, none, CR/LF in its name, junk) is kept as written, and the message goes to
     "Needs sorting" saying so."""
-    try:
-        addresses = email.get_address_header("From")
-    except (AnymailInvalidAddress, ValueError, IndexError):  # the email package's refusals
-        addresses = []
-    if len(addresses) == 1:
-        return addresses[0].addr_spec, addresses[0].display_name
-    written = " ".join(value for name, value in email.raw_items() if name.lower() == "from")
+    written = _written(email, "from")[:HEADER_CHARS]
     found = getaddresses([written])  # the standard library's lenient reading
     if len(found) == 1 and "@" in found[0][1]:
         return found[0][1], _words(found[0][0])
@@ -168,7 +217,7 @@ def _set_aside(email: AnymailInboundMessage) -> list[attachments.Part]:
             continue
         content = part.get_payload(decode=True)
         content = content if isinstance(content, bytes) else b""
-        name = " ".join((part.get_filename() or "").split())
+        name = " ".join((part.get_filename() or "").replace("\x00", " ").split())
         parts.append(attachments.Part(name, part.get_content_type(), content))
         digest = hashlib.sha256(content).hexdigest()
         del part["Content-Transfer-Encoding"]
@@ -181,6 +230,7 @@ def _set_aside(email: AnymailInboundMessage) -> list[attachments.Part]:
 
 def _raw(email: AnymailInboundMessage) -> str:
     try:
-        return email.as_bytes().decode("utf-8", errors="replace")
+        return email.as_bytes(policy=AS_IT_CAME).decode("utf-8", errors="replace")
     except Exception:  # noqa: BLE001 - a message Python cannot flatten is kept in words
-        return f"(the raw message could not be flattened)\n{email.get('From', '')}\n"
+        headers = "".join(f"{name}: {value}\n" for name, value in email.raw_items())
+        return f"(the raw message could not be flattened)\n{headers}"

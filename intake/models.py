@@ -57,6 +57,9 @@ class Message(models.Model):
     # An email's text longer than INTAKE_MAX_CHARS is cut there for reading (the whole of it is
     # in `raw`): how long it was. None: not cut.
     uncut_chars = models.PositiveIntegerField(null=True, blank=True)
+    # What of an email was not read, in words (its MIME parts, addresses, Message-IDs past the
+    # bounds of intake/inbound.py and intake/webhook.py: work per email is bounded); "" for all.
+    unread = models.TextField(blank=True, default="", db_default="")
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
     # The email's own Message-ID ("<...@...>"; "" for a message by another channel or without
@@ -130,13 +133,14 @@ class Message(models.Model):
 
     @property
     def cut_note(self) -> str:
-        """What every page showing the message says when its text was cut; "" when it was not."""
+        """What every page showing the message says when its text was cut, or the email was
+        read in part; "" when neither."""
         if self.uncut_chars is None:
-            return ""
+            return f"This email was read in part. {self.unread}" if self.unread else ""
         return (
             f"This message was cut to the first {len(self.body):,} characters for reading "
-            f"(it has {self.uncut_chars:,}); the whole email is kept as it came."
-        )
+            f"(it has {self.uncut_chars:,}); the whole email is kept as it came. {self.unread}"
+        ).strip()
 
     @property
     def ack_key(self) -> str:

@@ -54,6 +54,8 @@ def message_receive(
     wake: bool = True,
     recipients: list[str] | None = None,
     references: list[str] | None = None,
+    verdicts: dict[str, str] | None = None,
+    unread: str = "",
 ) -> tuple[Message, bool]:
     """Store a customer's message once and start its intake when this transaction commits.
     Returns (message, created): a message delivered again (the same key) is the first one,
@@ -64,7 +66,9 @@ def message_receive(
     False no worker is asked: the recovery sweep finds the message (the demo loads its messages
     before the broker is up). `recipients` (the addresses it was sent to) and `references` (its
     In-Reply-To and References Message-IDs) find the question it answers, if any: a reply to
-    one resumes that ticket's thread instead of starting the intake (intake/replies.py)."""
+    one resumes that ticket's thread instead of starting the intake (intake/replies.py).
+    `verdicts` are the mail provider's checks of the sender ({"spf": "fail", "dkim": "pass"});
+    `unread`, what of an email was not read (its parts, addresses, IDs past a bound), in words."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     if (brought_by is None) != (channel == Message.Channel.EMAIL):
@@ -76,15 +80,18 @@ def message_receive(
     if channel == Message.Channel.EMAIL and len(body) > settings.INTAKE_MAX_CHARS:
         uncut_chars, body = len(body), body[: settings.INTAKE_MAX_CHARS]
     problems = message_problems(sender=sender, body=body)
+    forged = _not_authenticated(verdicts or {})
     if problems and channel != Message.Channel.EMAIL:
         raise MessageRefused(" ".join(problems))
     fields = {
         "channel": channel,
         "sender": sender[:SENDER_MAX],
         "sender_name": _clean(sender_name).strip()[:200],
-        "subject": _clean(subject).strip()[:SUBJECT_MAX],
+        # On one line: it is the first line of our emails about it (their subject).
+        "subject": " ".join(_clean(subject).split())[:SUBJECT_MAX],
         "body": body,
         "uncut_chars": uncut_chars,
+        "unread": unread,
         "received_at": received_at,
         "raw": _clean(raw),
         "message_id": " ".join(_clean(message_id).split())[:998],
@@ -97,12 +104,16 @@ def message_receive(
         # restored from a backup beside checkpoints that were not.
         "thread_id": f"intake-{uuid.uuid4().hex}",
         # Read by the workflow: a message with a fault is read and acknowledged, never placed.
-        "sorting_reason": " ".join(problems) or _not_a_customer(sender),
+        "sorting_reason": " ".join(problems) or _not_a_customer(sender) or forged,
     }
     with transaction.atomic():
         message, created = Message.objects.get_or_create(key=key, defaults=fields)
-        if created and replies.reply_place(
-            message, recipients=recipients or [], references=references or []
+        if (
+            created
+            and not forged
+            and replies.reply_place(
+                message, recipients=recipients or [], references=references or []
+            )
         ):
             message.refresh_from_db()
         elif created and wake:
@@ -120,6 +131,19 @@ def _not_a_customer(sender: str) -> str:
     return (
         f"The sender {sender} is the address of a desk user, not a customer's: a person sorts "
         "it, and whoever sorts it opens its ticket."
+    )
+
+
+def _not_authenticated(verdicts: dict[str, str]) -> str:
+    """Why a person sorts an email whose provider's checks passed neither SPF nor DKIM (anyone
+    can write a customer's address in a From; these checks are what say the customer sent it);
+    "" when one passed, or the provider gave none."""
+    if not verdicts or "pass" in verdicts.values():
+        return ""
+    said = ", ".join(f"{check.upper()} {verdict}" for check, verdict in verdicts.items())
+    return (
+        f"The mail provider's checks did not confirm the sender ({said}): the From may be "
+        "forged, so a person sorts it, and whoever sorts it opens its ticket."
     )
 
 

@@ -1,18 +1,20 @@
 """anymail's webhook URLs (e.g. /mail/mailgun/inbound_mime/, /mail/mailgun/tracking/) behind
 intake/webhook.py's door, under anymail's own names; the inbound ones take bodies up to
-INBOUND_MAX_BODY_BYTES."""
+INBOUND_MAX_BODY_BYTES. Mailgun's inbound view is ours (intake/webhook.py's MailgunInbound)."""
 
 from anymail.urls import urlpatterns as anymail_urls
 from django.db import transaction
 from django.urls import URLPattern
 
-from intake.webhook import door
+from intake.webhook import MailgunInbound, door
+
+OURS = {"mailgun_inbound_webhook": MailgunInbound.as_view()}
 
 app_name = "anymail"
 urlpatterns = [
     URLPattern(
         url.pattern,
-        door(url.callback, max_bytes="INBOUND_MAX_BODY_BYTES")
+        door(OURS.get(url.name or "", url.callback), max_bytes="INBOUND_MAX_BODY_BYTES")
         if "inbound" in (url.name or "")
         # A tracking post's receivers (its signature's token, what it reports) commit together.
         else door(transaction.atomic(url.callback)),

@@ -5,12 +5,16 @@ signature stale or used already is one (signed_once, for inbound and tracking po
 Django parses a form and refuses any form field over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) with a
 400, site-wide; Mailgun's raw-MIME route posts the whole email, a photo of the damage with it, as
 one field. So the inbound routes parse their form themselves (WholeForm, through Django's upload
-handler hook), up to INBOUND_MAX_BODY_BYTES, and every other URL keeps Django's limit."""
+handler hook), up to INBOUND_MAX_BODY_BYTES, and every other URL keeps Django's limit.
+
+Mailgun's inbound view is anymail's with the work per email bounded (MailgunInbound): a post of
+150,000 one-byte MIME parts would hold a worker until it is killed, and the email be lost."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
@@ -21,12 +25,13 @@ from typing import Any
 
 from anymail.exceptions import AnymailConfigurationError, AnymailWebhookValidationFailure
 from anymail.signals import AnymailEvent, AnymailTrackingEvent, tracking
+from anymail.webhooks.mailgun import MailgunInboundWebhookView
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
 from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, QueryDict
 from django.http.multipartparser import MultiPartParserError
 from django.utils import timezone
 from django.utils.datastructures import MultiValueDict
@@ -41,6 +46,11 @@ log = logging.getLogger(__name__)
 MALFORMED = (KeyError, json.JSONDecodeError, MultiPartParserError, AnymailConfigurationError)
 # ESPs that sign a timestamp and a one-time token (anymail hands the token over as event_id).
 SIGNS_TIMESTAMP_AND_TOKEN = {"Mailgun"}
+# Read of one email: its first MOST_PARTS MIME parts, its first MOST_HEADERS headers each up to
+# HEADER_CHARS (the email package reads a header of thousands of words in seconds).
+MOST_PARTS = 100
+MOST_HEADERS = 200
+HEADER_CHARS = 16_000
 
 
 class Refused(AnymailWebhookValidationFailure):
@@ -65,6 +75,11 @@ class WholeForm(FileUploadHandler):
         data = input_data.read(self.limit + 1)
         if len(data) > self.limit:
             raise RequestDataTooBig(f"the body is over {self.limit} bytes")
+        # Django's limits on fields and files, which its own parser keeps and this one replaces:
+        # the email package parses 30,000 one-byte fields in 9 s.
+        most = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + settings.DATA_UPLOAD_MAX_NUMBER_FILES
+        if data.count(b"--" + boundary) > most + 1:  # and the closing line
+            raise MultiPartParserError(f"the form has more than {most} fields and files")
         head = f"Content-Type: {META.get('CONTENT_TYPE', '')}\r\n\r\n".encode()
         form = BytesParser(EmailMessage, policy=HTTP).parsebytes(head + data)
         if not form.is_multipart():
@@ -83,6 +98,48 @@ class WholeForm(FileUploadHandler):
                 upload = SimpleUploadedFile(filename, content, part.get_content_type())
                 files.appendlist(name, upload)
         return post, files
+
+
+class MailgunInbound(MailgunInboundWebhookView):
+    """anymail's view of Mailgun's inbound routes, on a bounded part of the email (what was not
+    read, in words, is the message's `unread`)."""
+
+    def esp_to_anymail_event(self, request):
+        post, unread = request.POST.copy(), list[str]()
+        if "body-mime" in post:
+            post["body-mime"], unread = _first_parts(post["body-mime"])
+        elif "message-headers" in post:  # the parsed route, as anymail tells them apart
+            post["message-headers"], unread = _first_headers(post["message-headers"])
+        request.POST = post
+        event = super().esp_to_anymail_event(request)
+        event.message.unread = " ".join(unread)
+        return event
+
+
+def _first_parts(mime: str) -> tuple[str, list[str]]:
+    """The raw MIME up to its MOST_PARTS-th part (each part opens with a line "--boundary"),
+    and what was not read."""
+    for count, found in enumerate(re.finditer(r"^--", mime, flags=re.MULTILINE)):
+        if count > MOST_PARTS:
+            return mime[: found.start()], [f"Only its first {MOST_PARTS} MIME parts were read."]
+    return mime, []
+
+
+def _first_headers(written: str) -> tuple[str, list[str]]:
+    """Mailgun's parsed headers ([[name, value], ...], any other shape read as none): the first
+    MOST_HEADERS, each on one line (a decoded display name's CR/LF would make the email package
+    refuse the whole email) and up to HEADER_CHARS; and what was not read."""
+    headers = json.loads(written)
+    pairs = [
+        [re.sub(r"[\r\n]+", " ", str(one)) for one in header]
+        for header in (headers if isinstance(headers, list) else [])
+        if isinstance(header, list) and len(header) == 2
+    ]
+    kept = [[one[:HEADER_CHARS] for one in pair] for pair in pairs[:MOST_HEADERS]]
+    said = (
+        f"Only its first {MOST_HEADERS} headers were read, up to {HEADER_CHARS:,} characters each."
+    )
+    return json.dumps(kept), [said] if kept != pairs else []
 
 
 def signed_once(event: AnymailEvent, esp_name: str) -> None:
@@ -134,12 +191,12 @@ def tracking_signed_once(sender, event: AnymailTrackingEvent, esp_name: str, **k
     signed_once(event, esp_name)
 
 
-def door(view: Callable[..., HttpResponse], *, max_bytes: str | None = None):
+def door(view: Callable[..., HttpResponseBase], *, max_bytes: str | None = None):
     """`view` behind the door: with `max_bytes` (a setting's name), bodies up to that setting are
     taken and larger ones refused with 413 before anything is parsed."""
 
     @wraps(view)  # keeps anymail's csrf_exempt
-    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         limit = getattr(settings, max_bytes) if max_bytes else None
         if limit is not None:
             try:

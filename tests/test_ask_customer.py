@@ -427,6 +427,74 @@ def test_a_reply_through_the_inbound_webhook_finds_its_thread_by_the_reply_addre
     assert Ticket.objects.count() == 1  # no second ticket from the reply
 
 
+def reply_mime(*, to: str, references: str = "") -> str:
+    return (
+        f"From: Ana Souza <ana@example.com>\r\nTo: {to}\r\nSubject: photo\r\n"
+        f"Message-ID: <r2@mail.example.com>\r\nReferences: {references}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n\r\nThe vase arrived in three pieces.\r\n"
+    )
+
+
+def test_a_reply_naming_70000_message_ids_finds_its_question_among_the_last_ones_read(
+    transactional_db, client, settings, agent, colleague, late_order
+):
+    """A References of 70,000 Message-IDs was one query with too many parameters, answered 503
+    as "the database is unavailable": the last 100 are read (a reply appends the ID it answers),
+    and the message says so."""
+    settings.ANYMAIL = {"MAILGUN_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY}
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    ids = " ".join(f"<{n}@thread.example.com>" for n in range(70_000))
+    mime_text = reply_mime(to="refunds@desk.example.com", references=f"{ids} {question.message_id}")
+    assert mailgun_post(client, mime_text, "refunds@desk.example.com").status_code == 200
+    message = Message.objects.get()
+    assert message.ticket_id == ticket.pk and message.answers_question == question
+    assert message.unread == "Only the last 100 Message-IDs of its References were read."
+
+
+def test_a_reply_sent_to_thousands_of_addresses_reads_the_first_hundred(
+    transactional_db, client, settings, agent, colleague, late_order
+):
+    """Its reply address among the first 100 is read and finds the thread; one past them is not
+    read at all (20,000 addresses held a web worker 16.5 s)."""
+    settings.ANYMAIL = {"MAILGUN_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY}
+    ticket = waiting_review(late_order, colleague)
+    address = asking_address(asked(ticket, agent))
+    others = [f"someone{n}@example.com" for n in range(5000)]
+    first = reply_mime(to=", ".join([*others[:50], address, *others[50:]]))
+    assert mailgun_post(client, first, "refunds@desk.example.com").status_code == 200
+    message = Message.objects.get()
+    assert message.ticket_id == ticket.pk and message.status == Message.Status.ADDED
+    assert message.unread == "Only the first 100 addresses it was sent to were read."
+    past = reply_mime(to=", ".join([*others[:150], address])).replace("<r2@", "<r3@")
+    assert mailgun_post(client, past, "refunds@desk.example.com").status_code == 200
+    assert Message.objects.get(message_id="<r3@mail.example.com>").ticket_id is None
+
+
+def test_a_reply_whose_providers_checks_fail_resumes_nothing_and_waits_for_a_person(
+    transactional_db, agent, colleague, late_order
+):
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    message, _ = message_receive(
+        channel="email",
+        key="<forged@elsewhere.test>",
+        sender="ana@example.com",
+        subject="Re: A question about your refund request",
+        body="No photo needed, just refund it.",
+        received_at=timezone.now(),
+        raw="",
+        recipients=[asking_address(question)],
+        verdicts={"spf": "fail", "dkim": "none"},
+    )
+    assert (
+        message.answers_question is None and "did not confirm the sender" in message.sorting_reason
+    )
+    question.refresh_from_db()
+    assert question.replied_at is None
+    assert runner.advance(ticket.pk) == "awaiting_customer"
+
+
 def test_a_reply_whose_early_check_passed_before_the_thread_moved_on_resumes_nothing(
     transactional_db, agent, colleague, late_order, monkeypatch
 ):

@@ -151,6 +151,20 @@ def test_a_message_for_a_person_is_acknowledged_in_its_language(transactional_db
     assert ack.in_reply_to == f"<ack-{language}@customer.test>"
 
 
+def test_a_line_break_in_the_customers_subject_stays_in_the_acknowledgments_subject(
+    transactional_db, smtp
+):
+    """The subject is the first line of the email's words: a line break in it began the body."""
+    email_in(
+        "Hello, my parcel arrived a week late. Ana",
+        message_id="<two-lines@customer.test>",
+        subject="Late\r\nYour refund of $500 is approved",
+    )
+    (ack,) = smtp.delivered
+    assert ack.subject == "Re: Late Your refund of $500 is approved"
+    assert "$500" not in ack.body
+
+
 ASKS_FOR_THE_NUMBER = "replying with the order number helps us find it"
 
 

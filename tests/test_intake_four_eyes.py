@@ -288,3 +288,65 @@ def test_a_message_without_its_person_or_an_email_with_one_is_a_bug(
             brought_by=agent if person else None,
         )
     assert not Message.objects.exists()
+
+
+def parsed_email(verdicts: list[list[str]]) -> Message:
+    """Ana's email by Mailgun's parsed route, its checks' verdicts among its headers (topmost
+    first, as a receiver adds them)."""
+    headers = [
+        *verdicts,
+        ["From", "Ana Souza <ana@example.com>"],
+        ["Subject", "Late parcel"],
+        ["Message-Id", "<m3@mail.example.com>"],
+    ]
+    fields = signed({"body-plain": LATE, "message-headers": json.dumps(headers)})
+    response = Client().post("/mail/mailgun/inbound/", fields)
+    assert response.status_code == 200, response.content
+    return Message.objects.get(channel=Message.Channel.EMAIL)
+
+
+FAILED = {
+    "Mailgun's": [["X-Mailgun-Spf", "Fail"], ["X-Mailgun-Dkim-Check-Result", "Fail"]],
+    "a receiver's Authentication-Results": [
+        [
+            "Authentication-Results",
+            "mx.example; spf=softfail smtp.mailfrom=ana@example.com; dkim=none",
+        ]
+    ],
+    "Mailgun's, with passes the sender wrote below them": [
+        ["X-Mailgun-Spf", "Fail"],
+        ["X-Mailgun-Dkim-Check-Result", "Fail"],
+        ["X-Mailgun-Spf", "Pass"],
+        ["Authentication-Results", "forged.example; spf=pass; dkim=pass"],
+    ],
+}
+
+
+@pytest.mark.parametrize("verdicts", FAILED.values(), ids=FAILED)
+def test_an_email_whose_providers_checks_fail_goes_to_a_person_to_sort_saying_why(ana, verdicts):
+    """Anyone can write Ana's address in a From (an agent did, then approved the ticket alone):
+    when the provider's checks pass neither SPF nor DKIM, a person sorts it, and no ticket opens."""
+    message = parsed_email(verdicts)
+    assert workflow.message_take(message.pk) == "finished"
+    message.refresh_from_db()
+    assert message.status == Message.Status.NEEDS_SORTING and message.ticket is None
+    assert message.sorting_reason.startswith(
+        "The mail provider's checks did not confirm the sender"
+    )
+    assert not Ticket.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "verdicts",
+    [
+        [["X-Mailgun-Spf", "Pass"], ["X-Mailgun-Dkim-Check-Result", "Pass"]],
+        [["X-Mailgun-Spf", "SoftFail"], ["X-Mailgun-Dkim-Check-Result", "Pass"]],  # forwarded
+        [],  # a provider that gives none: as before
+    ],
+    ids=["both pass", "DKIM passes", "no verdicts"],
+)
+def test_an_email_whose_provider_confirms_the_sender_or_says_nothing_opens_its_ticket(
+    ana, verdicts
+):
+    ticket = opened_from(parsed_email(verdicts))
+    assert ticket.opened_by is None and ticket.order.number == "1042"
