@@ -137,9 +137,13 @@ class Message(models.Model):
         read in part; "" when neither."""
         if self.uncut_chars is None:
             return f"This email was read in part. {self.unread}" if self.unread else ""
+        # Its first MIME parts only, when the rest were not read: the raw email is kept that far.
+        kept = (
+            "the email is kept as far as it was read" if self.unread else "the whole email is kept"
+        )
         return (
             f"This message was cut to the first {len(self.body):,} characters for reading "
-            f"(it has {self.uncut_chars:,}); the whole email is kept as it came. {self.unread}"
+            f"(it has {self.uncut_chars:,}); {kept} as it came. {self.unread}"
         ).strip()
 
     @property

@@ -457,6 +457,22 @@ def test_an_email_of_a_thousand_parts_is_kept_with_its_first_hundred_read(post, 
     )
 
 
+def test_a_long_email_read_in_part_never_says_it_is_kept_whole(post, db, woken, settings):
+    """Its text cut for length and its parts past the first hundred not read: the raw email is
+    kept as far as it was read, and the page says so, not that it is kept whole."""
+    settings.INTAKE_MAX_CHARS = 1000
+    parts = "".join(f"--z\r\nContent-Type: text/plain\r\n\r\n{n}\r\n" for n in range(200))
+    payload = (
+        'From: Ana Souza <ana@example.com>\r\nContent-Type: multipart/mixed; boundary="z"\r\n'
+        f"\r\n--z\r\nContent-Type: text/plain\r\n\r\n{LATE} {'more words ' * 200}\r\n"
+        f"{parts}--z--\r\n"
+    )
+    assert post(signed({"body-mime": payload})).status_code == 200
+    note = Message.objects.get().cut_note
+    assert "cut to the first 1,000 characters" in note and "MIME parts were read" in note
+    assert "whole" not in note and "kept as far as it was read" in note
+
+
 def test_an_email_to_40000_addresses_is_kept_with_its_first_hundred_read(post, db, woken):
     to = ", ".join(f"Someone {n} <s{n}@example.com>" for n in range(40_000))
     payload = mime().replace("To: refunds@desk.example.com", f"To: {to}")
