@@ -49,8 +49,11 @@ def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str |
             done = "rejected"
         else:
             done = f"approved: {dollars(sum(o['amount_cents'] for o in approved))}"
-        who = decision.reviewer.username if decision.reviewer else "the customer"
-        return f"Order {number} was decided by {who} at {local_words(decision.decided_at)}, {done}."
+        when = local_words(decision.decided_at)
+        if decision.reviewer is None:  # the wait on the customer: their reply, or the timer's
+            said = "no reply came" if decision.answer == Decision.Answer.NO_REPLY else "replied"
+            return f"Order {number}: the customer was asked, and {said} at {when}."
+        return f"Order {number} was decided by {decision.reviewer.username} at {when}, {done}."
     if (
         ticket.status != Ticket.Status.AWAITING_REVIEW
         or ticket.pending_interrupt_id != interrupt_id

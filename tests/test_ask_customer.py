@@ -782,3 +782,19 @@ def test_the_timeline_quotes_the_reply_without_the_blank_lines_its_email_ends_wi
     client.force_login(agent)
     page = client.get(f"/tickets/{ticket.pk}/").content.decode()
     assert "The customer replied: “Here is the photo.”; the review is back" in page
+
+
+def test_the_outcome_of_a_wait_on_the_customer_says_they_replied_not_who_decided(
+    transactional_db, agent, colleague, late_order
+):
+    """A page that saw the wait asks how it ended: the customer replied (or no reply came),
+    never "decided by the customer ..., rejected"."""
+    from refunds import selectors
+
+    ticket = waiting_review(late_order, colleague)
+    question = asked(ticket, agent)
+    waited_on = ticket.pending_interrupt_id
+    reply_in(question)
+    said = selectors.review_outcome(ticket, waited_on, now=timezone.now())
+    assert said is not None and said.startswith("Order 1042: the customer was asked, and replied")
+    assert "rejected" not in said and "decided" not in said
