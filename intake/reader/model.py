@@ -3,22 +3,23 @@ a reading validated against a schema. It only reads: what it answers is checked 
 input, and on any failure or doubtful answer the rules reader reads the message instead and the
 reading says why (`Reading.fallback`), in words a reviewer understands.
 
-Retries go by kind: a timeout, a rate limit or a lost connection is tried again, up to
-REFUNDS_MODEL_ATTEMPTS in all; a refusal, an answer that is not JSON or out of the schema, or a
-provider that cannot be loaded is final at once (asking again would cost and say the same)."""
+Retries go by kind (LangChain's `with_retry`): a timeout, a rate limit or a lost connection is
+tried again, up to REFUNDS_MODEL_ATTEMPTS in all; a refusal, an answer that is not JSON or out of
+the schema, or a provider that cannot be loaded is final at once (asking again would cost and say
+the same)."""
 
 from __future__ import annotations
 
 import json
 import re
 import threading
-import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.masking import mask
@@ -188,22 +189,19 @@ def read_with(
     """The seam tests drive with LangChain's fake chat models: read with `chat`, which
     REFUNDS_MODEL's spec names (`spec`), the rules when it fails or answers out of shape."""
     outside_transaction("the chat model")
-    message = _message(sender, subject, body)
-    failed: ModelFailed | None = None
-    for attempt in range(1, attempts + 1):
-        try:
-            answer = _ask(chat, message, timeout=timeout)
-            # Orders and quotes must be in what the model was shown.
-            return _checked(answer, spec=spec, subject=subject, body=body[:MAX_CHARS])
-        except ModelFailed as exc:
-            failed = exc
-            if not exc.transient or attempt == attempts:
-                break
-            time.sleep(backoff * attempt)
-    assert failed is not None
-    if failed.transient and attempts > 1:
-        failed = ModelFailed(f"{failed.words} ({attempts} attempts)", True, failed.kind)
-    return _by_rules(sender, subject, body, failed)
+    retried: Runnable = RunnableLambda(partial(_ask, chat, timeout=timeout)).with_retry(
+        retry_if_exception_type=lambda exc: isinstance(exc, ModelFailed) and exc.transient,
+        stop_after_attempt=attempts,
+        exponential_jitter_params={"max": backoff},  # seconds between attempts
+    )
+    try:
+        answer = retried.invoke(_message(sender, subject, body))
+        # Orders and quotes must be in what the model was shown.
+        return _checked(answer, spec=spec, subject=subject, body=body[:MAX_CHARS])
+    except ModelFailed as failed:
+        if failed.transient and attempts > 1:
+            failed = ModelFailed(f"{failed.words} ({attempts} attempts)", True, failed.kind)
+        return _by_rules(sender, subject, body, failed)
 
 
 def _by_rules(sender: str, subject: str, body: str, failed: ModelFailed) -> Reading:
