@@ -309,7 +309,13 @@ def on_version_4(monkeypatch, restore_graph, settings, sinks, request):
         outcome = runner.advance(ticket.pk)
         if approved:
             assert outcome == "awaiting_review"
-            approve(Ticket.objects.get(pk=ticket.pk), reviewer)
+            waiting = Ticket.objects.get(pk=ticket.pk)  # approved as version 4's desk recorded it
+            Decision.objects.create(
+                ticket=waiting,
+                interrupt_id=waiting.pending_interrupt_id,
+                reviewer=reviewer,
+                answer="approve",
+            )
             outcome = runner.advance(ticket.pk)
         waits = crash_at in ("review", "refused")  # at its (first or second) review
         assert outcome == ("awaiting_review" if waits else "error"), outcome

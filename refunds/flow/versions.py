@@ -3,10 +3,13 @@
 Every thread is stamped with the flow version it started under (`flow_version` in its state and
 on its Ticket row). When a release changes the state's shape, it bumps FLOW_VERSION and adds
 UPGRADES[old]: a function from a state of version `old` to the update that makes it version
-`old + 1`. The runner carries a paused thread across by sending that update with the resume,
-`Command(resume={interrupt_id: answer}, update=...)`: LangGraph applies it before the resumed
-node runs, the interrupt id stays the one the reviewer answered, and no extra checkpoint or
-branch is made. A thread with work left (no interrupt) continues with `Command(update=...)`.
+`old + 1`. `manage.py upgrade_threads` carries every open thread across, through the runner
+(`advance(carry=True)`), which sends that update with the thread's next command: with the resume
+of an answer recorded, `Command(resume={interrupt_id: answer}, update=...)`; a review still
+waiting, `Command(update=...)`, so `approve` asks again on the new shape under the same interrupt
+id; a thread with work left, `Command(update=..., goto=...)`. LangGraph applies it before the
+node runs, and no extra checkpoint or branch is made. The runner runs no other thread of an
+older version.
 
 History:
 - 1: the first shape.
