@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 
 from refunds import enqueue, payments, persistence, policy, runner, services
+from refunds.flow import parts as refund_parts
 from refunds.flow import versions
 from refunds.models import ChargePart, Decision, Order, OrderLine, Ticket
 
@@ -213,7 +214,19 @@ def test_a_damaged_vase_is_proposed_approved_and_refunded_as_its_line(
 
 
 def as_version_5(name: str, fn):
-    """Version 5's per-order check: no lines read, no parts proposed, the fee its amount."""
+    """Version 5's per-order check: no lines read, no parts proposed, the fee its amount; its
+    review proposed that fee."""
+    if name == "approve":
+
+        @functools.wraps(fn)
+        def approve(state, *args, **kwargs):
+            checks = {
+                n: {"parts": [refund_parts.shipping(c["amount_cents"])]} | c
+                for n, c in state["checks"].items()
+            }
+            return fn(state | {"checks": checks}, *args, **kwargs)
+
+        return approve
     if name != "check_order":
         return fn
 
