@@ -79,8 +79,9 @@ _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from:
 
 def is_forkable(snap: StateSnapshot) -> bool:
     """A fork may start from this checkpoint: it is before the charge (before triage or paused
-    at the review), so triage can run again with a corrected amount."""
-    return snap.next in _FORKABLE_AT
+    at the review), so triage can run again with a corrected amount, and of the current flow
+    version (older ones are in the history of threads manage.py upgrade_threads carried)."""
+    return snap.next in _FORKABLE_AT and versions.version_of(snap.values) == FLOW_VERSION
 
 
 def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
@@ -107,24 +108,31 @@ def drain_running(reason: str) -> None:
         lease.drain(reason)
 
 
-def advance(ticket_id: int) -> str:
-    """Move one thread as far as it goes. Safe to call any number of times, from any worker."""
+def advance(ticket_id: int, *, carry: bool = False) -> str:
+    """Move one thread as far as it goes. Safe to call any number of times, from any worker.
+    A thread of an older flow version moves only with `carry` (manage.py upgrade_threads), which
+    carries it to the current version first (refunds/flow/versions.py)."""
     started = time.monotonic()
     _draining.clear()
     with bound(ticket_id=ticket_id):
-        outcome = _advance(ticket_id)
+        outcome = _advance(ticket_id, carry=carry)
     metrics.ADVANCES.labels(outcome=outcome).inc()
     metrics.ADVANCE_SECONDS.observe(time.monotonic() - started)
     return outcome
 
 
-def _advance(ticket_id: int) -> str:
+def _advance(ticket_id: int, *, carry: bool = False) -> str:
     lease = leases.grant(ticket_id)
     if lease is None:
         status = Ticket.objects.filter(pk=ticket_id).values_list("status", flat=True).first()
         if status is None:
             return "missing"
         return status if status in (*Ticket.FINAL, Ticket.Status.FAILED) else "busy"
+    if lease.flow_version < FLOW_VERSION and not carry:
+        # Not a failure of the thread: it waits, not counted, until the command carries it.
+        error = f"Flow version {lease.flow_version} is retired: run manage.py upgrade_threads."
+        lease.release(attempts=F("attempts") - 1, last_error=error)
+        return "old version"
     if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
         return _give_up(lease)
     _running.append(lease)
@@ -372,12 +380,12 @@ def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             one.update(refused_reason=refusal)
             continue
         previous = (current.values or {}).get("amount_cents")
-        # A base of an older shape is carried to the current one in the same update; the fork
-        # corrects its one order's amount (ticket_fork refuses a ticket of several).
-        carried = versions.upgrade(base.values)
-        values = base.values | carried
+        # The base as it reads, lists aside (they append): a thread carried while paused holds
+        # its carry as the paused checkpoint's pending writes, which update_state leaves out.
+        # The fork corrects its one order's amount (ticket_fork refuses a ticket of several).
+        values = {k: v for k, v in base.values.items() if k not in ("flags", "notes", "trail")}
         (number,) = values["order_numbers"]
-        update: dict[str, Any] = carried | {
+        update: dict[str, Any] = values | {
             "checks": {number: _forked(values["checks"][number], fork.amount_cents)},
             "amount_cents": fork.amount_cents,
             # Counted over every branch: a fork from an older checkpoint gets a new number, so
@@ -420,10 +428,7 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
     `approve`, under the lease and its fence; the run that follows pauses on the review."""
     failed = Charge.objects.failed_not_handed_back().filter(ticket_id=lease.row_id)
     for charge in failed.select_related("order").order_by("pk"):
-        # A thread of an older shape is carried to the current one in the same update.
-        current = snapshot(lease.thread_id).values or {}
-        carried = versions.upgrade(current)
-        values = cast(RefundState, current | carried)
+        values = cast(RefundState, snapshot(lease.thread_id).values or {})
         number = charge.order.number
         charges = values.get("charges") or {}
         why = selectors.refund_failure_words(charge.failure_reason, charge.processor_status)
@@ -442,7 +447,7 @@ def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             except MailRefused as exc:  # a bad address: the manager's review still comes
                 log.warning("ticket %s: failure email refused: %s", lease.row_id, exc)
             left = {n: c for n, c in charges.items() if n != number and c.get("receipt")}
-            update: dict[str, Any] = carried | {
+            update: dict[str, Any] = {
                 "checks": {
                     number: {
                         # The review comes back over the order as it stands now (what is left
@@ -490,17 +495,18 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
     """Run the thread until it waits on a person or ends; return its mirror fields (empty when
     nothing changed)."""
     ctx = collaborators(lease)
+    # A thread stamped with an older state shape (only `carry` runs one) is read from the
+    # checkpointer, so its values can be carried to the current shape with the run's first
+    # command; its forks and failed refunds wait for the next run, on the current shape.
+    old_shape = lease.flow_version < FLOW_VERSION
     forks = []
-    if lease.has_forks:  # the grant's UPDATE said so
+    if lease.has_forks and not old_shape:  # the grant's UPDATE said so
         forks = list(
             Fork.objects.unapplied()
             .filter(ticket_id=lease.row_id)
             .select_related("by")
             .order_by("created_at")
         )
-    # A thread stamped with an older state shape is read from the checkpointer, so its values
-    # can be carried to the current shape with the run's first command.
-    old_shape = lease.flow_version < FLOW_VERSION
     state: Any = None  # None: the first grant ever, the thread never ran, nothing to read
     as_mirrored = False  # the state is the mirror's own: nothing to write back unless it moves
     trusted = lease.trusted and not forks and not lease.refund_failed
@@ -514,7 +520,7 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
         if not persistence.checkpointer().claim_fence(lease.thread_id, lease.epoch):
             raise FenceLost(f"a newer epoch than {lease.epoch} holds {lease.thread_id}")
         _apply_forks(lease, forks)
-        if lease.refund_failed:
+        if lease.refund_failed and not old_shape:
             _hand_back_failed_refunds(lease, ctx)
         state = snapshot(lease.thread_id)
         if state.metadata is not None and not state.interrupts:
@@ -532,6 +538,11 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
         elif state.interrupts:
             answered = (state.values or {}).get("decision", {}).get("decision_id")
             decision = _settle_decisions(lease, {i.id for i in state.interrupts}, answered)
+            if decision is None and old_shape and (upgrade := versions.upgrade(state.values)):
+                # Carried while it waits: the paused node runs again on the current shape and
+                # asks again under the same interrupt id, so a reviewer's answer still lands.
+                state = _run(lease, Command(update=upgrade), ctx)
+                continue
             if decision is None:
                 return {} if as_mirrored else mirror.fields(state)  # waiting on a person
             # The mirror stops saying "awaiting review" while the answer is applied, so the

@@ -7,6 +7,7 @@ import uuid
 from django.utils import timezone
 
 from refunds import policy
+from refunds.flow import parts as refund_parts
 from refunds.flow.nodes import review_request
 from refunds.models import Order, Ticket
 
@@ -23,6 +24,8 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
         "order": order.as_facts(),
         "balance_cents": amount,
         "amount_cents": amount,
+        "parts": [refund_parts.shipping(amount)],
+        "parts_why": "",
         "late_by_days": late,
         "refundable": True,
         "declined_reason": "",

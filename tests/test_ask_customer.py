@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import time
 import uuid
@@ -16,6 +17,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core import mail
+from django.core.management import call_command
 from django.db import transaction
 from django.test import Client
 from django.utils import timezone
@@ -351,7 +353,7 @@ def test_a_bad_question_is_refused_and_changes_nothing(
     assert not Decision.objects.exists() and not CustomerQuestion.objects.exists()
 
 
-def test_a_review_paused_under_version_6_is_asked_and_carried_to_version_7(
+def test_a_review_paused_under_version_6_is_carried_to_version_7_and_asked(
     transactional_db, agent, colleague, late_order, monkeypatch
 ):
     real_input = runner.initial_input
@@ -363,6 +365,10 @@ def test_a_review_paused_under_version_6_is_asked_and_carried_to_version_7(
     assert persistence.snapshot(ticket.thread_id).values["flow_version"] == 6
     monkeypatch.undo()  # the release of version 7
     assert ticket.flow_version == 6
+    call_command("upgrade_threads", stdout=io.StringIO())
+    carried = Ticket.objects.get(pk=ticket.pk)
+    assert carried.flow_version == 7 and carried.status == "awaiting_review"
+    assert carried.pending_interrupt_id == ticket.pending_interrupt_id  # the same review
     question = asked(ticket, agent)
     assert persistence.snapshot(ticket.thread_id).values["flow_version"] == 7
     reply_in(question)

@@ -1,15 +1,18 @@
-"""Schema versions: a thread paused under one state shape resumes under the next, carried across
-by the upgrade sent with the resume (refunds/flow/versions.py)."""
+"""Schema versions: a thread paused under one state shape waits until manage.py upgrade_threads
+carries it to the next (refunds/flow/versions.py), then resumes under it."""
 
 from __future__ import annotations
 
 import functools
+import io
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from refunds import enqueue, payments, persistence, runner, services
 from refunds.flow import versions
 from refunds.flow.nodes import customer_namespace
+from refunds.management.commands import upgrade_threads as upgrade_threads_command
 from refunds.models import Charge, Decision, Email, Ticket
 
 
@@ -39,6 +42,18 @@ def approve(ticket: Ticket, reviewer) -> Decision:
     )
 
 
+def upgrade_threads() -> str:
+    out = io.StringIO()
+    call_command("upgrade_threads", stdout=out)
+    return out.getvalue()
+
+
+def carried(ticket: Ticket) -> Ticket:
+    """The ticket after the command, which leaves none on an older version."""
+    assert "None left" in upgrade_threads()
+    return Ticket.objects.get(pk=ticket.pk)
+
+
 def requires_currency(name: str, fn):
     """Version N+1's nodes: the email reads the order's currency, which version N lacks."""
     if name != "email":
@@ -52,31 +67,77 @@ def requires_currency(name: str, fn):
     return email
 
 
-def test_a_thread_paused_under_version_n_resumes_to_its_end_under_n_plus_1(
+def release_n_plus_1(monkeypatch, settings, n: int) -> None:
+    """The release of version N+1: the order facts gain a currency, and an upgrade says how a
+    state of version N gets one."""
+    for module in (runner, versions, upgrade_threads_command):
+        monkeypatch.setattr(module, "FLOW_VERSION", n + 1)
+    monkeypatch.setitem(
+        versions.UPGRADES, n, lambda v: {"order": {**v["order"], "currency": "USD"}}
+    )
+    settings.REFUNDS_NODE_WRAPPER = f"{__name__}.requires_currency"
+
+
+def test_a_thread_paused_under_version_n_waits_for_the_command_then_ends_under_n_plus_1(
     transactional_db, agent, admin_user, late_order, monkeypatch, restore_graph, settings
 ):
     n = versions.FLOW_VERSION
     ticket = paused(agent)
     assert ticket.flow_version == n
     assert persistence.snapshot(ticket.thread_id).values["flow_version"] == n
+
+    release_n_plus_1(monkeypatch, settings, n)
+
+    # The runner does not run it (nor fail it): it waits for the command, which it names.
     decision = approve(ticket, admin_user)
+    assert runner.advance(ticket.pk) == "old version"
+    waiting = Ticket.objects.get(pk=ticket.pk)
+    assert waiting.status == "awaiting_review" and waiting.attempts == ticket.attempts
+    assert "manage.py upgrade_threads" in waiting.last_error
+    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == n
 
-    # The release of version N+1: the order facts gain a currency, and an upgrade says how a
-    # state of version N gets one.
-    monkeypatch.setattr(runner, "FLOW_VERSION", n + 1)
-    monkeypatch.setattr(versions, "FLOW_VERSION", n + 1)
-    monkeypatch.setitem(
-        versions.UPGRADES, n, lambda v: {"order": {**v["order"], "currency": "USD"}}
-    )
-    settings.REFUNDS_NODE_WRAPPER = f"{__name__}.requires_currency"
-
-    assert runner.advance(ticket.pk) == "refunded"
+    assert "Carried 1 thread(s)" in upgrade_threads()  # and applies the answer waiting
     decision.refresh_from_db()
     assert decision.applied_at is not None and decision.refused_reason == ""  # the same review
     state = persistence.snapshot(ticket.thread_id).values
     assert state["flow_version"] == n + 1 and state["order"]["currency"] == "USD"
     assert Ticket.objects.get(pk=ticket.pk).flow_version == n + 1
     assert list(Charge.objects.values_list("amount_cents", flat=True)) == [699]
+
+
+def test_the_command_carries_a_paused_review_without_answering_it_and_twice_changes_nothing(
+    transactional_db, agent, admin_user, late_order, monkeypatch, restore_graph, settings
+):
+    n = versions.FLOW_VERSION
+    ticket = paused(agent)
+    release_n_plus_1(monkeypatch, settings, n)
+
+    assert "Carried 1 thread(s)" in upgrade_threads()
+    after = Ticket.objects.get(pk=ticket.pk)
+    assert after.flow_version == n + 1 and after.status == "awaiting_review"
+    assert after.pending_interrupt_id == ticket.pending_interrupt_id  # the same review
+    state = persistence.snapshot(ticket.thread_id)
+    assert state.values["order"]["currency"] == "USD"
+
+    assert upgrade_threads() == (
+        f"Carried 0 thread(s) to flow version {n + 1}.\nNone left on an older version.\n"
+    )
+    again = persistence.snapshot(ticket.thread_id)
+    assert again.values == state.values and again.config == state.config
+    assert Ticket.objects.get(pk=ticket.pk).lease_epoch == after.lease_epoch  # not even leased
+
+    approve(after, admin_user)
+    assert runner.advance(ticket.pk) == "refunded"
+    assert list(Charge.objects.values_list("amount_cents", flat=True)) == [699]
+
+
+def test_the_command_exits_non_zero_while_a_thread_is_left_on_an_older_version(
+    transactional_db, agent, late_order, monkeypatch
+):
+    ticket = paused(agent)
+    Ticket.objects.filter(pk=ticket.pk).update(flow_version=1, status="failed")
+    with pytest.raises(CommandError, match=f"1 left on an older version: ticket {ticket.pk}"):
+        upgrade_threads()
 
 
 def test_without_the_upgrade_the_new_shape_would_not_resume(
@@ -97,10 +158,10 @@ def test_a_version_1_thread_is_stamped_with_the_current_version_when_it_resumes(
     Ticket.objects.filter(pk=ticket.pk).update(flow_version=1)  # as opened before version 2
     assert persistence.snapshot(ticket.thread_id).values["flow_version"] == 1
     monkeypatch.undo()
-    ticket.refresh_from_db()
+    ticket = carried(ticket)
+    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == versions.FLOW_VERSION
     approve(ticket, admin_user)
     assert runner.advance(ticket.pk) == "refunded"
-    assert persistence.snapshot(ticket.thread_id).values["flow_version"] == versions.FLOW_VERSION
     assert Ticket.objects.get(pk=ticket.pk).flow_version == versions.FLOW_VERSION
 
 
@@ -248,7 +309,13 @@ def on_version_4(monkeypatch, restore_graph, settings, sinks, request):
         outcome = runner.advance(ticket.pk)
         if approved:
             assert outcome == "awaiting_review"
-            approve(Ticket.objects.get(pk=ticket.pk), reviewer)
+            waiting = Ticket.objects.get(pk=ticket.pk)  # approved as version 4's desk recorded it
+            Decision.objects.create(
+                ticket=waiting,
+                interrupt_id=waiting.pending_interrupt_id,
+                reviewer=reviewer,
+                answer="approve",
+            )
             outcome = runner.advance(ticket.pk)
         waits = crash_at in ("review", "refused")  # at its (first or second) review
         assert outcome == ("awaiting_review" if waits else "error"), outcome
@@ -285,7 +352,9 @@ def test_a_one_order_thread_paused_at_its_review_under_version_4_is_reviewed_and
         "order": "1042",
         "amount_cents": 699,
     }
-    decision = approve(ticket, admin_user)  # the review the reviewer saw under version 4
+    ticket = carried(ticket)  # the same review, on today's card
+    assert ticket.pending_payload["orders"][0]["number"] == "1042"
+    decision = approve(ticket, admin_user)
 
     assert runner.advance(ticket.pk) == "refunded"
     decision.refresh_from_db()
@@ -304,7 +373,7 @@ def test_a_one_order_thread_paused_at_its_review_under_version_4_is_reviewed_and
 def test_a_lower_amount_approved_on_a_version_4_review_is_paid_at_that_amount(
     transactional_db, agent, manager, late_order, on_version_4, sinks
 ):
-    ticket = on_version_4(agent, manager, "review")
+    ticket = carried(on_version_4(agent, manager, "review"))
     services.ticket_decide(
         ticket=ticket,
         interrupt_id=ticket.pending_interrupt_id,
@@ -326,7 +395,7 @@ def test_a_version_4_thread_whose_charge_went_through_unrecorded_never_charges_a
     old_key = f"{ticket.thread_id}:charge_card:699"
     assert sinks.gateway.charge_calls == {old_key: 1}
 
-    assert runner.advance(ticket.pk) == "refunded"
+    assert carried(ticket).status == "refunded"
     state = carried_to_5(ticket)
     assert state["charges"]["1042"]["receipt"]
     assert sinks.gateway.charge_calls == {old_key: 1}  # the ledger knew the key: never again
@@ -340,7 +409,7 @@ def test_a_version_4_thread_paused_after_its_charge_only_sends_the_email(
     ticket = on_version_4(agent, admin_user, "email", approved=True)
     old_key = f"{ticket.thread_id}:charge_card:699"
 
-    assert runner.advance(ticket.pk) == "refunded"
+    assert carried(ticket).status == "refunded"
     carried_to_5(ticket)
     assert sinks.gateway.charge_calls == {old_key: 1}  # never charged again
     assert landed(sinks, ticket) == ([699], {f"{ticket.thread_id}:email": 1})
@@ -359,7 +428,7 @@ def test_a_version_4_thread_that_died_in_its_checks_starts_again_on_the_one_path
     history_check, a node gone) runs the ticket's checks again on the one path."""
     ticket = on_version_4(agent, admin_user, "history_check")
 
-    assert runner.advance(ticket.pk) == "awaiting_review"
+    assert carried(ticket).status == "awaiting_review"
     state = carried_to_5(ticket)
     assert state["checks"]["1042"]["amount_cents"] == 699
     assert "check_order:1042" in state["trail"] and "check_policy" not in state["trail"]
@@ -381,6 +450,7 @@ def test_a_declined_version_4_thread_forked_at_its_second_review_is_never_charge
     assert persistence.snapshot(ticket.thread_id).values["decision"]["answer"] == "approve"
     services.ticket_fork(ticket=ticket, amount_cents=500, reason="part of it", by=admin_user)
 
+    assert carried(ticket).status == "awaiting_review"
     assert runner.advance(ticket.pk) == "awaiting_review"
     assert sinks.gateway.charge_calls == {}  # nothing charged without a review
     ticket = Ticket.objects.get(pk=ticket.pk)
@@ -389,3 +459,14 @@ def test_a_declined_version_4_thread_forked_at_its_second_review_is_never_charge
     assert runner.advance(ticket.pk) == "refunded"
     carried_to_5(ticket)
     assert landed(sinks, ticket) == ([500], {f"{ticket.thread_id}:email": 1})
+
+
+def test_a_fork_never_starts_from_a_checkpoint_of_a_version_before_the_carry(
+    transactional_db, agent, admin_user, late_order, on_version_4, sinks
+):
+    ticket = carried(on_version_4(agent, admin_user, "refused", approved=True))
+    reviews = [s for s in persistence.history(ticket.thread_id) if s.next == ("approve",)]
+    assert [versions.version_of(s.values) for s in reviews] == [versions.FLOW_VERSION, 4]
+    first_review = reviews[-1].config["configurable"]["checkpoint_id"]
+    assert runner.fork_base(ticket.thread_id, first_review) is None
+    assert runner.fork_base(ticket.thread_id) == reviews[0]

@@ -5,11 +5,14 @@ a thread reviewed under version 5 ends as a refund of the shipping fee, as it wo
 from __future__ import annotations
 
 import functools
+import io
 import re
 
 import pytest
+from django.core.management import call_command
 
 from refunds import enqueue, payments, persistence, policy, runner, services
+from refunds.flow import parts as refund_parts
 from refunds.flow import versions
 from refunds.models import ChargePart, Decision, Order, OrderLine, Ticket
 
@@ -211,7 +214,19 @@ def test_a_damaged_vase_is_proposed_approved_and_refunded_as_its_line(
 
 
 def as_version_5(name: str, fn):
-    """Version 5's per-order check: no lines read, no parts proposed, the fee its amount."""
+    """Version 5's per-order check: no lines read, no parts proposed, the fee its amount; its
+    review proposed that fee."""
+    if name == "approve":
+
+        @functools.wraps(fn)
+        def approve(state, *args, **kwargs):
+            checks = {
+                n: {"parts": [refund_parts.shipping(c["amount_cents"])]} | c
+                for n, c in state["checks"].items()
+            }
+            return fn(state | {"checks": checks}, *args, **kwargs)
+
+        return approve
     if name != "check_order":
         return fn
 
@@ -255,9 +270,9 @@ def test_a_damaged_vase_refused_by_its_manager_is_told_so_without_a_word_of_ship
 def test_a_review_paused_under_version_5_ends_as_a_shipping_fee_refund(
     transactional_db, agent, manager, late_order, gateway, monkeypatch, settings
 ):
-    """A damaged vase reported under version 5 asked for the shipping fee; approved after the
-    release of version 6, it is refunded that fee under the key version 5 would have used, not
-    the vase version 6 would propose."""
+    """A damaged vase reported under version 5 asked for the shipping fee; carried to version 6
+    (manage.py upgrade_threads) and approved, it is refunded that fee under the key version 5
+    would have used, not the vase version 6 would propose."""
     vases(late_order)
     real_input = runner.initial_input
     monkeypatch.setattr(
@@ -272,6 +287,8 @@ def test_a_review_paused_under_version_5_ends_as_a_shipping_fee_refund(
     monkeypatch.undo()  # the release of version 6
     settings.REFUNDS_NODE_WRAPPER = ""
     persistence._compiled.cache_clear()
+    call_command("upgrade_threads", stdout=io.StringIO())
+    ticket.refresh_from_db()
 
     services.ticket_decide(
         ticket=ticket,

@@ -5,8 +5,11 @@ runner with real checkpoints (and a thread paused before reasons existed)."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.core.exceptions import PermissionDenied
+from django.core.management import call_command
 
 from intake.reading import Reading
 from refunds import enqueue, persistence, policy, runner, services
@@ -146,12 +149,14 @@ def test_a_thread_paused_before_reasons_existed_resumes_to_its_end_as_a_late_del
         return values | {"flow_version": old}
 
     monkeypatch.setattr(runner, "initial_input", before_reasons)
+    monkeypatch.setattr(runner, "FLOW_VERSION", old)
     ticket = services.ticket_open(order_number="1042")
     Ticket.objects.filter(pk=ticket.pk).update(flow_version=old)
     assert runner.advance(ticket.pk) == "awaiting_review"
     paused_state = persistence.snapshot(ticket.thread_id).values
     assert "reason" not in paused_state and paused_state["flow_version"] == old
     monkeypatch.undo()  # the new release
+    call_command("upgrade_threads", stdout=io.StringIO())
 
     ticket.refresh_from_db()
     decide(ticket, admin_user)

@@ -26,11 +26,8 @@ def open_orders(review: Sequence[ReviewOrder]) -> dict[str, ReviewOrder]:
 
 
 def proposal(order: ReviewOrder) -> list[Part]:
-    """What the review proposes to refund of one open order (an order from before parts: its
-    amount in shipping)."""
-    if order.get("parts") == [] or not order.get("amount_cents"):
-        return list(order.get("parts") or [])
-    return refund_parts.or_shipping(order.get("parts"), order["amount_cents"])
+    """What the review proposes to refund of one open order."""
+    return list(order.get("parts") or [])
 
 
 def expanded(
@@ -157,11 +154,7 @@ def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnsw
                 )
             answers[number] = {"answer": "reject", "reason": why}
             continue
-        facts = order.get("order")
-        if facts is None:  # a review from before parts offers its shipping fee, or less of it
-            parts = _shipping_only(number, one.get("parts"), refund_parts.total(proposal(order)))
-        else:
-            parts = policy.parts_checked(facts, one.get("parts"))
+        parts = policy.parts_checked(order["order"], one.get("parts"))
         if one.get("amount_cents") not in (None, refund_parts.total(parts)):
             raise ValueError(f"Order {number}: give the amount in its parts, not beside them.")
         approved: OrderAnswer = {
@@ -173,17 +166,6 @@ def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnsw
             approved["reason"] = why
         answers[number] = approved
     return answers
-
-
-def _shipping_only(number: str, given: object, most: int) -> list[Part]:
-    fee = given[0] if isinstance(given, list) and len(given) == 1 else None
-    amount = fee.get("amount_cents") if isinstance(fee, dict) and fee.get("shipping") else None
-    if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= most:
-        raise ValueError(
-            f"Order {number}: this review refunds its shipping fee, more than $0.00 and at most "
-            f"{dollars(most)}."
-        )
-    return [refund_parts.shipping(amount)]
 
 
 def edited(review: Sequence[ReviewOrder], answers: Mapping[str, OrderAnswer]) -> bool:

@@ -17,8 +17,8 @@ def shipping(amount_cents: int) -> Part:
 
 
 def or_shipping(parts: list[Part] | None, amount_cents: int) -> list[Part]:
-    """The parts of a refund; none given (a thread from before parts, a caller that names only
-    an amount) is the shipping fee for the amount."""
+    """The parts of a refund; none given (a caller that names only an amount) is the shipping
+    fee for the amount."""
     return list(parts) if parts else [shipping(amount_cents)]
 
 

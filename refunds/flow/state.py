@@ -78,8 +78,7 @@ class OrderAnswer(TypedDict, total=False):
     answer: Literal["approve", "reject"]
     amount_cents: int  # approve: what to pay, the parts' sum
     reason: str  # reject: why, for the customer; approve: why less than proposed, if said
-    # approve: what is refunded (flow version 6). None in an answer of version 5: the shipping
-    # fee, for `amount_cents`.
+    # approve: what is refunded (flow version 6).
     parts: list[Part]
     # approve: the review said the order's payment is disputed, and the manager approved all
     # the same; its charge is not stopped again for an open dispute. Absent reads False.
@@ -139,7 +138,7 @@ class OrderCheck(TypedDict, total=False):
     balance_cents: int
     amount_cents: int  # what the ticket asks for it: its balance, 0 when the policy declines
     # What the policy proposes to refund (flow version 6), the sum of which is `amount_cents`,
-    # and why, in the desk's words. None in a check of version 5: the shipping fee.
+    # and why, in the desk's words.
     parts: list[Part]
     parts_why: str
     late_by_days: int

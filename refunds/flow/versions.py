@@ -3,10 +3,13 @@
 Every thread is stamped with the flow version it started under (`flow_version` in its state and
 on its Ticket row). When a release changes the state's shape, it bumps FLOW_VERSION and adds
 UPGRADES[old]: a function from a state of version `old` to the update that makes it version
-`old + 1`. The runner carries a paused thread across by sending that update with the resume,
-`Command(resume={interrupt_id: answer}, update=...)`: LangGraph applies it before the resumed
-node runs, the interrupt id stays the one the reviewer answered, and no extra checkpoint or
-branch is made. A thread with work left (no interrupt) continues with `Command(update=...)`.
+`old + 1`. `manage.py upgrade_threads` carries every open thread across, through the runner
+(`advance(carry=True)`), which sends that update with the thread's next command: with the resume
+of an answer recorded, `Command(resume={interrupt_id: answer}, update=...)`; a review still
+waiting, `Command(update=...)`, so `approve` asks again on the new shape under the same interrupt
+id; a thread with work left, `Command(update=..., goto=...)`. LangGraph applies it before the
+node runs, and no extra checkpoint or branch is made. The runner runs no other thread of an
+older version.
 
 History:
 - 1: the first shape.
@@ -28,10 +31,9 @@ History:
 - 6: a refund is a set of parts of an order (`Part`: units of a line, or the shipping fee). The
   order's facts gain `lines` and `shipping_refunded_cents`, each check the policy's proposal
   (`parts`, `parts_why`), an approval and a charge task their `parts`, a check task the
-  customer's `words`. A thread of version 5 needs nothing but its stamp: every reader of these
-  takes a check, an answer or a task without parts as the shipping fee for its amount (so a
-  review approved under version 5 ends as it would have, under the same charge key), and facts
-  without lines as an order without lines.
+  customer's `words`. A thread of version 5 gets the shipping fee for its amount as each
+  check's proposal and each approval's parts (so a review approved under version 5 ends as it
+  would have, under the same charge key); facts without lines read as an order without lines.
 - 7: a review may ask the customer: `asking` (the question being sent or waited on) and
   `replies` (the questions answered, with the customer's words). A thread of version 6 never
   asked: it needs only its stamp (every reader takes a missing `asking` as none and missing
@@ -49,6 +51,7 @@ from typing import Any, cast
 
 from langgraph.types import Send
 
+from refunds.flow import parts as refund_parts
 from refunds.flow.nodes.charge import send_charges
 from refunds.flow.nodes.checks import declined_reason, fan_out, route_policy
 from refunds.flow.state import FLOW_VERSION, CustomerHistory, OrderCheck, RefundState
@@ -108,7 +111,17 @@ def _to_5(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def _to_6(values: dict[str, Any]) -> dict[str, Any]:
-    return {}
+    # Before parts a refund was its order's shipping fee: each check proposed it for its amount,
+    # each approval refunded it (under the same charge key: a key names only the fee's amount).
+    checks: dict[str, Any] = {}
+    for number, check in (values.get("checks") or {}).items():
+        fee = check["amount_cents"]
+        check = {"parts": [refund_parts.shipping(fee)] if fee else [], "parts_why": ""} | check
+        answer = check.get("answer") or {}
+        if answer.get("answer") == "approve" and "parts" not in answer:
+            check["answer"] = answer | {"parts": [refund_parts.shipping(answer["amount_cents"])]}
+        checks[number] = check
+    return {"checks": checks} if checks else {}
 
 
 def _to_7(values: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -103,14 +103,9 @@ def review_unclaim(*, ticket: Ticket, by) -> bool:
 
 
 def review_orders(ticket: Ticket) -> list[ReviewOrder]:
-    """The pending review's orders, as its payload lists them; a review paused before flow
-    version 5 listed none: its one order, proposing its amount (the thread is carried to the
-    current shape as it resumes, refunds/flow/versions.py)."""
+    """The pending review's orders, as its payload lists them."""
     payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
-    if payload.get("orders") or not payload.get("order"):
-        return list(payload.get("orders") or [])
-    number, amount = str(payload["order"]["number"]), int(payload.get("amount_cents") or 0)
-    return [cast(ReviewOrder, {"number": number, "amount_cents": amount, "status": "open"})]
+    return list(payload.get("orders") or [])
 
 
 def review_answers(

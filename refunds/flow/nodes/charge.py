@@ -93,9 +93,7 @@ def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
         answer = check.get("answer") or {}
         if answer.get("answer") != "approve" or charges.get(check["number"], {}).get("receipt"):
             continue
-        amount = answer["amount_cents"]
-        # An answer of flow version 5 names no parts: the shipping fee, as it was then.
-        parts = refund_parts.or_shipping(answer.get("parts"), amount)
+        amount, parts = answer["amount_cents"], answer["parts"]
         task = ChargeTask(
             ticket_key=state["ticket_key"],
             key=_key(state, check, amount, parts),

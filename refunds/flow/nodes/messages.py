@@ -189,7 +189,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
 def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
     """What an approved order's refund gave back, part by part, for the customer's email (each
     line's quantity, title, amount and whether it comes back; the shipping fee); [] for the
-    shipping fee alone (or an answer from before parts), which the email says in a sentence.
+    shipping fee alone, which the email says in a sentence.
     `came` False: the customer reported the items not received, so the email does not tell
     them to keep what never reached them (a line marked to come back still says so)."""
     parts = (check.get("answer") or {}).get("parts") or []

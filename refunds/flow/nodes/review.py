@@ -75,13 +75,9 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
                 "receipt": charge.get("receipt", ""),
                 "notes": list(check["notes"]),
                 "flags": list(check["flags"]),
-                # What the order holds and what the policy proposes, for the parts form: a
-                # check from before parts (no "parts") proposed its shipping fee; one that
-                # proposes nothing ([]) ticks nothing, not a shipping fee of $0.00.
+                # What the order holds and what the policy proposes, for the parts form.
                 "order": check["order"],
-                "parts": refund_parts.or_shipping(check.get("parts"), check["amount_cents"])
-                if status == "open" and check.get("parts") != []
-                else [],
+                "parts": check["parts"] if status == "open" else [],
                 "parts_why": check.get("parts_why", ""),
             }
         )
