@@ -60,8 +60,14 @@ def test_the_same_customer_is_the_same_address_whatever_its_case_in_python_and_i
 
 
 LINES = [
-    {"number": "1042", "status": "open", "amount_cents": 699},
-    {"number": "1044", "status": "open", "amount_cents": 500},
+    {
+        "number": number,
+        "status": "open",
+        "amount_cents": fee,
+        "parts": [{"shipping": True, "amount_cents": fee}],
+        "order": {"number": number, "fee_cents": fee, "refunded_cents": 0, "lines": []},
+    }
+    for number, fee in [("1042", 699), ("1044", 500)]
 ]
 
 

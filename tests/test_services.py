@@ -36,6 +36,7 @@ def commit(django_capture_on_commit_callbacks):
 
 
 def awaiting(order, *, role: str = "agent", interrupt_id: str = PENDING, **fields) -> Ticket:
+    amount = fields.get("amount_cents") or order.shipping_fee_cents
     return Ticket.objects.create(
         thread_id=f"refund-{order.number}-{Ticket.objects.count()}",
         order=order,
@@ -47,8 +48,10 @@ def awaiting(order, *, role: str = "agent", interrupt_id: str = PENDING, **field
             "orders": [
                 {
                     "number": order.number,
-                    "amount_cents": fields.get("amount_cents") or order.shipping_fee_cents,
+                    "amount_cents": amount,
                     "status": "open",
+                    "parts": [{"shipping": True, "amount_cents": amount}],
+                    "order": order.as_facts(),
                 }
             ],
         },
