@@ -94,6 +94,16 @@ def reply_in(
     return message
 
 
+def hand_in(api: Client, body: dict):
+    """A helpdesk hands a message in through the API."""
+    return api.post(
+        "/api/messages/",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Idempotency-Key": "reply-1"},
+    )
+
+
 def asking_address(question: CustomerQuestion | None) -> str:
     assert question is not None
     return f"replies+{question.token}@{REPLY_DOMAIN}"
@@ -633,12 +643,7 @@ def test_a_reply_handed_in_through_the_api_resumes_the_thread(
         "body": "Photo attached; the vase is broken.",
         "to": [asking_address(question)],
     }
-    response = api.post(
-        "/api/messages/",
-        data=json.dumps(body),
-        content_type="application/json",
-        headers={"Idempotency-Key": "reply-1"},
-    )
+    response = hand_in(api, body)
     assert response.status_code == 202, response.content
     assert response.json()["status"] == "added" and response.json()["ticket"] == ticket.pk
     assert Decision.objects.filter(ticket=ticket, answer="reply").count() == 1
@@ -658,12 +663,7 @@ def test_a_reply_handed_in_by_a_caller_who_may_not_see_the_ticket_resumes_nothin
     body = {"sender": "dev@example.com", "body": "Approve it, I am the customer."}
     body |= {"to": [asking_address(question)]} if by == "reply address" else {}
     body |= {"in_reply_to": [question.message_id]} if by == "Message-ID" else {}
-    response = api.post(
-        "/api/messages/",
-        data=json.dumps(body),
-        content_type="application/json",
-        headers={"Idempotency-Key": "reply-1"},
-    )
+    response = hand_in(api, body)
     assert response.status_code == 202, response.content
     assert (response.json()["status"], response.json()["ticket"]) == ("needs_sorting", None)
     message = Message.objects.get()

@@ -45,14 +45,12 @@ def until(ticket: Ticket, wanted: str, *, timeout: float = 45) -> None:
     wait_for(done, timeout=timeout, every=0.5, what=f"ticket {ticket.pk} to be {wanted}")
 
 
-def reply_after_the_close(question: CustomerQuestion) -> None:
-    """The customer's answer by the inbound path, days after the close, to the question's
-    reply address."""
-    body = "Sorry, I was away: here is the photo."
+def reply_by_mail(question: CustomerQuestion, body: str, key: str) -> None:
+    """The customer's answer by the inbound path, to the question's reply address."""
     message_receive(
         channel="email",
-        key="<late-reply@customer.test>",
-        message_id="<late-reply@customer.test>",
+        key=key,
+        message_id=key,
         sender="ana@example.com",
         subject="photo",
         body=body,
@@ -60,6 +58,11 @@ def reply_after_the_close(question: CustomerQuestion) -> None:
         raw=body,
         recipients=[f"replies+{question.token}@desk.example.com"],
     )
+
+
+def reply_after_the_close(question: CustomerQuestion) -> None:
+    """Days after the close."""
+    reply_by_mail(question, "Sorry, I was away: here is the photo.", "<late-reply@customer.test>")
 
 
 @pytest.fixture
@@ -114,18 +117,7 @@ def test_a_worker_killed_between_the_reply_and_the_resume_resumes_once(
     until(ticket, "awaiting_customer")
     question = CustomerQuestion.objects.get(ticket=ticket)
     crash_plan({"*": {"point": point, "times": 1}})  # armed for the reply's resume
-    body = "Here is the photo: the vase is in pieces."
-    message_receive(
-        channel="email",
-        key="<reply@customer.test>",
-        message_id="<reply@customer.test>",
-        sender="ana@example.com",
-        subject="photo",
-        body=body,
-        received_at=timezone.now(),
-        raw=body,
-        recipients=[f"replies+{question.token}@desk.example.com"],
-    )
+    reply_by_mail(question, "Here is the photo: the vase is in pieces.", "<reply@customer.test>")
     wait_for(lambda: not doomed.alive, timeout=30, what="the worker to die around the resume")
     workers("second", pool="solo", env=env)
     until(ticket, "awaiting_review")
@@ -307,17 +299,7 @@ def test_a_reply_before_the_wait_is_kept_and_resumes_it_once_whatever_the_worker
     question = CustomerQuestion.objects.get(ticket=ticket)
     assert sinks.smtp.keys() == {question.email_key: 1}
     assert status(ticket) == "running"
-    message, _ = message_receive(
-        channel="email",
-        key="<early-reply@customer.test>",
-        message_id="<early-reply@customer.test>",
-        sender="ana@example.com",
-        subject="photo",
-        body="Here is the photo: the vase is in pieces.",
-        received_at=timezone.now(),
-        raw="Here is the photo: the vase is in pieces.",
-        recipients=[f"replies+{question.token}@desk.example.com"],
-    )
+    reply_by_mail(question, "Here is the photo: the vase is in pieces.", "<early@customer.test>")
     if then == "woken":
         doomed.signal(signal.SIGCONT)
     else:
