@@ -5,11 +5,13 @@ Screenshots under var/test/screenshots/ask-*.png for a person to look at."""
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 
 import pytest
 from django.test import Client
+from PIL import Image
 
 from intake.models import Attachment
 from refunds import enqueue, runner, services
@@ -80,15 +82,19 @@ def test_a_manager_asks_for_a_photo_and_decides_on_the_reply(
     expect(page.locator("#waiting-on-customer")).to_contain_text("Waiting on the customer since")
     fits(page, "waiting")
 
-    # The reply comes through the mail provider's inbound webhook with two photos.
+    # The reply comes through the mail provider's inbound webhook with two photos, and a
+    # picture of too many pixels to draw: a link that downloads, which fits the page too.
     question = CustomerQuestion.objects.get(ticket=ticket)
+    huge = io.BytesIO()
+    Image.new("1", (20_000, 20_000)).save(huge, "PNG")
     files = [
         ("front.png", "image/png", png(200, 40, 40)),
         ("side.png", "image/png", png(40, 90, 200)),
+        ("the-whole-room-from-the-doorway-panorama.png", "image/png", huge.getvalue()),
     ]
     reply = reply_email(question, files, sender=big_order.customer_email)
     assert post(Client(), reply).status_code == 200
-    assert Attachment.objects.count() == 2
+    assert Attachment.objects.count() == 3
     assert runner.advance(ticket.pk) == "awaiting_review"
     page.goto(f"{live_server.url}/")
     card = page.locator(f"#review-{ticket.pk}")
@@ -103,6 +109,7 @@ def test_a_manager_asks_for_a_photo_and_decides_on_the_reply(
     page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
     expect(page.locator(".review-card .description")).to_contain_text("The customer replied:")
     expect(page.locator("img.thumb")).to_have_count(2)
+    expect(page.locator(".attachments").first).to_contain_text("too large or unreadable to preview")
     fits(page, "reply")
     page.get_by_role("button", name="Approve the amount above").click()
     wait_for(lambda: Decision.objects.filter(ticket=ticket, answer="approve").exists())
