@@ -125,90 +125,125 @@ def is_late(since, warn_after) -> bool:
     return bool(since and warn_after and timezone.now() - since > warn_after)
 
 
-@register.filter
-def audit_words(event) -> str:
-    """An audit event as a sentence for the ticket's timeline."""
-    who = event.actor.username if event.actor else "The desk"
-    answer, seen = event.answer or {}, event.seen or {}
-    amount = words.dollars((seen.get("review") or {}).get("amount_cents"))
-    action = event.action
-    if action == "open":
-        # Said as the ticket's page and the list say it; a sorter acts but opens nothing.
-        opener = event.ticket.opener_words
-        if event.ticket.opened_by_id is None:  # "The intake", never a username's case
-            opener = opener[:1].upper() + opener[1:]
-        sorted_by = event.actor and event.actor.pk != event.ticket.opened_by_id
-        said = f"{opener} opened the ticket" + (
-            f", sorted by {event.actor.username}" if sorted_by else ""
-        )
-        return said + (f": “{event.note}”" if event.note else ".")
-    if action == "claim":
-        return f"{who} took the review (assigned to them)."
-    if action == "unclaim":
-        return f"{who} put the review back in the queue."
-    if action == "escalate":
-        text = "sent the review to managers" if event.actor else "escalated the review to managers"
-        return f"{who} {text}" + (f": “{event.note}”" if event.note else ".")
+def _said(note: str) -> str:
+    return f": “{note}”" if note else "."
+
+
+def _open_words(event, who: str, answer: dict) -> str:
+    # Said as the ticket's page and the list say it; a sorter acts but opens nothing.
+    opener = event.ticket.opener_words
+    if event.ticket.opened_by_id is None:  # "The intake", never a username's case
+        opener = opener[:1].upper() + opener[1:]
+    sorted_by = event.actor and event.actor.pk != event.ticket.opened_by_id
+    return (
+        f"{opener} opened the ticket"
+        + (f", sorted by {event.actor.username}" if sorted_by else "")
+        + _said(event.note)
+    )
+
+
+def _escalate_words(event, who: str, answer: dict) -> str:
+    text = "sent the review to managers" if event.actor else "escalated the review to managers"
+    return f"{who} {text}" + _said(event.note)
+
+
+def _decision_words(event, who: str, answer: dict) -> str | None:
     orders = answer.get("orders")
-    if action in ("answer", "approve", "edit", "reject") and isinstance(orders, dict):
-        if len(orders) > 1:
-            return f"{who} answered per order: {_per_order_words(orders, seen)}."
-        for one in orders.values():  # a ticket of one order: its answer is the review's
-            answer = answer | {"reason": one.get("reason", "")}
-    if action == "approve":
+    if isinstance(orders, dict) and len(orders) > 1:
+        return f"{who} answered per order: {_per_order_words(orders, event.seen or {})}."
+    if isinstance(orders, dict) and orders:  # a ticket of one order: its answer is the review's
+        answer = answer | {"reason": next(iter(orders.values())).get("reason", "")}
+    if event.action == "approve":
+        amount = words.dollars(((event.seen or {}).get("review") or {}).get("amount_cents"))
         return f"{who} approved {amount or 'the refund'}."
-    if action == "edit":
+    if event.action == "edit":
         return (
             f"{who} lowered the amount from {words.dollars(answer.get('asked_cents'))} to "
             f"{words.dollars(answer.get('amount_cents'))} and approved it."
         )
-    if action == "reject":
+    if event.action == "reject":
         return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
-    if action == "ask" and answer.get("reminder"):
+    return None
+
+
+def _ask_words(event, who: str, answer: dict) -> str:
+    if answer.get("reminder"):
         question = answer.get("question")
         return f"{who} reminded the customer of the question" + (
             f": “{question}”" if question else "."
         )
-    if action == "ask":
-        return f"{who} asked the customer: “{answer.get('question', '')}”"
-    if action == "reply" and answer.get("resumed") and answer.get("no_reply"):
-        if answer.get("outcome") == "close":
-            return (
-                "No reply from the customer: the ticket is closed as no reply, and they are "
-                "told that replying reopens it."
-            )
+    return f"{who} asked the customer: “{answer.get('question', '')}”"
+
+
+def _reply_words(event, who: str, answer: dict) -> str:
+    if not answer.get("resumed"):
+        return f"A reply to the question resumed nothing: {answer.get('why', '')}."
+    if answer.get("no_reply") and answer.get("outcome") == "close":
+        return (
+            "No reply from the customer: the ticket is closed as no reply, and they are "
+            "told that replying reopens it."
+        )
+    if answer.get("no_reply"):
         return "No reply from the customer: the review is back in the queue without one."
-    if action == "reply" and answer.get("resumed") and answer.get("reopened"):
+    if answer.get("reopened"):
         return (
             f"The customer replied after the close: “{event.note}”; the ticket is reopened and "
             "the review is back in the queue."
         )
-    if action == "reply" and answer.get("resumed"):
-        return f"The customer replied: “{event.note}”; the review is back in the queue."
-    if action == "reply":
-        return f"A reply to the question resumed nothing: {answer.get('why', '')}."
-    if action == "undo":
-        undone = {
-            "approve": "the approval",
-            "reject": "the rejection",
-            "ask": "the question to the customer",
-        }.get(answer.get("answer", ""), "the rejection")
-        undone = "the per-order answer" if answer.get("orders") else undone
-        return f"{who} undid {undone} within its grace; the review went back to the queue."
-    if action == "fork":
-        return (
-            f"{who} forked the thread with amount {words.dollars(answer.get('amount_cents'))}"
-            + (f": “{event.note}”" if event.note else ".")
-        )
-    if action == "retry":
-        return f"{who} retried the failed thread."
-    if action == "resend":
-        return f"{who} sent the email again."
-    if action == "note" and {"message_id", "sorted_message_id"} & set(seen):  # a message's
+    return f"The customer replied: “{event.note}”; the review is back in the queue."
+
+
+_UNDONE = {
+    "approve": "the approval",
+    "reject": "the rejection",
+    "ask": "the question to the customer",
+}
+
+
+def _undo_words(event, who: str, answer: dict) -> str:
+    undone = _UNDONE.get(answer.get("answer", ""), "the rejection")
+    undone = "the per-order answer" if answer.get("orders") else undone
+    return f"{who} undid {undone} within its grace; the review went back to the queue."
+
+
+def _fork_words(event, who: str, answer: dict) -> str:
+    amount = words.dollars(answer.get("amount_cents"))
+    return f"{who} forked the thread with amount {amount}" + _said(event.note)
+
+
+def _note_words(event, who: str, answer: dict) -> str:
+    if {"message_id", "sorted_message_id"} & set(event.seen or {}):  # a message's
         return f"{who} noted: {event.note}"
-    if action == "note":
-        return f"{who} added a note (while opening a second ticket for this order): “{event.note}”"
-    return f"{who}: {event.get_action_display()}."
+    return f"{who} added a note (while opening a second ticket for this order): “{event.note}”"
+
+
+_AUDIT_WORDS = {
+    "open": _open_words,
+    "claim": lambda event, who, answer: f"{who} took the review (assigned to them).",
+    "unclaim": lambda event, who, answer: f"{who} put the review back in the queue.",
+    "escalate": _escalate_words,
+    "answer": _decision_words,
+    "approve": _decision_words,
+    "edit": _decision_words,
+    "reject": _decision_words,
+    "ask": _ask_words,
+    "reply": _reply_words,
+    "undo": _undo_words,
+    "fork": _fork_words,
+    "retry": lambda event, who, answer: f"{who} retried the failed thread.",
+    "resend": lambda event, who, answer: f"{who} sent the email again.",
+    "note": _note_words,
+}
+
+
+@register.filter
+def audit_words(event) -> str:
+    """An audit event as a sentence for the ticket's timeline."""
+    who = event.actor.username if event.actor else "The desk"
+    said = _AUDIT_WORDS.get(event.action)
+    return (said and said(event, who, event.answer or {})) or (
+        f"{who}: {event.get_action_display()}."
+    )
 
 
 def _timer(event) -> bool:
