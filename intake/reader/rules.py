@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -255,16 +256,37 @@ def _orders_in_part(part: _Part) -> list[_Hit]:
     ends = [b1 for _, b1 in blocked]
     hits: list[_Hit] = []
 
-    def free(start: int, end: int) -> bool:
-        at = bisect.bisect_right(ends, start)  # the first blocked span ending after `start`
-        return not (at < len(blocked) and blocked[at][0] < end)
-
     def keep(start: int, end: int, quoted_from: int, number: str = "", how: str = "") -> None:
-        if free(start, end):
+        at = bisect.bisect_right(ends, start)  # the first blocked span ending after `start`
+        if not (at < len(blocked) and blocked[at][0] < end):
             number = number or part.folded.words_at(start, end).upper()
             said = part.folded.words_at(quoted_from, end).strip()
             hits.append(_Hit(start, end, number, said, how))
 
+    _order_led(text, keep)
+    _hashed(text, keep)
+    # The weaker readings, each only while nothing stronger was found.
+    for weaker in ([_subject_bare] if part.subject else []) + [_spelled, _far]:
+        if hits:
+            break
+        weaker(text, keep)
+    hits.sort(key=lambda h: h.start)
+    return hits
+
+
+_Keep = Callable[..., None]
+
+
+def _not_a_number(text: str, at: int, number: str) -> bool:
+    """A year, a day after a month's name, or a tracking, ticket or flat number."""
+    return bool(
+        _YEAR.match(number)
+        or _AFTER_MONTH.search(text[:at])
+        or _NOT_ORDER_BEFORE.search(text[max(0, at - 40) : at])
+    )
+
+
+def _order_led(text: str, keep: _Keep) -> None:
     for match in (*_ORDER_LED.finditer(text), *_ORDER_COLON.finditer(text)):
         first_start, first_end = match.span("first")
         between = text[match.start() : first_start]
@@ -277,35 +299,36 @@ def _orders_in_part(part: _Part) -> list[_Hit]:
         keep(first_start, first_end, match.start())
         for extra in _ANY_ID.finditer(text, match.start("more"), match.end("more")):
             keep(*extra.span(1), extra.start())
+
+
+def _hashed(text: str, keep: _Keep) -> None:
     for match in _HASH.finditer(text):
-        if _NOT_ORDER_BEFORE.search(text[max(0, match.start() - 40) : match.start()]):
-            continue  # "tracking #9400...", "ticket #5521", "apt #302"
-        keep(*match.span("first"), match.start())
-    if part.subject and not hits:
-        for match in _SUBJECT_BARE.finditer(text):
-            if _YEAR.match(match[1]) or _AFTER_MONTH.search(text[: match.start()]):
-                continue
-            if _NOT_ORDER_BEFORE.search(text[max(0, match.start() - 40) : match.start()]):
-                continue
+        if not _NOT_ORDER_BEFORE.search(text[max(0, match.start() - 40) : match.start()]):
+            keep(*match.span("first"), match.start())  # not "tracking #9400...", "apt #302"
+
+
+def _subject_bare(text: str, keep: _Keep) -> None:
+    for match in _SUBJECT_BARE.finditer(text):
+        if not _not_a_number(text, match.start(), match[1]):
             keep(*match.span(1), match.start(1))
-    if not hits:
-        # "order one oh five two", "order 10 52": the digits in words or set apart.
-        for match in _ORDER_SPELLED.finditer(text):
-            digits = _digits(match["spelled"])
-            if 3 <= len(digits) <= 12:
-                keep(*match.span("spelled"), match.start(), digits, "spelled")
-    if not hits:
-        # "the order I placed for my mum, 1052": a number a few words after "order" or "#".
-        for match in _ORDER_FAR.finditer(text):
-            number = match["far"]
-            if _YEAR.match(number) or _AFTER_MONTH.search(text[: match.start("far")]):
-                continue
-            if _NOT_ORDER_BEFORE.search(text[max(0, match.start("far") - 40) : match.start("far")]):
-                continue  # "the order came late, the tracking number is 9400..."
+
+
+def _spelled(text: str, keep: _Keep) -> None:
+    """ "order one oh five two", "order 10 52": the digits in words or set apart."""
+    for match in _ORDER_SPELLED.finditer(text):
+        digits = _digits(match["spelled"])
+        if 3 <= len(digits) <= 12:
+            keep(*match.span("spelled"), match.start(), digits, "spelled")
+
+
+def _far(text: str, keep: _Keep) -> None:
+    """ "the order I placed for my mum, 1052": a number a few words after "order" or "#"; the
+    first such number only: a second is more likely something else's ("the order came late,
+    the tracking number is 9400..." is not one)."""
+    for match in _ORDER_FAR.finditer(text):
+        if not _not_a_number(text, match.start("far"), match["far"]):
             keep(*match.span("far"), match.start(), how="far")
-            break  # the first such number only: a second is more likely something else's
-    hits.sort(key=lambda h: h.start)
-    return hits
+            return
 
 
 def _digits(words: str) -> str:
