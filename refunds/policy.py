@@ -258,24 +258,8 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
     number = order["number"]
     if not isinstance(given, list) or not given or not all(isinstance(p, dict) for p in given):
         raise ValueError(f'Order {number}: give the parts as a list, like [{{"shipping": true}}].')
-    lines = {line["id"]: line for line in order.get("lines") or []}
-    fee_left = shipping_left(order)
     if any(p.get("whole_order") for p in given):
-        if (
-            len(given) != 1
-            or set(given[0]) != {"whole_order"}
-            or given[0]["whole_order"] is not True
-        ):
-            raise ValueError(
-                f"Order {number}: the whole order is a part of its own; give it alone."
-            )
-        whole = whole_order(order)
-        left = paid_left(order)
-        if not whole or left == 0:
-            raise ValueError(f"Order {number} was refunded in full already.")
-        # The whole order is what is left of what the customer paid (a discount, a refund
-        # made elsewhere): its parts scaled down to that, as the proposal is.
-        return whole if left is None or left >= refund_parts.total(whole) else scaled(whole, left)
+        return _whole_checked(order, given)
     parts: list[Part] = []
     seen: set[object] = set()
     for one in given:
@@ -285,58 +269,15 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
         amount = one.get("amount_cents")
         if amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)):
             raise ValueError(f"Order {number}: an amount must be in cents, a whole number.")
-        if one.get("shipping") is True and "line" not in one:
-            if "shipping" in seen:
-                raise ValueError(f"Order {number}: the shipping fee is given twice.")
-            seen.add("shipping")
-            if not fee_left:
-                raise ValueError(f"Order {number}: its shipping fee was refunded already.")
-            amount = fee_left if amount is None else amount
-            if not 0 < amount <= fee_left:
-                raise ValueError(
-                    f"Order {number}: the shipping part must be more than $0.00 and at most "
-                    f"{dollars(fee_left)}."
-                )
-            parts.append(refund_parts.shipping(amount))
-            continue
-        line_id = one.get("line")
-        if isinstance(line_id, bool) or not isinstance(line_id, int) or "shipping" in one:
-            raise ValueError(
-                f"Order {number}: a part is a line (with its id), the shipping or the whole order."
-            )
-        line = lines.get(line_id)
-        if line is None:
-            raise ValueError(f"Order {number} has no line {line_id}.")
-        if line_id in seen:
-            raise ValueError(f"Order {number}: {line['title']} is given twice.")
-        seen.add(line_id)
-        units = one.get("quantity")
-        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-            raise ValueError(f"Order {number}: the quantity of {line['title']} must be 1 or more.")
-        if units > units_left(line):
-            raise ValueError(
-                f"Order {number}: only {units_left(line)} of the {line['quantity']} x "
-                f"{line['title']} are left to refund."
-            )
-        price = refund_parts.line_price(
-            line["unit_price_cents"],
-            line["quantity"],
-            line["tax_cents"],
-            units,
-            line["refunded_cents"],
-        )
-        amount = price if amount is None else amount
-        if not 0 < amount <= price:
-            raise ValueError(
-                f"Order {number}: {units} x {line['title']} must be more than $0.00 and at most "
-                f"{dollars(price)}."
-            )
-        restock = one.get("restock", False)
-        if not isinstance(restock, bool):
-            raise ValueError(f"Order {number}: restock is true or false.")
-        parts.append(
-            {"line": line_id, "quantity": units, "amount_cents": amount, "restock": restock}
-        )
+        shipping = one.get("shipping") is True and "line" not in one
+        part = (_shipping_checked if shipping else _line_checked)(order, one, amount)
+        key = part.get("line", "shipping")
+        if key in seen:
+            line = _line(order, key)
+            what = line["title"] if line else "the shipping fee"
+            raise ValueError(f"Order {number}: {what} is given twice.")
+        seen.add(key)
+        parts.append(part)
     paid, left = order.get("paid_cents"), paid_left(order)
     if paid is not None and left is not None and refund_parts.total(parts) > left:
         raise ValueError(
@@ -344,6 +285,68 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
             f"these parts come to {dollars(refund_parts.total(parts))}."
         )
     return parts
+
+
+def _whole_checked(order: OrderFacts, given: list[dict]) -> list[Part]:
+    number = order["number"]
+    if len(given) != 1 or set(given[0]) != {"whole_order"} or given[0]["whole_order"] is not True:
+        raise ValueError(f"Order {number}: the whole order is a part of its own; give it alone.")
+    whole = whole_order(order)
+    left = paid_left(order)
+    if not whole or left == 0:
+        raise ValueError(f"Order {number} was refunded in full already.")
+    # The whole order is what is left of what the customer paid (a discount, a refund made
+    # elsewhere): its parts scaled down to that, as the proposal is.
+    return whole if left is None or left >= refund_parts.total(whole) else scaled(whole, left)
+
+
+def _shipping_checked(order: OrderFacts, one: dict, amount: int | None) -> Part:
+    number, fee_left = order["number"], shipping_left(order)
+    if not fee_left:
+        raise ValueError(f"Order {number}: its shipping fee was refunded already.")
+    amount = fee_left if amount is None else amount
+    if not 0 < amount <= fee_left:
+        raise ValueError(
+            f"Order {number}: the shipping part must be more than $0.00 and at most "
+            f"{dollars(fee_left)}."
+        )
+    return refund_parts.shipping(amount)
+
+
+def _line_checked(order: OrderFacts, one: dict, amount: int | None) -> Part:
+    number, line_id = order["number"], one.get("line")
+    if isinstance(line_id, bool) or not isinstance(line_id, int) or "shipping" in one:
+        raise ValueError(
+            f"Order {number}: a part is a line (with its id), the shipping or the whole order."
+        )
+    line = _line(order, line_id)
+    if line is None:
+        raise ValueError(f"Order {number} has no line {line_id}.")
+    units = one.get("quantity")
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise ValueError(f"Order {number}: the quantity of {line['title']} must be 1 or more.")
+    if units > units_left(line):
+        raise ValueError(
+            f"Order {number}: only {units_left(line)} of the {line['quantity']} x "
+            f"{line['title']} are left to refund."
+        )
+    price = refund_parts.line_price(
+        line["unit_price_cents"], line["quantity"], line["tax_cents"], units, line["refunded_cents"]
+    )
+    amount = price if amount is None else amount
+    if not 0 < amount <= price:
+        raise ValueError(
+            f"Order {number}: {units} x {line['title']} must be more than $0.00 and at most "
+            f"{dollars(price)}."
+        )
+    restock = one.get("restock", False)
+    if not isinstance(restock, bool):
+        raise ValueError(f"Order {number}: restock is true or false.")
+    return {"line": line_id, "quantity": units, "amount_cents": amount, "restock": restock}
+
+
+def _line(order: OrderFacts, line_id: object) -> LineFacts | None:
+    return next((line for line in order.get("lines") or [] if line["id"] == line_id), None)
 
 
 def whole_order(order: OrderFacts) -> list[Part]:
