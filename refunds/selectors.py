@@ -214,50 +214,49 @@ def ticket_search(
     order_by: tuple[str, ...] = ("-id",),
 ):
     """Tickets matching the tickets page's search and filters, from `tickets` (the user's
-    visible ones). A number is a ticket id or an order number; an address, a customer's email;
-    other words, part of the customer's name."""
+    visible ones)."""
+    from refunds.models import Decision
+
+    q = (q or "").strip()
+    tickets = _matching(tickets, q) if q else tickets
+    if role == "escalated":
+        tickets = tickets.escalated()
+    if decided:
+        tickets = tickets.filter(pk__in=Decision.objects.filter(reviewer=user).values("ticket_id"))
+    filters = {
+        "status": status or None,
+        "required_role": role if role != "escalated" and role else None,
+        "created_at__gte": opened_after,
+        "created_at__lt": opened_before,
+        "amount_cents__gte": min_cents,
+        "amount_cents__lte": max_cents,
+        "opened_by": user if mine else None,
+    }
+    return tickets.filter(**{k: v for k, v in filters.items() if v is not None}).order_by(*order_by)
+
+
+def _matching(tickets, q: str):
+    """A number is a ticket id or an order number; an address, a customer's email; other words,
+    part of the customer's name."""
     from django.db.models import Q, Value
     from django.db.models.functions import Upper
 
-    from refunds.models import Decision, Order, TicketOrder
+    from refunds.models import Order, TicketOrder
 
     def covering(orders: Q) -> Q:  # any order the ticket covers, not only its first
         return Q(pk__in=TicketOrder.objects.filter(orders).values("ticket_id"))
 
-    q = (q or "").strip()
-    if q:
-        number = q.lstrip("#")
-        upper_number = Order.objects.alias(upper=Upper("number")).filter(upper=Upper(Value(q)))
-        if number.isdigit():
-            match = covering(Q(order__number=number))
-            if len(number) <= 18:
-                match |= Q(pk=int(number))
-            tickets = tickets.filter(match)
-        elif "@" in q:
-            tickets = of_customer(tickets, q, field="order__customer_email")
-        elif upper_number.exists():  # an order number like "P00042", in any case
-            tickets = tickets.filter(covering(Q(order__number__in=upper_number.values("number"))))
-        else:  # part of a name, through the name index (refunds/migrations/0023)
-            tickets = tickets.filter(_name_contains(q))
-    if status:
-        tickets = tickets.filter(status=status)
-    if role == "escalated":
-        tickets = tickets.escalated()
-    elif role:
-        tickets = tickets.filter(required_role=role)
-    if opened_after is not None:
-        tickets = tickets.filter(created_at__gte=opened_after)
-    if opened_before is not None:
-        tickets = tickets.filter(created_at__lt=opened_before)
-    if min_cents is not None:
-        tickets = tickets.filter(amount_cents__gte=min_cents)
-    if max_cents is not None:
-        tickets = tickets.filter(amount_cents__lte=max_cents)
-    if mine:
-        tickets = tickets.filter(opened_by=user)
-    if decided:
-        tickets = tickets.filter(pk__in=Decision.objects.filter(reviewer=user).values("ticket_id"))
-    return tickets.order_by(*order_by)
+    number = q.lstrip("#")
+    if number.isdigit():
+        return tickets.filter(
+            covering(Q(order__number=number)) | (Q(pk=int(number)) if len(number) <= 18 else Q())
+        )
+    if "@" in q:
+        return of_customer(tickets, q, field="order__customer_email")
+    upper_number = Order.objects.alias(upper=Upper("number")).filter(upper=Upper(Value(q)))
+    if upper_number.exists():  # an order number like "P00042", in any case
+        return tickets.filter(covering(Q(order__number__in=upper_number.values("number"))))
+    return tickets.filter(_name_contains(q))  # through the name index (refunds/migrations/0023)
 
 
 def audit_events(

@@ -129,43 +129,44 @@ def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnsw
             f"This review has no open order {unknown[0][:40]}; its open orders are "
             f"{', '.join(open_)}."
         )
-    answers: dict[str, OrderAnswer] = {}
-    for number, order in open_.items():
-        one = given.get(number)
-        if not isinstance(one, Mapping) or one.get("answer") not in ("approve", "reject"):
-            raise ValueError(f"Choose approve or reject for order {number}.")
-        extra = sorted(set(one) - FIELDS)
-        if extra:
-            raise ValueError(f"Order {number}: unknown field(s) {', '.join(extra)}.")
-        why = one.get("reason") or ""
-        if not isinstance(why, str):
-            raise ValueError(f"Order {number}: the reason must be text.")
-        why = why.strip()
-        if len(why) > REASON_MAX:
+    return {
+        number: _one_checked(order, number, given.get(number)) for number, order in open_.items()
+    }
+
+
+def _one_checked(order: ReviewOrder, number: str, one: object) -> OrderAnswer:
+    if not isinstance(one, Mapping) or one.get("answer") not in ("approve", "reject"):
+        raise ValueError(f"Choose approve or reject for order {number}.")
+    extra = sorted(set(one) - FIELDS)
+    if extra:
+        raise ValueError(f"Order {number}: unknown field(s) {', '.join(extra)}.")
+    why = one.get("reason") or ""
+    if not isinstance(why, str):
+        raise ValueError(f"Order {number}: the reason must be text.")
+    why = why.strip()
+    if len(why) > REASON_MAX:
+        raise ValueError(
+            f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
+        )
+    if one["answer"] == "reject":
+        if one.get("parts") is not None or one.get("amount_cents") is not None:
+            raise ValueError(f"Order {number}: only an approval carries parts or an amount.")
+        if not why:
             raise ValueError(
-                f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
+                f"Give a reason for rejecting order {number}; the customer is sent it."
             )
-        if one["answer"] == "reject":
-            if one.get("parts") is not None or one.get("amount_cents") is not None:
-                raise ValueError(f"Order {number}: only an approval carries parts or an amount.")
-            if not why:
-                raise ValueError(
-                    f"Give a reason for rejecting order {number}; the customer is sent it."
-                )
-            answers[number] = {"answer": "reject", "reason": why}
-            continue
-        parts = policy.parts_checked(order["order"], one.get("parts"))
-        if one.get("amount_cents") not in (None, refund_parts.total(parts)):
-            raise ValueError(f"Order {number}: give the amount in its parts, not beside them.")
-        approved: OrderAnswer = {
-            "answer": "approve",
-            "parts": parts,
-            "amount_cents": refund_parts.total(parts),
-        }
-        if why:
-            approved["reason"] = why
-        answers[number] = approved
-    return answers
+        return {"answer": "reject", "reason": why}
+    parts = policy.parts_checked(order["order"], one.get("parts"))
+    if one.get("amount_cents") not in (None, refund_parts.total(parts)):
+        raise ValueError(f"Order {number}: give the amount in its parts, not beside them.")
+    approved: OrderAnswer = {
+        "answer": "approve",
+        "parts": parts,
+        "amount_cents": refund_parts.total(parts),
+    }
+    if why:
+        approved["reason"] = why
+    return approved
 
 
 def edited(review: Sequence[ReviewOrder], answers: Mapping[str, OrderAnswer]) -> bool:
