@@ -72,18 +72,7 @@ def ticket_open(
         raise RefundError(f"The note is too long ({len(note)} characters, at most {NOTE_MAX}).")
     if reason not in policy.TICKET_REASONS:
         raise RefundError(f"{policy.REASONS.get(reason, repr(reason))} opens no refund ticket.")
-    orders = []
-    for number in numbers:
-        order = order_find(order_number=number)
-        if order is None:
-            raise OrdersRefused(f"There is no order {number}.")
-        orders.append(order)
-    if any(not same_customer(o.customer_email, orders[0].customer_email) for o in orders):
-        raise OrdersRefused(
-            "A ticket covers one customer's orders; "
-            + ", ".join(f"{o.number} is {o.customer_email}'s" for o in orders)
-            + "."
-        )
+    orders = _one_customers_orders(numbers)
     existing = _open_ticket_of(orders)
     if existing is not None:
         raise _already_open(*existing, note, actor)
@@ -167,6 +156,22 @@ def order_find(*, order_number: str) -> Order | None:
         return order_source.fetch(order_number)
     except order_source.OrderSourceError as exc:
         raise ShopUnavailable(str(exc)) from exc
+
+
+def _one_customers_orders(numbers: Sequence[str]) -> list[Order]:
+    orders = []
+    for number in numbers:
+        order = order_find(order_number=number)
+        if order is None:
+            raise OrdersRefused(f"There is no order {number}.")
+        orders.append(order)
+    if any(not same_customer(o.customer_email, orders[0].customer_email) for o in orders):
+        raise OrdersRefused(
+            "A ticket covers one customer's orders; "
+            + ", ".join(f"{o.number} is {o.customer_email}'s" for o in orders)
+            + "."
+        )
+    return orders
 
 
 def _already_open(ticket: Ticket, number: str, note: str, by) -> TicketAlreadyOpen:
@@ -266,40 +271,8 @@ def ticket_fork(
     again (a new interrupt id, so answers to the old review are refused)."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins fork a thread.")
-    if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
-        raise RefundError("The corrected amount must be a whole number of cents.")
-    if not 0 < amount_cents <= FORK_MAX_CENTS:
-        raise RefundError(
-            f"The corrected amount must be between {dollars(1)} and {dollars(FORK_MAX_CENTS)}."
-        )
-    if amount_cents == ticket.amount_cents:
-        raise RefundError(
-            f"The ticket's amount is already {dollars(amount_cents)}; a fork must change it."
-        )
     reason = (reason or "").strip()
-    if not reason:
-        raise RefundError("Say why the thread is forked; the reason is kept with the audit entry.")
-    if len(reason) > REASON_MAX:
-        raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
-    charge = money_moved(ticket)
-    if charge is not None:
-        raise RefundError(
-            f"Money already moved for this ticket (receipt {charge.receipt}); "
-            "a fork cannot undo a charge."
-        )
-    over = fork_balance_refusal(ticket, amount_cents)
-    if over:
-        raise RefundError(over)
-    if ticket.links.count() > 1:
-        raise RefundError(
-            "A ticket of several orders cannot be forked; a reviewer lowers any order's amount "
-            "in the review instead."
-        )
-    if ticket.status not in FORKABLE:
-        raise RefundError(
-            "Only a ticket awaiting review, rejected or failed can be forked; "
-            f"this one is {ticket.get_status_display().lower()}."
-        )
+    _fork_checked(ticket, amount_cents, reason)
     try:
         with transaction.atomic():
             # A claim on the old review ends with it: the fork's review starts unclaimed.
@@ -339,3 +312,40 @@ def ticket_fork(
             " finish that one first."
         ) from None
     return fork
+
+
+def _fork_checked(ticket: Ticket, amount_cents: int, reason: str) -> None:
+    """What refuses a fork, in words, before anything is written."""
+    if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
+        raise RefundError("The corrected amount must be a whole number of cents.")
+    if not 0 < amount_cents <= FORK_MAX_CENTS:
+        raise RefundError(
+            f"The corrected amount must be between {dollars(1)} and {dollars(FORK_MAX_CENTS)}."
+        )
+    if amount_cents == ticket.amount_cents:
+        raise RefundError(
+            f"The ticket's amount is already {dollars(amount_cents)}; a fork must change it."
+        )
+    if not reason:
+        raise RefundError("Say why the thread is forked; the reason is kept with the audit entry.")
+    if len(reason) > REASON_MAX:
+        raise RefundError(f"The reason is too long (at most {REASON_MAX} characters).")
+    charge = money_moved(ticket)
+    if charge is not None:
+        raise RefundError(
+            f"Money already moved for this ticket (receipt {charge.receipt}); "
+            "a fork cannot undo a charge."
+        )
+    over = fork_balance_refusal(ticket, amount_cents)
+    if over:
+        raise RefundError(over)
+    if ticket.links.count() > 1:
+        raise RefundError(
+            "A ticket of several orders cannot be forked; a reviewer lowers any order's amount "
+            "in the review instead."
+        )
+    if ticket.status not in FORKABLE:
+        raise RefundError(
+            "Only a ticket awaiting review, rejected or failed can be forked; "
+            f"this one is {ticket.get_status_display().lower()}."
+        )
