@@ -112,26 +112,11 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
             (p.get("line"), p.get("quantity")): p["amount_cents"] for p in line.get("parts") or []
         }
         parts: list[dict] = []
-        for bought in (line.get("order") or {}).get("lines") or []:
-            raw = (post.get(f"{prefix}qty-{bought['id']}") or "0").strip()
-            if not (raw.isascii() and raw.isdigit()):  # "²" is a digit to Python, not to int()
-                raise ValueError(
-                    f"Order {number}: the quantity of {bought['title']} is a whole number."
-                )
-            try:
-                amount = cents(post.get(f"{prefix}amount-{bought['id']}", ""))
-            except ValueError as exc:
-                raise ValueError(f"Order {number}: {bought['title']}: {exc}") from None
-            if int(raw):
-                restock = bool(post.get(f"{prefix}restock-{bought['id']}"))
-                amount = proposed.get((bought["id"], int(raw))) if amount is None else amount
-                part = {"line": bought["id"], "quantity": int(raw), "restock": restock}
-                parts.append(part | ({} if amount is None else {"amount_cents": amount}))
-            elif amount is not None:
-                raise ValueError(
-                    f"Order {number}: give how many {bought['title']} the amount is for, or "
-                    "leave the amount empty."
-                )
+        parts = [
+            part
+            for bought in (line.get("order") or {}).get("lines") or []
+            if (part := _line_part(post, prefix, number, bought, proposed))
+        ]
         if post.get(prefix + "shipping"):
             fee = proposed.get((None, None))
             parts.append({"shipping": True} | ({} if fee is None else {"amount_cents": fee}))
@@ -139,6 +124,28 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
             raise ValueError(f"Order {number}: tick what to refund, or reject it.")
         orders[number] = {"answer": "approve", "parts": parts}
     return orders
+
+
+def _line_part(post, prefix: str, number: str, bought: dict, proposed: dict) -> dict | None:
+    """One bought line's part as posted, or None when none of it is refunded."""
+    raw = (post.get(f"{prefix}qty-{bought['id']}") or "0").strip()
+    if not (raw.isascii() and raw.isdigit()):  # "²" is a digit to Python, not to int()
+        raise ValueError(f"Order {number}: the quantity of {bought['title']} is a whole number.")
+    try:
+        amount = cents(post.get(f"{prefix}amount-{bought['id']}", ""))
+    except ValueError as exc:
+        raise ValueError(f"Order {number}: {bought['title']}: {exc}") from None
+    if not int(raw):
+        if amount is not None:
+            raise ValueError(
+                f"Order {number}: give how many {bought['title']} the amount is for, or "
+                "leave the amount empty."
+            )
+        return None
+    restock = bool(post.get(f"{prefix}restock-{bought['id']}"))
+    amount = proposed.get((bought["id"], int(raw))) if amount is None else amount
+    part = {"line": bought["id"], "quantity": int(raw), "restock": restock}
+    return part | ({} if amount is None else {"amount_cents": amount})
 
 
 class _AnyPicks(forms.MultipleChoiceField):
