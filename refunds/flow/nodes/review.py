@@ -95,26 +95,13 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
     # A proposal of nothing (parts the message does not name) is not "Refund $0.00 shipping".
     asks = f"**Refund {dollars(asked)}**{what}" if asked else "**Nothing is proposed to refund**"
     if len(orders) == 1:
-        lines = [
+        return [
             f"{asks} on order **{first['number']}** "
             f"for {first['customer_name']} ({first['customer_email']}).",
             f"Promised {day_words(first['promised_on'])}, delivered "
             f"{day_words(first['delivered_on'])}: {days(state['late_by_days'])} late.",
+            *_in_the_way(state, orders[0]),
         ]
-        if orders[0].get("disputed"):
-            lines.append(f"**{DISPUTED}** No money moved. {AFTER_DISPUTE}")
-        elif state.get("payment_error") and failed_later(state):
-            lines.append(
-                f"**The refund failed after it was made:** {state['payment_error']}. No money "
-                "reached the customer; it is back in the order's balance. Approve to refund "
-                "again, or reject."
-            )
-        elif state.get("payment_error"):
-            lines.append(
-                f"**The charge was refused:** {state['payment_error']}. No money moved. "
-                "Approve to try again, or reject."
-            )
-        return lines
     open_ = [o for o in orders if o["status"] == "open"]
     lines = [
         f"**Refund {dollars(asked)}**{what} on {len(open_)} of {len(orders)} orders for "
@@ -141,6 +128,25 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
             f"**A charge was refused:** {state['payment_error']}. Approve to try again, or reject."
         )
     return lines
+
+
+def _in_the_way(state: RefundState, order: ReviewOrder) -> list[str]:
+    """What stands in the way of a ticket of one order: a dispute, a refund that failed later, a
+    charge refused."""
+    if order.get("disputed"):
+        return [f"**{DISPUTED}** No money moved. {AFTER_DISPUTE}"]
+    if state.get("payment_error") and failed_later(state):
+        return [
+            f"**The refund failed after it was made:** {state['payment_error']}. No money "
+            "reached the customer; it is back in the order's balance. Approve to refund "
+            "again, or reject."
+        ]
+    if state.get("payment_error"):
+        return [
+            f"**The charge was refused:** {state['payment_error']}. No money moved. "
+            "Approve to try again, or reject."
+        ]
+    return []
 
 
 def failed_later(state: RefundState) -> bool:
