@@ -124,10 +124,7 @@ def advance(ticket_id: int, *, carry: bool = False) -> str:
 def _advance(ticket_id: int, *, carry: bool = False) -> str:
     lease = leases.grant(ticket_id)
     if lease is None:
-        status = Ticket.objects.filter(pk=ticket_id).values_list("status", flat=True).first()
-        if status is None:
-            return "missing"
-        return status if status in (*Ticket.FINAL, Ticket.Status.FAILED) else "busy"
+        return _not_granted(ticket_id)
     if lease.flow_version < FLOW_VERSION and not carry:
         # Not a failure of the thread: it waits, not counted, until the command carries it.
         error = f"Flow version {lease.flow_version} is retired: run manage.py upgrade_threads."
@@ -172,6 +169,14 @@ def _advance(ticket_id: int, *, carry: bool = False) -> str:
         waited = (timezone.now() - released.approved_at).total_seconds()
         metrics.DECISION_TO_REFUNDED_SECONDS.observe(max(waited, 0.0))
     return fields.get("status", lease.status)
+
+
+def _not_granted(ticket_id: int) -> str:
+    """Why no lease was granted: the ticket is gone, finished, or another worker holds it."""
+    status = Ticket.objects.filter(pk=ticket_id).values_list("status", flat=True).first()
+    if status is None:
+        return "missing"
+    return status if status in (*Ticket.FINAL, Ticket.Status.FAILED) else "busy"
 
 
 def _release_after_error(lease: leases.Lease, error: str) -> None:
@@ -499,33 +504,7 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
     # checkpointer, so its values can be carried to the current shape with the run's first
     # command; its forks and failed refunds wait for the next run, on the current shape.
     old_shape = lease.flow_version < FLOW_VERSION
-    forks = []
-    if lease.has_forks and not old_shape:  # the grant's UPDATE said so
-        forks = list(
-            Fork.objects.unapplied()
-            .filter(ticket_id=lease.row_id)
-            .select_related("by")
-            .order_by("created_at")
-        )
-    state: Any = None  # None: the first grant ever, the thread never ran, nothing to read
-    as_mirrored = False  # the state is the mirror's own: nothing to write back unless it moves
-    trusted = lease.trusted and not forks and not lease.refund_failed
-    if trusted and lease.epoch == 1:
-        pass
-    elif trusted and lease.pending_interrupt_id and not old_shape:
-        state, as_mirrored = _waiting_on(lease), True  # the mirror knows the interrupt exactly
-    else:
-        # The checkpointer is the truth; raise the fence first, so a paused writer of an older
-        # epoch cannot add a checkpoint after we read.
-        if not persistence.checkpointer().claim_fence(lease.thread_id, lease.epoch):
-            raise FenceLost(f"a newer epoch than {lease.epoch} holds {lease.thread_id}")
-        _apply_forks(lease, forks)
-        if lease.refund_failed and not old_shape:
-            _hand_back_failed_refunds(lease, ctx)
-        state = snapshot(lease.thread_id)
-        if state.metadata is not None and not state.interrupts:
-            answered = (state.values or {}).get("decision", {}).get("decision_id")
-            _settle_decisions(lease, set(), answered)  # after a crash: note a landed resume
+    state, as_mirrored = _starting_state(lease, ctx, old_shape)
     for _ in range(MAX_RUNS_PER_ADVANCE):
         if state is None or mirror.never_started(state):
             state = _run(lease, initial_input(lease), ctx, first_leg=True)
@@ -545,28 +524,7 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
                 continue
             if decision is None:
                 return {} if as_mirrored else mirror.fields(state)  # waiting on a person
-            # The mirror stops saying "awaiting review" while the answer is applied, so the
-            # queue and the API do not show a review whose charge is already under way.
-            sql.execute(
-                f"UPDATE refunds_ticket SET status = {queries.TICKET_RUNNING}, "
-                "pending_interrupt_id = '', pending_payload = NULL "
-                "WHERE id = %s AND lease_epoch = %s",
-                [lease.row_id, lease.epoch],
-            )
-            _emit(lease.thread_id, "resume")
-            answer = decision.value | {"decision_id": decision.pk}
-            # Keyed by interrupt id: a repeated resume can never answer a later question. A
-            # state of an older shape is upgraded in the same command, before approve runs on.
-            upgrade = versions.upgrade(state.values) if old_shape else {}
-            command: Command[str] = Command(
-                resume={decision.interrupt_id: answer}, update=upgrade or None
-            )
-            state = _run(lease, command, ctx)
-            sql.execute(
-                f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "
-                "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
-                [decision.pk, lease.row_id, lease.epoch],
-            )
+            state = _resumed(lease, state, decision, old_shape, ctx)
         else:
             # A thread of an older shape is carried to the current one with its run's first
             # command. Only one with nothing left to run (its next node is gone) goes on where
@@ -582,6 +540,61 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
             state = _run(lease, carried, ctx)
         as_mirrored = False
     raise RuntimeError(f"thread {lease.thread_id} did not settle in {MAX_RUNS_PER_ADVANCE} runs")
+
+
+def _starting_state(lease: leases.Lease, ctx: Any, old_shape: bool) -> tuple[Any, bool]:
+    """The thread's state to drive from, and whether it is the mirror's own (nothing to write
+    back unless it moves): None on the first grant ever (the thread never ran)."""
+    forks = []
+    if lease.has_forks and not old_shape:  # the grant's UPDATE said so
+        forks = list(
+            Fork.objects.unapplied()
+            .filter(ticket_id=lease.row_id)
+            .select_related("by")
+            .order_by("created_at")
+        )
+    trusted = lease.trusted and not forks and not lease.refund_failed
+    if trusted and lease.epoch == 1:
+        return None, False
+    if trusted and lease.pending_interrupt_id and not old_shape:
+        return _waiting_on(lease), True  # the mirror knows the interrupt exactly
+    # The checkpointer is the truth; raise the fence first, so a paused writer of an older
+    # epoch cannot add a checkpoint after we read.
+    if not persistence.checkpointer().claim_fence(lease.thread_id, lease.epoch):
+        raise FenceLost(f"a newer epoch than {lease.epoch} holds {lease.thread_id}")
+    _apply_forks(lease, forks)
+    if lease.refund_failed and not old_shape:
+        _hand_back_failed_refunds(lease, ctx)
+    state = snapshot(lease.thread_id)
+    if state.metadata is not None and not state.interrupts:
+        answered = (state.values or {}).get("decision", {}).get("decision_id")
+        _settle_decisions(lease, set(), answered)  # after a crash: note a landed resume
+    return state, False
+
+
+def _resumed(lease: leases.Lease, state: Any, decision: Decision, old_shape: bool, ctx: Any) -> Any:
+    """Apply a reviewer's decision to the thread paused on its interrupt."""
+    # The mirror stops saying "awaiting review" while the answer is applied, so the
+    # queue and the API do not show a review whose charge is already under way.
+    sql.execute(
+        f"UPDATE refunds_ticket SET status = {queries.TICKET_RUNNING}, "
+        "pending_interrupt_id = '', pending_payload = NULL "
+        "WHERE id = %s AND lease_epoch = %s",
+        [lease.row_id, lease.epoch],
+    )
+    _emit(lease.thread_id, "resume")
+    answer = decision.value | {"decision_id": decision.pk}
+    # Keyed by interrupt id: a repeated resume can never answer a later question. A
+    # state of an older shape is upgraded in the same command, before approve runs on.
+    upgrade = versions.upgrade(state.values) if old_shape else {}
+    command: Command[str] = Command(resume={decision.interrupt_id: answer}, update=upgrade or None)
+    state = _run(lease, command, ctx)
+    sql.execute(
+        f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "
+        "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
+        [decision.pk, lease.row_id, lease.epoch],
+    )
+    return state
 
 
 @dataclass(frozen=True)
