@@ -1,16 +1,17 @@
-"""A thread's checkpoint history in words: what ran, what changed (in dollars and dates), what
-waits, and who caused it (a decision, a fork). Branches after a fork are told apart from the
-checkpointer's parent links, read in one statement, so a page costs its own checkpoints only."""
+"""A thread's checkpoint history, read through the graph's public `get_state_history`: each
+checkpoint with what ran, a flat diff of the state keys it changed against its parent (old -> new,
+in dollars and days), what it waits on, and who caused it (a decision, a fork). Branches after a
+fork are told apart by each snapshot's `parent_config`."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
-from langgraph.types import Send
+from langgraph.types import Send, StateSnapshot
 
 from core.clock import day_words
 from refunds import persistence, policy, runner
@@ -30,35 +31,14 @@ LABELS = {
     "email_delivered": "Email delivered",
     "outcome": "Outcome",
     "outcome_reason": "Why",
-    "forks": "Forks so far",
-    "order_number": "Order number",
+    "order_numbers": "Orders",
     "note": "Customer's note",
     "reason": "Reason",
 }
-# Kept out of the words: ids and the flow version are for admins, in the technical details.
-HIDDEN = {
-    "flow_version",
-    "forks",
-    "tracking",
-    "order_number",
-    "ticket_key",
-    "fork_id",
-    "trail",
-    "notes",
-    "flags",
-    "decision",
-    "order",
-    "history",
-    # A ticket of several orders: its per-order checks and charges are told lane by lane
-    # (Entry.lanes, order_lanes), its orders as one line.
-    "checks",
-    "charges",
-    "order_numbers",
-    # Asking the customer: the decision's row says the question, the reply or its absence.
-    "asking",
-    "replies",
-    "reading",  # the intake's reading: the ticket page tells it
-}
+# Said elsewhere on the entry (what ran, notes, flags, the cause) or on the page (each order's
+# lane), or ids and versions that are for admins, in the technical details.
+HIDDEN = {"flow_version", "forks", "tracking", "order_number", "ticket_key", "fork_id", "trail"}
+HIDDEN |= {"notes", "flags", "history", "checks", "charges", "asking", "replies", "reading"}
 
 
 @dataclass
@@ -70,11 +50,11 @@ class Change:
 
 @dataclass
 class Lane:
-    """One order of a ticket of several, at one checkpoint (or now): what happened to it."""
+    """One order of a ticket of several, now: how far it has come."""
 
     number: str
     words: list[str]
-    state: str = ""  # the summary's lanes: "done", "now", "declined", "refused", "waiting"
+    state: str  # "done", "now", "declined", "refused", "waiting"
 
 
 @dataclass
@@ -82,12 +62,12 @@ class Entry:
     checkpoint_id: str
     step: int | None
     at: datetime | None
-    source: str
     ran: list[str]
     changes: list[Change]
     added_notes: list[str]
     added_flags: list[str]
     waiting: list[str]
+    errors: list[str]
     interrupts: list[dict[str, Any]]
     decision: Decision | None
     fork: Fork | None
@@ -95,20 +75,19 @@ class Entry:
     current_branch: bool
     branched_from_step: int | None
     fork_point: bool
-    size: int
-    is_head: bool = False
-    forkable: bool = False
-    errors: list[str] = field(default_factory=list)
-    lanes: list[Lane] = field(default_factory=list)
+    is_head: bool
+    forkable: bool
+
+
+def _id(config: Any) -> str | None:
+    return (config or {}).get("configurable", {}).get("checkpoint_id")
 
 
 @dataclass
 class Branches:
     number: dict[str, int]  # checkpoint id -> branch number (1: the original)
     current: int
-    children: dict[str, int]
-    parent: dict[str, str | None]
-    size: dict[str, int]
+    children: Counter[str]
     head: str | None
 
     @property
@@ -116,31 +95,22 @@ class Branches:
         return max(self.number.values(), default=0)
 
 
-def branches(rows: list[storage.Row]) -> Branches:
-    parent = {r.checkpoint_id: r.parent_id for r in rows}
-    children: dict[str, int] = {}
-    for r in rows:
-        if r.parent_id:
-            children[r.parent_id] = children.get(r.parent_id, 0) + 1
-    leaves = [r.checkpoint_id for r in rows if r.checkpoint_id not in children]
+def branches(snaps: list[StateSnapshot]) -> Branches:
+    """Each checkpoint's branch: one per leaf, the oldest leaf's is branch 1 (the original)."""
+    parent = {_id(s.config) or "": _id(s.parent_config) for s in snaps}
+    children = Counter(p for p in parent.values() if p)
     number: dict[str, int] = {}
-    for n, leaf in enumerate(sorted(leaves), start=1):  # oldest leaf first: branch 1 is original
+    for n, leaf in enumerate(sorted(c for c in parent if c not in children), start=1):
         node: str | None = leaf
         while node is not None and node not in number and node in parent:
             number[node] = n
             node = parent[node]
     head = max(parent) if parent else None
-    return Branches(
-        number=number,
-        current=number.get(head, 1) if head else 1,
-        children=children,
-        parent=parent,
-        size={r.checkpoint_id: r.bytes for r in rows},
-        head=head,
-    )
+    current = number.get(head, 1) if head else 1
+    return Branches(number=number, current=current, children=children, head=head)
 
 
-def _when(snapshot) -> datetime | None:
+def _when(snapshot: StateSnapshot) -> datetime | None:
     if not snapshot.created_at:
         return None
     return timezone.localtime(datetime.fromisoformat(snapshot.created_at))
@@ -160,6 +130,8 @@ def _show(key: str, value: Any) -> str | None:
         return Role(value).label.lower() + "s"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if key == "order_numbers":
+        return ", ".join(value)
     if isinstance(value, dict | list | tuple | set):
         return None
     return str(value)
@@ -178,39 +150,18 @@ def describe_order(order: dict) -> str:
 
 
 def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]:
-    """What changed between two states, in words; and the notes and flags added."""
+    """The flat diff of two states: one row per key whose value changed, old -> new in words;
+    and the notes and flags added."""
     changes = []
-    for key in after:
-        if key in HIDDEN or before.get(key) == after.get(key):
+    for key, value in after.items():
+        if key in HIDDEN or before.get(key) == value:
             continue
-        was = _show(key, before.get(key)) if key in before else "—"
-        now = _show(key, after.get(key))
-        if was is None or now is None:
-            continue
-        if was != now:
+        if key == "order":
+            changes.append(Change("Order", "—", describe_order(value)))
+        elif key == "decision":
+            changes.append(Change(*answer_words(value)))
+        elif (now := _show(key, value)) and (was := _show(key, before.get(key))) and was != now:
             changes.append(Change(LABELS.get(key, key.replace("_", " ")), was, now))
-    numbers = after.get("order_numbers") or []
-    if len(numbers) > 1 and numbers != before.get("order_numbers"):
-        changes.insert(0, Change("Orders", "—", ", ".join(numbers)))
-    if after.get("order") and after.get("order") != before.get("order"):
-        changes.insert(0, Change("Order", "—", describe_order(after["order"])))
-    if after.get("history") and after.get("history") != before.get("history"):
-        h = after["history"]
-        text = f"{h['refunds']} earlier refund{'' if h['refunds'] == 1 else 's'}"
-        if h.get("total_cents"):
-            text += f" ({dollars(h['total_cents'])})"
-        changes.append(Change("Customer history", "—", text))
-    tracking = after.get("tracking")
-    if tracking and tracking != before.get("tracking"):
-        text = (
-            f"delivered {_show_date(tracking['delivered_on'])}"
-            if tracking.get("delivered_on")
-            else tracking.get("error", tracking.get("status", ""))
-        )
-        changes.append(Change("Carrier tracking", "—", text))
-    decision = after.get("decision")
-    if decision and decision != before.get("decision"):
-        changes.append(Change(*answer_words(decision)))
     return changes, _added(before, after, "notes"), _added(before, after, "flags")
 
 
@@ -280,29 +231,6 @@ def _charge_words(charge: dict) -> str:
     if charge.get("error"):
         return f"charge refused: {charge['error']}"
     return "charge to be asked again"
-
-
-def lanes(before: dict, after: dict) -> list[Lane]:
-    """What one checkpoint did to each order of a ticket of several (nothing for one order)."""
-    numbers = after.get("order_numbers") or []
-    if len(numbers) < 2:
-        return []
-    out = []
-    for number in numbers:
-        was = (before.get("checks") or {}).get(number) or {}
-        now = (after.get("checks") or {}).get(number) or {}
-        words = []
-        if now and not was:
-            words.append(_check_words(now))
-        if now.get("answer") and now.get("answer") != was.get("answer"):
-            words.append(_answer_words(now["answer"]))
-        paid_was = (before.get("charges") or {}).get(number)
-        paid_now = (after.get("charges") or {}).get(number)
-        if paid_now and paid_now != paid_was:
-            words.append(_charge_words(paid_now))
-        if words:
-            out.append(Lane(number, words))
-    return out
 
 
 # A fan-out's tasks come in the order its router made their Sends: the router run again on the
@@ -404,85 +332,71 @@ def _interrupts(snapshot, answers: dict[str, Decision]) -> list[dict[str, Any]]:
     return out
 
 
+def _caused(key: str, before: dict, after: dict, rows: dict[int, Any]) -> Any:
+    """The Decision or Fork that this checkpoint's state names for the first time, if any."""
+    now = after.get(key) if key == "fork_id" else (after.get(key) or {}).get("decision_id")
+    was = before.get(key) if key == "fork_id" else (before.get(key) or {}).get("decision_id")
+    return rows.get(now) if now is not None and now != was else None
+
+
+def _entry(snap: StateSnapshot, parent: StateSnapshot | None, tree: Branches, rows: dict) -> Entry:
+    cid = _id(snap.config) or ""
+    before, after = dict(parent.values) if parent else {}, dict(snap.values or {})
+    changes, notes, flags = diff(before, after)
+    branch = tree.number.get(cid, 1)
+    parent_branch = tree.number.get(_id(parent.config) or "") if parent else None
+    numbers = _task_numbers(snap)
+    return Entry(
+        checkpoint_id=cid,
+        step=(snap.metadata or {}).get("step"),
+        at=_when(snap),
+        ran=_ran(snap, parent, before, after),
+        changes=changes,
+        added_notes=notes,
+        added_flags=flags,
+        waiting=task_words(snap),
+        errors=[
+            f"{_task_name(t, n)}: {t.error}"
+            for t, n in zip(snap.tasks, numbers, strict=True)
+            if t.error
+        ],
+        interrupts=_interrupts(snap, rows["answers"]),
+        decision=_caused("decision", before, after, rows["decisions"]),
+        fork=_caused("fork_id", before, after, rows["forks"]),
+        branch=branch,
+        current_branch=branch == tree.current,
+        branched_from_step=(parent.metadata or {}).get("step")
+        if parent and parent_branch is not None and parent_branch != branch
+        else None,
+        fork_point=tree.children[cid] > 1,
+        is_head=cid == tree.head,
+        forkable=runner.is_forkable(snap),
+    )
+
+
 def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) -> dict[str, Any]:
-    """One page of the thread's history, newest first, starting below checkpoint `before`."""
-    graph = persistence.graph()
-    config = persistence.thread_config(ticket.thread_id)
-    rows = storage.checkpoint_rows(ticket.thread_id)
-    tree = branches(rows)
-    kwargs: dict[str, Any] = {"limit": size + 1}
-    if before:
-        kwargs["before"] = {"configurable": {"checkpoint_id": before}}
-    snaps = list(graph.get_state_history(config, **kwargs))
-    more = len(snaps) > size
-    snaps = snaps[:size]
-    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snaps}
+    """One page of the thread's history, newest first, starting below checkpoint `before`. The
+    whole history is read (every branch, to number them); only the page is put in words."""
+    snaps = persistence.history(ticket.thread_id)
+    by_id = {_id(s.config): s for s in snaps}
+    tree = branches(snaps)
+    older = [s for s in snaps if before is None or (_id(s.config) or "") < before]
     decisions = {d.pk: d for d in ticket.decisions.select_related("reviewer")}
-    answers = {d.interrupt_id: d for d in decisions.values()}
-    forks = {f.pk: f for f in ticket.forks.select_related("by")}
-    entries = []
-    for snap in snaps:
-        cid = snap.config["configurable"]["checkpoint_id"]
-        parent_id = (snap.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-        parent = by_id.get(parent_id) if parent_id else None
-        if parent is None and parent_id and parent_id in tree.parent:
-            parent = graph.get_state(
-                {"configurable": {**config["configurable"], "checkpoint_id": parent_id}}
-            )
-            by_id[parent_id] = parent
-        before_values = dict(parent.values) if parent is not None else {}
-        numbers = _task_numbers(snap)
-        after = dict(snap.values or {})
-        changes, notes, flags = diff(before_values, after)
-        decision_id = (after.get("decision") or {}).get("decision_id")
-        fork_id = after.get("fork_id")
-        branch = tree.number.get(cid, 1)
-        parent_branch = tree.number.get(parent_id) if parent_id else None
-        entries.append(
-            Entry(
-                checkpoint_id=cid,
-                step=(snap.metadata or {}).get("step"),
-                at=_when(snap),
-                source=(snap.metadata or {}).get("source", ""),
-                ran=_ran(snap, parent, before_values, after),
-                changes=changes,
-                added_notes=notes,
-                added_flags=flags,
-                waiting=task_words(snap),
-                interrupts=_interrupts(snap, answers),
-                decision=decisions.get(decision_id)
-                if decision_id is not None
-                and decision_id != (before_values.get("decision") or {}).get("decision_id")
-                else None,
-                fork=forks.get(fork_id)
-                if fork_id is not None and fork_id != before_values.get("fork_id")
-                else None,
-                branch=branch,
-                current_branch=branch == tree.current,
-                branched_from_step=(parent.metadata or {}).get("step")
-                if parent is not None and parent_branch is not None and parent_branch != branch
-                else None,
-                fork_point=tree.children.get(cid, 0) > 1,
-                size=tree.size.get(cid, 0),
-                is_head=cid == tree.head,
-                forkable=runner.is_forkable(snap),
-                errors=[
-                    f"{_task_name(t, n)}: {t.error}"
-                    for t, n in zip(snap.tasks, numbers, strict=True)
-                    if t.error
-                ],
-                lanes=lanes(before_values, after),
-            )
-        )
+    rows = {
+        "decisions": decisions,
+        "answers": {d.interrupt_id: d for d in decisions.values()},
+        "forks": {f.pk: f for f in ticket.forks.select_related("by")},
+    }
+    entries = [_entry(s, by_id.get(_id(s.parent_config)), tree, rows) for s in older[:size]]
+    more = len(older) > size
     return {
         "entries": entries,
         "more": more,
-        "next_before": entries[-1].checkpoint_id if more and entries else None,
-        "total": len(rows),
+        "next_before": entries[-1].checkpoint_id if more else None,
+        "total": len(snaps),
         "branch_count": tree.count,
         "current_branch": tree.current,
-        "bytes": storage.thread_bytes(ticket.thread_id, rows),
-        "tree": tree,
+        "bytes": storage.thread_bytes(ticket.thread_id),
     }
 
 

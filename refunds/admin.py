@@ -141,11 +141,11 @@ class OrderLineInline(ReadOnly, admin.TabularInline):
 
     @admin.display(description="Unit price")
     def unit_price(self, line: OrderLine) -> str:
-        return currencies.shown(line.unit_price_cents, line.order.currency)
+        return dollars(line.unit_price_cents, line.order.currency)
 
     @admin.display(description="Tax")
     def tax(self, line: OrderLine) -> str:
-        return currencies.shown(line.tax_cents, line.order.currency)
+        return dollars(line.tax_cents, line.order.currency)
 
     def _bought(self, line: OrderLine) -> selectors.LineBought:
         return selectors.LineBought(
@@ -155,15 +155,12 @@ class OrderLineInline(ReadOnly, admin.TabularInline):
     @admin.display(description="Refunded")
     def refunded(self, line: OrderLine) -> str:
         bought = self._bought(line)
-        return (
-            f"{bought.refunded_quantity} · "
-            f"{currencies.shown(bought.refunded_cents, line.order.currency)}"
-        )
+        return f"{bought.refunded_quantity} · {dollars(bought.refunded_cents, line.order.currency)}"
 
     @admin.display(description="Left")
     def left(self, line: OrderLine) -> str:
         bought = self._bought(line)
-        left = currencies.shown(bought.left_cents, line.order.currency)
+        left = dollars(bought.left_cents, line.order.currency)
         return f"{bought.left_quantity} · {left}"
 
 
@@ -186,7 +183,7 @@ class OutsideRefundInline(ReadOnly, admin.TabularInline):
 
     @admin.display(description="Amount")
     def refunded(self, refund: OutsideRefund) -> str:
-        return currencies.shown(refund.amount_cents, refund.order.currency)
+        return dollars(refund.amount_cents, refund.order.currency)
 
 
 class PaymentDisputeInline(ReadOnly, admin.TabularInline):
@@ -235,17 +232,17 @@ class OrderAdmin(admin.ModelAdmin):
     def total(self, order: Order) -> str:
         if order.total_cents is None:
             return "— (sent without its lines: only the shipping fee is refundable)"
-        return currencies.shown(order.total_cents, order.currency)
+        return dollars(order.total_cents, order.currency)
 
     @admin.display(description="Paid")
     def paid(self, order: Order) -> str:
         if order.paid_cents is None:
             return "—"
-        return currencies.shown(order.paid_cents, order.currency)
+        return dollars(order.paid_cents, order.currency)
 
     @admin.display(description="Shipping fee", ordering="shipping_fee_cents")
     def fee(self, order: Order) -> str:
-        return currencies.shown(order.shipping_fee_cents, order.currency)
+        return dollars(order.shipping_fee_cents, order.currency)
 
 
 class TicketOrderInline(ReadOnly, admin.TabularInline):

@@ -21,14 +21,12 @@ from babel.numbers import (
     get_territory_currencies,
 )
 
-from refunds.flow.words import dollars
+# The desk's pages show every amount in dollars (refunds.flow.words.dollars), so what a reviewer
+# types there is read in dollars too.
+from refunds.flow.words import DESK as DESK
 
 # What a PositiveIntegerField holds; no shipping fee comes near it.
 MAX_MINOR = 2**31 - 1
-
-# The desk's pages show every amount in dollars (refunds.flow.words.dollars), so what a reviewer
-# types there is read in dollars too.
-DESK = "USD"
 
 
 class BadAmount(ValueError):
@@ -137,10 +135,3 @@ def from_minor(minor: int, currency: str) -> str:
     """899 USD -> "8.99", 899 JPY -> "899": the plain figure a form field shows for editing."""
     digits = minor_units(currency)
     return f"{Decimal(minor).scaleb(-digits):.{digits}f}"
-
-
-def shown(minor: int, currency: str) -> str:
-    """An amount as the desk shows it: "$8.99" in dollars, "8.99 EUR" in any other currency."""
-    if currency == "USD":
-        return dollars(minor)
-    return f"{from_minor(minor, currency)} {currency}"

@@ -46,6 +46,16 @@ def test_dollars_says_cents_as_dollars(cents, words):
     assert dollars(cents) == words
 
 
+@pytest.mark.parametrize(
+    ("minor", "currency", "words"),
+    [(899, "JPY", "899 JPY"), (102050, "EUR", "1,020.50 EUR"), (1234, "KWD", "1.234 KWD")],
+)
+def test_dollars_says_another_currency_with_its_code_and_its_own_minor_units(
+    minor, currency, words
+):
+    assert dollars(minor, currency) == words
+
+
 def test_dollars_says_nothing_for_a_missing_amount():
     assert dollars(None) == "" and dollars("") == "" and dollars(True) == ""
 

@@ -1,12 +1,23 @@
 """How the desk says amounts and durations: the one place for both, used by nodes, templates,
-the admin and emails. No Django imports."""
+the admin, the API and emails. No Django imports."""
+
+from decimal import Decimal
+
+from babel.numbers import format_currency, get_currency_precision
+
+DESK = "USD"  # the desk's pages, its forms and its customers' emails say amounts in dollars
+# Every other currency by its code, so "$" never means two things on one page ("899 JPY").
+CODED = "#,##0.00 ¤¤"
 
 
-def dollars(cents: int | None) -> str:
+def dollars(minor: int | None, currency: str = DESK) -> str:
+    """An amount in minor units, as the desk writes it in every language: "$6.99", "899 JPY"."""
     # Templates hand it "" for a missing value (a payload the worker already cleared).
-    if isinstance(cents, bool) or not isinstance(cents, int | float):
+    if isinstance(minor, bool) or not isinstance(minor, int | float):
         return ""
-    return f"${cents / 100:,.2f}"
+    amount = Decimal(minor).scaleb(-get_currency_precision(currency))
+    pattern = None if currency == DESK else CODED
+    return format_currency(amount, currency, format=pattern, locale="en_US")
 
 
 def days(n: int) -> str:

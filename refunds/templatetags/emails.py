@@ -7,14 +7,10 @@ from django.utils.text import get_text_list
 from django.utils.translation import gettext, pgettext_lazy
 
 from refunds import emails, policy
-from refunds.flow.words import dollars as _dollars
+from refunds.flow.words import dollars
 
 register = template.Library()
-
-
-@register.filter
-def dollars(cents: int | None) -> str:
-    return _dollars(cents)
+register.filter("dollars", dollars)
 
 
 @register.filter

@@ -8,7 +8,7 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import day_words, local_words
-from refunds import currencies, emails, policy, selectors
+from refunds import emails, policy, selectors
 from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.flow.state import LineFacts, OrderFacts
@@ -20,16 +20,8 @@ register = template.Library()
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
-register.filter("dollars", words.dollars)
+register.filter("dollars", words.dollars)  # {{ cents|dollars }}, {{ cents|dollars:currency }}
 register.filter("trail_words", words.trail_words)
-
-
-@register.filter
-def money(cents, currency: str) -> str:
-    """An amount in the order's currency: "$8.99", "8.99 EUR"; "" for none."""
-    if isinstance(cents, bool) or not isinstance(cents, int):
-        return ""
-    return currencies.shown(cents, currency)
 
 
 @register.simple_tag
