@@ -50,11 +50,11 @@ from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.core.mail.message import sanitize_address
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
-from django.db.models.functions import Coalesce, Concat, Now
+from django.db.models.functions import Coalesce, Concat
 from django.utils.crypto import salted_hmac
 from langgraph.errors import GraphDrained
 
-from core import sql
+from core import outbox, sql
 from core.network import outside_transaction
 from refunds import emails, metrics, queries, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
@@ -299,24 +299,14 @@ def resend(email_id: int) -> bool:
 
 
 def _claim(key: str, claim: str, holds: Q) -> bool:
-    """For a Resend: one conditional UPDATE, the row becomes ours to send if nobody sent it,
-    nobody else is (or may still be) sending it, and our right to send (`holds`) stands."""
-    free = (
-        Q(status=Email.Status.PENDING)
-        | Q(claimed_by=claim)
-        | Q(claimed_at__isnull=True)
-        | Q(claimed_at__lt=Now() - send_window())  # its sender died (we hold the lock)
-    )
-    return bool(
-        Email.objects.filter(free, holds, key=key)
-        .exclude(status=Email.Status.SENT)
-        .update(
-            status=Email.Status.SENDING,
-            claimed_by=claim,
-            claimed_at=Now(),
-            attempts=F("attempts") + 1,
-            **_unknown_fields(),
-        )
+    """For a Resend: the outbox's claim (core/outbox.py), while our right to send (`holds`)
+    stands and nobody sent the row; a takeover keeps what is known of an unanswered handover."""
+    return outbox.claim(
+        Email.objects.filter(holds, key=key).exclude(status=Email.Status.SENT),
+        claim,
+        due=Q(status=Email.Status.PENDING) | Q(claimed_by=claim) | Q(claimed_at__isnull=True),
+        window=send_window(),  # its sender died (we hold the lock)
+        **_unknown_fields(),
     )
 
 

@@ -178,6 +178,29 @@ def test_on_postgresql_a_young_claim_is_left_to_its_sender_even_with_its_lock_fr
     assert django_mail.outbox == []
 
 
+def test_on_postgresql_a_resend_leaves_a_young_claim_to_its_sender_even_with_its_lock_free(
+    ticket,
+):
+    """The Resend's claim is the outbox's compare-and-set (core/outbox.py): a claim younger than
+    the send window is its sender's, whatever the lock says."""
+    if mail.send_window() == timedelta(0):
+        pytest.skip("on SQLite a free file lock means its holder is gone")
+    Ticket.objects.filter(pk=ticket.pk).update(status="refunded")
+    row = Email.objects.create(
+        ticket=ticket,
+        key="refund-1042-mail:email",
+        to="ana@example.com",
+        subject="Your refund",
+        body="...",
+        status="sending",
+        claimed_by="epoch:0",
+        claimed_at=timezone.now(),
+    )
+    assert mail.resend(row.pk) is False
+    assert django_mail.outbox == []
+    assert Email.objects.get().claimed_by == "epoch:0"
+
+
 def test_through_a_real_smtp_server_the_message_is_marked_sent_once_accepted(ticket, smtp):
     lease = leases.grant(ticket)
     send(ticket, lease)

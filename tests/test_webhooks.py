@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -39,6 +39,7 @@ class Receiver:
         self.redirect_to = ""  # answer 307 to this URL instead of taking the event
         self.delay = 0.0  # seconds to wait before answering
         self.received_at: list[float] = []  # time.monotonic() of each POST's arrival
+        self.on_post: Callable[[], None] | None = None  # runs once, at the first POST
         self.lock = threading.Lock()
         receiver = self
 
@@ -48,6 +49,9 @@ class Receiver:
 
             def do_POST(self) -> None:  # noqa: N802
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
+                if receiver.on_post is not None:
+                    receiver.on_post()
+                    receiver.on_post = None
                 status = receiver.take(raw, dict(self.headers))
                 time.sleep(receiver.delay)
                 self.send_response(status)
@@ -334,6 +338,31 @@ def test_a_stale_claim_is_taken_over_and_sent_with_the_same_event_id(
     fresh = timezone.now()
     Delivery.objects.update(status="sending", claimed_by="live-sender", claimed_at=fresh)
     assert delivery.deliver_due()["delivered"] == 0  # a live sender's claim is left alone
+
+
+def test_a_delivery_another_sweep_claimed_after_this_one_chose_it_is_not_sent_twice(
+    transactional_db, endpoint, receiver
+):
+    """Two sweeps may choose the same due delivery: the claim (core/outbox.py's compare-and-set)
+    gives it to one. The other sweep claims the second delivery while this one posts the first."""
+    for n in range(2):
+        Ticket.objects.create(thread_id=f"t-race-{n}", order=_another_order(n))
+    delivery.fan_out()
+    second = Delivery.objects.order_by("id").last()
+    assert second is not None
+
+    def another_sweep_claims_the_second() -> None:
+        Delivery.objects.filter(pk=second.pk).update(
+            status="sending", claimed_by="another-sweep", claimed_at=timezone.now()
+        )
+        connection.close()  # the receiver's thread is done with the database
+
+    receiver.on_post = another_sweep_claims_the_second
+    counts = delivery.deliver_due()
+
+    assert (counts["delivered"], counts["skipped"]) == (1, 1)
+    assert len(receiver.received) == 1
+    assert Delivery.objects.get(pk=second.pk).claimed_by == "another-sweep"
 
 
 def test_an_endpoint_gets_only_the_statuses_it_asked_for(db, receiver, late_order):

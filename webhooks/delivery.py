@@ -23,9 +23,10 @@ from datetime import timedelta
 import httpx
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
+from core import outbox
 from core.logs import bound
 from core.masking import mask
 from core.network import outside_transaction
@@ -101,19 +102,8 @@ def send_window() -> timedelta:
     return timedelta(seconds=2 * settings.WEBHOOK_TIMEOUT + 5)
 
 
-def _claim(delivery_id: int, claim: str) -> bool:
-    now = timezone.now()
-    due = Q(status=Delivery.Status.PENDING, next_attempt_at__lte=now) | Q(
-        status=Delivery.Status.SENDING, claimed_at__lt=now - send_window()
-    )
-    return bool(
-        Delivery.objects.filter(due, pk=delivery_id).update(
-            status=Delivery.Status.SENDING,
-            claimed_by=claim,
-            claimed_at=now,
-            attempts=F("attempts") + 1,
-        )
-    )
+def _due() -> Q:
+    return Q(status=Delivery.Status.PENDING, next_attempt_at__lte=timezone.now())
 
 
 def deliver_due(*, limit: int = 100) -> dict[str, int]:
@@ -124,12 +114,8 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
     WEBHOOK_SWEEP_BUDGET_SECONDS, so the sweep ends within budget + WEBHOOK_TIMEOUT."""
     outside_transaction("webhook endpoints")  # the pool's threads post; this one waits for them
     fan_out()
-    now = timezone.now()
     due = (
-        Delivery.objects.filter(
-            Q(status=Delivery.Status.PENDING, next_attempt_at__lte=now)
-            | Q(status=Delivery.Status.SENDING, claimed_at__lt=now - send_window())
-        )
+        Delivery.objects.filter(_due() | outbox.stale(send_window()))
         .order_by("next_attempt_at", "id")
         .values_list("pk", "endpoint_id")[:limit]
     )
@@ -193,7 +179,9 @@ def _claim_next(queue: deque[int], counts: dict[str, int]) -> _Outgoing | None:
     while queue:
         delivery_id = queue.popleft()
         claim = uuid.uuid4().hex
-        if not _claim(delivery_id, claim):
+        if not outbox.claim(
+            Delivery.objects.filter(pk=delivery_id), claim, due=_due(), window=send_window()
+        ):
             counts["skipped"] += 1  # another sender has it, or it is no longer due
             continue
         delivery = Delivery.objects.select_related("endpoint", "event__ticket__order").get(
