@@ -118,19 +118,19 @@ def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
     if form.is_valid():
         base = _fork_base(ticket, form.cleaned_data["checkpoint"])
         cents = form.cleaned_data["amount"]
-        if ticket.status not in services.FORKABLE or money_moved(ticket) is not None:
-            error = (
-                "Only a ticket awaiting review, rejected or failed, with no money moved, can be "
-                f"forked; this one is {ticket.get_status_display().lower()}."
-            )
-        elif base is None:
-            error = "A fork starts from a checkpoint before the charge: pick one in the history."
-        elif cents == (base.values or {}).get("amount_cents") or cents == ticket.amount_cents:
-            error = f"The amount is already {dollars(cents)} there; a fork must change it."
-        elif over := services.fork_balance_refusal(ticket, cents):
-            error = over
-        elif "apply" in request.POST:
-            try:
+        try:
+            if base is None:
+                raise services.RefundError(
+                    "A fork starts from a checkpoint before the charge: pick one in the history."
+                )
+            if cents == (base.values or {}).get("amount_cents"):
+                raise services.RefundError(
+                    f"The amount is already {dollars(cents)} there; a fork must change it."
+                )
+            services.fork_checked(ticket, cents, form.cleaned_data["reason"])
+            if "apply" not in request.POST:
+                preview = _preview(ticket, base, cents)
+            else:
                 services.ticket_fork(
                     ticket=ticket,
                     amount_cents=cents,
@@ -138,17 +138,14 @@ def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
                     by=request.user,
                     from_checkpoint_id=form.cleaned_data["checkpoint"],
                 )
-            except services.RefundError as exc:
-                error = str(exc)
-            else:
                 messages.success(
                     request,
                     f"Forked ticket {ticket.pk} at step {(base.metadata or {}).get('step')} "
                     f"with {dollars(cents)}; a worker applies it and the refund is reviewed again.",
                 )
                 return redirect("ops:history", ticket_id=ticket.pk)
-        else:
-            preview = _preview(ticket, base, cents)
+        except services.RefundError as exc:
+            error = str(exc)
     elif data is not None:
         status = 400
     if error:

@@ -261,7 +261,7 @@ def test_the_fork_page_refuses_a_ticket_whose_money_moved(client, refunded, admi
     url = reverse("ops:fork", args=[refunded.pk])
     form = {"checkpoint": checkpoint, "amount": "5", "reason": "x", "preview": "1"}
     answer = client.post(url, form)
-    assert answer.status_code == 400 and "no money moved" in answer.content.decode()
+    assert answer.status_code == 400 and "Money already moved" in answer.content.decode()
     assert "What happens" not in answer.content.decode() and Fork.objects.count() == 0
 
 

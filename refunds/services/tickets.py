@@ -272,7 +272,7 @@ def ticket_fork(
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins fork a thread.")
     reason = (reason or "").strip()
-    _fork_checked(ticket, amount_cents, reason)
+    fork_checked(ticket, amount_cents, reason)
     try:
         with transaction.atomic():
             # A claim on the old review ends with it: the fork's review starts unclaimed.
@@ -314,7 +314,7 @@ def ticket_fork(
     return fork
 
 
-def _fork_checked(ticket: Ticket, amount_cents: int, reason: str) -> None:
+def fork_checked(ticket: Ticket, amount_cents: int, reason: str) -> None:
     """What refuses a fork, in words, before anything is written."""
     if isinstance(amount_cents, bool) or not isinstance(amount_cents, int):
         raise RefundError("The corrected amount must be a whole number of cents.")
