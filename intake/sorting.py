@@ -252,24 +252,31 @@ def message_mark_not_refund(
             message=message, actor=by, action=MessageEvent.Action.NOT_REFUND, answer=answer
         )
         if replying:
-            language = (message.reading or {}).get("language", "")
-            said = canned.text_in(language) if canned else ""
-            if said is None:  # not in their language: the page said it goes in English
-                said, language = canned.text if canned else "", "en"
-            text = "\n\n".join(t for t in (said, words) if t)
-            worded = set_aside_reply(message, text, language=language)
-            email = Email.objects.create(
-                key=f"{REPLY_PREFIX}{message.pk}:{event.pk}",
-                to=message.sender,
-                subject=worded.subject,
-                body=worded.body,
-                language=worded.language,
-                desk_text=worded.desk_text,
-            )
+            email = _reply_set_aside(message, event, canned, words)
             MessageEvent.objects.filter(pk=event.pk).update(answer=answer | {"email": email.pk})
             enqueue.resend_on_commit(email.pk)
     message.refresh_from_db()
     return message
+
+
+def _reply_set_aside(
+    message: Message, event: MessageEvent, canned: CannedReason | None, words: str
+) -> Email:
+    """The reply to a message set aside, in the outbox: the canned text in the customer's
+    language (in English when it has none in theirs, as the page said) and the agent's words."""
+    language = (message.reading or {}).get("language", "")
+    said = canned.text_in(language) if canned else ""
+    if said is None:
+        said, language = canned.text if canned else "", "en"
+    worded = set_aside_reply(message, "\n\n".join(t for t in (said, words) if t), language=language)
+    return Email.objects.create(
+        key=f"{REPLY_PREFIX}{message.pk}:{event.pk}",
+        to=message.sender,
+        subject=worded.subject,
+        body=worded.body,
+        language=worded.language,
+        desk_text=worded.desk_text,
+    )
 
 
 def set_aside_reply(message: Message, text: str, *, language: str | None = None) -> Worded:
