@@ -100,24 +100,22 @@ def svg(path: list[str], current: list[str]) -> SafeString:
                 + " ".join(f"{x:.0f},{y:.0f}" for x, y in points)
                 + '" marker-end="url(#arrow)"/>'
             )
-    for n in nodes:
-        x, y = where[n]
-        cls = "node"
-        if n in visited:
-            cls += " visited"
-        if n in current:
-            cls += " current"
-        if n.startswith("__"):
-            cls += " terminal"
-        label = "Start" if n == "__start__" else "End" if n == "__end__" else node_words(n)
-        parts.append(
-            f'<g class="{cls}"><title>{escape(n)}</title>'
-            f'<rect x="{x - BOX_W / 2:.0f}" y="{y - BOX_H / 2:.0f}" width="{BOX_W}" '
-            f'height="{BOX_H}" rx="8"/>'
-            f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(label)}</text></g>'
-        )
+    parts += [_node(n, where[n], n in visited, n in current) for n in nodes]
     parts.append("</svg>")
-    return mark_safe("".join(parts))  # noqa: S308 - every label is escaped above
+    return mark_safe("".join(parts))  # noqa: S308 - every label is escaped (_node)
+
+
+def _node(n: str, at: tuple[float, float], visited: bool, current: bool) -> str:
+    x, y = at
+    cls = "node" + (" visited" if visited else "") + (" current" if current else "")
+    cls += " terminal" if n.startswith("__") else ""
+    label = "Start" if n == "__start__" else "End" if n == "__end__" else node_words(n)
+    return (
+        f'<g class="{cls}"><title>{escape(n)}</title>'
+        f'<rect x="{x - BOX_W / 2:.0f}" y="{y - BOX_H / 2:.0f}" width="{BOX_W}" '
+        f'height="{BOX_H}" rx="8"/>'
+        f'<text x="{x:.0f}" y="{y + 5:.0f}" text-anchor="middle">{escape(label)}</text></g>'
+    )
 
 
 def _around(
