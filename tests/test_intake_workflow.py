@@ -22,7 +22,7 @@ from refunds import emails, enqueue, persistence, services
 from refunds import lease as leases
 from refunds.flow.state import TICKET_TELLS
 from refunds.models import AuditEvent, Email, Ticket
-from reviews.templatetags.desk import audit_words
+from reviews.trail import audit_words
 from tests.conftest import helpdesk, make_order
 
 LATE = "Hi, my order #{n} came almost a week late, can I get the delivery charge back? Ana"

@@ -13,7 +13,7 @@ from intake import sorting, workflow
 from intake.models import Message, MessageEvent
 from refunds import enqueue, mail, policy, runner, services, tasks
 from refunds.models import AuditEvent, CannedReason, Decision, Email, Ticket
-from reviews.templatetags.desk import audit_words
+from reviews.trail import audit_words
 from tests.conftest import make_order
 from tests.reviewing import advance_to_review, decide
 from tests.sorting_messages import a_reading, waiting_message

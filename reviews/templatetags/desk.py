@@ -2,7 +2,6 @@ import re
 from collections.abc import Mapping
 
 from django import template
-from django.template.defaultfilters import truncatechars
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -13,9 +12,20 @@ from refunds.flow import parts as refund_parts
 from refunds.flow import words
 from refunds.flow.state import LineFacts, OrderFacts
 from refunds.selectors import RefundProgress
-from refunds.statuses import DecisionAnswer
+from reviews import trail
 
 register = template.Library()
+for name in (
+    "audit_words",
+    "audit_who",
+    "audit_what",
+    "audit_asking",
+    "per_order_words",
+    "order_answers_words",
+    "answered_words",
+    "cause_words",
+):
+    register.filter(name, getattr(trail, name))
 
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 
@@ -117,215 +127,6 @@ def is_late(since, warn_after) -> bool:
     return bool(since and warn_after and timezone.now() - since > warn_after)
 
 
-def _said(note: str) -> str:
-    return f": “{note}”" if note else "."
-
-
-def _open_words(event, who: str, answer: dict) -> str:
-    # Said as the ticket's page and the list say it; a sorter acts but opens nothing.
-    opener = event.ticket.opener_words
-    if event.ticket.opened_by_id is None:  # "The intake", never a username's case
-        opener = opener[:1].upper() + opener[1:]
-    sorted_by = event.actor and event.actor.pk != event.ticket.opened_by_id
-    return (
-        f"{opener} opened the ticket"
-        + (f", sorted by {event.actor.username}" if sorted_by else "")
-        + _said(event.note)
-    )
-
-
-def _escalate_words(event, who: str, answer: dict) -> str:
-    text = "sent the review to managers" if event.actor else "escalated the review to managers"
-    return f"{who} {text}" + _said(event.note)
-
-
-def _decision_words(event, who: str, answer: dict) -> str | None:
-    orders = answer.get("orders")
-    if isinstance(orders, dict) and len(orders) > 1:
-        return f"{who} answered per order: {_per_order_words(orders, event.seen or {})}."
-    if isinstance(orders, dict) and orders:  # a ticket of one order: its answer is the review's
-        answer = answer | {"reason": next(iter(orders.values())).get("reason", "")}
-    if event.action == "approve":
-        amount = words.dollars(((event.seen or {}).get("review") or {}).get("amount_cents"))
-        return f"{who} approved {amount or 'the refund'}."
-    if event.action == "edit":
-        return (
-            f"{who} lowered the amount from {words.dollars(answer.get('asked_cents'))} to "
-            f"{words.dollars(answer.get('amount_cents'))} and approved it."
-        )
-    if event.action == "reject":
-        return f"{who} rejected the refund; told the customer: “{answer.get('reason', '')}”"
-    return None
-
-
-def _ask_words(event, who: str, answer: dict) -> str:
-    if answer.get("reminder"):
-        question = answer.get("question")
-        return f"{who} reminded the customer of the question" + (
-            f": “{question}”" if question else "."
-        )
-    return f"{who} asked the customer: “{answer.get('question', '')}”"
-
-
-def _reply_words(event, who: str, answer: dict) -> str:
-    if not answer.get("resumed"):
-        return f"A reply to the question resumed nothing: {answer.get('why', '')}."
-    if answer.get("no_reply") and answer.get("outcome") == "close":
-        return (
-            "No reply from the customer: the ticket is closed as no reply, and they are "
-            "told that replying reopens it."
-        )
-    if answer.get("no_reply"):
-        return "No reply from the customer: the review is back in the queue without one."
-    if answer.get("reopened"):
-        return (
-            f"The customer replied after the close: “{event.note}”; the ticket is reopened and "
-            "the review is back in the queue."
-        )
-    return f"The customer replied: “{event.note}”; the review is back in the queue."
-
-
-_UNDONE = {
-    "approve": "the approval",
-    "reject": "the rejection",
-    "ask": "the question to the customer",
-}
-
-
-def _undo_words(event, who: str, answer: dict) -> str:
-    undone = _UNDONE.get(answer.get("answer", ""), "the rejection")
-    undone = "the per-order answer" if answer.get("orders") else undone
-    return f"{who} undid {undone} within its grace; the review went back to the queue."
-
-
-def _fork_words(event, who: str, answer: dict) -> str:
-    amount = words.dollars(answer.get("amount_cents"))
-    return f"{who} forked the thread with amount {amount}" + _said(event.note)
-
-
-def _note_words(event, who: str, answer: dict) -> str:
-    if {"message_id", "sorted_message_id"} & set(event.seen or {}):  # a message's
-        return f"{who} noted: {event.note}"
-    return f"{who} added a note (while opening a second ticket for this order): “{event.note}”"
-
-
-_AUDIT_WORDS = {
-    "open": _open_words,
-    "claim": lambda event, who, answer: f"{who} took the review (assigned to them).",
-    "unclaim": lambda event, who, answer: f"{who} put the review back in the queue.",
-    "escalate": _escalate_words,
-    "answer": _decision_words,
-    "approve": _decision_words,
-    "edit": _decision_words,
-    "reject": _decision_words,
-    "ask": _ask_words,
-    "reply": _reply_words,
-    "undo": _undo_words,
-    "fork": _fork_words,
-    "retry": lambda event, who, answer: f"{who} retried the failed thread.",
-    "resend": lambda event, who, answer: f"{who} sent the email again.",
-    "note": _note_words,
-}
-
-
-@register.filter
-def audit_words(event) -> str:
-    """An audit event as a sentence for the ticket's timeline."""
-    who = event.actor.username if event.actor else "The desk"
-    said = _AUDIT_WORDS.get(event.action)
-    return (said and said(event, who, event.answer or {})) or (
-        f"{who}: {event.get_action_display()}."
-    )
-
-
-def _timer(event) -> bool:
-    """The wait's timer wrote it: a reminder, or the end of a wait with no reply."""
-    answer = event.answer or {}
-    return bool(answer.get("reminder") or answer.get("no_reply"))
-
-
-@register.filter
-def audit_who(event) -> str:
-    """Who an audit entry is by: a user, the customer (their reply has no user), or the desk."""
-    if event.actor:
-        return event.actor.username
-    if _timer(event):
-        return "the desk (the wait's timer)"
-    if event.action == "reply":
-        return "the customer"
-    return "the desk"
-
-
-@register.filter
-def audit_what(event) -> str:
-    """What an audit entry is, named by what happened: an ask, a reminder, a reply, no reply."""
-    answer = event.answer or {}
-    if event.action == "ask" and answer.get("reminder"):
-        return "Reminded the customer of the question"
-    if event.action == "reply" and answer.get("no_reply"):
-        return "No reply from the customer"
-    if event.action == "reply" and not answer.get("resumed"):
-        return "A reply that resumed nothing"
-    return event.get_action_display()
-
-
-@register.filter
-def audit_asking(event) -> str:
-    """The details of a question or a reply: what was asked, what the customer wrote, what the
-    end of a wait did ("" for other entries)."""
-    answer = event.answer or {}
-    if event.action == "ask":
-        return f"“{answer['question']}”" if answer.get("question") else ""
-    if event.action != "reply":
-        return ""
-    if answer.get("no_reply"):
-        if answer.get("outcome") == "close":
-            return "the ticket is closed as no reply; replying reopens it"
-        return "the review is back in the queue without a reply"
-    said = f"“{event.note}”" if event.note else "(no words)"
-    if not answer.get("resumed"):
-        return f"{said}; it resumed nothing: {answer.get('why') or 'no wait took it'}"
-    if answer.get("reopened"):
-        return f"{said}; the ticket is reopened and the review is back in the queue"
-    return f"{said}; the review is back in the queue"
-
-
-@register.filter
-def per_order_words(event) -> str:
-    """An answer per order's audit entry as words: "approved $6.99 on 1042; rejected 1044 (…)";
-    of one order, what changed: "amount $48.00 → $25.00 “why”", or the rejection's “why”."""
-    orders, seen = (event.answer or {}).get("orders") or {}, event.seen or {}
-    if len(orders) != 1:
-        return _per_order_words(orders, seen)
-    (one,) = orders.values()
-    why = f"“{one['reason']}”" if one.get("reason") else ""
-    asked = (seen.get("review") or {}).get("amount_cents")
-    paid = one.get("amount_cents")
-    if one.get("answer") == "approve" and asked and paid is not None and paid < asked:
-        return f"amount {words.dollars(asked)} → {words.dollars(paid)} {why}".strip()
-    return why
-
-
-def _per_order_words(orders: dict, seen: dict) -> str:
-    asked = {
-        str(line.get("number")): line.get("amount_cents")
-        for line in (seen.get("review") or {}).get("orders") or []
-    }
-    parts = []
-    for number, one in orders.items():
-        if one.get("answer") == "approve":
-            paid = one.get("amount_cents")
-            lowered = (
-                f" (lowered from {words.dollars(asked[number])})"
-                if asked.get(number) and paid is not None and paid < asked[number]
-                else ""
-            )
-            parts.append(f"approved {words.dollars(paid)} on {number}{lowered}")
-        else:
-            parts.append(f"rejected {number} (told the customer: “{one.get('reason', '')}”)")
-    return "; ".join(parts)
-
-
 @register.filter
 def undoable(decision, user) -> bool:
     """Whether `user` may still undo the decision: theirs, and its grace still runs."""
@@ -404,74 +205,6 @@ def lowers_amounts(user) -> bool:
     from refunds.permissions import is_admin, is_manager
 
     return is_admin(user) or is_manager(user)
-
-
-@register.filter
-def order_answers_words(decision) -> str:
-    """A decision per order in words: "1042 approved $6.99; 1044 rejected (On time.)", an
-    approval with its parts: "1047 approved $24.00 (1 x Ceramic vase, $24.00, stays with the
-    customer)"."""
-    orders = decision.orders or {}
-    ids = [p["line"] for one in orders.values() for p in one.get("parts") or [] if p.get("line")]
-    titles = selectors.line_titles(ids) if ids else {}
-    parts = []
-    for number, one in orders.items():
-        if one.get("answer") == "approve":
-            said = f"{number} approved {words.dollars(one.get('amount_cents') or 0)}"
-            if one.get("parts") and not refund_parts.only_shipping(one["parts"]):
-                said += f" ({'; '.join(refund_parts.words(one['parts'], titles))})"
-            if one.get("reason"):  # why less than proposed
-                said += f": {one['reason']}"
-            parts.append(said)
-        else:
-            why = f" ({one['reason']})" if one.get("reason") else ""
-            parts.append(f"{number} rejected{why}")
-    return "; ".join(parts)
-
-
-QUOTED_CHARS = 280  # of a customer's reply: the ticket page has all of it
-
-
-@register.filter
-def answered_words(decision) -> str:
-    """How a wait was answered, by what answered it: "approved by ana", "ana asked the customer
-    instead", "the customer replied", "no reply came (the wait's timer)"."""
-    who = decision.reviewer.username if decision.reviewer else ""
-    if decision.answer == DecisionAnswer.REPLY:
-        return "the customer replied"
-    if decision.answer == DecisionAnswer.NO_REPLY:
-        return "no reply came (the wait's timer ran out)"
-    if decision.answer == DecisionAnswer.ASK:
-        return format_html("<strong>{}</strong> asked the customer instead", who)
-    verb = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
-    if decision.orders:
-        verb = "answered per order"
-    return format_html("{} by <strong>{}</strong>", verb, who)
-
-
-@register.filter
-def cause_words(decision) -> str:
-    """What a checkpoint's answer was, said by what it is: a reviewer's decision or question,
-    the customer's reply, or the timer's "no reply" (the two last have no reviewer)."""
-    who = decision.reviewer.username if decision.reviewer else ""
-    if decision.answer == DecisionAnswer.ASK:
-        return format_html(
-            "Caused by <strong>{}</strong> asking the customer: “{}”", who, decision.reason
-        )
-    if decision.answer == DecisionAnswer.REPLY:
-        return format_html(
-            "Caused by the customer's reply: “{}”", truncatechars(decision.reason, QUOTED_CHARS)
-        )
-    if decision.answer == DecisionAnswer.NO_REPLY:
-        return "Caused by the wait's timer: no reply came from the customer"
-    orders = decision.orders or {}
-    if len(orders) > 1:
-        said = f"per order, {order_answers_words(decision)}"
-    elif orders:  # a ticket of one order: "approved $6.99 (…)", "rejected (why)"
-        said = order_answers_words(decision).partition(" ")[2]
-    else:
-        said = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
-    return format_html("Caused by the decision of <strong>{}</strong>: {}", who, said)
 
 
 @register.filter

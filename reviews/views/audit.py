@@ -15,7 +15,7 @@ from refunds import permissions, selectors
 from refunds.flow.words import dollars
 from refunds.models import AuditEvent
 from reviews import forms, paging
-from reviews.templatetags.desk import audit_what, audit_who
+from reviews.trail import audit_what, audit_who
 from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest
 
 
