@@ -80,7 +80,7 @@ def _text(value: Any, info: ValidationInfo, limit: int, optional: bool = False) 
     return text
 
 
-def Text(limit: int, optional: bool = False) -> PlainValidator:  # noqa: N802 (a type's name)
+def _text_up_to(limit: int, optional: bool = False) -> PlainValidator:
     return PlainValidator(lambda value, info: _text(value, info, limit, optional))
 
 
@@ -148,7 +148,7 @@ def _amount(value: Any, info: ValidationInfo) -> int:
         raise _refuse(f"{name}: {exc}") from None
 
 
-def _quantity(value: Any, info: ValidationInfo) -> int:
+def _quantity(value: Any) -> int:
     if value is None or value == "":
         raise _refuse("missing quantity")
     if isinstance(value, bool) or not isinstance(value, int):
@@ -164,7 +164,7 @@ def _optional_amount(value: Any, info: ValidationInfo) -> int | None:
     return None if value is None or value == "" else _amount(value, info)
 
 
-def _lines(value: Any, info: ValidationInfo) -> Any:
+def _lines(value: Any) -> Any:
     if value is None or value == "":
         return None
     if not isinstance(value, list) or not value:
@@ -178,17 +178,17 @@ def _required(alias: str | None = None) -> Any:
 
 
 Amount = Annotated[int, PlainValidator(_amount)]
-SOME = ConfigDict(extra="forbid", frozen=True)
+STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
 class LineIn(BaseModel):
     """One line of an order; the OrderLine's field values (amounts in minor units)."""
 
-    model_config = SOME
+    model_config = STRICT
 
-    line_id: Annotated[str, Text(64)] = _required()
-    sku: Annotated[str, Text(64, optional=True)] = ""
-    title: Annotated[str, Text(200)] = _required()
+    line_id: Annotated[str, _text_up_to(64)] = _required()
+    sku: Annotated[str, _text_up_to(64, optional=True)] = ""
+    title: Annotated[str, _text_up_to(200)] = _required()
     unit_price_cents: Amount = _required("unit_price")
     quantity: Annotated[int, PlainValidator(_quantity)] = _required()
     tax_cents: Annotated[int, PlainValidator(lambda v, i: _optional_amount(v, i) or 0)] = Field(
@@ -200,16 +200,16 @@ class OrderIn(BaseModel):
     """An order as the shop knows it: the Order's field values, and what it holds (its lines,
     total and paid amount; None when sent without them)."""
 
-    model_config = SOME
+    model_config = STRICT
 
     number: Annotated[str, PlainValidator(_number)] = _required("order_number")
-    customer_name: Annotated[str, Text(200)] = _required()
+    customer_name: Annotated[str, _text_up_to(200)] = _required()
     customer_email: Annotated[str, PlainValidator(_email)] = _required()
     currency: Annotated[str, PlainValidator(_currency)] = _required()
     shipping_fee_cents: Amount = _required("shipping_fee")
     promised_on: Annotated[date, PlainValidator(_date)] = _required()
     delivered_on: Annotated[date, PlainValidator(_date)] = _required()
-    payment_reference: Annotated[str, Text(255, optional=True)] = ""
+    payment_reference: Annotated[str, _text_up_to(255, optional=True)] = ""
     total_cents: Annotated[int | None, PlainValidator(_optional_amount)] = Field(
         None, alias="total"
     )
@@ -233,7 +233,8 @@ class OrderIn(BaseModel):
                 missing[0],
             )
         assert self.lines is not None and self.total_cents is not None
-        place: Callable[[int], str] = context.get("place") or (lambda i: f"lines[{i}]")
+        assert self.paid_cents is not None
+        place: Callable[[int], str] = context["place"]
         first: dict[str, int] = {}
         for i, line in enumerate(self.lines):
             if line.line_id in first:
@@ -258,7 +259,7 @@ class OrderIn(BaseModel):
                 f"(at most {words(tolerance)} apart is taken)",
                 total_name,
             )
-        if self.paid_cents is not None and self.paid_cents > self.total_cents:
+        if self.paid_cents > self.total_cents:
             raise _refuse(
                 f"{paid_name} {words(self.paid_cents)} is more than the {total_name} "
                 f"{words(self.total_cents)}",
@@ -279,23 +280,15 @@ class OrderIn(BaseModel):
         """The order, or LineRefused naming the first value refused. `place(i)` names line i in a
         reason ("line 7" for a file's row; "lines[7]" unless told). With `minor_units` the
         fields are the model's own names (`number`, `shipping_fee_cents`)."""
-        context = {
-            "decimal_mark": decimal_mark,
-            "minor_units": minor_units,
-            "typed": typed,
-            "place": place,
-        }
+        place = place or (lambda i: f"lines[{i}]")
+        how = {"decimal_mark": decimal_mark, "minor_units": minor_units, "typed": typed}
         try:
             # In minor units the fields are named as the model names them ("shipping_fee_cents").
             return cls.model_validate(
-                raw, context=context, by_alias=not minor_units, by_name=minor_units
+                raw, context={**how, "place": place}, by_alias=not minor_units, by_name=minor_units
             )
         except ValidationError as exc:
-            raise _refusal(exc.errors(), place or (lambda i: f"lines[{i}]")) from None
-
-    def order_fields(self) -> dict[str, Any]:
-        """The Order's own field values, without what it holds."""
-        return self.model_dump(exclude={"number", "total_cents", "paid_cents", "lines"})
+            raise _refusal(exc.errors(), place) from None
 
 
 def _refusal(errors: list[Any], place: Callable[[int], str]) -> LineRefused:
