@@ -115,29 +115,25 @@ def _orders_of_rows(rows: Iterator[tuple[int, Any]], decimal_mark: str) -> Itera
 
     def gathered() -> Read:
         first_line, first = group[0]
-        number = first["order_number"]
+        order = {c: first[c] for c in (*FIELDS, *SUMS) if c in first}
         for line, row in group[1:]:
             differ = [c for c in (*FIELDS, *SUMS) if row.get(c, "") != first.get(c, "")]
             if differ:
+                why = f"line {line}: {', '.join(differ)} differ(s) from line {first_line}; every "
                 return (
                     first_line,
-                    number,
-                    LineRefused(
-                        f"line {line}: {', '.join(differ)} differ(s) from line {first_line}; every "
-                        "row of an order repeats its columns as they are"
-                    ),
+                    order["order_number"],
+                    LineRefused(why + "row of an order repeats its columns as they are"),
                 )
         # A row whose line columns are all blank is an order sent without lines.
         kept = [(n, row) for n, row in group if any(row.get(c, "").strip() for c in LINE_FIELDS)]
-        lines = [
-            {c: _count(row[c]) if c == "quantity" else row[c] for c in LINE_FIELDS if c in row}
-            for _, row in kept
-        ]
-        raw = {c: first[c] for c in (*FIELDS, *SUMS) if c in first} | (
-            {"lines": lines} if lines else {}
-        )
+        if kept:
+            order["lines"] = [
+                {c: _count(row[c]) if c == "quantity" else row[c] for c in LINE_FIELDS if c in row}
+                for _, row in kept
+            ]
         return order_read(
-            first_line, raw, decimal_mark=decimal_mark, place=lambda i: f"line {kept[i][0]}"
+            first_line, order, decimal_mark=decimal_mark, place=lambda i: f"line {kept[i][0]}"
         )
 
     for line, row in rows:
