@@ -597,8 +597,8 @@ class DecisionMade(serializers.ModelSerializer):
     }
 )
 class AnyOrderLine(serializers.JSONField):
-    """An order as sent: refunds.services.orders reads and answers it line by line (a bad line
-    is refused on its own, not the whole request), so its schema names no rule."""
+    """An order as sent: refunds.order_in.OrderIn reads it and the upsert answers it order by
+    order (a bad one is refused on its own, not the whole request), so its schema names no rule."""
 
 
 class OrdersPush(StrictBody):

@@ -305,7 +305,8 @@ def _push(request: Request) -> Response:
         raise ParseError("The body is not valid JSON: it is empty.")
     form = OrdersPush(data=request.data)
     form.is_valid(raise_exception=True)
-    outcomes = orders.orders_upsert(enumerate(form.validated_data["orders"], start=1))
+    sent = enumerate(form.validated_data["orders"], start=1)
+    outcomes = orders.orders_upsert(orders.order_read(line, raw) for line, raw in sent)
     results = [
         {
             "line": o.line,

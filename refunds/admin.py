@@ -25,6 +25,7 @@ from refunds.models import (
     TicketOrder,
 )
 from refunds.money import money_moved
+from refunds.order_in import LineRefused, OrderIn
 from refunds.payments.demo import DemoProcessorDispute
 
 
@@ -47,9 +48,9 @@ class Dollars:
 
 
 class OrderForm(forms.ModelForm):
-    """The fee typed in the currency's major unit ("8.99", "$1,020.50"), never in cents: read by
-    refunds.currencies, which takes ASCII digits only, so full-width digits, a third decimal,
-    words or a negative are refused with the reason."""
+    """An order as every way in reads it (refunds.order_in.OrderIn), the fee typed in the
+    currency's major unit ("8.99", "$1,020.50"), never in cents: full-width digits, a third
+    decimal, words or a negative are refused with the reason."""
 
     shipping_fee = forms.CharField(
         max_length=30,
@@ -77,23 +78,18 @@ class OrderForm(forms.ModelForm):
                 order.shipping_fee_cents, order.currency
             )
 
-    def clean_currency(self) -> str:
-        code = self.cleaned_data["currency"].strip().upper()
-        if not currencies.is_currency(code):
-            raise forms.ValidationError(f"{code!r} is not a currency in use (ISO 4217, like USD).")
-        return code
-
     def clean(self) -> dict:
         cleaned = super().clean() or {}
-        currency, text = cleaned.get("currency"), cleaned.get("shipping_fee")
-        if currency is None or text is None:
+        if self.errors:  # a field's own error says it first
             return cleaned
         try:
-            fee = currencies.read_typed(text, currency)
-        except currencies.BadAmount as exc:
-            self.add_error("shipping_fee", str(exc))
+            said = {"order_number" if k == "number" else k: v for k, v in cleaned.items()}
+            sent = OrderIn.read(said, typed=True)
+        except LineRefused as exc:
+            self.add_error({"order_number": "number"}.get(exc.field, exc.field) or None, str(exc))
             return cleaned
-        order = self.instance
+        cleaned.update(sent.model_dump(include=set(self.Meta.fields)))
+        order, fee, currency = self.instance, sent.shipping_fee_cents, sent.currency
         if order.pk and self.changed_data:
             refusal = open_ticket_refusal(order)
             if refusal:

@@ -4,8 +4,8 @@ GET {base}/orders/{number} and stores the answer as an Order. A JSON object with
 fields: number, customer_name, customer_email, promised_on, delivered_on (YYYY-MM-DD),
 shipping_fee_cents (minor units), and optionally currency and payment_reference; and what the
 order holds, optionally: total_cents and paid_cents with lines (line_id, sku, title,
-unit_price_cents, quantity, tax_cents), read and checked by the imports' own reader
-(refunds.services.orders.bought_read) and stored with the order in one transaction.
+unit_price_cents, quantity, tax_cents), read and checked as every order in is
+(refunds.order_in.OrderIn, in minor units) and stored with the order in one transaction.
 
 Errors by kind: a timeout, a dropped connection or a 5xx is tried again (REFUNDS_ORDER_SOURCE_
 ATTEMPTS, each bounded by REFUNDS_ORDER_SOURCE_TIMEOUT) and then "the shop did not answer"
@@ -18,32 +18,17 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
-from datetime import date
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import ProhibitNullCharactersValidator
 from django.db import IntegrityError, transaction
 
 from core.network import outside_transaction
 from refunds.models import Order, OrderLine
-
-if TYPE_CHECKING:
-    from refunds.services.orders import Bought
+from refunds.order_in import LineRefused, OrderIn
 
 log = logging.getLogger(__name__)
-
-REQUIRED = (
-    "customer_name",
-    "customer_email",
-    "promised_on",
-    "delivered_on",
-    "shipping_fee_cents",
-)
 
 
 class OrderSourceError(Exception):
@@ -71,19 +56,13 @@ def fetch(number: str) -> Order | None:
     data = _ask(number)
     if data is None:
         return None
-    fields, bought = _order_fields(number, data)
+    order_in = _order_read(number, data)
     try:
         with transaction.atomic():
-            order = Order.objects.create(
-                number=number,
-                total_cents=bought.total_cents if bought else None,
-                paid_cents=bought.paid_cents if bought else None,
-                **fields,
+            order = Order.objects.create(**order_in.model_dump(exclude={"lines"}))
+            OrderLine.objects.bulk_create(
+                OrderLine(order=order, **line.model_dump()) for line in order_in.lines or ()
             )
-            if bought:
-                OrderLine.objects.bulk_create(
-                    OrderLine(order=order, **asdict(line)) for line in bought.lines
-                )
             return order
     except IntegrityError:  # another request stored it meanwhile
         found = Order.objects.filter(number=number).first()
@@ -135,50 +114,13 @@ def _ask(number: str) -> dict | None:
     )
 
 
-def _order_fields(number: str, data: dict) -> tuple[dict, Bought | None]:
-    """The Order's fields from the shop's answer and what it holds (None: the shop sent no
-    lines), or ShopRefused naming what is wrong."""
-    from refunds.services.orders import LineRefused, bought_read
-
-    def bad(what: str) -> ShopRefused:
-        return ShopRefused(f"The shop's answer for order {number} is not usable: {what}.")
-
-    missing = [name for name in REQUIRED if data.get(name) in (None, "")]
-    if missing:
-        raise bad(f"missing {', '.join(missing)}")
-    if str(data.get("number", number)) != number:
-        raise bad(f"it describes order {data.get('number')!r}")
-    for name in ("customer_name", "customer_email", "payment_reference"):
-        try:  # PostgreSQL text cannot hold a NUL: the ticket would fail with a 500
-            ProhibitNullCharactersValidator()(str(data.get(name) or ""))
-        except ValidationError as exc:
-            raise bad(f"{name}: {' '.join(exc.messages)}") from None
-    dates = {}
-    for name in ("promised_on", "delivered_on"):
-        try:
-            dates[name] = date.fromisoformat(str(data[name]))
-        except ValueError:
-            raise bad(f"{name} is not a date (YYYY-MM-DD): {data[name]!r}") from None
-    fee = data["shipping_fee_cents"]
-    if isinstance(fee, bool) or not isinstance(fee, int) or fee < 0:
-        raise bad(f"shipping_fee_cents is not a whole number of cents: {fee!r}")
-    currency = str(data.get("currency") or "USD")
-    if len(currency) != 3 or not currency.isalpha():
-        raise bad(f"currency is not an ISO 4217 code: {currency!r}")
-    email = str(data["customer_email"]).strip()
-    if "@" not in email or len(email) > 254:
-        raise bad(f"customer_email is not an address: {email!r}")
+def _order_read(number: str, data: dict) -> OrderIn:
+    """The shop's answer as the typed order (USD unless it names a currency; the other fields
+    a shop's API answers are not ours), or ShopRefused naming what is wrong."""
+    sent = {k: v for k, v in data.items() if k in OrderIn.model_fields}
     try:
-        bought = bought_read(
-            data, currency=currency.upper(), shipping_fee_cents=fee, minor_units=True
-        )
+        if str(sent.setdefault("number", number)) != number:
+            raise LineRefused(f"it describes order {sent['number']!r}")
+        return OrderIn.read({**sent, "currency": sent.get("currency") or "USD"}, minor_units=True)
     except LineRefused as exc:
-        raise bad(str(exc)) from None
-    return {
-        "customer_name": str(data["customer_name"])[:200],
-        "customer_email": email,
-        "shipping_fee_cents": fee,
-        "currency": currency.upper(),
-        "payment_reference": str(data.get("payment_reference") or "")[:255],
-        **dates,
-    }, bought
+        raise ShopRefused(f"The shop's answer for order {number} is not usable: {exc}.") from None

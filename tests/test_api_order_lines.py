@@ -99,6 +99,11 @@ REFUSALS = [
         "lines[1]: quantity must be 1 or more, not -1",
         "lines[1].quantity",
     ),
+    (
+        with_line(1, quantity="2"),
+        "lines[1]: quantity must be a whole number, like 2: '2'",
+        "lines[1].quantity",
+    ),
     (with_line(1, line_id="1"), "lines[1]: line_id '1' is also lines[0]'s", "lines[1].line_id"),
     (order(total="80.00"), "total 80.00 USD does not add up", "total"),
     (order(paid="75.00"), "paid 75.00 USD is more than the total 74.98 USD", "paid"),

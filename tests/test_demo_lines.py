@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from devtools.management.commands.demo_data import ORDERS
 from refunds.models import Order, OrderLine
-from refunds.services.orders import TOTAL_TOLERANCE_PER_LINE
+from refunds.order_in import TOTAL_TOLERANCE_PER_LINE
 
 
 def demo(settings) -> None:

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from refunds.models import Order, OrderLine
-from refunds.services import orders
+from refunds.order_in import TOTAL_TOLERANCE_PER_LINE
 
 ORDER = "order_number,customer_name,customer_email,currency,shipping_fee,promised_on,delivered_on"
 HEADER = f"{ORDER},payment_reference,total,paid,line_id,sku,title,unit_price,quantity,tax\n"
@@ -272,7 +272,7 @@ def test_a_refused_json_lines_order_changes_nothing_and_names_its_line(db, tmp_p
 
 
 def test_the_tolerance_is_one_minor_unit_per_line():
-    assert orders.TOTAL_TOLERANCE_PER_LINE == 1
+    assert TOTAL_TOLERANCE_PER_LINE == 1
 
 
 def test_changed_lines_of_an_order_with_an_open_ticket_are_refused(db, tmp_path):

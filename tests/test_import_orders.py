@@ -17,6 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from refunds import services
+from refunds.management.commands.import_orders import FIELDS
 from refunds.models import Charge, Order, Ticket
 from refunds.services import orders
 from tests.conftest import in_another_session, make_order, wait_for
@@ -206,7 +207,7 @@ def test_a_nul_is_refused_on_its_line_and_the_good_lines_are_taken(db, tmp_path,
 
 
 def test_a_nul_in_json_lines_is_refused_on_its_line(db, tmp_path):
-    good = {**dict(zip(orders.FIELDS, GOOD[0].strip().split(","), strict=True))}
+    good = {**dict(zip(FIELDS, GOOD[0].strip().split(","), strict=True))}
     bad = {**good, "order_number": "2009", "customer_name": "Ana\u0000"}
     path = write(tmp_path, [json.dumps(good) + "\n", json.dumps(bad) + "\n"], "orders.jsonl")
 
@@ -365,10 +366,10 @@ def test_a_ticket_opened_between_the_check_and_the_write_reads_the_order_written
             )
         return execute(sql, params, many, context)
 
-    line = {**dict(zip(orders.FIELDS, GOOD[0].strip().split(","), strict=True))}
+    line = {**dict(zip(FIELDS, GOOD[0].strip().split(","), strict=True))}
     line |= {"order_number": "2001", "payment_reference": "pi_new"}
     with connection.execute_wrapper(before_the_write):
-        outcomes = orders.orders_upsert([(1, line)])
+        outcomes = orders.orders_upsert([orders.order_read(1, line)])
     opener[0].join(10)
 
     assert [o.result for o in outcomes] == [orders.UPDATED]

@@ -9,8 +9,8 @@ from rest_framework.exceptions import ValidationError
 from api.serializers import OrderNumberField, OrderNumbersField
 from refunds import policy
 from refunds.models import Order, of_customer, order_number_read, same_customer
+from refunds.order_in import LineRefused, OrderIn
 from refunds.services import RefundError
-from refunds.services.orders import LineRefused, order_line_read
 from refunds.services.tickets import order_numbers_clean
 from reviews import forms
 from tests.conftest import make_order
@@ -37,7 +37,7 @@ def test_every_way_in_refuses_what_is_not_an_order_number(bad):
         OrderNumbersField().to_internal_value([bad])
     if isinstance(bad, str) and bad.strip("# "):
         with pytest.raises(LineRefused):
-            order_line_read({**LINE, "order_number": bad})
+            OrderIn.read({**LINE, "order_number": bad})
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_every_way_in_reads_an_order_number_alike(written, number):
     assert order_numbers_clean([written]) == [number]
     assert OrderNumberField().to_internal_value(written) == number
     assert OrderNumbersField().to_internal_value([written]) == [number]
-    assert order_line_read({**LINE, "order_number": written}).number == number
+    assert OrderIn.read({**LINE, "order_number": written}).number == number
 
 
 def test_the_same_customer_is_the_same_address_whatever_its_case_in_python_and_in_sql(db):

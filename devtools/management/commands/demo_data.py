@@ -1,4 +1,3 @@
-from dataclasses import asdict
 from datetime import date, timedelta
 
 from django.conf import settings
@@ -7,7 +6,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from refunds.models import Order, OrderLine
-from refunds.services.orders import bought_read
+from refunds.order_in import OrderIn
+from refunds.services.orders import CHANGEABLE
 
 DEMO_PASSWORD = "refund-demo"  # demo use only, stated in README.md
 USERS = [
@@ -85,8 +85,8 @@ def demo_lines(
     order: Order, basket: int = 0, *, items: list[tuple[str, str, int, int, int]] | None = None
 ) -> None:
     """Give a demo order lines (BASKETS[basket], or `items` of the same shape), its total and
-    what was paid (all of it), read by the imports' own reader; an order that has lines keeps
-    them (a second run adds nothing)."""
+    what was paid (all of it), read as every order in is (refunds.order_in); an order that has
+    lines keeps them (a second run adds nothing)."""
     if order.lines.exists():
         return
     items = BASKETS[basket % len(BASKETS)] if items is None else items
@@ -100,17 +100,13 @@ def demo_lines(
             for n, (sku, title, price, qty, tax) in enumerate(items, start=1)
         ],
     }  # fmt: skip
-    bought = bought_read(
-        raw, currency=order.currency, shipping_fee_cents=order.shipping_fee_cents, minor_units=True
-    )
-    assert bought is not None
+    held = {name: getattr(order, name) for name in ("number", *CHANGEABLE)}
+    sent = OrderIn.read({**held, **raw}, minor_units=True)
     with transaction.atomic():
         OrderLine.objects.bulk_create(
-            OrderLine(order=order, **asdict(line)) for line in bought.lines
+            OrderLine(order=order, **line.model_dump()) for line in sent.lines or ()
         )
-        Order.objects.filter(pk=order.pk).update(
-            total_cents=bought.total_cents, paid_cents=bought.paid_cents
-        )
+        Order.objects.filter(pk=order.pk).update(total_cents=total, paid_cents=total)
 
 
 def demo_email(number: str, name: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -24,10 +25,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from refunds.order_in import LineIn, LineRefused, OrderIn
 from refunds.services import orders
-from refunds.services.orders import LineRefused
+from refunds.services.orders import Read, order_read
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+# The columns are the typed order's fields as a push names them; total and paid come with lines.
+COLUMNS = [f.alias or name for name, f in OrderIn.model_fields.items() if name != "lines"]
+FIELDS, SUMS = tuple(COLUMNS[:-2]), tuple(COLUMNS[-2:])
+LINE_FIELDS = tuple(f.alias or name for name, f in LineIn.model_fields.items())
+OPTIONAL = frozenset({"payment_reference", "sku", "tax"})
+WHOLE = re.compile(r"\s*-?[0-9]{1,12}\s*", re.ASCII)
 
 
 def bar(done: int, total: int, started: float, width: int = 30) -> str:
@@ -42,24 +50,21 @@ def bar(done: int, total: int, started: float, width: int = 30) -> str:
     )
 
 
-def read_csv(path: Path, delimiter: str) -> Iterator[tuple[int, Any]]:
+def read_csv(path: Path, delimiter: str, decimal_mark: str) -> Iterator[Read]:
     with path.open(encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle, delimiter=delimiter, strict=True)
         try:
             header = [name.strip() for name in next(rows)]
         except StopIteration:
             raise CommandError(f"{path} is empty: it needs a header line.", returncode=2) from None
-        with_lines = any(f in header for f in (*orders.SUMS, *orders.LINE_FIELDS))
-        columns = (
-            (*orders.FIELDS, *orders.SUMS, *orders.LINE_FIELDS) if with_lines else orders.FIELDS
-        )
-        optional = orders.OPTIONAL | orders.LINE_OPTIONAL
-        missing = [f for f in columns if f not in header and f not in optional]
+        with_lines = any(f in header for f in (*SUMS, *LINE_FIELDS))
+        columns = (*FIELDS, *SUMS, *LINE_FIELDS) if with_lines else FIELDS
+        missing = [f for f in columns if f not in header and f not in OPTIONAL]
         unknown = [f for f in header if f not in columns]
         if missing or unknown or len(set(header)) != len(header):
             raise CommandError(
                 f"{path}: the header must name the columns {', '.join(columns)} "
-                f"({', '.join(sorted(optional & set(columns)))} may be left out); "
+                f"({', '.join(sorted(OPTIONAL & set(columns)))} may be left out); "
                 + "; ".join(
                     part
                     for part in (
@@ -71,11 +76,15 @@ def read_csv(path: Path, delimiter: str) -> Iterator[tuple[int, Any]]:
                 ),
                 returncode=2,
             )
-        start = rows.line_num + 1
+        read = _rows(rows, header, rows.line_num + 1)
         if with_lines:
-            yield from _orders_of_rows(_rows(rows, header, start))
+            yield from _orders_of_rows(read, decimal_mark)
             return
-        yield from _rows(rows, header, start)
+        for line, row in read:
+            if isinstance(row, LineRefused):
+                yield line, "", row
+            else:
+                yield order_read(line, row, decimal_mark=decimal_mark)
 
 
 def _rows(rows: Any, header: list[str], start: int) -> Iterator[tuple[int, Any]]:
@@ -98,60 +107,69 @@ def _rows(rows: Any, header: list[str], start: int) -> Iterator[tuple[int, Any]]
         start = rows.line_num + 1
 
 
-def _orders_of_rows(rows: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
+def _orders_of_rows(rows: Iterator[tuple[int, Any]], decimal_mark: str) -> Iterator[Read]:
     """Rows of one line each -> one order each: the rows of an order follow one another and
     repeat its columns (any that differ refuse the whole order, naming the line). An order
     whose rows come again later is two orders with one number: both refused, as any duplicate."""
-    order_columns = (*orders.FIELDS, *orders.SUMS)
     group: list[tuple[int, dict]] = []
 
-    def gathered() -> Iterator[tuple[int, Any]]:
+    def gathered() -> Read:
         first_line, first = group[0]
+        order = {c: first[c] for c in (*FIELDS, *SUMS) if c in first}
         for line, row in group[1:]:
-            differ = [c for c in order_columns if row.get(c, "") != first.get(c, "")]
+            differ = [c for c in (*FIELDS, *SUMS) if row.get(c, "") != first.get(c, "")]
             if differ:
-                refused = LineRefused(
-                    f"line {line}: {', '.join(differ)} differ(s) from line {first_line}; every "
-                    "row of an order repeats its columns as they are"
+                why = f"line {line}: {', '.join(differ)} differ(s) from line {first_line}; every "
+                return (
+                    first_line,
+                    order["order_number"],
+                    LineRefused(why + "row of an order repeats its columns as they are"),
                 )
-                yield first_line, orders.OrderRows(first, [first_line], refused)
-                return
-        fields = {c: first[c] for c in order_columns if c in first}
         # A row whose line columns are all blank is an order sent without lines.
-        kept = [
-            (n, {c: row[c] for c in orders.LINE_FIELDS if c in row})
-            for n, row in group
-            if any(row.get(c, "").strip() for c in orders.LINE_FIELDS)
-        ]
-        lines = {"lines": [item for _, item in kept]} if kept else {}
-        yield first_line, orders.OrderRows({**fields, **lines}, [n for n, _ in kept])
+        kept = [(n, row) for n, row in group if any(row.get(c, "").strip() for c in LINE_FIELDS)]
+        if kept:
+            order["lines"] = [
+                {c: _count(row[c]) if c == "quantity" else row[c] for c in LINE_FIELDS if c in row}
+                for _, row in kept
+            ]
+        return order_read(
+            first_line, order, decimal_mark=decimal_mark, place=lambda i: f"line {kept[i][0]}"
+        )
 
     for line, row in rows:
         if isinstance(row, LineRefused):
-            yield line, row
+            yield line, "", row
             continue
         if group and row.get("order_number", "").strip() != group[0][1]["order_number"].strip():
-            yield from gathered()
+            yield gathered()
             group = []
         group.append((line, row))
     if group:
-        yield from gathered()
+        yield gathered()
+
+
+def _count(cell: str) -> int | str:
+    """A quantity column's digits are the whole number the order takes; anything else is left
+    for it to refuse."""
+    return int(cell) if WHOLE.fullmatch(cell) else cell
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number")
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+def read_jsonl(path: Path, decimal_mark: str) -> Iterator[Read]:
     with path.open(encoding="utf-8-sig") as handle:
         for number, text in enumerate(handle, start=1):
             if not text.strip():
                 continue
             try:
                 # Decimal, never float: "8.99" must stay 8.99.
-                yield number, json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
+                raw = json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
             except ValueError as exc:
-                yield number, LineRefused(f"not valid JSON: {exc}")
+                yield number, "", LineRefused(f"not valid JSON: {exc}")
+                continue
+            yield order_read(number, raw, decimal_mark=decimal_mark)
 
 
 class Command(BaseCommand):
@@ -188,8 +206,11 @@ class Command(BaseCommand):
             raise CommandError("--delimiter and --decimal-mark must differ.", returncode=2)
         started = time.monotonic()
         try:
-            lines = list(
-                read_csv(path, options["delimiter"]) if kind == "csv" else read_jsonl(path)
+            mark = options["decimal_mark"]
+            read = list(
+                read_csv(path, options["delimiter"], mark)
+                if kind == "csv"
+                else read_jsonl(path, mark)
             )
         except UnicodeDecodeError as exc:
             raise CommandError(f"{path} is not UTF-8 text ({exc.reason}).", returncode=2) from None
@@ -199,12 +220,7 @@ class Command(BaseCommand):
             if show:
                 self.stderr.write(f"\r{bar(done, total, started)}", ending="")
 
-        outcomes = orders.orders_upsert(
-            lines,
-            decimal_mark=options["decimal_mark"],
-            dry_run=options["dry_run"],
-            progress=progress,
-        )
+        outcomes = orders.orders_upsert(read, dry_run=options["dry_run"], progress=progress)
         if show and outcomes:
             self.stderr.write("")
         refused = [o for o in outcomes if o.result == orders.REFUSED]
