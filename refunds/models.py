@@ -133,11 +133,9 @@ class Order(models.Model):
     def __str__(self) -> str:
         return f"Order {self.number}"
 
-    def refunded_cents(self, *, excluding_ticket: int | None = None) -> int:
+    def refunded_cents(self) -> int:
         """What the ledger holds against this order: refunds paid, and charges under way."""
         charges = Charge.objects.filter(order=self).holding_balance()
-        if excluding_ticket is not None:
-            charges = charges.exclude(ticket_id=excluding_ticket)
         return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
 
     def facts(self, *, for_ticket: int | None = None, but_key: str = "") -> dict:

@@ -196,13 +196,13 @@ def _read(
     if current_epoch != epoch:
         raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
     reference = order.payment_reference
-    found = Charge.objects.filter(idempotency_key=key).values_list("pk", "status", "receipt")
-    row_id, status, receipt = found.first() or (None, None, None)
-    if status == Charge.Status.SUCCEEDED:
-        return _Row(row_id, receipt, reference), "paid"
-    if status == Charge.Status.PENDING:
-        Charge.objects.filter(pk=row_id).update(epoch=epoch)
-        return _Row(row_id, None, reference), "unknown"
+    known = Charge.objects.filter(idempotency_key=key).values_list("pk", "status", "receipt")
+    found = known.first()
+    if found and found[1] == Charge.Status.SUCCEEDED:
+        return _Row(found[0], found[2], reference), "paid"
+    if found and found[1] == Charge.Status.PENDING:
+        Charge.objects.filter(pk=found[0]).update(epoch=epoch)
+        return _Row(found[0], None, reference), "unknown"
     # What the ledger holds for the order but this key, and what was refunded outside the desk
     # as recorded by now by any process: read here, with the order locked.
     facts = order.facts(but_key=key)
@@ -221,8 +221,8 @@ def _read(
         raise OverBalance(_over(order, amount_cents, paid, held, outside))
     if paid is None and outside and amount_cents > bought - held - outside:
         raise OverBalance(_over(order, amount_cents, bought, held, outside, paid_known=False))
-    if row_id is not None:
-        return _Row(row_id, None, reference), "refused"
+    if found:
+        return _Row(found[0], None, reference), "refused"
     return _Row(0, None, reference), "new"  # no row yet: the caller writes it
 
 
