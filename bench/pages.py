@@ -144,7 +144,7 @@ def fill(size: int, lines: int = 0) -> dict:
             nodes_run=["lookup", "fraud_check", "history_check", "check_policy", "triage"],
         )
         if i % pending_every == 0:
-            facts = order.as_facts()
+            facts = order.facts()
             state = {
                 "order": facts,
                 "amount_cents": fee,
@@ -235,7 +235,7 @@ def lined_review(number: str, damaged: bool, reason_of) -> dict:
     from refunds.flow import parts as refund_parts
     from refunds.models import Order
 
-    facts = Order.facts(number)
+    facts = Order.objects.get(number=number).facts()
     reason = policy.DAMAGED if damaged else policy.LATE_DELIVERY
     words = "one vase arrived smashed" if damaged else "my parcel came three days late"
     state = {"reason": reason, "order": facts}

@@ -208,14 +208,16 @@ class Lease:
                 "(SELECT max(d.decided_at) FROM refunds_decision d WHERE d.ticket_id = "
                 f"refunds_ticket.id AND d.answer = {queries.APPROVE})"
             )
+        waiting, waiting_params = queries.rule(Ticket.objects.answer_waiting())
         sql = (
             f"UPDATE refunds_ticket SET {', '.join(sets)} WHERE id = %s AND lease_epoch = %s "
-            f"RETURNING {queries.answer_waiting('refunds_ticket.id')}, {approved_at}"
+            f"RETURNING {waiting}, {approved_at}"
         )
+        params += [self.row_id, self.epoch, *waiting_params]
 
         def write():
             with connection.cursor() as cursor:
-                cursor.execute(sql, [*params, self.row_id, self.epoch])
+                cursor.execute(sql, params)
                 return cursor.fetchone()
 
         row = _with_reconnect(write)
@@ -342,24 +344,30 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
     owner = owner or worker_name()
     seconds = settings.REFUNDS_LEASE_SECONDS
     sent = time.monotonic()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE refunds_ticket SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
-            f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "
-            f"status = CASE WHEN status = {queries.TICKET_NEW} THEN {queries.TICKET_RUNNING} "
-            f"ELSE status END, updated_at = {sql.now()} "
-            f"WHERE id = %s AND (status NOT IN {queries.TICKET_NOT_LEASABLE} "
-            f"OR {queries.refund_failed_waiting('refunds_ticket.id')}) "
-            f"AND {queries.lease_lapsed(sql.now())} "
-            "RETURNING lease_epoch, attempts, thread_id, order_id, status, pending_interrupt_id, "
-            "mirror_epoch, last_error, note, "
-            "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "
-            f"{queries.fork_waiting('refunds_ticket.id')}, flow_version, "
-            f"{queries.open_decisions('refunds_ticket.id')}, "
-            f"{queries.refund_failed_waiting('refunds_ticket.id')}",
-            [owner, seconds, ticket_id],
-        )
-        row = cursor.fetchone()
+    grantable, grantable_params = queries.rule(Ticket.objects.grantable())
+    forks, forks_params = queries.rule(Ticket.objects.fork_waiting())
+    decisions, decisions_params = queries.open_decisions('"refunds_ticket"."id"')
+    failed, failed_params = queries.rule(Ticket.objects.refund_failed_waiting())
+    row = sql.fetchone(
+        f"UPDATE refunds_ticket SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
+        f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "
+        f"status = CASE WHEN status = {queries.TICKET_NEW} THEN {queries.TICKET_RUNNING} "
+        f"ELSE status END, updated_at = {sql.now()} "
+        f"WHERE id = %s AND {grantable} "
+        "RETURNING lease_epoch, attempts, thread_id, order_id, status, pending_interrupt_id, "
+        "mirror_epoch, last_error, note, "
+        "(SELECT number FROM refunds_order o WHERE o.id = refunds_ticket.order_id), "
+        f"{forks}, flow_version, {decisions}, {failed}",
+        [
+            owner,
+            seconds,
+            ticket_id,
+            *grantable_params,
+            *forks_params,
+            *decisions_params,
+            *failed_params,
+        ],
+    )
     if row is None:
         return None
     (epoch, attempts, thread_id, order_id, status, pending, mirror_epoch, last_error) = row[:8]
@@ -400,7 +408,8 @@ def grant_row(
         f"UPDATE {table} SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
         f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "
         f"updated_at = {sql.now()} "
-        f"WHERE id = %s AND ({leasable}) AND {queries.lease_lapsed(sql.now(), table)} "
+        f"WHERE id = %s AND ({leasable}) "
+        f"AND (lease_expires_at IS NULL OR lease_expires_at < {sql.now()}) "
         "RETURNING lease_epoch, attempts, last_error",
         [owner, seconds, row_id],
     )

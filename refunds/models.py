@@ -11,7 +11,6 @@ from django.db.models.functions import Now, Upper
 from django.utils import timezone
 
 from core.clock import day_words, local_words
-from core.sql import literals
 from refunds import policy
 from refunds.flow.words import dollars
 from refunds.payments.records import DISPUTE_OPEN
@@ -19,6 +18,7 @@ from refunds.statuses import (
     CHARGE_HOLDS_BALANCE,
     PROCESSOR_GAVE_BACK,
     PROCESSOR_ON_ITS_WAY,
+    TICKET_LEASABLE,
     TICKET_WORK_LEFT,
     ChargeStatus,
     DecisionAnswer,
@@ -37,15 +37,6 @@ class Role(models.TextChoices):
 
 ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
-
-
-# A ledger row `c` (refunds_charge) that holds its order's balance: paid or under way, and not
-# given back by the processor (a refund it failed or canceled). Here so that Order.facts reads
-# what the ledger's own checks read; refunds/queries.py hands it on as CHARGE_HOLDS.
-CHARGE_HOLDS_SQL = (
-    f"c.status IN {literals(s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds)} "
-    f"AND c.processor_status NOT IN {literals(sorted(PROCESSOR_GAVE_BACK))}"
-)
 
 
 ORDER_NUMBER_MAX = 32
@@ -142,111 +133,51 @@ class Order(models.Model):
     def __str__(self) -> str:
         return f"Order {self.number}"
 
-    def refunded_cents(self, *, excluding_ticket: int | None = None) -> int:
+    def refunded_cents(self) -> int:
         """What the ledger holds against this order: refunds paid, and charges under way."""
         charges = Charge.objects.filter(order=self).holding_balance()
-        if excluding_ticket is not None:
-            charges = charges.exclude(ticket_id=excluding_ticket)
         return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
 
-    @classmethod
-    def facts(cls, number: str, *, for_ticket: int | None = None) -> dict | None:
-        """What lookup reads: the order and what the ledger holds for it (paid or under way)
-        from tickets other than `for_ticket`, in one statement; its lines in another, and what
-        of its payment was refunded outside the desk in a third."""
-        from core import sql
-
-        # Held as the ledger's check counts it (refunds/money.py): paid or under way, and not
-        # given back by the processor (a refund it failed later frees its units and money).
-        held = (
-            f"FROM refunds_charge c WHERE c.order_id = o.id AND {CHARGE_HOLDS_SQL} "
-            "AND c.ticket_id <> %s"
-        )
-        row = sql.fetchone(
-            "SELECT o.number, o.customer_name, o.customer_email, o.promised_on, o.delivered_on, "
-            f"o.shipping_fee_cents, (SELECT coalesce(sum(c.amount_cents), 0) {held}), "
-            f"(SELECT max(c.ticket_id) {held}), o.paid_cents, o.id "
-            "FROM refunds_order o WHERE o.number = %s",
-            [for_ticket or 0, for_ticket or 0, number],
-        )
-        if row is None:
-            return None
-        promised, delivered = (d if isinstance(d, str) else d.isoformat() for d in row[3:5])
+    def facts(self, *, for_ticket: int | None = None, but_key: str = "") -> dict:
+        """What lookup reads and the ledger checks (refunds/money.py, with the order locked):
+        the order, and what the ledger holds of it (paid or under way) in all, per line and of
+        its fee, from tickets other than `for_ticket` and charges other than `but_key`; and what
+        of its payment was refunded outside the desk."""
+        held = Charge.objects.filter(order=self).holding_balance()
+        if for_ticket is not None:
+            held = held.exclude(ticket_id=for_ticket)
+        if but_key:
+            held = held.exclude(idempotency_key=but_key)
+        total = held.aggregate(cents=Sum("amount_cents"), last=Max("ticket_id"))
+        per_line = held.held_per_line()
+        outside = self.outside_refunds.holding_balance().aggregate(cents=Sum("amount_cents"))
         facts = {
-            "number": row[0],
-            "customer_name": row[1],
-            "customer_email": row[2],
-            "promised_on": promised,
-            "delivered_on": delivered,
-            "fee_cents": row[5],
-            "refunded_cents": row[6],
-            "refunded_by_ticket": row[7],
-        }
-        lines, shipping = cls._bought_facts(number, CHARGE_HOLDS_SQL, for_ticket or 0)
-        facts |= {"lines": lines, "shipping_refunded_cents": shipping}
-        outside = (
-            OutsideRefund.objects.filter(order_id=row[9])
-            .holding_balance()
-            .aggregate(total=Sum("amount_cents"))["total"]
-        )
-        if outside:  # refunded at the processor, not by the desk: less is left of what was paid
-            facts["outside_refunded_cents"] = outside
-        return facts | ({"paid_cents": row[8]} if row[8] is not None else {})
-
-    @staticmethod
-    def _bought_facts(number: str, holds: str, for_ticket: int) -> tuple[list[dict], int]:
-        """The order's lines with what the ledger holds of each, and of its shipping fee, from
-        tickets other than `for_ticket`: the refund's parts as refunds/money.py counts them."""
-        from core import sql
-
-        held = {
-            line: (units, cents)
-            for line, units, cents in sql.fetchall(
-                "SELECT coalesce(p.line_id, 0), sum(p.quantity), sum(p.amount_cents) "
-                "FROM refunds_chargepart p JOIN refunds_charge c ON c.id = p.charge_id "
-                "JOIN refunds_order o ON o.id = c.order_id "
-                f"WHERE o.number = %s AND {holds} AND c.ticket_id <> %s "
-                "GROUP BY p.line_id",
-                [number, for_ticket],
-            )
-        }
-        lines = [
-            {
-                "id": pk,
-                "title": title,
-                "sku": sku,
-                "unit_price_cents": unit,
-                "quantity": quantity,
-                "tax_cents": tax,
-                "refunded_quantity": held.get(pk, (0, 0))[0],
-                "refunded_cents": held.get(pk, (0, 0))[1],
-            }
-            for pk, title, sku, unit, quantity, tax in sql.fetchall(
-                "SELECT l.id, l.title, l.sku, l.unit_price_cents, l.quantity, l.tax_cents "
-                "FROM refunds_orderline l JOIN refunds_order o ON o.id = l.order_id "
-                "WHERE o.number = %s ORDER BY l.id",
-                [number],
-            )
-        ]
-        return lines, held.get(0, (0, 0))[1]
-
-    def as_facts(self, *, for_ticket: int | None = None) -> dict:
-        held = (
-            Charge.objects.filter(order=self)
-            .holding_balance()
-            .exclude(ticket_id=for_ticket)
-            .aggregate(total=Sum("amount_cents"), last=Max("ticket_id"))
-        )
-        return {
             "number": self.number,
             "customer_name": self.customer_name,
             "customer_email": self.customer_email,
             "promised_on": self.promised_on.isoformat(),
             "delivered_on": self.delivered_on.isoformat(),
             "fee_cents": self.shipping_fee_cents,
-            "refunded_cents": held["total"] or 0,
-            "refunded_by_ticket": held["last"],
-        } | ({"paid_cents": self.paid_cents} if self.paid_cents is not None else {})
+            "refunded_cents": total["cents"] or 0,
+            "refunded_by_ticket": total["last"],
+            "lines": [
+                {
+                    "id": line.pk,
+                    "title": line.title,
+                    "sku": line.sku,
+                    "unit_price_cents": line.unit_price_cents,
+                    "quantity": line.quantity,
+                    "tax_cents": line.tax_cents,
+                    "refunded_quantity": per_line.get(line.pk, (0, 0))[0],
+                    "refunded_cents": per_line.get(line.pk, (0, 0))[1],
+                }
+                for line in self.lines.order_by("id")
+            ],
+            "shipping_refunded_cents": per_line.get(0, (0, 0))[1],
+        }
+        if outside["cents"]:  # refunded at the processor, not by the desk: less is left of it
+            facts["outside_refunded_cents"] = outside["cents"]
+        return facts | ({"paid_cents": self.paid_cents} if self.paid_cents is not None else {})
 
 
 class OrderLine(models.Model):
@@ -317,24 +248,37 @@ class TicketQuerySet(models.QuerySet):
         return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now()))
 
     def answer_waiting(self, settled_before=None) -> TicketQuerySet:
-        """Tickets with a recorded decision or fork not yet applied (refunds/queries.py has the
-        SQL); with `settled_before`, only answers recorded before then."""
+        """Tickets with a recorded decision (past its grace) or fork not yet applied; with
+        `settled_before`, only answers recorded before then."""
         return self.filter(_answer_waiting(settled_before))
+
+    def fork_waiting(self) -> TicketQuerySet:
+        """Tickets with an admin's fork recorded and not yet applied."""
+        return self.filter(Exists(Fork.objects.unapplied().filter(ticket=OuterRef("pk"))))
+
+    def refund_failed_waiting(self) -> TicketQuerySet:
+        """Tickets with a refund the processor failed that has not gone back to a manager yet:
+        the thread owes it a run, even though the ticket reads refunded."""
+        return self.filter(_refund_failed_waiting())
+
+    def grantable(self) -> TicketQuerySet:
+        """Tickets whose lease a worker may take now (refunds/lease.py's grant): nobody holds
+        it, and the ticket is neither finished nor failed, or a failed refund waits."""
+        not_leasable = [status for status, yes in TICKET_LEASABLE.items() if not yes]
+        return self.leasable().filter(~Q(status__in=not_leasable) | _refund_failed_waiting())
 
     def needing_worker(self, settled_before=None) -> TicketQuerySet:
         """Tickets a worker should advance now: no live lease, and work left, or a recorded
         decision or fork not yet applied (unless the ticket failed: an admin retries it), or a
         refund the processor failed that has not gone back to a manager yet. The
-        one answer, used by the sweep and crashtest; the runner's SQL uses its parts
-        (refunds/queries.py). The sweep passes `settled_before` to leave fresh work to the task
-        sent for it."""
+        one answer, used by the sweep and crashtest. The sweep passes `settled_before` to leave
+        fresh work to the task sent for it."""
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
         work_left = [status for status, yes in TICKET_WORK_LEFT.items() if yes]
-        failed_refund = Charge.objects.failed_not_handed_back().filter(ticket=OuterRef("pk"))
         return self.leasable().filter(
             Q(status__in=work_left, **young)
             | (~Q(status=Ticket.Status.FAILED) & _answer_waiting(settled_before))
-            | Q(Exists(failed_refund))
+            | _refund_failed_waiting()
         )
 
 
@@ -344,6 +288,10 @@ def _answer_waiting(settled_before=None) -> Q:
     decision = Decision.objects.unapplied().due().filter(ticket=OuterRef("pk"), **decided)
     fork = Fork.objects.unapplied().filter(ticket=OuterRef("pk"), **forked)
     return Q(Exists(decision)) | Q(Exists(fork))
+
+
+def _refund_failed_waiting() -> Q:
+    return Q(Exists(Charge.objects.failed_not_handed_back().filter(ticket=OuterRef("pk"))))
 
 
 class Ticket(models.Model):
@@ -568,7 +516,7 @@ class UnappliedQuerySet(models.QuerySet):
         return self.filter(applied_at=None, refused_reason="")
 
     def due(self) -> UnappliedQuerySet:
-        """Past its undo grace (a fork has none): a worker may apply it now. queries.due()."""
+        """Past its undo grace (a fork has none): a worker may apply it now."""
         return self.filter(Q(apply_after__isnull=True) | Q(apply_after__lte=Now()))
 
 
@@ -798,8 +746,18 @@ class ChargeQuerySet(models.QuerySet):
 
     def failed_not_handed_back(self) -> ChargeQuerySet:
         """Refunds the processor failed after accepting them whose ticket has not yet gone back
-        to a manager (refunds/queries.py's refund_failed_waiting in SQL)."""
+        to a manager."""
         return self.failed_at_processor().filter(handed_back_at__isnull=True)
+
+    def held_per_line(self) -> dict[int, tuple[int, int]]:
+        """What these charges refund of each line (0: the shipping fee): units and cents."""
+        rows = (
+            ChargePart.objects.filter(charge__in=self)
+            .values("line_id")
+            .annotate(units=Sum("quantity"), cents=Sum("amount_cents"))
+            .values_list("line_id", "units", "cents")
+        )
+        return {line or 0: (units, cents) for line, units, cents in rows}
 
     def money_moved(self) -> ChargeQuerySet:
         """Charges whose money moved, or may have (an outcome not yet known)."""
@@ -902,7 +860,7 @@ class ChargePart(models.Model):
 class OutsideRefundQuerySet(models.QuerySet):
     def holding_balance(self) -> OutsideRefundQuerySet:
         """Outside refunds that count against their order's balance: all but those the processor
-        failed or canceled (their money came back). queries.OUTSIDE_HOLDS in SQL."""
+        failed or canceled (their money came back)."""
         return self.exclude(status__in=PROCESSOR_GAVE_BACK)
 
     def record_status(self, status: ProcessorStatus, failure_reason: str = "") -> int:

@@ -27,15 +27,14 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import Max
+from django.db.models.functions import Now
 from langgraph.errors import GraphDrained
 
-from core import sql
 from core.clock import day_words
 from core.network import outside_transaction
-from refunds import queries
 from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
     EffectBusy,
@@ -50,7 +49,7 @@ from refunds.flow.state import Part
 from refunds.flow.words import dollars
 from refunds.lease import Lease
 from refunds.locks import effect_lock
-from refunds.models import Charge, Order, OutsideRefund, PaymentDispute, Ticket
+from refunds.models import Charge, ChargePart, Order, OutsideRefund, PaymentDispute, Ticket
 from refunds.payments import Gateway, ProcessorDispute, ProcessorRefund
 from refunds.payments.receipt import processor_status_of
 from refunds.statuses import PROCESSOR_GAVE_BACK, ProcessorStatus
@@ -146,36 +145,30 @@ def _reserve(
     with transaction.atomic():
         row, state = _read(ticket_id, order_id, epoch, key, amount_cents, parts)
         if state == "new":
-            inserted = sql.fetchone(
-                "INSERT INTO refunds_charge (ticket_id, order_id, idempotency_key, amount_cents, "
-                "status, error, epoch, created_at) "
-                f"VALUES (%s, %s, %s, %s, {queries.CHARGE_PENDING}, '', %s, {sql.now()}) "
-                "RETURNING id",
-                [ticket_id, order_id, key, amount_cents, epoch],
-            )
-            assert inserted is not None  # INSERT ... RETURNING answers one row or raises
-            row = _Row(inserted[0], None, row.payment_reference)
+            row.pk = Charge.objects.create(
+                ticket_id=ticket_id,
+                order_id=order_id,
+                idempotency_key=key,
+                amount_cents=amount_cents,
+                epoch=epoch,
+            ).pk
         elif state == "refused":  # a decline before; a manager approved trying again
-            sql.execute(
-                f"UPDATE refunds_charge SET status = {queries.CHARGE_PENDING}, epoch = %s, "
-                "error = '', settled_at = NULL WHERE id = %s",
-                [epoch, row.pk],
+            Charge.objects.filter(pk=row.pk).update(
+                status=Charge.Status.PENDING, epoch=epoch, error="", settled_at=None
             )
             # The key names its parts (flow/nodes/charge.py charge_key): these are the same.
-            sql.execute("DELETE FROM refunds_chargepart WHERE charge_id = %s", [row.pk])
+            ChargePart.objects.filter(charge_id=row.pk).delete()
         if state in ("new", "refused"):
-            for part in parts:
-                sql.execute(
-                    "INSERT INTO refunds_chargepart (charge_id, line_id, quantity, amount_cents, "
-                    "restock) VALUES (%s, %s, %s, %s, %s)",
-                    [
-                        row.pk,
-                        part.get("line"),
-                        part.get("quantity") or 0,
-                        part["amount_cents"],
-                        bool(part.get("restock")),
-                    ],
+            ChargePart.objects.bulk_create(
+                ChargePart(
+                    charge_id=row.pk,
+                    line_id=part.get("line"),
+                    quantity=part.get("quantity") or 0,
+                    amount_cents=part["amount_cents"],
+                    restock=bool(part.get("restock")),
                 )
+                for part in parts
+            )
     return row, "new" if state in ("new", "refused") else state
 
 
@@ -186,79 +179,66 @@ def _read(
     (GraphDrained, OverBalance) or say where the key stands: "paid", "unknown" (its epoch moved
     to ours), "refused" or "new".
 
-    On PostgreSQL the lock is its own statement, before the read: READ COMMITTED gives each
+    On PostgreSQL the lock is its own statement (it reads the order row only), before the sums:
+    READ COMMITTED gives each
     statement a snapshot of its own, so the read that follows sees what the ticket that held
     the lock committed (its pending charge, a lease taken over). A read that waited for its own
     FOR UPDATE would re-check the order row only, and sum the charges as they were before the
     wait: two tickets racing for one order's last money would both be let through."""
-    if sql.is_postgres():
-        sql.execute("SELECT 1 FROM refunds_order WHERE id = %s FOR UPDATE", [order_id])
-    found = sql.fetchone(
-        "SELECT t.lease_epoch, o.shipping_fee_cents AS fee, o.paid_cents, o.number, "
-        "o.payment_reference, "
-        "(SELECT coalesce(sum(c.amount_cents), 0) FROM refunds_charge c WHERE c.order_id = "
-        f"o.id AND {queries.CHARGE_HOLDS} AND c.idempotency_key <> %s) AS held, "
-        "k.id AS k_id, k.status AS k_status, k.receipt, "
-        # Refunds made at the processor outside the desk, as recorded by now by any process:
-        # the sum is read here, with the order locked, not taken from this call's own listing.
-        "(SELECT coalesce(sum(x.amount_cents), 0) FROM refunds_outsiderefund x WHERE "
-        f"x.order_id = o.id AND {queries.OUTSIDE_HOLDS}) AS outside, "
-        "(SELECT max(x.made_at) FROM refunds_outsiderefund x WHERE x.order_id = o.id AND "
-        f"{queries.OUTSIDE_HOLDS}) AS outside_last, "
-        "o.shipping_fee_cents + (SELECT coalesce(sum(l.unit_price_cents * l.quantity + "
-        "l.tax_cents), 0) FROM refunds_orderline l WHERE l.order_id = o.id) AS bought "
-        "FROM refunds_ticket t JOIN refunds_ticketorder l ON l.ticket_id = t.id "
-        "JOIN refunds_order o ON o.id = l.order_id "
-        "LEFT JOIN refunds_charge k ON k.idempotency_key = %s "
-        "WHERE t.id = %s AND o.id = %s",
-        [key, key, ticket_id, order_id],
+    order = Order.objects.select_for_update().filter(pk=order_id).first()
+    current_epoch = (
+        Ticket.objects.filter(pk=ticket_id, links__order_id=order_id)
+        .values_list("lease_epoch", flat=True)
+        .first()
     )
-    if found is None:  # the ticket was deleted under the run (its lease went with it)
+    if order is None or current_epoch is None:  # the ticket was deleted under the run
         raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
-    current_epoch, fee, paid, number, reference, held, row_id, status, receipt = found[:9]
-    outside, outside_last, bought = found[9:]
     if current_epoch != epoch:
         raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
-    if status == Charge.Status.SUCCEEDED:
-        return _Row(row_id, receipt, reference), "paid"
-    if status == Charge.Status.PENDING:
-        sql.execute("UPDATE refunds_charge SET epoch = %s WHERE id = %s", [epoch, row_id])
-        return _Row(row_id, None, reference), "unknown"
-    _check_parts(order_id, number, fee, key, parts)
+    reference = order.payment_reference
+    known = Charge.objects.filter(idempotency_key=key).values_list("pk", "status", "receipt")
+    found = known.first()
+    if found and found[1] == Charge.Status.SUCCEEDED:
+        return _Row(found[0], found[2], reference), "paid"
+    if found and found[1] == Charge.Status.PENDING:
+        Charge.objects.filter(pk=found[0]).update(epoch=epoch)
+        return _Row(found[0], None, reference), "unknown"
+    # What the ledger holds for the order but this key, and what was refunded outside the desk
+    # as recorded by now by any process: read here, with the order locked.
+    facts = order.facts(but_key=key)
+    _check_parts(facts, parts)
+    held, outside = facts["refunded_cents"], facts.get("outside_refunded_cents", 0)
+    bought = order.shipping_fee_cents + sum(
+        line["unit_price_cents"] * line["quantity"] + line["tax_cents"] for line in facts["lines"]
+    )
     # Never beyond what the customer paid (the shop's `paid`; unknown for an order sent without
     # it: then each part's own limit above is the limit), less what was refunded outside the
     # desk. Those name no part, so with `paid` unknown they count against all the desk may
     # refund of the order (its fee and lines): a fee refunded in Stripe's dashboard is not
     # refunded twice.
+    paid = order.paid_cents
     if paid is not None and amount_cents > paid - held - outside:
-        raise OverBalance(_over(number, amount_cents, paid, held, outside, outside_last))
+        raise OverBalance(_over(order, amount_cents, paid, held, outside))
     if paid is None and outside and amount_cents > bought - held - outside:
-        raise OverBalance(
-            _over(number, amount_cents, bought, held, outside, outside_last, paid_known=False)
-        )
-    if row_id is not None:
-        return _Row(row_id, None, reference), "refused"
+        raise OverBalance(_over(order, amount_cents, bought, held, outside, paid_known=False))
+    if found:
+        return _Row(found[0], None, reference), "refused"
     return _Row(0, None, reference), "new"  # no row yet: the caller writes it
 
 
 def _over(
-    number: str,
-    amount_cents: int,
-    limit: int,
-    held: int,
-    outside: int,
-    outside_last: object,
-    *,
-    paid_known: bool = True,
+    order: Order, amount_cents: int, limit: int, held: int, outside: int, *, paid_known=True
 ) -> str:
     """Why a charge is over the order's balance, in the desk's words (a manager reads them)."""
+    number = order.number
     left = dollars(max(limit - held - outside, 0))
     of = f"the {dollars(limit)} " + (
         "the customer paid" if paid_known else "the desk may refund of it"
     )
     said = f"order {number} has {left} left to refund of {of}"
     if outside:
-        when = f", the last on {day_words(_moment(outside_last).date())}" if outside_last else ""
+        last = order.outside_refunds.holding_balance().aggregate(last=Max("made_at"))["last"]
+        when = f", the last on {day_words(last.date())}" if last else ""
         said += (
             f"; {dollars(outside)} of the payment was refunded outside the desk (at the payment "
             f"processor, not by a ticket{when})"
@@ -266,17 +246,12 @@ def _over(
     return f"{said}; {dollars(amount_cents)} is more"
 
 
-def _moment(value: object) -> datetime:
-    """A timestamp as the database hands it back (SQLite: text)."""
-    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-
-
 def _balance_to_check(key: str) -> bool:
     """Whether this charge's balance check is still to come: a key not paid nor under way (those
     were checked when their row was written). Read under the key's effect lock, so no other
     charge of this key moves it meanwhile."""
-    found = sql.fetchone("SELECT status FROM refunds_charge WHERE idempotency_key = %s", [key])
-    return found is None or found[0] == Charge.Status.REFUSED
+    found = Charge.objects.filter(idempotency_key=key).values_list("status", flat=True).first()
+    return found is None or found == Charge.Status.REFUSED
 
 
 def outside_refunds_look_up(gateway: Gateway, order_id: int) -> int:
@@ -384,53 +359,40 @@ def _status(said: str) -> ProcessorStatus:
         return ProcessorStatus.UNKNOWN
 
 
-def _check_parts(order_id: int, number: str, fee: int, key: str, parts: list[Part]) -> None:
+def _check_parts(facts: dict, parts: list[Part]) -> None:
     """Refuse (OverBalance) parts beyond what was bought: per line, units and what they cost with
-    their tax; the shipping fee. Counts what the ledger holds for the order (paid or under way)
-    but this key; called with the order locked."""
-    lines = {
-        row[0]: row[1:]
-        for row in sql.fetchall(
-            "SELECT id, title, unit_price_cents, quantity, tax_cents FROM refunds_orderline "
-            "WHERE order_id = %s",
-            [order_id],
-        )
-    }
-    held = {
-        row[0]: (row[1], row[2])
-        for row in sql.fetchall(
-            "SELECT coalesce(p.line_id, 0), sum(p.quantity), sum(p.amount_cents) "
-            "FROM refunds_chargepart p JOIN refunds_charge c ON c.id = p.charge_id "
-            f"WHERE c.order_id = %s AND {queries.CHARGE_HOLDS} "
-            "AND c.idempotency_key <> %s GROUP BY p.line_id",
-            [order_id, key],
-        )
-    }
+    their tax; the shipping fee. `facts` counts what the ledger holds for the order (paid or
+    under way) but this key, read with the order locked."""
+    number, fee = facts["number"], facts["fee_cents"]
+    lines = {line["id"]: line for line in facts["lines"]}
     seen: set[int] = set()
     for part in parts:
-        line = part.get("line") or 0
-        if line in seen:
+        line_id = part.get("line") or 0
+        if line_id in seen:
             raise OverBalance(f"order {number}: a part is given twice")
-        seen.add(line)
+        seen.add(line_id)
         amount = part["amount_cents"]
-        held_units, held_cents = held.get(line, (0, 0))
-        if not line:
+        if not line_id:
+            held_cents = facts["shipping_refunded_cents"]
             if amount > fee - held_cents:
                 raise OverBalance(
                     f"order {number} has {dollars(max(fee - held_cents, 0))} left to refund of "
                     f"its {dollars(fee)} fee; {dollars(amount)} is more"
                 )
             continue
-        if line not in lines:
-            raise OverBalance(f"order {number} has no line {line}")
-        title, unit, bought, tax = lines[line]
+        if line_id not in lines:
+            raise OverBalance(f"order {number} has no line {line_id}")
+        line = lines[line_id]
+        title, bought, held_units = line["title"], line["quantity"], line["refunded_quantity"]
         units = part.get("quantity") or 0
         if units < 1 or held_units + units > bought:
             raise OverBalance(
                 f"order {number}: {max(bought - held_units, 0)} of {bought} x {title} left to "
                 f"refund; {units} is more"
             )
-        left = refund_parts.line_price(unit, bought, tax, units, held_cents)
+        left = refund_parts.line_price(
+            line["unit_price_cents"], bought, line["tax_cents"], units, line["refunded_cents"]
+        )
         if amount > left:
             raise OverBalance(
                 f"order {number}: {units} x {title} can be refunded up to "
@@ -450,18 +412,15 @@ def _look_up(gateway: Gateway, key: str, payment_reference: str) -> str | None:
 def _settle(row: _Row, *, receipt: str | None = None, refused: str = "") -> str:
     """Record the gateway's answer. A fact, so it is written whatever the lease says, and
     retried on a fresh connection if the database dropped ours meanwhile."""
-    if receipt:
-        statement = f"status = {queries.CHARGE_SUCCEEDED}, receipt = %s, error = ''"
-        params = [receipt]
-    else:
-        statement, params = f"status = {queries.CHARGE_REFUSED}, error = %s", [refused[:2000]]
+    said = (
+        {"status": Charge.Status.SUCCEEDED, "receipt": receipt, "error": ""}
+        if receipt
+        else {"status": Charge.Status.REFUSED, "error": refused[:2000]}
+    )
+    unpaid = Charge.objects.filter(pk=row.pk).exclude(status=Charge.Status.SUCCEEDED)
     for attempt in range(10):
         try:
-            sql.execute(
-                f"UPDATE refunds_charge SET {statement}, settled_at = {sql.now()} "
-                f"WHERE id = %s AND status <> {queries.CHARGE_SUCCEEDED}",
-                [*params, row.pk],
-            )
+            unpaid.update(**said, settled_at=Now())
             if receipt:
                 _record_processor_status(row, receipt)
             break

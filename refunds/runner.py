@@ -28,13 +28,12 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from langgraph.errors import GraphDrained
 from langgraph.types import Command, StateSnapshot
 
-from core import sql
 from core.logs import bound
 from refunds import (
     audit,
@@ -44,7 +43,6 @@ from refunds import (
     money,
     persistence,
     policy,
-    queries,
     selectors,
     signals,
 )
@@ -213,7 +211,8 @@ def _give_up(lease: leases.Lease) -> str:
 # --- running a thread --------------------------------------------------------------------------
 def collaborators(lease: leases.Lease) -> Collaborators:
     def find_order(number: str):
-        return Order.facts(number, for_ticket=lease.row_id)
+        order = Order.objects.filter(number=number).first()
+        return order.facts(for_ticket=lease.row_id) if order else None
 
     return Collaborators(
         find_order=find_order,
@@ -325,8 +324,10 @@ def _open_decisions(lease: leases.Lease) -> list[tuple]:
     if lease.open_decisions is not None:
         rows, lease.open_decisions = lease.open_decisions, None
         return rows
-    row = sql.fetchone(f"SELECT {queries.open_decisions('%s')}", [lease.row_id])
-    return queries.read_open_decisions(row[0] if row else None)
+    unapplied = Decision.objects.filter(ticket_id=lease.row_id).unapplied().order_by("pk")
+    reviewer = Coalesce("reviewer__username", Value(""))
+    fields = ("pk", "interrupt_id", "answer", "reason", reviewer, "orders", "sent_back")
+    return list(unapplied.values_list(*fields))
 
 
 def _taken(decision) -> bool:
@@ -334,11 +335,7 @@ def _taken(decision) -> bool:
     decisions in their grace too): one conditional UPDATE takes the decision for applying, only
     if it is still there and past its grace, and ends its grace (Undo deletes it only while
     `apply_after` is in the future). Of an Undo and this at the same moment, one wins."""
-    return bool(
-        decision.filter(Q(apply_after__isnull=True) | Q(apply_after__lte=Now())).update(
-            apply_after=None
-        )
-    )
+    return bool(decision.due().update(apply_after=None))
 
 
 def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | None):
@@ -574,26 +571,19 @@ def _starting_state(lease: leases.Lease, ctx: Any, old_shape: bool) -> tuple[Any
 
 def _resumed(lease: leases.Lease, state: Any, decision: Decision, old_shape: bool, ctx: Any) -> Any:
     """Apply a reviewer's decision to the thread paused on its interrupt."""
-    # The mirror stops saying "awaiting review" while the answer is applied, so the
-    # queue and the API do not show a review whose charge is already under way.
-    sql.execute(
-        f"UPDATE refunds_ticket SET status = {queries.TICKET_RUNNING}, "
-        "pending_interrupt_id = '', pending_payload = NULL "
-        "WHERE id = %s AND lease_epoch = %s",
-        [lease.row_id, lease.epoch],
+    # The mirror stops saying "awaiting review" while the answer is applied, so the queue and
+    # the API do not show a review whose charge is already under way.
+    Ticket.objects.filter(pk=lease.row_id, lease_epoch=lease.epoch).update(
+        status=Ticket.Status.RUNNING, pending_interrupt_id="", pending_payload=None
     )
     _emit(lease.thread_id, "resume")
     answer = decision.value | {"decision_id": decision.pk}
-    # Keyed by interrupt id: a repeated resume can never answer a later question. A
-    # state of an older shape is upgraded in the same command, before approve runs on.
+    # Keyed by interrupt id: a repeated resume can never answer a later question. A state of an
+    # older shape is upgraded in the same command, before approve runs on.
     upgrade = versions.upgrade(state.values) if old_shape else {}
     command: Command[str] = Command(resume={decision.interrupt_id: answer}, update=upgrade or None)
     state = _run(lease, command, ctx)
-    sql.execute(
-        f"UPDATE refunds_decision SET applied_at = {sql.now()} WHERE id = %s AND "
-        "EXISTS (SELECT 1 FROM refunds_ticket t WHERE t.id = %s AND t.lease_epoch = %s)",
-        [decision.pk, lease.row_id, lease.epoch],
-    )
+    _fenced(Decision.objects.filter(pk=decision.pk), lease).update(applied_at=Now())
     return state
 
 

@@ -21,7 +21,7 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
     history = {"refunds": 0, "total_cents": 0}
     check = {
         "number": order.number,
-        "order": order.as_facts(),
+        "order": order.facts(),
         "balance_cents": amount,
         "amount_cents": amount,
         "parts": [refund_parts.shipping(amount)],
@@ -37,7 +37,7 @@ def awaiting_review(order: Order, *, opened_by=None, note: str = "") -> Ticket:
         {
             "order_numbers": [order.number],
             "checks": {order.number: check},
-            "order": order.as_facts(),
+            "order": order.facts(),
             "amount_cents": amount,
             "late_by_days": late,
             "required_role": role,

@@ -1,5 +1,5 @@
 """refunds/queries.py: the statuses raw SQL names come from the choices, each set decides about
-every status, and each SQL fragment of "needs a worker" picks what its ORM twin picks."""
+every status; "needs a worker" picks what it says."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from core import sql
 from refunds import queries
 from refunds.models import Charge, Decision, Email, Fork, Ticket
 from tests.conftest import make_order
@@ -73,12 +72,6 @@ def test_a_literal_refuses_what_is_not_a_plain_choice():
         queries.literal("it's")
 
 
-# --- the SQL fragments pick what their ORM twins pick ------------------------------------------
-def _ids_where(condition: str) -> set[int]:
-    rows = sql.fetchall(f"SELECT refunds_ticket.id FROM refunds_ticket WHERE {condition}", [])
-    return {row[0] for row in rows}
-
-
 @pytest.fixture
 def every_case(db, manager) -> list[Ticket]:
     """A ticket for each status × lease (none, live, lapsed) × answer (none, a decision or a fork
@@ -110,29 +103,6 @@ def every_case(db, manager) -> list[Ticket]:
             Fork.objects.create(ticket=ticket, by=manager, amount_cents=100, reason="typo")
         tickets.append(ticket)
     return tickets
-
-
-def test_answer_waiting_in_sql_is_the_querysets(every_case):
-    orm = set(Ticket.objects.answer_waiting().values_list("pk", flat=True))
-    assert orm and orm == _ids_where(queries.answer_waiting("refunds_ticket.id"))
-
-
-def test_a_waiting_fork_in_sql_is_the_querysets(every_case):
-    orm = set(
-        Ticket.objects.filter(forks__in=Fork.objects.unapplied()).values_list("pk", flat=True)
-    )
-    assert orm and orm == _ids_where(queries.fork_waiting("refunds_ticket.id"))
-
-
-def test_a_lapsed_lease_in_sql_is_the_querysets(every_case):
-    orm = set(Ticket.objects.leasable().values_list("pk", flat=True))
-    assert orm and orm == _ids_where(queries.lease_lapsed(sql.now()))
-
-
-def test_unapplied_in_sql_is_the_querysets(every_case):
-    orm = set(Decision.objects.unapplied().values_list("pk", flat=True))
-    rows = sql.fetchall(f"SELECT d.id FROM refunds_decision d WHERE {queries.unapplied('d')}", [])
-    assert orm and orm == {row[0] for row in rows}
 
 
 def test_needing_worker_takes_lapsed_work_and_waiting_answers_but_not_failed(every_case):

@@ -51,7 +51,7 @@ def awaiting(order, *, role: str = "agent", interrupt_id: str = PENDING, **field
                     "amount_cents": amount,
                     "status": "open",
                     "parts": [{"shipping": True, "amount_cents": amount}],
-                    "order": order.as_facts(),
+                    "order": order.facts(),
                 }
             ],
         },
