@@ -569,7 +569,7 @@ def _starting_state(lease: leases.Lease, ctx: Any, old_shape: bool) -> tuple[Any
     return state, False
 
 
-def _resumed(lease: leases.Lease, state: Any, decision: Decision, old_shape: bool, ctx: Any) -> Any:
+def _resumed(lease: leases.Lease, state: Any, decision: _Answer, old_shape: bool, ctx: Any) -> Any:
     """Apply a reviewer's decision to the thread paused on its interrupt."""
     # The mirror stops saying "awaiting review" while the answer is applied, so the queue and
     # the API do not show a review whose charge is already under way.
