@@ -431,7 +431,7 @@ def _saved_results(checkpointer: Any, config: Any) -> list[Any]:
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
     """The intake's entrypoint on `checkpointer`, a task per step; `wrap` wraps every task
     (crash tests)."""
-    steps = {
+    steps: dict[str, Any] = {
         name: task(name=name)(_after_saved(wrap(name, fn) if wrap else fn, checkpointer))
         for name, fn in TASKS.items()
     }
