@@ -25,7 +25,6 @@ grant_row), raises the checkpoint fence to its epoch, and every effect is condit
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -403,12 +402,10 @@ TASKS: dict[str, Callable[..., Any]] = {
 def _after_saved(fn: Callable[..., Any], checkpointer: Any) -> Callable[..., Any]:
     """`fn`, once the result it is given last (the task's before it) is in the checkpoint.
 
-    LangGraph saves a finished task's result in the background and the entrypoint may call the
-    next task before it lands: a kill then would lose a result whose task made its effect. This
-    keeps "a checkpoint on disk before the next step" (DESIGN.md, durability sync). A run asked
-    to drain (the soft time limit) stops here, the results before saved."""
+    LangGraph saves a task's result in the background, and the entrypoint may call the next task
+    before it lands: a kill then would lose a result whose task made its effect (DESIGN.md,
+    durability sync). A run asked to drain (the soft time limit) stops here, the results saved."""
 
-    @functools.wraps(fn)
     def saved_first(item: Item, *earlier: Any) -> Any:
         config: Any = {"configurable": {"thread_id": item["thread_id"], "checkpoint_ns": ""}}
         deadline = time.monotonic() + settings.REFUNDS_LEASE_SECONDS / 3
@@ -429,8 +426,7 @@ def _saved_results(checkpointer: Any, config: Any) -> list[Any]:
 
 
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
-    """The intake's entrypoint on `checkpointer`, a task per step; `wrap` wraps every task
-    (crash tests)."""
+    """The intake's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
     steps: dict[str, Any] = {
         name: task(name=name)(_after_saved(wrap(name, fn) if wrap else fn, checkpointer))
         for name, fn in TASKS.items()
