@@ -74,7 +74,7 @@ class Message(models.Model):
     # "sha256", "refused": why ("" when kept as an Attachment)}]; the raw MIME keeps a line in
     # each one's place. Older rows (before attachments were kept) have no "refused".
     attachments = models.JSONField(default=list, blank=True)
-    # The intake workflow's thread (a LangGraph StateGraph), one per message.
+    # The intake workflow's thread (a LangGraph @entrypoint), one per message.
     thread_id = models.CharField(max_length=64, unique=True)
 
     status = models.CharField(max_length=16, choices=Status, default=Status.RECEIVED, db_index=True)

@@ -1,5 +1,5 @@
-"""The intake workflow: a LangGraph StateGraph run once per message (its thread is
-Message.thread_id), four nodes in a line, each its own step:
+"""The intake workflow, on LangGraph's functional API: an @entrypoint per message (its thread is
+Message.thread_id) with four @tasks, each run once per message:
 
 1. read: the reader (intake.reader.read) reads the message; the reading is kept on the message.
 2. find orders: the order numbers in the text, or else the sender's only recent order in the
@@ -16,9 +16,9 @@ Message.thread_id), four nodes in a line, each its own step:
 4. acknowledge: one email to the sender through the outbox (refunds/mail.py), claimed with the
    message's lease epoch, also for a message that went to "Needs sorting".
 
-A finished step is not run again when the thread is resumed after a crash: its result is in
-the checkpoint (durability "sync": saved before the next step starts). Every step is idempotent
-by the message besides, for a kill between an effect and its checkpoint.
+A finished task is not run again when the thread is replayed after a crash: its result is in
+the checkpoint (saved before the next task starts). Every task is idempotent by the message
+besides, for a kill between an effect and its checkpoint.
 One writer per message thread: message_take() takes the message's lease (refunds/lease.py,
 grant_row), raises the checkpoint fence to its epoch, and every effect is conditional on it.
 """
@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from langgraph.errors import GraphDrained
-from langgraph.graph import END, START, StateGraph
+from langgraph.func import entrypoint, task
 from langgraph.runtime import get_runtime
 
 from core import sql
@@ -388,18 +389,7 @@ def _orders_of(placed_ticket: dict[str, Any]) -> list[str]:
     return placed_ticket.get("orders") or [placed_ticket["order"]]
 
 
-# --- the graph ----------------------------------------------------------------------------------
-class IntakeState(TypedDict, total=False):
-    """The message's thread: the message, then each step's result under a key of its own."""
-
-    message_id: int
-    thread_id: str
-    read_result: dict[str, Any]
-    orders_found: dict[str, Any]
-    placed: dict[str, Any]
-    acknowledged: dict[str, Any]
-
-
+# --- the entrypoint ------------------------------------------------------------------------------
 TaskWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 TASKS: dict[str, Callable[..., Any]] = {
     "read": read_message,
@@ -407,39 +397,50 @@ TASKS: dict[str, Callable[..., Any]] = {
     "open_ticket": open_ticket,
     "acknowledge": acknowledge,
 }
-# Each step's result key, and the earlier results it is given after the message.
-WIRING: dict[str, tuple[str, tuple[str, ...]]] = {
-    "read": ("read_result", ()),
-    "find_orders": ("orders_found", ("read_result",)),
-    "open_ticket": ("placed", ("read_result", "orders_found")),
-    "acknowledge": ("acknowledged", ("placed",)),
-}
 
 
-def _node(name: str, wrap: TaskWrapper | None) -> Callable:
-    fn = TASKS[name]
-    run = wrap(name, fn) if wrap else fn
-    key, needs = WIRING[name]
+def _after_saved(fn: Callable[..., Any], checkpointer: Any) -> Callable[..., Any]:
+    """`fn`, once the result it is given last (the task's before it) is in the checkpoint.
 
-    def node(state: IntakeState) -> IntakeState:
-        item: Item = {"message_id": state["message_id"], "thread_id": state["thread_id"]}
-        return cast(IntakeState, {key: run(item, *(state[n] for n in needs))})  # type: ignore[literal-required]
+    LangGraph saves a task's result in the background, and the entrypoint may call the next task
+    before it lands: a kill then would lose a result whose task made its effect (DESIGN.md,
+    durability sync). A run asked to drain (the soft time limit) stops here, the results saved."""
 
-    return node
+    def saved_first(item: Item, *earlier: Any) -> Any:
+        config: Any = {"configurable": {"thread_id": item["thread_id"], "checkpoint_ns": ""}}
+        deadline = time.monotonic() + settings.REFUNDS_LEASE_SECONDS / 3
+        while earlier and earlier[-1] not in _saved_results(checkpointer, config):
+            if time.monotonic() > deadline:  # its save was refused (the fence) or never came
+                raise GraphDrained(f"{item['thread_id']}: an earlier task's result was not saved")
+            time.sleep(0.005)
+        if draining := _lease().drain_reason:
+            raise GraphDrained(draining)
+        return fn(item, *earlier)
+
+    return saved_first
+
+
+def _saved_results(checkpointer: Any, config: Any) -> list[Any]:
+    saved = checkpointer.get_tuple(config)
+    return [value for _, _, value in saved.pending_writes or []] if saved else []
 
 
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
-    """The intake's graph on `checkpointer`: four nodes in a line, each its own step, so
-    durability "sync" has a step's result on disk before the next starts (an effect never runs
-    while the result before it may still be lost). `wrap` wraps every step (crash tests)."""
-    graph = StateGraph(IntakeState, context_schema=IntakeContext)
-    previous = START
-    for name in TASKS:
-        graph.add_node(name, _node(name, wrap))
-        graph.add_edge(previous, name)
-        previous = name
-    graph.add_edge(previous, END)
-    return graph.compile(checkpointer=checkpointer, name="intake")
+    """The intake's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
+    steps: dict[str, Any] = {
+        name: task(name=name)(_after_saved(wrap(name, fn) if wrap else fn, checkpointer))
+        for name, fn in TASKS.items()
+    }
+
+    @entrypoint(checkpointer=checkpointer, context_schema=IntakeContext)
+    def intake(item: Item) -> dict[str, Any]:
+        read = steps["read"](item).result()
+        found = steps["find_orders"](item, read).result()
+        where = steps["open_ticket"](item, read, found).result()
+        steps["acknowledge"](item, where).result()
+        return where
+
+    return intake
 
 
 @cache
@@ -514,15 +515,13 @@ def _run(lease: leases.Lease, item: Item) -> None:
     flow = workflow()
     config: Any = {"configurable": {"thread_id": item["thread_id"], "fence": lease.epoch}}
     state = flow.get_state({"configurable": {"thread_id": item["thread_id"]}})
-    begun = "message_id" in state.values
-    if begun and not state.next and not state.tasks:
+    if state.values and not state.next:
         return  # it ran to its end before; only the release was lost
-    # A thread that began resumes (None): its finished steps are in the checkpoint. One begun
-    # before the intake was a graph (on the functional API, its values another shape) starts
-    # again from the message: every step is idempotent by the message (the placing is recorded
-    # on the message, the acknowledgment sent once by its key).
+    # A thread that began resumes (None): its finished tasks answer from the checkpoint. One begun
+    # on the intake's earlier shape (a StateGraph, none of its nodes here) starts again from the
+    # message: every task is idempotent by the message.
     flow.invoke(
-        None if begun else item,
+        None if state.next else item,
         config,
         context=IntakeContext(lease=lease),
         durability="sync",

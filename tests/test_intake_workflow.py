@@ -445,18 +445,17 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
     assert len(django_mail.outbox) == 1
 
 
-def test_a_step_starts_only_once_the_checkpoint_before_it_is_saved(ana, tmp_path):
-    """Each step is a node of its own, and durability "sync" saves the checkpoint holding its
-    result before the next starts: an effect never runs while the result before it may still
-    be lost (a checkpointer that takes its time to save shows the order)."""
+def test_a_task_starts_only_once_the_result_before_it_is_saved(ana, tmp_path):
+    """LangGraph saves a task's result in the background; the next task waits until it is in
+    the checkpoint: an effect never runs while the result before it may still be lost (a
+    checkpointer that takes its time to save shows the order)."""
     events: list[str] = []
 
     class SlowSaver(persistence.FencedSqliteSaver):
-        def put(self, config, checkpoint, metadata, new_versions):
+        def put_writes(self, config, writes, task_id, task_path=""):
             time.sleep(0.05)
-            saved = super().put(config, checkpoint, metadata, new_versions)
+            super().put_writes(config, writes, task_id, task_path)
             events.append("saved")
-            return saved
 
     def noting(name, fn):
         def started(item, *args):
@@ -481,29 +480,34 @@ def test_a_step_starts_only_once_the_checkpoint_before_it_is_saved(ana, tmp_path
         assert "saved" in between, f"{later} started before {earlier}'s result was saved"
 
 
-def test_a_message_begun_on_the_functional_api_is_carried_to_the_graph(ana):
-    """A thread paused under the intake's earlier shape (an @entrypoint of @tasks) after its
-    first task: the graph starts it again from the message, and every step being idempotent by
-    the message, it ends with one ticket and one acknowledgment."""
-    from langgraph.func import entrypoint, task
+def test_a_message_begun_on_the_graph_is_carried_to_the_functional_api(ana):
+    """A thread paused under the intake's earlier shape (a StateGraph of four nodes) after its
+    first node: the entrypoint starts it again from the message, and every task being
+    idempotent by the message, it ends with one ticket and one acknowledgment."""
+    from typing import TypedDict
 
-    message = receive(LATE.format(n=1042))
+    from langgraph.graph import START, StateGraph
 
-    @task(name="read")
-    def read(item):
-        return {"reading": {"reason": "late_delivery"}}
+    class Earlier(TypedDict, total=False):
+        message_id: int
+        thread_id: str
+        read_result: dict
 
-    @task(name="find_orders")
-    def find(item, got):
+    def find_orders(state: Earlier) -> Earlier:
         raise OperationalError("the worker died here")
 
-    @entrypoint(checkpointer=persistence.checkpointer())
-    def intake(item):
-        return find(item, read(item).result()).result()
-
+    graph = StateGraph(Earlier)
+    graph.add_node("read", lambda state: {"read_result": {"reading": {}}})
+    graph.add_node("find_orders", find_orders)
+    graph.add_edge(START, "read")
+    graph.add_edge("read", "find_orders")
+    earlier = graph.compile(checkpointer=persistence.checkpointer())
+    message = receive(LATE.format(n=1042))
     item = {"message_id": message.pk, "thread_id": message.thread_id}
+    config = {"configurable": {"thread_id": message.thread_id}}
     with pytest.raises(OperationalError):
-        intake.invoke(item, {"configurable": {"thread_id": message.thread_id}})
+        earlier.invoke(item, config, durability="sync")
+    assert earlier.get_state(config).next == ("find_orders",)
     message = take(message)
     assert message.status == "opened" and Ticket.objects.count() == 1
     told(Ticket.objects.get())
