@@ -6,7 +6,7 @@ decision about every status of its model; tests/test_queries.py fails when a sta
 the choices until it is placed here, so no statement silently treats a new status the wrong way.
 
 A rule about rows (a decision or fork not yet applied, due, a lease that lapsed, a refund failed
-and not handed back) is written once, as a queryset method in refunds/models.py; a statement
+and not handed back) is written once, as a queryset method in refunds/models/; a statement
 that needs it takes the queryset's own SQL from `rule`, never a copy written by hand.
 """
 

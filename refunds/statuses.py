@@ -1,5 +1,5 @@
 """The statuses of tickets, charges and emails and the answers of decisions, with what each
-status means for the hand-written SQL (refunds/queries.py) and the ORM (refunds/models.py): one
+status means for the hand-written SQL (refunds/queries.py) and the ORM (refunds/models/): one
 home, imported by both, so neither imports the other for them. Each set is a decision about every
 status of its kind; tests/test_queries.py fails when a status is added until it is placed."""
 

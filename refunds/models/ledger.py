@@ -1,0 +1,280 @@
+"""The money ledger and what the processor says of it: charges and their parts, refunds made
+outside the desk, disputes, reconcile runs, Stripe events."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q, Sum
+
+from core.clock import day_words, local_words
+from refunds.flow.words import dollars
+from refunds.models.orders import Order, OrderLine
+from refunds.payments.records import DISPUTE_OPEN
+from refunds.statuses import (
+    CHARGE_HOLDS_BALANCE,
+    PROCESSOR_GAVE_BACK,
+    PROCESSOR_ON_ITS_WAY,
+    ChargeStatus,
+    ProcessorStatus,
+    processor_behind,
+)
+
+
+class ChargeQuerySet(models.QuerySet):
+    def holding_balance(self) -> ChargeQuerySet:
+        """Charges that count against an order's balance: paid, or under way (maybe paid); not a
+        refund the processor failed or canceled after accepting it (its money came back)."""
+        return self.filter(
+            status__in=[s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds]
+        ).exclude(processor_status__in=PROCESSOR_GAVE_BACK)
+
+    def failed_not_handed_back(self) -> ChargeQuerySet:
+        """Refunds the processor failed after accepting them whose ticket has not yet gone back
+        to a manager."""
+        return self.failed_at_processor().filter(handed_back_at__isnull=True)
+
+    def held_per_line(self) -> dict[int, tuple[int, int]]:
+        """What these charges refund of each line (0: the shipping fee): units and cents."""
+        rows = (
+            ChargePart.objects.filter(charge__in=self)
+            .values("line_id")
+            .annotate(units=Sum("quantity"), cents=Sum("amount_cents"))
+            .values_list("line_id", "units", "cents")
+        )
+        return {line or 0: (units, cents) for line, units, cents in rows}
+
+    def money_moved(self) -> ChargeQuerySet:
+        """Charges whose money moved, or may have (an outcome not yet known)."""
+        return self.holding_balance()
+
+    def on_its_way(self) -> ChargeQuerySet:
+        """Refunds the processor accepted and has not finished: not at the customer's bank yet."""
+        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=PROCESSOR_ON_ITS_WAY)
+
+    def failed_at_processor(self) -> ChargeQuerySet:
+        """Refunds the processor accepted and then failed or canceled."""
+        return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=PROCESSOR_GAVE_BACK)
+
+    def of_refund(
+        self, refund_id: str, key: str, *, orders: models.QuerySet[Order] | list[int]
+    ) -> ChargeQuerySet:
+        """The ledger's row of a processor refund: the one whose receipt is its id; before a row
+        has its receipt, the one whose key the refund carries, of one of `orders` (those the
+        refund's payment paid). Another refund carrying a row's key is not that row."""
+        unreceipted = Q(receipt__isnull=True, idempotency_key=key, order__in=orders)
+        return self.filter(Q(receipt=refund_id) | unreceipted if key else Q(receipt=refund_id))
+
+    def record_processor_status(self, status: str, failure_reason: str = "") -> int:
+        """Move these charges' processor status forward to `status` and answer how many moved:
+        one compare-and-set UPDATE, so a status behind what a row holds (an older read, a late
+        event, the create call's "pending" after an event said "succeeded") changes nothing.
+        The one rule for what the gateway answered at settle time (refunds/money.py) and for
+        Stripe's events (refunds/services/stripe_events.py). ValueError for a status the desk
+        does not know; "" (not reported) records nothing."""
+        status = ProcessorStatus(status)
+        if status == ProcessorStatus.UNKNOWN:
+            return 0
+        reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
+        return self.filter(processor_status__in=processor_behind(status)).update(
+            processor_status=status, failure_reason=reason[:200]
+        )
+
+
+class Charge(models.Model):
+    """The money ledger, kept around any gateway by refunds/money.py. A row is written (pending,
+    with the writer's lease epoch) before the gateway is called and settled after; the UNIQUE key
+    makes a repeated call find the first one, and an unknown outcome is settled by a lookup."""
+
+    Status = ChargeStatus
+    ProcessorStatus = ProcessorStatus
+
+    ticket = models.ForeignKey("refunds.Ticket", on_delete=models.PROTECT, related_name="charges")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="charges")
+    idempotency_key = models.CharField(max_length=150, unique=True)
+    amount_cents = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING)
+    receipt = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    error = models.TextField(blank=True)
+    epoch = models.BigIntegerField(
+        default=0
+    )  # the lease epoch of the run that last claimed the charge
+    created_at = models.DateTimeField(auto_now_add=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    # What the processor says of the refund now (its events, re-read): "" not known, shown as
+    # "Refunded" as before the desk listened; the ledger's `status` says whether it was accepted.
+    # (A default in the database too: the ledger writes its rows in SQL, refunds/money.py.)
+    processor_status = models.CharField(
+        max_length=20,
+        choices=ProcessorStatus,
+        default=ProcessorStatus.UNKNOWN,
+        db_default=ProcessorStatus.UNKNOWN,
+        blank=True,
+    )
+    failure_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # When a refund the processor failed sent its ticket back to a manager (refunds/runner.py).
+    handed_back_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ChargeQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["order", "status"], name="charge_balance_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.idempotency_key}: {dollars(self.amount_cents)} {self.status}"
+
+
+class ChargePart(models.Model):
+    """What one charge refunds, part by part: units of an order line, or the shipping fee (no
+    line). Written with the charge's pending row, in the same transaction, by refunds/money.py,
+    which checks them against what was bought and paid with the order locked."""
+
+    charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="parts")
+    line = models.ForeignKey(
+        OrderLine, on_delete=models.PROTECT, null=True, blank=True, related_name="charge_parts"
+    )  # None: the shipping fee
+    quantity = models.PositiveIntegerField(default=0)  # units of the line; 0 for shipping
+    amount_cents = models.PositiveIntegerField()
+    restock = models.BooleanField(default=False, db_default=False)  # the item comes back
+
+    def __str__(self) -> str:
+        what = f"{self.quantity} of line {self.line_id}" if self.line_id else "shipping"
+        return f"{what}: {dollars(self.amount_cents)}"
+
+
+class OutsideRefundQuerySet(models.QuerySet):
+    def holding_balance(self) -> OutsideRefundQuerySet:
+        """Outside refunds that count against their order's balance: all but those the processor
+        failed or canceled (their money came back)."""
+        return self.exclude(status__in=PROCESSOR_GAVE_BACK)
+
+    def record_status(self, status: ProcessorStatus, failure_reason: str = "") -> int:
+        """Move these rows' status forward to `status` (one compare-and-set UPDATE, by the rule
+        Charge's record_processor_status follows); answers how many moved."""
+        reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
+        return self.filter(status__in=processor_behind(status)).update(
+            status=status, failure_reason=reason[:200]
+        )
+
+
+class OutsideRefund(models.Model):
+    """A refund of an order's payment that the processor holds and the desk did not make (in
+    Stripe's dashboard, the shop's admin, another tool): no ledger row has its key or its id.
+    Recorded by the lookup before every charge and by `manage.py reconcile` (refunds/money.py,
+    outside_refunds_record), once by the processor's id; it counts against the order's balance in
+    the ledger's locked check unless the processor failed or canceled it."""
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="outside_refunds")
+    processor_id = models.CharField(max_length=255, unique=True)  # Stripe's re_...
+    amount_cents = models.PositiveIntegerField()
+    # What the processor said last, moving forward only (statuses.PROCESSOR_RANK).
+    status = models.CharField(max_length=20, choices=ProcessorStatus, blank=True)
+    failure_reason = models.CharField(max_length=200, blank=True, default="")
+    made_at = models.DateTimeField(null=True, blank=True)  # as the processor says
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OutsideRefundQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.processor_id}: {dollars(self.amount_cents)} outside the desk"
+
+
+class PaymentDisputeQuerySet(models.QuerySet):
+    def still_open(self) -> PaymentDisputeQuerySet:
+        """Disputes the processor said last were open (payments.records.DISPUTE_OPEN)."""
+        return self.filter(status__in=DISPUTE_OPEN)
+
+
+class PaymentDispute(models.Model):
+    """A dispute of an order's payment (the customer asked their card's bank for the money), as
+    the processor said last: recorded by the ledger's lookup before a charge and by Stripe's
+    `charge.dispute.*` events (re-read), once by the processor's id. The charge itself never
+    waits for an event: the lookup asks the processor each time (refunds/money.py)."""
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="disputes")
+    processor_id = models.CharField(max_length=255, unique=True)  # Stripe's dp_...
+    status = models.CharField(max_length=30)  # Stripe's word, as it said last
+    amount_cents = models.PositiveIntegerField(default=0)
+    reason = models.CharField(max_length=100, blank=True, default="")
+    opened_at = models.DateTimeField(null=True, blank=True)  # as the processor says
+    recorded_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = PaymentDisputeQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.processor_id}: {self.status}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in DISPUTE_OPEN
+
+    def said(self) -> str:
+        """The order's line for it: "Payment disputed on Dec 3" (and how it ended)."""
+        when = f" on {day_words(self.opened_at.date())}" if self.opened_at else ""
+        return f"Payment disputed{when}" + ("" if self.is_open else f" ({self.status})")
+
+
+class ReconcileRun(models.Model):
+    """One run of `reconcile` and what it said, saved by the run itself (the command and the
+    daily task alike) for /ops/reconcile/. Every run is kept: one small row a day."""
+
+    class By(models.TextChoices):
+        BEAT = "beat", "the daily beat"
+        COMMAND = "command", "manage.py reconcile"
+
+    by = models.CharField(max_length=10, choices=By.choices)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    since = models.DateTimeField()  # the orders charged since then were looked at
+    orders = models.PositiveIntegerField(default=0)
+    lines = models.JSONField(default=list)  # the report as printed (and emailed)
+    problems = models.JSONField(default=list)  # each one in words, also among the lines
+    open_disputes = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"reconcile by {self.by} at {local_words(self.started_at)}"
+
+    def marked_lines(self) -> list[tuple[str, str]]:
+        """Each line with what it is ("problem", "dispute" or ""), for the page to mark."""
+        problems = {f"- {words}" for words in self.problems}
+        disputes = {f"- {words}" for words in self.open_disputes}
+        return [
+            (line, "problem" if line in problems else "dispute" if line in disputes else "")
+            for line in self.lines
+        ]
+
+
+class StripeEventQuerySet(models.QuerySet):
+    def needing_worker(self, received_before=None) -> StripeEventQuerySet:
+        """Events not handled yet that still have attempts left (received before a time)."""
+        rows = self.filter(handled_at__isnull=True, attempts__lt=settings.REFUNDS_MAX_ATTEMPTS)
+        return rows if received_before is None else rows.filter(received_at__lt=received_before)
+
+
+class StripeEvent(models.Model):
+    """One of Stripe's events, stored once by its id as it came (signature checked) and handled
+    by a worker: a resent event is the first one. `handled_at` empty: a worker has yet to handle
+    it (the recovery sweep hands it on, as it does tickets)."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    type = models.CharField(max_length=100)
+    created = models.DateTimeField()  # when Stripe made it
+    payload = models.JSONField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    handled_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=300, blank=True)  # what the handler recorded
+    handle_error = models.TextField(blank=True)  # the last attempt's, while one fails
+    attempts = models.PositiveIntegerField(default=0)
+    woken_at = models.DateTimeField(null=True, blank=True)  # the sweep's last wake-up
+
+    objects = StripeEventQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["handled_at"], name="stripe_event_unhandled_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.event_id}"

@@ -1,0 +1,179 @@
+"""Orders as the shop sold them: their lines, numbers and customers."""
+
+from __future__ import annotations
+
+import re
+
+from django.db import models
+from django.db.models import F, Max, Q, Sum, Value
+from django.db.models.functions import Upper
+
+ORDER_NUMBER_MAX = 32
+_NOT_IN_A_NUMBER = r"\s\u0000-\u001f\u007f-\u009f"
+# What an order number is, in one pattern that the code reads with and the API's schema states:
+# spaces around it and "#" before it ("#1042") are how people write it, not part of it; inside,
+# no space and no control character (PostgreSQL refuses a NUL in any text: a 500).
+ORDER_NUMBER_PATTERN = (
+    rf"^\s*#*\s*([^{_NOT_IN_A_NUMBER}#][^{_NOT_IN_A_NUMBER}]{{0,{ORDER_NUMBER_MAX - 1}}})\s*$"
+)
+_ORDER_NUMBER = re.compile(ORDER_NUMBER_PATTERN)
+
+
+def order_number_read(raw: object) -> str:
+    """What an order number is, for every way one comes in (the API, the desk's forms, sorting,
+    the reader, the shop's orders): ORDER_NUMBER_PATTERN. A whole number is read as its digits
+    (helpdesks send either). ValueError says why it is not one."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        raise ValueError("An order number is text, such as 1042.")
+    text = str(raw)
+    found = _ORDER_NUMBER.fullmatch(text)
+    if found:
+        return found[1]
+    number = text.strip().lstrip("#").strip()
+    if not number:
+        raise ValueError("Enter an order number.")
+    if len(number) > ORDER_NUMBER_MAX and not re.search(f"[{_NOT_IN_A_NUMBER}]", number):
+        raise ValueError(
+            f"{number[:40]}… is too long for an order number "
+            f"(at most {ORDER_NUMBER_MAX} characters)."
+        )
+    raise ValueError(
+        f"{number[:40]!r} is not an order number (no spaces, no control characters such as NUL)."
+    )
+
+
+def same_customer(email: str, other: str) -> bool:
+    """ "The same customer" is the same email address whatever its case; of_customer() is the
+    same rule in SQL."""
+    return email.strip().upper() == other.strip().upper()
+
+
+def of_customer(queryset, email: str, *, field: str = "customer_email"):
+    """The rows of `queryset` whose `field` is `email` whatever its case (same_customer), found
+    through the UPPER(customer_email) index (Django's iexact is a LIKE on SQLite, which cannot
+    use it)."""
+    return queryset.alias(customer_upper=Upper(field)).filter(
+        customer_upper=Upper(Value(email.strip()))
+    )
+
+
+class Order(models.Model):
+    """An order of the shop's: what lookup reads. Amounts are in the currency's minor unit."""
+
+    number = models.CharField(max_length=ORDER_NUMBER_MAX, unique=True)
+    customer_name = models.CharField(max_length=200)
+    customer_email = models.EmailField()
+    promised_on = models.DateField()
+    delivered_on = models.DateField()
+    shipping_fee_cents = models.PositiveIntegerField()
+    currency = models.CharField(max_length=3, default="USD")  # ISO 4217, upper case
+    # What the payment processor knows the order's payment by (Stripe: a PaymentIntent "pi_..."
+    # or a Charge "ch_..."); a refund is made against it.
+    payment_reference = models.CharField(max_length=255, blank=True)
+    # What the order came to (its lines, their tax and the shipping fee) and what the processor
+    # captured of it. Both null, or both set: null means the shop has not sent the order's lines
+    # (an order from before lines, or sent in the form without them); such an order has no
+    # lines, and only its shipping fee is refundable, as before lines.
+    total_cents = models.PositiveIntegerField(null=True, blank=True)
+    paid_cents = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(total_cents__isnull=True, paid_cents__isnull=True)
+                | Q(total_cents__isnull=False, paid_cents__isnull=False),
+                name="order_total_and_paid_together",
+            ),
+            models.CheckConstraint(
+                condition=Q(total_cents__isnull=True) | Q(paid_cents__lte=F("total_cents")),
+                name="order_paid_within_total",
+            ),
+        ]
+        indexes = [
+            # Case-insensitive lookups (a customer's other tickets, the tickets page's search)
+            # use these instead of reading every order.
+            models.Index(Upper("customer_email"), name="order_email_upper_idx"),
+            models.Index(Upper("number"), name="order_number_upper_idx"),
+        ]
+        # Granted to the shop's integration user (the group "Shop integrations"), not to the
+        # desk: POST /api/orders/ needs it.
+        permissions = [("push_orders", "Can push orders through the API")]
+
+    def __str__(self) -> str:
+        return f"Order {self.number}"
+
+    def refunded_cents(self) -> int:
+        """What the ledger holds against this order: refunds paid, and charges under way."""
+        charges = self.charges.holding_balance()
+        return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
+
+    def facts(self, *, for_ticket: int | None = None, but_key: str = "") -> dict:
+        """What lookup reads and the ledger checks (refunds/money.py, with the order locked):
+        the order, and what the ledger holds of it (paid or under way) in all, per line and of
+        its fee, from tickets other than `for_ticket` and charges other than `but_key`; and what
+        of its payment was refunded outside the desk."""
+        held = self.charges.holding_balance()
+        if for_ticket is not None:
+            held = held.exclude(ticket_id=for_ticket)
+        if but_key:
+            held = held.exclude(idempotency_key=but_key)
+        total = held.aggregate(cents=Sum("amount_cents"), last=Max("ticket_id"))
+        per_line = held.held_per_line()
+        outside = self.outside_refunds.holding_balance().aggregate(cents=Sum("amount_cents"))
+        facts = {
+            "number": self.number,
+            "customer_name": self.customer_name,
+            "customer_email": self.customer_email,
+            "promised_on": self.promised_on.isoformat(),
+            "delivered_on": self.delivered_on.isoformat(),
+            "fee_cents": self.shipping_fee_cents,
+            "refunded_cents": total["cents"] or 0,
+            "refunded_by_ticket": total["last"],
+            "lines": [
+                {
+                    "id": line.pk,
+                    "title": line.title,
+                    "sku": line.sku,
+                    "unit_price_cents": line.unit_price_cents,
+                    "quantity": line.quantity,
+                    "tax_cents": line.tax_cents,
+                    "refunded_quantity": per_line.get(line.pk, (0, 0))[0],
+                    "refunded_cents": per_line.get(line.pk, (0, 0))[1],
+                }
+                for line in self.lines.order_by("id")
+            ],
+            "shipping_refunded_cents": per_line.get(0, (0, 0))[1],
+        }
+        if outside["cents"]:  # refunded at the processor, not by the desk: less is left of it
+            facts["outside_refunded_cents"] = outside["cents"]
+        return facts | ({"paid_cents": self.paid_cents} if self.paid_cents is not None else {})
+
+
+class OrderLine(models.Model):
+    """One line of an order as the shop sent it: what was bought, at what unit price, how many.
+    Amounts are in the order's currency's minor unit; `tax_cents` is the line's tax as the shop
+    states it (0 when it sends none). Written by refunds/services/orders.py (import, push), the
+    order source and the demo's data, each read by one typed input (refunds.order_in.OrderIn)."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
+    line_id = models.CharField(max_length=64)  # the shop's id for the line
+    sku = models.CharField(max_length=64, blank=True)
+    title = models.CharField(max_length=200)
+    unit_price_cents = models.PositiveIntegerField()
+    quantity = models.PositiveIntegerField()
+    tax_cents = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["order", "line_id"], name="order_line_id_unique"),
+            models.CheckConstraint(condition=Q(quantity__gte=1), name="order_line_quantity_min"),
+        ]
+        ordering = ["order", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} × {self.title}"
+
+    @property
+    def amount_cents(self) -> int:
+        """What the line came to: its units and its tax."""
+        return self.unit_price_cents * self.quantity + self.tax_cents

@@ -1,0 +1,129 @@
+"""The outbox (customer email), the audit trail and the recovery sweep's runs."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from core.clock import local_words
+from refunds.models.tickets import Ticket
+from refunds.statuses import (
+    EmailDelivery,
+    EmailStatus,
+)
+
+
+class Email(models.Model):
+    """The outbox: one row per message key. A sender claims the row (status "sending", with its
+    claim), marks it "handed over" before the final "." and "sent" after the server's answer,
+    each in its own short transaction (refunds/mail.py). A takeover that finds a handover with no
+    answer recorded moves it to "outcome unknown": the message may have been delivered."""
+
+    Status = EmailStatus
+    Delivery = EmailDelivery
+
+    # None: mail about no ticket, such as the intake's acknowledgment of a message that opened
+    # none (its sender is fenced by the message's lease instead: refunds/mail.py, send_once).
+    ticket = models.ForeignKey(
+        Ticket, null=True, blank=True, on_delete=models.CASCADE, related_name="emails"
+    )
+    key = models.CharField(max_length=150, unique=True)
+    to = models.EmailField()
+    subject = models.CharField(max_length=200)
+    body = models.TextField()
+    status = models.CharField(max_length=10, choices=Status, default=Status.PENDING)
+    claimed_by = models.CharField(max_length=100, blank=True)  # "epoch:<n>" or "resend:<id>"
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # The current claim's sender handed the final "." over at this moment (its answer not yet
+    # recorded): "epoch:<n> on <host>:<pid>".
+    handed_over_at = models.DateTimeField(null=True, blank=True)
+    handed_over_by = models.CharField(max_length=200, blank=True)
+    # The last handover whose answer was never recorded (its sender stopped, or the answer was
+    # lost): when it was handed over and by whom. A second copy may exist from then.
+    outcome_unknown_at = models.DateTimeField(null=True, blank=True)
+    outcome_unknown_by = models.CharField(max_length=200, blank=True)
+    # A provider's own id for the message (anymail's message_id), and what its tracking webhook
+    # said last (refunds/mail_tracking.py): "bounced: mailbox unknown" shows on the undelivered
+    # page.
+    # (Defaults in the database too: the outbox's claim is a hand-written INSERT.)
+    provider_message_id = models.CharField(
+        max_length=255, blank=True, default="", db_default="", db_index=True
+    )
+    delivery = models.CharField(
+        max_length=12, choices=Delivery, blank=True, default="", db_default=""
+    )
+    delivery_detail = models.CharField(max_length=500, blank=True, default="", db_default="")
+    delivery_at = models.DateTimeField(null=True, blank=True)
+    # The language it was written in (ISO 639-1; "" for mail from before), and the same email in
+    # the desk's language for reviewers when that differs ("" when it was sent in it).
+    language = models.CharField(max_length=8, blank=True, default="", db_default="")
+    desk_text = models.TextField(blank=True, default="", db_default="")
+
+    def __str__(self) -> str:
+        return f"{self.subject} -> {self.to}"
+
+
+class AuditEvent(models.Model):
+    """One append-only record per action taken on a ticket, by a person or by the desk itself:
+    who, when, what they saw, what they answered, and the checkpoint the thread reached after.
+    Written through refunds.audit.record(); never edited or deleted."""
+
+    class Action(models.TextChoices):
+        OPEN = "open", "Opened"
+        UNDO = "undo", "Undid a decision"  # within its grace; `answer` holds what was undone
+        CLAIM = "claim", "Claimed"
+        UNCLAIM = "unclaim", "Unclaimed"
+        ESCALATE = "escalate", "Escalated"
+        APPROVE = "approve", "Approved"
+        REJECT = "reject", "Rejected"
+        EDIT = "edit", "Edited the amount"
+        FORK = "fork", "Forked"
+        RETRY = "retry", "Retried"
+        RESEND = "resend", "Resent an email"
+        NOTE = "note", "Added a note"
+        # A ticket of several orders answered order by order (some approved, some rejected,
+        # some lowered): `answer["orders"]` holds each order's answer. Older rows logged this
+        # as "approve", "reject" or "edit" with the same `answer["orders"]`.
+        ANSWER = "answer", "Answered per order"
+        REFUND_FAILED = "refund_failed", "Refund failed at the processor"
+        ASK = "ask", "Asked the customer"
+        # answer: {"resumed": bool, "message": id, "why": why a reply resumed nothing}
+        REPLY = "reply", "The customer replied"
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )  # None: the desk itself (a timer, the sweep)
+    action = models.CharField(max_length=20, choices=Action)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    seen = models.JSONField(default=dict, blank=True)  # what the actor was shown
+    answer = models.JSONField(default=dict, blank=True)  # what they answered or changed
+    checkpoint_id = models.CharField(max_length=64, blank=True)  # where the thread got after
+    note = models.TextField(blank=True)
+    # The ticket's amount at that moment: asked when opened, paid on an approval, asked on a
+    # rejection, set by a fork, as it stood for the rest. Empty on rows written before it was
+    # kept (the CSV then reads it from `answer`/`seen`, never from today's ticket).
+    amount_cents = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["ticket", "at"], name="audit_ticket_idx")]
+
+    def __str__(self) -> str:
+        who = self.actor or "the desk"
+        return f"{self.get_action_display()} by {who} on {self.ticket_id} at {local_words(self.at)}"
+
+
+class SweepRun(models.Model):
+    """When a periodic sweep last ran, one row per sweep: /readyz reports a schedule that stopped
+    (no beat holds the lock, no housekeeping worker runs it), which nothing else shows."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    ran_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {local_words(self.ran_at)}"

@@ -1,0 +1,328 @@
+"""Tickets, the orders they cover, reviewers' decisions and questions, forks, canned reasons,
+and the desk's roles."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from refunds import policy
+from refunds.models.decisions import Decision, Fork
+from refunds.models.ledger import Charge
+from refunds.models.orders import Order
+from refunds.statuses import (
+    TICKET_LEASABLE,
+    TICKET_WORK_LEFT,
+    TicketStatus,
+)
+
+
+class Role(models.TextChoices):
+    AGENT = "agent", "Support agent"
+    MANAGER = "manager", "Manager"
+
+
+ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
+ADMIN_GROUP = "Admins"
+
+
+class TicketQuerySet(models.QuerySet):
+    def awaiting(self) -> TicketQuerySet:
+        """Tickets paused on an interrupt that a person must answer."""
+        return self.filter(status=Ticket.Status.AWAITING_REVIEW)
+
+    def waiting_on_customers(self) -> TicketQuerySet:
+        """Tickets whose review asked the customer and waits on their reply."""
+        return self.filter(status=Ticket.Status.AWAITING_CUSTOMER)
+
+    def escalated(self) -> TicketQuerySet:
+        """Reviews an agent (or the escalation timer) sent up to managers: escalated for the
+        interrupt that is pending now, so a later review of the same ticket starts afresh."""
+        return self.exclude(escalated_for="").filter(escalated_for=F("pending_interrupt_id"))
+
+    def for_managers(self) -> TicketQuerySet:
+        """Awaiting reviews a manager owns: over the agent limit, flagged, or escalated."""
+        return self.awaiting().filter(
+            Q(required_role=Role.MANAGER)
+            | (~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
+        )
+
+    def for_agents(self) -> TicketQuerySet:
+        """Awaiting reviews support agents own: within the agent limit, not escalated."""
+        return (
+            self.awaiting()
+            .filter(required_role=Role.AGENT)
+            .exclude(~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
+        )
+
+    def open(self) -> TicketQuerySet:
+        """Tickets not yet in a final state (a failed one waits for an admin: still open)."""
+        return self.exclude(status__in=Ticket.FINAL)
+
+    def leasable(self) -> TicketQuerySet:
+        """Tickets no worker holds: never leased, or the lease ran out (on the database clock)."""
+        return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now()))
+
+    def answer_waiting(self, settled_before=None) -> TicketQuerySet:
+        """Tickets with a recorded decision (past its grace) or fork not yet applied; with
+        `settled_before`, only answers recorded before then."""
+        return self.filter(_answer_waiting(settled_before))
+
+    def fork_waiting(self) -> TicketQuerySet:
+        """Tickets with an admin's fork recorded and not yet applied."""
+        return self.filter(Exists(Fork.objects.unapplied().filter(ticket=OuterRef("pk"))))
+
+    def refund_failed_waiting(self) -> TicketQuerySet:
+        """Tickets with a refund the processor failed that has not gone back to a manager yet:
+        the thread owes it a run, even though the ticket reads refunded."""
+        return self.filter(_refund_failed_waiting())
+
+    def grantable(self) -> TicketQuerySet:
+        """Tickets whose lease a worker may take now (refunds/lease.py's grant): nobody holds
+        it, and the ticket is neither finished nor failed, or a failed refund waits."""
+        not_leasable = [status for status, yes in TICKET_LEASABLE.items() if not yes]
+        return self.leasable().filter(~Q(status__in=not_leasable) | _refund_failed_waiting())
+
+    def needing_worker(self, settled_before=None) -> TicketQuerySet:
+        """Tickets a worker should advance now: no live lease, and work left, or a recorded
+        decision or fork not yet applied (unless the ticket failed: an admin retries it), or a
+        refund the processor failed that has not gone back to a manager yet. The
+        one answer, used by the sweep and crashtest. The sweep passes `settled_before` to leave
+        fresh work to the task sent for it."""
+        young = {} if settled_before is None else {"updated_at__lt": settled_before}
+        work_left = [status for status, yes in TICKET_WORK_LEFT.items() if yes]
+        return self.leasable().filter(
+            Q(status__in=work_left, **young)
+            | (~Q(status=Ticket.Status.FAILED) & _answer_waiting(settled_before))
+            | _refund_failed_waiting()
+        )
+
+
+def _answer_waiting(settled_before=None) -> Q:
+    decided = {} if settled_before is None else {"decided_at__lt": settled_before}
+    forked = {} if settled_before is None else {"created_at__lt": settled_before}
+    decision = Decision.objects.unapplied().due().filter(ticket=OuterRef("pk"), **decided)
+    fork = Fork.objects.unapplied().filter(ticket=OuterRef("pk"), **forked)
+    return Q(Exists(decision)) | Q(Exists(fork))
+
+
+def _refund_failed_waiting() -> Q:
+    return Q(Exists(Charge.objects.failed_not_handed_back().filter(ticket=OuterRef("pk"))))
+
+
+class Ticket(models.Model):
+    """Mirror of one LangGraph thread. The checkpointer is the truth; this row is what the
+    queue, the API and the sweep read, rebuilt from the checkpoint after every run."""
+
+    Status = TicketStatus
+
+    FINAL = (Status.REFUNDED, Status.DECLINED, Status.REJECTED)
+    OPEN = (
+        Status.NEW,
+        Status.RUNNING,
+        Status.AWAITING_REVIEW,
+        Status.AWAITING_CUSTOMER,
+        # Closed for want of a reply, not finished: a reply reopens it, so it keeps its orders.
+        Status.CLOSED,
+        Status.FAILED,
+    )
+
+    thread_id = models.CharField(max_length=64, unique=True)
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="tickets")
+    note = models.TextField(blank=True)
+    opened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    flow_version = models.PositiveSmallIntegerField(default=1)
+    # Why the customer asks (refunds.policy.REASONS): the desk's form says it, or the intake's
+    # reader read it from the customer's words; the policy routes by it.
+    reason = models.CharField(
+        max_length=20,
+        choices=list(policy.REASONS.items()),
+        default=policy.LATE_DELIVERY,
+        db_default=policy.LATE_DELIVERY,
+    )
+    # What the intake's reader found in the message that opened it (intake.reading.Reading's
+    # JSON), shown on the review card; None for a ticket a person opened by order number.
+    reading = models.JSONField(null=True, blank=True)
+
+    status = models.CharField(max_length=20, choices=Status, default=Status.NEW, db_index=True)
+    next_nodes = models.JSONField(default=list, blank=True)
+    nodes_run = models.JSONField(default=list, blank=True)
+    outcome_reason = models.TextField(blank=True)
+    pending_interrupt_id = models.CharField(max_length=64, blank=True, db_index=True)
+    pending_payload = models.JSONField(null=True, blank=True)
+    required_role = models.CharField(max_length=10, choices=Role, blank=True, db_index=True)
+    amount_cents = models.PositiveIntegerField(null=True, blank=True)
+
+    # One writer per thread: a lease taken with one conditional UPDATE (refunds/lease.py). The
+    # epoch grows with every grant; each write a worker makes for the thread is conditional on it.
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_epoch = models.BigIntegerField(default=0)
+    # When the sweep last sent a wake-up that no worker has taken yet (a grant clears it): the
+    # sweep does not pile a second message behind the first while the queue is backed up.
+    woken_at = models.DateTimeField(null=True, blank=True)
+    # The epoch whose run wrote the mirror as it released the lease: when the next grant's epoch
+    # follows it, nobody crashed in between and the mirror is exact (runner.py trusts it).
+    mirror_epoch = models.BigIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    # The review desk. A claim is taken and released with one conditional UPDATE
+    # (services.review_claim); it lapses at claim_expires_at, on the database clock.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    # The interrupt id an agent (or the timer) escalated to managers; it only counts while that
+    # interrupt is pending, so a fork's new review starts at its own level again.
+    escalated_for = models.CharField(max_length=64, blank=True)
+    escalation_note = models.TextField(blank=True)
+    # When the pending review appeared (written with the mirror, kept while the same interrupt
+    # waits): the escalation timers and the queue's ages count from here.
+    review_since = models.DateTimeField(null=True, blank=True)
+    # The interrupt managers were last reminded of: one reminder per overdue review.
+    reminded_for = models.CharField(max_length=64, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TicketQuerySet.as_manager()
+
+    # Not a column: the desk's pages note here the decision recorded for the pending review and
+    # not yet applied (reviews.views.common.with_pending_decisions).
+    pending_decision: Decision | None
+    # Set on the queue's rows: the one-line outcome of a review its reviewer just decided
+    # (reviews.views.queue).
+    decided_line: str
+    # Its decided line's decision while the undo grace runs (Undo beside it), else None.
+    undo_decision: Decision | None
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["status", "required_role", "-id"], name="ticket_queue_idx"),
+            models.Index(fields=["status", "lease_expires_at"], name="ticket_sweep_idx"),
+            models.Index(fields=["opened_by", "-id"], name="ticket_recent_idx"),
+            # The review queue's count, its page and its poll's version read only this index (on
+            # SQLite a row's later columns sit behind its JSON, in overflow pages): oldest first,
+            # with what decides whose queue a review is in and what its row shows. It starts as
+            # the (status, review_since) index of the escalation timers did, and replaces it: a
+            # narrower twin is what SQLite's planner picks once ANALYZE has run.
+            models.Index(
+                fields=[
+                    "status",
+                    "review_since",
+                    "id",
+                    "required_role",
+                    "opened_by",
+                    "escalated_for",
+                    "pending_interrupt_id",
+                    "claimed_by",
+                    "claim_expires_at",
+                ],
+                name="ticket_queue_cover_idx",
+            ),
+            # The tickets page sorts by amount and filters by age at 100,000 tickets.
+            models.Index(fields=["amount_cents", "id"], name="ticket_amount_idx"),
+            models.Index(fields=["status", "amount_cents", "id"], name="ticket_status_amount_idx"),
+            models.Index(fields=["created_at"], name="ticket_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Ticket {self.pk} ({self.thread_id})"
+
+    def save(self, *args, **kwargs) -> None:
+        """A new ticket is linked to its first order in the same transaction (ticket_open links
+        the others): the link's partial UNIQUE index is what refuses a second open ticket."""
+        if self.pk is not None:
+            return super().save(*args, **kwargs)
+        with transaction.atomic():
+            super().save(*args, **kwargs)
+            TicketOrder.close_finished([self.order_id])
+            TicketOrder.objects.create(
+                ticket=self, order_id=self.order_id, position=0, open=self.status in self.OPEN
+            )
+
+    def order_numbers(self) -> list[str]:
+        """The ticket's orders, first order first (the prefetched links when there are some)."""
+        return [link.order.number for link in self.links.all()]
+
+    @property
+    def opener_words(self) -> str:
+        """Who opened it, said one way on every page (the list, the ticket, its timeline): the
+        user who opened it (or pasted or posted the message), "the intake" for a customer's
+        message the mail provider handed in, "an integration" for a call with no user."""
+        if self.opened_by is not None:
+            return self.opened_by.username
+        return "the intake" if self.reading is not None else "an integration"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL
+
+    @property
+    def is_escalated(self) -> bool:
+        return bool(self.escalated_for) and self.escalated_for == self.pending_interrupt_id
+
+    @property
+    def review_role(self) -> str:
+        """Who owns the pending review: its triage level, or managers once escalated."""
+        return Role.MANAGER if self.is_escalated else self.required_role
+
+    def claim_holder(self, now=None):
+        """The user whose claim on this review is live, or None."""
+
+        if self.claimed_by_id is None or self.claim_expires_at is None:
+            return None
+        if self.claim_expires_at <= (now or timezone.now()):
+            return None
+        return self.claimed_by
+
+
+def user_roles(user) -> set[str]:
+    if not user.is_authenticated:
+        return set()
+    cached = getattr(user, "_refund_roles", None)
+    if cached is None:
+        cached = set(user.groups.values_list("name", flat=True))
+        user._refund_roles = cached
+    return cached
+
+
+class TicketOrder(models.Model):
+    """One order a ticket covers (a ticket covers one or more orders of one customer; its first
+    is also Ticket.order). `open` says the ticket may still refund the order: set when the link
+    is made, cleared when a later ticket for the order finds this one finished (ticket_open),
+    and the partial UNIQUE index on it keeps one open ticket per order, whoever races."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="links")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="links")
+    position = models.PositiveSmallIntegerField(default=0)
+    open = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["ticket", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["ticket", "order"], name="ticket_order_once"),
+            # One open ticket per order, kept by the database: a helpdesk retrying a POST, or two
+            # tickets naming one order at once, cannot start a second refund of it.
+            models.UniqueConstraint(
+                fields=["order"], condition=Q(open=True), name="one_open_ticket_per_order"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.ticket} covers {self.order}"
+
+    @classmethod
+    def close_finished(cls, order_ids) -> None:
+        """Close these orders' links whose ticket finished (a link is closed lazily, by whoever
+        needs the order next: the partial UNIQUE index only counts open links)."""
+        cls.objects.filter(order_id__in=order_ids, open=True).exclude(
+            ticket__status__in=Ticket.OPEN
+        ).update(open=False)
