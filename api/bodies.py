@@ -14,7 +14,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
-    StringConstraints,
     ValidationError,
     WithJsonSchema,
     WrapValidator,
@@ -28,15 +27,20 @@ from refunds import policy
 from refunds.models import (
     ORDER_NUMBER_MAX,
     ORDER_NUMBER_PATTERN,
-    Charge,
     Decision,
-    Email,
     Ticket,
     order_number_read,
 )
 from refunds.selectors import REFUND_STATES, refund_progress
 from refunds.services import NOTE_MAX, REASON_MAX
 from refunds.services import tickets as tickets_service
+from refunds.statuses import (
+    ChargeStatus,
+    DecisionAnswer,
+    EmailStatus,
+    ProcessorStatus,
+    TicketStatus,
+)
 
 ORDERS_MAX = tickets_service.ORDERS_MAX  # orders one ticket may cover
 
@@ -67,27 +71,23 @@ def _whole(words: str) -> WrapValidator:
     return WrapValidator(read)
 
 
+# The body's parser refuses a number of more digits.
+BIGGEST = 10**MAX_NUMBER_DIGITS - 1
 WHOLE = "must be a whole number, a JSON integer such as 2"
-WholeNumber = Annotated[int, _whole(WHOLE)]
-WholeCents = Annotated[int, Field(ge=1), _whole("must be whole cents, a JSON integer such as 1250")]
+WholeNumber = Annotated[int, Field(ge=-BIGGEST, le=BIGGEST), _whole(WHOLE)]
+CENTS = "must be whole cents, a JSON integer such as 1250"
+WholeCents = Annotated[int, Field(ge=1, le=BIGGEST), _whole(CENTS)]
 
-# What refunds.models.order_number_read takes: text of its pattern, or a whole number's digits
-# (the body's parser refuses a number of more digits).
+# What refunds.models.order_number_read takes: text of its pattern, or a whole number's digits.
 ORDER_NUMBER = {
     "oneOf": [
         {"type": "string", "pattern": ORDER_NUMBER_PATTERN},
-        {
-            "type": "integer",
-            "minimum": 1 - 10**MAX_NUMBER_DIGITS,
-            "maximum": 10**MAX_NUMBER_DIGITS - 1,
-        },
+        {"type": "integer", "minimum": -BIGGEST, "maximum": BIGGEST},
     ]
 }
 
 
 def _order_number(value: Any) -> str:
-    if value is None:
-        raise PydanticCustomError("missing", "Missing field")
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise PydanticCustomError("string_type", "must be a string")
     return order_number_read(value)
@@ -106,9 +106,11 @@ class TicketOpen(Body):
         }
     )
 
-    order_number: OrderNumber = Field(None, description="The order to refund the shipping fee of.")
+    order_number: OrderNumber = Field(
+        default_factory=str, description="The order to refund the shipping fee of."
+    )
     order_numbers: list[OrderNumber] = Field(
-        None,
+        default_factory=list,
         min_length=1,
         max_length=ORDERS_MAX,
         description="Instead of order_number: several orders of one customer, one ticket for "
@@ -137,14 +139,23 @@ class TicketOpen(Body):
         return self
 
 
+def _given_or_absent(schema: dict[str, Any]) -> None:
+    """A query parameter is given or left out, never null."""
+    for field in schema["properties"].values():
+        field.update(next(o for o in field.pop("anyOf", [field]) if o != {"type": "null"}))
+        field.pop("default", None)
+
+
 class TicketFilter(BaseModel):
     """The list's filters, from the query string (a filter given empty is refused, not dropped)."""
 
-    status: Ticket.Status = Field(None)
-    order_number: Text = Field(None, max_length=ORDER_NUMBER_MAX, pattern=r"\S")
-    required_role: Literal["agent", "manager"] = Field(None)
-    created_after: datetime = Field(None)
-    created_before: datetime = Field(None)
+    model_config = ConfigDict(json_schema_extra=_given_or_absent)
+
+    status: TicketStatus | None = None
+    order_number: Text = Field(default_factory=str, max_length=ORDER_NUMBER_MAX, pattern=r"\S")
+    required_role: Literal["agent", "manager"] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
 
 
 class PartIn(Body):
@@ -153,7 +164,7 @@ class PartIn(Body):
     line: WholeNumber | None = Field(
         None, description="The line's id (pending_review.orders[].order.lines[].id)."
     )
-    quantity: Annotated[int, Field(ge=1), _whole(WHOLE)] | None = Field(
+    quantity: Annotated[int, Field(ge=1, le=BIGGEST), _whole(WHOLE)] | None = Field(
         None, description="With `line`: how many of it, at most what is left of it."
     )
     shipping: bool | None = Field(None, description="true: the shipping fee.")
@@ -179,13 +190,12 @@ class OrderAnswerIn(Body):
         "(managers; its parts scaled down to it, at most what it proposes). Expanded into "
         "`parts` before the decision is checked.",
     )
-    reason: Text = Field(
+    reason: Annotated[Text, Field(max_length=REASON_MAX)] | None = Field(
         None,
-        max_length=REASON_MAX,
         description="reject: why, for the customer (else the decision's `reason`); approve: why "
         "less than proposed, if it is.",
     )
-    parts: list[PartIn] = Field(
+    parts: list[PartIn] | None = Field(
         None,
         min_length=1,
         description="approve: what to refund of the order instead of the proposal "
@@ -256,7 +266,7 @@ class MessageIn(Body):
     """A customer's message, as a helpdesk received it; the intake reads it and opens the
     ticket (or sends it to "Needs sorting")."""
 
-    sender: Annotated[Text, StringConstraints(strip_whitespace=True)] = Field(
+    sender: Text = Field(
         max_length=254,
         json_schema_extra={"format": "email"},
         description="The customer's email address: the acknowledgment goes there, and an order "
@@ -267,7 +277,7 @@ class MessageIn(Body):
     body: Annotated[str, AfterValidator(_no_nul)] = Field(
         json_schema_extra=_max_chars, description="What the customer wrote, as plain text."
     )
-    received_at: When = Field(
+    received_at: When | None = Field(
         None,
         description="When the customer sent it, from 2000 to a day from now; now when left out.",
     )
@@ -293,15 +303,13 @@ class Out(BaseModel):
 class TicketRef(Out):
     id: int
     thread_id: str
-    status: Ticket.Status
+    status: TicketStatus
     url: str
 
 
 def ticket_ref(ticket: Ticket, request: Any) -> dict[str, Any]:
     url = request.build_absolute_uri(f"/api/tickets/{ticket.pk}/")
-    return TicketRef(
-        id=ticket.pk, thread_id=ticket.thread_id, status=ticket.status, url=url
-    ).model_dump(mode="json")
+    return TicketRef.model_validate({**vars(ticket), "url": url}).model_dump(mode="json")
 
 
 class ReviewOrderOut(Out):
@@ -336,7 +344,7 @@ class PendingReview(Out):
 
 class DecisionOut(Out):
     interrupt_id: str
-    answer: Decision.Answer
+    answer: DecisionAnswer
     reason: str
     orders: dict[str, Any] | None
     reviewer: str | None = Field(
@@ -354,15 +362,15 @@ class DecisionOut(Out):
 class ChargeOut(Out):
     receipt: str | None
     amount_cents: int
-    status: Charge.Status
-    processor_status: Charge.ProcessorStatus
+    status: ChargeStatus
+    processor_status: ProcessorStatus
     created_at: datetime
 
 
 class EmailOut(Out):
     to: str
     subject: str
-    status: Email.Status
+    status: EmailStatus
     sent_at: datetime | None
 
 
@@ -378,7 +386,7 @@ class TicketOut(Out):
         description="Every order the ticket covers, its first order first."
     )
     note: str
-    status: Ticket.Status
+    status: TicketStatus
     required_role: Literal["agent", "manager"] | None = Field(json_schema_extra=_role_help)
     amount_cents: int | None
     nodes_run: list[str]
@@ -404,7 +412,7 @@ class TicketOut(Out):
 
 
 def _decision_out(decision: Decision) -> DecisionOut:
-    by = {Decision.Answer.REPLY: "customer", Decision.Answer.NO_REPLY: "timer"}
+    by: dict[str, str] = {Decision.Answer.REPLY: "customer", Decision.Answer.NO_REPLY: "timer"}
     return DecisionOut.model_validate(
         {
             **vars(decision),
@@ -426,7 +434,7 @@ def ticket_out(ticket: Ticket) -> dict[str, Any]:
             "orders": orders,
         }
     decisions = sorted(ticket.decisions.all(), key=lambda d: d.decided_at)
-    progress = refund_progress(ticket) or {}
+    progress: dict[str, Any] = dict(refund_progress(ticket) or {})
     return TicketOut.model_validate(
         {
             **vars(ticket),
@@ -458,11 +466,11 @@ class Error(Out):
     status: int
     code: str
     error: str = Field(description="What went wrong, in words for a person.")
-    fields: dict[str, list[str]] = Field(
+    fields: dict[str, list[str]] | None = Field(
         None, description="On 400: the messages of each bad field, by its path (orders.1042.parts)."
     )
-    ticket: TicketRef = Field(None, description="On 409: the order's open ticket.")
-    order_number: str = Field(
+    ticket: TicketRef | None = Field(None, description="On 409: the order's open ticket.")
+    order_number: str | None = Field(
         None, description="On 409: the order asked for that the open ticket covers."
     )
 
@@ -473,7 +481,7 @@ class DecisionMade(Out):
 
     id: int
     interrupt_id: str
-    answer: Decision.Answer
+    answer: DecisionAnswer
     reason: str
     orders: dict[str, Any] | None
     reviewer: str

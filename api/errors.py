@@ -119,6 +119,8 @@ def _field_errors(refused: BodyRefused) -> dict[str, list[str]]:
             words = said if said.startswith("Missing field:") else f"Missing field: {path}"
         elif kind in ("model_type", "dict_type"):
             words = f"{path} must be a JSON object" if path else "The body must be a JSON object."
+        elif kind == "list_type":
+            words = f"{path} must be a list"
         elif kind == "string_type":
             words = f"{path} must be a string"
         elif kind == "string_too_long":
@@ -133,11 +135,16 @@ def _field_errors(refused: BodyRefused) -> dict[str, list[str]]:
     return fields
 
 
-def exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
+def _as_drf(exc: Exception) -> Exception:
     if isinstance(exc, RequestDataTooBig):
-        exc = PayloadTooLarge("The request body is too large.")
+        return PayloadTooLarge("The request body is too large.")
     if isinstance(exc, BodyRefused):
-        exc = exceptions.ValidationError(_field_errors(exc))
+        return exceptions.ValidationError(_field_errors(exc))
+    return exc
+
+
+def exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
+    exc = _as_drf(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a bug: Django's 500, rewritten to JSON by the guard below

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
@@ -68,7 +69,7 @@ def _with_details(tickets):
     )
 
 
-LIST_PARAMETERS = [
+LIST_PARAMETERS: list[Any] = [
     TicketFilter,
     OpenApiParameter("page", OpenApiTypes.INT, description="From 1; past the last page, 404."),
     OpenApiParameter(
@@ -162,7 +163,7 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
     given = TicketOpen.model_validate(request.data)
     try:
         ticket = services.ticket_open(
-            opened_by=request.user, **given.model_dump(exclude_unset=True)
+            opened_by=request.user, **given.model_dump(exclude_unset=True, exclude_none=True)
         )
     except services.TicketAlreadyOpen as exc:
         ref = ticket_ref(exc.ticket, request)
@@ -230,7 +231,9 @@ def ticket_decision(request: Request, ticket_id: int) -> Response:
     ticket = permissions.visible(request.user).select_related("order").filter(pk=ticket_id).first()
     if ticket is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
-    given = DecisionIn.model_validate(request.data).model_dump(exclude_unset=True)
+    given = DecisionIn.model_validate(request.data).model_dump(
+        exclude_unset=True, exclude_none=True
+    )
     said = {"ticket": ticket, "interrupt_id": given["interrupt_id"], "reviewer": request.user}
     try:
         if given["answer"] == "ask":
@@ -252,7 +255,7 @@ def ticket_decision(request: Request, ticket_id: int) -> Response:
         return Response(body(409, str(exc)), status=409)
     except services.RefundError as exc:  # well-formed, but the ticket's review says no
         raise Unprocessable(str(exc)) from None
-    made = {**vars(decision), "reviewer": decision.reviewer.username}
+    made = {**vars(decision), "reviewer": request.user.username}
     return Response(DecisionMade.model_validate(made).model_dump(mode="json"), status=201)
 
 
@@ -361,7 +364,7 @@ def _receive(request: Request, key: str) -> Response:
         message, created = intake.message_receive(
             channel=Message.Channel.API,
             key=f"{request.user.pk}:{key}",
-            sender=data.sender,
+            sender=data.sender.strip(),
             sender_name=data.sender_name,
             subject=data.subject,
             body=data.body,
@@ -383,7 +386,7 @@ def _receive(request: Request, key: str) -> Response:
         )
     out = MessageOut(
         id=message.pk,
-        status=message.status,
+        status=Message.Status(message.status),
         received_at=message.received_at,
         ticket=message.ticket_id,
     )
