@@ -231,24 +231,21 @@ def ticket_decision(request: Request, ticket_id: int) -> Response:
     ticket = permissions.visible(request.user).select_related("order").filter(pk=ticket_id).first()
     if ticket is None:
         raise NotFound(f"There is no ticket {ticket_id}.")
-    given = DecisionIn.model_validate(request.data).model_dump(
-        exclude_unset=True, exclude_none=True
-    )
-    said = {"ticket": ticket, "interrupt_id": given["interrupt_id"], "reviewer": request.user}
+    given = DecisionIn.model_validate(request.data)
+    said = {"ticket": ticket, "interrupt_id": given.interrupt_id, "reviewer": request.user}
     try:
-        if given["answer"] == "ask":
-            decision = services.ticket_ask(
-                **said, question=given.get("reason", ""), note=given.get("note", "")
-            )
+        if given.answer == "ask":
+            decision = services.ticket_ask(**said, question=given.reason, note=given.note)
         else:
             orders = services.review_answers(
                 ticket,
-                answer=given["answer"],
-                reason=given.get("reason", ""),
-                amount_cents=given.get("amount_cents"),
-                orders=given.get("orders"),
+                answer=given.answer,
+                reason=given.reason,
+                amount_cents=given.amount_cents,
+                # Each order's answer as given: its parts' fields left out stay out.
+                orders=given.model_dump(exclude_unset=True, exclude_none=True).get("orders"),
             )
-            decision = services.ticket_decide(**said, orders=orders, note=given.get("note", ""))
+            decision = services.ticket_decide(**said, orders=orders, note=given.note)
     except PermissionDenied as exc:
         raise Forbidden(str(exc)) from None
     except (services.AlreadyDecided, services.ClaimTaken) as exc:
