@@ -213,6 +213,8 @@ class DecisionIn(Body):
     expanded into it before it is checked, as the desk's buttons are; "ask" asks the customer
     the question in `reason` instead."""
 
+    model_config = ConfigDict(str_strip_whitespace=True)  # as the desk's form reads them
+
     interrupt_id: Text = Field(
         max_length=64, description="The pending review's interrupt id (review.interrupt_id)."
     )
