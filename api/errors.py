@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from pydantic import ValidationError as BodyRefused
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -45,6 +46,7 @@ CODES = {
     500: "server_error",
     503: "database_unavailable",
 }
+NON_FIELD = "non_field_errors"  # a message about the body as a whole
 ORDER_SOURCE_RETRY_AFTER = 30  # seconds: the shop's systems, not ours, are down
 
 
@@ -92,7 +94,7 @@ def _flatten(detail: Any, prefix: str = "") -> list[str]:
     if isinstance(detail, dict):
         found = []
         for key, value in detail.items():
-            name = "" if key == "non_field_errors" else f"{prefix}{key}"
+            name = "" if key == NON_FIELD else f"{prefix}{key}"
             found += _flatten(value, f"{name}." if name else prefix)
         return found
     if isinstance(detail, list):
@@ -101,9 +103,48 @@ def _flatten(detail: Any, prefix: str = "") -> list[str]:
     return [f"{prefix.rstrip('.')}: {text}" if prefix and prefix.rstrip(".") not in text else text]
 
 
-def exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
+def _field_errors(refused: BodyRefused) -> dict[str, list[str]]:
+    """pydantic's errors (api/bodies.py) by field path, in the API's words."""
+    fields: dict[str, list[str]] = {}
+    unknown: dict[str, list[str]] = {}
+    for problem in refused.errors():
+        *parent, name = ("", *map(str, problem["loc"]))
+        path = ".".join(map(str, problem["loc"]))
+        kind = problem["type"]
+        if kind == "extra_forbidden":
+            unknown.setdefault(".".join(parent[1:]) or NON_FIELD, []).append(name)
+            continue
+        if kind == "missing":
+            said = problem["msg"]
+            words = said if said.startswith("Missing field:") else f"Missing field: {path}"
+        elif kind in ("model_type", "dict_type"):
+            words = f"{path} must be a JSON object" if path else "The body must be a JSON object."
+        elif kind == "list_type":
+            words = f"{path} must be a list"
+        elif kind == "string_type":
+            words = f"{path} must be a string"
+        elif kind == "string_too_long":
+            words = f"{path} is too long (at most {problem['ctx']['max_length']} characters)"
+        elif kind == "value_error":
+            words = str(problem["ctx"]["error"])
+        else:
+            words = problem["msg"]
+        fields.setdefault(path or NON_FIELD, []).append(words)
+    for path, names in unknown.items():
+        fields.setdefault(path, []).append(f"Unknown field(s): {', '.join(sorted(names))}.")
+    return fields
+
+
+def _as_drf(exc: Exception) -> Exception:
     if isinstance(exc, RequestDataTooBig):
-        exc = PayloadTooLarge("The request body is too large.")
+        return PayloadTooLarge("The request body is too large.")
+    if isinstance(exc, BodyRefused):
+        return exceptions.ValidationError(_field_errors(exc))
+    return exc
+
+
+def exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
+    exc = _as_drf(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a bug: Django's 500, rewritten to JSON by the guard below

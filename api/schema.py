@@ -13,3 +13,29 @@ def request_bodies_required(result: dict[str, Any], **kwargs: Any) -> dict[str, 
             if "requestBody" in operation:
                 operation["requestBody"]["required"] = True
     return result
+
+
+NULL = {"type": "null"}
+
+
+def null_as_openapi_3_0(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """pydantic (api/bodies.py) writes "or null" as JSON Schema does, `anyOf` with a null type
+    (OpenAPI 3.1); the schema is OpenAPI 3.0, which says `nullable`."""
+
+    def mend(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                mend(item)
+        if not isinstance(node, dict):
+            return
+        if NULL in node.get("anyOf", []):
+            rest = [option for option in node.pop("anyOf") if option != NULL]
+            node.update(rest[0] if len(rest) == 1 and "$ref" not in rest[0] else {"anyOf": rest})
+            node["nullable"] = True
+        elif node.get("default", "") is None:
+            del node["default"]  # a field left out is absent, not null
+        for value in node.values():
+            mend(value)
+
+    mend(result)
+    return result

@@ -632,6 +632,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "api.schema.request_bodies_required",
+        "api.schema.null_as_openapi_3_0",
     ],
     "ENUM_NAME_OVERRIDES": {
         "TicketStatusEnum": "refunds.models.Ticket.Status",

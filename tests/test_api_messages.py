@@ -126,6 +126,10 @@ def test_a_received_at_not_in_our_times_is_refused_in_words_naming_it(api, post,
     assert response.json()["error"].startswith(f"received_at {stamp[:10]}")
 
 
+def test_a_received_at_given_as_a_number_is_refused_not_read_as_a_unix_time(api, post, woken):
+    refused(post(api, {**GOOD, "received_at": 1_790_000_000}), 400, "received_at: must be a time")
+
+
 def test_a_received_at_of_an_hour_ago_is_taken(api, post, woken):
     hour_ago = timezone.now() - timedelta(hours=1)
     assert post(api, {**GOOD, "received_at": hour_ago.isoformat()}).status_code == 202

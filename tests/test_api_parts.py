@@ -111,6 +111,7 @@ BAD = [
     ([{"line": 1, "quantity": -1}], "quantity"),
     ([{"shipping": True, "amount_cents": 0}], "amount_cents"),
     ([{"line": 1, "quantity": 1, "colour": "red"}], "Unknown field(s): colour"),
+    ([{"shipping": "true"}], "shipping"),  # a JSON boolean, not text that reads as one
     (["vase"], "parts"),
 ]
 

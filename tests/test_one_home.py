@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import pytest
-from rest_framework.exceptions import ValidationError
+from pydantic import ValidationError
 
-from api.serializers import OrderNumberField, OrderNumbersField
+from api.bodies import TicketOpen
 from refunds import policy
 from refunds.models import Order, of_customer, order_number_read, same_customer
 from refunds.order_in import LineRefused, OrderIn
@@ -32,9 +32,9 @@ def test_every_way_in_refuses_what_is_not_an_order_number(bad):
     with pytest.raises(RefundError):
         order_numbers_clean([bad])
     with pytest.raises(ValidationError):
-        OrderNumberField().to_internal_value(bad)
+        TicketOpen.model_validate({"order_number": bad})
     with pytest.raises(ValidationError):
-        OrderNumbersField().to_internal_value([bad])
+        TicketOpen.model_validate({"order_numbers": [bad]})
     if isinstance(bad, str) and bad.strip("# "):
         with pytest.raises(LineRefused):
             OrderIn.read({**LINE, "order_number": bad})
@@ -46,8 +46,8 @@ def test_every_way_in_refuses_what_is_not_an_order_number(bad):
 def test_every_way_in_reads_an_order_number_alike(written, number):
     assert order_number_read(written) == number
     assert order_numbers_clean([written]) == [number]
-    assert OrderNumberField().to_internal_value(written) == number
-    assert OrderNumbersField().to_internal_value([written]) == [number]
+    assert TicketOpen.model_validate({"order_number": written}).order_number == number
+    assert TicketOpen.model_validate({"order_numbers": [written]}).order_numbers == [number]
     assert OrderIn.read({**LINE, "order_number": written}).number == number
 
 

@@ -128,17 +128,20 @@ def test_the_api_still_opens_one_order_by_order_number(api, three):
     [
         ({"order_number": "1042", "order_numbers": ["1044"]}, "not both"),
         ({"note": "late"}, "Missing field: order_number (or order_numbers, a list)"),
-        ({"order_numbers": "1042, 1044"}, "order_numbers must be a list of order numbers"),
-        ({"order_numbers": []}, "order_numbers is empty"),
-        ({"order_numbers": ["1042", None]}, 'order_numbers[1] must be a string such as "1042"'),
-        ({"order_numbers": ["1042", {"n": 1}]}, "order_numbers[1] must be a string"),
-        ({"order_numbers": ["1042", True]}, "order_numbers[1] must be a string"),
-        ({"order_numbers": ["1042", "  "]}, "order_numbers[1] is blank"),
+        ({"order_numbers": "1042, 1044"}, "order_numbers must be a list"),
+        ({"order_numbers": []}, "order_numbers: List should have at least 1 item"),
+        ({"order_numbers": ["1042", None]}, "order_numbers.1 must be a string"),
+        ({"order_numbers": ["1042", {"n": 1}]}, "order_numbers.1 must be a string"),
+        ({"order_numbers": ["1042", True]}, "order_numbers.1 must be a string"),
+        ({"order_numbers": ["1042", "  "]}, "order_numbers.1: Enter an order number."),
         (
             {"order_numbers": ["1042", "9" * 33]},
-            "order_numbers[1]: 999999999999999999999999999999999… is too long for an order number",
+            "order_numbers.1: 999999999999999999999999999999999… is too long for an order number",
         ),
-        ({"order_numbers": [str(n) for n in range(21)]}, "names 21 orders; a ticket covers at"),
+        (
+            {"order_numbers": [str(n) for n in range(21)]},
+            "order_numbers: List should have at most 20 items",
+        ),
         ({"order_numbers": ["1042", "10\x0042"]}, "control characters"),
     ],
 )

@@ -109,9 +109,6 @@ def ticket_open(
     return ticket
 
 
-# C0 and C1 controls, as a pattern the API's schema states too (api/serializers.py).
-
-
 def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
     """The order numbers a ticket is asked for, stripped, each once, in the order given; a
     RefundError says what is wrong with them."""

@@ -1,0 +1,497 @@
+"""What the API reads and writes, as Pydantic models: each request body forbids fields it does not
+name, and the OpenAPI schema (/api/schema/) is generated from these same models. A body that does
+not fit raises pydantic's ValidationError, which api.errors answers as a 400 naming each field."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from django.conf import settings
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from api.parsers import MAX_NUMBER_DIGITS
+from intake.models import Message
+from refunds import policy
+from refunds.models import (
+    ORDER_NUMBER_MAX,
+    ORDER_NUMBER_PATTERN,
+    Decision,
+    Ticket,
+    order_number_read,
+)
+from refunds.selectors import REFUND_STATES, refund_progress
+from refunds.services import NOTE_MAX, REASON_MAX
+from refunds.services import tickets as tickets_service
+from refunds.statuses import (
+    ChargeStatus,
+    DecisionAnswer,
+    EmailStatus,
+    ProcessorStatus,
+    TicketStatus,
+)
+
+ORDERS_MAX = tickets_service.ORDERS_MAX  # orders one ticket may cover
+
+
+class Body(BaseModel):
+    """A JSON object with only the fields its model names, each of its JSON type: no number read
+    as text, no "true" read as a boolean."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:  # PostgreSQL text cannot hold one
+        raise PydanticCustomError("null_character", "Null characters are not allowed.")
+    return text
+
+
+NO_NUL = {"not": {"pattern": r"\u0000"}}
+Text = Annotated[str, AfterValidator(_no_nul), Field(json_schema_extra=NO_NUL)]
+
+
+def _whole(words: str) -> WrapValidator:
+    def read(value: Any, handler: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PydanticCustomError("whole_number", words)
+        return handler(value)
+
+    return WrapValidator(read)
+
+
+# The body's parser refuses a number of more digits.
+BIGGEST = 10**MAX_NUMBER_DIGITS - 1
+WHOLE = "must be a whole number, a JSON integer such as 2"
+WholeNumber = Annotated[int, Field(ge=-BIGGEST, le=BIGGEST), _whole(WHOLE)]
+CENTS = "must be whole cents, a JSON integer such as 1250"
+WholeCents = Annotated[int, Field(ge=1, le=BIGGEST), _whole(CENTS)]
+
+# What refunds.models.order_number_read takes: text of its pattern, or a whole number's digits.
+ORDER_NUMBER = {
+    "oneOf": [
+        {"type": "string", "pattern": ORDER_NUMBER_PATTERN},
+        {"type": "integer", "minimum": -BIGGEST, "maximum": BIGGEST},
+    ]
+}
+
+
+def _order_number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise PydanticCustomError("string_type", "must be a string")
+    return order_number_read(value)
+
+
+OrderNumber = Annotated[str, PlainValidator(_order_number), WithJsonSchema(ORDER_NUMBER)]
+
+
+class TicketOpen(Body):
+    """Open a refund ticket for an order (`order_number`) or for several of one customer's
+    (`order_numbers`): one of the two."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": ["order_number"]}, {"required": ["order_numbers"]}]
+        }
+    )
+
+    order_number: OrderNumber = Field(
+        default_factory=str, description="The order to refund the shipping fee of."
+    )
+    order_numbers: list[OrderNumber] = Field(
+        default_factory=list,
+        min_length=1,
+        max_length=ORDERS_MAX,
+        description="Instead of order_number: several orders of one customer, one ticket for "
+        f"them all (the first is its order_number; at most {ORDERS_MAX}).",
+    )
+    note: Text = Field("", max_length=NOTE_MAX, description="What the customer said.")
+
+    @model_validator(mode="after")
+    def one_of_two(self) -> TicketOpen:
+        given = {"order_number", "order_numbers"} & self.model_fields_set
+        if len(given) == 2:
+            raise ValueError("Give order_number or order_numbers, not both.")
+        if not given:
+            raise ValidationError.from_exception_data(
+                "TicketOpen",
+                [
+                    {
+                        "type": PydanticCustomError(
+                            "missing", "Missing field: order_number (or order_numbers, a list)"
+                        ),
+                        "loc": ("order_number",),
+                        "input": None,
+                    }
+                ],
+            )
+        return self
+
+
+def _given_or_absent(schema: dict[str, Any]) -> None:
+    """A query parameter is given or left out, never null."""
+    for field in schema["properties"].values():
+        field.update(next(o for o in field.pop("anyOf", [field]) if o != {"type": "null"}))
+        field.pop("default", None)
+
+
+class TicketFilter(BaseModel):
+    """The list's filters, from the query string (a filter given empty is refused, not dropped)."""
+
+    model_config = ConfigDict(json_schema_extra=_given_or_absent)
+
+    status: TicketStatus | None = None
+    order_number: Text = Field(default_factory=str, max_length=ORDER_NUMBER_MAX, pattern=r"\S")
+    required_role: Literal["agent", "manager"] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class PartIn(Body):
+    """One part of an order's refund: a line's units, the shipping fee, or the whole order."""
+
+    line: WholeNumber | None = Field(
+        None, description="The line's id (pending_review.orders[].order.lines[].id)."
+    )
+    quantity: Annotated[int, Field(ge=1, le=BIGGEST), _whole(WHOLE)] | None = Field(
+        None, description="With `line`: how many of it, at most what is left of it."
+    )
+    shipping: bool | None = Field(None, description="true: the shipping fee.")
+    whole_order: bool | None = Field(
+        None, description="true, alone: every line's units left and the shipping fee left."
+    )
+    amount_cents: WholeCents | None = Field(
+        None,
+        description="Pay less than the part's price (a partial refund); left out: its full price.",
+    )
+    restock: bool | None = Field(
+        None, description="With `line`: true when the item comes back to the shop."
+    )
+
+
+class OrderAnswerIn(Body):
+    """The answer for one order of the ticket."""
+
+    answer: Literal["approve", "reject"]
+    amount_cents: WholeCents | None = Field(
+        None,
+        description="approve, a shorthand kept for earlier clients: pay this much of the proposal "
+        "(managers; its parts scaled down to it, at most what it proposes). Expanded into "
+        "`parts` before the decision is checked.",
+    )
+    reason: Annotated[Text, Field(max_length=REASON_MAX)] | None = Field(
+        None,
+        description="reject: why, for the customer (else the decision's `reason`); approve: why "
+        "less than proposed, if it is.",
+    )
+    parts: list[PartIn] | None = Field(
+        None,
+        min_length=1,
+        description="approve: what to refund of the order instead of the proposal "
+        '(pending_review.orders[].parts), e.g. [{"line": 11, "quantity": 1}, {"shipping": '
+        'true}] or [{"whole_order": true}]; their sum is the amount. A line of another order, '
+        "more units than are left, an amount above a part's price or a part given twice is "
+        "refused with 422 and changes nothing.",
+    )
+
+
+class DecisionIn(Body):
+    """Answer a ticket's pending review, as a reviewer does on the desk. A decision has one
+    shape, its answer per open order with the parts each approval refunds (`orders`); `answer`
+    alone ("approve" as proposed, "reject" with `reason`) and `amount_cents` are shorthands
+    expanded into it before it is checked, as the desk's buttons are; "ask" asks the customer
+    the question in `reason` instead."""
+
+    model_config = ConfigDict(str_strip_whitespace=True)  # as the desk's form reads them
+
+    interrupt_id: Text = Field(
+        max_length=64, description="The pending review's interrupt id (review.interrupt_id)."
+    )
+    answer: Literal["approve", "reject", "ask"] = Field(
+        description="approve (as proposed, for every open order not in `orders`), reject (with a "
+        "reason), or ask (the customer the question in `reason`)."
+    )
+    reason: Text = Field(
+        "",
+        max_length=REASON_MAX,
+        description="For the customer: why, for every rejected order without its own reason (a "
+        "ticket of one order: why less, for a lower approval); the question, to ask.",
+    )
+    note: Text = Field("", max_length=NOTE_MAX, description="Internal; never emailed.")
+    amount_cents: WholeCents | None = Field(
+        None,
+        description="A shorthand kept for earlier clients (managers, one open order): approve "
+        "this much of the proposal, its parts scaled down to it. Expanded into `orders` "
+        "before the decision is checked.",
+    )
+    orders: dict[str, OrderAnswerIn] | None = Field(
+        None,
+        min_length=1,
+        description="The answer per open order number (pending_review.orders), e.g. "
+        '{"1042": {"answer": "approve"}, "1049": {"answer": "reject", "reason": "..."}}: a '
+        "ticket of several orders, or one order approved with its own `parts`. An order left "
+        "out gets `answer`; a rejection without its own reason gets `reason`.",
+    )
+
+
+def _max_chars(schema: dict[str, Any]) -> None:
+    # Read when the schema is drawn, as intake.services.message_problems reads it per message.
+    schema.update(NO_NUL, pattern=r"\S", maxLength=settings.INTAKE_MAX_CHARS)
+
+
+def _text_time(value: Any, handler: Any) -> datetime:
+    if not isinstance(value, str):  # lax datetimes read a number as a Unix time
+        raise PydanticCustomError("datetime_type", "must be a time such as 2026-11-06T09:30:00Z")
+    return handler(value)
+
+
+# From the year 2000 on: the view refuses the rest with a 422 (no schema says "until tomorrow").
+When = Annotated[
+    datetime,
+    Field(strict=False, json_schema_extra={"pattern": "^2[0-9]{3}-"}),
+    WrapValidator(_text_time),
+]
+
+
+class MessageIn(Body):
+    """A customer's message, as a helpdesk received it; the intake reads it and opens the
+    ticket (or sends it to "Needs sorting")."""
+
+    sender: Text = Field(
+        max_length=254,
+        json_schema_extra={"format": "email"},
+        description="The customer's email address: the acknowledgment goes there, and an order "
+        "the message names must be theirs.",
+    )
+    sender_name: Text = Field("", max_length=200, description="Their name.")
+    subject: Text = Field("", max_length=998)
+    body: Annotated[str, AfterValidator(_no_nul)] = Field(
+        json_schema_extra=_max_chars, description="What the customer wrote, as plain text."
+    )
+    received_at: When | None = Field(
+        None,
+        description="When the customer sent it, from 2000 to a day from now; now when left out.",
+    )
+    to: list[Annotated[Text, Field(max_length=254)]] = Field(
+        [],
+        max_length=20,
+        description="The addresses it was sent to: a reply to a reviewer's question, sent to the "
+        "question's reply address, resumes that ticket instead of opening one.",
+    )
+    in_reply_to: list[Annotated[Text, Field(max_length=998)]] = Field(
+        [],
+        max_length=50,
+        description="The Message-IDs it answers (its In-Reply-To and References): a reply to a "
+        "question's email resumes that ticket.",
+    )
+
+
+# --- what the API answers ---------------------------------------------------------------------
+class Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class TicketRef(Out):
+    id: int
+    thread_id: str
+    status: TicketStatus
+    url: str
+
+
+def ticket_ref(ticket: Ticket, request: Any) -> dict[str, Any]:
+    url = request.build_absolute_uri(f"/api/tickets/{ticket.pk}/")
+    return TicketRef.model_validate({**vars(ticket), "url": url}).model_dump(mode="json")
+
+
+class ReviewOrderOut(Out):
+    """One order of a ticket of several, as its review lists it (its parts and order too)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    number: str
+    amount_cents: int = Field(
+        description="What the review asks for it; 0 when there is nothing to decide."
+    )
+    fee_cents: int
+    late_by_days: int
+    status: Literal["open", "declined", "refunded"] = Field(
+        description="open: answer it; declined: by policy (declined_reason); refunded: already "
+        "(receipt)."
+    )
+    declined_reason: str
+    receipt: str
+    notes: list[str]
+    flags: list[str]
+
+
+class PendingReview(Out):
+    interrupt_id: str
+    payload: dict[str, Any] = Field(description="LangChain Agent Inbox shape: action_request, ...")
+    orders: list[ReviewOrderOut] | None = Field(
+        description="A ticket of several orders: one line per order (payload.orders); answer the "
+        "open ones in the decision's `orders`. null for a ticket of one order."
+    )
+
+
+class DecisionOut(Out):
+    interrupt_id: str
+    answer: DecisionAnswer
+    reason: str
+    orders: dict[str, Any] | None
+    reviewer: str | None = Field(
+        description="Who answered, when a reviewer did; null for the customer's reply and the "
+        "wait's timer (see `answered_by`)."
+    )
+    answered_by: Literal["reviewer", "customer", "timer"] = Field(
+        description="reviewer (approve, reject, ask), customer (their reply) or timer (no reply "
+        "came)."
+    )
+    decided_at: datetime
+    applied: bool
+
+
+class ChargeOut(Out):
+    receipt: str | None
+    amount_cents: int
+    status: ChargeStatus
+    processor_status: ProcessorStatus
+    created_at: datetime
+
+
+class EmailOut(Out):
+    to: str
+    subject: str
+    status: EmailStatus
+    sent_at: datetime | None
+
+
+def _role_help(schema: dict[str, Any]) -> None:
+    schema["description"] = policy.role_help()  # the agent limit in force when it is drawn
+
+
+class TicketOut(Out):
+    id: int
+    thread_id: str
+    order_number: str = Field(description="Its first order.")
+    order_numbers: list[str] = Field(
+        description="Every order the ticket covers, its first order first."
+    )
+    note: str
+    status: TicketStatus
+    required_role: Literal["agent", "manager"] | None = Field(json_schema_extra=_role_help)
+    amount_cents: int | None
+    nodes_run: list[str]
+    outcome_reason: str
+    last_error: str
+    pending_review: PendingReview | None
+    decision: DecisionOut | None
+    refund_state: str | None = Field(
+        json_schema_extra={"enum": [*REFUND_STATES, None]},
+        description="Where a refunded ticket's money is, by what the processor said last: "
+        '"on_its_way" (started, not at the customer\'s bank yet), "refunded" (the processor '
+        'said it succeeded, or a gateway that reports nothing), "failed"; null unless the '
+        "ticket is refunded.",
+    )
+    refund_words: str | None = Field(
+        description="The same in the desk's words: \"Refund of $6.99 started, on its way to the "
+        'customer\'s bank", "Refunded", or the failure and what it means for the money.'
+    )
+    charges: list[ChargeOut]
+    emails: list[EmailOut]
+    created_at: datetime
+    updated_at: datetime
+
+
+def _decision_out(decision: Decision) -> DecisionOut:
+    by: dict[str, str] = {Decision.Answer.REPLY: "customer", Decision.Answer.NO_REPLY: "timer"}
+    return DecisionOut.model_validate(
+        {
+            **vars(decision),
+            "reviewer": decision.reviewer.username if decision.reviewer else None,
+            "answered_by": by.get(decision.answer, "reviewer"),
+            "applied": decision.applied_at is not None,
+        }
+    )
+
+
+def ticket_out(ticket: Ticket) -> dict[str, Any]:
+    payload = ticket.pending_payload
+    pending = None
+    if ticket.status == Ticket.Status.AWAITING_REVIEW:
+        orders = payload.get("orders") if isinstance(payload, dict) else None
+        pending = {
+            "interrupt_id": ticket.pending_interrupt_id,
+            "payload": payload or {},
+            "orders": orders,
+        }
+    decisions = sorted(ticket.decisions.all(), key=lambda d: d.decided_at)
+    progress: dict[str, Any] = dict(refund_progress(ticket) or {})
+    return TicketOut.model_validate(
+        {
+            **vars(ticket),
+            "order_number": ticket.order.number,
+            "order_numbers": ticket.order_numbers(),
+            "required_role": ticket.required_role or None,
+            "pending_review": pending,
+            "decision": _decision_out(decisions[-1]) if decisions else None,
+            "refund_state": progress.get("state"),
+            "refund_words": progress.get("words"),
+            "charges": list(ticket.charges.all()),
+            "emails": list(ticket.emails.all()),
+        }
+    ).model_dump(mode="json")
+
+
+class TicketPage(Out):
+    """One page of the ticket list."""
+
+    count: int = Field(description="Tickets matching, on every page.")
+    next: str | None = Field(description="The next page, or null on the last.")
+    previous: str | None = Field(description="The previous page, or null on the first.")
+    results: list[TicketOut]
+
+
+class Error(Out):
+    """The one error shape, for every status."""
+
+    status: int
+    code: str
+    error: str = Field(description="What went wrong, in words for a person.")
+    fields: dict[str, list[str]] | None = Field(
+        None, description="On 400: the messages of each bad field, by its path (orders.1042.parts)."
+    )
+    ticket: TicketRef | None = Field(None, description="On 409: the order's open ticket.")
+    order_number: str | None = Field(
+        None, description="On 409: the order asked for that the open ticket covers."
+    )
+
+
+class DecisionMade(Out):
+    """The decision recorded, in its one shape (`orders`: each open order's answer, an approval
+    with the parts it refunds and their `amount_cents`): a worker applies it."""
+
+    id: int
+    interrupt_id: str
+    answer: DecisionAnswer
+    reason: str
+    orders: dict[str, Any] | None
+    reviewer: str
+    decided_at: datetime
+
+
+class MessageOut(Out):
+    id: int
+    status: Message.Status = Field(description="received until the intake has read and placed it.")
+    received_at: datetime
+    ticket: int | None = Field(description="The ticket it opened or was added to.")
