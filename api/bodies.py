@@ -495,3 +495,86 @@ class MessageOut(Out):
     status: Message.Status = Field(description="received until the intake has read and placed it.")
     received_at: datetime
     ticket: int | None = Field(description="The ticket it opened or was added to.")
+
+
+# --- the order push (POST /api/orders/) --------------------------------------------------------
+ORDERS_PUSH_MAX = 1000
+# An order as sent: refunds.order_in.OrderIn reads each and the upsert answers it order by order
+# (a bad one is refused on its own, not the whole request), so the body's schema names no rule.
+ORDER_SENT = {
+    "description": "An order as the shop knows it (the import's columns): order_number, "
+    "customer_name, customer_email, currency (ISO 4217, in use today), shipping_fee (in "
+    'the currency\'s major unit: "8.99" USD, "899" JPY; a JSON number reads the same), '
+    "promised_on and delivered_on (YYYY-MM-DD), payment_reference (optional: pi_… or "
+    "ch_… for Stripe). What the order holds, optional: `total` and `paid` (major unit, as "
+    "shipping_fee; paid at most total) with `lines`, a list of {line_id (once per order), "
+    "sku (optional), title, unit_price (major unit), quantity (whole, 1 or more), tax "
+    "(optional, 0 when left out)}; the three come together or not at all, and the total "
+    "must be the lines (quantity × unit_price + tax) plus the shipping fee, within 1 minor "
+    "unit per line. An order sent without them keeps the lines the desk has. Any value is "
+    "taken here: an order that does not fit is refused on its own in `results`, with the "
+    'reason naming the line ("lines[1]: quantity must be 1 or more, not 0"), and the '
+    "others go in.",
+    "example": {
+        "order_number": "1042",
+        "customer_name": "Ana Souza",
+        "customer_email": "ana@example.com",
+        "currency": "USD",
+        "shipping_fee": "8.99",
+        "promised_on": "2026-11-02",
+        "delivered_on": "2026-11-06",
+        "payment_reference": "pi_3Q…",
+        "total": "98.99",
+        "paid": "98.99",
+        "lines": [
+            {
+                "line_id": "L1",
+                "sku": "VASE-01",
+                "title": "Blue vase",
+                "unit_price": "45.00",
+                "quantity": 2,
+                "tax": "0.00",
+            }
+        ],
+    },
+}
+
+
+def _orders_sent(orders: list[Any]) -> list[Any]:
+    if not orders:
+        raise ValueError("orders is empty: send at least one order.")
+    if len(orders) > ORDERS_PUSH_MAX:
+        raise ValueError(
+            f"At most {ORDERS_PUSH_MAX} orders per request; send the rest in another request."
+        )
+    return orders
+
+
+class OrdersPush(Body):
+    """Create or update up to 1,000 orders by order number."""
+
+    orders: Annotated[
+        list[Annotated[Any, WithJsonSchema(ORDER_SENT)]],
+        AfterValidator(_orders_sent),
+        Field(json_schema_extra={"minItems": 1, "maxItems": ORDERS_PUSH_MAX}),
+    ]
+
+
+class OrderResult(Out):
+    line: int = Field(description="The order's place in the request's list, from 1.")
+    order_number: str
+    result: Literal["created", "updated", "unchanged", "refused"]
+    reason: str = Field(description="Why it was refused.")
+    field: str = Field(
+        description="The value refused within the order: its path, such as `shipping_fee` or "
+        "`lines[1].quantity` (lines counted from 0); empty when the order is refused as a "
+        "whole (its number twice, money refunded, an open ticket) or not refused."
+    )
+
+
+class OrdersPushed(Out):
+    created: int
+    updated: int
+    unchanged: int
+    refused: int
+    results: list[OrderResult]

@@ -28,6 +28,8 @@ from api.bodies import (
     Error,
     MessageIn,
     MessageOut,
+    OrdersPush,
+    OrdersPushed,
     TicketFilter,
     TicketOpen,
     TicketOut,
@@ -37,7 +39,6 @@ from api.bodies import (
     ticket_ref,
 )
 from api.errors import Conflict, ShopUnavailable, Unprocessable, body
-from api.serializers import OrdersPush, OrdersPushed
 from core.clock import local_words
 from intake import services as intake
 from intake.models import Message
@@ -289,9 +290,7 @@ def orders_push(request: Request) -> Response:
 def _push(request: Request) -> Response:
     if not request.body:
         raise ParseError("The body is not valid JSON: it is empty.")
-    form = OrdersPush(data=request.data)
-    form.is_valid(raise_exception=True)
-    sent = enumerate(form.validated_data["orders"], start=1)
+    sent = enumerate(OrdersPush.model_validate(request.data).orders, start=1)
     outcomes = orders.orders_upsert(orders.order_read(line, raw) for line, raw in sent)
     results = [
         {
