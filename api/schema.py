@@ -19,8 +19,8 @@ NULL = {"type": "null"}
 
 
 def null_as_openapi_3_0(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """pydantic (api/bodies.py) writes "or null" as JSON Schema does, `anyOf` with a null type
-    (OpenAPI 3.1); the schema is OpenAPI 3.0, which says `nullable`."""
+    """pydantic (api/bodies.py, api/answers.py) writes "or null" as JSON Schema does, `anyOf`
+    with a null type (OpenAPI 3.1); the schema is OpenAPI 3.0, which says `nullable`."""
 
     def mend(node: Any) -> None:
         if isinstance(node, list):

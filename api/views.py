@@ -21,23 +21,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import idempotency
-from api.bodies import (
-    ORDERS_MAX,
-    DecisionIn,
+from api.answers import (
     DecisionMade,
     Error,
-    MessageIn,
     MessageOut,
-    OrdersPush,
     OrdersPushed,
-    TicketFilter,
-    TicketOpen,
     TicketOut,
     TicketPage,
     TicketRef,
     ticket_out,
     ticket_ref,
 )
+from api.bodies import ORDERS_MAX, DecisionIn, MessageIn, OrdersPush, TicketFilter, TicketOpen
 from api.errors import Conflict, ShopUnavailable, Unprocessable, body
 from core.clock import local_words
 from intake import services as intake
