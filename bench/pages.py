@@ -423,7 +423,7 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept", lines: 
             # Found at both sizes (Customer 424, and at 100,000 also 4240-4249 and 42400-42499).
             "tickets search name (manager)": ("manager", "/tickets/?q=Customer+424", None),
             "audit page (manager)": ("manager", "/audit/", None),
-            # The anchor: Django admin's changelist of the same tickets (refunds/admin.py's
+            # The anchor: Django admin's changelist of the same tickets (refunds/admin/tickets.py's
             # TicketAdmin, its filters and search as they are), and its search. Its search
             # fields are the thread id and the linked orders' numbers: P00042 is in the ids.
             ADMIN_CHANGELIST: ("admin", "/admin/refunds/ticket/", None),
