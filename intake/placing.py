@@ -1,6 +1,6 @@
 """One message's orders into tickets: one new ticket covering every order of it that has no open
 ticket, and the message added to the open tickets of the others. Shared by the intake
-(intake/workflow.py, open_ticket) and a person sorting a message (intake/sorting.py); both call
+(intake/steps.py, open_ticket) and a person sorting a message (intake/sorting.py); both call
 it inside the transaction that records where the message went, so all of it happens or none.
 """
 

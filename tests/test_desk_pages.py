@@ -73,12 +73,12 @@ def test_the_queue_card_reads_on_one_line_with_the_details_a_click_away(
 def test_a_ticket_opened_from_a_message_quotes_the_customers_own_words(
     transactional_db, agent, late_order
 ):
-    from intake import workflow
+    from intake import steps
     from refunds.flow.nodes import review
 
     message = waiting_message(status=Message.Status.RECEIVED)
-    reading = workflow.Reading.from_json(a_reading())
-    workflow._open_together(message, reading, ["1042"])
+    reading = steps.Reading.from_json(a_reading())
+    steps._open_together(message, reading, ["1042"])
     ticket = Ticket.objects.get(order=late_order)
     assert ticket.note == "Hi, the mug arrived in pieces. It was order #1042. Thanks, Ana"
     assert "message" not in ticket.note.lower().split("#")[0]

@@ -16,7 +16,7 @@ from django.utils import timezone
 from config.celery_app import app
 from intake.models import Message
 from intake.services import MessageRefused, message_receive, messages_recover
-from intake.workflow import TABLE
+from intake.steps import TABLE
 from refunds import enqueue
 from refunds import lease as leases
 from tests.conftest import helpdesk, purge_broker

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from devtools import faults
-from intake import reader, workflow
+from intake import reader, steps, workflow
 from intake.models import Message
 from intake.services import message_receive, messages_recover
 from refunds import emails, enqueue, persistence, services
@@ -175,7 +175,7 @@ def test_a_message_naming_three_orders_opens_one_ticket_covering_the_three(ana):
     assert audit_words(note) == (
         f"The desk noted: Opened from customer's api message {message.pk} (from ana@example.com)."
     )
-    assert workflow.placed(message)["tickets"] == [
+    assert steps.placed(message)["tickets"] == [
         {"id": ticket.pk, "orders": ["1042", "1044", "1047"], "added": False}
     ]
     assert "We have opened a refund request for your orders 1042, 1044 and 1047." in told(ticket)
@@ -225,10 +225,10 @@ def test_where_a_message_went_is_read_from_its_links_not_from_the_audit_log(ana)
             {"id": new.pk, "orders": ["1042", "1047"], "added": False},
         ],
     }
-    assert workflow.placed(message) == where
+    assert steps.placed(message) == where
     AuditEvent.objects.all().delete()
     with CaptureQueriesContext(connection) as queries:
-        assert workflow.placed(message) == where
+        assert steps.placed(message) == where
     assert len(queries) == 1 and "refunds_auditevent" not in queries[0]["sql"]
 
 
@@ -238,7 +238,7 @@ def test_orders_ticket_open_refuses_together_send_the_message_to_sorting(ana, mo
     message waits for a person with why."""
     make_order("1044")
     message = receive("Orders #1042 and #1044 both came late, refund the delivery please")
-    real = workflow.open_ticket
+    real = steps.open_ticket
 
     def moved_first(item, read, found):
         type(ana).objects.filter(number="1044").update(customer_email="ben@example.com")
@@ -269,7 +269,7 @@ def test_an_acknowledgment_of_a_result_saved_before_tickets_of_several_orders_st
             {"id": 2, "order": "1044", "added": False},
         ],
     }
-    _, body = emails.render("acknowledgment", workflow.acknowledgment(message, where))
+    _, body = emails.render("acknowledgment", steps.acknowledgment(message, where))
     assert "opened the refund requests for your orders 1042 and 1044" in body
 
 
@@ -334,8 +334,8 @@ def test_a_replay_reads_the_message_once(ana, monkeypatch):
     real = reader.read
     monkeypatch.setattr(reader, "read", lambda **kw: calls.append(1) or real(**kw))
     message = receive(LATE.format(n=1042))
-    item: workflow.Item = {"message_id": message.pk, "thread_id": message.thread_id}
-    lease = leases.grant_row(workflow.TABLE, message.pk, thread_id=message.thread_id)
+    item: steps.Item = {"message_id": message.pk, "thread_id": message.thread_id}
+    lease = leases.grant_row(steps.TABLE, message.pk, thread_id=message.thread_id)
     assert lease is not None
     flow = workflow.workflow()
     config = {"configurable": {"thread_id": message.thread_id, "fence": lease.epoch}}
@@ -349,28 +349,28 @@ def test_a_replay_reads_the_message_once(ana, monkeypatch):
 
     monkeypatch.setattr(services, "order_find", flaky)
     with pytest.raises(OperationalError):
-        flow.invoke(item, config, context=workflow.IntakeContext(lease=lease), durability="sync")
+        flow.invoke(item, config, context=steps.IntakeContext(lease=lease), durability="sync")
     broken["on"] = False
-    flow.invoke(None, config, context=workflow.IntakeContext(lease=lease), durability="sync")
+    flow.invoke(None, config, context=steps.IntakeContext(lease=lease), durability="sync")
     assert calls == [1] and Ticket.objects.count() == 1
 
 
 def test_a_worker_whose_lease_was_taken_over_changes_nothing(ana):
     message = receive(LATE.format(n=1042))
-    old = leases.grant_row(workflow.TABLE, message.pk, thread_id=message.thread_id)
+    old = leases.grant_row(steps.TABLE, message.pk, thread_id=message.thread_id)
     assert old is not None
     Message.objects.filter(pk=message.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    new = leases.grant_row(workflow.TABLE, message.pk, thread_id=message.thread_id)
+    new = leases.grant_row(steps.TABLE, message.pk, thread_id=message.thread_id)
     assert new is not None and new.epoch == old.epoch + 1
-    item: workflow.Item = {"message_id": message.pk, "thread_id": message.thread_id}
+    item: steps.Item = {"message_id": message.pk, "thread_id": message.thread_id}
     read = {"reading": reader.read(sender="ana@example.com", subject="", body=LATE.format(n=1042))}
     found = {"orders": ["1042"]}
     with pytest.raises(Exception, match="lost"):
-        _as_task(old, workflow.open_ticket, item, {"reading": read["reading"].as_json()}, found)
+        _as_task(old, steps.open_ticket, item, {"reading": read["reading"].as_json()}, found)
     with pytest.raises(Exception, match="lost"):
-        _as_task(old, workflow.acknowledge, item, {"status": "opened", "tickets": []})
+        _as_task(old, steps.acknowledge, item, {"status": "opened", "tickets": []})
     assert Ticket.objects.count() == 0 and Email.objects.count() == 0
     assert len(django_mail.outbox) == 0
 
@@ -379,18 +379,18 @@ def _as_task(lease, fn, *args):
     """Run a task's body with `lease` in its runtime context, as the workflow would."""
     from langgraph.func import entrypoint
 
-    @entrypoint(context_schema=workflow.IntakeContext)
+    @entrypoint(context_schema=steps.IntakeContext)
     def once(_: int):
         return fn(*args)
 
-    return once.invoke(1, context=workflow.IntakeContext(lease=lease))
+    return once.invoke(1, context=steps.IntakeContext(lease=lease))
 
 
 def test_the_sweep_hands_on_an_unfinished_message_whose_lease_ran_out(ana, sent, settings):
     settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
     message = receive(LATE.format(n=1042))
     sent.clear()
-    lease = leases.grant_row(workflow.TABLE, message.pk, thread_id=message.thread_id)
+    lease = leases.grant_row(steps.TABLE, message.pk, thread_id=message.thread_id)
     assert lease is not None
     assert messages_recover() == []  # held: left to its worker
     Message.objects.filter(pk=message.pk).update(
@@ -468,14 +468,14 @@ def test_a_task_starts_only_once_the_result_before_it_is_saved(ana, tmp_path):
     saver.setup()
     flow = workflow.build_workflow(saver, noting)
     message = receive(LATE.format(n=1042))
-    lease = leases.grant_row(workflow.TABLE, message.pk, thread_id=message.thread_id)
+    lease = leases.grant_row(steps.TABLE, message.pk, thread_id=message.thread_id)
     assert lease is not None
-    item: workflow.Item = {"message_id": message.pk, "thread_id": message.thread_id}
+    item: steps.Item = {"message_id": message.pk, "thread_id": message.thread_id}
     config = {"configurable": {"thread_id": message.thread_id, "fence": lease.epoch}}
-    flow.invoke(item, config, context=workflow.IntakeContext(lease=lease), durability="sync")
-    steps = [e for e in events if e != "saved"]
-    assert steps == ["read", "find_orders", "open_ticket", "acknowledge"]
-    for earlier, later in zip(steps, steps[1:], strict=False):
+    flow.invoke(item, config, context=steps.IntakeContext(lease=lease), durability="sync")
+    ran = [e for e in events if e != "saved"]
+    assert ran == ["read", "find_orders", "open_ticket", "acknowledge"]
+    for earlier, later in zip(ran, ran[1:], strict=False):
         between = events[events.index(earlier) + 1 : events.index(later)]
         assert "saved" in between, f"{later} started before {earlier}'s result was saved"
 
@@ -544,8 +544,8 @@ def test_a_model_that_names_another_customers_order_opens_no_ticket_for_it(ana):
     )
     assert (reading.read_by, reading.orders) == ("fake:test", ["2001"])
     message = receive(body)
-    item: workflow.Item = {"message_id": message.pk, "thread_id": message.thread_id}
-    found = workflow.find_orders(item, {"reading": reading.as_json()})
+    item: steps.Item = {"message_id": message.pk, "thread_id": message.thread_id}
+    found = steps.find_orders(item, {"reading": reading.as_json()})
     assert found == {
         "sorting": "Order 2001 belongs to another customer, not to ana@example.com; "
         "nothing was opened for it."

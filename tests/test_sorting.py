@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 
-from intake import sorting, workflow
+from intake import sorting, steps
 from intake.models import Message, MessageEvent
 from refunds import enqueue, mail, policy, runner, services, tasks
 from refunds.models import AuditEvent, CannedReason, Decision, Email, Ticket
@@ -88,7 +88,7 @@ def test_an_order_open_elsewhere_gets_the_message_and_the_others_one_ticket(db, 
     message.refresh_from_db()
     assert message.ticket == ticket
     # Where it went, as the message page and the intake read it: a link per ticket.
-    assert workflow.placed(message)["tickets"] == [
+    assert steps.placed(message)["tickets"] == [
         {"id": already.pk, "orders": ["1044"], "added": True},
         {"id": ticket.pk, "orders": ["1042", "1047"], "added": False},
     ]
@@ -411,12 +411,12 @@ def test_sending_back_rejects_the_review_and_the_message_is_sortable_again(
     assert misread.status == Ticket.Status.REJECTED and not misread.charges.exists()
     assert not misread.emails.exists()  # a misreading is not a refusal: nothing to tell
 
-    assert workflow.placed(message)["tickets"] == []  # no longer on the misread ticket
+    assert steps.placed(message)["tickets"] == []  # no longer on the misread ticket
 
     make_order("1044", fee_cents=1250)
     done = sort(message, colleague, orders=["1044"])  # sortable again, by someone else
     assert [t.order.number for t in done.opened] == ["1044"]
-    assert [t["id"] for t in workflow.placed(message)["tickets"]] == [done.opened[0].pk]
+    assert [t["id"] for t in steps.placed(message)["tickets"]] == [done.opened[0].pk]
 
 
 def test_a_customer_whose_message_is_sent_back_hears_only_the_outcome_of_the_right_order(

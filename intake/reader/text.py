@@ -1,6 +1,6 @@
 """Text helpers for the rules reader: folding (lower case, no accents) with a map back to the
 customer's own characters, the split between a message's newest words and what it quotes or
-forwards, and sentences around a hit."""
+forwards (each a Part to read), and sentences around a hit."""
 
 from __future__ import annotations
 
@@ -34,6 +34,17 @@ _SENTENCE_END = re.compile(
 )
 
 
+WORD = re.compile(r"[a-z']+")
+MONTHS = (
+    r"jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec|january|february|march|april|june|"
+    r"july|august|september|october|november|december|enero|febrero|marzo|abril|mayo|junio|"
+    r"julio|agosto|septiembre|octubre|noviembre|diciembre|janvier|fevrier|mars|avril|mai|juin|"
+    r"juillet|aout|septembre|octobre|novembre|decembre|januar|februar|marz|juni|juli|oktober|"
+    r"dezember|janeiro|fevereiro|marco|maio|junho|julho|setembro|outubro|novembro|dezembro|"
+    r"gennaio|febbraio|aprile|maggio|giugno|luglio|settembre|ottobre|dicembre"
+)
+
+
 @dataclass(frozen=True)
 class Folded:
     """Text folded for matching, and for each folded character the index of the original one."""
@@ -51,6 +62,14 @@ class Folded:
     def words_at(self, start: int, end: int) -> str:
         first, last = self.span(start, end)
         return self.original[first:last]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One place to read from: the subject, the customer's own words, or the quoted rest."""
+
+    folded: Folded
+    subject: bool = False
 
 
 @lru_cache(maxsize=512)  # one message is folded several times; a worker reads many

@@ -741,7 +741,7 @@ class Run:
         """Each customer's email: handled (its intake finished, not left "received"), placed in
         exactly one new ticket for the orders it names, acknowledged once at the SMTP server."""
         from intake.models import Message
-        from intake.workflow import placed
+        from intake.steps import placed
         from refunds.models import Ticket
 
         messages = list(Message.objects.filter(pk__in=self.messages))
