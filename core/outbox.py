@@ -1,4 +1,4 @@
-"""The outbox's claim, one for both kinds of row (customer email, refunds/mail.py; webhook
+"""The outbox's claim, one for both kinds of row (customer email, refunds/outbox.py; webhook
 deliveries, webhooks/delivery.py): only the sender whose claim won it sends the row."""
 
 from datetime import timedelta

@@ -10,7 +10,8 @@ class IntakeConfig(AppConfig):
 
     def ready(self) -> None:
         from intake import checks, inbound, outbox, services  # noqa: F401 - checks, inbound connect
-        from refunds.mail import CUSTOMER_MESSAGE_IDS, also_sent_by
+        from refunds.mail import CUSTOMER_MESSAGE_IDS
+        from refunds.outbox import also_sent_by
         from refunds.services import also_recover
 
         also_recover(services.messages_recover)

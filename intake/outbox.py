@@ -1,11 +1,11 @@
-"""The intake's mail in the outbox (refunds/mail.py), for the admins' pages: which rows are the
+"""The intake's mail in the outbox (refunds/outbox.py), for the admins' pages: which rows are the
 intake's (acknowledgments, key "<thread_id>:ack"; replies to a message set aside, key
 "intake-reply:<message>:<event>"), which no intake run will send (an acknowledgment once its
 message finished: no worker takes a finished message; a reply always, since mail.resend is what
 sends it), what each is about, and who resent one.
 
-Registered with refunds' mail by intake/apps.py, as the intake's sweep is with refunds' sweep:
-refunds imports nothing of the intake."""
+Registered with refunds' outbox and mail by intake/apps.py, as the intake's sweep is with refunds'
+sweep: refunds imports nothing of the intake."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from django.urls import reverse
 from intake.models import ACK_SUFFIX, REPLY_PREFIX, Message, MessageEvent
 from refunds import mail
 from refunds.models import Email, same_customer
+from refunds.outbox import OtherRun
 
 
 def _by_ack_key() -> QuerySet[Message]:
@@ -113,7 +114,7 @@ def _with_acknowledgments(messages: list[Message]) -> list[str]:
     return said
 
 
-ACKNOWLEDGMENTS = mail.OtherRun(
+ACKNOWLEDGMENTS = OtherRun(
     owns=owns,
     settled=settled,
     busy="The intake is still working on this message; it sends its acknowledgment itself.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from intake.models import Message
-from refunds import mail, persistence
+from refunds import outbox, persistence
 from refunds.flow.nodes import customer_namespace
 from refunds.flow.words import node_words
 from refunds.models import Email, ReconcileRun, Ticket
@@ -44,7 +44,7 @@ NOT_RECEIVED = (Email.Delivery.BOUNCED, Email.Delivery.COMPLAINED, Email.Deliver
 
 
 def _undelivered() -> QuerySet[Email]:
-    return Email.objects.filter(mail.resendable()).filter(
+    return Email.objects.filter(outbox.resendable()).filter(
         ~Q(status=Email.Status.SENT) | Q(delivery__in=NOT_RECEIVED)
     )
 
@@ -57,7 +57,7 @@ def undelivered() -> list[tuple[Email, tuple[str, str] | None]]:
     emails = list(
         _undelivered().select_related("ticket", "ticket__order").order_by("created_at")[:LIMIT]
     )
-    about = mail.about(emails)
+    about = outbox.about(emails)
     return [(email, about.get(email.pk)) for email in emails]
 
 

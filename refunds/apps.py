@@ -8,7 +8,7 @@ class RefundsConfig(AppConfig):
 
     def ready(self) -> None:
         from refunds import checks, mail_tracking, signals  # noqa: F401
-        from refunds.mail import also_sent_by
+        from refunds.outbox import also_sent_by
         from refunds.services import also_recover, asking, stripe_events_recover, timers
 
         also_sent_by(timers.REMINDERS)

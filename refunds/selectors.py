@@ -11,7 +11,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core.clock import day_words, local_words
-from refunds import mail
+from refunds import outbox
 from refunds.flow.errors import DISPUTED
 from refunds.flow.words import dollars
 from refunds.models import (
@@ -160,8 +160,8 @@ def refund_failure_words(reason: str, status: str = "failed") -> str:
 
 
 def resendable_email_ids(ticket: Ticket) -> set[int]:
-    """The ticket's undelivered emails an admin may send again (refunds.mail.resendable)."""
-    emails = ticket.emails.filter(mail.resendable()).exclude(status=Email.Status.SENT)
+    """The ticket's undelivered emails an admin may send again (refunds.outbox.resendable)."""
+    emails = ticket.emails.filter(outbox.resendable()).exclude(status=Email.Status.SENT)
     return set(emails.values_list("pk", flat=True))
 
 

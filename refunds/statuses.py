@@ -126,7 +126,7 @@ PROCESSOR_GAVE_BACK = frozenset({P.FAILED, P.CANCELED})
 # A refund the processor accepted and has not finished: started, on its way to the customer's
 # bank (the desk says so, not "Refunded": refunds/selectors.py refund_progress).
 PROCESSOR_ON_ITS_WAY = frozenset({P.PENDING, P.REQUIRES_ACTION})
-# The outbox's statements (refunds/mail.py) were written for these three; a fourth needs its
+# The outbox's statements (refunds/outbox.py) were written for these three; a fourth needs its
 # claim and its marks thought through.
 EMAIL_KNOWN = frozenset({EmailStatus.PENDING, EmailStatus.SENDING, EmailStatus.SENT})
 DECISION_KNOWN = frozenset(

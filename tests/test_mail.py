@@ -1,6 +1,7 @@
-"""The outbox (refunds/mail.py): claimed with the run's epoch before the mail server is called,
-sent once, never by a worker that lost its epoch; a Resend outside any run, once. Counted in
-Django's own outbox (locmem) here; with a real SMTP server in test_crash.py."""
+"""The outbox (refunds/mail.py, refunds/outbox.py): claimed with the run's epoch before the
+mail server is called, sent once, never by a worker that lost its epoch; a Resend outside any
+run, once. Counted in Django's own outbox (locmem) here; with a real SMTP server in
+test_crash.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 from langgraph.errors import GraphDrained
 
 from refunds import lease as leases
-from refunds import mail, signals
+from refunds import mail, outbox, signals
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.models import Email, Ticket
 from tests.conftest import free_elsewhere, held_elsewhere
@@ -95,7 +96,7 @@ def test_a_claim_by_a_sender_that_died_is_taken_over_by_the_next_epoch(ticket):
         body="...",
         status="sending",
         claimed_by=f"epoch:{first.epoch}",
-        claimed_at=timezone.now() - mail.send_window() - timedelta(seconds=1),
+        claimed_at=timezone.now() - outbox.send_window() - timedelta(seconds=1),
     )  # the first worker died after its claim; its lock went with it
     Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=None)
     send(ticket, leases.grant(ticket))
@@ -161,7 +162,7 @@ def test_resend_never_sends_for_a_ticket_that_is_still_running(ticket):
 def test_on_postgresql_a_young_claim_is_left_to_its_sender_even_with_its_lock_free(ticket):
     """A blip drops PostgreSQL's advisory lock while its holder may still be talking to the mail
     server: a claim younger than the send window waits."""
-    if mail.send_window() == timedelta(0):
+    if outbox.send_window() == timedelta(0):
         pytest.skip("on SQLite a free file lock means its holder is gone")
     Email.objects.create(
         ticket=ticket,
@@ -183,7 +184,7 @@ def test_on_postgresql_a_resend_leaves_a_young_claim_to_its_sender_even_with_its
 ):
     """The Resend's claim is the outbox's compare-and-set (core/outbox.py): a claim younger than
     the send window is its sender's, whatever the lock says."""
-    if mail.send_window() == timedelta(0):
+    if outbox.send_window() == timedelta(0):
         pytest.skip("on SQLite a free file lock means its holder is gone")
     Ticket.objects.filter(pk=ticket.pk).update(status="refunded")
     row = Email.objects.create(
@@ -260,7 +261,7 @@ def dead_senders_row(ticket: Ticket, **fields) -> Email:
         body="...",
         status="sending",
         claimed_by="epoch:1",
-        claimed_at=timezone.now() - mail.send_window() - timedelta(seconds=1),
+        claimed_at=timezone.now() - outbox.send_window() - timedelta(seconds=1),
         handed_over_at=timezone.now() - timedelta(seconds=3),
         handed_over_by="epoch:1 on w1:4242",
         **fields,
@@ -388,7 +389,7 @@ def test_an_answer_that_comes_after_a_takeover_is_recorded_if_the_successor_has_
     def stalled_and_taken_over(key: str, event: str) -> None:
         if event == "handed_over":
             Email.objects.filter(key=key).update(
-                claimed_by="epoch:999", claimed_at=timezone.now(), **mail._unknown_fields()
+                claimed_by="epoch:999", claimed_at=timezone.now(), **outbox.unknown_fields()
             )
 
     observe_deliveries(monkeypatch, stalled_and_taken_over)

@@ -55,7 +55,13 @@ def _sql_names() -> list[str]:
     return [n for n, v in vars(queries).items() if n.isupper() and isinstance(v, str)]
 
 
-RAW_SQL_MODULES = ["refunds/lease.py", "refunds/runner.py", "refunds/money.py", "refunds/mail.py"]
+RAW_SQL_MODULES = [
+    "refunds/lease.py",
+    "refunds/runner.py",
+    "refunds/money.py",
+    "refunds/mail.py",
+    "refunds/outbox.py",
+]
 STATUS_WORDS = {*Ticket.Status, *Charge.Status, *Email.Status, *Decision.Answer}
 
 

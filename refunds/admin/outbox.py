@@ -6,7 +6,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from core.admin import ReadOnly
-from refunds import mail, permissions, services
+from refunds import outbox, permissions, services
 from refunds.models import Email
 
 
@@ -22,7 +22,7 @@ class EmailAdmin(ReadOnly, admin.ModelAdmin):
     @admin.display(description="About")
     def regarding(self, email: Email) -> str:
         """Its ticket, or the message another run (the intake) sends it for."""
-        other = mail.about([email]).get(email.pk)
+        other = outbox.about([email]).get(email.pk)
         if other is not None:
             return format_html('<a href="{}">{}</a>', other[1], other[0])
         if email.ticket_id is None:

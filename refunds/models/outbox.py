@@ -16,7 +16,7 @@ from refunds.statuses import (
 class Email(models.Model):
     """The outbox: one row per message key. A sender claims the row (status "sending", with its
     claim), marks it "handed over" before the final "." and "sent" after the server's answer,
-    each in its own short transaction (refunds/mail.py). A takeover that finds a handover with no
+    each in its own short transaction (refunds/outbox.py). A takeover that finds a handover with no
     answer recorded moves it to "outcome unknown": the message may have been delivered."""
 
     Status = EmailStatus

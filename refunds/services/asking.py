@@ -18,7 +18,7 @@ from django.db.models.functions import Concat
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit, emails, enqueue, mail, permissions
+from refunds import audit, emails, enqueue, mail, outbox, permissions
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.nodes.asking import ask_key
 from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
@@ -422,7 +422,7 @@ def _about(found: list[Email]) -> dict[int, tuple[str, str]]:
     }
 
 
-QUESTION_REMINDERS = mail.OtherRun(
+QUESTION_REMINDERS = outbox.OtherRun(
     owns=_reminders,
     settled=_reminders_still_true,
     busy=(

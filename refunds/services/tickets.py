@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from core.clock import local_words
-from refunds import audit, enqueue, mail, order_source, permissions, policy
+from refunds import audit, enqueue, order_source, outbox, permissions, policy
 from refunds.flow.nodes.asking import CLOSED_SUFFIX
 from refunds.flow.state import FLOW_VERSION
 from refunds.flow.words import dollars
@@ -191,8 +191,8 @@ def email_resend(*, email_id: int, by) -> None:
     if email.status == Email.Status.SENT:
         when = f" ({local_words(email.sent_at)})" if email.sent_at else ""
         raise RefundError(f"That email was already delivered{when}.")
-    other = mail.owner(email)
-    if not Email.objects.filter(mail.resendable(), pk=email.pk).exists():
+    other = outbox.owner(email)
+    if not Email.objects.filter(outbox.resendable(), pk=email.pk).exists():
         if other is not None:
             raise RefundError(other.busy)
         if email.ticket is None:

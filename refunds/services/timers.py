@@ -13,7 +13,7 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit, mail
+from refunds import audit, mail, outbox
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.words import dollars
 from refunds.models import (
@@ -138,7 +138,7 @@ def _reminder(tickets: list[Ticket], now) -> tuple[str, str]:
     return subject, body
 
 
-# The managers' reminders in the outbox (refunds/mail.py): no run sends them, so each is
+# The managers' reminders in the outbox (refunds/outbox.py): no run sends them, so each is
 # always free for the timer's delivery or an admin's Resend (one conditional claim either way).
 REMINDER_PREFIX = "reminder:"
 
@@ -155,7 +155,7 @@ def _about(emails: list[Email]) -> dict[int, tuple[str, str]]:
     }
 
 
-REMINDERS = mail.OtherRun(
+REMINDERS = outbox.OtherRun(
     owns=_reminders,
     settled=_reminders,
     busy="",
