@@ -85,7 +85,9 @@ def claim_for_run(
 ) -> tuple[str, str, str] | None:
     """Write the outbox row if it is not there and claim it for this epoch, in one statement:
     only while the epoch holds the lease's row, and only if nobody sent the message, nobody else
-    is (or may still be) sending it. Returns the row's (to, subject, body) when it is ours."""
+    is (or may still be) sending it. Returns the row's (to, subject, body) when it is ours.
+    The lease check is the SELECT's WHERE: a worker that lost its epoch proposes no row, so
+    neither the INSERT nor the ON CONFLICT's UPDATE of a row already there happens."""
     claim = f"epoch:{lease.epoch}"
     holds = lease.holds_sql()
     row = sql.fetchone(
@@ -101,13 +103,12 @@ def claim_for_run(
         f"WHERE refunds_email.status <> {queries.EMAIL_SENT} AND (refunds_email.status = "
         f"{queries.EMAIL_PENDING} "
         "OR refunds_email.claimed_by = excluded.claimed_by OR refunds_email.claimed_at IS NULL "
-        f"OR refunds_email.claimed_at < {sql.now_minus()}) AND {holds} "
+        f"OR refunds_email.claimed_at < {sql.now_minus()}) "
         'RETURNING "to", subject, body',
         [
             *(ticket_id, key, to, subject, body, claim, language, desk_text),
             *lease.holds_params(),
             send_window().total_seconds(),
-            *lease.holds_params(),
         ],
     )
     return (row[0], row[1], row[2]) if row is not None else None

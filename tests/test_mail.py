@@ -58,6 +58,19 @@ def test_a_worker_whose_epoch_was_taken_over_never_sends(ticket):
     assert not Email.objects.exclude(status="pending").exists()  # nothing claimed, or sent
 
 
+def test_a_worker_whose_epoch_was_taken_over_never_claims_a_row_already_written(ticket):
+    """The claim's UPDATE path (the row is there, pending, from an earlier try) holds the lease
+    check too, not only its INSERT: a worker that lost its epoch takes no claim on it."""
+    key = "refund-1042-mail:email"
+    Email.objects.create(key=key, ticket=ticket, to="ana@example.com", subject="s", body="b")
+    lease = leases.grant(ticket)
+    Ticket.objects.filter(pk=ticket.pk).update(lease_epoch=F("lease_epoch") + 1)
+    with pytest.raises(GraphDrained, match="lost"):
+        send(ticket, lease, key)
+    assert django_mail.outbox == []
+    row = Email.objects.get(key=key)
+    assert (row.status, row.claimed_by, row.attempts) == ("pending", "", 0)
+
 @pytest.mark.parametrize("path", ["sent, then sent again", "epoch taken over", "refused"])
 def test_every_way_out_of_a_send_gives_its_effect_lock_back(ticket, settings, path):
     """The lock is taken in the outbox claim and given back with the "sent" mark on PostgreSQL;
