@@ -14,7 +14,7 @@ from django.utils import timezone
 from langgraph.types import Send, StateSnapshot
 
 from core.clock import day_words
-from refunds import persistence, policy, runner
+from refunds import forks, persistence, policy
 from refunds.flow import nodes
 from refunds.flow.words import days, dollars, node_words
 from refunds.models import Decision, Fork, Role, Ticket
@@ -370,7 +370,7 @@ def _entry(snap: StateSnapshot, parent: StateSnapshot | None, tree: Branches, ro
         else None,
         fork_point=tree.children[cid] > 1,
         is_head=cid == tree.head,
-        forkable=runner.is_forkable(snap),
+        forkable=forks.is_forkable(snap),
     )
 
 

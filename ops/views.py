@@ -19,7 +19,7 @@ from intake.models import Message
 from intake.services import message_retry as hand_back
 from ops import diagram, forms, history, selectors
 from ops.models import PrunedThread
-from refunds import permissions, policy, runner, services
+from refunds import forks, permissions, policy, services
 from refunds.flow.nodes import charge_key
 from refunds.flow.words import dollars, node_words
 from refunds.models import AuditEvent, Email, Ticket, of_customer
@@ -79,7 +79,7 @@ def thread_history(request: HttpRequest, ticket_id: int) -> HttpResponse:
 
 def _fork_base(ticket: Ticket, checkpoint_id: str):
     """The chosen checkpoint, if a fork may start there (before the charge)."""
-    return runner.fork_base(ticket.thread_id, checkpoint_id) if checkpoint_id else None
+    return forks.fork_base(ticket.thread_id, checkpoint_id) if checkpoint_id else None
 
 
 def _preview(ticket: Ticket, base, cents: int) -> dict:

@@ -4,8 +4,8 @@ or the intake hands over, in the customer's language through Django's translatio
 (locale/<language>/LC_MESSAGES/django.po; a string missing there reads in English).
 
 The flow stays free of Django: its nodes call the mailer with a kind and facts, and the mailer
-the runner binds (refunds/runner.py) renders them here before the outbox stores and sends the
-text (refunds/mail.py), so what is stored is what was sent."""
+the runner binds (refunds/collaborators.py) renders them here before the outbox stores and sends
+the text (refunds/mail.py), so what is stored is what was sent."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ lease at once: the run is asked to drain (`RunControl.request_drain`) and stops 
 
 Every write and effect the worker makes for the thread is conditional on its epoch still holding
 (the mirror, decisions, the ledger, the outbox claim, checkpoints through the fence in
-refunds/persistence.py), so a process that was paused past its lease and wakes up changes nothing.
+refunds/persistence/), so a process that was paused past its lease and wakes up changes nothing.
 """
 
 from __future__ import annotations
@@ -224,6 +224,10 @@ class Lease:
         if row is None:  # the epoch no longer held: nothing was written
             return Released(news=False, approved_at=None)
         return Released(news=bool(row[0]), approved_at=_as_datetime(row[1]))
+
+
+def fenced(qs, lease: Lease):
+    return qs.filter(ticket__lease_epoch=lease.epoch)
 
 
 def _ticket_column(name: str) -> tuple[str, Field]:

@@ -23,77 +23,33 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from langgraph.errors import GraphDrained
-from langgraph.types import Command, StateSnapshot
+from langgraph.types import Command
 
 from core.logs import bound
-from refunds import (
-    audit,
-    mail,
-    metrics,
-    mirror,
-    money,
-    persistence,
-    policy,
-    selectors,
-    signals,
-)
 from refunds import lease as leases
-from refunds.carriers import tracker
+from refunds import metrics, mirror, money, persistence, signals
+from refunds.collaborators import collaborators
 from refunds.flow import versions
-from refunds.flow.errors import EffectBusy, MailRefused
-from refunds.flow.nodes.checks import customer_words, reproposed
-from refunds.flow.nodes.common import reason_of
-from refunds.flow.nodes.messages import language_of, refund_failed_facts, refund_failed_key
-from refunds.flow.state import FLOW_VERSION, Collaborators, Part, RefundState
+from refunds.flow.errors import EffectBusy
+from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
-from refunds.models import (
-    AuditEvent,
-    Charge,
-    Decision,
-    Fork,
-    Order,
-    Ticket,
-    TicketOrder,
-    resume_value,
-)
-from refunds.payments import get_gateway
+from refunds.forks import apply_forks
+from refunds.hand_back import hand_back_failed_refunds
+from refunds.models import Charge, Decision, Fork, Ticket, TicketOrder, resume_value
 from refunds.persistence import FenceLost, graph, snapshot, thread_config
 
 log = logging.getLogger(__name__)
 MAX_RUNS_PER_ADVANCE = 8  # resume, then continue: a few invokes at most; a guard against loops
 # The first leg stops before these.
 EFFECT_NODES = ["received", "charge_order", "email", "notify", "ask_customer", "close_no_reply"]
-_FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from: before the charge
-
-
-def is_forkable(snap: StateSnapshot) -> bool:
-    """A fork may start from this checkpoint: it is before the charge (before triage or paused
-    at the review), so triage can run again with a corrected amount, and of the current flow
-    version (older ones are in the history of threads manage.py upgrade_threads carried)."""
-    return snap.next in _FORKABLE_AT and versions.version_of(snap.values) == FLOW_VERSION
-
-
-def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
-    """The checkpoint a fork starts from: the one named, if forkable, or else the latest
-    forkable one; None if there is none."""
-    for snap in persistence.history(thread_id):
-        if is_forkable(snap) and checkpoint_id in (
-            "",
-            snap.config["configurable"]["checkpoint_id"],
-        ):
-            return snap
-    return None
-
-
 _running: list[leases.Lease] = []  # the leases this process is running a thread under now
 _draining: list[str] = []  # set by drain_running() until the next advance() starts
 
@@ -209,59 +165,6 @@ def _give_up(lease: leases.Lease) -> str:
 
 
 # --- running a thread --------------------------------------------------------------------------
-def collaborators(lease: leases.Lease) -> Collaborators:
-    def find_order(number: str):
-        order = Order.objects.filter(number=number).first()
-        return order.facts(for_ticket=lease.row_id) if order else None
-
-    return Collaborators(
-        find_order=find_order,
-        pay=partial(_pay, gateway=get_gateway(), lease=lease),
-        send_mail=partial(mail.send_worded, ticket_id=lease.row_id, lease=lease),
-        agent_limit_cents=policy.agent_limit_cents(),
-        charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
-        track=tracker(),
-        ask_default_outcome="close" if settings.REFUNDS_ASK_DEFAULT_OUTCOME == "close" else "queue",
-    )
-
-
-def _pay(
-    *,
-    gateway,
-    lease: leases.Lease,
-    key: str,
-    amount_cents: int,
-    order_number: str = "",
-    parts: list[Part] | None = None,
-    dispute_seen: bool = False,
-) -> str:
-    """money.pay for one of the ticket's orders: its first, or the one a charge_order names."""
-    order_id = lease.order_id
-    if order_number and order_number != lease.order_number:
-        found = (
-            TicketOrder.objects.filter(ticket_id=lease.row_id, order__number=order_number)
-            .values_list("order_id", flat=True)
-            .first()
-        )
-        if found is None:
-            raise ValueError(f"ticket {lease.row_id} covers no order {order_number}")
-        order_id = found
-    return money.pay(
-        gateway=gateway,
-        ticket_id=lease.row_id,
-        order_id=order_id,
-        lease=lease,
-        key=key,
-        amount_cents=amount_cents,
-        parts=parts,
-        dispute_seen=dispute_seen,
-    )
-
-
-def _emit(thread_id: str, event: str) -> None:
-    signals.step_reached.send(sender=None, thread_id=thread_id, event=event)
-
-
 def _run(lease: leases.Lease, graph_input: Any, ctx: Collaborators, *, first_leg: bool = False):
     """One graph run; returns where the thread stands, from the run's own events."""
     config = thread_config(lease.thread_id, fence=lease.epoch)
@@ -282,7 +185,7 @@ def _run(lease: leases.Lease, graph_input: Any, ctx: Collaborators, *, first_leg
         ):
             # Between nodes (under "sync" the step's checkpoint is on disk before the next).
             for node in events.see(mode, chunk):
-                _emit(lease.thread_id, f"after:{node}")
+                signals.emit_step(lease.thread_id, f"after:{node}")
     # Nothing ran (nothing was left to run): ask the checkpointer.
     return events.outcome() or snapshot(lease.thread_id)
 
@@ -304,10 +207,6 @@ def initial_input(lease: leases.Lease) -> RefundState:
         "reading": reading,
         "flow_version": FLOW_VERSION,
     }
-
-
-def _fenced(qs, lease: leases.Lease):
-    return qs.filter(ticket__lease_epoch=lease.epoch)
 
 
 @dataclass(frozen=True)
@@ -343,7 +242,7 @@ def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | No
     chosen = None
     for row in _open_decisions(lease):
         pk, interrupt_id, answer, reason, reviewer, orders, sent_back = row
-        one = _fenced(Decision.objects.filter(pk=pk), lease)
+        one = leases.fenced(Decision.objects.filter(pk=pk), lease)
         if interrupt_id in pending and chosen is None and not _taken(one):
             continue  # in its grace, withdrawn by Undo, or the lease is gone: not applied
         if interrupt_id in pending and chosen is None:
@@ -356,141 +255,6 @@ def _settle_decisions(lease: leases.Lease, pending: set[str], answered: int | No
         elif interrupt_id not in pending:
             one.update(refused_reason="The thread no longer waits on this review.")
     return chosen
-
-
-def _apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
-    """Apply an admin's recorded fork: a new checkpoint branched from the one before triage,
-    with the corrected amount. Under the lease and its fence, like every other write."""
-    for fork in forks:
-        one = _fenced(Fork.objects.filter(pk=fork.pk), lease)
-        current = snapshot(lease.thread_id)
-        if (current.values or {}).get("fork_id") == fork.pk:  # a crash after update_state
-            one.update(applied_at=timezone.now())
-            continue
-        # The checkpoint the admin chose, or else the latest from which triage can run again:
-        # before triage, or paused at the review (the first leg keeps only that one, under
-        # durability "exit"). Either way one before the charge.
-        base = fork_base(lease.thread_id, fork.from_checkpoint_id)
-        refusal = ""
-        if money.money_moved(lease.row_id) is not None:
-            refusal = "Money moved before the fork could be applied; nothing was changed."
-        elif base is None and fork.from_checkpoint_id:
-            refusal = "That checkpoint is not one before the charge (or was pruned)."
-        elif base is None:
-            refusal = "The thread never reached triage, so it has no amount to correct."
-        if refusal or base is None:  # base is None only with a refusal said above
-            one.update(refused_reason=refusal)
-            continue
-        previous = (current.values or {}).get("amount_cents")
-        # The base as it reads, lists aside (they append): a thread carried while paused holds
-        # its carry as the paused checkpoint's pending writes, which update_state leaves out.
-        # The fork corrects its one order's amount (ticket_fork refuses a ticket of several).
-        values = {k: v for k, v in base.values.items() if k not in ("flags", "notes", "trail")}
-        (number,) = values["order_numbers"]
-        update: dict[str, Any] = values | {
-            "checks": {number: _forked(values["checks"][number], fork.amount_cents)},
-            "amount_cents": fork.amount_cents,
-            # Counted over every branch: a fork from an older checkpoint gets a new number, so
-            # its notify email has a key of its own.
-            "forks": max(base.values.get("forks", 0), (current.values or {}).get("forks", 0)) + 1,
-            "fork_id": fork.pk,
-            "payment_error": "",
-            "notes": [
-                f"Forked by {fork.by.username}: amount set to {dollars(fork.amount_cents)}"
-                f" ({fork.reason})."
-            ],
-        }
-        config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
-        # As if gather wrote it: its router sends the fork to triage, which re-decides
-        # who reviews the corrected amount, and the review asks again (a new interrupt id).
-        # This works from the approval checkpoint too: the update branches off it with next =
-        # triage. (triage routes by Command, which update_state cannot replay, so the fork is
-        # written as the step before it; resuming the approval with an "edit" answer instead
-        # would keep the old reviewer's role for an amount that may now need a manager.)
-        graph().update_state(config, update, as_node="gather")
-        one.update(
-            applied_at=timezone.now(),
-            from_checkpoint_id=base.config["configurable"]["checkpoint_id"],
-            previous_amount_cents=previous,
-        )
-
-
-def _forked(check: dict[str, Any], amount_cents: int) -> dict[str, Any]:
-    """The order's check with the admin's corrected amount, and the parts that refund it."""
-    proposal = check.get("parts") or []
-    parts = policy.parts_for_amount(check["order"], proposal, amount_cents)
-    return check | {"amount_cents": amount_cents, "parts": parts}
-
-
-def _hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
-    """A refund the processor failed after accepting it (its money came back): the customer is
-    told once, then the thread, ended or not, goes back to a manager's review with that order's
-    refund dropped, so approving again makes a new refund under a new key (`refunds_failed` in
-    the order's check). Written like a fork: update_state as `received`, whose edge leads to
-    `approve`, under the lease and its fence; the run that follows pauses on the review."""
-    failed = Charge.objects.failed_not_handed_back().filter(ticket_id=lease.row_id)
-    for charge in failed.select_related("order").order_by("pk"):
-        values = cast(RefundState, snapshot(lease.thread_id).values or {})
-        number = charge.order.number
-        charges = values.get("charges") or {}
-        why = selectors.refund_failure_words(charge.failure_reason, charge.processor_status)
-        # Still the thread's refund for the order: not handed back yet (else a crash came after
-        # update_state, and only the mark below is left).
-        if charge.receipt and charges.get(number, {}).get("receipt") == charge.receipt:
-            check = values["checks"][number]
-            try:
-                ctx.send_mail(
-                    key=refund_failed_key(lease.thread_id, charge.receipt),
-                    to=check["order"]["customer_email"],
-                    kind="refund_failed",
-                    facts=refund_failed_facts(check["order"], charge.amount_cents),
-                    language=language_of(values),
-                )
-            except MailRefused as exc:  # a bad address: the manager's review still comes
-                log.warning("ticket %s: failure email refused: %s", lease.row_id, exc)
-            left = {n: c for n, c in charges.items() if n != number and c.get("receipt")}
-            update: dict[str, Any] = {
-                "checks": {
-                    number: {
-                        # The review comes back over the order as it stands now (what is left
-                        # of it: refunds made since, outside the desk or by other tickets), not
-                        # as it was checked before this refund, proposing what is left.
-                        **reproposed(
-                            check,
-                            ctx.find_order(number) or check["order"],
-                            reason_of(values),
-                            customer_words(values),
-                        ),
-                        "refunds_failed": check.get("refunds_failed", 0) + 1,
-                    }
-                },
-                "charges": {number: {"number": number, "amount_cents": 0}},
-                "amount_cents": sum(c["amount_cents"] for c in left.values()),
-                "receipt": ", ".join(c["receipt"] for c in left.values()),
-                # The review reads "The refund failed after it was made: <this>. No money reached
-                # the customer; ..." (review.failed_later, by the trail's "refund_failed").
-                "payment_error": why.removesuffix(" No money reached them.").rstrip("."),
-                "required_role": "manager",
-                # The ended run's "Refunded $X." is no longer true; the next ending says anew.
-                "outcome_reason": "",
-                # Why it failed is the review's own line (and the audit's note): said once there.
-                "notes": [
-                    f"Order {number}: refund {charge.receipt} of {dollars(charge.amount_cents)} "
-                    "failed at Stripe; the money came back."
-                ],
-                "trail": ["refund_failed"],
-            }
-            config = thread_config(lease.thread_id, fence=lease.epoch)
-            graph().update_state(config, update, as_node="received")
-            # A worker that dies here leaves the state handed back and the charge not marked:
-            # the next one finds the receipt gone from the thread's charges and only marks it.
-            _emit(lease.thread_id, "hand_back:state_written")
-        with transaction.atomic():
-            marked = Charge.objects.filter(
-                pk=charge.pk, handed_back_at__isnull=True, ticket__lease_epoch=lease.epoch
-            ).update(handed_back_at=timezone.now())
-            if marked:
-                audit.record(lease.row_id, AuditEvent.Action.REFUND_FAILED, note=why)
 
 
 def _drive(lease: leases.Lease) -> dict[str, Any]:
@@ -559,9 +323,9 @@ def _starting_state(lease: leases.Lease, ctx: Any, old_shape: bool) -> tuple[Any
     # epoch cannot add a checkpoint after we read.
     if not persistence.checkpointer().claim_fence(lease.thread_id, lease.epoch):
         raise FenceLost(f"a newer epoch than {lease.epoch} holds {lease.thread_id}")
-    _apply_forks(lease, forks)
+    apply_forks(lease, forks)
     if lease.refund_failed and not old_shape:
-        _hand_back_failed_refunds(lease, ctx)
+        hand_back_failed_refunds(lease, ctx)
     state = snapshot(lease.thread_id)
     if state.metadata is not None and not state.interrupts:
         answered = (state.values or {}).get("decision", {}).get("decision_id")
@@ -576,14 +340,14 @@ def _resumed(lease: leases.Lease, state: Any, decision: _Answer, old_shape: bool
     Ticket.objects.filter(pk=lease.row_id, lease_epoch=lease.epoch).update(
         status=Ticket.Status.RUNNING, pending_interrupt_id="", pending_payload=None
     )
-    _emit(lease.thread_id, "resume")
+    signals.emit_step(lease.thread_id, "resume")
     answer = decision.value | {"decision_id": decision.pk}
     # Keyed by interrupt id: a repeated resume can never answer a later question. A state of an
     # older shape is upgraded in the same command, before approve runs on.
     upgrade = versions.upgrade(state.values) if old_shape else {}
     command: Command[str] = Command(resume={decision.interrupt_id: answer}, update=upgrade or None)
     state = _run(lease, command, ctx)
-    _fenced(Decision.objects.filter(pk=decision.pk), lease).update(applied_at=Now())
+    leases.fenced(Decision.objects.filter(pk=decision.pk), lease).update(applied_at=Now())
     return state
 
 

@@ -8,6 +8,11 @@ from django.dispatch import Signal, receiver
 # tests connect here, from devtools/).
 step_reached = Signal()
 
+
+def emit_step(thread_id: str, event: str) -> None:
+    step_reached.send(sender=None, thread_id=thread_id, event=event)
+
+
 # A step of one email's conversation with the mail server, sent with `key` (the outbox row's)
 # and `event`: "connect" before the conversation, "handing_over" once the handover mark
 # committed (the final "." about to go), "handed_over" once the "." went to the server,

@@ -121,7 +121,7 @@ def processor_behind(status: ProcessorStatus) -> list[ProcessorStatus]:
 
 # A refund the processor accepted and then failed or canceled: its money came back to the
 # merchant, so it no longer holds the order's balance (refunds/money.py), and the ticket goes
-# back to a manager (refunds/runner.py).
+# back to a manager (refunds/hand_back.py).
 PROCESSOR_GAVE_BACK = frozenset({P.FAILED, P.CANCELED})
 # A refund the processor accepted and has not finished: started, on its way to the customer's
 # bank (the desk says so, not "Refunded": refunds/selectors.py refund_progress).

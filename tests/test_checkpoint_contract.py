@@ -1,4 +1,4 @@
-"""What refunds/persistence.py relies on in the LangGraph checkpoint packages.
+"""What refunds/persistence/ (its savers) relies on in the LangGraph checkpoint packages.
 
 Our savers write the checkpoint tables themselves (the fence check shares each write's
 transaction) and leave reads to upstream. That holds only while our writes store exactly the rows
@@ -6,7 +6,8 @@ upstream's own `put` and `put_writes` would, in the schema upstream reads. The p
 exactly; an upgrade must fail here, naming what moved, not in production.
 
 After an upgrade that fails here: read the new upstream code named in the failure against
-refunds/persistence.py, bring our copy in line, then update the fingerprint below."""
+refunds/persistence/sqlite.py or postgres.py, bring our copy in line, then update the fingerprint
+below."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from devtools.processes import ROOT
 from refunds import persistence
+from refunds.persistence import postgres, sqlite
 
 PINNED = {
     "langgraph": "1.2.24",
@@ -71,33 +73,33 @@ def test_upstreams_write_code_and_schema_are_the_ones_our_copy_was_made_from():
     }
     changed = sorted(name for name in FINGERPRINT if found[name] != FINGERPRINT[name])
     assert changed == [], (
-        f"upstream changed {changed}: compare it with the copy in refunds/persistence.py "
-        f"(put, put_writes, the SQL constants), then update FINGERPRINT to {found}"
+        f"upstream changed {changed}: compare it with the copy in refunds/persistence/sqlite.py "
+        f"or postgres.py (put, put_writes, the SQL constants), then update FINGERPRINT to {found}"
     )
 
 
 def test_our_sqlite_statements_are_sqlitesavers_own():
     put = inspect.getsource(SqliteSaver.put)
     put_writes = inspect.getsource(SqliteSaver.put_writes)
-    assert f'"{persistence.SQLITE_PUT_CHECKPOINT_SQL}"' in put
-    assert f'"{persistence.SQLITE_UPSERT_WRITES_SQL}"' in put_writes
-    assert f'"{persistence.SQLITE_INSERT_WRITES_SQL}"' in put_writes
+    assert f'"{sqlite.SQLITE_PUT_CHECKPOINT_SQL}"' in put
+    assert f'"{sqlite.SQLITE_UPSERT_WRITES_SQL}"' in put_writes
+    assert f'"{sqlite.SQLITE_INSERT_WRITES_SQL}"' in put_writes
 
 
 def test_our_postgres_statements_are_postgressavers_own():
     base = pg_base.BasePostgresSaver
-    assert persistence.PG_UPSERT_CHECKPOINT_BLOBS_SQL == base.UPSERT_CHECKPOINT_BLOBS_SQL
-    assert persistence.PG_UPSERT_CHECKPOINTS_SQL == base.UPSERT_CHECKPOINTS_SQL
-    assert persistence.PG_UPSERT_CHECKPOINT_WRITES_SQL == base.UPSERT_CHECKPOINT_WRITES_SQL
-    assert persistence.PG_INSERT_CHECKPOINT_WRITES_SQL == base.INSERT_CHECKPOINT_WRITES_SQL
+    assert postgres.PG_UPSERT_CHECKPOINT_BLOBS_SQL == base.UPSERT_CHECKPOINT_BLOBS_SQL
+    assert postgres.PG_UPSERT_CHECKPOINTS_SQL == base.UPSERT_CHECKPOINTS_SQL
+    assert postgres.PG_UPSERT_CHECKPOINT_WRITES_SQL == base.UPSERT_CHECKPOINT_WRITES_SQL
+    assert postgres.PG_INSERT_CHECKPOINT_WRITES_SQL == base.INSERT_CHECKPOINT_WRITES_SQL
 
 
 def test_the_write_path_hooks_into_no_internal_of_upstream():
     """Overriding SqliteSaver.cursor() (documented as internal) or PostgresSaver._cursor(), or
     importing `_internal`, is what made an ordinary upgrade able to split the fence from the
     write."""
-    assert "cursor" not in vars(persistence.FencedSqliteSaver)
-    assert "_cursor" not in vars(persistence.FencedPostgresSaver)
+    assert "cursor" not in vars(sqlite.FencedSqliteSaver)
+    assert "_cursor" not in vars(postgres.FencedPostgresSaver)
     offenders = [
         str(path.relative_to(ROOT))
         for folder in (

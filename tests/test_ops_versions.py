@@ -9,7 +9,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from refunds import enqueue, payments, persistence, runner, services
+from refunds import enqueue, forks, payments, persistence, runner, services
 from refunds.flow import versions
 from refunds.flow.nodes import customer_namespace
 from refunds.management.commands import upgrade_threads as upgrade_threads_command
@@ -468,5 +468,5 @@ def test_a_fork_never_starts_from_a_checkpoint_of_a_version_before_the_carry(
     reviews = [s for s in persistence.history(ticket.thread_id) if s.next == ("approve",)]
     assert [versions.version_of(s.values) for s in reviews] == [versions.FLOW_VERSION, 4]
     first_review = reviews[-1].config["configurable"]["checkpoint_id"]
-    assert runner.fork_base(ticket.thread_id, first_review) is None
-    assert runner.fork_base(ticket.thread_id) == reviews[0]
+    assert forks.fork_base(ticket.thread_id, first_review) is None
+    assert forks.fork_base(ticket.thread_id) == reviews[0]

@@ -1,4 +1,4 @@
-"""Checkpoint writes are atomic and fenced (refunds/persistence.py).
+"""Checkpoint writes are atomic and fenced (refunds/persistence/).
 
 A task with any saved write counts as finished for LangGraph, so a `put_writes` cut in half by a
 kill would skip the rest of that node for good (a charge without its email). Each call must land

@@ -95,6 +95,7 @@ def test_workers_never_create_checkpoint_tables():
     assert sorted(callers) == [
         "refunds/management/commands/setup_checkpoints.py",
         "refunds/persistence/__init__.py",
+        "refunds/persistence/sqlite.py",
         "refunds/signals.py",
     ]
 
@@ -130,9 +131,10 @@ def test_a_bad_scale_out_setting_stops_the_process_with_its_name(env, message, t
 
 @on_postgres
 def test_a_pooled_connection_the_server_dropped_is_replaced_before_a_run_gets_it(db):
-    """The pool checks each connection it hands out without a round trip (refunds/persistence.py
-    `_check_without_round_trip`); a connection the server terminated while it sat in the pool is
-    still caught and replaced, so the next checkpoint read succeeds."""
+    """The pool checks each connection it hands out without a round trip
+    (refunds/persistence/__init__.py `_check_without_round_trip`); a connection the server
+    terminated while it sat in the pool is still caught and replaced, so the next checkpoint read
+    succeeds."""
     saver = persistence.checkpointer()
     pool = saver.conn
     with pool.connection() as conn:

@@ -1,4 +1,4 @@
-"""build_graph(): the uncompiled refund workflow; refunds/persistence.py compiles it with a
+"""build_graph(): the uncompiled refund workflow; refunds/persistence/ compiles it with a
 checkpointer. `wrap` puts a wrapper around every node: the app's closes the database connections
 of LangGraph's own threads, tests and crashtest add their hooks (crash points) inside it."""
 

@@ -112,7 +112,7 @@ class Charge(models.Model):
         blank=True,
     )
     failure_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
-    # When a refund the processor failed sent its ticket back to a manager (refunds/runner.py).
+    # When a refund the processor failed sent its ticket back to a manager (refunds/hand_back.py).
     handed_back_at = models.DateTimeField(null=True, blank=True)
 
     objects = ChargeQuerySet.as_manager()

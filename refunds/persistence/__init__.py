@@ -6,10 +6,11 @@ in the checkpoint database still holds that epoch. A worker that takes a thread 
 fence first (`claim_fence`), so a paused worker that wakes up after losing its lease cannot add a
 checkpoint to the thread: no second branch, no stale state becoming the newest.
 
-The write path is ours: `put` and `put_writes` below send upstream's SQL (copied, public names
-only) inside a transaction this module opens and ends, with the fence check first. Reads stay
-upstream's. The packages are pinned exactly (pyproject.toml) and tests/test_checkpoint_contract.py
-fails when an upgrade changes what these copies must match (SQL text, schema, row layout).
+The write path is ours: the savers' `put` and `put_writes` (sqlite.py, postgres.py; the fence in
+fence.py) send upstream's SQL (copied, public names only) inside a transaction they open and end,
+with the fence check first. Reads stay upstream's. The packages are pinned exactly
+(pyproject.toml) and tests/test_checkpoint_contract.py fails when an upgrade changes what these
+copies must match (SQL text, schema, row layout).
 
 Tables are created once per deploy (`setup_persistence`, run by migrate), never by workers racing
 each other on an empty schema.
@@ -17,12 +18,11 @@ each other on an empty schema.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cache, wraps
@@ -31,360 +31,18 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import import_string
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    get_checkpoint_metadata,
-    get_serializable_checkpoint_metadata,
-)
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import StateSnapshot
-from psycopg import Capabilities, Connection, OperationalError
-from psycopg import errors as pg_errors
+from psycopg import OperationalError
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from refunds.flow.graph import NodeWrapper, build_graph
 from refunds.flow.tracking import TrackingOptions
-
-FENCE_TABLE = "refunds_thread_fence"
-
-
-class FenceLost(Exception):  # noqa: N818
-    """A checkpoint write carried an epoch older than the thread's fence: another worker holds
-    the thread now. Nothing was written."""
-
-
-def _fence_of(config: RunnableConfig) -> tuple[str, int] | None:
-    """(thread_id, epoch) when the write is a run's (fenced), None for an unfenced write."""
-    configurable = config["configurable"]
-    fence = configurable.get("fence")
-    return (str(configurable["thread_id"]), int(fence)) if fence else None
-
-
-def _next_config(thread_id: Any, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
-# SqliteSaver 3.1.2's statements, copied from its put and put_writes (the contract test compares).
-SQLITE_PUT_CHECKPOINT_SQL = (
-    "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-    "parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-SQLITE_UPSERT_WRITES_SQL = (
-    "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, "
-    "idx, channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-SQLITE_INSERT_WRITES_SQL = SQLITE_UPSERT_WRITES_SQL.replace("OR REPLACE", "OR IGNORE")
-
-
-class FencedSqliteSaver(SqliteSaver):
-    """SqliteSaver whose writes check the thread's fence in the same transaction.
-
-    The connection keeps Python's default isolation level, as SqliteSaver expects: the fence
-    check (an INSERT) opens the transaction and takes SQLite's write lock, the rows follow, and
-    one COMMIT ends it; anything raised in between rolls all of it back. (In autocommit mode
-    `put_writes` committed row by row, and a kill in the middle left a task half-written, which
-    LangGraph reads as finished.)"""
-
-    def setup(self) -> None:
-        if self.is_setup:
-            return
-        super().setup()
-        self.conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {FENCE_TABLE} "
-            "(thread_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL)"
-        )
-        self.conn.commit()
-
-    @contextmanager
-    def _fenced_write(self, config: RunnableConfig) -> Iterator[sqlite3.Cursor]:
-        fence = _fence_of(config)
-        with self.lock:
-            self.setup()
-            cur = self.conn.cursor()
-            try:
-                if fence is not None:
-                    cur.execute(_HOLD_SQLITE, fence)
-                    if cur.rowcount != 1:
-                        raise FenceLost(f"thread {fence[0]}: epoch {fence[1]} no longer holds")
-                yield cur
-                self.conn.commit()
-            except BaseException:
-                self.conn.rollback()  # never leave half a write for a later commit
-                raise
-            finally:
-                cur.close()
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """SqliteSaver.put's rows, fenced."""
-        thread_id = config["configurable"]["thread_id"]
-        checkpoint_ns = config["configurable"]["checkpoint_ns"]
-        type_, serialized_checkpoint = self.serde.dumps_typed(checkpoint)
-        serialized_metadata = json.dumps(
-            get_checkpoint_metadata(config, metadata), ensure_ascii=False
-        ).encode("utf-8", "ignore")
-        with self._fenced_write(config) as cur:
-            cur.execute(
-                SQLITE_PUT_CHECKPOINT_SQL,
-                (
-                    str(thread_id),
-                    checkpoint_ns,
-                    checkpoint["id"],
-                    config["configurable"].get("checkpoint_id"),
-                    type_,
-                    serialized_checkpoint,
-                    serialized_metadata,
-                ),
-            )
-        return _next_config(thread_id, checkpoint_ns, checkpoint["id"])
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """SqliteSaver.put_writes's rows, fenced. Special channels (errors, interrupts) replace
-        their row; ordinary writes of a task already saved are kept, as upstream does."""
-        query = (
-            SQLITE_UPSERT_WRITES_SQL
-            if all(w[0] in WRITES_IDX_MAP for w in writes)
-            else SQLITE_INSERT_WRITES_SQL
-        )
-        configurable = config["configurable"]
-        rows = [
-            (
-                str(configurable["thread_id"]),
-                str(configurable["checkpoint_ns"]),
-                str(configurable["checkpoint_id"]),
-                task_id,
-                task_path,
-                WRITES_IDX_MAP.get(channel, idx),
-                channel,
-                *self.serde.dumps_typed(value),
-            )
-            for idx, (channel, value) in enumerate(writes)
-        ]
-        with self._fenced_write(config) as cur:
-            cur.executemany(query, rows)
-
-    def get_next_version(self, current: Any, channel: None) -> Any:
-        """Channel versions as small integers. SqliteSaver's own are 49-character strings (a
-        counter and a random part), and every checkpoint repeats one per channel and per node
-        that saw it: more than half of a checkpoint's bytes. The random part serves savers that
-        key stored values by version (PostgresSaver's blobs); this one stores values inline.
-        A thread begun with string versions keeps them: LangGraph compares versions."""
-        if isinstance(current, str):
-            return super().get_next_version(current, channel)
-        return (current or 0) + 1
-
-    def claim_fence(self, thread_id: str, epoch: int) -> bool:
-        """Raise the thread's fence to `epoch` unless a newer one holds it; True when it holds."""
-        with self.lock:
-            self.setup()
-            row = self.conn.execute(_CLAIM_SQLITE, (thread_id, epoch)).fetchone()
-            self.conn.commit()
-        return row is not None
-
-
-# PostgresSaver 3.2.0's statements (BasePostgresSaver's class attributes of the same names; the
-# contract test compares them).
-PG_UPSERT_CHECKPOINT_BLOBS_SQL = """
-    INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-    VALUES (%s, %s, %s, %s, %s, %s)
-    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
-"""
-PG_UPSERT_CHECKPOINTS_SQL = """
-    INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
-    VALUES (%s, %s, %s, %s, %s, %s)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
-    DO UPDATE SET
-        checkpoint = EXCLUDED.checkpoint,
-        metadata = EXCLUDED.metadata;
-"""  # noqa: E501
-PG_UPSERT_CHECKPOINT_WRITES_SQL = """
-    INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-        channel = EXCLUDED.channel,
-        type = EXCLUDED.type,
-        blob = EXCLUDED.blob;
-"""  # noqa: E501
-PG_INSERT_CHECKPOINT_WRITES_SQL = """
-    INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
-"""  # noqa: E501
-
-
-@contextmanager
-def checkpoint_connection(conn: Connection[Any] | ConnectionPool[Any]) -> Iterator[Connection[Any]]:
-    """A connection of the checkpoint database: the saver's own, or one from its pool."""
-    if isinstance(conn, ConnectionPool):
-        with conn.connection() as pooled:
-            yield pooled
-    else:
-        yield conn
-
-
-class FencedPostgresSaver(PostgresSaver):
-    """PostgresSaver whose writes run in one transaction with the fence check, pipelined: the
-    check, the blobs and the checkpoint (or the writes) go to the server in one round trip.
-
-    No BEGIN/COMMIT: on an autocommit connection in pipeline mode everything the server receives
-    before the one Sync (sent when the pipeline closes) is a single implicit transaction,
-    committed at the Sync or rolled back whole if any statement failed (PostgreSQL's protocol
-    docs, "Pipelining"; tests/test_persistence.py checks it). psycopg's `conn.transaction()`
-    inside a pipeline would add two more Syncs, each a round trip. A fence that does not hold
-    makes the check divide by zero, which aborts the transaction and the statements queued
-    behind it.
-
-    Channel values are stored as PostgresSaver stores them (primitives inline in the checkpoint,
-    the rest in checkpoint_blobs by version), except a DeltaChannel's snapshots, which the refund
-    graph does not use (the contract test checks that it does not)."""
-
-    def __init__(self, conn: Connection[Any] | ConnectionPool[Any]) -> None:
-        if not Capabilities().has_pipeline():
-            raise RuntimeError("the fenced checkpoint writes need libpq 14 or newer (pipelines)")
-        super().__init__(conn)
-
-    @contextmanager
-    def _fenced_write(self, config: RunnableConfig) -> Iterator[Any]:
-        fence = _fence_of(config)
-        try:
-            with (
-                self.lock,
-                checkpoint_connection(self.conn) as conn,
-                conn.pipeline(),
-                conn.cursor(binary=True, row_factory=dict_row) as cur,
-            ):
-                if not conn.autocommit:
-                    # The pipeline's implicit transaction is the whole write only in autocommit.
-                    raise RuntimeError("the checkpoint connection must be in autocommit mode")
-                if fence is not None:
-                    cur.execute(_HOLD_OR_FAIL_SQL, fence)
-                yield cur
-        except pg_errors.DivisionByZero:
-            assert fence is not None
-            raise FenceLost(f"thread {fence[0]}: epoch {fence[1]} no longer holds") from None
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """PostgresSaver.put's rows, fenced."""
-        configurable = config["configurable"]
-        thread_id = configurable["thread_id"]
-        checkpoint_ns = configurable["checkpoint_ns"]
-        inline = dict(checkpoint["channel_values"])
-        blob_values = {
-            k: inline.pop(k)
-            for k, v in checkpoint["channel_values"].items()
-            if not (v is None or isinstance(v, str | int | float | bool))
-        }
-        stored = {**checkpoint, "channel_values": inline}
-        blob_rows = [
-            (thread_id, checkpoint_ns, k, version, *self.serde.dumps_typed(blob_values[k]))
-            for k, version in new_versions.items()
-            if k in blob_values
-        ]
-        with self._fenced_write(config) as cur:
-            if blob_rows:
-                cur.executemany(PG_UPSERT_CHECKPOINT_BLOBS_SQL, blob_rows)
-            cur.execute(
-                PG_UPSERT_CHECKPOINTS_SQL,
-                (
-                    thread_id,
-                    checkpoint_ns,
-                    checkpoint["id"],
-                    configurable.get("checkpoint_id"),
-                    Jsonb(stored),
-                    Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
-                ),
-            )
-        return _next_config(thread_id, checkpoint_ns, checkpoint["id"])
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """PostgresSaver.put_writes's rows, fenced."""
-        query = (
-            PG_UPSERT_CHECKPOINT_WRITES_SQL
-            if all(w[0] in WRITES_IDX_MAP for w in writes)
-            else PG_INSERT_CHECKPOINT_WRITES_SQL
-        )
-        configurable = config["configurable"]
-        rows = [
-            (
-                configurable["thread_id"],
-                configurable["checkpoint_ns"],
-                configurable["checkpoint_id"],
-                task_id,
-                task_path,
-                WRITES_IDX_MAP.get(channel, idx),
-                channel,
-                *self.serde.dumps_typed(value),
-            )
-            for idx, (channel, value) in enumerate(writes)
-        ]
-        with self._fenced_write(config) as cur:
-            cur.executemany(query, rows)
-
-    def claim_fence(self, thread_id: str, epoch: int) -> bool:
-        """Raise the thread's fence to `epoch` unless a newer one holds it; True when it holds."""
-        with checkpoint_connection(self.conn) as conn:
-            row = conn.execute(_CLAIM_SQL, (thread_id, epoch)).fetchone()
-        return row is not None
-
-
-# In the transaction of every checkpoint write: the fence is ours (raised to our epoch if an
-# older one held it, or written if the thread has none); a newer epoch changes nothing and the
-# write is refused. Taking it over from an older epoch without an explicit claim is safe: a grant
-# after a lapsed lease (the only way an older writer can still be alive) claims before it reads.
-_HOLD_SQL = (
-    f"INSERT INTO {FENCE_TABLE} (thread_id, epoch) VALUES (%s, %s) "
-    f"ON CONFLICT (thread_id) DO UPDATE SET epoch = excluded.epoch "
-    f"WHERE {FENCE_TABLE}.epoch <= excluded.epoch"
-)
-_HOLD_SQLITE = _HOLD_SQL.replace("%s", "?")
-# PostgreSQL, pipelined: the same, failing the transaction when the fence is not ours.
-_HOLD_OR_FAIL_SQL = (
-    f"WITH held AS ({_HOLD_SQL} RETURNING 1) SELECT 1 / (SELECT count(*) FROM held)::int"
-)
-# Raise the fence to this epoch unless a newer one holds it; a row comes back when it holds.
-_CLAIM_SQL = (
-    f"INSERT INTO {FENCE_TABLE} (thread_id, epoch) VALUES (%s, %s) "
-    f"ON CONFLICT (thread_id) DO UPDATE SET epoch = excluded.epoch "
-    f"WHERE excluded.epoch >= {FENCE_TABLE}.epoch RETURNING epoch"
-)
-_CLAIM_SQLITE = _CLAIM_SQL.replace("%s", "?")
+from refunds.persistence.fence import FENCE_TABLE
+from refunds.persistence.fence import FenceLost as FenceLost
+from refunds.persistence.postgres import FencedPostgresSaver, checkpoint_connection
+from refunds.persistence.sqlite import FencedSqliteSaver
 
 
 def checkpoint_url() -> str:

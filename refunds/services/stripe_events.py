@@ -129,7 +129,7 @@ def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
     if not moved:
         return f"{refund_id}: {status} is behind what the desk has, kept"
     if status in FAILED and charge.status == Charge.Status.SUCCEEDED:
-        # Its money came back: the ticket's thread goes back to a manager (refunds/runner.py);
+        # Its money came back: the ticket's thread goes back to a manager (refunds/hand_back.py);
         # the sweep wakes it too if this wake-up is lost.
         enqueue.advance_on_commit(charge.ticket_id)
     return f"{refund_id}: {status}" + (f" ({reason})" if reason else "")

@@ -1,0 +1,64 @@
+"""The collaborators the graph's nodes call (runtime.context), bound to one lease: orders,
+payments and mail, each of its writes under the lease's fence."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.conf import settings
+
+from refunds import lease as leases
+from refunds import mail, money, policy
+from refunds.carriers import tracker
+from refunds.flow.state import Collaborators, Part
+from refunds.models import Order, TicketOrder
+from refunds.payments import get_gateway
+
+
+def collaborators(lease: leases.Lease) -> Collaborators:
+    def find_order(number: str):
+        order = Order.objects.filter(number=number).first()
+        return order.facts(for_ticket=lease.row_id) if order else None
+
+    return Collaborators(
+        find_order=find_order,
+        pay=partial(_pay, gateway=get_gateway(), lease=lease),
+        send_mail=partial(mail.send_worded, ticket_id=lease.row_id, lease=lease),
+        agent_limit_cents=policy.agent_limit_cents(),
+        charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
+        track=tracker(),
+        ask_default_outcome="close" if settings.REFUNDS_ASK_DEFAULT_OUTCOME == "close" else "queue",
+    )
+
+
+def _pay(
+    *,
+    gateway,
+    lease: leases.Lease,
+    key: str,
+    amount_cents: int,
+    order_number: str = "",
+    parts: list[Part] | None = None,
+    dispute_seen: bool = False,
+) -> str:
+    """money.pay for one of the ticket's orders: its first, or the one a charge_order names."""
+    order_id = lease.order_id
+    if order_number and order_number != lease.order_number:
+        found = (
+            TicketOrder.objects.filter(ticket_id=lease.row_id, order__number=order_number)
+            .values_list("order_id", flat=True)
+            .first()
+        )
+        if found is None:
+            raise ValueError(f"ticket {lease.row_id} covers no order {order_number}")
+        order_id = found
+    return money.pay(
+        gateway=gateway,
+        ticket_id=lease.row_id,
+        order_id=order_id,
+        lease=lease,
+        key=key,
+        amount_cents=amount_cents,
+        parts=parts,
+        dispute_seen=dispute_seen,
+    )
