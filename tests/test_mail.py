@@ -71,6 +71,7 @@ def test_a_worker_whose_epoch_was_taken_over_never_claims_a_row_already_written(
     row = Email.objects.get(key=key)
     assert (row.status, row.claimed_by, row.attempts) == ("pending", "", 0)
 
+
 @pytest.mark.parametrize("path", ["sent, then sent again", "epoch taken over", "refused"])
 def test_every_way_out_of_a_send_gives_its_effect_lock_back(ticket, settings, path):
     """The lock is taken in the outbox claim and given back with the "sent" mark on PostgreSQL;
