@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
 from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
@@ -166,6 +167,25 @@ def test_a_worker_that_read_the_decision_inside_its_grace_takes_nothing_and_undo
         stale.release()
     assert not Decision.objects.exists()
     assert runner.advance(review.pk) == "awaiting_review" and not Charge.objects.exists()
+
+
+def test_a_worker_whose_epoch_was_taken_over_takes_no_decision_and_marks_none(review, agent):
+    """The decision's compare-and-set is fenced by the lease's epoch: a worker paused past its
+    lease, whose thread another worker holds now, neither takes a decision past its grace (the
+    other worker applies it) nor marks one refused or applied."""
+    decision = decide(review, agent)
+    grace_over(decision)
+    before = Decision.objects.get(pk=decision.pk)
+    pending = {review.pending_interrupt_id}
+    stale = leases.grant(review.pk)
+    assert stale is not None
+    Ticket.objects.filter(pk=review.pk).update(lease_epoch=F("lease_epoch") + 1)  # taken over
+    assert runner._settle_decisions(stale, pending, None) is None
+    assert runner._settle_decisions(stale, set(), decision.pk) is None  # "the resume landed"
+    assert runner._settle_decisions(stale, {"another-review"}, None) is None  # "not waited on"
+    after = Decision.objects.get(pk=decision.pk)
+    assert after.apply_after == before.apply_after  # still there to take, by the new epoch
+    assert (after.applied_at, after.refused_reason) == (None, "")
 
 
 def test_an_apply_that_took_the_decision_first_refuses_the_undo(review, agent):
