@@ -79,18 +79,7 @@ def pay(
     with effect_lock(key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is charging {key}")
-        unreadable: PermanentGatewayError | None = None
-        if _balance_to_check(key):
-            try:
-                outside_refunds_look_up(gateway, order_id)
-                disputed = disputes_look_up(gateway, order_id)
-            except PermanentGatewayError as exc:
-                unreadable = exc  # refused for good: written down in the ledger, as a decline is
-            else:
-                # Asked of the processor before every charge, never left to an event having
-                # arrived. Nothing is reserved: no money was asked for.
-                if disputed and not dispute_seen:
-                    raise PaymentDisputed()
+        unreadable = _processor_read(gateway, key, order_id, dispute_seen)
         row, state = _reserve(ticket_id, order_id, lease.epoch, key, amount_cents, parts)
         if state == "paid" and row.receipt:
             return row.receipt
@@ -103,27 +92,56 @@ def pay(
             if receipt:
                 return _settle(row, receipt=receipt)
         lease.check()
-        try:
-            receipt = gateway.charge(
-                idempotency_key=key,
-                amount_cents=amount_cents,
-                ticket_key=lease.thread_id,
-                payment_reference=row.payment_reference,
-                parts=parts,
-            )
-        except PermanentGatewayError as exc:
-            _settle(row, refused=str(exc))
-            raise
-        except RetryableGatewayError as exc:
-            _settle(row, refused=f"not charged: {exc}")
-            raise
-        except Exception as exc:  # noqa: BLE001 - whatever it was, the money may have moved
-            log.warning("charge %s: outcome unknown (%r); looking the key up", key, exc)
-            receipt = _look_up(gateway, key, row.payment_reference)
-            if not receipt:
-                _settle(row, refused=f"not charged (looked up after: {exc})")
-                raise RetryableGatewayError(f"{exc}; the gateway has no charge for it") from exc
-        return _settle(row, receipt=receipt)
+        return _settle(row, receipt=_charge(gateway, row, key, amount_cents, lease, parts))
+
+
+def _processor_read(
+    gateway: Gateway, key: str, order_id: int, dispute_seen: bool
+) -> PermanentGatewayError | None:
+    """Before a first charge, what the processor says of the payment: its refunds made outside
+    the desk and its disputes, asked before every charge, never left to an event having arrived.
+    An open dispute not seen by a manager stops the charge (nothing is reserved: no money was
+    asked for); an answer refused for good is returned, to be written in the ledger as a
+    decline is."""
+    if not _balance_to_check(key):
+        return None
+    try:
+        outside_refunds_look_up(gateway, order_id)
+        disputed = disputes_look_up(gateway, order_id)
+    except PermanentGatewayError as exc:
+        return exc
+    if disputed and not dispute_seen:
+        raise PaymentDisputed()
+    return None
+
+
+def _charge(
+    gateway: Gateway, row: _Row, key: str, amount_cents: int, lease: Lease, parts: list[Part]
+) -> str:
+    """The gateway's call, once its row is reserved: its receipt, or the row settled as refused
+    and the error raised. An error of any other kind may have moved the money: the key is
+    looked up before it counts as not charged."""
+    try:
+        return gateway.charge(
+            idempotency_key=key,
+            amount_cents=amount_cents,
+            ticket_key=lease.thread_id,
+            payment_reference=row.payment_reference,
+            parts=parts,
+        )
+    except PermanentGatewayError as exc:
+        _settle(row, refused=str(exc))
+        raise
+    except RetryableGatewayError as exc:
+        _settle(row, refused=f"not charged: {exc}")
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the money may have moved
+        log.warning("charge %s: outcome unknown (%r); looking the key up", key, exc)
+        receipt = _look_up(gateway, key, row.payment_reference)
+        if not receipt:
+            _settle(row, refused=f"not charged (looked up after: {exc})")
+            raise RetryableGatewayError(f"{exc}; the gateway has no charge for it") from exc
+        return receipt
 
 
 @dataclass

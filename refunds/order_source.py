@@ -91,27 +91,33 @@ def _ask(number: str) -> dict | None:
         except httpx.TransportError as exc:
             last = f"could not be reached ({type(exc).__name__})"
             continue
-        if response.status_code == 404:
-            return None
         if response.status_code >= 500 or response.status_code == 429:
             last = f"answered {response.status_code}"
             continue
-        if response.status_code != 200:
-            raise ShopRefused(
-                f"The shop refused the lookup of order {number} ({response.status_code})."
-            )
-        try:
-            data = response.json()
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise ShopRefused(f"The shop's answer for order {number} is not a JSON object.")
-        return data
+        return _answer(response, number)
     log.warning("order source: order %s: %s after %d attempts", number, last, attempts)
     raise ShopDidNotAnswer(
         f"The shop did not answer for order {number} ({last}, {attempts} attempts). "
         "Try again in a minute; if it keeps failing, tell whoever runs the shop's systems."
     )
+
+
+def _answer(response: httpx.Response, number: str) -> dict | None:
+    """The shop's final answer: the order as a JSON object, None for an order it does not know,
+    or ShopRefused."""
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise ShopRefused(
+            f"The shop refused the lookup of order {number} ({response.status_code})."
+        )
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ShopRefused(f"The shop's answer for order {number} is not a JSON object.")
+    return data
 
 
 def _order_read(number: str, data: dict) -> OrderIn:

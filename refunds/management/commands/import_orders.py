@@ -172,6 +172,24 @@ def read_jsonl(path: Path, decimal_mark: str) -> Iterator[Read]:
             yield order_read(number, raw, decimal_mark=decimal_mark)
 
 
+def _format_of(path: Path, options: dict[str, Any]) -> str:
+    """The file's format, once the file and the options are checked (a CommandError says what
+    is wrong, before anything is read)."""
+    kind = options["format"] or FORMATS.get(path.suffix.lower())
+    if kind is None:
+        raise CommandError(
+            f"Cannot tell the format of {path.name}: name it .csv or .jsonl, or pass --format.",
+            returncode=2,
+        )
+    if not path.is_file():
+        raise CommandError(f"There is no file {path}.", returncode=2)
+    if len(options["delimiter"]) != 1:
+        raise CommandError("--delimiter must be one character.", returncode=2)
+    if kind == "csv" and options["delimiter"] == options["decimal_mark"]:
+        raise CommandError("--delimiter and --decimal-mark must differ.", returncode=2)
+    return kind
+
+
 class Command(BaseCommand):
     help = "Create or update orders by number from a CSV or JSON Lines file."
 
@@ -192,18 +210,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: Path = options["file"]
-        kind = options["format"] or FORMATS.get(path.suffix.lower())
-        if kind is None:
-            raise CommandError(
-                f"Cannot tell the format of {path.name}: name it .csv or .jsonl, or pass --format.",
-                returncode=2,
-            )
-        if not path.is_file():
-            raise CommandError(f"There is no file {path}.", returncode=2)
-        if len(options["delimiter"]) != 1:
-            raise CommandError("--delimiter must be one character.", returncode=2)
-        if kind == "csv" and options["delimiter"] == options["decimal_mark"]:
-            raise CommandError("--delimiter and --decimal-mark must differ.", returncode=2)
+        kind = _format_of(path, options)
         started = time.monotonic()
         try:
             mark = options["decimal_mark"]
