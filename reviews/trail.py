@@ -251,7 +251,7 @@ def answered_words(decision) -> str:
     if decision.answer == DecisionAnswer.ASK:
         return format_html("<strong>{}</strong> asked the customer instead", who)
     verb = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
-    if decision.orders:
+    if len(decision.orders or {}) > 1:  # a ticket of one order: its answer is the review's
         verb = "answered per order"
     return format_html("{} by <strong>{}</strong>", verb, who)
 

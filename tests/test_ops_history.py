@@ -122,6 +122,8 @@ def test_the_history_of_a_forked_thread_shows_both_branches(
     assert "An admin forked the thread with a correction" in html
     assert "Forked by <strong>admin</strong>: amount $6.99 → $5.00" in html
     assert "rejected by admin" in html  # the old branch, as it ended
+    # The review's answer, as the review was answered: one order, so not "per order".
+    assert "answered: rejected by <strong>admin</strong>" in html
 
 
 def test_a_fork_to_the_same_amount_is_refused(
