@@ -3,9 +3,11 @@ and the statements both savers (sqlite.py, postgres.py) check and raise it with.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 FENCE_TABLE = "refunds_thread_fence"
 
@@ -53,3 +55,23 @@ CLAIM_SQL = (
     f"WHERE excluded.epoch >= {FENCE_TABLE}.epoch RETURNING epoch"
 )
 CLAIM_SQLITE = CLAIM_SQL.replace("%s", "?")
+
+
+def write_rows(
+    serde: Any, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+) -> list[tuple]:
+    """A task's writes as upstream's savers store them (checkpoint_writes rows), for both."""
+    configurable = config["configurable"]
+    return [
+        (
+            str(configurable["thread_id"]),
+            str(configurable["checkpoint_ns"]),
+            str(configurable["checkpoint_id"]),
+            task_id,
+            path,
+            WRITES_IDX_MAP.get(channel, idx),
+            channel,
+            *serde.dumps_typed(value),
+        )
+        for idx, (channel, value) in enumerate(writes)
+    ]

@@ -22,7 +22,14 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from refunds.persistence.fence import CLAIM_SQL, HOLD_OR_FAIL_SQL, FenceLost, fence_of, next_config
+from refunds.persistence.fence import (
+    CLAIM_SQL,
+    HOLD_OR_FAIL_SQL,
+    FenceLost,
+    fence_of,
+    next_config,
+    write_rows,
+)
 
 # PostgresSaver 3.2.0's statements (BasePostgresSaver's class attributes of the same names; the
 # contract test compares them).
@@ -157,20 +164,7 @@ class FencedPostgresSaver(PostgresSaver):
             if all(w[0] in WRITES_IDX_MAP for w in writes)
             else PG_INSERT_CHECKPOINT_WRITES_SQL
         )
-        configurable = config["configurable"]
-        rows = [
-            (
-                configurable["thread_id"],
-                configurable["checkpoint_ns"],
-                configurable["checkpoint_id"],
-                task_id,
-                task_path,
-                WRITES_IDX_MAP.get(channel, idx),
-                channel,
-                *self.serde.dumps_typed(value),
-            )
-            for idx, (channel, value) in enumerate(writes)
-        ]
+        rows = write_rows(self.serde, config, writes, task_id, task_path)
         with self._fenced_write(config) as cur:
             cur.executemany(query, rows)
 

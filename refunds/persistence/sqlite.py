@@ -26,6 +26,7 @@ from refunds.persistence.fence import (
     FenceLost,
     fence_of,
     next_config,
+    write_rows,
 )
 
 # SqliteSaver 3.1.2's statements, copied from its put and put_writes (the contract test compares).
@@ -121,20 +122,7 @@ class FencedSqliteSaver(SqliteSaver):
             if all(w[0] in WRITES_IDX_MAP for w in writes)
             else SQLITE_INSERT_WRITES_SQL
         )
-        configurable = config["configurable"]
-        rows = [
-            (
-                str(configurable["thread_id"]),
-                str(configurable["checkpoint_ns"]),
-                str(configurable["checkpoint_id"]),
-                task_id,
-                task_path,
-                WRITES_IDX_MAP.get(channel, idx),
-                channel,
-                *self.serde.dumps_typed(value),
-            )
-            for idx, (channel, value) in enumerate(writes)
-        ]
+        rows = write_rows(self.serde, config, writes, task_id, task_path)
         with self._fenced_write(config) as cur:
             cur.executemany(query, rows)
 
