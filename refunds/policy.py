@@ -64,16 +64,12 @@ def agent_limit_cents() -> int:
     return value
 
 
-def over_limit(amount_cents: int, limit_cents: int) -> bool:
-    return amount_cents > limit_cents
-
-
 def review_role(
     amount_cents: int, *, flagged: bool, limit_cents: int, reason: str = LATE_DELIVERY
 ) -> ReviewRole:
     """Who reviews a refund: a manager when it is over the limit, flagged, or asked for a
     reason a person must judge (MANAGER_REASONS), else an agent."""
-    if reason in MANAGER_REASONS or flagged or over_limit(amount_cents, limit_cents):
+    if reason in MANAGER_REASONS or flagged or amount_cents > limit_cents:
         return "manager"
     return "agent"
 
@@ -94,7 +90,7 @@ def why_words(
     """Why triage chose its reviewer, for the thread's notes."""
     if reason in MANAGER_REASONS:
         return f"for a report of {REASONS[reason].lower()}, which a manager judges"
-    if over_limit(amount_cents, limit_cents):
+    if amount_cents > limit_cents:
         return over_words(limit_cents)
     return "flagged by policy" if flagged else within_words(limit_cents)
 
@@ -330,9 +326,7 @@ def _line_checked(order: OrderFacts, one: dict, amount: int | None) -> Part:
             f"Order {number}: only {units_left(line)} of the {line['quantity']} x "
             f"{line['title']} are left to refund."
         )
-    price = refund_parts.line_price(
-        line["unit_price_cents"], line["quantity"], line["tax_cents"], units, line["refunded_cents"]
-    )
+    price = _price(line, units)
     amount = price if amount is None else amount
     if not 0 < amount <= price:
         raise ValueError(
@@ -399,10 +393,14 @@ def units_left(line: LineFacts) -> int:
 
 def _all_of(line: LineFacts) -> Part:
     units = units_left(line)
-    amount = refund_parts.line_price(
+    return {"line": line["id"], "quantity": units, "amount_cents": _price(line, units)}
+
+
+def _price(line: LineFacts, units: int) -> int:
+    """What `units` of the line cost with their tax, of what is left of it (flow/parts.py)."""
+    return refund_parts.line_price(
         line["unit_price_cents"], line["quantity"], line["tax_cents"], units, line["refunded_cents"]
     )
-    return {"line": line["id"], "quantity": units, "amount_cents": amount}
 
 
 def _named_lines(lines: list[LineFacts], words: str) -> tuple[list[LineFacts], bool]:

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
 
-from django.db.models import Sum
+from django.db import connection
+from django.db.models import Q, Sum, Value
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Upper
 from django.utils import timezone
 
 from core.clock import day_words, local_words
@@ -15,14 +18,17 @@ from refunds import outbox
 from refunds.flow.errors import DISPUTED
 from refunds.flow.words import dollars
 from refunds.models import (
+    AuditEvent,
     Charge,
     ChargePart,
     Decision,
     Email,
+    Order,
     OrderLine,
     OutsideRefund,
     PaymentDispute,
     Ticket,
+    TicketOrder,
     of_customer,
 )
 from refunds.statuses import PROCESSOR_GAVE_BACK, PROCESSOR_ON_ITS_WAY
@@ -184,10 +190,6 @@ def _name_contains(part: str):
     count). PostgreSQL answers icontains from a trigram index; SQLite's LIKE cannot use one, so
     there an FTS5 trigram table kept in step by triggers finds the orders (it folds case beyond
     ASCII too). It needs three characters; a shorter part reads every order."""
-    from django.db import connection
-    from django.db.models import Q
-    from django.db.models.expressions import RawSQL
-
     if connection.vendor != "sqlite" or len(part) < 3:
         return Q(order__customer_name__icontains=part)
     phrase = '"' + part.replace('"', '""') + '"'  # one phrase: the part as written
@@ -215,8 +217,6 @@ def ticket_search(
 ):
     """Tickets matching the tickets page's search and filters, from `tickets` (the user's
     visible ones)."""
-    from refunds.models import Decision
-
     q = (q or "").strip()
     tickets = _matching(tickets, q) if q else tickets
     if role == "escalated":
@@ -238,10 +238,6 @@ def ticket_search(
 def _matching(tickets, q: str):
     """A number is a ticket id or an order number; an address, a customer's email; other words,
     part of the customer's name."""
-    from django.db.models import Q, Value
-    from django.db.models.functions import Upper
-
-    from refunds.models import Order, TicketOrder
 
     def covering(orders: Q) -> Q:  # any order the ticket covers, not only its first
         return Q(pk__in=TicketOrder.objects.filter(orders).values("ticket_id"))
@@ -263,8 +259,6 @@ def audit_events(
     *, action: str = "", actor: str = "", ticket: int | None = None, since=None, until=None
 ):
     """The audit trail, newest first, filtered as the audit page asks."""
-    from refunds.models import AuditEvent
-
     events = AuditEvent.objects.select_related("actor", "ticket__order").order_by("-at", "-id")
     if action:
         events = events.filter(action=action)

@@ -60,7 +60,7 @@ from refunds.policy import LATE_DELIVERY
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def _to_2(values: dict[str, Any]) -> dict[str, Any]:
+def _stamp(values: dict[str, Any]) -> dict[str, Any]:  # the new keys read as absent
     return {}
 
 
@@ -124,11 +124,7 @@ def _to_6(values: dict[str, Any]) -> dict[str, Any]:
     return {"checks": checks} if checks else {}
 
 
-def _to_7(values: dict[str, Any]) -> dict[str, Any]:
-    return {}
-
-
-UPGRADES: dict[int, Upgrade] = {1: _to_2, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6, 6: _to_7}
+UPGRADES: dict[int, Upgrade] = {1: _stamp, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_6, 6: _stamp}
 
 
 def resume_at(old: dict[str, Any]) -> list[Send]:

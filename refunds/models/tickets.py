@@ -34,6 +34,19 @@ class TicketQuerySet(models.QuerySet):
         """Tickets paused on an interrupt that a person must answer."""
         return self.filter(status=Ticket.Status.AWAITING_REVIEW)
 
+    def review_pending(self, interrupt_id: str) -> TicketQuerySet:
+        """Tickets whose review `interrupt_id` still waits (a fork puts another in its place)."""
+        return self.awaiting().filter(pending_interrupt_id=interrupt_id)
+
+    def claimable_by(self, user, now) -> TicketQuerySet:
+        """Reviews `user` may take or answer: unclaimed, the claim lapsed, or their own."""
+        return self.filter(
+            Q(claimed_by__isnull=True)
+            | Q(claim_expires_at__isnull=True)
+            | Q(claim_expires_at__lte=now)
+            | Q(claimed_by=user)
+        )
+
     def waiting_on_customers(self) -> TicketQuerySet:
         """Tickets whose review asked the customer and waits on their reply."""
         return self.filter(status=Ticket.Status.AWAITING_CUSTOMER)

@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from refunds import audit, emails, enqueue, mail, outbox, permissions
-from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.nodes.asking import ask_key
 from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
 from refunds.services.errors import RefundError
+from refunds.services.timers import reminders_deliver
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
         with transaction.atomic():
             if _reminder_written(question, now):
                 reminded.append(question.ticket_id)
-    reminders_pending()
+    reminders_deliver(_reminders())
     return {"ended": ended, "reminded": reminded}
 
 
@@ -374,17 +374,6 @@ def _reminder_written(question: CustomerQuestion, now) -> bool:
         answer={"reminder": True, "question": question.text},
     )
     return True
-
-
-def reminders_pending() -> None:
-    """Deliver the customers' reminders not sent yet (this run's, or one's that died before it
-    sent them), each through the outbox's claim; a few tries each, then they wait for an admin."""
-    waiting = Email.objects.filter(_reminders(), attempts__lt=3).exclude(status=Email.Status.SENT)
-    for email_id in waiting.values_list("pk", flat=True):
-        try:
-            mail.resend(email_id)
-        except (MailRefused, MailRetryable, EffectBusy) as exc:
-            log.warning("reminder %s not delivered: %s", email_id, exc)
 
 
 # The customers' reminders in the outbox: no run sends them, so each is always free for the

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -28,12 +28,6 @@ from refunds.services.errors import NOTE_MAX, AlreadyDecided, ClaimTaken, Refund
 
 def _claim_window() -> timedelta:
     return timedelta(seconds=settings.REFUNDS_CLAIM_SECONDS)
-
-
-def _claimable(now):
-    return (
-        Q(claimed_by__isnull=True) | Q(claim_expires_at__isnull=True) | Q(claim_expires_at__lte=now)
-    )
 
 
 def _taken_message(ticket_id: int) -> str:
@@ -56,12 +50,9 @@ def review_claim(*, ticket: Ticket, by) -> Ticket:
     now = timezone.now()
     with transaction.atomic():
         won = (
-            Ticket.objects.filter(
-                pk=ticket.pk,
-                status=Ticket.Status.AWAITING_REVIEW,
-                pending_interrupt_id=ticket.pending_interrupt_id,
-            )
-            .filter(_claimable(now) | Q(claimed_by=by))
+            Ticket.objects.filter(pk=ticket.pk)
+            .review_pending(ticket.pending_interrupt_id)
+            .claimable_by(by, now)
             .update(claimed_by=by, claim_expires_at=now + _claim_window())
         )
         if won:
@@ -227,9 +218,7 @@ def ticket_ask(
 def _still_pending(ticket: Ticket, interrupt_id: str, reviewer) -> None:
     """The early checks on the caller's copy: answered already, moved on, not theirs to decide
     (the UPDATE in _record checks the row again, where the race is)."""
-    earlier = Decision.objects.filter(interrupt_id=interrupt_id).select_related("reviewer").first()
-    if earlier is not None:
-        raise AlreadyDecided(_already_decided_message(earlier))
+    _refuse_if_decided(interrupt_id)
     if (
         ticket.status != Ticket.Status.AWAITING_REVIEW
         or ticket.pending_interrupt_id != interrupt_id
@@ -266,12 +255,8 @@ def _record(
             # in its place) and that only the claimer decides while a claim is live; it locks
             # the row and gives the claim back, since the review is answered. Of two deciding
             # at once the UNIQUE interrupt id below still picks one.
-            pending = Ticket.objects.filter(
-                pk=ticket.pk,
-                status=Ticket.Status.AWAITING_REVIEW,
-                pending_interrupt_id=interrupt_id,
-            )
-            held = pending.filter(_claimable(now) | Q(claimed_by=reviewer)).update(
+            pending = Ticket.objects.filter(pk=ticket.pk).review_pending(interrupt_id)
+            held = pending.claimable_by(reviewer, now).update(
                 claimed_by=None, claim_expires_at=None
             )
             if not held:
@@ -280,13 +265,7 @@ def _record(
                         "This review is no longer pending; reload to see where the ticket is."
                     )
                 # Two at once: the other one's decision may be what took the claim.
-                earlier = (
-                    Decision.objects.filter(interrupt_id=interrupt_id)
-                    .select_related("reviewer")
-                    .first()
-                )
-                if earlier is not None:
-                    raise AlreadyDecided(_already_decided_message(earlier))
+                _refuse_if_decided(interrupt_id)
                 raise ClaimTaken(_taken_message(ticket.pk))
             decision = Decision.objects.create(
                 ticket=ticket,
@@ -314,8 +293,8 @@ def _record(
             # Woken just after the grace (a worker woken early finds nothing due yet).
             enqueue.advance_after_on_commit(ticket.pk, grace + 0.5 if decision.apply_after else 0)
     except IntegrityError:  # two reviewers at once: the UNIQUE interrupt id picks one
-        earlier = Decision.objects.select_related("reviewer").get(interrupt_id=interrupt_id)
-        raise AlreadyDecided(_already_decided_message(earlier)) from None
+        _refuse_if_decided(interrupt_id)
+        raise
     return decision
 
 
@@ -366,11 +345,8 @@ def ticket_escalate(*, ticket: Ticket, by, note: str = "") -> Ticket:
         raise RefundError(f"The note is too long (at most {NOTE_MAX} characters).")
     with transaction.atomic():
         won = (
-            Ticket.objects.filter(
-                pk=ticket.pk,
-                status=Ticket.Status.AWAITING_REVIEW,
-                pending_interrupt_id=ticket.pending_interrupt_id,
-            )
+            Ticket.objects.filter(pk=ticket.pk)
+            .review_pending(ticket.pending_interrupt_id)
             .exclude(escalated_for=F("pending_interrupt_id"))
             .update(
                 escalated_for=ticket.pending_interrupt_id,
@@ -441,7 +417,11 @@ def numbers_words(ticket: Ticket) -> str:
     return ", ".join(str(o["number"]) for o in lines) if lines else ticket.order.number
 
 
-def _already_decided_message(decision: Decision) -> str:
+def _refuse_if_decided(interrupt_id: str) -> None:
+    """AlreadyDecided, naming who answered the interrupt and when, if anyone has."""
+    decision = Decision.objects.filter(interrupt_id=interrupt_id).select_related("reviewer").first()
+    if decision is None:
+        return
     when = local_words(decision.decided_at)
     verbs = {
         "approve": "approved this refund",
@@ -450,4 +430,4 @@ def _already_decided_message(decision: Decision) -> str:
     }
     verb = verbs.get(str(decision.answer), "answered this review")
     who = decision.reviewer.username if decision.reviewer else "the customer"
-    return f"Already decided: {who} {verb} at {when}."
+    raise AlreadyDecided(f"Already decided: {who} {verb} at {when}.")

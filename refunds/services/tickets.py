@@ -25,7 +25,7 @@ from refunds.models import (
     order_number_read,
     same_customer,
 )
-from refunds.money import money_moved
+from refunds.money import money_moved, refundable_cents
 from refunds.services.errors import (
     NOTE_MAX,
     REASON_MAX,
@@ -250,7 +250,7 @@ def fork_balance_refusal(ticket: Ticket, amount_cents: int) -> str:
     """Why a fork may not ask for this amount (more than the order has left to refund); "" when
     it may. The fork page's preview and ticket_fork both ask it, so no preview offers what
     Apply would refuse."""
-    balance = max(ticket.order.shipping_fee_cents - ticket.order.refunded_cents(), 0)
+    balance = refundable_cents(ticket.order)
     if amount_cents > balance:
         return (
             f"Order {ticket.order.number} has {dollars(balance)} left to refund of its "

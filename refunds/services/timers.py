@@ -67,7 +67,7 @@ def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
         .order_by("review_since")
     )
     reminded = _remind_managers(due, now)
-    remind_pending()
+    reminders_deliver(_reminders())
     return {"escalated": escalated, "reminded": [t.pk for t in reminded]}
 
 
@@ -107,12 +107,10 @@ def _remind_managers(due: list[Ticket], now) -> list[Ticket]:
     return reminded
 
 
-def remind_pending() -> None:
+def reminders_deliver(owned: Q) -> None:
     """Deliver the reminders not sent yet (this run's, or a run's that died before it sent
     them), each through the outbox's claim; a few tries each, then they wait for an admin."""
-    waiting = Email.objects.filter(key__startswith=REMINDER_PREFIX, attempts__lt=3).exclude(
-        status=Email.Status.SENT
-    )
+    waiting = Email.objects.filter(owned, attempts__lt=3).exclude(status=Email.Status.SENT)
     for email_id in waiting.values_list("pk", flat=True):
         try:
             mail.resend(email_id)
