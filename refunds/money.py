@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Max
@@ -55,6 +56,7 @@ from refunds.payments.receipt import processor_status_of
 from refunds.statuses import PROCESSOR_GAVE_BACK, ProcessorStatus
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def pay(
@@ -198,11 +200,11 @@ def _read(
     to ours), "refused" or "new".
 
     On PostgreSQL the lock is its own statement (it reads the order row only), before the sums:
-    READ COMMITTED gives each
-    statement a snapshot of its own, so the read that follows sees what the ticket that held
-    the lock committed (its pending charge, a lease taken over). A read that waited for its own
-    FOR UPDATE would re-check the order row only, and sum the charges as they were before the
-    wait: two tickets racing for one order's last money would both be let through."""
+    READ COMMITTED gives each statement a snapshot of its own, so the read that follows sees what
+    the ticket that held the lock committed (its pending charge, a lease taken over). A read
+    that waited for its own FOR UPDATE would re-check the order row only, and sum the charges as
+    they were before the wait: two tickets racing for one order's last money would both be let
+    through."""
     order = Order.objects.select_for_update().filter(pk=order_id).first()
     current_epoch = (
         Ticket.objects.filter(pk=ticket_id, links__order_id=order_id)
@@ -274,45 +276,39 @@ def _balance_to_check(key: str) -> bool:
 
 def outside_refunds_look_up(gateway: Gateway, order_id: int) -> int:
     """List the processor's refunds of the order's payment and record those the desk did not
-    make (outside_refunds_record); returns how many were new. A network call, so made with no
-    transaction open and no row locked; the ledger's locked read (_read) sums what is recorded.
+    make (outside_refunds_record); returns how many were new. The ledger's locked read (_read)
+    sums what is recorded, so a refund recorded by another process meanwhile counts too.
 
     What is left: a refund made at the processor after this listing and before the desk's own
     refund is created (seconds apart) is not counted by this charge; both go through (the
     processor itself never refunds past what it captured). `manage.py reconcile`, run daily by
     beat, lists the payment again, records it and reports the order if it was refunded past what
-    was paid. A refund recorded by another process meanwhile (another ticket's lookup,
-    reconcile) is counted: the locked read sums the table, not this listing."""
-    reference = (
-        Order.objects.filter(pk=order_id).values_list("payment_reference", flat=True).first()
-    ) or ""
-    if not reference.strip():
-        return 0  # no payment the processor could name: no refund of it to see there
-    try:
-        listed = gateway.payment_refunds(reference)
-    except GatewayOutcomeUnknown as exc:  # a read moves no money: read again later
-        raise RetryableGatewayError(
-            f"the refunds of payment {reference} could not be read at the processor: {exc}"
-        ) from exc
-    return outside_refunds_record(order_id, listed)
+    was paid."""
+    return outside_refunds_record(order_id, _listed(gateway.payment_refunds, order_id, "refunds"))
 
 
 def disputes_look_up(gateway: Gateway, order_id: int) -> list[ProcessorDispute]:
     """List the processor's disputes of the order's payment, record them (disputes_record) and
-    return those still open. A network call, made with no transaction open."""
+    return those still open."""
+    listed = _listed(gateway.payment_disputes, order_id, "disputes")
+    disputes_record(order_id, listed)
+    return [dispute for dispute in listed if dispute.open]
+
+
+def _listed(read: Callable[[str], Sequence[T]], order_id: int, what: str) -> Sequence[T]:
+    """What the processor lists of the order's payment ([] when it names none). A network call,
+    so made with no transaction open and no row locked."""
     reference = (
         Order.objects.filter(pk=order_id).values_list("payment_reference", flat=True).first()
     ) or ""
     if not reference.strip():
         return []
     try:
-        listed = gateway.payment_disputes(reference)
+        return read(reference)
     except GatewayOutcomeUnknown as exc:  # a read moves no money: read again later
         raise RetryableGatewayError(
-            f"the disputes of payment {reference} could not be read at the processor: {exc}"
+            f"the {what} of payment {reference} could not be read at the processor: {exc}"
         ) from exc
-    disputes_record(order_id, listed)
-    return [dispute for dispute in listed if dispute.open]
 
 
 def disputes_record(order_id: int, listed: Sequence[ProcessorDispute]) -> int:
