@@ -23,21 +23,13 @@ from refunds.payments.records import ProcessorDispute, ProcessorRefund
 
 if TYPE_CHECKING:
     from stripe import StripeClient
-    from stripe.params import DisputeListParams, RefundCreateParams, RefundListParams
+    from stripe.params import RefundCreateParams
 
 
-def _of_payment(kind: str, payment: str) -> RefundListParams:
-    """List parameters for the refunds of one PaymentIntent or Charge."""
-    if kind == "payment_intent":
-        return {"limit": 100, "payment_intent": payment}
-    return {"limit": 100, "charge": payment}
-
-
-def _disputes_of_payment(kind: str, payment: str) -> DisputeListParams:
-    """List parameters for the disputes of one PaymentIntent or Charge."""
-    if kind == "payment_intent":
-        return {"limit": 100, "payment_intent": payment}
-    return {"limit": 100, "charge": payment}
+def _of_payment(reference: str) -> Any:
+    """List parameters for the refunds or the disputes of one PaymentIntent or Charge."""
+    kind, payment = _stripe_payment(reference)
+    return {"limit": 100, kind: payment}
 
 
 class StripeGateway:
@@ -105,11 +97,11 @@ class StripeGateway:
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> Receipt | None:
         try:
-            kind, payment = _stripe_payment(payment_reference)
+            params = _of_payment(payment_reference)
         except PermanentGatewayError:
             return None  # charge() refuses such a reference before it sends anything
         with _stripe_errors("the lookup"):
-            refunds = self._stripe().v1.refunds.list(params=_of_payment(kind, payment))
+            refunds = self._stripe().v1.refunds.list(params=params)
             for refund in refunds.auto_paging_iter():
                 metadata = refund.metadata.to_dict() if refund.metadata else {}
                 if metadata.get(self.METADATA_KEY) == idempotency_key:
@@ -124,9 +116,9 @@ class StripeGateway:
 
     def refunds_of(self, payment_reference: str) -> list[dict[str, Any]]:
         """Every refund of a payment (a PaymentIntent or a Charge) as Stripe holds it now."""
-        kind, payment = _stripe_payment(payment_reference)
+        params = _of_payment(payment_reference)
         with _stripe_errors("reading the refunds"):
-            listed = self._stripe().v1.refunds.list(params=_of_payment(kind, payment))
+            listed = self._stripe().v1.refunds.list(params=params)
             return [refund.to_dict() for refund in listed.auto_paging_iter()]
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
@@ -140,9 +132,9 @@ class StripeGateway:
 
     def disputes_of(self, payment_reference: str) -> list[dict[str, Any]]:
         """Every dispute of a payment (a PaymentIntent or a Charge) as Stripe holds it now."""
-        kind, payment = _stripe_payment(payment_reference)
+        params = _of_payment(payment_reference)
         with _stripe_errors("reading the disputes"):
-            listed = self._stripe().v1.disputes.list(params=_disputes_of_payment(kind, payment))
+            listed = self._stripe().v1.disputes.list(params=params)
             return [dispute.to_dict() for dispute in listed.auto_paging_iter()]
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
