@@ -1,47 +1,12 @@
 """State shapes across flow versions. No Django imports.
 
-Every thread is stamped with the flow version it started under (`flow_version` in its state and
-on its Ticket row). When a release changes the state's shape, it bumps FLOW_VERSION and adds
-UPGRADES[old]: a function from a state of version `old` to the update that makes it version
-`old + 1`. `manage.py upgrade_threads` carries every open thread across, through the runner
-(`advance(carry=True)`), which sends that update with the thread's next command: with the resume
-of an answer recorded, `Command(resume={interrupt_id: answer}, update=...)`; a review still
-waiting, `Command(update=...)`, so `approve` asks again on the new shape under the same interrupt
-id; a thread with work left, `Command(update=..., goto=...)`. LangGraph applies it before the
-node runs, and no extra checkpoint or branch is made. The runner runs no other thread of an
-older version.
-
-History:
-- 1: the first shape.
-- 2: optional `tracking` (the carrier's lookup) and `history.recent` (refunds in the last 30
-  days). Nothing reads them from a state that lacks them, so a version 1 state needs only its
-  stamp; a reviewer's card shows no 30-day count for it.
-- 3: `reason` (why the customer asks; the policy routes by it) and `reading` (what the intake
-  read from their message). A thread paused before them was opened by order number for a late
-  delivery: it carries on as one, with no reading.
-- 4: `order_numbers` (a ticket covers one or more orders), `checks` and `charges` (the fan-outs'
-  per-order results). A thread from before covers its one order: it gets `order_numbers`.
-- 5: one path for one order or several; the one-order nodes (lookup, fraud_check, history_check,
-  carrier_tracking, check_policy, charge_card) are gone. A one-order thread of version 4 gets the
-  per-order `checks` its own checks found, its review's answer, its charge's receipt, and the key
-  its charge was made with (`carried_key`, honoured for that amount, so a thread paused after or
-  during its charge never charges again). One that was to run a node that is gone goes on where
-  that node's work is done now (`resume_at`): its checks (pure reads) on the one path, or the
-  charge of its order under that key.
-- 6: a refund is a set of parts of an order (`Part`: units of a line, or the shipping fee). The
-  order's facts gain `lines` and `shipping_refunded_cents`, each check the policy's proposal
-  (`parts`, `parts_why`), an approval and a charge task their `parts`, a check task the
-  customer's `words`. A thread of version 5 gets the shipping fee for its amount as each
-  check's proposal and each approval's parts (so a review approved under version 5 ends as it
-  would have, under the same charge key); facts without lines read as an order without lines.
-- 7: a review may ask the customer: `asking` (the question being sent or waited on) and
-  `replies` (the questions answered, with the customer's words). A thread of version 6 never
-  asked: it needs only its stamp (every reader takes a missing `asking` as none and missing
-  `replies` as none), and its paused review may be answered "ask" once carried over.
-  Later, without a new shape (no bump): a wait that ends without a reply may close the ticket
-  (`close_no_reply`, then the interrupt `await_reopen`); `await_reply` routes by Command instead
-  of its edge to `approve`. No key was added, and a thread paused at `await_reply` resumes the
-  same node, so a paused version 7 thread needs nothing (tests/test_ask_customer.py).
+Every thread is stamped with the flow version it started under. A release that changes the
+state's shape bumps FLOW_VERSION and adds UPGRADES[old]: the update that makes a state of version
+`old` one of `old + 1`. `manage.py upgrade_threads` carries every open thread across through the
+runner (`advance(carry=True)`), with the thread's next command (a resume, a review asked again
+under the same interrupt id, or a `goto`), so no extra checkpoint is made; the runner runs no
+other thread of an older version. What each version added, and why a paused thread of the
+version before needs only what its upgrade gives it, is in the upgrade's comment.
 """
 
 from __future__ import annotations
@@ -60,19 +25,27 @@ from refunds.policy import LATE_DELIVERY
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def _stamp(values: dict[str, Any]) -> dict[str, Any]:  # the new keys read as absent
+def _stamp(values: dict[str, Any]) -> dict[str, Any]:
+    # 2 (`tracking`, `history.recent`) and 7 (`asking`, `replies`: a review may ask the
+    # customer): every reader takes a missing key as none, so the stamp is all they need.
     return {}
 
 
 def _to_3(values: dict[str, Any]) -> dict[str, Any]:
+    # `reason` and `reading`: a thread from before was opened by order number for a late delivery.
     return {"reason": LATE_DELIVERY, "reading": None}
 
 
 def _to_4(values: dict[str, Any]) -> dict[str, Any]:
+    # `order_numbers`, `checks`, `charges`: a thread from before covers its one order.
     return {"order_numbers": [values["order_number"]]} if values.get("order_number") else {}
 
 
 def _to_5(old: dict[str, Any]) -> dict[str, Any]:
+    # One path for one order or several: a one-order thread gets the per-order check its own
+    # checks found, its answer, its receipt, and the key its charge was made with (`carried_key`,
+    # honoured for that amount, so a thread paused during or after its charge never charges
+    # again); one that was to run a node now gone goes on by resume_at.
     values = cast(RefundState, old)
     numbers = values.get("order_numbers") or []
     if len(numbers) != 1 or values.get("checks") or "late_by_days" not in values:

@@ -1,28 +1,10 @@
-"""`manage.py reconcile` and its daily task: the ledger beside the processor, order by order. It
-moves no money.
-
-For each order charged since a date, or with a ticket opened since, that names a payment, it
-lists the payment's refunds at the processor and
-- records those the desk did not make (OutsideRefund, as the ledger's pre-charge lookup does), so
-  a refund made in Stripe's dashboard after the desk's last lookup is counted from now on;
-- re-reads the desk's own refunds' statuses onto their ledger rows (forward only: the same
-  record as Stripe's events, refunds/services/stripe_events.py), so a failure whose event was
-  lost still gives its money back and sends its ticket to a manager;
-- records the payment's disputes (PaymentDispute, as the pre-charge lookup does) and lists those
-  still open: not a mismatch, but a refund of such a payment may pay the customer twice;
-- says what does not match: a refund with the desk's key the ledger lacks, a ledger refund the
-  processor lacks, a second refund under one key, amounts that differ, a refund the ledger
-  calls refused, or failed while the processor holds it; and any order refunded past what was
-  paid, which the pre-charge check cannot fully prevent (a dashboard refund made between its
-  lookup and the desk's own refund).
-
-Each run saves its report (ReconcileRun, shown at /ops/reconcile/) and, when it found a problem,
-emails the admins (settings.ADMINS). Against the demo gateway there is nothing to reconcile (it
-holds the desk's own refunds and nothing made elsewhere): the run says so and saves nothing, and
-when the ledger holds refunds the demo never made (the web refunds through Stripe, the command
-was run without its variables) it says that too, as an error, rather than saving every one of
-them as missing at the processor.
-"""
+"""`manage.py reconcile` and its daily task: the ledger beside the processor, order by order,
+for the orders charged or ticketed since a date. It moves no money. It records the refunds and
+disputes made outside the desk (as the pre-charge lookup does) and the processor's statuses of
+the desk's own (as Stripe's events do: a lost event's failure still gives its money back), and
+says what does not match, including an order refunded past what was paid, which the pre-charge
+check cannot fully prevent (a dashboard refund between its lookup and the desk's refund).
+Each run saves its report (ReconcileRun, /ops/reconcile/) and emails the admins a problem."""
 
 from __future__ import annotations
 
