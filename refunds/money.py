@@ -458,9 +458,10 @@ def _record_processor_status(row: _Row, receipt: str) -> None:
 
 
 def money_moved(ticket: Ticket | int) -> Charge | None:
-    """The ticket's charge whose money moved, or may have; None when none did."""
+    """The ticket's charge whose money moved, or may have (it holds the balance); None when none
+    did."""
     ticket_id = ticket if isinstance(ticket, int) else ticket.pk
-    return Charge.objects.filter(ticket_id=ticket_id).money_moved().order_by("id").first()
+    return Charge.objects.filter(ticket_id=ticket_id).holding_balance().order_by("id").first()
 
 
 def refundable_cents(order: Order) -> int:

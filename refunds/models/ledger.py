@@ -44,10 +44,6 @@ class ChargeQuerySet(models.QuerySet):
         )
         return {line or 0: (units, cents) for line, units, cents in rows}
 
-    def money_moved(self) -> ChargeQuerySet:
-        """Charges whose money moved, or may have (an outcome not yet known)."""
-        return self.holding_balance()
-
     def on_its_way(self) -> ChargeQuerySet:
         """Refunds the processor accepted and has not finished: not at the customer's bank yet."""
         return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=PROCESSOR_ON_ITS_WAY)

@@ -16,12 +16,7 @@ from core.clock import local_words
 from refunds import audit, enqueue, permissions, policy
 from refunds.flow import answers as flow_answers
 from refunds.flow.state import ReviewOrder
-from refunds.models import (
-    AuditEvent,
-    CannedReason,
-    Decision,
-    Ticket,
-)
+from refunds.models import AuditEvent, CannedReason, Decision, Ticket
 from refunds.services.asking import QUESTION_MAX, asking_record, question_words
 from refunds.services.errors import NOTE_MAX, AlreadyDecided, ClaimTaken, RefundError
 

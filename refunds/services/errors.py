@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from refunds.models import (
-    Ticket,
-)
+from refunds.models import Ticket
 
 NOTE_MAX = 2000
-
-
 REASON_MAX = 1000
 
 

@@ -22,7 +22,7 @@ from core.network import outside_transaction
 from refunds import metrics, money
 from refunds.flow.errors import DISPUTED, GatewayError
 from refunds.flow.words import dollars
-from refunds.models import Charge, Order, OrderLine, ReconcileRun
+from refunds.models import Charge, Order, ReconcileRun
 from refunds.payments import Gateway, ProcessorDispute, ProcessorRefund, get_gateway
 from refunds.payments.demo import DemoGateway, DemoProcessorRefund
 from refunds.payments.stripe import StripeGateway
@@ -306,10 +306,7 @@ def _past_what_was_paid(
     if order.paid_cents is not None:
         limit, of = order.paid_cents, f"the {dollars(order.paid_cents)} the customer paid"
     else:
-        lines = OrderLine.objects.filter(order=order).values_list(
-            "unit_price_cents", "quantity", "tax_cents"
-        )
-        limit = order.shipping_fee_cents + sum(u * q + t for u, q, t in lines)
+        limit = order.shipping_fee_cents + sum(line.amount_cents for line in order.lines.all())
         of = f"the {dollars(limit)} the desk may refund of it (the shop sent no amount paid)"
     total = desk_cents + outside_cents
     if total > limit:

@@ -16,13 +16,7 @@ from django.utils import timezone
 from refunds import audit, mail, outbox
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.words import dollars
-from refunds.models import (
-    ROLE_GROUPS,
-    AuditEvent,
-    Email,
-    Role,
-    Ticket,
-)
+from refunds.models import ROLE_GROUPS, AuditEvent, Email, Role, Ticket
 
 log = logging.getLogger(__name__)
 
