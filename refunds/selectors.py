@@ -85,10 +85,8 @@ REFUND_STATES = ("on_its_way", "refunded", "failed")
 
 
 def refund_progress(ticket: Ticket) -> RefundProgress | None:
-    """Where a refunded ticket's money is, in the desk's words; None unless it is refunded. The
-    one place these words come from: the ticket page, the tickets list, the queue, the API's
-    `refund_state` and the webhooks out all ask here. Reads the ticket's charges (prefetched
-    ones when the caller prefetched them)."""
+    """Where a refunded ticket's money is, in the desk's words (every page, the API and the
+    webhooks ask here); None unless it is refunded."""
     if ticket.status != Ticket.Status.REFUNDED:
         return None
     return _progress(ticket.charges.all())
@@ -115,9 +113,7 @@ def charge_progress(charge: Charge) -> RefundProgress:
 
 def _progress(charges: Iterable[Charge]) -> RefundProgress:
     """ "Refunded" is the processor's word: said at `succeeded`, or when it never said (a gateway
-    that reports no status, a refund from before the desk recorded them). While the processor
-    has not finished, the refund is started and on its way; a failure is said in the desk's
-    words, with what it means for the money."""
+    that reports no status). While the processor has not finished, the refund is on its way."""
     paid = [c for c in charges if c.status == Charge.Status.SUCCEEDED]
     gave_back = [c for c in paid if c.processor_status in PROCESSOR_GAVE_BACK]
     standing = [c for c in paid if c.processor_status not in PROCESSOR_GAVE_BACK]
@@ -359,7 +355,7 @@ def disputes_words(order_ids: Iterable[int]) -> list[tuple[PaymentDispute, str]]
 
 
 def line_titles(line_ids: Iterable[int]) -> dict[int, str]:
-    """The title of each order line, by its id: what a refund's parts name."""
+    """The title of each order line, by its id."""
     return dict(OrderLine.objects.filter(pk__in=list(line_ids)).values_list("pk", "title"))
 
 

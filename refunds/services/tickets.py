@@ -50,15 +50,11 @@ def ticket_open(
     reading: dict | None = None,
 ) -> Ticket:
     """Open a ticket for one order (`order_number`) or several of one customer's
-    (`order_numbers`, the first becomes Ticket.order). `opened_by` is its opener, whom
-    four-eyes keeps from deciding it: who typed its orders, or who brought the customer's
-    message in; None when no person did (the mail provider's message, tools). `actor` is who
-    opens it now, named on its audit entry, when that is not the opener: a colleague sorting a
-    message, None for the intake. An actor must be in a desk group
-    (refunds.permissions.open_refusal); a message's opener was checked at the door.
-    `reason` is why the customer asks (refunds.policy.REASONS); `reading`, what the intake's
-    reader found in their message. An order that has an open ticket raises TicketAlreadyOpen
-    with that ticket; nothing is opened then."""
+    (`order_numbers`, the first becomes Ticket.order). `opened_by` is whom four-eyes keeps from
+    deciding it (who typed its orders or brought the customer's message in; None when no person
+    did); `actor`, who opens it now when that is not the opener (a colleague sorting a message,
+    None for the intake), must be in a desk group. `reason`: refunds.policy.REASONS; `reading`:
+    what the intake's reader found. An order with an open ticket raises TicketAlreadyOpen."""
     if actor is OPENER:
         actor = opened_by
     if actor is not None:
@@ -241,22 +237,7 @@ def ticket_retry(*, ticket: Ticket, by=None) -> bool:
 
 
 FORKABLE = (Ticket.Status.AWAITING_REVIEW, Ticket.Status.REJECTED, Ticket.Status.FAILED)
-
-
 FORK_MAX_CENTS = 1_000_000
-
-
-def fork_balance_refusal(ticket: Ticket, amount_cents: int) -> str:
-    """Why a fork may not ask for this amount (more than the order has left to refund); "" when
-    it may. The fork page's preview and ticket_fork both ask it, so no preview offers what
-    Apply would refuse."""
-    balance = refundable_cents(ticket.order)
-    if amount_cents > balance:
-        return (
-            f"Order {ticket.order.number} has {dollars(balance)} left to refund of its "
-            f"{dollars(ticket.order.shipping_fee_cents)} shipping fee; a fork cannot ask for more."
-        )
-    return ""
 
 
 def ticket_fork(
@@ -333,9 +314,12 @@ def fork_checked(ticket: Ticket, amount_cents: int, reason: str) -> None:
             f"Money already moved for this ticket (receipt {charge.receipt}); "
             "a fork cannot undo a charge."
         )
-    over = fork_balance_refusal(ticket, amount_cents)
-    if over:
-        raise RefundError(over)
+    balance = refundable_cents(ticket.order)
+    if amount_cents > balance:
+        raise RefundError(
+            f"Order {ticket.order.number} has {dollars(balance)} left to refund of its "
+            f"{dollars(ticket.order.shipping_fee_cents)} shipping fee; a fork cannot ask for more."
+        )
     if ticket.links.count() > 1:
         raise RefundError(
             "A ticket of several orders cannot be forked; a reviewer lowers any order's amount "

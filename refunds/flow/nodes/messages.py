@@ -260,24 +260,6 @@ def order_facts(state: RefundState) -> dict:
         else:
             why = answer.get("reason") or state.get("outcome_reason") or ""
             not_refunded.append({"number": number, "why_not": why})
-    if not ordered_checks(state):  # a thread from before per-order checks: its one order
-        number = state["order"]["number"]
-        if state.get("receipt"):
-            paid = state["amount_cents"]
-            refunded.append(
-                {
-                    "number": number,
-                    "asked_cents": paid,
-                    "paid_cents": paid,
-                    "receipt": state["receipt"],
-                    "part": False,
-                    "why_part": "",
-                    "given": [],
-                }
-            )
-        else:
-            not_refunded.append({"number": number, "why_not": state.get("outcome_reason", "")})
-        asked_in_all = state["amount_cents"] if state.get("receipt") else 0
     return {
         "orders": list(state.get("order_numbers") or [state["order"]["number"]]),
         "refunded": refunded,
