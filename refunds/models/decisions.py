@@ -77,15 +77,6 @@ class Decision(models.Model):
         left = (self.apply_after - timezone.now()).total_seconds()
         return max(math.ceil(left), 0)
 
-    def as_resume_value(self) -> dict:
-        return resume_value(
-            self.answer,
-            self.reason,
-            self.reviewer.username if self.reviewer else "",
-            self.orders,
-            sent_back=self.sent_back,
-        )
-
 
 def resume_value(
     answer: str,

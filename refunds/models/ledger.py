@@ -175,12 +175,6 @@ class OutsideRefund(models.Model):
         return f"{self.processor_id}: {dollars(self.amount_cents)} outside the desk"
 
 
-class PaymentDisputeQuerySet(models.QuerySet):
-    def still_open(self) -> PaymentDisputeQuerySet:
-        """Disputes the processor said last were open (payments.records.DISPUTE_OPEN)."""
-        return self.filter(status__in=DISPUTE_OPEN)
-
-
 class PaymentDispute(models.Model):
     """A dispute of an order's payment (the customer asked their card's bank for the money), as
     the processor said last: recorded by the ledger's lookup before a charge and by Stripe's
@@ -195,8 +189,6 @@ class PaymentDispute(models.Model):
     opened_at = models.DateTimeField(null=True, blank=True)  # as the processor says
     recorded_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-
-    objects = PaymentDisputeQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.processor_id}: {self.status}"
