@@ -21,16 +21,13 @@ def record(
 ) -> AuditEvent:
     """`amount_cents` is the ticket's amount as this action leaves it (paid, forked to); left
     out, the ticket's amount as it stands (the caller's copy, else the row)."""
-    if isinstance(ticket, int):
-        ticket_id = ticket
-        if amount_cents is None:
-            amount_cents = (
-                Ticket.objects.filter(pk=ticket).values_list("amount_cents", flat=True).first()
-            )
-    else:
-        ticket_id = ticket.pk
-        if amount_cents is None:
-            amount_cents = ticket.amount_cents
+    ticket_id = ticket if isinstance(ticket, int) else ticket.pk
+    if amount_cents is None:
+        amount_cents = (
+            Ticket.objects.filter(pk=ticket).values_list("amount_cents", flat=True).first()
+            if isinstance(ticket, int)
+            else ticket.amount_cents
+        )
     return AuditEvent.objects.create(
         ticket_id=ticket_id,
         actor=actor if actor is not None and actor.is_authenticated else None,

@@ -255,18 +255,15 @@ def audit_events(
     *, action: str = "", actor: str = "", ticket: int | None = None, since=None, until=None
 ):
     """The audit trail, newest first, filtered as the audit page asks."""
+    filters = {
+        "action": action,
+        "actor__username": actor,
+        "ticket_id": ticket,
+        "at__date__gte": since,
+        "at__date__lte": until,
+    }
     events = AuditEvent.objects.select_related("actor", "ticket__order").order_by("-at", "-id")
-    if action:
-        events = events.filter(action=action)
-    if actor:
-        events = events.filter(actor__username=actor)
-    if ticket:
-        events = events.filter(ticket_id=ticket)
-    if since:
-        events = events.filter(at__date__gte=since)
-    if until:
-        events = events.filter(at__date__lte=until)
-    return events
+    return events.filter(**{k: v for k, v in filters.items() if v})
 
 
 @dataclass(frozen=True)
