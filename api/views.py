@@ -3,6 +3,7 @@ read tickets. Who may read what is refunds.permissions.visible(), as on the page
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -177,23 +178,24 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
     return Response(ticket_ref(ticket, request), status=201)
 
 
+LOOKUPS = {
+    "status": "status",
+    "order_number": "links__order__number",
+    "required_role": "required_role",
+    "created_after": "created_at__gte",
+    "created_before": "created_at__lt",
+}
+
+
 def _list(request: Request) -> Response:
     # A plain dict: DRF reads an empty value in a QueryDict as not given, so "?required_role="
     # listed every ticket; a filter given empty is refused, as the schema's enum says.
     query = TicketFilter.model_validate(request.query_params.dict())
     wanted = query.model_dump(include=query.model_fields_set)
     found = permissions.visible(request.user).order_by("-id")
-    if "status" in wanted:
-        found = found.filter(status=wanted["status"])
+    found = found.filter(**{LOOKUPS[name]: value for name, value in wanted.items()})
     if "order_number" in wanted:
-        # Any order the ticket covers, not only its first.
-        found = found.filter(links__order__number=wanted["order_number"]).distinct()
-    if "required_role" in wanted:
-        found = found.filter(required_role=wanted["required_role"])
-    if "created_after" in wanted:
-        found = found.filter(created_at__gte=wanted["created_after"])
-    if "created_before" in wanted:
-        found = found.filter(created_at__lt=wanted["created_before"])
+        found = found.distinct()  # any order the ticket covers, not only its first
     pages = TicketPages()
     page = pages.paginate_queryset(_with_details(found), request)
     return pages.get_paginated_response([ticket_out(ticket) for ticket in page or []])
@@ -287,16 +289,7 @@ def _push(request: Request) -> Response:
         raise ParseError("The body is not valid JSON: it is empty.")
     sent = enumerate(OrdersPush.model_validate(request.data).orders, start=1)
     outcomes = orders.orders_upsert(orders.order_read(line, raw) for line, raw in sent)
-    results = [
-        {
-            "line": o.line,
-            "order_number": o.order_number,
-            "result": o.result,
-            "reason": o.reason,
-            "field": o.field,
-        }
-        for o in outcomes
-    ]
+    results = [dataclasses.asdict(o) for o in outcomes]
     return Response({**orders.counts(outcomes), "results": results}, status=200)
 
 
