@@ -213,23 +213,22 @@ def review_row(context, ticket, may_decide: bool = True) -> SafeString:
     return mark_safe(html.replace(rows.CSRF_MARK, conditional_escape(token)))  # noqa: S308
 
 
+def _proposed(order: dict, line_id: int) -> dict:
+    return next((p for p in order.get("parts") or [] if p.get("line") == line_id), {})
+
+
 @register.filter
 def proposed_units(order: dict, line_id: int) -> int:
     """How many of a line the review's proposal refunds (0: not ticked)."""
-    for part in order.get("parts") or []:
-        if part.get("line") == line_id:
-            return int(part.get("quantity") or 0)
-    return 0
+    return int(_proposed(order, line_id).get("quantity") or 0)
 
 
 @register.filter
 def proposed_pay(order: dict, line_id: int) -> str:
     """What the review's proposal pays for a line's units, as an empty Pay input pays it
     ("full price" for a line it does not propose: reviews.forms.parts_answers)."""
-    for part in order.get("parts") or []:
-        if part.get("line") == line_id:
-            return words.dollars(part["amount_cents"])
-    return "full price"
+    part = _proposed(order, line_id)
+    return words.dollars(part["amount_cents"]) if part else "full price"
 
 
 @register.filter

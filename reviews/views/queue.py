@@ -22,7 +22,7 @@ from django_htmx.http import (
 )
 
 from refunds import permissions, policy, selectors, services
-from refunds.models import CannedReason, Decision, Ticket, user_roles
+from refunds.models import Decision, Ticket, user_roles
 from reviews import forms, paging
 from reviews.views.common import (
     COUNT_CAP,
@@ -71,11 +71,12 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         and not permissions.is_agent(request.user),
         "version": version.digest,
         "roles": sorted(user_roles(request.user)),
-        "scope": _queue_scope(request.user),
-        "canned": list(CannedReason.objects.rejecting()),
-        "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
-        "now": timezone.now(),
-    }
+        "scope": policy.scope_sentence(
+            agent=permissions.is_agent(request.user),
+            manager=permissions.is_manager(request.user),
+            admin=permissions.is_admin(request.user),
+        ),
+    } | row_extras()
 
 
 # How long the line that replaced a decided review stays in its place: through a poll or two, so
@@ -200,14 +201,6 @@ def queue_version(request: HtmxHttpRequest) -> QueueVersion:
     parts.extend(sorted((d.pk, d.ticket_id, d.refused_reason) for d in decided))
     digest = hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
     return QueueVersion(digest, total, number, pages, tuple(pks), decided)
-
-
-def _queue_scope(user) -> str:
-    return policy.scope_sentence(
-        agent=permissions.is_agent(user),
-        manager=permissions.is_manager(user),
-        admin=permissions.is_admin(user),
-    )
 
 
 @require_GET
