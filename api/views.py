@@ -34,7 +34,7 @@ from api.answers import (
     ticket_ref,
 )
 from api.bodies import ORDERS_MAX, DecisionIn, MessageIn, OrdersPush, TicketFilter, TicketOpen
-from api.errors import Conflict, ShopUnavailable, Unprocessable, body
+from api.errors import ShopUnavailable, Unprocessable, body
 from core.clock import local_words
 from intake import services as intake
 from intake.models import Message
@@ -105,7 +105,7 @@ def tickets(request: Request) -> Response:
     if not request.headers.get("Idempotency-Key", "").strip():
         return _open(request)
     _order_from_the_shop(request)  # before the idempotent transaction: no network wait in one
-    return _with_idempotency_key(request, lambda: _open(request, raise_conflict=False))
+    return _with_idempotency_key(request, lambda: _open(request))
 
 
 def _with_idempotency_key(request: Request, respond: Callable[[], Response]) -> Response:
@@ -154,7 +154,7 @@ def _order_from_the_shop(request: Request) -> None:
             raise Unprocessable(f"There is no order {number.strip()}.")
 
 
-def _open(request: Request, *, raise_conflict: bool = True) -> Response:
+def _open(request: Request) -> Response:
     if not request.body:
         raise ParseError("The body is not valid JSON: it is empty.")
     given = TicketOpen.model_validate(request.data)
@@ -162,10 +162,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         ticket = services.ticket_open(
             opened_by=request.user, **given.model_dump(exclude_unset=True, exclude_none=True)
         )
-    except services.TicketAlreadyOpen as exc:
+    except services.TicketAlreadyOpen as exc:  # answered, not raised: an Idempotency-Key keeps it
         ref = ticket_ref(exc.ticket, request)
-        if raise_conflict:
-            raise Conflict(str(exc), ticket=ref, order_number=exc.number) from None
         return Response(body(409, str(exc), ticket=ref, order_number=exc.number), status=409)
     except services.ShopUnavailable as exc:
         raise ShopUnavailable(str(exc)) from None
