@@ -13,6 +13,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from pydantic import ValidationError as BodyRefused
 from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.exceptions import NotFound, ParseError
@@ -33,7 +34,7 @@ from api.answers import (
     ticket_out,
     ticket_ref,
 )
-from api.bodies import ORDERS_MAX, DecisionIn, MessageIn, OrdersPush, TicketFilter, TicketOpen
+from api.bodies import DecisionIn, MessageIn, OrdersPush, TicketFilter, TicketOpen
 from api.errors import ShopUnavailable, Unprocessable, body
 from core.clock import local_words
 from intake import services as intake
@@ -138,20 +139,17 @@ def _order_from_the_shop(request: Request) -> None:
     """An order the desk lacks, asked of the shop (REFUNDS_ORDER_SOURCE) and stored."""
     if not order_source.configured():
         return  # nothing to ask: the desk's own orders are read inside the transaction
-    data = request.data if isinstance(request.data, dict) else {}
-    asked = data.get("order_numbers")
-    numbers = asked if isinstance(asked, list) else [data.get("order_number")]
-    if len(numbers) > ORDERS_MAX:
-        return  # the form below says so
-    for number in numbers:
-        if not isinstance(number, str) or not number.strip() or len(number) > 32:
-            continue  # the form below says what is wrong
+    try:
+        given = TicketOpen.model_validate(request.data)
+    except BodyRefused:
+        return  # _open says what is wrong with the body
+    for number in given.order_numbers or [given.order_number]:
         try:
-            found = services.order_find(order_number=number.strip())
+            found = services.order_find(order_number=number)
         except services.ShopUnavailable as exc:
             raise ShopUnavailable(str(exc)) from None
         if found is None:  # said here: inside the transaction the shop is not asked again
-            raise Unprocessable(f"There is no order {number.strip()}.")
+            raise Unprocessable(f"There is no order {number}.")
 
 
 def _open(request: Request) -> Response:
