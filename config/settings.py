@@ -243,8 +243,6 @@ LANGUAGES = [
 ]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env.str("TIME_ZONE", "UTC")
-USE_I18N = True
-USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -442,9 +440,6 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool child puts its task ba
 CELERY_TASK_RETRY_ON_WORKER_LOST = True  # ... counted as a retry, so a poison task stops
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds one unacked task, not a batch
 CELERY_WORKER_LOST_WAIT = 2.0  # notice a dead pool child in 2 s instead of 10
-CELERY_TASK_SERIALIZER = "json"
-CELERY_RESULT_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Mail the console backend prints is for the person at the terminal: printed as it is, not made
@@ -605,7 +600,6 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "STRICT_JSON": True,
 }
 SPECTACULAR_SETTINGS = {
