@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from pydantic import ValidationError as BodyRefused
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from api import limits
@@ -61,16 +61,6 @@ def body(status_code: int, message: str, code: str = "", **extra: Any) -> dict[s
 
 def error(status_code: int, message: str, code: str = "", **extra: Any) -> JsonResponse:
     return JsonResponse(body(status_code, message, code, **extra), status=status_code)
-
-
-class Conflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-
-    def __init__(self, message: str, ticket: dict, order_number: str = ""):
-        super().__init__(message)
-        self.ticket = ticket
-        self.order_number = order_number  # the order asked for that the open ticket covers
 
 
 class Unprocessable(exceptions.APIException):
@@ -163,10 +153,6 @@ def exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
         message = str(getattr(exc, "detail", "") or exc)
         if isinstance(exc, exceptions.ParseError):
             code = "parse_error"
-        elif isinstance(exc, Conflict):
-            extra["ticket"] = exc.ticket
-            if exc.order_number:
-                extra["order_number"] = exc.order_number
         elif isinstance(exc, ShopUnavailable):
             code = ShopUnavailable.default_code
             response["Retry-After"] = str(ORDER_SOURCE_RETRY_AFTER)

@@ -3,6 +3,7 @@ read tickets. Who may read what is refunds.permissions.visible(), as on the page
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +13,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from pydantic import ValidationError as BodyRefused
 from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.exceptions import NotFound, ParseError
@@ -32,8 +34,8 @@ from api.answers import (
     ticket_out,
     ticket_ref,
 )
-from api.bodies import ORDERS_MAX, DecisionIn, MessageIn, OrdersPush, TicketFilter, TicketOpen
-from api.errors import Conflict, ShopUnavailable, Unprocessable, body
+from api.bodies import DecisionIn, MessageIn, OrdersPush, TicketFilter, TicketOpen
+from api.errors import ShopUnavailable, Unprocessable, body
 from core.clock import local_words
 from intake import services as intake
 from intake.models import Message
@@ -104,7 +106,7 @@ def tickets(request: Request) -> Response:
     if not request.headers.get("Idempotency-Key", "").strip():
         return _open(request)
     _order_from_the_shop(request)  # before the idempotent transaction: no network wait in one
-    return _with_idempotency_key(request, lambda: _open(request, raise_conflict=False))
+    return _with_idempotency_key(request, lambda: _open(request))
 
 
 def _with_idempotency_key(request: Request, respond: Callable[[], Response]) -> Response:
@@ -137,23 +139,20 @@ def _order_from_the_shop(request: Request) -> None:
     """An order the desk lacks, asked of the shop (REFUNDS_ORDER_SOURCE) and stored."""
     if not order_source.configured():
         return  # nothing to ask: the desk's own orders are read inside the transaction
-    data = request.data if isinstance(request.data, dict) else {}
-    asked = data.get("order_numbers")
-    numbers = asked if isinstance(asked, list) else [data.get("order_number")]
-    if len(numbers) > ORDERS_MAX:
-        return  # the form below says so
-    for number in numbers:
-        if not isinstance(number, str) or not number.strip() or len(number) > 32:
-            continue  # the form below says what is wrong
+    try:
+        given = TicketOpen.model_validate(request.data)
+    except BodyRefused:
+        return  # _open says what is wrong with the body
+    for number in given.order_numbers or [given.order_number]:
         try:
-            found = services.order_find(order_number=number.strip())
+            found = services.order_find(order_number=number)
         except services.ShopUnavailable as exc:
             raise ShopUnavailable(str(exc)) from None
         if found is None:  # said here: inside the transaction the shop is not asked again
-            raise Unprocessable(f"There is no order {number.strip()}.")
+            raise Unprocessable(f"There is no order {number}.")
 
 
-def _open(request: Request, *, raise_conflict: bool = True) -> Response:
+def _open(request: Request) -> Response:
     if not request.body:
         raise ParseError("The body is not valid JSON: it is empty.")
     given = TicketOpen.model_validate(request.data)
@@ -161,10 +160,8 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
         ticket = services.ticket_open(
             opened_by=request.user, **given.model_dump(exclude_unset=True, exclude_none=True)
         )
-    except services.TicketAlreadyOpen as exc:
+    except services.TicketAlreadyOpen as exc:  # answered, not raised: an Idempotency-Key keeps it
         ref = ticket_ref(exc.ticket, request)
-        if raise_conflict:
-            raise Conflict(str(exc), ticket=ref, order_number=exc.number) from None
         return Response(body(409, str(exc), ticket=ref, order_number=exc.number), status=409)
     except services.ShopUnavailable as exc:
         raise ShopUnavailable(str(exc)) from None
@@ -177,23 +174,24 @@ def _open(request: Request, *, raise_conflict: bool = True) -> Response:
     return Response(ticket_ref(ticket, request), status=201)
 
 
+LOOKUPS = {
+    "status": "status",
+    "order_number": "links__order__number",
+    "required_role": "required_role",
+    "created_after": "created_at__gte",
+    "created_before": "created_at__lt",
+}
+
+
 def _list(request: Request) -> Response:
     # A plain dict: DRF reads an empty value in a QueryDict as not given, so "?required_role="
     # listed every ticket; a filter given empty is refused, as the schema's enum says.
     query = TicketFilter.model_validate(request.query_params.dict())
     wanted = query.model_dump(include=query.model_fields_set)
     found = permissions.visible(request.user).order_by("-id")
-    if "status" in wanted:
-        found = found.filter(status=wanted["status"])
+    found = found.filter(**{LOOKUPS[name]: value for name, value in wanted.items()})
     if "order_number" in wanted:
-        # Any order the ticket covers, not only its first.
-        found = found.filter(links__order__number=wanted["order_number"]).distinct()
-    if "required_role" in wanted:
-        found = found.filter(required_role=wanted["required_role"])
-    if "created_after" in wanted:
-        found = found.filter(created_at__gte=wanted["created_after"])
-    if "created_before" in wanted:
-        found = found.filter(created_at__lt=wanted["created_before"])
+        found = found.distinct()  # any order the ticket covers, not only its first
     pages = TicketPages()
     page = pages.paginate_queryset(_with_details(found), request)
     return pages.get_paginated_response([ticket_out(ticket) for ticket in page or []])
@@ -287,16 +285,7 @@ def _push(request: Request) -> Response:
         raise ParseError("The body is not valid JSON: it is empty.")
     sent = enumerate(OrdersPush.model_validate(request.data).orders, start=1)
     outcomes = orders.orders_upsert(orders.order_read(line, raw) for line, raw in sent)
-    results = [
-        {
-            "line": o.line,
-            "order_number": o.order_number,
-            "result": o.result,
-            "reason": o.reason,
-            "field": o.field,
-        }
-        for o in outcomes
-    ]
+    results = [dataclasses.asdict(o) for o in outcomes]
     return Response({**orders.counts(outcomes), "results": results}, status=200)
 
 

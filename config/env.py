@@ -101,7 +101,11 @@ def env_list(name: str, default: str) -> list[str]:
 
 
 def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
-    value = env.str(name, default).strip()
+    """A URL of one of `schemes`; empty where the default is empty (the setting is off)."""
+    raw = env.str(name, default)
+    if not raw and not default:
+        return ""
+    value = raw.strip()
     scheme = value.split("://", 1)[0] if "://" in value else ""
     if scheme not in schemes:
         allowed = ", ".join(f"{s}://" for s in schemes)

@@ -161,9 +161,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # 429 with Retry-After, the same page as the per-address limit (config/login_guard.py).
 AXES_LOCKOUT_CALLABLE = "config.login_guard.locked_out"
-# The address behind the proxy, by the API's rule (core/addresses.py). Without this django-axes
-# reads REMOTE_ADDR, the proxy's own address for every client: five wrong passwords from anywhere
-# locked a user out everywhere.
+# The address behind the proxy (core/addresses.py), not REMOTE_ADDR, the proxy's own for every
+# client: five wrong passwords from anywhere would lock a user out everywhere.
 AXES_CLIENT_IP_CALLABLE = "core.addresses.client_ip"
 LOGIN_FAILURES_PER_IP = env.str("LOGIN_FAILURES_PER_IP", "20/hour")
 AXES_VERBOSE = False
@@ -217,11 +216,9 @@ if IS_POSTGRES:
     _options.setdefault("connect_timeout", 5)
     _options["server_side_binding"] = env.bool("DATABASE_SERVER_SIDE_BINDING", True)
 
-CHECKPOINT_URL = env.str("CHECKPOINT_URL", "")  # empty: beside the app database
-if CHECKPOINT_URL:
-    CHECKPOINT_URL = env_url("CHECKPOINT_URL", "", schemes=("sqlite", "postgres", "postgresql"))
-    if CHECKPOINT_URL.startswith("sqlite"):
-        sqlite_file("CHECKPOINT_URL", dj_database_url.parse(CHECKPOINT_URL)["NAME"])
+CHECKPOINT_URL = env_url("CHECKPOINT_URL", "", schemes=("sqlite", "postgres", "postgresql"))
+if CHECKPOINT_URL.startswith("sqlite"):
+    sqlite_file("CHECKPOINT_URL", dj_database_url.parse(CHECKPOINT_URL)["NAME"])
 CHECKPOINT_POOL_SIZE = env.int("CHECKPOINT_POOL_SIZE", 4, validate=Range(min=1))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -246,14 +243,11 @@ LANGUAGES = [
 ]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env.str("TIME_ZONE", "UTC")
-USE_I18N = True
-USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise serves from here after collectstatic
-# WhiteNoise serves static files from gunicorn: compressed copies made by collectstatic.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -324,8 +318,6 @@ REFUNDS_READER_MIN_CONFIDENCE = env.float(
 )
 
 # --- Production refuses the fakes -------------------------------------------------------------
-# Mail that never leaves this machine, or a gateway that moves no money, is the demo's (or a
-# staging box's, with REFUNDS_ALLOW_FAKES: every page then says so).
 PRINTED = "mail is printed, never sent"
 FAKE_EMAIL_BACKENDS = {
     "django.core.mail.backends.console.EmailBackend": PRINTED,
@@ -350,14 +342,11 @@ if REFUNDS_FAKES_IN_USE and not DEMO and not REFUNDS_ALLOW_FAKES:
         f"{REFUNDS_FAKES_IN_USE[0]}; production needs a real one "
         "(or REFUNDS_ALLOW_FAKES=true on a staging box, or REFUNDS_DEMO=true for the demo)"
     )
-# The banner every page shows: only where an operator allowed the fakes outside the demo.
 REFUNDS_FAKES_BANNER = [
     words.split(": ", 1)[1] for words in REFUNDS_FAKES_IN_USE if REFUNDS_ALLOW_FAKES and not DEMO
 ]
 
-REFUNDS_ORDER_SOURCE = env.str("REFUNDS_ORDER_SOURCE", "")
-if REFUNDS_ORDER_SOURCE:
-    REFUNDS_ORDER_SOURCE = env_url("REFUNDS_ORDER_SOURCE", "", schemes=("http", "https"))
+REFUNDS_ORDER_SOURCE = env_url("REFUNDS_ORDER_SOURCE", "", schemes=("http", "https"))
 REFUNDS_ORDER_SOURCE_TOKEN = env.str("REFUNDS_ORDER_SOURCE_TOKEN", "")
 REFUNDS_ORDER_SOURCE_TIMEOUT = env.float(
     "REFUNDS_ORDER_SOURCE_TIMEOUT", 3.0, validate=Range(min=0.1)
@@ -373,14 +362,12 @@ INBOUND_MAX_BODY_BYTES = env.int(
 INBOUND_SIGNATURE_MAX_AGE_SECONDS = env.int(
     "INBOUND_SIGNATURE_MAX_AGE_SECONDS", 900, validate=Range(min=60)
 )
-# Customers' attachments (intake/attachments.py), served only through the desk's check.
 REFUNDS_ATTACHMENT_MAX_BYTES = env.int(
     "REFUNDS_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, validate=Range(min=1024)
 )
 REFUNDS_ATTACHMENTS_PER_MESSAGE = env.int(
     "REFUNDS_ATTACHMENTS_PER_MESSAGE", 5, validate=Range(min=1)
 )
-# A kept picture is drawn on the pages only up to this many pixels, read from its header.
 REFUNDS_ATTACHMENT_PREVIEW_PIXELS = env.int(
     "REFUNDS_ATTACHMENT_PREVIEW_PIXELS", 40_000_000, validate=Range(min=1)
 )
@@ -388,9 +375,9 @@ REFUNDS_ATTACHMENTS_S3_BUCKET = env.str("REFUNDS_ATTACHMENTS_S3_BUCKET", "")
 REFUNDS_ATTACHMENTS_DIR = env.str("REFUNDS_ATTACHMENTS_DIR", str(DATA_DIR / "attachments"))
 if not REFUNDS_ATTACHMENTS_S3_BUCKET:  # the folder is made, and must be writable, only if used
     REFUNDS_ATTACHMENTS_DIR = str(writable_dir("REFUNDS_ATTACHMENTS_DIR", REFUNDS_ATTACHMENTS_DIR))
-REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL = env.str("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "")
-if REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL:
-    env_url("REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "", schemes=("http", "https"))
+REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL = env_url(
+    "REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL", "", schemes=("http", "https")
+)
 REFUNDS_ATTACHMENTS_S3_REGION = env.str("REFUNDS_ATTACHMENTS_S3_REGION", "")
 REFUNDS_ATTACHMENTS_URL_SECONDS = env.int(
     "REFUNDS_ATTACHMENTS_URL_SECONDS", 60, validate=Range(min=5)
@@ -411,8 +398,7 @@ if REFUNDS_ATTACHMENTS_S3_BUCKET:
     )
 INTAKE_TASK_WRAPPER = ""  # a dotted path wrapping every intake task (crash tests: devtools)
 
-# devtools/ (the demo's commands, crash points, test servers) sits beside the app in a checkout
-# and is not installed with it: where it is missing, its app is simply absent.
+# devtools/ sits beside the app in a checkout, never installed with it: absent, its app is too.
 if importlib.util.find_spec("devtools") is not None:
     INSTALLED_APPS.append("devtools")
 REFUNDS_CRASH_PLAN = env.str("REFUNDS_CRASH_PLAN", "")
@@ -454,9 +440,6 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool child puts its task ba
 CELERY_TASK_RETRY_ON_WORKER_LOST = True  # ... counted as a retry, so a poison task stops
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds one unacked task, not a batch
 CELERY_WORKER_LOST_WAIT = 2.0  # notice a dead pool child in 2 s instead of 10
-CELERY_TASK_SERIALIZER = "json"
-CELERY_RESULT_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Mail the console backend prints is for the person at the terminal: printed as it is, not made
@@ -470,7 +453,6 @@ CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A web request that cannot reach the broker gives up fast; the sweep re-sends from the database.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
-# Above kombu's 1 s BRPOP timeout, so a worker's idle wait is never cut short.
 BROKER_SOCKET_TIMEOUT = env.float("BROKER_SOCKET_TIMEOUT", 2.0, validate=Range(min=1.5))
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
@@ -618,7 +600,6 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "STRICT_JSON": True,
 }
 SPECTACULAR_SETTINGS = {
@@ -675,7 +656,6 @@ if READYZ_SWEEP_LATE_SECONDS <= REFUNDS_SWEEP_SECONDS + BEAT_LOCK_SECONDS:
         f"{BEAT_LOCK_SECONDS} s)"
     )
 METRICS_TOKEN = env.str("METRICS_TOKEN", "")
-# prometheus_client's multiprocess mode: every process's counts, summed from files here.
 PROMETHEUS_MULTIPROC_DIR = writable_dir(
     "PROMETHEUS_MULTIPROC_DIR", env.str("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))
 )

@@ -49,7 +49,6 @@ def bar_chart(
     series: Sequence[Series],
     *,
     fmt: Callable[[float], str] = lambda v: f"{v:g}",
-    stacked: bool = True,
     whole: bool = False,
     least: float = 0,
 ) -> SafeString:
@@ -59,8 +58,7 @@ def bar_chart(
     dollar, not "$0.01, $0.01, $0.00" for a day with no refunds)."""
     count = len(labels)
     totals = [sum(s.values[i] for s in series) for i in range(count)]
-    highest = max(totals, default=0) if stacked else max(max(s.values, default=0) for s in series)
-    top = max(_nice_max(highest), least)
+    top = max(_nice_max(max(totals, default=0)), least)
     if whole:  # counts: whole-number ticks (0, 1, 2, 3, 4 rather than steps of 0.25)
         top = max(4, math.ceil(top / 4) * 4)
     ticks = [fmt(top * tick / 4) for tick in range(5)]

@@ -28,12 +28,8 @@ DAY_CHOICES = (7, 14, 30, 90)
 def dashboard(request: HttpRequest) -> HttpResponse:
     if not permissions.can_read_insights(request.user):
         raise PermissionDenied("The dashboard is for managers and admins.")
-    try:
-        days_wanted = int(request.GET.get("days", 14))
-    except ValueError:
-        days_wanted = 14
-    if days_wanted not in DAY_CHOICES:
-        days_wanted = 14
+    asked = request.GET.get("days", "")
+    days_wanted = int(asked) if asked in map(str, DAY_CHOICES) else 14
     days = selectors.day_range(days_wanted)
     labels = [day_words(d, year=False) for d in days]
     waiting = selectors.waiting_reviews(days)
@@ -99,8 +95,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
     given = request.headers.get("Authorization", "")
     allowed = bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
     if not allowed and not permissions.is_admin(request.user):
-        response = HttpResponse("metrics need a token or an admin's session\n", status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        response["Content-Type"] = "text/plain"
-        return response
+        return HttpResponse(
+            "metrics need a token or an admin's session\n",
+            status=401,
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+            content_type="text/plain",
+        )
     return HttpResponse(desk_metrics.render(), content_type=CONTENT_TYPE_LATEST)

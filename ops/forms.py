@@ -3,8 +3,7 @@ from __future__ import annotations
 from django import forms
 
 from refunds import currencies
-from refunds.flow.words import dollars
-from refunds.services import FORK_MAX_CENTS, REASON_MAX
+from refunds.services import REASON_MAX
 
 
 def parse_dollars(text: str) -> int:
@@ -17,16 +16,11 @@ def parse_dollars(text: str) -> int:
 
 
 class DollarsField(forms.Field):
+    """Dollars as typed, in cents; the amount's range is fork_checked's to say."""
+
     def to_python(self, value):
         text = str(value or "").strip()[:40]
-        if not text:
-            return None
-        cents = parse_dollars(text)
-        if not 0 < cents <= FORK_MAX_CENTS:
-            raise forms.ValidationError(
-                f"The amount must be between {dollars(1)} and {dollars(FORK_MAX_CENTS)}."
-            )
-        return cents
+        return parse_dollars(text) if text else None
 
 
 class ForkForm(forms.Form):

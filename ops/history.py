@@ -90,10 +90,6 @@ class Branches:
     children: Counter[str]
     head: str | None
 
-    @property
-    def count(self) -> int:
-        return max(self.number.values(), default=0)
-
 
 def branches(snaps: list[StateSnapshot]) -> Branches:
     """Each checkpoint's branch: one per leaf, the oldest leaf's is branch 1 (the original)."""
@@ -137,15 +133,11 @@ def _show(key: str, value: Any) -> str | None:
     return str(value)
 
 
-def _show_date(iso: str) -> str:
-    return day_words(iso) if isinstance(iso, str) else str(iso)
-
-
 def describe_order(order: dict) -> str:
+    promised, delivered = (day_words(str(order[k])) for k in ("promised_on", "delivered_on"))
     return (
         f"Order {order['number']} for {order['customer_name']} ({order['customer_email']}): "
-        f"shipping fee {dollars(order['fee_cents'])}, promised {_show_date(order['promised_on'])}"
-        f", delivered {_show_date(order['delivered_on'])}"
+        f"shipping fee {dollars(order['fee_cents'])}, promised {promised}, delivered {delivered}"
     )
 
 
@@ -222,7 +214,7 @@ def _check_words(check: dict) -> str:
 def _answer_words(answer: dict) -> str:
     if answer.get("answer") == "approve":
         return f"approved {dollars(answer.get('amount_cents'))}"
-    return "rejected" + (f": “{answer['reason']}”" if answer.get("reason") else "")
+    return "rejected" + (f": {_quote(answer.get('reason'))}" if answer.get("reason") else "")
 
 
 def _charge_words(charge: dict) -> str:
@@ -394,7 +386,7 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
         "more": more,
         "next_before": entries[-1].checkpoint_id if more else None,
         "total": len(snaps),
-        "branch_count": tree.count,
+        "branch_count": max(tree.number.values(), default=0),
         "current_branch": tree.current,
         "bytes": storage.thread_bytes(ticket.thread_id),
     }

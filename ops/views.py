@@ -28,26 +28,25 @@ from refunds.money import money_moved
 EMAIL_MAX = 254  # RFC 5321's longest path
 
 
-def readers_only(view: Callable) -> Callable:
-    """Admins and managers; everyone else gets a 403."""
+def _only(allowed: Callable, refusal: str) -> Callable[[Callable], Callable]:
+    """Signed in, and `allowed(user)`; anyone else gets a 403 saying `refusal`."""
 
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not permissions.can_read_insights(request.user):
-            raise PermissionDenied("Only admins and managers see thread histories and queues.")
-        return view(request, *args, **kwargs)
+    def decorate(view: Callable) -> Callable:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not allowed(request.user):
+                raise PermissionDenied(refusal)
+            return view(request, *args, **kwargs)
 
-    return login_required(wrapper)
+        return login_required(wrapper)
+
+    return decorate
 
 
-def admins_only(view: Callable) -> Callable:
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not permissions.is_admin(request.user):
-            raise PermissionDenied("Only admins do this.")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapper)
+readers_only = _only(
+    permissions.can_read_insights, "Only admins and managers see thread histories and queues."
+)
+admins_only = _only(permissions.is_admin, "Only admins do this.")
 
 
 @require_GET
@@ -75,11 +74,6 @@ def thread_history(request: HttpRequest, ticket_id: int) -> HttpResponse:
         and len(ticket.order_numbers()) < 2,  # ticket_fork refuses a ticket of several orders
     }
     return render(request, "ops/history.html", context)
-
-
-def _fork_base(ticket: Ticket, checkpoint_id: str):
-    """The chosen checkpoint, if a fork may start there (before the charge)."""
-    return forks.fork_base(ticket.thread_id, checkpoint_id) if checkpoint_id else None
 
 
 def _preview(ticket: Ticket, base, cents: int) -> dict:
@@ -114,9 +108,10 @@ def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
     data = request.POST if request.method == "POST" else None
     initial = {"checkpoint": request.GET.get("checkpoint", "")}
     form = forms.ForkForm(data, initial=initial)
-    preview, error, status = None, "", 200
+    preview, error = None, ""
     if form.is_valid():
-        base = _fork_base(ticket, form.cleaned_data["checkpoint"])
+        checkpoint = form.cleaned_data["checkpoint"]
+        base = forks.fork_base(ticket.thread_id, checkpoint) if checkpoint else None
         cents = form.cleaned_data["amount"]
         try:
             if base is None:
@@ -136,7 +131,7 @@ def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
                     amount_cents=cents,
                     reason=form.cleaned_data["reason"],
                     by=request.user,
-                    from_checkpoint_id=form.cleaned_data["checkpoint"],
+                    from_checkpoint_id=checkpoint,
                 )
                 messages.success(
                     request,
@@ -146,10 +141,7 @@ def thread_fork(request: HttpRequest, ticket_id: int) -> HttpResponse:
                 return redirect("ops:history", ticket_id=ticket.pk)
         except services.RefundError as exc:
             error = str(exc)
-    elif data is not None:
-        status = 400
-    if error:
-        status = 400
+    status = 400 if error or (data is not None and not form.is_valid()) else 200
     context = {"ticket": ticket, "form": form, "preview": preview, "error": error}
     return render(request, "ops/fork.html", context, status=status)
 

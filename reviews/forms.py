@@ -111,7 +111,6 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
         proposed = {
             (p.get("line"), p.get("quantity")): p["amount_cents"] for p in line.get("parts") or []
         }
-        parts: list[dict] = []
         parts = [
             part
             for bought in (line.get("order") or {}).get("lines") or []

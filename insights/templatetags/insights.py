@@ -3,8 +3,4 @@ from django import template
 from refunds import permissions
 
 register = template.Library()
-
-
-@register.filter
-def reads_insights(user) -> bool:
-    return permissions.can_read_insights(user)
+register.filter("reads_insights", permissions.can_read_insights)

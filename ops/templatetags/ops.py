@@ -18,11 +18,6 @@ def ops_nav(context) -> dict:
 
 
 @register.filter
-def kib(n: int) -> str:
-    return f"{n / 1024:,.1f} KB" if n >= 1024 else f"{n} bytes"
-
-
-@register.filter
 def amount_change(event: AuditEvent) -> str:
     """An audited amount change in words: "amount $6.99 → $5.00", or "amount set to $5.00"
     when the entry does not say what it was. A decision keeps the amount it saw inside the review

@@ -7,10 +7,9 @@ from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from core.clock import day_words, local_words
-from refunds import emails, policy, selectors
+from refunds import emails, permissions, policy, selectors
 from refunds.flow import parts as refund_parts
 from refunds.flow import words
-from refunds.flow.state import LineFacts, OrderFacts
 from refunds.selectors import RefundProgress
 from reviews import trail
 
@@ -26,29 +25,16 @@ for name in (
     "cause_words",
 ):
     register.filter(name, getattr(trail, name))
-
-BOLD = re.compile(r"\*\*(.+?)\*\*")
-
-
 register.filter("dollars", words.dollars)  # {{ cents|dollars }}, {{ cents|dollars:currency }}
 register.filter("trail_words", words.trail_words)
+register.filter("charge_progress", selectors.charge_progress)
+register.filter("units_left", policy.units_left)
+register.filter("shipping_left", policy.shipping_left)
+register.filter("reads_audit", permissions.can_read_audit)
+register.simple_tag(policy.within_words, name="within_limit")
+register.simple_tag(policy.over_words, name="over_limit")
 
-
-@register.simple_tag
-def within_limit() -> str:
-    """What support agents decide, in words, for the limit in force (refunds/policy.py)."""
-    return policy.within_words()
-
-
-@register.simple_tag
-def over_limit() -> str:
-    """What goes to managers for its amount, in words, for the limit in force."""
-    return policy.over_words()
-
-
-@register.filter
-def status_class(status: str) -> str:
-    return f"status status-{status}"
+BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
 @register.simple_tag
@@ -71,12 +57,6 @@ def status_pill(ticket, refunds: Mapping[int, RefundProgress] | None = None, pil
         named,
         shown,
     )
-
-
-@register.filter
-def charge_progress(charge) -> RefundProgress:
-    """Where one paid refund's money is, in the desk's words (refunds/selectors.py)."""
-    return selectors.charge_progress(charge)
 
 
 @register.filter
@@ -132,13 +112,6 @@ def undoable(decision, user) -> bool:
     """Whether `user` may still undo the decision: theirs, and its grace still runs."""
     after = getattr(decision, "apply_after", None)
     return bool(after and decision.reviewer_id == user.pk and after > timezone.now())
-
-
-@register.filter
-def reads_audit(user) -> bool:
-    from refunds.permissions import can_read_audit
-
-    return can_read_audit(user)
 
 
 # --- a ticket of several orders --------------------------------------------------------------
@@ -200,11 +173,8 @@ def placed_words(placed) -> str:
 
 @register.filter
 def lowers_amounts(user) -> bool:
-    """Managers and admins lower an amount before approving (refunds.permissions.edit_refusal
-    says it for one ticket)."""
-    from refunds.permissions import is_admin, is_manager
-
-    return is_admin(user) or is_manager(user)
+    """Managers and admins lower an amount before approving (edit_refusal says it per ticket)."""
+    return permissions.is_admin(user) or permissions.is_manager(user)
 
 
 @register.filter
@@ -243,35 +213,22 @@ def review_row(context, ticket, may_decide: bool = True) -> SafeString:
     return mark_safe(html.replace(rows.CSRF_MARK, conditional_escape(token)))  # noqa: S308
 
 
+def _proposed(order: dict, line_id: int) -> dict:
+    return next((p for p in order.get("parts") or [] if p.get("line") == line_id), {})
+
+
 @register.filter
 def proposed_units(order: dict, line_id: int) -> int:
     """How many of a line the review's proposal refunds (0: not ticked)."""
-    for part in order.get("parts") or []:
-        if part.get("line") == line_id:
-            return int(part.get("quantity") or 0)
-    return 0
+    return int(_proposed(order, line_id).get("quantity") or 0)
 
 
 @register.filter
 def proposed_pay(order: dict, line_id: int) -> str:
     """What the review's proposal pays for a line's units, as an empty Pay input pays it
     ("full price" for a line it does not propose: reviews.forms.parts_answers)."""
-    for part in order.get("parts") or []:
-        if part.get("line") == line_id:
-            return words.dollars(part["amount_cents"])
-    return "full price"
-
-
-@register.filter
-def units_left(line: LineFacts) -> int:
-    """How many units of one of the review's lines are left to refund (policy.units_left)."""
-    return policy.units_left(line)
-
-
-@register.filter
-def shipping_left(order: OrderFacts) -> int:
-    """How much of an order's shipping fee is left to refund (policy.shipping_left)."""
-    return policy.shipping_left(order)
+    part = _proposed(order, line_id)
+    return words.dollars(part["amount_cents"]) if part else "full price"
 
 
 @register.filter
@@ -303,12 +260,8 @@ def after_status(reason: str, ticket) -> str:
 
 @register.filter
 def lateness(order) -> str:
-    """ "3 days late", "on time", "2 days early": how the delivery kept its promise."""
-    days = (order.delivered_on - order.promised_on).days
-    if days == 0:
-        return "on time"
-    word = "late" if days > 0 else "early"
-    return f"{abs(days)} day{'s' if abs(days) != 1 else ''} {word}"
+    """How the delivery kept its promise, by its two dates: "3 days late"."""
+    return late_words((order.delivered_on - order.promised_on).days)
 
 
 @register.filter

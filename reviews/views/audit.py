@@ -21,14 +21,8 @@ from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest
 
 def _audit_filters(request: HttpRequest):
     search = forms.AuditSearch(request.GET or None)
-    wanted = search.cleaned_data if search.is_valid() else {}
-    return search, selectors.audit_events(
-        action=wanted.get("action", ""),
-        actor=wanted.get("actor", ""),
-        ticket=wanted.get("ticket"),
-        since=wanted.get("since"),
-        until=wanted.get("until"),
-    )
+    # The form's fields are the selector's filters, by name.
+    return search, selectors.audit_events(**(search.cleaned_data if search.is_valid() else {}))
 
 
 @require_GET

@@ -15,17 +15,9 @@ from django_htmx.middleware import HtmxDetails
 from refunds.models import CannedReason, Decision, Ticket, TicketOrder
 
 RECENT = 10
-
-
 QUEUE_PAGE = 25
-
-
 TICKETS_PAGE = 25
-
-
 AUDIT_PAGE = 50
-
-
 COUNT_CAP = 1000
 
 
@@ -70,6 +62,11 @@ def row_extras() -> dict:
         "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
         "now": timezone.now(),
     }
+
+
+def form_errors(form) -> str:
+    """A refused form's messages as one sentence for the flash or the row."""
+    return " ".join(str(e) for errors in form.errors.values() for e in errors)
 
 
 def back(request: HtmxHttpRequest, ticket: Ticket) -> HttpResponse:

@@ -22,7 +22,7 @@ from django_htmx.http import (
 )
 
 from refunds import permissions, policy, selectors, services
-from refunds.models import CannedReason, Decision, Ticket, user_roles
+from refunds.models import Decision, Ticket, user_roles
 from reviews import forms, paging
 from reviews.views.common import (
     COUNT_CAP,
@@ -32,6 +32,7 @@ from reviews.views.common import (
     TICKET_STATUS,
     HtmxHttpRequest,
     back,
+    form_errors,
     row_extras,
     with_pending_decisions,
 )
@@ -70,11 +71,12 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         and not permissions.is_agent(request.user),
         "version": version.digest,
         "roles": sorted(user_roles(request.user)),
-        "scope": _queue_scope(request.user),
-        "canned": list(CannedReason.objects.rejecting()),
-        "warn_after": timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES),
-        "now": timezone.now(),
-    }
+        "scope": policy.scope_sentence(
+            agent=permissions.is_agent(request.user),
+            manager=permissions.is_manager(request.user),
+            admin=permissions.is_admin(request.user),
+        ),
+    } | row_extras()
 
 
 # How long the line that replaced a decided review stays in its place: through a poll or two, so
@@ -201,14 +203,6 @@ def queue_version(request: HtmxHttpRequest) -> QueueVersion:
     return QueueVersion(digest, total, number, pages, tuple(pks), decided)
 
 
-def _queue_scope(user) -> str:
-    return policy.scope_sentence(
-        agent=permissions.is_agent(user),
-        manager=permissions.is_manager(user),
-        admin=permissions.is_admin(user),
-    )
-
-
 @require_GET
 @login_required
 @vary_on_headers("HX-Request", "HX-Target")
@@ -253,9 +247,7 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     answer = form.answer(request.POST)
     try:
         if not form.is_valid():
-            raise services.RefundError(
-                " ".join(str(e) for errors in form.errors.values() for e in errors)
-            )
+            raise services.RefundError(form_errors(form))
         data = form.cleaned_data
         if answer == "both":
             raise services.RefundError("Choose either approve or reject, not both.")
@@ -281,23 +273,11 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
                 reviewer=request.user,
             )
             text = decided_line(decision, ticket)
-    except PermissionDenied as exc:
-        return decision_error(request, ticket, str(exc), status=403)
-    except (services.AlreadyDecided, services.ClaimTaken) as exc:
-        return decision_error(request, ticket, str(exc), status=409)
-    except services.RefundError as exc:
-        return decision_error(request, ticket, str(exc), status=400)
-    if request.htmx.target == TICKET_STATUS:
-        response = ticket_status_fragment(request, ticket, flash=text)
-    elif request.htmx:
-        line = decided_line(decision, ticket) if answer != "escalate" else text
-        undo = decision if answer != "escalate" and decision.apply_after else None
-        context = {"ticket": ticket, "text": text, "line": line, "undo": undo}
-        response = render(request, "reviews/queue.html#decided-row", context)
-    else:
-        messages.success(request, text)
-        return back(request, ticket)
-    return trigger_client_event(response, "queueChanged")
+    except (PermissionDenied, services.RefundError) as exc:
+        return decision_error(request, ticket, str(exc), status=refusal_status(exc))
+    undo = decision if answer != "escalate" and decision.apply_after else None
+    context = {"ticket": ticket, "text": text, "line": text, "undo": undo}
+    return answered(request, ticket, text, "reviews/queue.html#decided-row", context)
 
 
 @require_POST
@@ -314,23 +294,31 @@ def claim(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         else:
             services.review_claim(ticket=ticket, by=request.user)
             text = f"You have the review of order {ticket.order.number}; others see it is yours."
-    except PermissionDenied as exc:
-        return decision_error(request, ticket, str(exc), status=403)
-    except services.ClaimTaken as exc:
-        return decision_error(request, ticket, str(exc), status=409)
-    except services.RefundError as exc:
-        return decision_error(request, ticket, str(exc), status=400)
+    except (PermissionDenied, services.RefundError) as exc:
+        return decision_error(request, ticket, str(exc), status=refusal_status(exc))
     ticket = Ticket.objects.select_related("order", "claimed_by").get(pk=ticket.pk)
+    context = {"ticket": with_pending_decisions([ticket])[0], "may_decide": True} | row_extras()
+    return answered(request, ticket, text, "reviews/queue.html#review-row", context)
+
+
+def answered(request: HtmxHttpRequest, ticket: Ticket, text: str, row: str, context: dict):
+    """A review action's answer: the ticket page's status region, the queue's row, or (no JS) a
+    flash and the way back; the queue's other regions hear of it."""
     if request.htmx.target == TICKET_STATUS:
         response = ticket_status_fragment(request, ticket, flash=text)
     elif request.htmx:
-        context = {"ticket": with_pending_decisions([ticket])[0], "may_decide": True}
-        context |= row_extras()
-        response = render(request, "reviews/queue.html#review-row", context)
+        response = render(request, row, context)
     else:
         messages.success(request, text)
         return back(request, ticket)
     return trigger_client_event(response, "queueChanged")
+
+
+def refusal_status(exc: Exception) -> int:
+    """403: not theirs to do; 409: a colleague or a worker was first; 400: anything else."""
+    if isinstance(exc, PermissionDenied):
+        return 403
+    return 409 if isinstance(exc, services.AlreadyDecided | services.ClaimTaken) else 400
 
 
 @require_POST

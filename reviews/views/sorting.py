@@ -20,9 +20,8 @@ from refunds import permissions, policy, services
 from refunds.models import CannedReason
 from reviews import paging
 from reviews.forms import order_numbers_typed
-from reviews.views.common import TICKET_STATUS, HtmxHttpRequest, back
-from reviews.views.queue import decision_error
-from reviews.views.ticket import ticket_status_fragment
+from reviews.views.common import HtmxHttpRequest, form_errors
+from reviews.views.queue import answered, decision_error, refusal_status
 
 PAGE = 20
 LIST = "needs-sorting-list"  # the page's region that its pager and its actions refresh
@@ -99,9 +98,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     values: dict[str, Any] = {}
     try:
         if not form.is_valid():
-            raise sorting.SortingError(
-                " ".join(str(e) for errors in form.errors.values() for e in errors)
-            )
+            raise sorting.SortingError(form_errors(form))
         data = form.cleaned_data
         values = {
             "orders": data["order"],
@@ -211,26 +208,13 @@ def send_back(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     form = forms.SendBackForm(request.POST)
     try:
         if not form.is_valid():
-            raise sorting.SortingError(
-                " ".join(str(e) for errors in form.errors.values() for e in errors)
-            )
+            raise sorting.SortingError(form_errors(form))
         sorting.message_send_back(ticket=ticket, why=form.cleaned_data["why"], by=request.user)
-    except PermissionDenied as exc:
-        return decision_error(request, ticket, str(exc), status=403)
-    except (services.AlreadyDecided, services.ClaimTaken) as exc:
-        return decision_error(request, ticket, str(exc), status=409)
-    except services.RefundError as exc:
-        return decision_error(request, ticket, str(exc), status=400)
+    except (PermissionDenied, services.RefundError) as exc:
+        return decision_error(request, ticket, str(exc), status=refusal_status(exc))
     text = (
         f"Sent the message about order {ticket.order.number} back to Needs sorting; "
         "the review ends rejected."
     )
-    if request.htmx.target == TICKET_STATUS:
-        response = ticket_status_fragment(request, ticket, flash=text)
-    elif request.htmx:
-        context = {"ticket": ticket, "text": text, "line": text}
-        response = render(request, "reviews/queue.html#decided-row", context)
-    else:
-        messages.success(request, text)
-        return back(request, ticket)
-    return trigger_client_event(response, "queueChanged")
+    context = {"ticket": ticket, "text": text, "line": text}
+    return answered(request, ticket, text, "reviews/queue.html#decided-row", context)

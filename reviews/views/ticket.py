@@ -25,9 +25,9 @@ from intake import services as intake
 from intake import sorting
 from intake.models import Message
 from refunds import permissions, policy, selectors, services
-from refunds.flow import parts as refund_parts
 from refunds.models import CannedReason, Ticket
 from reviews.forms import order_numbers_typed, parts_answers
+from reviews.templatetags.desk import proposal_sums
 from reviews.views.common import (
     ORDER_LINKS,
     TICKET_STATUS,
@@ -278,8 +278,6 @@ def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> Htt
     email = get_object_or_404(ticket.emails, pk=email_id)
     try:
         services.email_resend(email_id=email.pk, by=request.user)
-    except PermissionDenied:
-        raise
     except services.RefundError as exc:
         messages.error(request, str(exc))
     else:
@@ -309,9 +307,5 @@ def parts_total(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         parts = policy.parts_checked(order, answer["parts"])
     except ValueError as exc:
         return render(request, "reviews/_parts_total.html", {"error": str(exc)}, status=400)
-    context = {
-        "total": refund_parts.total(parts),
-        "left": policy.parts_left(order, parts),
-        "paid": order.get("paid_cents"),
-    }
+    context = proposal_sums({"order": order, "parts": parts})
     return render(request, "reviews/_parts_total.html", context)
