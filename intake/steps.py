@@ -113,10 +113,8 @@ def _senders_orders(message: Message, numbers: list[str]) -> dict[str, Any]:
     found: list[tuple[str, Order]] = []
     missing: list[str] = []
     for number in numbers:
-        try:
-            order = services.order_find(order_number=number)
-        except services.ShopUnavailable:
-            raise  # worth another try: the sweep brings the message back
+        # ShopUnavailable is raised on: worth another try, the sweep brings the message back.
+        order = services.order_find(order_number=number)
         if order is None:
             missing.append(number)
         else:
@@ -195,26 +193,30 @@ def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict
         if not locked:
             raise _lost(lease)
         message = _message(item)
-        if message.status != Message.Status.RECEIVED:  # placed before a crash: nothing again
-            return placed(message)
-        if "sorting" in found:
-            return _to_sorting(message, found["sorting"])
-        if "status_of" in found:  # answered with the ticket's status, nothing opened
-            Message.objects.filter(pk=message.pk).update(
-                status=Message.Status.ANSWERED, ticket_id=found["status_of"]
-            )
-            return placed(Message.objects.get(pk=message.pk))
-        reading = Reading.from_json(read["reading"])
+        if message.status == Message.Status.RECEIVED:  # else placed before a crash: not again
+            _place(message, read, found)
+        return placed(_message(item))
+
+
+def _place(message: Message, read: dict[str, Any], found: dict[str, Any]) -> None:
+    if "sorting" in found:
+        _to_sorting(message, found["sorting"])
+    elif "status_of" in found:  # answered with the ticket's status, nothing opened
+        Message.objects.filter(pk=message.pk).update(
+            status=Message.Status.ANSWERED, ticket_id=found["status_of"]
+        )
+    else:
         try:
             with transaction.atomic():  # all of the message's orders, or none
+                reading = Reading.from_json(read["reading"])
                 where = _open_together(message, reading, found["orders"])
         except services.RefundError as exc:
-            return _to_sorting(message, f"The ticket could not be opened: {exc}")
-        Message.objects.filter(pk=message.pk).update(
-            status=Message.Status.OPENED if where.opened else Message.Status.ADDED,
-            ticket_id=where.first.pk,
-        )
-        return placed(Message.objects.get(pk=message.pk))
+            _to_sorting(message, f"The ticket could not be opened: {exc}")
+        else:
+            Message.objects.filter(pk=message.pk).update(
+                status=Message.Status.OPENED if where.opened else Message.Status.ADDED,
+                ticket_id=where.first.pk,
+            )
 
 
 def _open_together(message: Message, reading: Reading, numbers: list[str]) -> placing.Placed:
@@ -252,11 +254,10 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
     return where
 
 
-def _to_sorting(message: Message, reason: str) -> dict[str, Any]:
+def _to_sorting(message: Message, reason: str) -> None:
     Message.objects.filter(pk=message.pk).update(
         status=Message.Status.NEEDS_SORTING, sorting_reason=reason
     )
-    return placed(Message.objects.get(pk=message.pk))
 
 
 def placed(message: Message) -> dict[str, Any]:
@@ -282,25 +283,19 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     if telling and not where["tickets"]:
         return {"sent": False, "why": "the ticket it opened tells the customer"}
     if message.status == Message.Status.ANSWERED and message.ticket_id:
-        # Once per message: the outbox keeps one email per key, whatever re-reads the message.
-        mail.send_worded(
-            ticket_id=message.ticket_id,
-            lease=lease,
-            key=message.ack_key,
-            to=message.sender,
-            kind="refund_status",
-            facts=refund_status(message),
-            language=(message.reading or {}).get("language", ""),
-        )
-        return {"sent": True}
-    tickets = [t["id"] for t in where["tickets"]]
+        ticket_id, kind, facts = message.ticket_id, "refund_status", refund_status(message)
+    else:
+        tickets = [t["id"] for t in where["tickets"]]
+        ticket_id = tickets[0] if tickets else None
+        kind, facts = "acknowledgment", acknowledgment(message, where)
+    # Once per message: the outbox keeps one email per key, whatever re-reads the message.
     mail.send_worded(
-        ticket_id=tickets[0] if tickets else None,
+        ticket_id=ticket_id,
         lease=lease,
         key=message.ack_key,
         to=message.sender,
-        kind="acknowledgment",
-        facts=acknowledgment(message, where),
+        kind=kind,
+        facts=facts,
         language=(message.reading or {}).get("language", ""),
     )
     return {"sent": True}
@@ -323,13 +318,10 @@ def refund_status(message: Message) -> dict[str, Any]:
             Ticket.Status.DECLINED: "declined",
             Ticket.Status.REJECTED: "declined",
         }.get(ticket.status, "open")
-    orders = list(ticket.links.order_by("position").values_list("order__number", flat=True)) or [
-        ticket.order.number
-    ]
     return {
         "subject": message.subject,
         "first_name": (message.sender_name.split() or [""])[0],
-        "orders": orders,
+        "orders": ticket.order_numbers(),
         "state": state,
         "amount_cents": ticket.amount_cents,
         "on": day_words(timezone.localdate(ticket.updated_at)),
@@ -338,8 +330,6 @@ def refund_status(message: Message) -> dict[str, Any]:
 
 
 def _tickets_that_tell(ids: list[int]) -> set[int]:
-    """The tickets opened with TICKET_TELLS (one opened before it was there is acknowledged by
-    the intake, as it was then)."""
     readings = Ticket.objects.filter(pk__in=ids).values_list("pk", "reading")
     return {pk for pk, reading in readings if (reading or {}).get(TICKET_TELLS)}
 
@@ -353,14 +343,8 @@ def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
     return {
         "subject": message.subject,
         "first_name": (message.sender_name.split() or [""])[0],
-        "opened": [n for t in opened for n in _orders_of(t)],
+        "opened": [n for t in opened for n in t["orders"]],
         "opened_requests": len(opened),
-        "added": [n for t in added for n in _orders_of(t)],
+        "added": [n for t in added for n in t["orders"]],
         "gave_order": bool((message.reading or {}).get("orders")),
     }
-
-
-def _orders_of(placed_ticket: dict[str, Any]) -> list[str]:
-    """A placed ticket's orders; a result checkpointed before tickets of several orders (a
-    thread resumed across the upgrade) has its one "order"."""
-    return placed_ticket.get("orders") or [placed_ticket["order"]]
