@@ -10,7 +10,6 @@ the desk lacks) before that transaction opens: no network wait inside it (DESIGN
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -19,7 +18,7 @@ from django.utils import timezone
 
 from core.clock import local_words
 from intake.models import REPLY_PREFIX, Message, MessageEvent, MessageTicket
-from intake.placing import link, open_or_add
+from intake.placing import Placed, link, open_or_add
 from intake.services import message_problems
 from refunds import audit, emails, enqueue, permissions, policy
 from refunds.emails import Worded
@@ -51,32 +50,22 @@ class SortingError(RefundError):
     """Bad input or a message that moved on; the message is shown to the person as it is."""
 
 
-@dataclass
-class Sorted:
-    """What sorting did: the ticket opened (with its orders), open tickets the message was
-    added to (each with the message's orders it covers)."""
+def placed_words(where: Placed) -> str:
+    """What a sort did, for the person who sorted."""
 
-    opened: list[Ticket] = field(default_factory=list)
-    added: list[Ticket] = field(default_factory=list)
-    orders: dict[int, list[str]] = field(default_factory=dict)  # ticket id: the message's orders
-
-    def words(self) -> str:
-        parts = []
-        if self.opened:
-            parts.append(
-                "Opened " + ", ".join(f"ticket {t.pk} for {self._orders(t)}" for t in self.opened)
-            )
-        if self.added:
-            parts.append(
-                "Added the message to "
-                + ", ".join(f"the open ticket {t.pk} of {self._orders(t)}" for t in self.added)
-                + " (an order has one open ticket)"
-            )
-        return "; ".join(parts) + "."
-
-    def _orders(self, ticket: Ticket) -> str:
-        numbers = self.orders.get(ticket.pk) or [ticket.order.number]
+    def orders(numbers: list[str]) -> str:
         return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
+
+    parts = []
+    if where.opened is not None:
+        parts.append(f"Opened ticket {where.opened.pk} for {orders(where.opened_orders)}")
+    if where.added:
+        parts.append(
+            "Added the message to "
+            + ", ".join(f"the open ticket {t.pk} of {orders(n)}" for t, n in where.added)
+            + " (an order has one open ticket)"
+        )
+    return "; ".join(parts) + "."
 
 
 def _refuse_unless_desk_user(by) -> None:
@@ -121,7 +110,7 @@ def message_sort(
     reason: str,
     by,
     other_customer_ok: bool = False,
-) -> Sorted:
+) -> Placed:
     """Open the ticket for a message a person sorted: one ticket covering its orders, with the
     reason they chose and what the reader read; an order that has an open ticket gets the
     message on that ticket's timeline instead (intake/placing.py). Orders of several customers
@@ -148,7 +137,6 @@ def message_sort(
             "ask about, tick “open it anyway” and sort again."
         )
     now = timezone.now()
-    result = Sorted()
     with transaction.atomic():
         won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
             status=Message.Status.OPENED, handled_by=by, handled_at=now, updated_at=now
@@ -167,17 +155,10 @@ def message_sort(
             )
         except RefundError as exc:  # several customers' orders: nothing of it is kept
             raise SortingError(f"{exc} Nothing was opened; sort one customer's orders.") from exc
-        if where.opened is not None:
-            result.opened.append(where.opened)
-            result.orders[where.opened.pk] = where.opened_orders
-        for ticket, numbers in where.added:
-            result.added.append(ticket)
-            result.orders[ticket.pk] = numbers
-        first = (result.opened or result.added)[0]
-        status = Message.Status.OPENED if result.opened else Message.Status.ADDED
-        Message.objects.filter(pk=message.pk).update(ticket=first, status=status)
+        status = Message.Status.OPENED if where.opened else Message.Status.ADDED
+        Message.objects.filter(pk=message.pk).update(ticket=where.first, status=status)
         link(message, where)
-        for ticket in result.added:
+        for ticket, _ in where.added:
             audit.record(
                 ticket,
                 AuditEvent.Action.NOTE,
@@ -192,13 +173,13 @@ def message_sort(
             answer={
                 "orders": [o.number for o in orders],
                 "reason": reason,
-                "opened": [t.pk for t in result.opened],
-                "added": [t.pk for t in result.added],
+                "opened": [where.opened.pk] if where.opened else [],
+                "added": [t.pk for t, _ in where.added],
                 "other_customer": [o.number for o in others],
             },
         )
     message.refresh_from_db()
-    return result
+    return where
 
 
 REPLY_MAX = 4000  # an agent's own words to the customer
