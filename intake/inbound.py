@@ -105,9 +105,8 @@ def _recipients(email: AnymailInboundMessage) -> tuple[list[str], str]:
     found = [one for one in [email.envelope_recipient or ""] + [a for _, a in read] if one]
     if len(found) <= MOST_ADDRESSES and all(len(one) <= HEADER_CHARS for one in written):
         return found, ""
-    return found[
-        :MOST_ADDRESSES
-    ], f"Only the first {MOST_ADDRESSES} addresses it was sent to were read."
+    said = f"Only the first {MOST_ADDRESSES} addresses it was sent to were read."
+    return found[:MOST_ADDRESSES], said
 
 
 def _references(email: AnymailInboundMessage) -> tuple[list[str], str]:

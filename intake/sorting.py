@@ -1,12 +1,8 @@
 """What a person does with a message the intake could not place, or placed wrongly: sort it into
-a ticket, set it aside as not a refund request (answering the customer; undoable), send a
-misread one back to "Needs sorting".
-
-Each action starts with one compare-and-set UPDATE on the message's status, in the same
-transaction as everything it writes: of two agents (or one double submit) exactly one wins and
-the other is told who did; nothing is opened twice. The orders are found (the shop asked for one
-the desk lacks) before that transaction opens: no network wait inside it (DESIGN.md 6c).
-"""
+a ticket, set it aside (undoable), send a misread one back to "Needs sorting". Each action is
+one compare-and-set UPDATE on the message's status, in the transaction of all it writes: of two
+agents (or a double submit) one wins, the other is told who did. Orders are found (the shop
+asked) before that transaction: no network wait inside it (DESIGN.md 6c)."""
 
 from __future__ import annotations
 
@@ -82,15 +78,13 @@ def _orders(numbers: list[str]) -> list[Order]:
         raise SortingError("Pick at least one order (tick one, or type its number).")
     if len(picked) > ORDERS_MAX:
         raise SortingError(f"At most {ORDERS_MAX} orders at once; this has {len(picked)}.")
-    orders, unknown = [], []
-    for number in picked:
-        order = order_find(order_number=number)  # outside any transaction: it may ask the shop
-        (orders.append(order) if order is not None else unknown.append(number))
-    if unknown:
+    # Outside any transaction: it may ask the shop.
+    found = {n: order_find(order_number=n) for n in picked}
+    if unknown := [n for n, o in found.items() if o is None]:
         raise SortingError(
             f"There is no order {', '.join(unknown)}; nothing was opened. Check the number."
         )
-    return orders
+    return [o for o in found.values() if o is not None]
 
 
 def _taken(message: Message) -> SortingError:
@@ -111,12 +105,9 @@ def message_sort(
     by,
     other_customer_ok: bool = False,
 ) -> Placed:
-    """Open the ticket for a message a person sorted: one ticket covering its orders, with the
-    reason they chose and what the reader read; an order that has an open ticket gets the
-    message on that ticket's timeline instead (intake/placing.py). Orders of several customers
-    are refused (a ticket covers one customer's orders). An order of a customer
-    other than the sender is refused unless `other_customer_ok` (the person ticked that they
-    checked it: a forwarded message, a partner writing for a customer)."""
+    """Open one ticket for the orders a person sorted the message into, or add the message to
+    an order's open ticket (intake/placing.py). Another customer's order than the sender's is
+    refused unless `other_customer_ok` (they checked it: a forwarded message, a partner)."""
     _refuse_unless_desk_user(by)
     if reason not in policy.TICKET_REASONS:
         words = policy.REASONS.get(reason)
@@ -193,11 +184,9 @@ def message_mark_not_refund(
     words: str = "",
     no_reply_why: str = "",
 ) -> Message:
-    """ "Not a refund request": the message is set aside and the customer is answered, with a
-    canned reply (CannedReason.Use.SET_ASIDE) and/or words of the agent's own, or, said so with
-    why, not at all. The reply is an outbox row written in the same transaction as the set-aside
-    (key REPLY_PREFIX<message>:<event>) and delivered once after commit by the outbox's
-    send-outside-a-run path (mail.resend), which intake/outbox.py lets claim it."""
+    """ "Not a refund request": set aside, the customer answered with a canned reply and/or the
+    agent's words, or not at all with why. The reply is an outbox row in the set-aside's
+    transaction, delivered once after commit (mail.resend; intake/outbox.py lets it claim it)."""
     _refuse_unless_desk_user(by)
     words, no_reply_why = (words or "").strip(), (no_reply_why or "").strip()
     if canned is not None and canned.use != CannedReason.Use.SET_ASIDE:
@@ -261,10 +250,8 @@ def _reply_set_aside(
 
 
 def set_aside_reply(message: Message, text: str, *, language: str | None = None) -> Worded:
-    """The reply to a message set aside: the agent's (or the canned) words, greeted and signed
-    as the intake's acknowledgment is, in the language the message was read in, or `language`
-    (English for a canned reply without words in theirs) (templates/emails/set_aside.txt; the
-    agent's own words are sent as written)."""
+    """The reply to a message set aside, greeted and signed as the acknowledgment is, in the
+    message's language or `language` (English for a canned reply without words in theirs)."""
     facts = {
         "subject": message.subject,
         "first_name": (message.sender_name.split() or [""])[0],
@@ -302,7 +289,7 @@ def message_set_aside_undo(*, message: Message, by) -> Message:
 
 
 def set_aside_email(event: MessageEvent | None) -> Email | None:
-    """The outbox row of the reply a setting aside sent (None: no reply, or an old event)."""
+    """The outbox row of the reply a setting aside sent (None: no reply)."""
     email_id = (event.answer or {}).get("email") if event is not None else None
     return Email.objects.filter(pk=email_id).first() if email_id else None
 
@@ -318,10 +305,9 @@ def set_aside_event(message: Message) -> MessageEvent | None:
 
 
 def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
-    """A reviewer saw the reader misread the message: the ticket's review ends rejected through
-    the decision path everyone uses (the customer is told nothing: no refusal that is not one),
-    and the message returns to "Needs sorting" saying who sent it back and why. One
-    transaction: the decision and the message move together, or neither does."""
+    """A reviewer saw the reader misread the message: the review ends rejected by the decision
+    path everyone uses (the customer told nothing) and the message returns to "Needs sorting",
+    with who and why, in one transaction: both move, or neither."""
     why = (why or "").strip()
     if not why:
         raise SortingError("Say what was misread; whoever sorts it again reads your words.")

@@ -110,24 +110,19 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
 def _senders_orders(message: Message, numbers: list[str]) -> dict[str, Any]:
     """{"orders": numbers} when each is the sender's order, in the desk or in the shop; else
     {"sorting": why not}."""
-    found: list[tuple[str, Order]] = []
-    missing: list[str] = []
-    for number in numbers:
-        # ShopUnavailable is raised on: worth another try, the sweep brings the message back.
-        order = services.order_find(order_number=number)
-        if order is None:
-            missing.append(number)
-        else:
-            found.append((number, order))
-    foreign = [n for n, o in found if not same_customer(o.customer_email, message.sender)]
+    # ShopUnavailable is raised on: worth another try, the sweep brings the message back.
+    found = {number: services.order_find(order_number=number) for number in numbers}
+    missing = [n for n, o in found.items() if o is None]
+    foreign = [
+        n for n, o in found.items() if o and not same_customer(o.customer_email, message.sender)
+    ]
     if foreign:
         return {
             "sorting": f"Order {', '.join(foreign)} belongs to another customer, not to "
             f"{message.sender}; nothing was opened for it."
         }
     if missing:
-        named = ", ".join(missing)
-        return {"sorting": f"There is no order {named}, in the desk or in the shop."}
+        return {"sorting": f"There is no order {', '.join(missing)}, in the desk or in the shop."}
     return {"orders": numbers}
 
 
@@ -220,9 +215,8 @@ def _place(message: Message, read: dict[str, Any], found: dict[str, Any]) -> Non
 
 
 def _open_together(message: Message, reading: Reading, numbers: list[str]) -> placing.Placed:
-    """One ticket for the message's orders that have no open ticket; the message added to the
-    open tickets of the others (each ticket's audit entry says so for people; the message's
-    links, MessageTicket, say it for placed())."""
+    """One ticket for the message's orders that have no open ticket, the message added to the
+    open tickets of the others; each ticket's audit entry says so."""
     words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
     where = placing.open_or_add(
         numbers,
@@ -261,8 +255,8 @@ def _to_sorting(message: Message, reason: str) -> None:
 
 
 def placed(message: Message) -> dict[str, Any]:
-    """Where the message went: its status, and the tickets it opened or was added to, each with
-    the message's orders it covers (intake.models.MessageTicket)."""
+    """Where the message went: its status, and each ticket it opened or was added to with the
+    message's orders it covers."""
     tickets = [
         {"id": p.ticket_id, "orders": list(p.orders), "added": p.added}
         for p in message.placements.order_by("id")
@@ -302,9 +296,8 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
 
 
 def refund_status(message: Message) -> dict[str, Any]:
-    """The facts of the answer to "where is my refund" (templates/emails/refund_status.txt
-    words them): the ticket's orders and where it is, the money's progress as the desk says it
-    (refunds.selectors.refund_progress), the amount and the day."""
+    """The facts of the answer to "where is my refund": the ticket's orders, where it is and
+    the money's progress as the desk says it."""
     ticket = Ticket.objects.select_related("order").get(pk=message.ticket_id)
     progress = selectors.refund_progress(ticket)
     if progress is not None:
@@ -335,9 +328,8 @@ def _tickets_that_tell(ids: list[int]) -> set[int]:
 
 
 def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
-    """The acknowledgment's facts (templates/emails/acknowledgment.txt words them): what happens
-    next. It never says why a message waits for a person (that may name someone else's order),
-    and never asks for an order number the message gave (`gave_order`)."""
+    """The acknowledgment's facts: what happens next. Never why a message waits for a person
+    (that may name someone else's order), nor a request for an order number it gave."""
     opened = [t for t in where["tickets"] if not t["added"]]
     added = [t for t in where["tickets"] if t["added"]]
     return {
