@@ -276,11 +276,11 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     where = {**where, "tickets": [t for t in where["tickets"] if t["id"] not in telling]}
     if telling and not where["tickets"]:
         return {"sent": False, "why": "the ticket it opened tells the customer"}
-    if message.status == Message.Status.ANSWERED and message.ticket_id:
-        ticket_id, kind, facts = message.ticket_id, "refund_status", refund_status(message)
+    ticket_id: int | None = message.ticket_id
+    if message.status == Message.Status.ANSWERED and ticket_id:
+        kind, facts = "refund_status", refund_status(message)
     else:
-        tickets = [t["id"] for t in where["tickets"]]
-        ticket_id = tickets[0] if tickets else None
+        ticket_id = where["tickets"][0]["id"] if where["tickets"] else None
         kind, facts = "acknowledgment", acknowledgment(message, where)
     # Once per message: the outbox keeps one email per key, whatever re-reads the message.
     mail.send_worded(
