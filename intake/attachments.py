@@ -1,19 +1,9 @@
-"""Customers' attachments: judged, kept in the "attachments" storage, and recorded on their
-message.
-
-What is kept is judged by its bytes, never by its name or declared type: JPEG, PNG, GIF, WebP,
-HEIC and PDF, at most REFUNDS_ATTACHMENT_MAX_BYTES each and REFUNDS_ATTACHMENTS_PER_MESSAGE on
-one message. Everything else is refused, stored nowhere, and listed in the message's
-`attachments` descriptions with why.
-
-The bytes are written before the message's row commits, under a name made of the message's key
-and the bytes' digest: the webhook's retry after a crash (or a second delivery of the same email)
-writes the same object again, so an object is either named by its Attachment row or overwritten
-by the retry that records it; nothing a row names can be missing. Writing happens outside any
-database transaction (a network wait on S3 inside one would hold SQLite's whole database).
-
-A kept picture is shown on the pages only when Pillow reads its size from its header (nothing is
-decoded) and it is at most REFUNDS_ATTACHMENT_PREVIEW_PIXELS: a larger one is a link."""
+"""Customers' attachments: judged by their bytes (never their name or declared type), kept in the
+"attachments" storage, recorded on their message; the rest refused with why. The bytes are
+written before the message's row commits, outside any transaction (S3 is a network wait), under
+a name of the message's key and the bytes' digest: a retry writes the same object again, so
+nothing a row names can be missing. A picture is previewed only when Pillow reads its size from
+its header within REFUNDS_ATTACHMENT_PREVIEW_PIXELS."""
 
 from __future__ import annotations
 
@@ -89,8 +79,7 @@ def content_type(content: bytes) -> str:
 
 
 def previewable(kind: str, content: bytes) -> bool:
-    """Drawn on the pages: a kind browsers draw, of at most the setting's pixels by its header
-    (nothing decoded); not when Pillow cannot read the header, or it is past Pillow's own limit."""
+    """A kind browsers draw, of at most the setting's pixels by its header (nothing decoded)."""
     if kind not in PREVIEWED:
         return False
     try:
@@ -102,9 +91,8 @@ def previewable(kind: str, content: bytes) -> bool:
 
 
 def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[Kept]]:
-    """Each part described (name, declared type, size, digest, and why it was refused, "" when
-    kept), and the parts to keep, in the email's order. `key` is the message's key: with the
-    digest it names the stored object."""
+    """Each part described (with why it was refused, "" when kept), and the parts to keep; the
+    message's `key` and the digest name the stored object."""
     folder = hashlib.sha256(key.encode()).hexdigest()[:32]
     limit = settings.REFUNDS_ATTACHMENT_MAX_BYTES
     most = settings.REFUNDS_ATTACHMENTS_PER_MESSAGE
@@ -139,8 +127,7 @@ def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[
 
 
 def attachments_store(kept: list[Kept]) -> None:
-    """Write each kept part's bytes under its name (the same name again overwrites it: a
-    retry). Outside any transaction: S3 is a network wait."""
+    """Write each kept part's bytes under its name (again, on a retry)."""
     outside_transaction("the attachments' storage")
     files = storage()
     for one in kept:

@@ -1,16 +1,8 @@
-"""Email in: the mail provider's inbound webhook, through django-anymail. anymail's ESP view
-(mounted under /mail/ behind intake/webhook.py's door, e.g. /mail/mailgun/inbound_mime/) checks
-the provider's signature and refuses a bad one before anything here runs; this receiver refuses a
-signature that is stale or used already (what anymail leaves to the app; intake/webhook.py's
-signed_once, as for the tracking posts) and turns the message into a Message.
-
-An email is never refused once signed: the customer already sent it. Its faults (no text, too
-long, a From that is no address or that the provider's checks did not confirm) send it to
-"Needs sorting" (intake/services.py). Text in a
-charset that does not decode is kept with replacement characters; the raw MIME is kept too, with
-each attachment taken out and a line in its place. Attachments are judged and the kept ones
-written to storage before the message's transaction (intake/attachments.py), and recorded with
-the message."""
+"""Email in, through django-anymail's inbound signal: anymail's view checks the provider's
+signature; signed_once refuses one stale or used already. A signed email is never refused (the
+customer already sent it): its faults send it to "Needs sorting" (intake/services.py).
+Attachments are taken out of the raw MIME and stored before the message's transaction
+(intake/attachments.py)."""
 
 from __future__ import annotations
 
@@ -106,22 +98,20 @@ def _written(email: AnymailInboundMessage, name: str) -> str:
 
 
 def _recipients(email: AnymailInboundMessage) -> tuple[list[str], str]:
-    """Where it was sent: the envelope's recipient first (the reply address, whatever the
-    headers say), then To, Cc and Delivered-To, up to MOST_ADDRESSES; and "" or that it had
-    more."""
+    """Where it was sent, the envelope's recipient first (the reply address, whatever the
+    headers say), up to MOST_ADDRESSES; and "" or that it had more."""
     written = [_written(email, name) for name in ("to", "cc", "delivered-to")]
     read = getaddresses([one[:HEADER_CHARS] for one in written])
     found = [one for one in [email.envelope_recipient or ""] + [a for _, a in read] if one]
     if len(found) <= MOST_ADDRESSES and all(len(one) <= HEADER_CHARS for one in written):
         return found, ""
-    return found[
-        :MOST_ADDRESSES
-    ], f"Only the first {MOST_ADDRESSES} addresses it was sent to were read."
+    said = f"Only the first {MOST_ADDRESSES} addresses it was sent to were read."
+    return found[:MOST_ADDRESSES], said
 
 
 def _references(email: AnymailInboundMessage) -> tuple[list[str], str]:
-    """The Message-IDs it answers: In-Reply-To, then the last of References (a reply appends
-    the ID it answers), MOST_IDS of each; and "" or that it had more."""
+    """The Message-IDs it answers, MOST_IDS of In-Reply-To and of the end of References (a
+    reply appends the ID it answers); and "" or that it had more."""
     answers = ID.findall(_written(email, "in-reply-to")[:HEADER_CHARS])
     written = _written(email, "references")
     references = ID.findall(written[-HEADER_CHARS:])
@@ -133,9 +123,8 @@ def _references(email: AnymailInboundMessage) -> tuple[list[str], str]:
 
 
 def _verdicts(email: AnymailInboundMessage) -> dict[str, str]:
-    """The provider's SPF and DKIM verdicts ("pass", "fail", "softfail", "none", ...), the first
-    of each: a receiver adds its results above the ones it received, so the topmost are the
-    provider's, and any the sender wrote in are below them."""
+    """The provider's SPF and DKIM verdicts, the first of each: a receiver adds its results
+    above the ones it received, so any the sender wrote in are below the provider's."""
     found: dict[str, str] = {}
     for name, value in email.raw_items():
         written = str(value)[:HEADER_CHARS].lower()
@@ -161,8 +150,8 @@ def _received_at(stamp: datetime | None) -> datetime:
 
 
 def body_text(email: AnymailInboundMessage) -> str:
-    """The message's plain text, or its HTML's text; a charset that does not decode is read
-    as UTF-8 with replacement characters rather than lost."""
+    """The message's plain text, or its HTML's; an unknown charset is read as UTF-8 rather than
+    lost."""
     for content_type in ("text/plain", "text/html"):
         for part in email.walk():
             if part.get_content_type() != content_type or part.is_attachment():
@@ -177,9 +166,8 @@ def body_text(email: AnymailInboundMessage) -> str:
 
 
 def _from(email: AnymailInboundMessage) -> tuple[str, str]:
-    """(address, display name) of the From; a From that is not one address Python can read
-    (several, none, CR/LF in its name, junk) is kept as written, and the message goes to
-    "Needs sorting" saying so."""
+    """(address, display name) of the From; one that is not one readable address is kept as
+    written (and the message goes to "Needs sorting")."""
     written = _written(email, "from")[:HEADER_CHARS]
     found = getaddresses([written])  # the standard library's lenient reading
     if len(found) == 1 and "@" in found[0][1]:
@@ -197,9 +185,8 @@ def _words(name: str) -> str:
 
 
 def _key(email: AnymailInboundMessage, raw: str, sender: str) -> str:
-    """The sender's Message-ID with the sender's address (another sender's email that reuses
-    the ID is another message); without one, the message's own bytes (a redelivery repeats
-    them)."""
+    """The Message-ID with the sender (another sender reusing the ID is another message), or
+    else the message's bytes (a redelivery repeats them)."""
     message_id = " ".join((email.get("Message-ID") or "").split())
     if not message_id:
         return "sha256:" + hashlib.sha256(raw.encode()).hexdigest()
@@ -207,8 +194,7 @@ def _key(email: AnymailInboundMessage, raw: str, sender: str) -> str:
 
 
 def _set_aside(email: AnymailInboundMessage) -> list[attachments.Part]:
-    """What is attached, taken out: each part that is no text of the message (a photo, a PDF, a
-    file) leaves a line in its place in the raw MIME, naming its bytes' digest."""
+    """The attached parts, taken out: each leaves a line naming its digest in the raw MIME."""
     parts = []
     for part in email.walk():
         if part.is_multipart() or not (

@@ -57,8 +57,7 @@ class Message(models.Model):
     # An email's text longer than INTAKE_MAX_CHARS is cut there for reading (the whole of it is
     # in `raw`): how long it was. None: not cut.
     uncut_chars = models.PositiveIntegerField(null=True, blank=True)
-    # What of an email was not read, in words (its MIME parts, addresses, Message-IDs past the
-    # bounds of intake/inbound.py and intake/webhook.py: work per email is bounded); "" for all.
+    # What of an email was not read past the bounds on work per email, in words; "" for all.
     unread = models.TextField(blank=True, default="", db_default="")
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
@@ -70,9 +69,8 @@ class Message(models.Model):
     brought_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Every part attached, in order: [{"name", "type" (as the sender declared it), "size",
-    # "sha256", "refused": why ("" when kept as an Attachment)}]; the raw MIME keeps a line in
-    # each one's place. Older rows (before attachments were kept) have no "refused".
+    # Every part attached, in order: [{"name", "type" (as declared), "size", "sha256",
+    # "refused": why, "" when kept}]; rows from before attachments were kept have no "refused".
     attachments = models.JSONField(default=list, blank=True)
     # The intake workflow's thread (a LangGraph @entrypoint), one per message.
     thread_id = models.CharField(max_length=64, unique=True)
@@ -103,8 +101,8 @@ class Message(models.Model):
     ticket = models.ForeignKey(
         Ticket, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
     )
-    # One writer per message thread, fenced, as tickets have (refunds/lease.py, grant_row): every
-    # effect of the intake workflow is conditional on its epoch still holding this row.
+    # One writer per message thread, fenced: every effect of the intake is conditional on its
+    # epoch still holding this row (refunds/lease.py).
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_epoch = models.BigIntegerField(default=0)
@@ -112,8 +110,8 @@ class Message(models.Model):
     # As Ticket.woken_at: the sweep's wake-up not yet taken by a worker (a grant clears it).
     woken_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
-    # When the intake workflow ran to its end (read, placed, acknowledged). Until then the
-    # recovery sweep hands the message to a worker whenever no lease holds it.
+    # When the intake ran to its end; until then the sweep hands it to a worker when no lease
+    # holds it.
     finished_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
@@ -153,9 +151,8 @@ class Message(models.Model):
 
 
 class MessageTicket(models.Model):
-    """Where a message went: one row per ticket it opened or was added to (by the intake or by a
-    person sorting it), with the message's orders that ticket covers. Written in the transaction
-    that places the message; read by the intake's placed() and the message page by its index."""
+    """Where a message went: one row per ticket it opened or was added to, with the message's
+    orders that ticket covers; written in the transaction that places the message."""
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="placements")
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="message_placements")
@@ -173,9 +170,8 @@ class MessageTicket(models.Model):
 
 
 class MessageEvent(models.Model):
-    """One append-only record per action a person takes on a message (sort it, mark it not a
-    refund request, send it back): who, when, what they chose. A message may have no ticket, so
-    these cannot be the ticket's AuditEvents; a ticket it opens or joins records its own too."""
+    """One append-only record per action a person takes on a message: who, when, what they
+    chose. A message may have no ticket, so these cannot be the ticket's AuditEvents."""
 
     class Action(models.TextChoices):
         SORT = "sort", "Sorted into a ticket"
@@ -205,10 +201,8 @@ class MessageEvent(models.Model):
 
 
 class SignatureToken(models.Model):
-    """A signed inbound or tracking post's token (Mailgun signs timestamp + token), taken once:
-    the same signature posted again, to either URL, is refused. Kept while its timestamp is
-    young enough to pass the age check (INBOUND_SIGNATURE_MAX_AGE_SECONDS); older ones are
-    refused by their age and removed."""
+    """A signed post's token, taken once: the same signature posted again, to either URL, is
+    refused. Kept while young enough to pass the age check; older ones are refused by age."""
 
     token = models.CharField(max_length=200, unique=True)
     signed_at = models.DateTimeField(db_index=True)
@@ -217,21 +211,10 @@ class SignatureToken(models.Model):
         return f"Signature token {self.token[:12]}… of {local_words(self.signed_at)}"
 
 
-class AttachmentQuerySet(models.QuerySet):
-    def of_replies(self, ticket_ids) -> AttachmentQuerySet:
-        """The files of the customers' replies that resumed these tickets' waits on them (the
-        replies the reviews quote), oldest first."""
-        return self.filter(message__ticket_id__in=ticket_ids, message__resumed_wait=True).order_by(
-            "message_id", "id"
-        )
-
-
 class Attachment(models.Model):
-    """A file a customer attached and the desk kept (intake/attachments.py): an image or a PDF
-    by its bytes, within the limits. Its bytes are in the "attachments" storage under `name`,
-    written before this row (a name is the message's key and the bytes' digest, so a retry writes
-    the same object again); pages link to it through reviews' attachment view, which checks
-    that the user may read the message."""
+    """A file a customer attached and the desk kept (intake/attachments.py). Its bytes are in
+    the "attachments" storage under `name`, written before this row (a retry writes the same
+    object again); pages link to it through a view that checks the user may read the message."""
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="files")
     name = models.CharField(max_length=255, unique=True)  # in the "attachments" storage
@@ -239,12 +222,9 @@ class Attachment(models.Model):
     content_type = models.CharField(max_length=100)  # read from its bytes, not its name
     size = models.PositiveBigIntegerField()
     sha256 = models.CharField(max_length=64)
-    # Shown as a picture (attachments.previewable): its header read, within the pixels allowed.
-    # Files kept before it was recorded were never measured: links.
+    # Shown as a picture (attachments.previewable); files kept before it was measured: links.
     preview = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = AttachmentQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]

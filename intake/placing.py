@@ -1,8 +1,6 @@
-"""One message's orders into tickets: one new ticket covering every order of it that has no open
-ticket, and the message added to the open tickets of the others. Shared by the intake
-(intake/steps.py, open_ticket) and a person sorting a message (intake/sorting.py); both call
-it inside the transaction that records where the message went, so all of it happens or none.
-"""
+"""One message's orders into tickets: one new ticket for the orders without an open ticket, the
+message added to the open tickets of the others. The intake and a person sorting share it, each
+inside the transaction that records where the message went: all of it happens, or none."""
 
 from __future__ import annotations
 
@@ -30,11 +28,9 @@ class Placed:
 
 
 def open_or_add(numbers: list[str], **open_kwargs: Any) -> Placed:
-    """ticket_open(order_numbers=...) for the orders left; an order with an open ticket takes
-    that ticket (and the message's other orders it covers) out of the new one, and the rest is
-    asked again. Each round takes at least one order out: it ends. RefundError (several
-    customers' orders, say) is the caller's to place; nothing of this call is kept then when the
-    caller's transaction rolls back."""
+    """ticket_open for the orders left; an order with an open ticket takes that ticket's orders
+    out and the rest is asked again (each round takes one out: it ends). RefundError is the
+    caller's to place; its transaction rolls back all of this."""
     placed = Placed()
     left = list(dict.fromkeys(numbers))
     while left:

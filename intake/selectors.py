@@ -33,7 +33,9 @@ def messages_visible(user) -> QuerySet[Message]:
 def reply_files(ticket_id: int) -> QuerySet[Attachment]:
     """The files of the customer's replies that resumed this ticket's waits (the replies its
     reviews quote), oldest first."""
-    return Attachment.objects.of_replies([ticket_id])
+    return Attachment.objects.filter(
+        message__ticket_id=ticket_id, message__resumed_wait=True
+    ).order_by("message_id", "id")
 
 
 def messages_needing_sorting() -> QuerySet[Message]:
@@ -55,11 +57,6 @@ def needs_sorting_count(cap: int = COUNT_CAP) -> int:
     return messages_needing_sorting()[: cap + 1].count()
 
 
-def sender_orders(sender: str, limit: int = SENDER_ORDERS) -> list[Order]:
-    """The sender's own most recent orders in the desk."""
-    return list(of_customer(Order.objects.all(), sender).order_by("-id")[:limit])
-
-
 def order_choices(message: Message) -> list[dict]:
     """The orders an agent may tick for a message: the numbers the reader found, then the
     sender's recent orders; each says whose it is, so another customer's stands out."""
@@ -77,7 +74,7 @@ def order_choices(message: Message) -> list[dict]:
                 and not same_customer(order.customer_email, message.sender),
             }
         )
-    for order in sender_orders(message.sender):
+    for order in of_customer(Order.objects.all(), message.sender).order_by("-id")[:SENDER_ORDERS]:
         if order.number not in read:
             choices.append(
                 {"number": order.number, "read": False, "order": order, "other_customer": False}

@@ -1,13 +1,7 @@
-"""Customers' messages in: one row per message, whatever brought it, then the intake workflow.
-
-message_receive() is the one door for the three channels (the mail provider's inbound webhook,
-POST /api/messages/, the desk's "Open a ticket" form). What it refuses depends on who is there to
-read the refusal: a caller of the API or a person at the desk reads a clear error and nothing is
-stored (MessageRefused); the mail provider already took the customer's email, and refusing it
-would lose it, so an email with the same fault is stored and goes to "Needs sorting" with the
-reason. An email longer than INTAKE_MAX_CHARS is no fault: it is cut there for reading (what a
-person writes is at its top; the whole email stays in `raw`), and every page showing it says so.
-Nothing is dropped without a word.
+"""Customers' messages in, by any channel, then the intake workflow. What is refused depends on
+who reads the refusal: the API's caller or the desk's user gets a clear error and nothing is
+stored; an email with the same fault is stored and goes to "Needs sorting" with the reason, as
+the provider already took it from the customer. Nothing is dropped without a word.
 """
 
 from __future__ import annotations
@@ -57,18 +51,12 @@ def message_receive(
     verdicts: dict[str, str] | None = None,
     unread: str = "",
 ) -> tuple[Message, bool]:
-    """Store a customer's message once and start its intake when this transaction commits.
-    Returns (message, created): a message delivered again (the same key) is the first one,
-    created False, and starts nothing new. `brought_by` is the person who brought it in (who
-    pasted it, the API token's user): the opener of the ticket it opens (four-eyes); the desk and
-    the API always have one, the mail provider never. Raises MessageRefused for the API and the
-    desk; an email's faults send it to "Needs sorting" instead (see the module's doc). With wake
-    False no worker is asked: the recovery sweep finds the message (the demo loads its messages
-    before the broker is up). `recipients` (the addresses it was sent to) and `references` (its
-    In-Reply-To and References Message-IDs) find the question it answers, if any: a reply to
-    one resumes that ticket's thread instead of starting the intake (intake/replies.py).
-    `verdicts` are the mail provider's checks of the sender ({"spf": "fail", "dkim": "pass"});
-    `unread`, what of an email was not read (its parts, addresses, IDs past a bound), in words."""
+    """Store a customer's message once (a delivery again of its key is the first one, created
+    False) and start its intake on commit. `brought_by` (who pasted or posted it; never for
+    email) opens its ticket: four-eyes. Without `wake` the sweep finds it (the demo loads
+    messages before the broker is up). `recipients` and `references` find the question it
+    answers: a reply resumes that ticket instead (intake/replies.py). `verdicts` are the
+    provider's SPF/DKIM checks; `unread`, what of an email was not read, in words."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     if (brought_by is None) != (channel == Message.Channel.EMAIL):
@@ -77,6 +65,7 @@ def message_receive(
     sender = _clean(sender).strip()
     body = _clean(body)
     uncut_chars = None
+    # A long email is no fault: what a person writes is at its top, and `raw` keeps all of it.
     if channel == Message.Channel.EMAIL and len(body) > settings.INTAKE_MAX_CHARS:
         uncut_chars, body = len(body), body[: settings.INTAKE_MAX_CHARS]
     problems = message_problems(sender=sender, body=body)
@@ -123,7 +112,7 @@ def message_receive(
 
 def _not_a_customer(sender: str) -> str:
     """Why a person sorts a message from a desk user's address (four-eyes: a reviewer writing
-    "as a customer" would otherwise open a ticket that they could approve); "" for a customer."""
+    "as a customer" would open a ticket they could approve); "" for a customer."""
     from django.contrib.auth import get_user_model
 
     if not get_user_model().objects.filter(email__iexact=sender, is_active=True).exists():
@@ -135,9 +124,8 @@ def _not_a_customer(sender: str) -> str:
 
 
 def _not_authenticated(verdicts: dict[str, str]) -> str:
-    """Why a person sorts an email whose provider's checks passed neither SPF nor DKIM (anyone
-    can write a customer's address in a From; these checks are what say the customer sent it);
-    "" when one passed, or the provider gave none."""
+    """Why a person sorts an email that passed neither SPF nor DKIM (anyone can write a
+    customer's address in a From); "" when one passed, or the provider gave none."""
     if not verdicts or "pass" in verdicts.values():
         return ""
     said = ", ".join(f"{check.upper()} {verdict}" for check, verdict in verdicts.items())
@@ -183,9 +171,8 @@ def _clean(text: str) -> str:
 
 
 def messages_recover() -> list[int]:
-    """The recovery sweep's part for messages: re-enqueue every message whose intake has not
-    finished and that no worker holds (a lost wake-up, a killed worker, a paused one whose lease
-    ran out). Registered with refunds' sweep (intake/apps.py), so beat's one sweep runs it."""
+    """The sweep's part for messages: re-enqueue each unfinished one no worker holds (a lost
+    wake-up, a killed worker, a paused one whose lease ran out)."""
     settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
     rows = Message.objects.needing_worker(settled_before=settled_before)
     # Throttled as tickets' wake-ups are: one in the queue per message, not one per sweep.
@@ -193,11 +180,9 @@ def messages_recover() -> list[int]:
 
 
 def message_retry(*, message: Message, by) -> bool:
-    """Admin: hand a message the intake gave up on back to it, with a fresh attempt budget; it
-    goes on from its last checkpoint (a finished step is not run again). A message the give-up
-    put in "Needs sorting" and nobody has sorted since is placed again by the intake; one a
-    person sorted keeps what they chose (the intake only sends what it had not, the
-    acknowledgment). False when the message is not given up any more (retried already)."""
+    """Admin: hand a message the intake gave up on back to it, from its last checkpoint. One
+    the give-up put in "Needs sorting", unsorted since, is placed again; one a person sorted
+    keeps what they chose. False when it is not given up any more (retried already)."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins hand a message back to the intake.")
     # Put in "Needs sorting" by the give-up itself (its reason is the error), unsorted since.

@@ -1,16 +1,11 @@
 """What a person does with a message the intake could not place, or placed wrongly: sort it into
-a ticket, set it aside as not a refund request (answering the customer; undoable), send a
-misread one back to "Needs sorting".
-
-Each action starts with one compare-and-set UPDATE on the message's status, in the same
-transaction as everything it writes: of two agents (or one double submit) exactly one wins and
-the other is told who did; nothing is opened twice. The orders are found (the shop asked for one
-the desk lacks) before that transaction opens: no network wait inside it (DESIGN.md 6c).
-"""
+a ticket, set it aside (undoable), send a misread one back to "Needs sorting". Each action is
+one compare-and-set UPDATE on the message's status, in the transaction of all it writes: of two
+agents (or a double submit) one wins, the other is told who did. Orders are found (the shop
+asked) before that transaction: no network wait inside it (DESIGN.md 6c)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -19,7 +14,7 @@ from django.utils import timezone
 
 from core.clock import local_words
 from intake.models import REPLY_PREFIX, Message, MessageEvent, MessageTicket
-from intake.placing import link, open_or_add
+from intake.placing import Placed, link, open_or_add
 from intake.services import message_problems
 from refunds import audit, emails, enqueue, permissions, policy
 from refunds.emails import Worded
@@ -51,32 +46,22 @@ class SortingError(RefundError):
     """Bad input or a message that moved on; the message is shown to the person as it is."""
 
 
-@dataclass
-class Sorted:
-    """What sorting did: the ticket opened (with its orders), open tickets the message was
-    added to (each with the message's orders it covers)."""
+def placed_words(where: Placed) -> str:
+    """What a sort did, for the person who sorted."""
 
-    opened: list[Ticket] = field(default_factory=list)
-    added: list[Ticket] = field(default_factory=list)
-    orders: dict[int, list[str]] = field(default_factory=dict)  # ticket id: the message's orders
-
-    def words(self) -> str:
-        parts = []
-        if self.opened:
-            parts.append(
-                "Opened " + ", ".join(f"ticket {t.pk} for {self._orders(t)}" for t in self.opened)
-            )
-        if self.added:
-            parts.append(
-                "Added the message to "
-                + ", ".join(f"the open ticket {t.pk} of {self._orders(t)}" for t in self.added)
-                + " (an order has one open ticket)"
-            )
-        return "; ".join(parts) + "."
-
-    def _orders(self, ticket: Ticket) -> str:
-        numbers = self.orders.get(ticket.pk) or [ticket.order.number]
+    def orders(numbers: list[str]) -> str:
         return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
+
+    parts = []
+    if where.opened is not None:
+        parts.append(f"Opened ticket {where.opened.pk} for {orders(where.opened_orders)}")
+    if where.added:
+        parts.append(
+            "Added the message to "
+            + ", ".join(f"the open ticket {t.pk} of {orders(n)}" for t, n in where.added)
+            + " (an order has one open ticket)"
+        )
+    return "; ".join(parts) + "."
 
 
 def _refuse_unless_desk_user(by) -> None:
@@ -93,15 +78,13 @@ def _orders(numbers: list[str]) -> list[Order]:
         raise SortingError("Pick at least one order (tick one, or type its number).")
     if len(picked) > ORDERS_MAX:
         raise SortingError(f"At most {ORDERS_MAX} orders at once; this has {len(picked)}.")
-    orders, unknown = [], []
-    for number in picked:
-        order = order_find(order_number=number)  # outside any transaction: it may ask the shop
-        (orders.append(order) if order is not None else unknown.append(number))
-    if unknown:
+    # Outside any transaction: it may ask the shop.
+    found = {n: order_find(order_number=n) for n in picked}
+    if unknown := [n for n, o in found.items() if o is None]:
         raise SortingError(
             f"There is no order {', '.join(unknown)}; nothing was opened. Check the number."
         )
-    return orders
+    return [o for o in found.values() if o is not None]
 
 
 def _taken(message: Message) -> SortingError:
@@ -121,13 +104,10 @@ def message_sort(
     reason: str,
     by,
     other_customer_ok: bool = False,
-) -> Sorted:
-    """Open the ticket for a message a person sorted: one ticket covering its orders, with the
-    reason they chose and what the reader read; an order that has an open ticket gets the
-    message on that ticket's timeline instead (intake/placing.py). Orders of several customers
-    are refused (a ticket covers one customer's orders). An order of a customer
-    other than the sender is refused unless `other_customer_ok` (the person ticked that they
-    checked it: a forwarded message, a partner writing for a customer)."""
+) -> Placed:
+    """Open one ticket for the orders a person sorted the message into, or add the message to
+    an order's open ticket (intake/placing.py). Another customer's order than the sender's is
+    refused unless `other_customer_ok` (they checked it: a forwarded message, a partner)."""
     _refuse_unless_desk_user(by)
     if reason not in policy.TICKET_REASONS:
         words = policy.REASONS.get(reason)
@@ -148,7 +128,6 @@ def message_sort(
             "ask about, tick “open it anyway” and sort again."
         )
     now = timezone.now()
-    result = Sorted()
     with transaction.atomic():
         won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
             status=Message.Status.OPENED, handled_by=by, handled_at=now, updated_at=now
@@ -167,17 +146,10 @@ def message_sort(
             )
         except RefundError as exc:  # several customers' orders: nothing of it is kept
             raise SortingError(f"{exc} Nothing was opened; sort one customer's orders.") from exc
-        if where.opened is not None:
-            result.opened.append(where.opened)
-            result.orders[where.opened.pk] = where.opened_orders
-        for ticket, numbers in where.added:
-            result.added.append(ticket)
-            result.orders[ticket.pk] = numbers
-        first = (result.opened or result.added)[0]
-        status = Message.Status.OPENED if result.opened else Message.Status.ADDED
-        Message.objects.filter(pk=message.pk).update(ticket=first, status=status)
+        status = Message.Status.OPENED if where.opened else Message.Status.ADDED
+        Message.objects.filter(pk=message.pk).update(ticket=where.first, status=status)
         link(message, where)
-        for ticket in result.added:
+        for ticket, _ in where.added:
             audit.record(
                 ticket,
                 AuditEvent.Action.NOTE,
@@ -192,13 +164,13 @@ def message_sort(
             answer={
                 "orders": [o.number for o in orders],
                 "reason": reason,
-                "opened": [t.pk for t in result.opened],
-                "added": [t.pk for t in result.added],
+                "opened": [where.opened.pk] if where.opened else [],
+                "added": [t.pk for t, _ in where.added],
                 "other_customer": [o.number for o in others],
             },
         )
     message.refresh_from_db()
-    return result
+    return where
 
 
 REPLY_MAX = 4000  # an agent's own words to the customer
@@ -212,11 +184,9 @@ def message_mark_not_refund(
     words: str = "",
     no_reply_why: str = "",
 ) -> Message:
-    """ "Not a refund request": the message is set aside and the customer is answered, with a
-    canned reply (CannedReason.Use.SET_ASIDE) and/or words of the agent's own, or, said so with
-    why, not at all. The reply is an outbox row written in the same transaction as the set-aside
-    (key REPLY_PREFIX<message>:<event>) and delivered once after commit by the outbox's
-    send-outside-a-run path (mail.resend), which intake/outbox.py lets claim it."""
+    """ "Not a refund request": set aside, the customer answered with a canned reply and/or the
+    agent's words, or not at all with why. The reply is an outbox row in the set-aside's
+    transaction, delivered once after commit (mail.resend; intake/outbox.py lets it claim it)."""
     _refuse_unless_desk_user(by)
     words, no_reply_why = (words or "").strip(), (no_reply_why or "").strip()
     if canned is not None and canned.use != CannedReason.Use.SET_ASIDE:
@@ -280,10 +250,8 @@ def _reply_set_aside(
 
 
 def set_aside_reply(message: Message, text: str, *, language: str | None = None) -> Worded:
-    """The reply to a message set aside: the agent's (or the canned) words, greeted and signed
-    as the intake's acknowledgment is, in the language the message was read in, or `language`
-    (English for a canned reply without words in theirs) (templates/emails/set_aside.txt; the
-    agent's own words are sent as written)."""
+    """The reply to a message set aside, greeted and signed as the acknowledgment is, in the
+    message's language or `language` (English for a canned reply without words in theirs)."""
     facts = {
         "subject": message.subject,
         "first_name": (message.sender_name.split() or [""])[0],
@@ -321,7 +289,7 @@ def message_set_aside_undo(*, message: Message, by) -> Message:
 
 
 def set_aside_email(event: MessageEvent | None) -> Email | None:
-    """The outbox row of the reply a setting aside sent (None: no reply, or an old event)."""
+    """The outbox row of the reply a setting aside sent (None: no reply)."""
     email_id = (event.answer or {}).get("email") if event is not None else None
     return Email.objects.filter(pk=email_id).first() if email_id else None
 
@@ -337,10 +305,9 @@ def set_aside_event(message: Message) -> MessageEvent | None:
 
 
 def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
-    """A reviewer saw the reader misread the message: the ticket's review ends rejected through
-    the decision path everyone uses (the customer is told nothing: no refusal that is not one),
-    and the message returns to "Needs sorting" saying who sent it back and why. One
-    transaction: the decision and the message move together, or neither does."""
+    """A reviewer saw the reader misread the message: the review ends rejected by the decision
+    path everyone uses (the customer told nothing) and the message returns to "Needs sorting",
+    with who and why, in one transaction: both move, or neither."""
     why = (why or "").strip()
     if not why:
         raise SortingError("Say what was misread; whoever sorts it again reads your words.")

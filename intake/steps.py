@@ -110,26 +110,19 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
 def _senders_orders(message: Message, numbers: list[str]) -> dict[str, Any]:
     """{"orders": numbers} when each is the sender's order, in the desk or in the shop; else
     {"sorting": why not}."""
-    found: list[tuple[str, Order]] = []
-    missing: list[str] = []
-    for number in numbers:
-        try:
-            order = services.order_find(order_number=number)
-        except services.ShopUnavailable:
-            raise  # worth another try: the sweep brings the message back
-        if order is None:
-            missing.append(number)
-        else:
-            found.append((number, order))
-    foreign = [n for n, o in found if not same_customer(o.customer_email, message.sender)]
+    # ShopUnavailable is raised on: worth another try, the sweep brings the message back.
+    found = {number: services.order_find(order_number=number) for number in numbers}
+    missing = [n for n, o in found.items() if o is None]
+    foreign = [
+        n for n, o in found.items() if o and not same_customer(o.customer_email, message.sender)
+    ]
     if foreign:
         return {
             "sorting": f"Order {', '.join(foreign)} belongs to another customer, not to "
             f"{message.sender}; nothing was opened for it."
         }
     if missing:
-        named = ", ".join(missing)
-        return {"sorting": f"There is no order {named}, in the desk or in the shop."}
+        return {"sorting": f"There is no order {', '.join(missing)}, in the desk or in the shop."}
     return {"orders": numbers}
 
 
@@ -195,32 +188,35 @@ def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict
         if not locked:
             raise _lost(lease)
         message = _message(item)
-        if message.status != Message.Status.RECEIVED:  # placed before a crash: nothing again
-            return placed(message)
-        if "sorting" in found:
-            return _to_sorting(message, found["sorting"])
-        if "status_of" in found:  # answered with the ticket's status, nothing opened
-            Message.objects.filter(pk=message.pk).update(
-                status=Message.Status.ANSWERED, ticket_id=found["status_of"]
-            )
-            return placed(Message.objects.get(pk=message.pk))
-        reading = Reading.from_json(read["reading"])
+        if message.status == Message.Status.RECEIVED:  # else placed before a crash: not again
+            _place(message, read, found)
+        return placed(_message(item))
+
+
+def _place(message: Message, read: dict[str, Any], found: dict[str, Any]) -> None:
+    if "sorting" in found:
+        _to_sorting(message, found["sorting"])
+    elif "status_of" in found:  # answered with the ticket's status, nothing opened
+        Message.objects.filter(pk=message.pk).update(
+            status=Message.Status.ANSWERED, ticket_id=found["status_of"]
+        )
+    else:
         try:
             with transaction.atomic():  # all of the message's orders, or none
+                reading = Reading.from_json(read["reading"])
                 where = _open_together(message, reading, found["orders"])
         except services.RefundError as exc:
-            return _to_sorting(message, f"The ticket could not be opened: {exc}")
-        Message.objects.filter(pk=message.pk).update(
-            status=Message.Status.OPENED if where.opened else Message.Status.ADDED,
-            ticket_id=where.first.pk,
-        )
-        return placed(Message.objects.get(pk=message.pk))
+            _to_sorting(message, f"The ticket could not be opened: {exc}")
+        else:
+            Message.objects.filter(pk=message.pk).update(
+                status=Message.Status.OPENED if where.opened else Message.Status.ADDED,
+                ticket_id=where.first.pk,
+            )
 
 
 def _open_together(message: Message, reading: Reading, numbers: list[str]) -> placing.Placed:
-    """One ticket for the message's orders that have no open ticket; the message added to the
-    open tickets of the others (each ticket's audit entry says so for people; the message's
-    links, MessageTicket, say it for placed())."""
+    """One ticket for the message's orders that have no open ticket, the message added to the
+    open tickets of the others; each ticket's audit entry says so."""
     words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
     where = placing.open_or_add(
         numbers,
@@ -252,16 +248,15 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
     return where
 
 
-def _to_sorting(message: Message, reason: str) -> dict[str, Any]:
+def _to_sorting(message: Message, reason: str) -> None:
     Message.objects.filter(pk=message.pk).update(
         status=Message.Status.NEEDS_SORTING, sorting_reason=reason
     )
-    return placed(Message.objects.get(pk=message.pk))
 
 
 def placed(message: Message) -> dict[str, Any]:
-    """Where the message went: its status, and the tickets it opened or was added to, each with
-    the message's orders it covers (intake.models.MessageTicket)."""
+    """Where the message went: its status, and each ticket it opened or was added to with the
+    message's orders it covers."""
     tickets = [
         {"id": p.ticket_id, "orders": list(p.orders), "added": p.added}
         for p in message.placements.order_by("id")
@@ -281,35 +276,28 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     where = {**where, "tickets": [t for t in where["tickets"] if t["id"] not in telling]}
     if telling and not where["tickets"]:
         return {"sent": False, "why": "the ticket it opened tells the customer"}
-    if message.status == Message.Status.ANSWERED and message.ticket_id:
-        # Once per message: the outbox keeps one email per key, whatever re-reads the message.
-        mail.send_worded(
-            ticket_id=message.ticket_id,
-            lease=lease,
-            key=message.ack_key,
-            to=message.sender,
-            kind="refund_status",
-            facts=refund_status(message),
-            language=(message.reading or {}).get("language", ""),
-        )
-        return {"sent": True}
-    tickets = [t["id"] for t in where["tickets"]]
+    ticket_id: int | None = message.ticket_id
+    if message.status == Message.Status.ANSWERED and ticket_id:
+        kind, facts = "refund_status", refund_status(message)
+    else:
+        ticket_id = where["tickets"][0]["id"] if where["tickets"] else None
+        kind, facts = "acknowledgment", acknowledgment(message, where)
+    # Once per message: the outbox keeps one email per key, whatever re-reads the message.
     mail.send_worded(
-        ticket_id=tickets[0] if tickets else None,
+        ticket_id=ticket_id,
         lease=lease,
         key=message.ack_key,
         to=message.sender,
-        kind="acknowledgment",
-        facts=acknowledgment(message, where),
+        kind=kind,
+        facts=facts,
         language=(message.reading or {}).get("language", ""),
     )
     return {"sent": True}
 
 
 def refund_status(message: Message) -> dict[str, Any]:
-    """The facts of the answer to "where is my refund" (templates/emails/refund_status.txt
-    words them): the ticket's orders and where it is, the money's progress as the desk says it
-    (refunds.selectors.refund_progress), the amount and the day."""
+    """The facts of the answer to "where is my refund": the ticket's orders, where it is and
+    the money's progress as the desk says it."""
     ticket = Ticket.objects.select_related("order").get(pk=message.ticket_id)
     progress = selectors.refund_progress(ticket)
     if progress is not None:
@@ -323,13 +311,10 @@ def refund_status(message: Message) -> dict[str, Any]:
             Ticket.Status.DECLINED: "declined",
             Ticket.Status.REJECTED: "declined",
         }.get(ticket.status, "open")
-    orders = list(ticket.links.order_by("position").values_list("order__number", flat=True)) or [
-        ticket.order.number
-    ]
     return {
         "subject": message.subject,
         "first_name": (message.sender_name.split() or [""])[0],
-        "orders": orders,
+        "orders": ticket.order_numbers(),
         "state": state,
         "amount_cents": ticket.amount_cents,
         "on": day_words(timezone.localdate(ticket.updated_at)),
@@ -338,29 +323,20 @@ def refund_status(message: Message) -> dict[str, Any]:
 
 
 def _tickets_that_tell(ids: list[int]) -> set[int]:
-    """The tickets opened with TICKET_TELLS (one opened before it was there is acknowledged by
-    the intake, as it was then)."""
     readings = Ticket.objects.filter(pk__in=ids).values_list("pk", "reading")
     return {pk for pk, reading in readings if (reading or {}).get(TICKET_TELLS)}
 
 
 def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
-    """The acknowledgment's facts (templates/emails/acknowledgment.txt words them): what happens
-    next. It never says why a message waits for a person (that may name someone else's order),
-    and never asks for an order number the message gave (`gave_order`)."""
+    """The acknowledgment's facts: what happens next. Never why a message waits for a person
+    (that may name someone else's order), nor a request for an order number it gave."""
     opened = [t for t in where["tickets"] if not t["added"]]
     added = [t for t in where["tickets"] if t["added"]]
     return {
         "subject": message.subject,
         "first_name": (message.sender_name.split() or [""])[0],
-        "opened": [n for t in opened for n in _orders_of(t)],
+        "opened": [n for t in opened for n in t["orders"]],
         "opened_requests": len(opened),
-        "added": [n for t in added for n in _orders_of(t)],
+        "added": [n for t in added for n in t["orders"]],
         "gave_order": bool((message.reading or {}).get("orders")),
     }
-
-
-def _orders_of(placed_ticket: dict[str, Any]) -> list[str]:
-    """A placed ticket's orders; a result checkpointed before tickets of several orders (a
-    thread resumed across the upgrade) has its one "order"."""
-    return placed_ticket.get("orders") or [placed_ticket["order"]]

@@ -1,14 +1,9 @@
-"""The door in front of the mail provider's webhooks (anymail's views under /mail/): the size a
-post may have, and a clear 4xx, logged in one line, for a post that is not one we take; a
-signature stale or used already is one (signed_once, for inbound and tracking posts alike).
-
-Django parses a form and refuses any form field over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) with a
-400, site-wide; Mailgun's raw-MIME route posts the whole email, a photo of the damage with it, as
-one field. So the inbound routes parse their form themselves (WholeForm, through Django's upload
-handler hook), up to INBOUND_MAX_BODY_BYTES, and every other URL keeps Django's limit.
-
-Mailgun's inbound view is anymail's with the work per email bounded (MailgunInbound): a post of
-150,000 one-byte MIME parts would hold a worker until it is killed, and the email be lost."""
+"""The door in front of the mail provider's webhooks (anymail's views under /mail/): a size
+limit, and a clear 4xx logged in one line for a post we do not take. Django refuses any form
+field over DATA_UPLOAD_MAX_MEMORY_SIZE site-wide, and Mailgun posts the whole email (photos
+too) as one field: the inbound routes parse their own form (WholeForm) up to
+INBOUND_MAX_BODY_BYTES. MailgunInbound bounds the work per email: 150,000 one-byte MIME parts
+would hold a worker until it is killed, and the email be lost."""
 
 from __future__ import annotations
 
@@ -143,12 +138,10 @@ def _first_headers(written: str) -> tuple[str, list[str]]:
 
 
 def signed_once(event: AnymailEvent, esp_name: str) -> None:
-    """Refuse (Refused) a signature signed too long ago (or ahead), and one used already, at any
-    of the provider's URLs: a signed post replayed, with the same content or another, changes
-    nothing. For ESPs that sign a timestamp and a one-time token (anymail's event_id); called in
-    the transaction of what the post records, so a post that records nothing leaves its token
-    for the provider's retry. The token's row is the guard: of two posts of one signature at
-    once, one inserts it."""
+    """Refuse (Refused) a signature too old (or ahead), or used already at any of the
+    provider's URLs: a replayed post changes nothing. Called in the transaction of what the post
+    records, so one that records nothing leaves its token for the provider's retry; of two posts
+    of one signature at once, one inserts the token's row."""
     if esp_name not in SIGNS_TIMESTAMP_AND_TOKEN:
         return
     now = timezone.now()
@@ -171,9 +164,8 @@ def signed_once(event: AnymailEvent, esp_name: str) -> None:
 
 
 def _signed_at(event: AnymailEvent) -> datetime | None:
-    """When the post was signed: Mailgun's JSON (tracking) posts sign a time of their own beside
-    the event's (which may be hours older); in its form posts the event's time is the signed
-    one."""
+    """When the post was signed: Mailgun's JSON (tracking) posts sign a time of their own, the
+    event's may be hours older; in its form posts the event's time is the signed one."""
     block = event.esp_event.get("signature") if isinstance(event.esp_event, dict) else None
     if not isinstance(block, dict):
         return event.timestamp
@@ -185,9 +177,8 @@ def _signed_at(event: AnymailEvent) -> datetime | None:
 
 @receiver(tracking, dispatch_uid="intake.webhook.tracking_signed_once")
 def tracking_signed_once(sender, event: AnymailTrackingEvent, esp_name: str, **kwargs) -> None:
-    """The tracking posts' age and once checks, as the inbound ones' (intake/inbound.py): run in
-    the post's transaction with refunds/mail_tracking.py's record (intake/urls.py), so a refusal
-    undoes whatever that recorded, whichever receiver ran first."""
+    """The inbound posts' age and once checks, for tracking posts: in the post's transaction
+    (intake/urls.py), so a refusal undoes whatever another receiver recorded."""
     signed_once(event, esp_name)
 
 

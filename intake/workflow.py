@@ -1,26 +1,9 @@
-"""The intake workflow, on LangGraph's functional API: an @entrypoint per message (its thread is
-Message.thread_id) with four @tasks (intake/steps.py), each run once per message:
-
-1. read: the reader (intake.reader.read) reads the message; the reading is kept on the message.
-2. find orders: the order numbers in the text, or else the sender's only recent order in the
-   desk; each asked of the desk, then of the shop (refunds.services.order_find). An order whose
-   customer is not the sender, several customers' orders, no order, a message not about a
-   refund, a reading less sure than REFUNDS_READER_MIN_CONFIDENCE (with what was unsure) or a
-   reader that failed: the message goes to "Needs sorting" with the reason.
-3. open the ticket: in one transaction fenced by the message's lease epoch, one ticket covering
-   the message's orders (refunds.services.ticket_open(order_numbers=...), with the reason and the
-   reading, opened by whoever brought the message in; intake/placing.py), the message added to
-   the timeline of the open ticket of an order that has one, or the message marked "Needs
-   sorting" (also when ticket_open refuses the orders). The message's status is the record that
-   it was placed: a replay finds it placed and opens nothing.
-4. acknowledge: one email to the sender through the outbox (refunds/mail.py), claimed with the
-   message's lease epoch, also for a message that went to "Needs sorting".
-
-A finished task is not run again when the thread is replayed after a crash: its result is in
-the checkpoint (saved before the next task starts). Every task is idempotent by the message
-besides, for a kill between an effect and its checkpoint.
-One writer per message thread: message_take() takes the message's lease (refunds/lease.py,
-grant_row), raises the checkpoint fence to its epoch, and every effect is conditional on it.
+"""The intake, on LangGraph's functional API: an @entrypoint per message (thread
+Message.thread_id) runs four @tasks (intake/steps.py): read, find orders, open the ticket (or
+"Needs sorting"), acknowledge. A finished task is not run again on replay (its result is in the
+checkpoint); each is also idempotent by the message, for a kill between an effect and its
+checkpoint. One writer per message: message_take() holds the message's lease and fences the
+checkpoint and every effect with its epoch.
 """
 
 from __future__ import annotations
@@ -68,11 +51,9 @@ TASKS: dict[str, Callable[..., Any]] = {
 
 
 def _after_saved(fn: Callable[..., Any], checkpointer: Any) -> Callable[..., Any]:
-    """`fn`, once the result it is given last (the task's before it) is in the checkpoint.
-
-    LangGraph saves a task's result in the background, and the entrypoint may call the next task
-    before it lands: a kill then would lose a result whose task made its effect (DESIGN.md,
-    durability sync). A run asked to drain (the soft time limit) stops here, the results saved."""
+    """`fn`, once the result it is given last (the task's before it) is in the checkpoint:
+    LangGraph saves it in the background, and a kill before it lands would lose a result whose
+    task made its effect (durability sync). A run asked to drain stops here, the results saved."""
 
     def saved_first(item: Item, *earlier: Any) -> Any:
         config: Any = {"configurable": {"thread_id": item["thread_id"], "checkpoint_ns": ""}}
@@ -185,9 +166,8 @@ def _run(lease: leases.Lease, item: Item) -> None:
     state = flow.get_state({"configurable": {"thread_id": item["thread_id"]}})
     if state.values and not state.next:
         return  # it ran to its end before; only the release was lost
-    # A thread that began resumes (None): its finished tasks answer from the checkpoint. One begun
-    # on the intake's earlier shape (a StateGraph, none of its nodes here) starts again from the
-    # message: every task is idempotent by the message.
+    # A begun thread resumes (None): its finished tasks answer from the checkpoint. A thread of
+    # another shape reads as not begun and starts again: every task is idempotent by the message.
     flow.invoke(
         None if state.next else item,
         config,

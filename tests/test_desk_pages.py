@@ -108,7 +108,7 @@ def test_a_message_page_says_where_it_went_and_its_history_lists_the_whole_path(
 ):
     make_order("1042")
     message = waiting_message()
-    (ticket,) = sorting.message_sort(
+    ticket = sorting.message_sort(
         message=message, order_numbers=["1042"], reason="damaged", by=agent
     ).opened
     assert runner.advance(ticket.pk) == "awaiting_review"

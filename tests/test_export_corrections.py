@@ -61,7 +61,7 @@ def test_sent_back_it_is_left_out_until_sorted_again_then_the_reading_chosen_the
 ):
     make_order("1042")
     message = waiting_message(reading=a_reading(policy.LATE_DELIVERY, ("1042",)))
-    (ticket,) = sorting.message_sort(
+    ticket = sorting.message_sort(
         message=message, order_numbers=["1042"], reason="late_delivery", by=agent
     ).opened
     assert runner.advance(ticket.pk) == "awaiting_review"

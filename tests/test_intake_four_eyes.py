@@ -158,7 +158,7 @@ def sorted_by(message: Message, user) -> Ticket:
     assert workflow.message_take(message.pk) == "finished"
     message.refresh_from_db()
     assert message.status == Message.Status.NEEDS_SORTING
-    (ticket,) = sorting.message_sort(
+    ticket = sorting.message_sort(
         message=message, order_numbers=["1042"], reason=policy.LATE_DELIVERY, by=user
     ).opened
     return advance_to_review(ticket)
@@ -197,7 +197,7 @@ def test_an_agent_who_sorts_a_message_onto_another_customers_order_never_approve
     message = emailed(NO_ORDER)
     make_order("1044", fee_cents=1439)
     assert workflow.message_take(message.pk) == "finished"
-    (ticket,) = sorting.message_sort(
+    ticket = sorting.message_sort(
         message=Message.objects.get(pk=message.pk),
         order_numbers=["1050"],
         reason=policy.LATE_DELIVERY,

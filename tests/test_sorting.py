@@ -48,7 +48,7 @@ def nothing_changed(message: Message) -> None:
 def test_sorting_opens_the_ticket_with_the_reason_chosen_and_the_reading(db, agent, late_order):
     message = waiting_message()
     done = sort(message, agent, reason=policy.WRONG_ITEM)
-    (ticket,) = done.opened
+    ticket = done.opened
     assert ticket.order == late_order and ticket.reason == policy.WRONG_ITEM
     assert ticket.reading == message.reading
     assert ticket.opened_by == agent  # the sorter chose its order: four-eyes bars them
@@ -59,16 +59,16 @@ def test_sorting_opens_the_ticket_with_the_reason_chosen_and_the_reading(db, age
     assert event.action == "sort" and event.actor == agent
     assert event.answer["orders"] == ["1042"] and event.answer["opened"] == [ticket.pk]
     assert AuditEvent.objects.filter(ticket=ticket, action="open", actor=agent).exists()
-    assert done.words() == f"Opened ticket {ticket.pk} for order 1042."
+    assert sorting.placed_words(done) == f"Opened ticket {ticket.pk} for order 1042."
 
 
 def test_one_ticket_covers_the_orders_sorted_together(db, agent, late_order):
     make_order("1044", fee_cents=1250)  # Ana's too
     message = waiting_message()
     done = sort(message, agent, orders=["1042", "#1044", "1042"])
-    (ticket,) = done.opened
+    ticket = done.opened
     assert ticket.order_numbers() == ["1042", "1044"] and Ticket.objects.count() == 1
-    assert done.words() == f"Opened ticket {ticket.pk} for orders 1042, 1044."
+    assert sorting.placed_words(done) == f"Opened ticket {ticket.pk} for orders 1042, 1044."
     message.refresh_from_db()
     assert message.ticket == ticket and message.status == Message.Status.OPENED
 
@@ -79,9 +79,9 @@ def test_an_order_open_elsewhere_gets_the_message_and_the_others_one_ticket(db, 
     already = services.ticket_open(order_number="1044")
     message = waiting_message()
     done = sort(message, agent, orders=["1042", "1044", "1047"])
-    (ticket,) = done.opened
-    assert ticket.order_numbers() == ["1042", "1047"] and done.added == [already]
-    assert done.words() == (
+    ticket = done.opened
+    assert ticket.order_numbers() == ["1042", "1047"] and done.added == [(already, ["1044"])]
+    assert sorting.placed_words(done) == (
         f"Opened ticket {ticket.pk} for orders 1042, 1047; Added the message to the open "
         f"ticket {already.pk} of order 1044 (an order has one open ticket)."
     )
@@ -102,7 +102,7 @@ def test_a_sorted_tickets_emails_thread_with_the_message_and_its_acknowledgment(
     message = waiting_message()
     Message.objects.filter(pk=message.pk).update(message_id="<late@customer.test>")
     Email.objects.create(key=message.ack_key, to=message.sender, subject="Re: x", body="")
-    (ticket,) = sort(message, agent).opened
+    ticket = sort(message, agent).opened
     Email.objects.create(
         ticket=ticket, key=f"{ticket.thread_id}:email", to=message.sender, subject="s", body=""
     )
@@ -130,8 +130,8 @@ def test_an_order_with_an_open_ticket_gets_the_message_instead_of_a_second_ticke
     already = services.ticket_open(order_number="1042")
     message = waiting_message()
     done = sort(message, agent)
-    assert done.opened == [] and [t.pk for t in done.added] == [already.pk]
-    assert "Added the message to the open ticket" in done.words()
+    assert done.opened is None and [t.pk for t, _ in done.added] == [already.pk]
+    assert "Added the message to the open ticket" in sorting.placed_words(done)
     message.refresh_from_db()
     assert message.status == Message.Status.ADDED and message.ticket_id == already.pk
     assert Ticket.objects.count() == 1
@@ -187,7 +187,7 @@ def test_another_customers_order_is_refused_unless_the_agent_confirms_it(db, age
         sort(message, agent, orders=["2001"])
     nothing_changed(message)
     done = sort(message, agent, orders=["2001"], other_customer_ok=True)
-    assert [t.order.number for t in done.opened] == ["2001"]
+    assert done.opened.order.number == "2001"
     assert MessageEvent.objects.get().answer["other_customer"] == ["2001"]
 
 
@@ -390,7 +390,7 @@ def test_two_undoing_at_once_one_wins(transactional_db, agent, colleague):
 def misread(transactional_db, agent, late_order) -> Ticket:
     """A message sorted into a ticket that waits on a manager's review."""
     message = waiting_message()
-    (ticket,) = sort(message, agent).opened
+    ticket = sort(message, agent).opened
     return advance_to_review(ticket)
 
 
@@ -415,8 +415,8 @@ def test_sending_back_rejects_the_review_and_the_message_is_sortable_again(
 
     make_order("1044", fee_cents=1250)
     done = sort(message, colleague, orders=["1044"])  # sortable again, by someone else
-    assert [t.order.number for t in done.opened] == ["1044"]
-    assert [t["id"] for t in steps.placed(message)["tickets"]] == [done.opened[0].pk]
+    assert done.opened.order.number == "1044"
+    assert [t["id"] for t in steps.placed(message)["tickets"]] == [done.opened.pk]
 
 
 def test_a_customer_whose_message_is_sent_back_hears_only_the_outcome_of_the_right_order(
@@ -430,7 +430,7 @@ def test_a_customer_whose_message_is_sent_back_hears_only_the_outcome_of_the_rig
 
     make_order("1044", fee_cents=1250)
     message = Message.objects.get()
-    (right,) = sort(message, colleague, orders=["1044"], reason=policy.LATE_DELIVERY).opened
+    right = sort(message, colleague, orders=["1044"], reason=policy.LATE_DELIVERY).opened
     decide(advance_to_review(right), manager)
     assert runner.advance(right.pk) == "refunded"
     (told,) = smtp.delivered

@@ -365,7 +365,7 @@ def test_a_reviewer_sends_a_misread_message_back_from_the_queue(
 
     monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
     message = waiting_message()
-    (ticket,) = sorting.message_sort(
+    ticket = sorting.message_sort(
         message=message, order_numbers=["1042"], reason="wrong_item", by=agent
     ).opened
     assert runner.advance(ticket.pk) == "awaiting_review"

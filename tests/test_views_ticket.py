@@ -389,7 +389,7 @@ def from_a_message(transactional_db, agent, late_order, monkeypatch):
     monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)
     reading = a_reading(read_by="anthropic:claude-test", fallback="")
     message = waiting_message(reading=reading)
-    (ticket,) = sorting.message_sort(
+    ticket = sorting.message_sort(
         message=message, order_numbers=["1042"], reason="damaged", by=agent
     ).opened
     assert runner.advance(ticket.pk) == "awaiting_review"

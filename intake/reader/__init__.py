@@ -1,8 +1,6 @@
-"""read(): the one place with judgment. A model through LangChain's init_chat_model when
-REFUNDS_MODEL is set (intake/reader/model.py), the rules otherwise and whenever the model fails
-(intake/reader/rules.py). Either way the answer is a Reading: what was read, the customer's words
-it came from, who read it (`read_by`: "rules" or the model's spec) and, when a configured model
-was not used, why (`fallback`). A reading only informs: policy and a person decide."""
+"""read(): the one place with judgment: a model where REFUNDS_MODEL is set (intake/reader/
+model.py), the rules otherwise and whenever it fails. A reading only informs: policy and a
+person decide."""
 
 from __future__ import annotations
 

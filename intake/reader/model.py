@@ -1,12 +1,8 @@
-"""The model reader: a chat model through LangChain's init_chat_model (REFUNDS_MODEL), asked for
-a reading validated against a schema. It only reads: what it answers is checked like any other
-input, and on any failure or doubtful answer the rules reader reads the message instead and the
-reading says why (`Reading.fallback`), in words a reviewer understands.
-
-Retries go by kind (LangChain's `with_retry`): a timeout, a rate limit or a lost connection is
-tried again, up to REFUNDS_MODEL_ATTEMPTS in all; a refusal, an answer that is not JSON or out of
-the schema, or a provider that cannot be loaded is final at once (asking again would cost and say
-the same)."""
+"""The model reader: a chat model (REFUNDS_MODEL, LangChain's init_chat_model) asked for a reading
+validated against a schema. It only reads: its answer is checked like any input, and on any
+failure the rules read the message and the reading says why (`Reading.fallback`). A timeout, a
+rate limit or a lost connection is tried again (REFUNDS_MODEL_ATTEMPTS in all); a refusal or an
+answer out of shape is final (asking again would cost and say the same)."""
 
 from __future__ import annotations
 

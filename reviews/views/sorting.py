@@ -132,8 +132,8 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
                 by=request.user,
                 other_customer_ok=data["other_customer_ok"],
             )
-            text = done.words()
-            ticket = (done.opened or done.added)[0]
+            text = sorting.placed_words(done)
+            ticket = done.first
         else:
             raise sorting.SortingError("Choose open the ticket or not a refund request.")
     except services.RefundError as exc:
