@@ -283,7 +283,6 @@ class OrderIn(BaseModel):
         place = place or (lambda i: f"lines[{i}]")
         how = {"decimal_mark": decimal_mark, "minor_units": minor_units, "typed": typed}
         try:
-            # In minor units the fields are named as the model names them ("shipping_fee_cents").
             return cls.model_validate(
                 raw, context={**how, "place": place}, by_alias=not minor_units, by_name=minor_units
             )

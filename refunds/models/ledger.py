@@ -92,9 +92,7 @@ class Charge(models.Model):
     status = models.CharField(max_length=10, choices=Status, default=Status.PENDING)
     receipt = models.CharField(max_length=64, unique=True, null=True, blank=True)
     error = models.TextField(blank=True)
-    epoch = models.BigIntegerField(
-        default=0
-    )  # the lease epoch of the run that last claimed the charge
+    epoch = models.BigIntegerField(default=0)  # the lease epoch of the run that last claimed it
     created_at = models.DateTimeField(auto_now_add=True)
     settled_at = models.DateTimeField(null=True, blank=True)
     # What the processor says of the refund now (its events, re-read): "" not known, shown as

@@ -150,10 +150,9 @@ class Order(models.Model):
 
 
 class OrderLine(models.Model):
-    """One line of an order as the shop sent it: what was bought, at what unit price, how many.
-    Amounts are in the order's currency's minor unit; `tax_cents` is the line's tax as the shop
-    states it (0 when it sends none). Written by refunds/services/orders.py (import, push), the
-    order source and the demo's data, each read by one typed input (refunds.order_in.OrderIn)."""
+    """One line of an order as the shop sent it (refunds.order_in.LineIn): what was bought, at
+    what unit price, how many. Amounts are in the order's currency's minor unit; `tax_cents` is
+    the line's tax as the shop states it (0 when it sends none)."""
 
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
     line_id = models.CharField(max_length=64)  # the shop's id for the line

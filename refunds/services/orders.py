@@ -10,7 +10,7 @@ fee as they stand then; the shop sends the change again once the ticket is finis
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -239,7 +239,5 @@ def _lines_write(new: list[OrderIn], resummed: list[tuple[int, OrderIn]]) -> Non
 
 def counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
     """How many lines were created, updated, unchanged and refused."""
-    tally = dict.fromkeys((CREATED, UPDATED, UNCHANGED, REFUSED), 0)
-    for outcome in outcomes:
-        tally[outcome.result] += 1
-    return tally
+    tally = Counter(outcome.result for outcome in outcomes)
+    return {result: tally[result] for result in (CREATED, UPDATED, UNCHANGED, REFUSED)}
