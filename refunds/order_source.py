@@ -1,7 +1,7 @@
 """The shop's orders, for a desk that does not hold them all: when a ticket names an order the
 desk lacks, ticket_open asks GET {REFUNDS_ORDER_SOURCE}/orders/{number} and stores the answer: a
 JSON object of the Order's fields, its lines optional, in minor units, read as every order in is
-(refunds.order_in.OrderIn) and stored whole or not at all.
+(refunds.order_in.OrderIn) and stored whole or not at all (docs/integrations.md).
 
 A timeout, a dropped connection, a 429 or a 5xx is tried again (REFUNDS_ORDER_SOURCE_ATTEMPTS)
 and then ShopDidNotAnswer; 404 is "no such order"; any other answer is ShopRefused. Never called

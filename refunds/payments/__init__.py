@@ -17,12 +17,7 @@ from typing import Protocol
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from refunds.flow.errors import (
-    GatewayError,
-    GatewayOutcomeUnknown,
-    PermanentGatewayError,
-    RetryableGatewayError,
-)
+from refunds.flow.errors import PermanentGatewayError, RetryableGatewayError
 from refunds.flow.state import Part
 from refunds.payments.demo import DemoGateway
 from refunds.payments.http import HttpGateway
