@@ -71,9 +71,7 @@ class Order(models.Model):
     # or a Charge "ch_..."); a refund is made against it.
     payment_reference = models.CharField(max_length=255, blank=True)
     # What the order came to (its lines, their tax and the shipping fee) and what the processor
-    # captured of it. Both null, or both set: null means the shop has not sent the order's lines
-    # (an order from before lines, or sent in the form without them); such an order has no
-    # lines, and only its shipping fee is refundable, as before lines.
+    # captured of it; both null when the shop sent no lines: then only the fee is refundable.
     total_cents = models.PositiveIntegerField(null=True, blank=True)
     paid_cents = models.PositiveIntegerField(null=True, blank=True)
 

@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 
 def _of_payment(reference: str) -> Any:
     """List parameters for the refunds or the disputes of one PaymentIntent or Charge."""
-    kind, payment = _stripe_payment(reference)
-    return {"limit": 100, kind: payment}
+    return {"limit": 100, **_stripe_payment(reference)}
 
 
 class StripeGateway:
@@ -80,12 +79,8 @@ class StripeGateway:
             "amount": amount_cents,
             "metadata": {self.METADATA_KEY: idempotency_key, "ticket": ticket_key}
             | refund_parts.metadata(parts),
+            **_stripe_payment(payment_reference),
         }
-        kind, payment = _stripe_payment(payment_reference)
-        if kind == "payment_intent":
-            params["payment_intent"] = payment
-        else:
-            params["charge"] = payment
         with _stripe_errors("the refund"):
             refund = self._stripe().v1.refunds.create(
                 params=params,
@@ -172,13 +167,13 @@ class StripeGateway:
         return self._client
 
 
-def _stripe_payment(reference: str) -> tuple[str, str]:
+def _stripe_payment(reference: str) -> Any:
     """What a Refund names as the payment it gives money back from: which kind, and its id."""
     reference = reference.strip()
     if reference.startswith("pi_"):
-        return "payment_intent", reference
+        return {"payment_intent": reference}
     if reference.startswith(("ch_", "py_")):
-        return "charge", reference
+        return {"charge": reference}
     if not reference:
         raise PermanentGatewayError("the order has no payment reference for Stripe")
     raise PermanentGatewayError(
