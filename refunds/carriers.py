@@ -35,15 +35,11 @@ class DemoCarrier:
         return await asyncio.to_thread(read)
 
 
-def get_carrier():
-    return import_string(settings.REFUNDS_CARRIER)() if settings.REFUNDS_CARRIER else None
-
-
 def tracker() -> Callable[[str], Awaitable[Tracking]] | None:
     """The configured carrier's lookup, as the workflow calls it; None without a carrier."""
-    carrier = get_carrier()
-    if carrier is None:
+    if not settings.REFUNDS_CARRIER:
         return None
+    carrier = import_string(settings.REFUNDS_CARRIER)()
 
     def track(order_number: str) -> Awaitable[Tracking]:
         outside_transaction("the carrier")  # where the lookup is asked for, before it runs

@@ -24,19 +24,14 @@ def wake(ticket_id: int) -> bool:
 def wake_after(ticket_id: int, seconds: float) -> bool:
     """wake(), due in `seconds` (a decision's undo grace). Lost (a broker down, a worker that
     died holding it), the recovery sweep finds the decision once its grace is over."""
-    try:
-        current_app.send_task(ADVANCE, args=[ticket_id], countdown=seconds)
-    except Exception:  # noqa: BLE001 - as send()
-        log.warning("could not enqueue %s(%s) for later", ADVANCE, ticket_id, exc_info=True)
-        return False
-    return True
+    return send(ADVANCE, ticket_id, countdown=seconds)
 
 
-def send(task: str, row_id: int) -> bool:
+def send(task: str, row_id: int, *, countdown: float | None = None) -> bool:
     """Ask a worker to run the task named `task` for a row (a ticket, an intake message); False,
     logged, when the broker did not take it: the row is the record, the sweep finds it."""
     try:
-        current_app.send_task(task, args=[row_id])
+        current_app.send_task(task, args=[row_id], countdown=countdown)
     except Exception:  # noqa: BLE001 - kombu raises several kinds for an unreachable broker
         log.warning(
             "could not enqueue %s(%s); the recovery sweep will pick it up",

@@ -20,9 +20,8 @@ _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from:
 
 
 def is_forkable(snap: StateSnapshot) -> bool:
-    """A fork may start from this checkpoint: it is before the charge (before triage or paused
-    at the review), so triage can run again with a corrected amount, and of the current flow
-    version (older ones are in the history of threads manage.py upgrade_threads carried)."""
+    """Before the charge (before triage, or paused at the review), so triage can run again with
+    the corrected amount, and of the current flow version (not one an upgrade carried)."""
     return snap.next in _FORKABLE_AT and versions.version_of(snap.values) == FLOW_VERSION
 
 
@@ -47,9 +46,7 @@ def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
         if (current.values or {}).get("fork_id") == fork.pk:  # a crash after update_state
             one.update(applied_at=timezone.now())
             continue
-        # The checkpoint the admin chose, or else the latest from which triage can run again:
-        # before triage, or paused at the review (the first leg keeps only that one, under
-        # durability "exit"). Either way one before the charge.
+        # Under durability "exit" the first leg keeps only the checkpoint paused at the review.
         base = fork_base(lease.thread_id, fork.from_checkpoint_id)
         refusal = ""
         if money.money_moved(lease.row_id) is not None:
@@ -81,12 +78,9 @@ def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             ],
         }
         config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
-        # As if gather wrote it: its router sends the fork to triage, which re-decides
-        # who reviews the corrected amount, and the review asks again (a new interrupt id).
-        # This works from the approval checkpoint too: the update branches off it with next =
-        # triage. (triage routes by Command, which update_state cannot replay, so the fork is
-        # written as the step before it; resuming the approval with an "edit" answer instead
-        # would keep the old reviewer's role for an amount that may now need a manager.)
+        # As if gather wrote it (triage routes by Command, which update_state cannot replay):
+        # triage re-decides who reviews the corrected amount and the review asks again, from
+        # the approval checkpoint too; an "edit" answer would keep the old reviewer's role.
         graph().update_state(config, update, as_node="gather")
         one.update(
             applied_at=timezone.now(),

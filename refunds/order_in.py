@@ -1,14 +1,10 @@
 """One typed order input for every way an order comes in: the import (CSV and JSON Lines), the
-API's push, the shop's order source and Django admin's order form. Each door expands its own
-shape into OrderIn at its edge; the rules are here, once, and a refusal is LineRefused naming the
-value refused ("shipping_fee", "lines[1].quantity"), which each door says in its own words.
+API's push, the shop's order source and Django admin's order form. The rules are here, once; a
+refusal is LineRefused naming the value refused ("shipping_fee", "lines[1].quantity").
 
-Amounts are in the currency's major unit as text or a number ("8.99", 8.99; 8,99 with
-decimal_mark=","), typed by a person ("$1,020.50") with `typed`, or whole minor units (the
-order source's `_cents`) with `minor_units`; the model holds minor units. Quantities are whole
-numbers only. An order's lines, total and paid amount come together or not at all (None: the
-desk keeps what it has); the total is the lines plus the fee within TOTAL_TOLERANCE_PER_LINE,
-and paid is at most the total."""
+Amounts come in the currency's major unit ("8.99", 8.99; 8,99 with decimal_mark=","), typed by
+a person ("$1,020.50") with `typed`, or in minor units with `minor_units`. An order's lines,
+total and paid amount come together or not at all (None: the desk keeps what it has)."""
 
 from __future__ import annotations
 
@@ -283,7 +279,6 @@ class OrderIn(BaseModel):
         place = place or (lambda i: f"lines[{i}]")
         how = {"decimal_mark": decimal_mark, "minor_units": minor_units, "typed": typed}
         try:
-            # In minor units the fields are named as the model names them ("shipping_fee_cents").
             return cls.model_validate(
                 raw, context={**how, "place": place}, by_alias=not minor_units, by_name=minor_units
             )

@@ -1,18 +1,12 @@
 """The shop's orders, for a desk that does not hold them all: when a ticket names an order the
-desk lacks, ticket_open asks the order source (REFUNDS_ORDER_SOURCE, a base URL) with
-GET {base}/orders/{number} and stores the answer as an Order. A JSON object with the Order's
-fields: number, customer_name, customer_email, promised_on, delivered_on (YYYY-MM-DD),
-shipping_fee_cents (minor units), and optionally currency and payment_reference; and what the
-order holds, optionally: total_cents and paid_cents with lines (line_id, sku, title,
-unit_price_cents, quantity, tax_cents), read and checked as every order in is
-(refunds.order_in.OrderIn, in minor units) and stored with the order in one transaction.
+desk lacks, ticket_open asks GET {REFUNDS_ORDER_SOURCE}/orders/{number} and stores the answer: a
+JSON object of the Order's fields, its lines optional, in minor units, read as every order in is
+(refunds.order_in.OrderIn) and stored whole or not at all (docs/integrations.md).
 
-Errors by kind: a timeout, a dropped connection or a 5xx is tried again (REFUNDS_ORDER_SOURCE_
-ATTEMPTS, each bounded by REFUNDS_ORDER_SOURCE_TIMEOUT) and then "the shop did not answer"
-(ShopDidNotAnswer), which the person opening the ticket reads; 404 is "no such order"; any other
-4xx, or an answer that is not a valid order, is permanent. Nothing is stored unless the whole
-order is valid. Never called inside a database transaction (on SQLite it would hold the whole
-database while the shop thinks)."""
+A timeout, a dropped connection, a 429 or a 5xx is tried again (REFUNDS_ORDER_SOURCE_ATTEMPTS)
+and then ShopDidNotAnswer; 404 is "no such order"; any other answer is ShopRefused. Never called
+inside a database transaction (on SQLite it would hold the whole database while the shop
+thinks)."""
 
 from __future__ import annotations
 
@@ -94,30 +88,24 @@ def _ask(number: str) -> dict | None:
         if response.status_code >= 500 or response.status_code == 429:
             last = f"answered {response.status_code}"
             continue
-        return _answer(response, number)
+        if response.status_code == 404:
+            return None  # the shop knows no such order
+        if response.status_code != 200:
+            raise ShopRefused(
+                f"The shop refused the lookup of order {number} ({response.status_code})."
+            )
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise ShopRefused(f"The shop's answer for order {number} is not a JSON object.")
+        return data
     log.warning("order source: order %s: %s after %d attempts", number, last, attempts)
     raise ShopDidNotAnswer(
         f"The shop did not answer for order {number} ({last}, {attempts} attempts). "
         "Try again in a minute; if it keeps failing, tell whoever runs the shop's systems."
     )
-
-
-def _answer(response: httpx.Response, number: str) -> dict | None:
-    """The shop's final answer: the order as a JSON object, None for an order it does not know,
-    or ShopRefused."""
-    if response.status_code == 404:
-        return None
-    if response.status_code != 200:
-        raise ShopRefused(
-            f"The shop refused the lookup of order {number} ({response.status_code})."
-        )
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ShopRefused(f"The shop's answer for order {number} is not a JSON object.")
-    return data
 
 
 def _order_read(number: str, data: dict) -> OrderIn:

@@ -1,13 +1,9 @@
-"""What the raw SQL says about statuses and waiting work: the one home of both for the statements
-that must stay one (the lease grant and release, the outbox's claim). DESIGN.md invariant 11.
+"""What the raw SQL says about statuses and waiting work, for the statements that must stay one
+(the lease grant and release, the outbox's claim). DESIGN.md invariant 11.
 
-Every status a statement names comes from a `TextChoices` through a set below. Each set is a
-decision about every status of its model; tests/test_queries.py fails when a status is added to
-the choices until it is placed here, so no statement silently treats a new status the wrong way.
-
-A rule about rows (a decision or fork not yet applied, due, a lease that lapsed, a refund failed
-and not handed back) is written once, as a queryset method in refunds/models/; a statement
-that needs it takes the queryset's own SQL from `rule`, never a copy written by hand.
+Every status a statement names is a literal of a `TextChoices` (the sets in refunds/statuses.py
+decide about every status); a rule about rows is a queryset method in refunds/models/, whose SQL
+a statement takes from `rule`, never a copy written by hand.
 """
 
 from __future__ import annotations
@@ -19,26 +15,9 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import QuerySet
 
-from core.sql import is_postgres, literal, literals
+from core.sql import is_postgres, literal
 from refunds.models import Decision, Email
-from refunds.statuses import (
-    CHARGE_HOLDS_BALANCE,
-    DECISION_KNOWN,
-    EMAIL_KNOWN,
-    TICKET_LEASABLE,
-    TICKET_WORK_LEFT,
-)
 from refunds.statuses import TicketStatus as S
-
-__all__ = [
-    "CHARGE_HOLDS_BALANCE",
-    "DECISION_KNOWN",
-    "EMAIL_KNOWN",
-    "TICKET_LEASABLE",
-    "TICKET_WORK_LEFT",
-    "literal",
-    "literals",
-]
 
 TICKET_NEW = literal(S.NEW)
 TICKET_RUNNING = literal(S.RUNNING)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from refunds import queries
+from core.sql import literal
+from refunds import queries, statuses
 from refunds.models import Charge, Decision, Email, Fork, Ticket
 from tests.conftest import make_order
 
@@ -21,9 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize(
     ("decided", "choices"),
     [
-        (queries.TICKET_LEASABLE, Ticket.Status),
-        (queries.TICKET_WORK_LEFT, Ticket.Status),
-        (queries.CHARGE_HOLDS_BALANCE, Charge.Status),
+        (statuses.TICKET_LEASABLE, Ticket.Status),
+        (statuses.TICKET_WORK_LEFT, Ticket.Status),
+        (statuses.CHARGE_HOLDS_BALANCE, Charge.Status),
     ],
 )
 def test_each_status_set_decides_about_every_status(decided, choices):
@@ -32,16 +33,16 @@ def test_each_status_set_decides_about_every_status(decided, choices):
 
 
 def test_the_outbox_sql_was_written_for_every_email_status():
-    assert queries.EMAIL_KNOWN == set(Email.Status)
-    assert queries.DECISION_KNOWN == set(Decision.Answer)
+    assert statuses.EMAIL_KNOWN == set(Email.Status)
+    assert statuses.DECISION_KNOWN == set(Decision.Answer)
 
 
 def test_the_sets_agree_with_the_models_own_words():
-    assert {s for s, ok in queries.TICKET_LEASABLE.items() if not ok} == {
+    assert {s for s, ok in statuses.TICKET_LEASABLE.items() if not ok} == {
         *Ticket.FINAL,
         Ticket.Status.FAILED,
     }
-    assert {s for s, ok in queries.TICKET_WORK_LEFT.items() if ok} <= set(Ticket.OPEN)
+    assert {s for s, ok in statuses.TICKET_WORK_LEFT.items() if ok} <= set(Ticket.OPEN)
 
 
 def test_every_status_literal_in_raw_sql_is_a_choice():
@@ -78,7 +79,7 @@ def test_no_raw_sql_spells_a_status(module):
 
 def test_a_literal_refuses_what_is_not_a_plain_choice():
     with pytest.raises(ValueError):
-        queries.literal("it's")
+        literal("it's")
 
 
 @pytest.fixture

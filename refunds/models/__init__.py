@@ -2,6 +2,8 @@
 desk's work on them: decisions, questions, forks), ledger (the money and the processor's word on
 it), outbox (mail out, the audit trail, the sweep's runs)."""
 
+# ruff: noqa: F401 (the imports are what the package exports)
+
 from refunds.models.decisions import (
     CannedReason,
     CannedReasonQuerySet,
@@ -47,45 +49,5 @@ from refunds.models.tickets import (
     user_roles,
 )
 
-# The demo processor's table lives beside its gateway; Django registers a model when the app's
-# models module imports it.
-from refunds.payments.demo import DemoProcessorDispute, DemoProcessorRefund  # noqa: E402
-
-__all__ = [
-    "ORDER_NUMBER_MAX",
-    "ORDER_NUMBER_PATTERN",
-    "order_number_read",
-    "same_customer",
-    "of_customer",
-    "Order",
-    "OrderLine",
-    "ChargeQuerySet",
-    "Charge",
-    "ChargePart",
-    "OutsideRefundQuerySet",
-    "OutsideRefund",
-    "PaymentDispute",
-    "ReconcileRun",
-    "StripeEventQuerySet",
-    "StripeEvent",
-    "Role",
-    "ROLE_GROUPS",
-    "ADMIN_GROUP",
-    "TicketQuerySet",
-    "Ticket",
-    "user_roles",
-    "TicketOrder",
-    "UnappliedQuerySet",
-    "Decision",
-    "resume_value",
-    "CannedReasonQuerySet",
-    "CannedReason",
-    "CannedReasonText",
-    "CustomerQuestion",
-    "Fork",
-    "Email",
-    "AuditEvent",
-    "SweepRun",
-    "DemoProcessorDispute",
-    "DemoProcessorRefund",
-]
+# The demo processor's tables live beside its gateway; importing them here registers them.
+from refunds.payments.demo import DemoProcessorDispute, DemoProcessorRefund

@@ -45,9 +45,8 @@ class Decision(models.Model):
     # parts it refunds, reject with a reason: refunds/flow/answers.py); `answer` says whether
     # any was approved. None for an ask and the customer's reply.
     orders = models.JSONField(null=True, blank=True)
-    # A rejection because the intake misread the message, which went back to Needs sorting: the
-    # customer is told nothing now (no refusal that is not one); the message's next ticket
-    # answers them.
+    # A rejection because the intake misread the message (back to Needs sorting): the customer
+    # is told nothing now; the message's next ticket answers them.
     sent_back = models.BooleanField(default=False)
     decided_at = models.DateTimeField(auto_now_add=True)
     # The end of its undo grace (REFUNDS_UNDO_SECONDS): no worker applies it before, and Undo

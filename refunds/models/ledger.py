@@ -62,12 +62,10 @@ class ChargeQuerySet(models.QuerySet):
         return self.filter(Q(receipt=refund_id) | unreceipted if key else Q(receipt=refund_id))
 
     def record_processor_status(self, status: str, failure_reason: str = "") -> int:
-        """Move these charges' processor status forward to `status` and answer how many moved:
-        one compare-and-set UPDATE, so a status behind what a row holds (an older read, a late
-        event, the create call's "pending" after an event said "succeeded") changes nothing.
-        The one rule for what the gateway answered at settle time (refunds/money.py) and for
-        Stripe's events (refunds/services/stripe_events.py). ValueError for a status the desk
-        does not know; "" (not reported) records nothing."""
+        """Move these charges' processor status forward to `status`; how many moved. One
+        compare-and-set UPDATE, so a status behind what a row holds (an older read, a late event,
+        the create call's "pending" after an event's "succeeded") changes nothing. ValueError
+        for a status the desk does not know; "" (not reported) records nothing."""
         status = ProcessorStatus(status)
         if status == ProcessorStatus.UNKNOWN:
             return 0
@@ -92,9 +90,7 @@ class Charge(models.Model):
     status = models.CharField(max_length=10, choices=Status, default=Status.PENDING)
     receipt = models.CharField(max_length=64, unique=True, null=True, blank=True)
     error = models.TextField(blank=True)
-    epoch = models.BigIntegerField(
-        default=0
-    )  # the lease epoch of the run that last claimed the charge
+    epoch = models.BigIntegerField(default=0)  # the lease epoch of the run that last claimed it
     created_at = models.DateTimeField(auto_now_add=True)
     settled_at = models.DateTimeField(null=True, blank=True)
     # What the processor says of the refund now (its events, re-read): "" not known, shown as
@@ -154,10 +150,8 @@ class OutsideRefundQuerySet(models.QuerySet):
 
 
 class OutsideRefund(models.Model):
-    """A refund of an order's payment that the processor holds and the desk did not make (in
-    Stripe's dashboard, the shop's admin, another tool): no ledger row has its key or its id.
-    Recorded by the lookup before every charge and by `manage.py reconcile` (refunds/money.py,
-    outside_refunds_record), once by the processor's id; it counts against the order's balance in
+    """A refund of an order's payment that the desk did not make (in Stripe's dashboard, the
+    shop's admin): recorded once by the processor's id, it counts against the order's balance in
     the ledger's locked check unless the processor failed or canceled it."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="outside_refunds")
@@ -177,9 +171,8 @@ class OutsideRefund(models.Model):
 
 class PaymentDispute(models.Model):
     """A dispute of an order's payment (the customer asked their card's bank for the money), as
-    the processor said last: recorded by the ledger's lookup before a charge and by Stripe's
-    `charge.dispute.*` events (re-read), once by the processor's id. The charge itself never
-    waits for an event: the lookup asks the processor each time (refunds/money.py)."""
+    the processor said last, once by its id. The charge never waits for an event: the ledger's
+    lookup asks the processor each time (refunds/money.py)."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="disputes")
     processor_id = models.CharField(max_length=255, unique=True)  # Stripe's dp_...
@@ -244,9 +237,8 @@ class StripeEventQuerySet(models.QuerySet):
 
 
 class StripeEvent(models.Model):
-    """One of Stripe's events, stored once by its id as it came (signature checked) and handled
-    by a worker: a resent event is the first one. `handled_at` empty: a worker has yet to handle
-    it (the recovery sweep hands it on, as it does tickets)."""
+    """One of Stripe's events, stored once by its id as it came (a resent event is the first
+    one); `handled_at` empty: a worker has yet to handle it (the recovery sweep hands it on)."""
 
     event_id = models.CharField(max_length=255, unique=True)
     type = models.CharField(max_length=100)

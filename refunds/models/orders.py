@@ -71,9 +71,7 @@ class Order(models.Model):
     # or a Charge "ch_..."); a refund is made against it.
     payment_reference = models.CharField(max_length=255, blank=True)
     # What the order came to (its lines, their tax and the shipping fee) and what the processor
-    # captured of it. Both null, or both set: null means the shop has not sent the order's lines
-    # (an order from before lines, or sent in the form without them); such an order has no
-    # lines, and only its shipping fee is refundable, as before lines.
+    # captured of it; both null when the shop sent no lines: then only the fee is refundable.
     total_cents = models.PositiveIntegerField(null=True, blank=True)
     paid_cents = models.PositiveIntegerField(null=True, blank=True)
 
@@ -150,10 +148,9 @@ class Order(models.Model):
 
 
 class OrderLine(models.Model):
-    """One line of an order as the shop sent it: what was bought, at what unit price, how many.
-    Amounts are in the order's currency's minor unit; `tax_cents` is the line's tax as the shop
-    states it (0 when it sends none). Written by refunds/services/orders.py (import, push), the
-    order source and the demo's data, each read by one typed input (refunds.order_in.OrderIn)."""
+    """One line of an order as the shop sent it (refunds.order_in.LineIn): what was bought, at
+    what unit price, how many. Amounts are in the order's currency's minor unit; `tax_cents` is
+    the line's tax as the shop states it (0 when it sends none)."""
 
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
     line_id = models.CharField(max_length=64)  # the shop's id for the line

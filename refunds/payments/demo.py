@@ -98,10 +98,15 @@ class DemoGateway:
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
         """Every refund of the payment the demo processor holds (each made by the desk: it has
         no dashboard), succeeded at once."""
-        rows = DemoProcessorRefund.objects.filter(payment_reference=payment_reference).order_by(
-            "pk"
-        )
-        return [_listed(row) for row in rows] if payment_reference else []
+        if not payment_reference:
+            return []
+        rows = DemoProcessorRefund.objects.filter(payment_reference=payment_reference)
+        return [
+            ProcessorRefund(
+                row.receipt, row.amount_cents, SETTLED, row.idempotency_key, row.created_at
+            )
+            for row in rows.order_by("pk")
+        ]
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
         """The disputes the demo marked on the payment (DemoProcessorDispute)."""
@@ -117,13 +122,3 @@ class DemoGateway:
             )
             for row in rows.order_by("pk")
         ]
-
-
-def _listed(row: DemoProcessorRefund) -> ProcessorRefund:
-    return ProcessorRefund(
-        id=row.receipt,
-        amount_cents=row.amount_cents,
-        status=SETTLED,
-        desk_key=row.idempotency_key,
-        made_at=row.created_at,
-    )

@@ -7,7 +7,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from django.conf import settings
 
@@ -19,7 +18,7 @@ from refunds.flow.errors import (
 )
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
-from refunds.payments.records import ProcessorDispute, ProcessorRefund
+from refunds.payments.records import ProcessorDispute, ProcessorRefund, unix_time
 
 
 class HttpGateway:
@@ -82,47 +81,41 @@ class HttpGateway:
         raise GatewayOutcomeUnknown(answer.get("error", f"lookup answered HTTP {status}"))
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
-        """`GET /refunds?payment=<reference>`: each refund with the idempotency key it was made
-        with ("" for one made without: in the processor's dashboard)."""
-        query = urllib.parse.urlencode({"payment": payment_reference})
-        status, answer = self._call("GET", f"/refunds?{query}")
-        if status != 200:
-            # A read moves no money: whatever went wrong, trying again later is harmless.
-            raise RetryableGatewayError(answer.get("error", f"listing answered HTTP {status}"))
+        """Each refund with the idempotency key it was made with ("" for one made without: in
+        the processor's dashboard)."""
         return [
             ProcessorRefund(
                 id=refund["receipt"],
                 amount_cents=int(refund["amount_cents"]),
                 status=refund.get("status") or "",
                 desk_key=refund.get("key") or "",
-                made_at=datetime.fromtimestamp(refund["created"], tz=UTC)
-                if refund.get("created")
-                else None,
+                made_at=unix_time(refund.get("created")),
             )
-            for refund in answer.get("refunds", [])
+            for refund in self._listed("refunds", payment_reference)
         ]
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """`GET /disputes?payment=<reference>`: each dispute with its status in Stripe's words
-        (needs_response, under_review, won, lost, ...)."""
-        query = urllib.parse.urlencode({"payment": payment_reference})
-        status, answer = self._call("GET", f"/disputes?{query}")
-        if status == 404:
-            return []  # a processor that keeps no disputes has none to tell
-        if status != 200:
-            raise RetryableGatewayError(answer.get("error", f"listing answered HTTP {status}"))
+        """Each dispute with its status in Stripe's words (needs_response, won, lost, ...)."""
         return [
             ProcessorDispute(
                 id=dispute["id"],
                 status=dispute.get("status") or "",
                 amount_cents=int(dispute.get("amount_cents") or 0),
                 reason=dispute.get("reason") or "",
-                opened_at=datetime.fromtimestamp(dispute["created"], tz=UTC)
-                if dispute.get("created")
-                else None,
+                opened_at=unix_time(dispute.get("created")),
             )
-            for dispute in answer.get("disputes", [])
+            for dispute in self._listed("disputes", payment_reference)
         ]
+
+    def _listed(self, what: str, payment_reference: str) -> list[dict]:
+        query = urllib.parse.urlencode({"payment": payment_reference})
+        status, answer = self._call("GET", f"/{what}?{query}")
+        if status == 404 and what == "disputes":
+            return []  # a processor that keeps no disputes has none to tell
+        if status != 200:
+            # A read moves no money: whatever went wrong, trying again later is harmless.
+            raise RetryableGatewayError(answer.get("error", f"listing answered HTTP {status}"))
+        return answer.get(what, [])
 
     def _call(self, method: str, path: str, *, body: bytes | None = None, headers=None):
         request = urllib.request.Request(

@@ -5,7 +5,7 @@ refunds/services/reconcile.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,8 @@ class ProcessorDispute:
     @property
     def open(self) -> bool:
         return self.status in DISPUTE_OPEN
+
+
+def unix_time(seconds: float | str | None) -> datetime | None:
+    """A processor's Unix time (`created`), None when it gives none."""
+    return datetime.fromtimestamp(float(seconds), tz=UTC) if seconds else None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -19,7 +18,7 @@ from refunds.flow.errors import (
 )
 from refunds.flow.state import Part
 from refunds.payments.receipt import Receipt
-from refunds.payments.records import ProcessorDispute, ProcessorRefund
+from refunds.payments.records import ProcessorDispute, ProcessorRefund, unix_time
 
 if TYPE_CHECKING:
     from stripe import StripeClient
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
 
 def _of_payment(reference: str) -> Any:
     """List parameters for the refunds or the disputes of one PaymentIntent or Charge."""
-    kind, payment = _stripe_payment(reference)
-    return {"limit": 100, kind: payment}
+    return {"limit": 100, **_stripe_payment(reference)}
 
 
 class StripeGateway:
@@ -81,12 +79,8 @@ class StripeGateway:
             "amount": amount_cents,
             "metadata": {self.METADATA_KEY: idempotency_key, "ticket": ticket_key}
             | refund_parts.metadata(parts),
+            **_stripe_payment(payment_reference),
         }
-        kind, payment = _stripe_payment(payment_reference)
-        if kind == "payment_intent":
-            params["payment_intent"] = payment
-        else:
-            params["charge"] = payment
         with _stripe_errors("the refund"):
             refund = self._stripe().v1.refunds.create(
                 params=params,
@@ -130,37 +124,31 @@ class StripeGateway:
         with _stripe_errors("reading the dispute"):
             return self._stripe().v1.disputes.retrieve(dispute_id).to_dict()
 
-    def disputes_of(self, payment_reference: str) -> list[dict[str, Any]]:
-        """Every dispute of a payment (a PaymentIntent or a Charge) as Stripe holds it now."""
+    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
+        """Every dispute of the payment, open or closed (ProcessorDispute.open says which)."""
         params = _of_payment(payment_reference)
         with _stripe_errors("reading the disputes"):
             listed = self._stripe().v1.disputes.list(params=params)
-            return [dispute.to_dict() for dispute in listed.auto_paging_iter()]
-
-    def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """Every dispute of the payment, open or closed (ProcessorDispute.open says which)."""
-        return [self.as_dispute(dispute) for dispute in self.disputes_of(payment_reference)]
+            return [self.as_dispute(d.to_dict()) for d in listed.auto_paging_iter()]
 
     @staticmethod
     def as_dispute(dispute: dict[str, Any]) -> ProcessorDispute:
-        made = dispute.get("created")
         return ProcessorDispute(
             id=dispute["id"],
             status=dispute.get("status") or "",
             amount_cents=int(dispute.get("amount") or 0),
             reason=dispute.get("reason") or "",
-            opened_at=datetime.fromtimestamp(int(made), tz=UTC) if made else None,
+            opened_at=unix_time(dispute.get("created")),
         )
 
     @classmethod
     def as_record(cls, refund: dict[str, Any]) -> ProcessorRefund:
-        made = refund.get("created")
         return ProcessorRefund(
             id=refund["id"],
             amount_cents=int(refund.get("amount") or 0),
             status=refund.get("status") or "",
             desk_key=(refund.get("metadata") or {}).get(cls.METADATA_KEY) or "",
-            made_at=datetime.fromtimestamp(int(made), tz=UTC) if made else None,
+            made_at=unix_time(refund.get("created")),
             failure_reason=refund.get("failure_reason") or "",
         )
 
@@ -179,13 +167,13 @@ class StripeGateway:
         return self._client
 
 
-def _stripe_payment(reference: str) -> tuple[str, str]:
+def _stripe_payment(reference: str) -> Any:
     """What a Refund names as the payment it gives money back from: which kind, and its id."""
     reference = reference.strip()
     if reference.startswith("pi_"):
-        return "payment_intent", reference
+        return {"payment_intent": reference}
     if reference.startswith(("ch_", "py_")):
-        return "charge", reference
+        return {"charge": reference}
     if not reference:
         raise PermanentGatewayError("the order has no payment reference for Stripe")
     raise PermanentGatewayError(

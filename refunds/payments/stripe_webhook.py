@@ -102,9 +102,5 @@ def _refused(request: HttpRequest, status: int, reason: str, message: str) -> Ht
     shows it beside the failed delivery)."""
     metrics.STRIPE_EVENTS_REFUSED.labels(reason=reason).inc()
     log.warning("%s %s refused (%s): %s", request.method, request.path, status, message[:300])
-    code = {
-        400: "bad_request",
-        413: "payload_too_large",
-        503: "not_configured",
-    }[status]
+    code = {400: "bad_request", 413: "payload_too_large", 503: "not_configured"}[status]
     return JsonResponse({"status": status, "code": code, "error": message}, status=status)

@@ -10,7 +10,7 @@ fee as they stand then; the shop sends the change again once the ticket is finis
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,19 +90,18 @@ def _refuse_duplicates(read: Sequence[Read]) -> dict[int, Outcome]:
     for line, _, order in read:
         if isinstance(order, OrderIn):
             seen[order.number].append(line)
-    refused = {}
-    for number, where in seen.items():
-        if len(where) > 1:
-            listed = ", ".join(str(n) for n in where)
-            for line in where:
-                refused[line] = Outcome(
-                    line,
-                    number,
-                    REFUSED,
-                    f"duplicate order number {number} in this input (lines {listed}); "
-                    "none of them taken",
-                )
-    return refused
+    return {
+        line: Outcome(
+            line,
+            number,
+            REFUSED,
+            f"duplicate order number {number} in this input "
+            f"(lines {', '.join(map(str, where))}); none of them taken",
+        )
+        for number, where in seen.items()
+        if len(where) > 1
+        for line in where
+    }
 
 
 def _upsert_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Outcome]:
@@ -159,9 +158,10 @@ def _write_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Out
         # already holds the whole database.)
         found = found.select_for_update()
     existing = {order.number: order for order in found}
+    ids = [order.pk for order in existing.values()]
     held = {
         row["order_id"]: row
-        for row in Charge.objects.filter(order_id__in=[o.pk for o in existing.values()])
+        for row in Charge.objects.filter(order_id__in=ids)
         .holding_balance()
         .values("order_id")
         .annotate(total=Sum("amount_cents"), ticket=Max("ticket_id"))
@@ -170,17 +170,13 @@ def _write_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Out
     # waits for this batch to commit (its foreign key check takes a share lock on the order row)
     # and its lookup reads the order written.
     reviewed = dict(
-        TicketOrder.objects.filter(
-            order_id__in=[o.pk for o in existing.values()], ticket__status__in=Ticket.OPEN
-        )
+        TicketOrder.objects.filter(order_id__in=ids, ticket__status__in=Ticket.OPEN)
         .values("order_id")
         .annotate(ticket=Max("ticket_id"))
         .values_list("order_id", "ticket")
     )
     stored: dict[int, list[dict]] = defaultdict(list)
-    for row in OrderLine.objects.filter(order_id__in=[o.pk for o in existing.values()]).values(
-        "order_id", *LINE_COLUMNS
-    ):
+    for row in OrderLine.objects.filter(order_id__in=ids).values("order_id", *LINE_COLUMNS):
         stored[row.pop("order_id")].append(row)
     outcomes, new, changed, resummed = [], [], [], []
     for line, order in batch:
@@ -239,7 +235,5 @@ def _lines_write(new: list[OrderIn], resummed: list[tuple[int, OrderIn]]) -> Non
 
 def counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
     """How many lines were created, updated, unchanged and refused."""
-    tally = dict.fromkeys((CREATED, UPDATED, UNCHANGED, REFUSED), 0)
-    for outcome in outcomes:
-        tally[outcome.result] += 1
-    return tally
+    tally = Counter(outcome.result for outcome in outcomes)
+    return {result: tally[result] for result in (CREATED, UPDATED, UNCHANGED, REFUSED)}
