@@ -18,14 +18,7 @@ from langgraph.types import Command, Send, interrupt
 
 from refunds.flow.nodes.charge import send_charges
 from refunds.flow.nodes.messages import deliver, language_of
-from refunds.flow.state import (
-    Asking,
-    Collaborators,
-    CustomerWait,
-    RefundState,
-    Reply,
-    ReviewAnswer,
-)
+from refunds.flow.state import Asking, Collaborators, CustomerWait, RefundState, Reply, ReviewAnswer
 from refunds.flow.words import dollars
 
 QUOTE_CHARS = 300  # of a reply, in the thread's notes; the whole reply is in `replies`

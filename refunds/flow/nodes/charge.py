@@ -13,21 +13,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy, Send
 
 from refunds.flow import parts as refund_parts
-from refunds.flow.errors import (
-    ChargeRefused,
-    PaymentDisputed,
-    RetryableGatewayError,
-)
+from refunds.flow.errors import ChargeRefused, PaymentDisputed, RetryableGatewayError
 from refunds.flow.nodes.checks import customer_words, reproposed
 from refunds.flow.nodes.common import attempt, ordered_checks, reason_of, stop_if_drained
-from refunds.flow.state import (
-    ChargeTask,
-    Collaborators,
-    OrderCharge,
-    OrderCheck,
-    Part,
-    RefundState,
-)
+from refunds.flow.state import ChargeTask, Collaborators, OrderCharge, OrderCheck, Part, RefundState
 from refunds.flow.words import dollars
 
 # A gateway that is down (nothing charged) is tried again with the same key, harmless since the

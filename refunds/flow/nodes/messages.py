@@ -8,24 +8,10 @@ from langgraph.types import RetryPolicy
 
 from refunds import policy
 from refunds.flow import parts as refund_parts
-from refunds.flow.errors import (
-    MailRefused,
-    MailRetryable,
-)
+from refunds.flow.errors import MailRefused, MailRetryable
 from refunds.flow.nodes.checks import declined_facts
-from refunds.flow.nodes.common import (
-    attempt,
-    customer_namespace,
-    ordered_checks,
-    reason_of,
-)
-from refunds.flow.state import (
-    Collaborators,
-    OrderAnswer,
-    OrderCheck,
-    OrderFacts,
-    RefundState,
-)
+from refunds.flow.nodes.common import attempt, customer_namespace, ordered_checks, reason_of
+from refunds.flow.state import Collaborators, OrderCheck, OrderFacts, RefundState
 from refunds.flow.words import dollars
 
 # A mail server that refuses for a while is tried again with backoff; when the retries run out the
@@ -213,11 +199,6 @@ def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
     return items
 
 
-def _why_less(answer: OrderAnswer) -> str:
-    """The reviewer's reason for paying less than asked: that order's own, never another's."""
-    return str(answer.get("reason") or "")
-
-
 def order_facts(state: RefundState) -> dict:
     """Each order's part of the outcome, for the refund and refusal emails: what was asked,
     what was paid (with its receipt) and, when less than asked or nothing, the reviewer's or the
@@ -246,7 +227,8 @@ def order_facts(state: RefundState) -> dict:
                     "paid_cents": paid,
                     "receipt": charge["receipt"],
                     "part": paid < asked,
-                    "why_part": _why_less(answer) if paid < asked else "",
+                    # The reviewer's reason for that order, never another's.
+                    "why_part": str(answer.get("reason") or "") if paid < asked else "",
                     "given": parts_given(check, came=reason_of(state) != policy.NOT_RECEIVED),
                 }
             )
