@@ -25,19 +25,6 @@ MAIL_RETRY = RetryPolicy(
 )
 
 
-def deliver(runtime: Runtime[Collaborators], **message) -> str:
-    """Send through the outbox; return "" when delivered, else why not (after the retries)."""
-    try:
-        runtime.context.send_mail(**message)
-    except MailRefused as exc:
-        return str(exc)
-    except MailRetryable as exc:
-        if attempt(runtime) < MAIL_RETRY.max_attempts:
-            raise  # the RetryPolicy runs the node again, with backoff
-        return str(exc)
-    return ""
-
-
 def email_key(ticket_key: str, failed: int = 0) -> str:
     """The refund's confirmation: once per ticket, and once more for each refund the processor
     failed after accepting it (the failure email promised to write again; approving again makes
@@ -76,16 +63,27 @@ def language_of(state: RefundState) -> str:
     return str((state.get("reading") or {}).get("language") or "")
 
 
-def _send(runtime: Runtime[Collaborators], state: RefundState, key: str, kind: str, facts: dict):
-    """Hand the mailer a kind of email and its facts; the mailer words it (refunds/emails.py)."""
-    return deliver(
-        runtime,
-        key=key,
-        to=state["order"]["customer_email"],
-        kind=kind,
-        facts={"customer_name": state["order"]["customer_name"], **facts},
-        language=language_of(state),
-    )
+def to_customer(
+    runtime: Runtime[Collaborators], state: RefundState, key: str, kind: str, facts: dict
+) -> str:
+    """Hand the mailer a kind of email and its facts (it words them: refunds/emails.py);
+    return "" when delivered, else why not (after the retries)."""
+    order = state["order"]
+    try:
+        runtime.context.send_mail(
+            key=key,
+            to=order["customer_email"],
+            kind=kind,
+            facts={"customer_name": order["customer_name"], **facts},
+            language=language_of(state),
+        )
+    except MailRefused as exc:
+        return str(exc)
+    except MailRetryable as exc:
+        if attempt(runtime) < MAIL_RETRY.max_attempts:
+            raise  # the RetryPolicy runs the node again, with backoff
+        return str(exc)
+    return ""
 
 
 def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
@@ -94,7 +92,7 @@ def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState
     triage routes): one its checks decide at once sends only the outcome (`notify`), never an
     acknowledgment and a refusal a second apart."""
     order = state["order"]
-    error = _send(
+    error = to_customer(
         runtime,
         state,
         received_key(state["ticket_key"]),
@@ -116,7 +114,7 @@ def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     if (state.get("decision") or {}).get("sent_back"):
         note = "Nothing sent to the customer: the message went back to Needs sorting."
         return {"notes": [note], "trail": ["notify"]}
-    error = _send(runtime, state, notify_key(state), "refused", order_facts(state))
+    error = to_customer(runtime, state, notify_key(state), "refused", order_facts(state))
     note = f"Told {order['customer_email']} why." if not error else f"Email not delivered: {error}."
     return {"email_delivered": not error, "notes": [note], "trail": ["notify"]}
 
@@ -135,7 +133,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     order = state["order"]
     amount = state["amount_cents"]
     paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
-    error = _send(
+    error = to_customer(
         runtime,
         state,
         email_key(
@@ -243,7 +241,7 @@ def order_facts(state: RefundState) -> dict:
             why = answer.get("reason") or state.get("outcome_reason") or ""
             not_refunded.append({"number": number, "why_not": why})
     return {
-        "orders": list(state.get("order_numbers") or [state["order"]["number"]]),
+        "orders": list(state["order_numbers"]),
         "refunded": refunded,
         "not_refunded": not_refunded,
         "asked_cents": asked_in_all,
