@@ -1,8 +1,6 @@
-"""The charge: after the review, `send_charges` sends one charge_order per approved order; each
-moves that order's money once per key (derived from the thread, the order and the amount),
-checked against the order's balance at charge time, retried under the lease while the gateway is
-down. `settle_charges` sends a definite "no" back to a manager (what was paid stands) or goes on
-to the one email."""
+"""The charge: one charge_order per approved order moves its money once per key, checked
+against the order's balance at charge time and retried under the lease while the gateway is
+down; `settle_charges` sends a definite "no" back to a manager (what was paid stands)."""
 
 from __future__ import annotations
 
