@@ -1,10 +1,6 @@
-"""Currencies and amounts as shops write them: which ISO 4217 codes are money today, how many
-minor units each has, and one strict reader of a typed or imported amount. No Django imports.
-
-The list and the minor units come from Babel (the Unicode CLDR data Python's i18n tools share):
-a currency counts when some territory uses it as legal tender today, so "USD" and "JPY" pass and
-"DEM" (replaced by the euro) and "XXX" (no currency) do not. CLDR's minor units are the ones
-payment processors use: JPY 0, USD 2, KWD 3."""
+"""Currencies and amounts as shops write them: the ISO 4217 codes some territory uses as legal
+tender today and their minor units (Babel's CLDR data, the ones payment processors use: JPY 0,
+USD 2, KWD 3), and one strict reader of a typed or imported amount. No Django imports."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""What customers read: each kind of email is one template, templates/emails/<kind>.txt (its
-first line the subject, then a blank line, then the body), worded from the facts a flow node
-or the intake hands over, in the customer's language through Django's translation catalogues
-(locale/<language>/LC_MESSAGES/django.po; a string missing there reads in English).
-
-The flow stays free of Django: its nodes call the mailer with a kind and facts, and the mailer
-the runner binds (refunds/collaborators.py) renders them here before the outbox stores and sends
-the text (refunds/mail.py), so what is stored is what was sent."""
+"""What customers read: each kind of email is one template, templates/emails/<kind>.txt (the
+subject, a blank line, the body), worded from a node's facts in the customer's language. The
+text is rendered here, before the outbox stores it, so what is stored is what was sent."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +40,9 @@ def render(kind: str, facts: dict[str, Any], in_language: str = DESK_LANGUAGE) -
     with translation.override(language(in_language)):
         text = render_to_string(f"emails/{kind}.txt", facts)
     subject, _, body = text.strip("\n").partition("\n")
-    lines = [line.rstrip() for line in body.strip("\n").splitlines()]
     # Templates keep their tags on lines of their own; the customer sees at most one blank line.
-    cleaned: list[str] = []
-    for line in lines:
-        if line or (cleaned and cleaned[-1]):
-            cleaned.append(line)
-    return " ".join(subject.split())[:200], "\n".join(cleaned).strip("\n") + "\n"
+    body = re.sub(r"\n{3,}", "\n\n", "\n".join(line.rstrip() for line in body.splitlines()))
+    return " ".join(subject.split())[:200], body.strip("\n") + "\n"
 
 
 def word(kind: str, facts: dict[str, Any], in_language: str) -> Worded:

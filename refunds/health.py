@@ -34,11 +34,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def check_database() -> None:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    finally:
-        connection.close()  # this thread's own connection
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
 
 
 def check_checkpoints() -> None:
@@ -67,11 +64,8 @@ class ScheduleStopped(Exception):
 
 
 def check_schedule() -> None:
-    try:
-        ran_at = SweepRun.objects.filter(name=RECOVERY_SWEEP).values_list("ran_at", flat=True)
-        last = ran_at.first()
-    finally:
-        connection.close()  # this thread's own connection
+    ran_at = SweepRun.objects.filter(name=RECOVERY_SWEEP).values_list("ran_at", flat=True)
+    last = ran_at.first()
     late = settings.READYZ_SWEEP_LATE_SECONDS
     if last is None:
         raise ScheduleStopped("the recovery sweep has never run (is beat running?)")
@@ -98,6 +92,8 @@ def timed(check: Callable[[], None]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a health check reports, it does not raise
         first = (str(exc).strip().splitlines() or [""])[0]
         result = {"ok": False, "error": mask(f"{type(exc).__name__}: {first}")[:300]}
+    finally:
+        connection.close()  # the pool thread's own connection, if the check opened one
     return result | {"ms": round((time.monotonic() - started) * 1000)}
 
 

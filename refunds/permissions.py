@@ -1,24 +1,9 @@
 """Who may see and do what on the desk: the one place for these rules, used by the pages, the
-JSON API, the admin and the services.
-
-Roles are Django groups: Support agents, Managers, Admins (superusers count as admins). A user in
-no desk group sees nothing and decides nothing.
-
-- Seeing a ticket: admins and managers see every ticket; a support agent sees the tickets in an
-  agent's scope (not escalated to managers: required role empty or "agent") and those they
-  opened. A customer's message is read by who may see its ticket (intake.selectors.
-  messages_visible).
-- Opening a ticket (`open_refusal()`): anyone in a desk group; a user in no group opens nothing
-  (the customer would be written to, and the answer tells which order numbers exist).
-- Deciding a review: `reviewable()` and `decision_refusal()`; the agent limit and who
-  reviews what live in refunds/policy.py, applied by the graph's triage. Agents decide agent-level
-  reviews that are not escalated; managers decide manager-level and escalated ones, and may cover
-  agent-level ones; admins decide any. Nobody decides a ticket they opened (four-eyes): who typed
-  its orders, or who brought in the customer's message it was opened from. While a
-  colleague's claim is live only they decide (services.ticket_decide checks it in its UPDATE).
-- Lowering the amount ("edit"): managers and admins. Escalating: whoever may decide an
-  agent-level review that is not escalated yet. The audit page and its export: managers, admins.
-"""
+JSON API, the admin and the services. Roles are Django groups: Support agents, Managers, Admins
+(superusers count as admins); a user in no desk group sees nothing and decides nothing. The agent
+limit and who reviews what live in refunds/policy.py. Nobody decides a ticket they opened
+(four-eyes): who typed its orders, or who brought in the message it was opened from. While a
+colleague's claim is live only they decide (services.ticket_decide checks it in its UPDATE)."""
 
 from __future__ import annotations
 

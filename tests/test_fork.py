@@ -1,6 +1,8 @@
 """Admins fork a thread from before triage with a corrected amount: audited, under the lease,
 and never once money has moved."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -115,31 +117,23 @@ def test_only_admins_fork(rejected, manager):
     assert Fork.objects.count() == 0
 
 
-def test_the_admin_fork_page_forks_and_explains_bad_amounts(client, rejected, admin_user):
-    client.force_login(admin_user)
-    url = reverse("admin:refunds_ticket_fork", args=[rejected.pk])
-    page = client.get(url)
-    assert page.status_code == 200 and "Corrected amount" in page.content.decode()
-    bad = client.post(url, {"amount": "twelve", "reason": "typo"})
-    assert bad.status_code == 400 and "is not an amount in US dollars" in bad.content.decode()
-    assert Fork.objects.count() == 0
-    done = client.post(url, {"amount": "$5.50", "reason": "fee was $5.50"})
-    assert done.status_code == 302
-    assert Fork.objects.get().amount_cents == 550
-    change = client.get(reverse("admin:refunds_ticket_change", args=[rejected.pk]))
-    assert "fee was $5.50" in change.content.decode()  # the audit entry shows on the ticket
-
-
-@pytest.mark.parametrize("typed", ["１２", "1e3"])
-def test_the_admin_fork_page_refuses_full_width_digits_and_an_exponent(
-    client, rejected, admin_user, typed
+def test_the_admins_ticket_page_forks_through_the_ops_page_and_shows_the_audit_entry(
+    client, rejected, admin_user
 ):
     client.force_login(admin_user)
-    url = reverse("admin:refunds_ticket_fork", args=[rejected.pk])
-    bad = client.post(url, {"amount": typed, "reason": "typo"})
-    assert bad.status_code == 400
-    assert f"“{typed}” is not an amount in US dollars" in bad.content.decode()
-    assert Fork.objects.count() == 0 and Ticket.objects.get().status == "rejected"
+    change = reverse("admin:refunds_ticket_change", args=[rejected.pk])
+    link = re.search(r'href="([^"]+/fork/\?checkpoint=[^"]+)"', client.get(change).content.decode())
+    assert link, "the admin's ticket page offers no fork"
+    url, checkpoint = link[1].split("?checkpoint=")
+    assert url == reverse("ops:fork", args=[rejected.pk])
+    assert client.get(link[1]).status_code == 200
+    form = {"checkpoint": checkpoint, "reason": "fee was $5.50", "apply": "1"}
+    bad = client.post(url, form | {"amount": "twelve"})
+    assert bad.status_code == 400 and "is not an amount in US dollars" in bad.content.decode()
+    assert Fork.objects.count() == 0
+    assert client.post(url, form | {"amount": "$5.50"}).status_code == 302
+    assert Fork.objects.get().amount_cents == 550
+    assert "fee was $5.50" in client.get(change).content.decode()  # the audit entry shows
 
 
 def test_the_audit_csv_gives_each_row_the_amount_of_its_moment(rejected, admin_user, client):

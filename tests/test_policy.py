@@ -93,9 +93,23 @@ def test_with_a_fifty_dollar_limit_the_pages_say_so(client, agent, manager, admi
     assert (
         refusal == "This refund is decided by a manager (it is over $50.00 or flagged by policy)."
     )
+
+
+@override_settings(REFUNDS_AGENT_LIMIT_CENTS=5000)
+def test_with_a_fifty_dollar_limit_the_fork_preview_sends_45_dollars_to_an_agent(
+    client, transactional_db, admin_user, monkeypatch
+):
+    from refunds import enqueue, forks
+    from tests.reviewing import advance_to_review
+
+    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # the test advances by hand
+    make_order("1050", fee_cents=6000)
+    ticket = advance_to_review(services.ticket_open(order_number="1050"))
+    checkpoint = forks.fork_base(ticket.thread_id).config["configurable"]["checkpoint_id"]
     client.force_login(admin_user)
-    response = client.get(reverse("admin:refunds_ticket_fork", args=[over.pk]))
-    assert b"an amount over $50.00 goes to a manager" in response.content
+    form = {"checkpoint": checkpoint, "amount": "45", "reason": "x", "preview": "1"}
+    response = client.post(reverse("ops:fork", args=[ticket.pk]), form)
+    assert b"$45.00 goes to a support agent" in response.content
 
 
 @override_settings(REFUNDS_AGENT_LIMIT_CENTS=5000)

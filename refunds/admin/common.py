@@ -1,16 +1,19 @@
-"""What the refunds admin's pages share: amounts in dollars."""
+"""What the refunds admin's pages share: amounts as money, never cents."""
+
+from operator import attrgetter
 
 from django.contrib import admin
 
-from refunds.flow.words import dollars
+from refunds.flow.words import DESK, dollars
 
 
-def _money(field: str, label: str):
-    """A cents field shown in dollars, sortable by the field."""
+def money(field: str, label: str, currency: str = ""):
+    """A minor-units field shown as money, in the currency at the row's `currency` path (else
+    dollars), sortable by the field."""
 
     @admin.display(description=label, ordering=field)
     def show(self, obj) -> str:
-        return dollars(getattr(obj, field))
+        return dollars(getattr(obj, field), attrgetter(currency)(obj) if currency else DESK)
 
     show.__name__ = f"{field}_dollars"
     return show
@@ -19,5 +22,5 @@ def _money(field: str, label: str):
 class Dollars:
     """Amounts in dollars everywhere in the admin, as on the desk ($6.99, never 699)."""
 
-    amount = _money("amount_cents", "Amount")
-    previous_amount = _money("previous_amount_cents", "Previous amount")
+    amount = money("amount_cents", "Amount")
+    previous_amount = money("previous_amount_cents", "Previous amount")

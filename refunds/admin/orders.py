@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied
 
 from core.admin import ReadOnly
 from refunds import currencies, selectors
+from refunds.admin.common import money
 from refunds.flow.words import dollars
 from refunds.models import Order, OrderLine, OutsideRefund, PaymentDispute, Ticket
 from refunds.order_in import LineRefused, OrderIn
@@ -99,13 +100,8 @@ class OrderLineInline(ReadOnly, admin.TabularInline):
         "left",
     )
 
-    @admin.display(description="Unit price")
-    def unit_price(self, line: OrderLine) -> str:
-        return dollars(line.unit_price_cents, line.order.currency)
-
-    @admin.display(description="Tax")
-    def tax(self, line: OrderLine) -> str:
-        return dollars(line.tax_cents, line.order.currency)
+    unit_price = money("unit_price_cents", "Unit price", "order.currency")
+    tax = money("tax_cents", "Tax", "order.currency")
 
     def _bought(self, line: OrderLine) -> selectors.LineBought:
         return selectors.LineBought(
@@ -141,9 +137,7 @@ class OutsideRefundInline(ReadOnly, admin.TabularInline):
     verbose_name = "refund made outside the desk"
     verbose_name_plural = "refunds made outside the desk"
 
-    @admin.display(description="Amount")
-    def refunded(self, refund: OutsideRefund) -> str:
-        return dollars(refund.amount_cents, refund.order.currency)
+    refunded = money("amount_cents", "Amount", "order.currency")
 
 
 class PaymentDisputeInline(ReadOnly, admin.TabularInline):
@@ -179,6 +173,7 @@ class OrderAdmin(admin.ModelAdmin):
 
     list_display = ["number", "customer_name", "promised_on", "delivered_on", "fee", "currency"]
     search_fields = ["number", "customer_name", "customer_email", "payment_reference"]
+    fee = money("shipping_fee_cents", "Shipping fee", "currency")
 
     @admin.display(description="Total")
     def total(self, order: Order) -> str:
@@ -191,7 +186,3 @@ class OrderAdmin(admin.ModelAdmin):
         if order.paid_cents is None:
             return "—"
         return dollars(order.paid_cents, order.currency)
-
-    @admin.display(description="Shipping fee", ordering="shipping_fee_cents")
-    def fee(self, order: Order) -> str:
-        return dollars(order.shipping_fee_cents, order.currency)

@@ -1,16 +1,13 @@
-"""Tickets and decisions in the admin: each thread's history, retry, fork with a corrected
-amount, and the canned replies reviewers pick."""
+"""Tickets and decisions in the admin: each thread's rows, retry, links to its history and fork,
+and the canned replies reviewers pick."""
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import path, reverse
-from django.utils.html import format_html, format_html_join
+from django.urls import reverse
+from django.utils.html import format_html
 
 from core.admin import ReadOnly
-from refunds import currencies, permissions, persistence, services
+from refunds import forks, permissions, services
 from refunds.admin.common import Dollars
-from refunds.flow.words import dollars
 from refunds.models import (
     CannedReason,
     CannedReasonText,
@@ -124,84 +121,27 @@ class TicketAdmin(Dollars, ReadOnly, admin.ModelAdmin):
         "last_error",
         "created_at",
         "updated_at",
-        "fork_link",
-        "checkpoint_history",
+        "history",
     ]
     inlines = [TicketOrderInline, DecisionInline, ForkInline, ChargeInline, EmailInline]
     actions = ["retry_failed"]
 
-    @admin.display(description="Checkpoint history (newest first)")
-    def checkpoint_history(self, ticket: Ticket) -> str:
-        rows = (
-            (
-                snap.metadata.get("step") if snap.metadata else "",
-                ", ".join(snap.next) or "(end)",
-                ", ".join(snap.values.get("trail", [])),
-                snap.config["configurable"].get("checkpoint_id", ""),
-            )
-            for snap in persistence.history(ticket.thread_id)
-        )
-        body = format_html_join(
-            "", "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>", rows
-        )
-        return format_html(
-            '<p><a href="{}">The readable history, with branches and forks</a></p>'
-            "<table><tr><th>step</th><th>next</th><th>nodes run</th><th>checkpoint</th></tr>"
-            "{}</table>",
+    @admin.display(description="History and fork")
+    def history(self, ticket: Ticket) -> str:
+        """The ops pages hold the history and the fork, one path each."""
+        links = format_html(
+            '<a href="{}">The history, with branches and forks</a>',
             reverse("ops:history", args=[ticket.pk]),
-            body,
         )
-
-    @admin.display(description="Correct the amount")
-    def fork_link(self, ticket: Ticket) -> str:
-        if ticket.status not in services.FORKABLE or money_moved(ticket):
-            return (
-                "Only a ticket awaiting review, rejected or failed, with no charge, can be forked."
-            )
-        url = reverse("admin:refunds_ticket_fork", args=[ticket.pk])
-        return format_html('<a class="button" href="{}">Fork with a corrected amount</a>', url)
-
-    def get_urls(self):
-        fork = self.admin_site.admin_view(self.fork_view)
-        return [
-            path("<int:ticket_id>/fork/", fork, name="refunds_ticket_fork"),
-            *super().get_urls(),
-        ]
-
-    def fork_view(self, request, ticket_id: int):
-        """Fork the thread from its checkpoint before triage with a corrected amount."""
-        if not self.has_retry_permission(request):
-            raise PermissionDenied("Only admins fork a thread.")
-        ticket = get_object_or_404(Ticket.objects.select_related("order"), pk=ticket_id)
-        values = {"amount": "", "reason": ""}
-        error = ""
-        if request.method == "POST":
-            values = {k: request.POST.get(k, "").strip() for k in values}
-            try:
-                cents = _cents(values["amount"])
-                services.ticket_fork(
-                    ticket=ticket, amount_cents=cents, reason=values["reason"], by=request.user
-                )
-            except (services.RefundError, PermissionDenied) as exc:
-                error = str(exc)
-            else:
-                self.message_user(
-                    request,
-                    f"Forked ticket {ticket.pk} with amount "
-                    f"{dollars(cents)}; it is being triaged again.",
-                    messages.SUCCESS,
-                )
-                return redirect("admin:refunds_ticket_change", ticket.pk)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"Fork ticket {ticket.pk} with a corrected amount",
-            "ticket": ticket,
-            "values": values,
-            "error": error,
-            "opts": self.model._meta,
-        }
-        return render(
-            request, "admin/refunds/ticket/fork.html", context, status=400 if error else 200
+        forkable = ticket.status in services.FORKABLE and money_moved(ticket) is None
+        base = forks.fork_base(ticket.thread_id) if forkable else None
+        if base is None:
+            return links
+        return format_html(
+            '{} <a class="button" href="{}?checkpoint={}">Fork with a corrected amount</a>',
+            links,
+            reverse("ops:fork", args=[ticket.pk]),
+            base.config["configurable"]["checkpoint_id"],
         )
 
     def has_retry_permission(self, request) -> bool:
@@ -234,14 +174,6 @@ class DecisionAdmin(Dollars, ReadOnly, admin.ModelAdmin):
         "applied_at",
         "refused_reason",
     ]
-
-
-def _cents(amount: str) -> int:
-    """'12.50' or '$12.50' -> 1250; anything else is a clear error."""
-    try:
-        return currencies.read_typed(amount, currencies.DESK)
-    except currencies.BadAmount as exc:
-        raise services.RefundError(str(exc)) from None
 
 
 class CannedReasonTextInline(admin.TabularInline):

@@ -1,10 +1,8 @@
 """A reviewer's answer in its one shape: for each open order of the review, approve with the
 parts it refunds (and a reason where it pays less than proposed) or reject with a reason.
-
-The desk's forms and the API expand their shorthands ("approve as proposed", "approve all",
-"reject all", a lower amount) into it with `expanded`; `checked` is the one check, run by the
-decision service before it records an answer and again by the review node before it applies
-one, against the same review, so what the desk accepts the flow applies. No Django here."""
+`expanded` turns the forms' and the API's shorthands into it; `checked` is the one check, run by
+the decision service before it records an answer and by the review node before it applies one,
+so what the desk accepts the flow applies. No Django here."""
 
 from __future__ import annotations
 

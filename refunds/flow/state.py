@@ -23,11 +23,10 @@ class OrderFacts(TypedDict):
     refunded_by_ticket: int | None
     # What the customer paid, when the shop sent it: never refunded beyond.
     paid_cents: NotRequired[int]
-    # What of the payment was refunded outside the desk (Stripe's dashboard, say), as recorded
-    # when the order was read (refunds/money.py records them before every charge). Absent: 0.
+    # Refunded outside the desk (at the processor), as recorded when the order was read. Absent: 0
     outside_refunded_cents: NotRequired[int]
-    # Flow version 6: what was bought, line by line, and what the ledger holds of the shipping
-    # fee (other tickets). An order without lines, or facts of version 5: the fee alone.
+    # What was bought, line by line, and what the ledger holds of the shipping fee (other
+    # tickets). An order without lines: the fee alone.
     lines: NotRequired[list[LineFacts]]
     shipping_refunded_cents: NotRequired[int]
 
@@ -78,7 +77,7 @@ class OrderAnswer(TypedDict, total=False):
     answer: Literal["approve", "reject"]
     amount_cents: int  # approve: what to pay, the parts' sum
     reason: str  # reject: why, for the customer; approve: why less than proposed, if said
-    # approve: what is refunded (flow version 6).
+    # approve: what is refunded.
     parts: list[Part]
     # approve: the review said the order's payment is disputed, and the manager approved all
     # the same; its charge is not stopped again for an open dispute. Absent reads False.
@@ -87,7 +86,7 @@ class OrderAnswer(TypedDict, total=False):
 
 class ReviewAnswer(TypedDict, total=False):
     # "ask": the reviewer asks the customer (`reason` is the question); "reply": the customer's
-    # answer to it (`reason` is their text), resuming the wait (flow version 7).
+    # answer to it (`reason` is their text), resuming the wait.
     answer: Literal["approve", "reject", "ask", "reply", "no_reply"]
     reason: str
     reviewer: str
@@ -98,7 +97,7 @@ class ReviewAnswer(TypedDict, total=False):
 
 
 class Asking(TypedDict):
-    """A question to the customer that the thread is sending or waiting on (flow version 7)."""
+    """A question to the customer that the thread is sending or waiting on."""
 
     question: str
     asked_by: str
@@ -137,8 +136,7 @@ class OrderCheck(TypedDict, total=False):
     order: OrderFacts
     balance_cents: int
     amount_cents: int  # what the ticket asks for it: its balance, 0 when the policy declines
-    # What the policy proposes to refund (flow version 6), the sum of which is `amount_cents`,
-    # and why, in the desk's words.
+    # What the policy proposes to refund (summing to `amount_cents`), and why, in words.
     parts: list[Part]
     parts_why: str
     late_by_days: int
@@ -189,7 +187,7 @@ class CheckTask(TypedDict):
     ticket_key: str
     order_number: str
     reason: str
-    # Flow version 6: the customer's words the policy matches to the order's lines.
+    # The customer's words the policy matches to the order's lines.
     words: NotRequired[str]
 
 
@@ -208,9 +206,8 @@ TICKET_TELLS = "ticket_tells"
 class RefundState(TypedDict, total=False):
     ticket_key: str  # the thread's business key, also the prefix of every idempotency key
     order_number: str  # the ticket's first (or only) order
-    # Every order the ticket covers, first first (flow version 4). One order runs the checks as
-    # nodes of their own; several fan out with Send, one check_order per order, and their
-    # results gather in `checks`, their charges in `charges`, keyed by order number.
+    # Every order the ticket covers, first first: one check_order and one charge_order per
+    # order (Send), gathered in `checks` and `charges` by order number.
     order_numbers: list[str]
     checks: Annotated[dict[str, OrderCheck], merge_by_order]
     charges: Annotated[dict[str, OrderCharge], merge_by_order]
@@ -238,8 +235,7 @@ class RefundState(TypedDict, total=False):
     email_delivered: bool
     outcome: Literal["refunded", "declined", "rejected"]
     outcome_reason: str
-    # Flow version 7: the question being sent or waited on (None once answered), and every
-    # question answered so far with its reply.
+    # The question being sent or waited on (None once answered); those answered, with replies.
     asking: Asking | None
     replies: list[Reply]
     # Written by parallel branches, so each has a reducer.
@@ -279,7 +275,7 @@ class ReviewRequest(TypedDict):
     # A ticket of several orders: one line per order (its amount, notes and flags, whether the
     # policy declined it or it is refunded already); `amount_cents` is then their total.
     orders: NotRequired[list[ReviewOrder]]
-    # Flow version 7: the questions asked of the customer and their replies, oldest first.
+    # The questions asked of the customer and their replies, oldest first.
     replies: NotRequired[list[Reply]]
     # The orders whose charge stopped for an open dispute at the processor (errors.DISPUTED),
     # present only when there is one: an approval of this review charges them all the same.
@@ -298,8 +294,8 @@ class ReviewOrder(TypedDict):
     receipt: str
     notes: list[str]
     flags: list[str]
-    # Flow version 6: the order's facts (its lines, what is left of each), the proposal's parts
-    # and why; a reviewer's `parts` are checked against them (policy.parts_checked).
+    # The order's facts (its lines, what is left of each), the proposal's parts and why; a
+    # reviewer's `parts` are checked against them (policy.parts_checked).
     order: NotRequired[OrderFacts]
     parts: NotRequired[list[Part]]
     parts_why: NotRequired[str]

@@ -1,14 +1,9 @@
 """The carrier's tracking lookup: a slow outside service, cut off by LangGraph's node `timeout`,
-retried, and when it never answers, handed to a person by the node's `error_handler` instead of
-failing the run. No Django imports.
+retried, and handed to a person by the node's `error_handler` when it never answers. No Django.
 
-Why a small async graph inside a sync node: node timeouts need async nodes (sync Python cannot be
-cancelled in-process; a sync `invoke` of a node with a timeout fails at once with a ValueError).
-The refund graph itself runs synchronously on our fenced savers (FencedSqliteSaver and
-FencedPostgresSaver implement the sync methods only, and the fence lives there), and its effect
-nodes are sync. So the outer node `carrier_tracking` is sync and runs this one-node async graph
-with `ainvoke`, on a thread of its own (a fresh event loop, and no config of the outer run leaks
-in: the inner graph has no checkpointer and writes nothing anywhere)."""
+Node timeouts need async nodes, and the refund graph is sync (the fence lives in the savers'
+sync methods), so the sync node `carrier_tracking` runs a one-node async graph, with no
+checkpointer, on a thread of its own (a fresh event loop, no outer config leaking in)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 the admin, the API and emails. No Django imports."""
 
 from decimal import Decimal
+from itertools import groupby
 
 from babel.numbers import format_currency, get_currency_precision
 
@@ -85,25 +86,15 @@ def trail_words(nodes: list[str] | None) -> list[str]:
     that happened. The per-order steps of a fan-out in a row are said once, with their orders
     ("Checked orders 1042, 1044 and 1047")."""
     said: list[str] = []
-    run: tuple[str, list[str]] | None = None  # the per-order step being collected
-    for name in [*(nodes or []), ""]:
-        node, number = split_order_step(name)
-        if run is not None and (node != run[0] or not number):
-            step, numbers = run
-            one, several = ORDER_NODE_WORDS[step]
-            words = f"{one} {numbers[0]}" if len(numbers) == 1 else f"{several} {_and(numbers)}"
+    steps = [split_order_step(name) for name in nodes or []]
+    for node, run in groupby(steps, key=lambda step: step[0] if step[1] else ""):
+        if node:
+            numbers = list(dict.fromkeys(number for _, number in run))
+            one, several = ORDER_NODE_WORDS[node]
+            runs = [f"{one} {numbers[0]}" if len(numbers) == 1 else f"{several} {_and(numbers)}"]
+        else:
+            runs = [node_words(name) for name, _ in run]
+        for words in runs:
             if not said or said[-1] != words:
                 said.append(words)
-            run = None
-        if number:
-            if run is None:
-                run = (node, [])
-            if number not in run[1]:
-                run[1].append(number)
-            continue
-        if not name:
-            break
-        words = node_words(name)
-        if not said or said[-1] != words:
-            said.append(words)
     return said

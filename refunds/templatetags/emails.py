@@ -11,6 +11,7 @@ from refunds.flow.words import dollars
 
 register = template.Library()
 register.filter("dollars", dollars)
+register.filter("language_name", emails.language_name)  # "Spanish" for "es", for the desk
 
 
 @register.filter
@@ -23,12 +24,6 @@ def and_list(items: list[str]) -> str:
 def first_name(name: str) -> str:
     """ "Chloe" for "Chloe Martin": every email greets the customer the same way."""
     return (str(name or "").split() or [""])[0]
-
-
-@register.filter
-def language_name(code: str) -> str:
-    """ "Spanish" for "es": the language an email was sent in, named for the desk."""
-    return emails.language_name(code)
 
 
 # What the customer reported, in their words (policy.REASONS are the desk's labels).

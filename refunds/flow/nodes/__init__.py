@@ -1,17 +1,8 @@
 """The refund graph's node functions, one module per concern: `checks` (pure reads before the
 review), `review` (triage and the interrupt), `charge` (money moved once per key), `messages`
-(what the customer is told). Each node returns only the keys it changes; collaborators come from
-the runtime context. No Django imports: the graph runs against fakes in memory for tests.
-
-A ticket of one order or several takes one path: `fan_out` sends one check_order per order,
-`gather` sums them up for triage (or `decline` when the policy refunds none), `received` tells
-the customer whose message opened the ticket that a person will look at it, `approve` asks one
-review that answers per order, `send_charges` sends one charge_order per approved order, and
-`settle_charges` sends a refused one back to a manager or goes on to the one email (`notify`
-when nothing is refunded). A review may instead ask the customer (`asking`): `ask_customer`
-sends the question, `await_reply` waits on their reply, and `approve` asks again with it; a
-wait that ends without one may close the ticket (`close_no_reply`) until a reply reopens it
-(`await_reopen`)."""
+(what the customer is told), `asking` (a question to the customer and the wait on the reply).
+Each node returns only the keys it changes; collaborators come from the runtime context. No
+Django imports: the graph runs against fakes in memory for tests."""
 
 from refunds.flow.nodes.asking import (
     after_review,
@@ -29,13 +20,7 @@ from refunds.flow.nodes.charge import (
     send_charges,
     settle_charges,
 )
-from refunds.flow.nodes.checks import (
-    decline,
-    fan_out,
-    gather,
-    make_check_order,
-    route_gathered,
-)
+from refunds.flow.nodes.checks import decline, fan_out, gather, make_check_order, route_gathered
 from refunds.flow.nodes.common import customer_namespace
 from refunds.flow.nodes.messages import MAIL_RETRY, email, notify, received
 from refunds.flow.nodes.review import approve, review_request, triage

@@ -1,12 +1,9 @@
-"""Asking the customer (flow version 7): a review answered "ask" sends the reviewer's question
-once through the outbox (`ask_customer`), then waits on the customer (`await_reply`, an
-interrupt resumed by their reply, recorded as a Decision like a reviewer's answer), then the
-review asks again (`approve`, a new interrupt) with the reply quoted. A wait that ends without
-a reply (the timer's "no_reply") goes back to the review, or, under REFUNDS_ASK_DEFAULT_OUTCOME
-"close", tells the customer once that the ticket is closed (`close_no_reply`) and waits on
-(`await_reopen`, an interrupt of its own: the ticket is closed meanwhile) for a reply that
-reopens it. Nothing before interrupt() has an effect: the waits run again from the top on
-resume."""
+"""Asking the customer: a review answered "ask" sends the question once (`ask_customer`),
+waits on the reply (`await_reply`, resumed by it like a reviewer's answer), then the review asks
+again with the reply quoted. A wait that ends without one goes back to the review, or under
+REFUNDS_ASK_DEFAULT_OUTCOME "close" tells the customer once that the ticket is closed and waits
+on (`await_reopen`) for a reply that reopens it. The waits run again from the top on resume:
+nothing before interrupt() has an effect."""
 
 from __future__ import annotations
 
@@ -17,15 +14,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send, interrupt
 
 from refunds.flow.nodes.charge import send_charges
-from refunds.flow.nodes.messages import deliver, language_of
-from refunds.flow.state import (
-    Asking,
-    Collaborators,
-    CustomerWait,
-    RefundState,
-    Reply,
-    ReviewAnswer,
-)
+from refunds.flow.nodes.messages import to_customer
+from refunds.flow.state import Asking, Collaborators, CustomerWait, RefundState, Reply, ReviewAnswer
 from refunds.flow.words import dollars
 
 QUOTE_CHARS = 300  # of a reply, in the thread's notes; the whole reply is in `replies`
@@ -100,21 +90,12 @@ def _about_the_question(
     kind: str,
 ) -> str | None:
     """Email the customer once about the question waiting on them (its key is `key_of` the
-    ask's): the question, their orders, in their language. Returns why it was refused, if so."""
-    asking, order = state["asking"], state["order"]
+    ask's). Returns why it was refused, if so."""
+    asking = state["asking"]
     assert asking is not None
-    return deliver(
-        runtime,
-        key=key_of(state["ticket_key"], asking["decision_id"]),
-        to=order["customer_email"],
-        kind=kind,
-        facts={
-            "customer_name": order["customer_name"],
-            "orders": list(state.get("order_numbers") or [order["number"]]),
-            "question": asking["question"],
-        },
-        language=language_of(state),
-    )
+    key = key_of(state["ticket_key"], asking["decision_id"])
+    facts = {"orders": list(state["order_numbers"]), "question": asking["question"]}
+    return to_customer(runtime, state, key, kind, facts)
 
 
 def customer_wait(state: RefundState) -> CustomerWait:

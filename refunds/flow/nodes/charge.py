@@ -1,8 +1,6 @@
-"""The charge: after the review, `send_charges` sends one charge_order per approved order; each
-moves that order's money once per key (derived from the thread, the order and the amount),
-checked against the order's balance at charge time, retried under the lease while the gateway is
-down. `settle_charges` sends a definite "no" back to a manager (what was paid stands) or goes on
-to the one email."""
+"""The charge: one charge_order per approved order moves its money once per key, checked
+against the order's balance at charge time and retried under the lease while the gateway is
+down; `settle_charges` sends a definite "no" back to a manager (what was paid stands)."""
 
 from __future__ import annotations
 
@@ -13,21 +11,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, RetryPolicy, Send
 
 from refunds.flow import parts as refund_parts
-from refunds.flow.errors import (
-    ChargeRefused,
-    PaymentDisputed,
-    RetryableGatewayError,
-)
+from refunds.flow.errors import ChargeRefused, PaymentDisputed, RetryableGatewayError
 from refunds.flow.nodes.checks import customer_words, reproposed
 from refunds.flow.nodes.common import attempt, ordered_checks, reason_of, stop_if_drained
-from refunds.flow.state import (
-    ChargeTask,
-    Collaborators,
-    OrderCharge,
-    OrderCheck,
-    Part,
-    RefundState,
-)
+from refunds.flow.state import ChargeTask, Collaborators, OrderCharge, OrderCheck, Part, RefundState
 from refunds.flow.words import dollars
 
 # A gateway that is down (nothing charged) is tried again with the same key, harmless since the

@@ -204,8 +204,6 @@ def decline(state: RefundState) -> RefundState:
 
 
 def fan_out(state: RefundState) -> list[Send]:
-    # A state from before flow version 4 names its one order only (`order_number`).
-    numbers = state.get("order_numbers") or [state["order_number"]]
     return [
         Send(
             "check_order",
@@ -216,7 +214,7 @@ def fan_out(state: RefundState) -> list[Send]:
                 words=customer_words(state),
             ),
         )
-        for number in numbers
+        for number in state["order_numbers"]
     ]
 
 

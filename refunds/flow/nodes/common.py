@@ -7,11 +7,7 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import Runtime
 
 from refunds import policy
-from refunds.flow.state import (
-    Collaborators,
-    OrderCheck,
-    RefundState,
-)
+from refunds.flow.state import Collaborators, OrderCheck, RefundState
 
 
 def customer_namespace(email: str) -> tuple[str, ...]:

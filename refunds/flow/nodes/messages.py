@@ -8,24 +8,10 @@ from langgraph.types import RetryPolicy
 
 from refunds import policy
 from refunds.flow import parts as refund_parts
-from refunds.flow.errors import (
-    MailRefused,
-    MailRetryable,
-)
+from refunds.flow.errors import MailRefused, MailRetryable
 from refunds.flow.nodes.checks import declined_facts
-from refunds.flow.nodes.common import (
-    attempt,
-    customer_namespace,
-    ordered_checks,
-    reason_of,
-)
-from refunds.flow.state import (
-    Collaborators,
-    OrderAnswer,
-    OrderCheck,
-    OrderFacts,
-    RefundState,
-)
+from refunds.flow.nodes.common import attempt, customer_namespace, ordered_checks, reason_of
+from refunds.flow.state import Collaborators, OrderCheck, OrderFacts, RefundState
 from refunds.flow.words import dollars
 
 # A mail server that refuses for a while is tried again with backoff; when the retries run out the
@@ -37,19 +23,6 @@ MAIL_RETRY = RetryPolicy(
     max_interval=8.0,
     retry_on=MailRetryable,
 )
-
-
-def deliver(runtime: Runtime[Collaborators], **message) -> str:
-    """Send through the outbox; return "" when delivered, else why not (after the retries)."""
-    try:
-        runtime.context.send_mail(**message)
-    except MailRefused as exc:
-        return str(exc)
-    except MailRetryable as exc:
-        if attempt(runtime) < MAIL_RETRY.max_attempts:
-            raise  # the RetryPolicy runs the node again, with backoff
-        return str(exc)
-    return ""
 
 
 def email_key(ticket_key: str, failed: int = 0) -> str:
@@ -90,16 +63,27 @@ def language_of(state: RefundState) -> str:
     return str((state.get("reading") or {}).get("language") or "")
 
 
-def _send(runtime: Runtime[Collaborators], state: RefundState, key: str, kind: str, facts: dict):
-    """Hand the mailer a kind of email and its facts; the mailer words it (refunds/emails.py)."""
-    return deliver(
-        runtime,
-        key=key,
-        to=state["order"]["customer_email"],
-        kind=kind,
-        facts={"customer_name": state["order"]["customer_name"], **facts},
-        language=language_of(state),
-    )
+def to_customer(
+    runtime: Runtime[Collaborators], state: RefundState, key: str, kind: str, facts: dict
+) -> str:
+    """Hand the mailer a kind of email and its facts (it words them: refunds/emails.py);
+    return "" when delivered, else why not (after the retries)."""
+    order = state["order"]
+    try:
+        runtime.context.send_mail(
+            key=key,
+            to=order["customer_email"],
+            kind=kind,
+            facts={"customer_name": order["customer_name"], **facts},
+            language=language_of(state),
+        )
+    except MailRefused as exc:
+        return str(exc)
+    except MailRetryable as exc:
+        if attempt(runtime) < MAIL_RETRY.max_attempts:
+            raise  # the RetryPolicy runs the node again, with backoff
+        return str(exc)
+    return ""
 
 
 def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
@@ -108,7 +92,7 @@ def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState
     triage routes): one its checks decide at once sends only the outcome (`notify`), never an
     acknowledgment and a refusal a second apart."""
     order = state["order"]
-    error = _send(
+    error = to_customer(
         runtime,
         state,
         received_key(state["ticket_key"]),
@@ -130,7 +114,7 @@ def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     if (state.get("decision") or {}).get("sent_back"):
         note = "Nothing sent to the customer: the message went back to Needs sorting."
         return {"notes": [note], "trail": ["notify"]}
-    error = _send(runtime, state, notify_key(state), "refused", order_facts(state))
+    error = to_customer(runtime, state, notify_key(state), "refused", order_facts(state))
     note = f"Told {order['customer_email']} why." if not error else f"Email not delivered: {error}."
     return {"email_delivered": not error, "notes": [note], "trail": ["notify"]}
 
@@ -149,7 +133,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
     order = state["order"]
     amount = state["amount_cents"]
     paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
-    error = _send(
+    error = to_customer(
         runtime,
         state,
         email_key(
@@ -213,11 +197,6 @@ def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
     return items
 
 
-def _why_less(answer: OrderAnswer) -> str:
-    """The reviewer's reason for paying less than asked: that order's own, never another's."""
-    return str(answer.get("reason") or "")
-
-
 def order_facts(state: RefundState) -> dict:
     """Each order's part of the outcome, for the refund and refusal emails: what was asked,
     what was paid (with its receipt) and, when less than asked or nothing, the reviewer's or the
@@ -246,7 +225,8 @@ def order_facts(state: RefundState) -> dict:
                     "paid_cents": paid,
                     "receipt": charge["receipt"],
                     "part": paid < asked,
-                    "why_part": _why_less(answer) if paid < asked else "",
+                    # The reviewer's reason for that order, never another's.
+                    "why_part": str(answer.get("reason") or "") if paid < asked else "",
                     "given": parts_given(check, came=reason_of(state) != policy.NOT_RECEIVED),
                 }
             )
@@ -261,7 +241,7 @@ def order_facts(state: RefundState) -> dict:
             why = answer.get("reason") or state.get("outcome_reason") or ""
             not_refunded.append({"number": number, "why_not": why})
     return {
-        "orders": list(state.get("order_numbers") or [state["order"]["number"]]),
+        "orders": list(state["order_numbers"]),
         "refunded": refunded,
         "not_refunded": not_refunded,
         "asked_cents": asked_in_all,

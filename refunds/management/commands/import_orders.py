@@ -1,16 +1,6 @@
-"""Import the shop's orders from a CSV or JSON Lines file: an upsert by order number.
-
-    python manage.py import_orders orders.csv [--dry-run] [--decimal-mark ,] [--delimiter ;]
-
-Columns (CSV header) or keys (one JSON object a line): order_number, customer_name,
-customer_email, currency (ISO 4217), shipping_fee (in the currency's major unit, "8.99"),
-promised_on and delivered_on (YYYY-MM-DD), payment_reference (optional). An order with its
-lines adds total and paid, and its lines: in JSON Lines nested (`"lines": [{"line_id", "sku",
-"title", "unit_price", "quantity", "tax"}, ...]`), in CSV one row per line with the order's
-columns repeated on each (the rows of one order one after another) and the columns line_id,
-sku, title, unit_price, quantity, tax (sku and tax may be left out). Every refused line is
-reported with its line number and reason; the exit status is 1 when any line was refused, 2
-when the file itself cannot be read."""
+"""Import the shop's orders from a CSV or JSON Lines file: an upsert by order number, each
+refused line reported with its number and reason (the columns and rules: docs/integrations.md).
+Exits 1 when any line was refused, 2 when the file itself cannot be read."""
 
 from __future__ import annotations
 
