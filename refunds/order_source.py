@@ -88,24 +88,29 @@ def _ask(number: str) -> dict | None:
         if response.status_code >= 500 or response.status_code == 429:
             last = f"answered {response.status_code}"
             continue
-        if response.status_code == 404:
-            return None  # the shop knows no such order
-        if response.status_code != 200:
-            raise ShopRefused(
-                f"The shop refused the lookup of order {number} ({response.status_code})."
-            )
-        try:
-            data = response.json()
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise ShopRefused(f"The shop's answer for order {number} is not a JSON object.")
-        return data
+        return _final(number, response)
     log.warning("order source: order %s: %s after %d attempts", number, last, attempts)
     raise ShopDidNotAnswer(
         f"The shop did not answer for order {number} ({last}, {attempts} attempts). "
         "Try again in a minute; if it keeps failing, tell whoever runs the shop's systems."
     )
+
+
+def _final(number: str, response: httpx.Response) -> dict | None:
+    """The shop's final answer: the order's JSON object, None for an order it does not know."""
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise ShopRefused(
+            f"The shop refused the lookup of order {number} ({response.status_code})."
+        )
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ShopRefused(f"The shop's answer for order {number} is not a JSON object.")
+    return data
 
 
 def _order_read(number: str, data: dict) -> OrderIn:
