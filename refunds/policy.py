@@ -1,7 +1,6 @@
 """The agent limit, its words, and who reviews what: the one home of these rules (DESIGN.md
 invariant 11). The graph's triage gets the limit through its runtime context and asks
-`review_role()` here; pages, templates (the `within_limit` and `over_limit` tags), the API schema
-and the services take their words from here too.
+`review_role()` here; pages, the API schema and the services take their words from here too.
 
 Nothing Django at import: refunds/flow/ imports this module and stays Django-free. Only
 `agent_limit_cents()` reads the settings, when it is called.

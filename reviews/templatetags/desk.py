@@ -31,8 +31,6 @@ register.filter("charge_progress", selectors.charge_progress)
 register.filter("units_left", policy.units_left)
 register.filter("shipping_left", policy.shipping_left)
 register.filter("reads_audit", permissions.can_read_audit)
-register.simple_tag(policy.within_words, name="within_limit")
-register.simple_tag(policy.over_words, name="over_limit")
 
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 
