@@ -78,7 +78,7 @@ class DeliveryAdmin(ReadOnly, admin.ModelAdmin):
         "status",
         "attempts",
         "next_attempt_at",
-        "delivered_at",
+        "sent_at",
         "last_status_code",
         "last_error",
         "send_again_button",

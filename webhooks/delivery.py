@@ -78,13 +78,21 @@ def payload(event: Event) -> dict:
 
 def fan_out(limit: int = 500) -> int:
     """Make a delivery per event and per active endpoint that wants its status. Idempotent: the
-    UNIQUE (event, endpoint) keeps a second sweep from doubling anything."""
+    outbox's UNIQUE key (the event's and the endpoint's) keeps a second sweep from doubling it."""
     events = list(Event.objects.filter(fanned_out=False).order_by("id")[:limit])
     if not events:
         return 0
     endpoints = list(Endpoint.objects.filter(active=True))
+    now = timezone.now()
     rows = [
-        Delivery(event=event, endpoint=endpoint)
+        Delivery(
+            kind=Delivery.Kind.WEBHOOK,
+            key=f"webhook:{event.pk}:{endpoint.pk}",
+            ticket_id=event.ticket_id,
+            event=event,
+            endpoint=endpoint,
+            next_attempt_at=now,
+        )
         for event in events
         for endpoint in endpoints
         if endpoint.wants(event.to_status)
@@ -236,14 +244,14 @@ def _record(outgoing: _Outgoing, answer: _Answer) -> str:
         mine = Delivery.objects.filter(pk=delivery.pk, claimed_by=outgoing.claim)
         if not error:
             mine.update(
-                status=Delivery.Status.DELIVERED,
-                delivered_at=timezone.now(),
+                status=Delivery.Status.SENT,
+                sent_at=timezone.now(),
                 last_status_code=code,
                 last_error="",
             )
             log.info("webhook %s delivered to %s", event.event_id, endpoint.pk)
             return "delivered"
-        _count_failure()
+        metrics.WEBHOOK_FAILURES.inc()
         # A refused URL stays refused until an admin mends it, then presses "send again".
         if answer.refused or delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
             mine.update(status=Delivery.Status.FAILED, last_status_code=code, last_error=error)
@@ -270,7 +278,3 @@ def send_again(delivery_ids: list[int]) -> int:
         .exclude(status=Delivery.Status.SENDING)
         .update(status=Delivery.Status.PENDING, next_attempt_at=timezone.now())
     )
-
-
-def _count_failure() -> None:
-    metrics.WEBHOOK_FAILURES.inc()
