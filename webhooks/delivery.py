@@ -156,8 +156,8 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
                 outgoing = running.pop(future)
                 outcome = _record(outgoing, future.result())
                 counts[outcome] += 1
-                if outcome == "delivered" and queues[outgoing.endpoint.pk]:
-                    waiting.append(outgoing.endpoint.pk)
+                if outcome == "delivered" and queues[outgoing.delivery.endpoint.pk]:
+                    waiting.append(outgoing.delivery.endpoint.pk)
     counts["deferred"] = sum(len(queue) for queue in queues.values())
     return counts
 
@@ -165,8 +165,6 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
 @dataclass(frozen=True)
 class _Outgoing:
     delivery: Delivery
-    event: Event
-    endpoint: Endpoint
     claim: str
     body: bytes
     headers: dict[str, str]
@@ -204,7 +202,7 @@ def _claim_next(queue: deque[int], counts: dict[str, int]) -> _Outgoing | None:
             "Refund-Desk-Delivery-Attempt": str(delivery.attempts),
             signing.HEADER: signing.sign(endpoint.secret, body),
         }
-        return _Outgoing(delivery, event, endpoint, claim, body, headers)
+        return _Outgoing(delivery, claim, body, headers)
     return None
 
 
@@ -213,7 +211,7 @@ def _post(http: httpx.Client, outgoing: _Outgoing) -> _Answer:
     started = time.monotonic()
     try:
         response = addresses.post(
-            http, outgoing.endpoint.url, content=outgoing.body, headers=outgoing.headers
+            http, outgoing.delivery.endpoint.url, content=outgoing.body, headers=outgoing.headers
         )
     except addresses.UnsafeURL as exc:
         return _Answer(error=f"refused: {exc}", refused=True, elapsed_ms=_since(started))
@@ -229,7 +227,8 @@ def _since(started: float) -> int:
 
 
 def _record(outgoing: _Outgoing, answer: _Answer) -> str:
-    delivery, event, endpoint = outgoing.delivery, outgoing.event, outgoing.endpoint
+    delivery = outgoing.delivery
+    event, endpoint = delivery.event, delivery.endpoint
     code, error = answer.code, mask(answer.error)[:2000]
     with bound(
         ticket_id=event.ticket_id, thread_id=event.ticket.thread_id, event_id=event.event_id

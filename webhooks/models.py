@@ -5,6 +5,7 @@ change, written by a database trigger in the same transaction as the change), th
 from __future__ import annotations
 
 import secrets
+from typing import ClassVar
 
 from django.db import models
 
@@ -82,7 +83,10 @@ class Delivery(Email):
     class Deliveries(OfKind):
         kind = Email.Kind.WEBHOOK
 
-    objects = Deliveries()
+    objects: ClassVar[Deliveries] = Deliveries()
+    # Every webhook row has both (webhooks/delivery.py fan_out; the migration that carried them).
+    event: Event
+    endpoint: Endpoint
 
     class Meta:
         proxy = True
