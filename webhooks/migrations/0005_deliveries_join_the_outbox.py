@@ -29,6 +29,7 @@ def into_the_outbox(apps, schema_editor):
         )
         Email.objects.filter(pk=row.pk).update(created_at=old.created_at)  # auto_now_add
         Attempt.objects.filter(delivery_id=old.pk).update(outgoing_id=row.pk)
+    checked_now(schema_editor)
 
 
 def out_of_the_outbox(apps, schema_editor):
@@ -49,6 +50,13 @@ def out_of_the_outbox(apps, schema_editor):
         )
         Attempt.objects.filter(outgoing_id=row.pk).update(delivery_id=old.pk, outgoing_id=None)
     Email.objects.filter(kind="webhook").delete()
+    checked_now(schema_editor)
+
+
+def checked_now(schema_editor):
+    """PostgreSQL alters no table with foreign key checks still deferred in the transaction."""
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 class Migration(migrations.Migration):
