@@ -126,9 +126,9 @@ class OtherRun:
 
     owns: Callable[[], Q]
     settled: Callable[[], Q]
-    busy: str
     about: Callable[[list[Email]], dict[int, tuple[str, str]]]
-    resent: Callable[[Email, Any], None]
+    busy: str = ""
+    resent: Callable[[Email, Any], None] = lambda email, by: None  # the row keeps its attempts
 
 
 OTHER_RUNS: list[OtherRun] = []

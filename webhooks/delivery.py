@@ -1,13 +1,13 @@
-"""The webhook outbox: fan events out to endpoints, claim due deliveries, POST them signed.
+"""The outbox's webhook handler (rows of kind "webhook"): fan events out to endpoints, claim due
+deliveries, POST them signed.
 
-At least once: a delivery row is claimed with one conditional UPDATE (status "sending", our
-claim, attempts + 1) before the POST; a 2xx marks it delivered, anything else puts it back with
-an exponential backoff (WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an hour) until
-WEBHOOK_MAX_ATTEMPTS, then "failed", shown in admin with its log and a "send again" action. A
-sender that dies mid-POST leaves a stale claim, taken over after the send window: the receiver
-may then see the event twice, with the same event id (`Refund-Desk-Event-Id`, and `id` in the
-body), which is how it de-duplicates. Every attempt is written to the delivery log. Where a POST may
-go is webhooks/addresses.py's to say: a refused URL fails at once, without retries."""
+At least once: a row is claimed with the outbox's conditional UPDATE (core/outbox.py) before the
+POST; a 2xx marks it sent, anything else puts it back with an exponential backoff
+(WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an hour) until WEBHOOK_MAX_ATTEMPTS, then
+"failed", shown in admin with its log and a "send again" action. A sender that dies mid-POST
+leaves a stale claim, taken over after the send window: the receiver may then see the event twice,
+with the same event id (`Refund-Desk-Event-Id`, and `id` in the body), which is how it
+de-duplicates. A URL webhooks/addresses.py refuses fails at once, without retries."""
 
 from __future__ import annotations
 
