@@ -41,11 +41,19 @@ class ProcessorStatus(models.TextChoices):
     CANCELED = "canceled", "Canceled"
 
 
-class EmailStatus(models.TextChoices):
+class EmailStatus(models.TextChoices):  # where an email is, as the API says it
+    PENDING = "pending", "Not sent yet"
+    SENDING = "sending", "Sending"
+    SENT = "sent", "Delivered to the mail server"
+
+
+class OutboxStatus(models.TextChoices):
+    """Where an outbox row is: an email's statuses, and a webhook's whose attempts ran out."""
+
     PENDING = "pending", "Not sent yet"
     SENDING = "sending", "Sending"
     SENT = "sent", "Delivered"  # to the mail server, or a 2xx from a webhook's endpoint
-    FAILED = "failed", "Failed (attempts ran out)"  # a webhook's only: mail waits for an admin
+    FAILED = "failed", "Failed (attempts ran out)"  # mail waits for an admin instead
 
 
 class OutboxKind(models.TextChoices):
@@ -137,7 +145,7 @@ PROCESSOR_ON_ITS_WAY = frozenset({P.PENDING, P.REQUIRES_ACTION})
 # The outbox's statements (refunds/outbox.py) were written for these; a new one needs its claim
 # and its marks thought through. FAILED is a webhook's, whose rows they never touch.
 EMAIL_KNOWN = frozenset(
-    {EmailStatus.PENDING, EmailStatus.SENDING, EmailStatus.SENT, EmailStatus.FAILED}
+    {OutboxStatus.PENDING, OutboxStatus.SENDING, OutboxStatus.SENT, OutboxStatus.FAILED}
 )
 DECISION_KNOWN = frozenset(
     {

@@ -435,6 +435,8 @@ def test_the_delivery_log_and_the_send_again_button(
     client.force_login(admin_user)
     page = client.get(f"/admin/webhooks/delivery/{row.pk}/change/").content.decode()
     assert "delivery log" in page.lower() and "500" in page
+    listed = client.get("/admin/webhooks/delivery/").content.decode()
+    assert f"evt_{row.event_id}" in listed and f">{row.ticket_id}<" in listed
     assert client.get(f"/admin/webhooks/delivery/{row.pk}/send-again/").status_code == 200
     Delivery.objects.update(next_attempt_at=timezone.now() + timedelta(hours=1))
     response = client.post(f"/admin/webhooks/delivery/{row.pk}/send-again/")

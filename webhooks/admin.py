@@ -53,7 +53,7 @@ class AttemptInline(ReadOnly, admin.TabularInline):
 class DeliveryAdmin(ReadOnly, admin.ModelAdmin):
     list_display = [
         "event_id",
-        "ticket",
+        "ticket_id",
         "to_status",
         "endpoint",
         "status",
@@ -65,7 +65,7 @@ class DeliveryAdmin(ReadOnly, admin.ModelAdmin):
     list_select_related = ["event", "endpoint"]
     fields = (
         "event_id",
-        "ticket",
+        "ticket_id",
         "to_status",
         "endpoint",
         "status",
@@ -84,7 +84,7 @@ class DeliveryAdmin(ReadOnly, admin.ModelAdmin):
         return delivery.event.event_id
 
     @admin.display(description="Ticket")
-    def ticket(self, delivery: Delivery) -> int:
+    def ticket_id(self, delivery: Delivery) -> int:  # the number, not the field "ticket"
         return delivery.event.ticket_id
 
     @admin.display(description="Status sent")

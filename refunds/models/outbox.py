@@ -7,7 +7,7 @@ from django.db import models
 
 from core.clock import local_words
 from refunds.models.tickets import Ticket
-from refunds.statuses import EmailDelivery, EmailStatus, OutboxKind
+from refunds.statuses import EmailDelivery, OutboxKind, OutboxStatus
 
 
 class OfKind(models.Manager):
@@ -27,7 +27,7 @@ class Email(models.Model):
     takeover that finds a handover with no answer recorded moves it to "outcome unknown": the
     message may have been delivered. Webhook deliveries: webhooks.models.Delivery."""
 
-    Status = EmailStatus
+    Status = OutboxStatus
     Delivery = EmailDelivery
     Kind = OutboxKind
 
