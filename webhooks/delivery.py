@@ -83,7 +83,6 @@ def fan_out(limit: int = 500) -> int:
     if not events:
         return 0
     endpoints = list(Endpoint.objects.filter(active=True))
-    now = timezone.now()
     rows = [
         Delivery(
             kind=Delivery.Kind.WEBHOOK,
@@ -91,7 +90,7 @@ def fan_out(limit: int = 500) -> int:
             ticket_id=event.ticket_id,
             event=event,
             endpoint=endpoint,
-            next_attempt_at=now,
+            next_attempt_at=timezone.now(),
         )
         for event in events
         for endpoint in endpoints

@@ -31,9 +31,6 @@ class Email(models.Model):
     Delivery = EmailDelivery
     Kind = OutboxKind
 
-    # (Defaults in the database too: the outbox's claim is a hand-written INSERT.)
-    kind = models.CharField(max_length=8, choices=Kind, default=Kind.EMAIL, db_default=Kind.EMAIL)
-
     # None: mail about no ticket, such as the intake's acknowledgment of a message that opened
     # none (its sender is fenced by the message's lease instead: refunds/mail.py, send_once).
     ticket = models.ForeignKey(
@@ -74,6 +71,7 @@ class Email(models.Model):
     # the desk's language for reviewers when that differs ("" when it was sent in it).
     language = models.CharField(max_length=8, blank=True, default="", db_default="")
     desk_text = models.TextField(blank=True, default="", db_default="")
+    kind = models.CharField(max_length=8, choices=Kind, default=Kind.EMAIL, db_default=Kind.EMAIL)
     # A webhook delivery's: what it carries, to whom, when it is due next, the endpoint's answer.
     event = models.ForeignKey(
         "webhooks.Event", null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
