@@ -45,7 +45,6 @@ class EndpointAdmin(admin.ModelAdmin):
 class AttemptInline(ReadOnly, admin.TabularInline):
     model = Attempt
     fields = readonly_fields = ("at", "status_code", "error", "response_body", "duration_ms")
-    verbose_name = "attempt"
     verbose_name_plural = "delivery log"
 
 
