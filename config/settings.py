@@ -618,7 +618,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TicketStatusEnum": "refunds.models.Ticket.Status",
         "ChargeStatusEnum": "refunds.models.Charge.Status",
-        "EmailStatusEnum": "refunds.models.Email.Status",
+        "EmailStatusEnum": "refunds.statuses.EmailStatus",
         "DecisionAnswerEnum": "refunds.models.Decision.Answer",
     },
 }

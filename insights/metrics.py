@@ -92,8 +92,9 @@ class DeskCollector:
             "refund_desk_webhook_deliveries", "Webhook deliveries by status.", labels=["status"]
         )
         deliveries = dict(Delivery.objects.values_list("status").annotate(n=Count("id")))
-        for status in Delivery.Status.values:
-            webhooks.add_metric([status], deliveries.get(status, 0))
+        for status in Delivery.Status.values:  # "sent" keeps its label from before: "delivered"
+            label = "delivered" if status == Delivery.Status.SENT else status
+            webhooks.add_metric([label], deliveries.get(status, 0))
         yield webhooks
 
 

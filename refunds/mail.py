@@ -1,27 +1,17 @@
 """Customer email through Django's mail framework, once, through the outbox (refunds/outbox.py).
 
-send_once(), for a run that holds the thread's lease:
-1. Take the effect lock for the key (refunds/locks.py): nothing is claimed without it (a process
-   paused mid-send keeps it, so its successor waits instead of sending a second copy). Write the
-   outbox row if it is not there and claim it, in one statement: status "sending", claimed by
-   this lease epoch, only while that epoch holds the ticket. A worker that
-   lost its epoch never sends.
-3. Talk to the mail server (EMAIL_TIMEOUT bounds every step of the conversation). Just before
-   the final "." the row is marked "handed over" (when, by whom) in one committed statement, only
-   while the row is still this sender's claim and, for a run, its epoch still holds the ticket:
-   otherwise the connection is dropped mid-message and the server discards it. After the
-   server's answer the row is marked "sent" in another committed statement, again only while the
-   claim is ours, and the effect lock is given back. No transaction is open while we wait for
-   the server: on SQLite an open write transaction holds the whole database (every lease
-   renewal on the machine would wait with it).
-4. If the database went away, the mark is written again on a fresh connection.
+A run that holds the thread's lease sends with send_once: under the key's effect lock (a process
+paused mid-send keeps it, so its successor waits instead of sending a second copy) it claims the
+row for its lease epoch, marks it "handed over" just before the final "." and "sent" after the
+server's answer, each committed on its own and only while the claim (and the epoch) holds. No
+transaction is open while the server talks: on SQLite it would hold every lease renewal.
 
 What "once" means, exactly: a second copy is possible only when the sender stopped (killed, or
 stalled longer than the send window) between handing over the final "." and recording the
 server's answer, or when that answer never reached it (the connection dropped or EMAIL_TIMEOUT
-passed after the final "."). The next sender that claims the row finds the "handed over" mark
-with no answer, records "outcome unknown" (when it was handed over, by which epoch and worker)
-and sends again, with the same Message-ID, so a mail system that de-duplicates can tell. No SMTP
+passed after the final "."). The next sender that claims the row records "outcome unknown" (when
+it was handed over, by which epoch and worker) and sends again with the same Message-ID, so a
+mail system that de-duplicates can tell.
 """
 
 from __future__ import annotations

@@ -126,9 +126,9 @@ class OtherRun:
 
     owns: Callable[[], Q]
     settled: Callable[[], Q]
-    busy: str
     about: Callable[[list[Email]], dict[int, tuple[str, str]]]
-    resent: Callable[[Email, Any], None]
+    busy: str = ""
+    resent: Callable[[Email, Any], None] = lambda email, by: None  # the row keeps its attempts
 
 
 OTHER_RUNS: list[OtherRun] = []
@@ -248,14 +248,10 @@ def record_sent(key: str, sender: Sender) -> None:
         f"status = {queries.EMAIL_SENT}, sent_at = {sql.now()}, last_error = '', "
         "handed_over_at = NULL, handed_over_by = ''"
     )
-    if _write_sql(
-        f"UPDATE refunds_email SET {done} "
-        f'WHERE "key" = %s AND status = {queries.EMAIL_SENDING} AND claimed_by = %s',
-        [key, sender.claim],
-    ) or _write_sql(
-        f"UPDATE refunds_email SET {done} "
-        f'WHERE "key" = %s AND status <> {queries.EMAIL_SENT} AND handed_over_at IS NULL',
-        [key],
+    mine = f'WHERE "key" = %s AND status = {queries.EMAIL_SENDING} AND claimed_by = %s'
+    unmarked = f'WHERE "key" = %s AND status <> {queries.EMAIL_SENT} AND handed_over_at IS NULL'
+    if write(None, statement=(f"UPDATE refunds_email SET {done} {mine}", [key, sender.claim])) or (
+        write(None, statement=(f"UPDATE refunds_email SET {done} {unmarked}", [key]))
     ):
         emit(key, "recorded")
         return
@@ -334,11 +330,6 @@ def _classify_provider(exc: Exception) -> MailRetryable | MailRefused | None:
     if status is not None and 400 <= status < 500 and status != 429:
         return MailRefused(f"the mail provider refused the message: {status} {first}")
     return MailRetryable(f"the mail provider did not take the message: {first}")
-
-
-def _write_sql(statement: str, params: list) -> int:
-    """_write of one UPDATE in SQL."""
-    return write(None, statement=(statement, params))
 
 
 def write(qs, *, statement: tuple[str, list] | None = None, **fields) -> int:

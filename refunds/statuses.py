@@ -41,10 +41,26 @@ class ProcessorStatus(models.TextChoices):
     CANCELED = "canceled", "Canceled"
 
 
-class EmailStatus(models.TextChoices):
+class EmailStatus(models.TextChoices):  # where an email is, as the API says it
     PENDING = "pending", "Not sent yet"
     SENDING = "sending", "Sending"
     SENT = "sent", "Delivered to the mail server"
+
+
+class OutboxStatus(models.TextChoices):
+    """Where an outbox row is: an email's statuses, and a webhook's whose attempts ran out."""
+
+    PENDING = "pending", "Not sent yet"
+    SENDING = "sending", "Sending"
+    SENT = "sent", "Delivered"  # to the mail server, or a 2xx from a webhook's endpoint
+    FAILED = "failed", "Failed (attempts ran out)"  # mail waits for an admin instead
+
+
+class OutboxKind(models.TextChoices):
+    """Who delivers an outbox row: refunds/mail.py, or webhooks/delivery.py."""
+
+    EMAIL = "email", "Customer email"
+    WEBHOOK = "webhook", "Webhook delivery"
 
 
 class EmailDelivery(models.TextChoices):
@@ -126,9 +142,11 @@ PROCESSOR_GAVE_BACK = frozenset({P.FAILED, P.CANCELED})
 # A refund the processor accepted and has not finished: started, on its way to the customer's
 # bank (the desk says so, not "Refunded": refunds/selectors.py refund_progress).
 PROCESSOR_ON_ITS_WAY = frozenset({P.PENDING, P.REQUIRES_ACTION})
-# The outbox's statements (refunds/outbox.py) were written for these three; a fourth needs its
-# claim and its marks thought through.
-EMAIL_KNOWN = frozenset({EmailStatus.PENDING, EmailStatus.SENDING, EmailStatus.SENT})
+# The outbox's statements (refunds/outbox.py) were written for these; a new one needs its claim
+# and its marks thought through. FAILED is a webhook's, whose rows they never touch.
+EMAIL_KNOWN = frozenset(
+    {OutboxStatus.PENDING, OutboxStatus.SENDING, OutboxStatus.SENT, OutboxStatus.FAILED}
+)
 DECISION_KNOWN = frozenset(
     {
         DecisionAnswer.APPROVE,

@@ -316,3 +316,63 @@ def test_pictures_kept_before_previews_are_drawn_again_by_their_headers_and_a_bo
 
     drawn = dict(Attachment.objects.values_list("name", "preview"))
     assert drawn == {"small": True, "bomb": False, "gone": False}
+
+
+HOOKS_BEFORE = [("webhooks", "0004_refund_state_trigger"), ("refunds", "0045_question_early_reply")]
+HOOKS_AFTER = [("webhooks", "0005_deliveries_join_the_outbox")]
+
+
+def _migrate(target):
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(target)
+    return executor.loader.project_state(target).apps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_webhook_deliveries_move_into_the_outbox_with_their_log_and_back():
+    old = _migrate(HOOKS_BEFORE)
+    order = old.get_model("refunds", "Order").objects.create(
+        number="1042",
+        customer_name="Ana Souza",
+        customer_email="ana@example.com",
+        promised_on="2026-11-02",
+        delivered_on="2026-11-06",
+        shipping_fee_cents=699,
+    )
+    ticket = old.get_model("refunds", "Ticket").objects.create(thread_id="refund-1042", order=order)
+    endpoint = old.get_model("webhooks", "Endpoint").objects.create(url="https://hooks.example/")
+    event = old.get_model("webhooks", "Event").objects.create(
+        ticket=ticket, to_status="new", created_at="2026-11-07T10:00:00Z"
+    )
+    Delivery = old.get_model("webhooks", "Delivery")
+    done = Delivery.objects.create(
+        event=event, endpoint=endpoint, status="delivered", attempts=2, last_status_code=200
+    )
+    old.get_model("webhooks", "Attempt").objects.create(delivery=done, status_code=500)
+    old.get_model("webhooks", "Attempt").objects.create(delivery=done, status_code=200)
+
+    new = _migrate(HOOKS_AFTER)
+    row = new.get_model("refunds", "Email").objects.get()
+    assert (row.kind, row.key, row.status, row.attempts, row.ticket_id) == (
+        "webhook",
+        f"webhook:{event.pk}:{endpoint.pk}",
+        "sent",
+        2,
+        ticket.pk,
+    )
+    log = new.get_model("webhooks", "Attempt").objects.order_by("id")
+    assert [(a.delivery_id, a.status_code) for a in log] == [(row.pk, 500), (row.pk, 200)]
+
+    back = _migrate(HOOKS_BEFORE)
+    again = back.get_model("webhooks", "Delivery").objects.get()
+    assert (again.event_id, again.endpoint_id, again.status, again.attempts) == (
+        event.pk,
+        endpoint.pk,
+        "delivered",
+        2,
+    )
+    assert back.get_model("webhooks", "Attempt").objects.filter(delivery=again).count() == 2
+    assert not back.get_model("refunds", "Email").objects.exists()
+
+    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

@@ -189,7 +189,7 @@ def test_a_real_run_is_delivered_signed_in_order(db, endpoint, receiver, agent):
         "refund_words": None,
         "url": None,
     }
-    assert Delivery.objects.filter(status="delivered").count() == 3
+    assert Delivery.objects.filter(status="sent").count() == 3
     assert Attempt.objects.filter(status_code=200).count() == 3
 
 
@@ -290,7 +290,7 @@ def test_a_failed_delivery_is_retried_with_backoff_then_delivered(
     Delivery.objects.update(next_attempt_at=timezone.now())
     assert delivery.deliver_due()["delivered"] == 1
     row.refresh_from_db()
-    assert row.status == "delivered" and row.attempts == 3
+    assert row.status == "sent" and row.attempts == 3
     assert list(row.log.values_list("status_code", flat=True)) == [500, 500, 200]
     assert len(receiver.accepted) == 1
 
@@ -311,7 +311,7 @@ def test_attempts_run_out_then_send_again_delivers_once_more(
     receiver.fail_next = 0
     assert delivery.send_again([row.pk]) == 1
     assert delivery.deliver_due()["delivered"] == 1
-    assert Delivery.objects.get().status == "delivered"
+    assert Delivery.objects.get().status == "sent"
 
 
 def test_a_duplicate_is_detectable_by_its_event_id(db, endpoint, receiver, late_order):
@@ -435,6 +435,8 @@ def test_the_delivery_log_and_the_send_again_button(
     client.force_login(admin_user)
     page = client.get(f"/admin/webhooks/delivery/{row.pk}/change/").content.decode()
     assert "delivery log" in page.lower() and "500" in page
+    listed = client.get("/admin/webhooks/delivery/").content.decode()
+    assert f"evt_{row.event_id}" in listed and f">{row.ticket_id}<" in listed
     assert client.get(f"/admin/webhooks/delivery/{row.pk}/send-again/").status_code == 200
     Delivery.objects.update(next_attempt_at=timezone.now() + timedelta(hours=1))
     response = client.post(f"/admin/webhooks/delivery/{row.pk}/send-again/")
@@ -572,7 +574,7 @@ def test_a_sweep_claims_nothing_new_after_its_budget(db, settings, receiver, end
 
     assert 1 <= first["delivered"] < 6 and first["deferred"] == 6 - first["delivered"]
     assert took < 1.0 + settings.WEBHOOK_TIMEOUT
-    while Delivery.objects.exclude(status="delivered").exists():
+    while Delivery.objects.exclude(status="sent").exists():
         assert delivery.deliver_due()["delivered"] >= 1
     assert len(receiver.accepted) == 6 and receiver.duplicates == []
 

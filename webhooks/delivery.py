@@ -1,13 +1,13 @@
-"""The webhook outbox: fan events out to endpoints, claim due deliveries, POST them signed.
+"""The outbox's webhook handler (rows of kind "webhook"): fan events out to endpoints, claim due
+deliveries, POST them signed.
 
-At least once: a delivery row is claimed with one conditional UPDATE (status "sending", our
-claim, attempts + 1) before the POST; a 2xx marks it delivered, anything else puts it back with
-an exponential backoff (WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an hour) until
-WEBHOOK_MAX_ATTEMPTS, then "failed", shown in admin with its log and a "send again" action. A
-sender that dies mid-POST leaves a stale claim, taken over after the send window: the receiver
-may then see the event twice, with the same event id (`Refund-Desk-Event-Id`, and `id` in the
-body), which is how it de-duplicates. Every attempt is written to the delivery log. Where a POST may
-go is webhooks/addresses.py's to say: a refused URL fails at once, without retries."""
+At least once: a row is claimed with the outbox's conditional UPDATE (core/outbox.py) before the
+POST; a 2xx marks it sent, anything else puts it back with an exponential backoff
+(WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an hour) until WEBHOOK_MAX_ATTEMPTS, then
+"failed", shown in admin with its log and a "send again" action. A sender that dies mid-POST
+leaves a stale claim, taken over after the send window: the receiver may then see the event twice,
+with the same event id (`Refund-Desk-Event-Id`, and `id` in the body), which is how it
+de-duplicates. A URL webhooks/addresses.py refuses fails at once, without retries."""
 
 from __future__ import annotations
 
@@ -78,13 +78,20 @@ def payload(event: Event) -> dict:
 
 def fan_out(limit: int = 500) -> int:
     """Make a delivery per event and per active endpoint that wants its status. Idempotent: the
-    UNIQUE (event, endpoint) keeps a second sweep from doubling anything."""
+    outbox's UNIQUE key (the event's and the endpoint's) keeps a second sweep from doubling it."""
     events = list(Event.objects.filter(fanned_out=False).order_by("id")[:limit])
     if not events:
         return 0
     endpoints = list(Endpoint.objects.filter(active=True))
     rows = [
-        Delivery(event=event, endpoint=endpoint)
+        Delivery(
+            kind=Delivery.Kind.WEBHOOK,
+            key=f"webhook:{event.pk}:{endpoint.pk}",
+            ticket_id=event.ticket_id,
+            event=event,
+            endpoint=endpoint,
+            next_attempt_at=timezone.now(),
+        )
         for event in events
         for endpoint in endpoints
         if endpoint.wants(event.to_status)
@@ -148,8 +155,8 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
                 outgoing = running.pop(future)
                 outcome = _record(outgoing, future.result())
                 counts[outcome] += 1
-                if outcome == "delivered" and queues[outgoing.endpoint.pk]:
-                    waiting.append(outgoing.endpoint.pk)
+                if outcome == "delivered" and queues[outgoing.delivery.endpoint.pk]:
+                    waiting.append(outgoing.delivery.endpoint.pk)
     counts["deferred"] = sum(len(queue) for queue in queues.values())
     return counts
 
@@ -157,8 +164,6 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
 @dataclass(frozen=True)
 class _Outgoing:
     delivery: Delivery
-    event: Event
-    endpoint: Endpoint
     claim: str
     body: bytes
     headers: dict[str, str]
@@ -196,7 +201,7 @@ def _claim_next(queue: deque[int], counts: dict[str, int]) -> _Outgoing | None:
             "Refund-Desk-Delivery-Attempt": str(delivery.attempts),
             signing.HEADER: signing.sign(endpoint.secret, body),
         }
-        return _Outgoing(delivery, event, endpoint, claim, body, headers)
+        return _Outgoing(delivery, claim, body, headers)
     return None
 
 
@@ -205,7 +210,7 @@ def _post(http: httpx.Client, outgoing: _Outgoing) -> _Answer:
     started = time.monotonic()
     try:
         response = addresses.post(
-            http, outgoing.endpoint.url, content=outgoing.body, headers=outgoing.headers
+            http, outgoing.delivery.endpoint.url, content=outgoing.body, headers=outgoing.headers
         )
     except addresses.UnsafeURL as exc:
         return _Answer(error=f"refused: {exc}", refused=True, elapsed_ms=_since(started))
@@ -221,7 +226,8 @@ def _since(started: float) -> int:
 
 
 def _record(outgoing: _Outgoing, answer: _Answer) -> str:
-    delivery, event, endpoint = outgoing.delivery, outgoing.event, outgoing.endpoint
+    delivery = outgoing.delivery
+    event, endpoint = delivery.event, delivery.endpoint
     code, error = answer.code, mask(answer.error)[:2000]
     with bound(
         ticket_id=event.ticket_id, thread_id=event.ticket.thread_id, event_id=event.event_id
@@ -236,14 +242,14 @@ def _record(outgoing: _Outgoing, answer: _Answer) -> str:
         mine = Delivery.objects.filter(pk=delivery.pk, claimed_by=outgoing.claim)
         if not error:
             mine.update(
-                status=Delivery.Status.DELIVERED,
-                delivered_at=timezone.now(),
+                status=Delivery.Status.SENT,
+                sent_at=timezone.now(),
                 last_status_code=code,
                 last_error="",
             )
             log.info("webhook %s delivered to %s", event.event_id, endpoint.pk)
             return "delivered"
-        _count_failure()
+        metrics.WEBHOOK_FAILURES.inc()
         # A refused URL stays refused until an admin mends it, then presses "send again".
         if answer.refused or delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
             mine.update(status=Delivery.Status.FAILED, last_status_code=code, last_error=error)
@@ -270,7 +276,3 @@ def send_again(delivery_ids: list[int]) -> int:
         .exclude(status=Delivery.Status.SENDING)
         .update(status=Delivery.Status.PENDING, next_attempt_at=timezone.now())
     )
-
-
-def _count_failure() -> None:
-    metrics.WEBHOOK_FAILURES.inc()

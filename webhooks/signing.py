@@ -36,16 +36,16 @@ def verify(
     now: float | None = None,
 ) -> int:
     """What a receiver does: return the signed timestamp, or raise BadSignature."""
-    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    parts = [p.split("=", 1) for p in header.split(",") if "=" in p]
     try:
-        timestamp = int(parts["t"])
+        timestamp = int(dict(parts)["t"])
     except (KeyError, ValueError):
         raise BadSignature("no timestamp in the signature header") from None
     now = time.time() if now is None else now
     if abs(now - timestamp) > tolerance:
         raise BadSignature("the timestamp is outside the tolerance (a replay?)")
     expected = sign(secret, body, timestamp).split("v1=", 1)[1]
-    given = [v for k, v in (p.split("=", 1) for p in header.split(",") if "=" in p) if k == "v1"]
+    given = [v for k, v in parts if k == "v1"]
     if not any(hmac.compare_digest(expected, v) for v in given):
         raise BadSignature("the signature does not match")
     return timestamp

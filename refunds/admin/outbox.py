@@ -17,6 +17,7 @@ class EmailAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["subject", "to", "regarding", "status", "sent_at"]
     list_filter = ["status"]
     search_fields = ["key", "to"]
+    exclude = ["kind", "event", "endpoint", "next_attempt_at", "last_status_code"]  # webhooks'
     actions = ["resend"]
 
     @admin.display(description="About")

@@ -7,20 +7,29 @@ from django.db import models
 
 from core.clock import local_words
 from refunds.models.tickets import Ticket
-from refunds.statuses import (
-    EmailDelivery,
-    EmailStatus,
-)
+from refunds.statuses import EmailDelivery, OutboxKind, OutboxStatus
+
+
+class OfKind(models.Manager):
+    """One kind's rows of the outbox: a query for mail never sees a webhook's, nor the reverse.
+    (A class attribute, not an argument: Django makes the related managers without one.)"""
+
+    kind = OutboxKind.EMAIL
+
+    def get_queryset(self) -> models.QuerySet:
+        return super().get_queryset().filter(kind=self.kind)
 
 
 class Email(models.Model):
-    """The outbox: one row per message key. A sender claims the row (status "sending", with its
-    claim), marks it "handed over" before the final "." and "sent" after the server's answer,
-    each in its own short transaction (refunds/outbox.py). A takeover that finds a handover with no
-    answer recorded moves it to "outcome unknown": the message may have been delivered."""
+    """The outbox: one row per key, of one kind. Mail (this model's manager): a sender claims the
+    row (status "sending", with its claim), marks it "handed over" before the final "." and
+    "sent" after the server's answer, each in its own short transaction (refunds/outbox.py). A
+    takeover that finds a handover with no answer recorded moves it to "outcome unknown": the
+    message may have been delivered. Webhook deliveries: webhooks.models.Delivery."""
 
-    Status = EmailStatus
+    Status = OutboxStatus
     Delivery = EmailDelivery
+    Kind = OutboxKind
 
     # None: mail about no ticket, such as the intake's acknowledgment of a message that opened
     # none (its sender is fenced by the message's lease instead: refunds/mail.py, send_once).
@@ -62,6 +71,21 @@ class Email(models.Model):
     # the desk's language for reviewers when that differs ("" when it was sent in it).
     language = models.CharField(max_length=8, blank=True, default="", db_default="")
     desk_text = models.TextField(blank=True, default="", db_default="")
+    kind = models.CharField(max_length=8, choices=Kind, default=Kind.EMAIL, db_default=Kind.EMAIL)
+    # A webhook delivery's: what it carries, to whom, when it is due next, the endpoint's answer.
+    event = models.ForeignKey(
+        "webhooks.Event", null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    endpoint = models.ForeignKey(
+        "webhooks.Endpoint", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    objects = OfKind()
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbox_due_idx")]
 
     def __str__(self) -> str:
         return f"{self.subject} -> {self.to}"

@@ -419,5 +419,4 @@ QUESTION_REMINDERS = outbox.OtherRun(
         "they replied, or the wait on the question ended."
     ),
     about=_about,
-    resent=lambda email, by: None,
 )

@@ -150,7 +150,5 @@ def _about(emails: list[Email]) -> dict[int, tuple[str, str]]:
 REMINDERS = outbox.OtherRun(
     owns=_reminders,
     settled=_reminders,
-    busy="",
     about=_about,
-    resent=lambda email, by: None,  # the outbox row keeps its attempts and last error
 )
