@@ -53,7 +53,13 @@ def answer(desk: Desk, verdict: str, reviewer: str = "agent", reason: str = "") 
     return Command(resume={pending.id: in_one_shape(pending.value, value)})
 
 
-START = {"ticket_key": TICKET, "order_number": "1042", "note": "late", "flow_version": 1}
+START = {
+    "ticket_key": TICKET,
+    "order_number": "1042",
+    "order_numbers": ["1042"],
+    "note": "late",
+    "flow_version": 1,
+}
 
 
 @pytest.mark.parametrize(
