@@ -155,7 +155,10 @@ def test_the_tickets_page_and_the_api_list_cost_the_same_queries_with_more_order
         for who, url in ((client, "/tickets/"), (client, QUEUE), (api, "/api/tickets/")):
             with CaptureQueriesContext(connection) as seen:
                 assert who.get(url).status_code == 200
-            counts.append(len(seen))
+            # The rate limit forgets ended windows once per new window: a cost per minute, not
+            # per order, that a slow run can see in one of the two measurements.
+            housekeeping = [q for q in seen if q["sql"].startswith('DELETE FROM "api_ratecounter"')]
+            counts.append(len(seen) - len(housekeeping))
         return counts
 
     client.force_login(admin_user)
