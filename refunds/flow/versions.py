@@ -123,8 +123,6 @@ def upgrade(values: dict[str, Any] | None, target: int | None = None) -> dict[st
     target = FLOW_VERSION if target is None else target
     state = dict(values or {})
     version = version_of(state)
-    if version >= target:
-        return {}
     update: dict[str, Any] = {}
     while version < target:
         step = UPGRADES[version](state) | {"flow_version": version + 1}

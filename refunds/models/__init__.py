@@ -6,24 +6,19 @@ it), outbox (mail out, the audit trail, the sweep's runs)."""
 
 from refunds.models.decisions import (
     CannedReason,
-    CannedReasonQuerySet,
     CannedReasonText,
     CustomerQuestion,
     Decision,
     Fork,
-    UnappliedQuerySet,
     resume_value,
 )
 from refunds.models.ledger import (
     Charge,
     ChargePart,
-    ChargeQuerySet,
     OutsideRefund,
-    OutsideRefundQuerySet,
     PaymentDispute,
     ReconcileRun,
     StripeEvent,
-    StripeEventQuerySet,
 )
 from refunds.models.orders import (
     ORDER_NUMBER_MAX,

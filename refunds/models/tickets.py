@@ -27,6 +27,8 @@ class Role(models.TextChoices):
 
 ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
+# Escalated for the interrupt that is pending now, so a later review of the ticket starts afresh.
+_ESCALATED = ~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id"))
 
 
 class TicketQuerySet(models.QuerySet):
@@ -52,24 +54,16 @@ class TicketQuerySet(models.QuerySet):
         return self.filter(status=Ticket.Status.AWAITING_CUSTOMER)
 
     def escalated(self) -> TicketQuerySet:
-        """Reviews an agent (or the escalation timer) sent up to managers: escalated for the
-        interrupt that is pending now, so a later review of the same ticket starts afresh."""
-        return self.exclude(escalated_for="").filter(escalated_for=F("pending_interrupt_id"))
+        """Reviews an agent (or the escalation timer) sent up to managers."""
+        return self.filter(_ESCALATED)
 
     def for_managers(self) -> TicketQuerySet:
         """Awaiting reviews a manager owns: over the agent limit, flagged, or escalated."""
-        return self.awaiting().filter(
-            Q(required_role=Role.MANAGER)
-            | (~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
-        )
+        return self.awaiting().filter(Q(required_role=Role.MANAGER) | _ESCALATED)
 
     def for_agents(self) -> TicketQuerySet:
         """Awaiting reviews support agents own: within the agent limit, not escalated."""
-        return (
-            self.awaiting()
-            .filter(required_role=Role.AGENT)
-            .exclude(~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
-        )
+        return self.awaiting().filter(required_role=Role.AGENT).exclude(_ESCALATED)
 
     def open(self) -> TicketQuerySet:
         """Tickets not yet in a final state (a failed one waits for an admin: still open)."""
@@ -289,7 +283,6 @@ class Ticket(models.Model):
 
     def claim_holder(self, now=None):
         """The user whose claim on this review is live, or None."""
-
         if self.claimed_by_id is None or self.claim_expires_at is None:
             return None
         if self.claim_expires_at <= (now or timezone.now()):

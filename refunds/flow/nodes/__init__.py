@@ -4,6 +4,8 @@ review), `review` (triage and the interrupt), `charge` (money moved once per key
 Each node returns only the keys it changes; collaborators come from the runtime context. No
 Django imports: the graph runs against fakes in memory for tests."""
 
+# ruff: noqa: F401 (the imports are what the package exports)
+
 from refunds.flow.nodes.asking import (
     after_review,
     ask_customer,
@@ -24,31 +26,3 @@ from refunds.flow.nodes.checks import decline, fan_out, gather, make_check_order
 from refunds.flow.nodes.common import customer_namespace
 from refunds.flow.nodes.messages import MAIL_RETRY, email, notify, received
 from refunds.flow.nodes.review import approve, review_request, triage
-
-__all__ = [
-    "CHARGE_RETRY",
-    "MAIL_RETRY",
-    "after_review",
-    "approve",
-    "ask_customer",
-    "ask_key",
-    "await_reopen",
-    "await_reply",
-    "charge_key",
-    "charge_order",
-    "close_key",
-    "close_no_reply",
-    "customer_namespace",
-    "decline",
-    "email",
-    "fan_out",
-    "gather",
-    "make_check_order",
-    "notify",
-    "received",
-    "review_request",
-    "route_gathered",
-    "send_charges",
-    "settle_charges",
-    "triage",
-]

@@ -266,12 +266,8 @@ def _proposal(local: RefundState, words: str, refundable: bool) -> tuple[list[Pa
         return [], ""
     order = local["order"]
     if not order.get("lines"):
-        amount = local["balance_cents"]
-        return [refund_parts.shipping(amount)], "The shipping fee."
-    parts, why = policy.proposed_parts(
-        reason_of(local), order, words, late_by_days=local["late_by_days"]
-    )
-    return parts, why
+        return [refund_parts.shipping(local["balance_cents"])], "The shipping fee."
+    return policy.proposed_parts(reason_of(local), order, words, late_by_days=local["late_by_days"])
 
 
 def customer_words(state: RefundState) -> str:
