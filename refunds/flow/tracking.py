@@ -1,9 +1,6 @@
-"""The carrier's tracking lookup: a slow outside service, cut off by LangGraph's node `timeout`,
-retried, and handed to a person by the node's `error_handler` when it never answers. No Django.
-
-Node timeouts need async nodes, and the refund graph is sync (the fence lives in the savers'
-sync methods), so the sync node `carrier_tracking` runs a one-node async graph, with no
-checkpointer, on a thread of its own (a fresh event loop, no outer config leaking in)."""
+"""The carrier's tracking lookup, cut off by a node `timeout` and handed to a person when it never
+answers. No Django. A one-node async graph on a thread of its own: node timeouts need async
+nodes, and the refund graph is sync (the fence lives in the savers' sync methods)."""
 
 from __future__ import annotations
 

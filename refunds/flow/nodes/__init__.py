@@ -1,8 +1,5 @@
-"""The refund graph's node functions, one module per concern: `checks` (pure reads before the
-review), `review` (triage and the interrupt), `charge` (money moved once per key), `messages`
-(what the customer is told), `asking` (a question to the customer and the wait on the reply).
-Each node returns only the keys it changes; collaborators come from the runtime context. No
-Django imports: the graph runs against fakes in memory for tests."""
+"""The refund graph's nodes, one module per concern. Each returns only the keys it changes and
+takes collaborators from the runtime context. No Django: tests run the graph against fakes."""
 
 # ruff: noqa: F401 (the imports are what the package exports)
 
