@@ -27,6 +27,7 @@ class Role(models.TextChoices):
 ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
 # Escalated for the interrupt that is pending now, so a later review of the ticket starts afresh.
+_FINAL = (TicketStatus.REFUNDED, TicketStatus.DECLINED, TicketStatus.REJECTED)
 _ESCALATED = ~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id"))
 
 
@@ -118,16 +119,9 @@ class Ticket(models.Model):
 
     Status = TicketStatus
 
-    FINAL = (Status.REFUNDED, Status.DECLINED, Status.REJECTED)
-    OPEN = (
-        Status.NEW,
-        Status.RUNNING,
-        Status.AWAITING_REVIEW,
-        Status.AWAITING_CUSTOMER,
-        # Closed for want of a reply, not finished: a reply reopens it, so it keeps its orders.
-        Status.CLOSED,
-        Status.FAILED,
-    )
+    FINAL = _FINAL
+    # The rest, CLOSED too: a reply reopens it, so it keeps its orders.
+    OPEN = tuple(s for s in Status if s not in _FINAL)
 
     thread_id = models.CharField(max_length=64, unique=True)
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="tickets")

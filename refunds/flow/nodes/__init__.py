@@ -6,7 +6,6 @@ takes collaborators from the runtime context. No Django: tests run the graph aga
 from refunds.flow.nodes.asking import (
     after_review,
     ask_customer,
-    ask_key,
     await_reopen,
     await_reply,
     close_key,
