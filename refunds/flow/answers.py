@@ -104,8 +104,7 @@ def _lowered(number: str, parts: list[Part], amount: object) -> list[Part]:
 
 
 def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnswer]:
-    """Every open order answered, approvals with parts the order's facts allow
-    (policy.parts_checked), rejections with a reason; ValueError names the order and why."""
+    """The one check; ValueError names the order and what is wrong."""
     open_ = open_orders(review)
     if not open_:
         raise ValueError("This review has no open order to answer.")
@@ -159,8 +158,7 @@ def _one_checked(order: ReviewOrder, number: str, one: object) -> OrderAnswer:
 
 
 def edited(review: Sequence[ReviewOrder], answers: Mapping[str, OrderAnswer]) -> bool:
-    """Whether an approval refunds other parts than proposed (what only a manager may do); a
-    proposal posted back unchanged is a plain approval."""
+    """Whether an approval refunds other parts than proposed, which only a manager may do."""
     open_ = open_orders(review)
     return any(
         one["answer"] == "approve"

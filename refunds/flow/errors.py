@@ -4,8 +4,6 @@ landed: resolved by looking the key up, never shown as "failed, approve again").
 
 
 class GatewayError(Exception):
-    """Base of what a payment gateway raises."""
-
     permanent = False
 
 
@@ -32,8 +30,7 @@ DISPUTED = "This payment is disputed: refunding it may pay the customer twice."
 
 
 class PaymentDisputed(ChargeRefused):
-    """An open dispute: the card's bank may give the money back too, so no charge until a manager
-    has seen it and approves all the same."""
+    """The card's bank may give the money back too: no charge until a manager approves anyway."""
 
     def __init__(self, message: str = DISPUTED) -> None:
         super().__init__(message)
@@ -44,8 +41,7 @@ class GatewayOutcomeUnknown(GatewayError):
 
 
 class PaymentOutcomeUnknown(Exception):  # noqa: N818
-    """The answer was lost and the lookup failed too: the run stops and is retried later; nobody
-    is told the charge failed, because it may not have."""
+    """The answer and the lookup both failed: retried later, never told as failed."""
 
 
 class EffectBusy(Exception):  # noqa: N818

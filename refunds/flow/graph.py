@@ -24,8 +24,7 @@ def build_graph(
         return wrap(name, fn) if wrap else fn
 
     g = StateGraph(RefundState, context_schema=Collaborators)
-    # One order or several, one path: a check_order and a charge_order per order, gathered by
-    # the `checks` and `charges` reducers.
+    # One order or several, one path: a check_order and a charge_order per order.
     carrier = make_node(tracking) if tracking is not None else None
     g.add_node("check_order", node("check_order", nodes.make_check_order(carrier)))
     g.add_node("gather", node("gather"))

@@ -1,5 +1,4 @@
-"""The parts of an order's refund (state.Part), as the flow, the ledger and the gateway read
-them. No Django."""
+"""The parts of an order's refund (state.Part). No Django."""
 
 from __future__ import annotations
 
@@ -46,15 +45,13 @@ def digest(parts: list[Part]) -> str:
 def line_price(
     unit_cents: int, bought: int, tax_cents: int, units: int, held_cents: int = 0
 ) -> int:
-    """The most `units` of a line can be refunded for: their price and their share of the
-    line's tax (rounded up), never past what is left of the line's total after `held_cents`."""
+    """The most `units` refund for: price and tax share (rounded up), within what is left."""
     share = unit_cents * units + -(-tax_cents * units // bought)
     return max(min(share, unit_cents * bought + tax_cents - held_cents), 0)
 
 
 def metadata(parts: Sequence[Part]) -> dict[str, str]:
-    """What a refund gives back, for the shop's books: `parts` ("11x2,12x1,shipping") and
-    `restock` (lines whose items come back). Stripe keeps values to 500 characters."""
+    """For the shop's books ("11x2,12x1,shipping"); Stripe keeps values to 500 characters."""
     if not parts:
         return {}
     said = [f"{p['line']}x{p.get('quantity', 0)}" if p.get("line") else "shipping" for p in parts]

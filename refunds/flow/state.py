@@ -50,16 +50,13 @@ class CustomerHistory(TypedDict):
 
 
 class Tracking(TypedDict, total=False):
-    """What the carrier's tracking lookup said (refunds/flow/tracking.py)."""
-
     status: Literal["found", "unavailable"]
     delivered_on: str
     error: str
 
 
 class Part(TypedDict, total=False):
-    """Units of a line, or the shipping fee (refunds/flow/parts.py). A whole order is written
-    out part by part before it reaches the ledger."""
+    """Units of a line, or the fee; a whole order is written out part by part for the ledger."""
 
     line: int
     quantity: int
@@ -69,8 +66,6 @@ class Part(TypedDict, total=False):
 
 
 class OrderAnswer(TypedDict, total=False):
-    """A reviewer's answer for one order of the review (refunds/flow/answers.py)."""
-
     answer: Literal["approve", "reject"]
     amount_cents: int  # approve: what to pay, the parts' sum
     reason: str  # reject: why, for the customer; approve: why less than proposed, if said
@@ -109,8 +104,7 @@ class Reply(TypedDict):
 
 
 class CustomerWait(TypedDict):
-    """The payload of the wait on the customer. "closed": closed for want of a reply, waiting
-    still on one that reopens it (REFUNDS_ASK_DEFAULT_OUTCOME "close")."""
+    """The wait on the customer's payload; "closed": waiting on a reply that reopens it."""
 
     kind: Literal["customer", "closed"]
     question: str
@@ -139,12 +133,10 @@ class OrderCheck(TypedDict, total=False):
     notes: list[str]
     history: CustomerHistory
     tracking: Tracking  # only when a carrier is configured (REFUNDS_CARRIER)
-    # A one-order thread carried over from flow version 4 after its review approved: the charge
-    # key it used, honoured for that amount (refunds/flow/versions.py).
+    # The charge key a thread approved under flow version 4 used, honoured for that amount.
     carried_key: str
     carried_key_cents: int
-    # Refunds the processor failed after accepting them: part of the next charge's key, so
-    # approving again makes a new refund. Absent reads 0.
+    # Refunds the processor failed: in the next charge's key, so approving again refunds anew.
     refunds_failed: int
     answer: OrderAnswer  # after the review
 
@@ -172,8 +164,6 @@ class ChargeTask(TypedDict):
 
 
 class CheckTask(TypedDict):
-    """What Send hands one check_order task."""
-
     ticket_key: str
     order_number: str
     reason: str
@@ -181,8 +171,7 @@ class CheckTask(TypedDict):
 
 
 def merge_by_order(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
-    """The fan-outs' reducer: each task writes its own order's entry; a later write for the same
-    order (a re-review, a retried charge) replaces that entry only."""
+    """Each task writes its own order's entry; a later one (a retried charge) replaces it only."""
     return {**(left or {}), **(right or {})}
 
 
@@ -289,9 +278,8 @@ class Payer(Protocol):
         parts: list[Part] | None = None,
         dispute_seen: bool = False,
     ) -> str:
-        """Move the money once per key and return the receipt. Raises ChargeRefused (a person
-        decides; PaymentDisputed unless `dispute_seen`), RetryableGatewayError, or anything else
-        (the run stops)."""
+        """Move the money once per key; raises ChargeRefused (PaymentDisputed unless
+        `dispute_seen`), RetryableGatewayError, or anything else (the run stops)."""
         ...
 
 
@@ -299,15 +287,14 @@ class Mailer(Protocol):
     def __call__(
         self, *, key: str, to: str, kind: str, facts: dict[str, Any], language: str
     ) -> None:
-        """Word the kind of email (refunds/emails.py) in the customer's language and deliver it
-        once per key. Raises MailRetryable or MailRefused."""
+        """Word the kind of email in the customer's language and deliver it once per key."""
         ...
 
 
 @dataclass
 class Collaborators:
-    """The runtime context: everything a node touches outside its state. The runner binds `pay`
-    and `send_mail` to the ticket and to the lease epoch of the run, so every effect is fenced."""
+    """Everything a node touches outside its state; `pay` and `send_mail` are bound to the run's
+    lease epoch, so every effect is fenced."""
 
     find_order: Callable[[str], OrderFacts | None]
     pay: Payer

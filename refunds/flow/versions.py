@@ -94,8 +94,7 @@ UPGRADES: dict[int, Upgrade] = {1: _stamp, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_
 
 
 def resume_at(old: dict[str, Any]) -> list[Send]:
-    """Where a carried-over thread goes on when the node it was to run is gone: its checks (pure
-    reads), or the charge of an approved order under the key it may already have been made with."""
+    """Where a thread goes on when its next node is gone: its checks, or its charge (same key)."""
     values = cast(RefundState, old)
     if values.get("outcome") or values.get("receipt"):
         return []

@@ -80,8 +80,7 @@ def _and(items: list[str]) -> str:
 
 
 def trail_words(nodes: list[str] | None) -> list[str]:
-    """A thread's steps in the desk's words; a step run again right after itself, or a fan-out's
-    steps in a row ("Checked orders 1042 and 1044"), is one thing that happened to a reviewer."""
+    """A step run again right after itself, or a fan-out's in a row, is said once."""
     said: list[str] = []
     steps = [split_order_step(name) for name in nodes or []]
     for node, run in groupby(steps, key=lambda step: step[0] if step[1] else ""):

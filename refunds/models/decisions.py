@@ -26,8 +26,7 @@ class UnappliedQuerySet(models.QuerySet):
 
 
 class Decision(models.Model):
-    """A reviewer's answer (or a customer's reply), stored before it is applied: the sweep
-    repairs a crash between the two; the UNIQUE interrupt id means one answer per question."""
+    """Stored before it is applied (the sweep repairs a crash between); one per interrupt id."""
 
     Answer = DecisionAnswer
 
@@ -78,8 +77,7 @@ def resume_value(
     *,
     sent_back: bool = False,
 ) -> dict:
-    """What a decision resumes the thread with; never the internal note, since what enters the
-    thread can reach the customer's email."""
+    """Never the internal note: what enters the thread can reach the customer's email."""
     value: dict[str, Any] = {"answer": answer, "reason": reason, "reviewer": reviewer}
     if orders:
         value["orders"] = orders
@@ -129,8 +127,7 @@ class CannedReason(models.Model):
         return self.title
 
     def text_in(self, language: str) -> str | None:
-        """Its words in the customer's language ("": English); None when it has none in it, so
-        the desk can tell the reviewer it goes in English."""
+        """Its words in the customer's language ("": English); None: none, it goes in English."""
         code = (language or "en").lower().split("-")[0]
         if code == "en":
             return self.text
@@ -157,8 +154,8 @@ class CannedReasonText(models.Model):
 
 
 class CustomerQuestion(models.Model):
-    """A reviewer's question to the customer (a Decision "ask"), with the unguessable token its
-    reply address carries; a reply matched by it or by Message-ID resumes the wait."""
+    """A question to the customer, with an unguessable token for its reply address; a reply
+    matched by it or by Message-ID resumes the wait."""
 
     ticket = models.ForeignKey("refunds.Ticket", on_delete=models.CASCADE, related_name="questions")
     # Undoing the ask within its grace deletes the decision, and the question with it.
@@ -176,8 +173,7 @@ class CustomerQuestion(models.Model):
         Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     replied_at = models.DateTimeField(null=True, blank=True)
-    # A reply that came before the thread waited: kept once (a compare-and-set on NULL), applied
-    # by the sweep once the thread waits.
+    # A reply before the thread waited: kept once (CAS on NULL), applied by the sweep later.
     early_reply = models.JSONField(null=True, blank=True)
     reminded_at = models.DateTimeField(null=True, blank=True)  # REFUNDS_ASK_REMIND_DAYS, once
     # A compare-and-set on NULL: a reply delivered twice reopens a closed ticket once.
@@ -191,8 +187,7 @@ class CustomerQuestion(models.Model):
 
 
 class Fork(models.Model):
-    """An admin's corrected amount, forked from before triage; a worker applies it under the
-    lease."""
+    """An admin's corrected amount, forked before triage; a worker applies it under the lease."""
 
     ticket = models.ForeignKey("refunds.Ticket", on_delete=models.CASCADE, related_name="forks")
     by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)

@@ -52,14 +52,12 @@ class ChargeQuerySet(models.QuerySet):
     def of_refund(
         self, refund_id: str, key: str, *, orders: models.QuerySet[Order] | list[int]
     ) -> ChargeQuerySet:
-        """The row whose receipt is the refund's id, or, before it has one, whose key it carries
-        among `orders`: another refund carrying a row's key is not that row."""
+        """By receipt, or by key among `orders` before a receipt: not another refund's row."""
         unreceipted = Q(receipt__isnull=True, idempotency_key=key, order__in=orders)
         return self.filter(Q(receipt=refund_id) | unreceipted if key else Q(receipt=refund_id))
 
     def record_processor_status(self, status: str, failure_reason: str = "") -> int:
-        """Move the status forward in one compare-and-set UPDATE (a status behind a row's changes
-        nothing); how many moved. ValueError for an unknown status."""
+        """Forward only, in one compare-and-set UPDATE; how many moved."""
         status = ProcessorStatus(status)
         if status == ProcessorStatus.UNKNOWN:
             return 0
@@ -70,8 +68,8 @@ class ChargeQuerySet(models.QuerySet):
 
 
 class Charge(models.Model):
-    """The ledger (refunds/money.py): a row is written pending before the gateway is called; the
-    UNIQUE key makes a repeated call find it, and an unknown outcome is settled by a lookup."""
+    """Written pending before the gateway call: a repeat finds it by its UNIQUE key, and an
+    unknown outcome is settled by a lookup (refunds/money.py)."""
 
     Status = ChargeStatus
     ProcessorStatus = ProcessorStatus
@@ -107,8 +105,7 @@ class Charge(models.Model):
 
 
 class ChargePart(models.Model):
-    """What one charge refunds, part by part: written with its pending row in one transaction,
-    checked against what was bought and paid with the order locked."""
+    """Written with its pending charge in one transaction, checked with the order locked."""
 
     charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="parts")
     line = models.ForeignKey(
@@ -137,8 +134,7 @@ class OutsideRefundQuerySet(models.QuerySet):
 
 
 class OutsideRefund(models.Model):
-    """A refund the desk did not make, once by the processor's id: it counts against the
-    order's balance unless the processor failed or canceled it."""
+    """A refund the desk did not make: it counts against the order's balance."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="outside_refunds")
     processor_id = models.CharField(max_length=255, unique=True)  # Stripe's re_...
@@ -156,8 +152,7 @@ class OutsideRefund(models.Model):
 
 
 class PaymentDispute(models.Model):
-    """A dispute of an order's payment, once by its id. The charge never waits for an event:
-    the ledger asks the processor each time."""
+    """The charge never waits for its event: the ledger asks the processor each time."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="disputes")
     processor_id = models.CharField(max_length=255, unique=True)  # Stripe's dp_...

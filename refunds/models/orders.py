@@ -19,8 +19,7 @@ _ORDER_NUMBER = re.compile(ORDER_NUMBER_PATTERN)
 
 
 def order_number_read(raw: object) -> str:
-    """An order number however it comes in (helpdesks send text or a whole number); ValueError
-    says why it is not one."""
+    """However it comes in (text or a whole number); ValueError says why it is not one."""
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         raise ValueError("An order number is text, such as 1042.")
     text = str(raw)
@@ -96,8 +95,7 @@ class Order(models.Model):
         return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
 
     def facts(self, *, for_ticket: int | None = None, but_key: str = "") -> dict:
-        """What lookup reads and the ledger checks with the order locked: the order, and what the
-        ledger holds of it, but for `for_ticket` and `but_key`."""
+        """What lookup reads and the ledger checks (order locked), but `for_ticket`, `but_key`."""
         held = self.charges.holding_balance()
         if for_ticket is not None:
             held = held.exclude(ticket_id=for_ticket)

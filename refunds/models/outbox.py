@@ -11,8 +11,7 @@ from refunds.statuses import EmailDelivery, OutboxKind, OutboxStatus
 
 
 class OfKind(models.Manager):
-    """One kind's rows: a query for mail never sees a webhook's. A class attribute, since
-    Django makes the related managers without arguments."""
+    """One kind's rows; a class attribute, since Django makes related managers without args."""
 
     kind = OutboxKind.EMAIL
 
@@ -21,9 +20,8 @@ class OfKind(models.Manager):
 
 
 class Email(models.Model):
-    """The outbox: one row per key, claimed, marked "handed over" before the final "." and "sent"
-    after the answer, each in its own short transaction (refunds/outbox.py). A takeover that finds
-    a handover with no answer marks it "outcome unknown": it may have been delivered."""
+    """One row per key: "handed over" before the final "." and "sent" after, each in its own
+    short transaction; a takeover marks a handover with no answer "outcome unknown"."""
 
     Status = OutboxStatus
     Delivery = EmailDelivery
@@ -50,8 +48,7 @@ class Email(models.Model):
     # The last handover whose answer was never recorded: a second copy may exist from then.
     outcome_unknown_at = models.DateTimeField(null=True, blank=True)
     outcome_unknown_by = models.CharField(max_length=200, blank=True)
-    # The provider's id and what it said last (refunds/mail_tracking.py). Database defaults:
-    # the outbox's claim is a hand-written INSERT.
+    # Database defaults: the outbox's claim is a hand-written INSERT.
     provider_message_id = models.CharField(
         max_length=255, blank=True, default="", db_default="", db_index=True
     )
@@ -84,8 +81,7 @@ class Email(models.Model):
 
 
 class AuditEvent(models.Model):
-    """One append-only record per action on a ticket (refunds.audit.record()); never edited or
-    deleted."""
+    """One append-only record per action on a ticket; never edited or deleted."""
 
     class Action(models.TextChoices):
         OPEN = "open", "Opened"
@@ -130,8 +126,7 @@ class AuditEvent(models.Model):
 
 
 class SweepRun(models.Model):
-    """When a periodic sweep last ran: /readyz reports a schedule that stopped, which nothing
-    else shows."""
+    """When a sweep last ran: /readyz reports a schedule that stopped, which nothing else shows."""
 
     name = models.CharField(max_length=40, primary_key=True)
     ran_at = models.DateTimeField()

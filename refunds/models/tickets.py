@@ -91,8 +91,7 @@ class TicketQuerySet(models.QuerySet):
         return self.leasable().filter(~Q(status__in=not_leasable) | _refund_failed_waiting())
 
     def needing_worker(self, settled_before=None) -> TicketQuerySet:
-        """The one answer of which tickets a worker should advance now (a failed one waits for an
-        admin); `settled_before` leaves fresh work to the task sent for it."""
+        """The one answer; `settled_before` leaves fresh work to the task sent for it."""
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
         work_left = [status for status, yes in TICKET_WORK_LEFT.items() if yes]
         return self.leasable().filter(
@@ -154,7 +153,7 @@ class Ticket(models.Model):
     lease_epoch = models.BigIntegerField(default=0)
     # A wake-up no worker has taken yet: the sweep piles no second one behind it.
     woken_at = models.DateTimeField(null=True, blank=True)
-    # When the next grant's epoch follows it, nobody crashed since and the mirror is exact.
+    # The next grant's epoch follows it: nobody crashed since, so the mirror is exact.
     mirror_epoch = models.BigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
@@ -214,8 +213,8 @@ class Ticket(models.Model):
         return f"Ticket {self.pk} ({self.thread_id})"
 
     def save(self, *args, **kwargs) -> None:
-        """A new ticket is linked to its first order in the same transaction: the link's partial
-        UNIQUE index is what refuses a second open ticket."""
+        """Linked to its first order in one transaction: the link's partial UNIQUE index refuses
+        a second open ticket."""
         if self.pk is not None:
             return super().save(*args, **kwargs)
         with transaction.atomic():
@@ -268,8 +267,7 @@ def user_roles(user) -> set[str]:
 
 
 class TicketOrder(models.Model):
-    """One order a ticket covers. The partial UNIQUE index on `open` keeps one open ticket per
-    order, whoever races."""
+    """One order a ticket covers; one open ticket per order, whoever races."""
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="links")
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="links")

@@ -1,5 +1,4 @@
-"""The refund graph's nodes, one module per concern. Each returns only the keys it changes and
-takes collaborators from the runtime context. No Django: tests run the graph against fakes."""
+"""The refund graph's nodes. No Django: tests run the graph against fakes."""
 
 # ruff: noqa: F401 (the imports are what the package exports)
 

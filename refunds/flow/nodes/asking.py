@@ -1,5 +1,4 @@
-"""Asking the customer: the question sent once, the wait on the reply, and the close for want of
-one. The waits run again from the top on resume: nothing before interrupt() has an effect."""
+"""Asking the customer. The waits run again from the top on resume: no effect before interrupt()."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The charge: each approved order's money moved once per key; `settle_charges` sends a definite
-"no" back to a manager (what was paid stands)."""
+"""The charge: each approved order's money moved once per key; a definite "no" to a manager."""
 
 from __future__ import annotations
 
@@ -88,8 +87,7 @@ def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
 
 
 def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundState:
-    """Move one order's money once. Only a definite "no" is written down for a manager; an
-    outcome not known stops the run, and the next looks the key up."""
+    """Only a definite "no" goes to a manager; an unknown outcome stops the run (a lookup next)."""
     number, amount = task["number"], task["amount_cents"]
     charge: OrderCharge = {"number": number, "amount_cents": amount}
     stop_if_drained(runtime)
@@ -122,8 +120,7 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
 def settle_charges(
     state: RefundState, runtime: Runtime[Collaborators]
 ) -> Command[Literal["email", "approve"]]:
-    """A refused charge goes back to a manager (the others stay paid), proposing what is left
-    of its order; else on to the one email."""
+    """A refused charge goes back to a manager (the others stay paid); else the one email."""
     charges = state.get("charges") or {}
     refused = {
         c["number"]: charges[c["number"]].get("error", "")
@@ -143,8 +140,7 @@ def settle_charges(
             update={
                 "payment_error": why,
                 "required_role": "manager",
-                # The refused orders' charge entries are dropped, so the re-review asks again;
-                # one stopped by a dispute keeps saying so, for that review and its answer.
+                # Dropped, so the re-review asks again; a dispute keeps saying so.
                 "charges": {n: _dropped(n, charges[n]) for n in refused},
                 "checks": {n: _anew(state, runtime, n) for n in refused},
                 "amount_cents": paid,

@@ -1,5 +1,4 @@
-"""Before the review: pure reads. One check_order per order; `gather` sums them up for triage,
-or `decline` when the policy refunds none."""
+"""Before the review: pure reads, one check_order per order, gathered for triage or decline."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
 
 
 def balance_of(order: OrderFacts) -> int:
-    """What is left to refund: what it came to, or what was paid if less, less what the desk
-    refunded of it."""
+    """What it came to, or was paid if less, less what the desk refunded of it."""
     bought = order["fee_cents"] + sum(
         line["unit_price_cents"] * line["quantity"] + line["tax_cents"]
         for line in order.get("lines") or []
@@ -77,8 +75,7 @@ def balance_of(order: OrderFacts) -> int:
 
 
 def reproposed(check: OrderCheck, order: OrderFacts, reason: str, words: str) -> OrderCheck:
-    """One order's check over the order as it stands now, proposed anew: what a review that
-    comes back after a charge offers is what can be paid."""
+    """Proposed anew over the order as it is: a review after a charge offers what can be paid."""
     local: RefundState = {
         "order": order,
         "balance_cents": balance_of(order),
@@ -110,8 +107,7 @@ def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> Refund
             customer_namespace(state["order"]["customer_email"]), limit=1000
         )
         own = state["ticket_key"]
-        # Keyed "<ticket>:<order>" (before flow version 5, "<ticket>"): a carried-over thread
-        # that wrote both is counted once.
+        # Keyed "<ticket>:<order>", or "<ticket>" before version 5: both counted once.
         seen: dict[tuple[str, str], dict[str, Any]] = {}
         for item in items:
             order = str(item.value.get("order", ""))
@@ -275,8 +271,7 @@ def _fold(local: RefundState, update: RefundState) -> None:
 
 
 def gather(state: RefundState) -> RefundState:
-    """The ticket's amount is the sum of what the policy allows; several orders' notes are
-    summed up, their flags said by order."""
+    """The ticket's amount is the sum of what the policy allows."""
     checks = ordered_checks(state)
     first = checks[0]
     open_ = [c for c in checks if c["refundable"]]

@@ -20,8 +20,7 @@ def attempt(runtime: Runtime[Collaborators]) -> int:
 
 
 def stop_if_drained(runtime: Runtime[Collaborators]) -> None:
-    """A run asked to stop (lease lost, time up) makes no further gateway call: checked before
-    every attempt, since LangGraph's retries do not look at the drain."""
+    """Checked before every gateway attempt: LangGraph's retries do not look at the drain."""
     if runtime.drain_requested:
         raise GraphDrained(runtime.drain_reason or "drain requested")
 

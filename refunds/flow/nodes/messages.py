@@ -156,8 +156,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
 
 
 def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
-    """What an approved order's refund gave back, for the email ([] for the fee alone). `came`
-    False: the items never arrived, so the email does not tell them to keep them."""
+    """For the email ([] for the fee alone); `came` False: never tell to keep what never came."""
     parts = (check.get("answer") or {}).get("parts") or []
     if not parts or refund_parts.only_shipping(parts):
         return []

@@ -1,5 +1,4 @@
-"""The review: triage picks who reviews, `approve` pauses on interrupt() with one review of the
-ticket's orders. The node runs again from the top on resume."""
+"""The review: triage picks who reviews; `approve` runs again from the top on resume."""
 
 from __future__ import annotations
 
@@ -145,8 +144,7 @@ def _in_the_way(state: RefundState, order: ReviewOrder) -> list[str]:
 
 
 def failed_later(state: RefundState) -> bool:
-    """Whether `payment_error` is a refund the processor failed after making it, not a charge
-    refused: the later of the two in the trail says which."""
+    """A refund failed after it was made, not a charge refused: the later in the trail says."""
     for step in reversed(state.get("trail") or []):
         if step in ("refund_failed", "payment_failed"):
             return step == "refund_failed"
