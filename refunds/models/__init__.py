@@ -1,6 +1,4 @@
-"""The desk's tables, one module a part of the design: orders (what was sold), tickets (the
-desk's work on them: decisions, questions, forks), ledger (the money and the processor's word on
-it), outbox (mail out, the audit trail, the sweep's runs)."""
+"""The desk's tables: orders, tickets and their decisions, the ledger, the outbox and audit."""
 
 # ruff: noqa: F401 (the imports are what the package exports)
 
