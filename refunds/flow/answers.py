@@ -1,8 +1,6 @@
-"""A reviewer's answer in its one shape: for each open order of the review, approve with the
-parts it refunds (and a reason where it pays less than proposed) or reject with a reason.
-`expanded` turns the forms' and the API's shorthands into it; `checked` is the one check, run by
-the decision service before it records an answer and by the review node before it applies one,
-so what the desk accepts the flow applies. No Django here."""
+"""A reviewer's answer in its one shape: per open order, approve with parts or reject with a
+reason. `checked` is the one check, run by the decision service before it records an answer and
+by the review node before it applies one, so what the desk accepts the flow applies. No Django."""
 
 from __future__ import annotations
 
@@ -36,13 +34,9 @@ def expanded(
     amount_cents: object = None,
     orders: object = None,
 ) -> dict[str, dict[str, Any]]:
-    """The shorthands in the one shape. An open order left out of `orders` takes `answer`:
-    "approve" its proposal, "reject" with `reason`. An approval without parts refunds the
-    proposal; with `amount_cents` below it (a manager's lower amount: beside `answer` for a
-    review of one open order, or in an order's own answer) the proposal's parts scaled down to
-    it. A review of one open order gives `reason` to its answer whatever it is (why it is
-    lowered); of several, only to rejections without their own. ValueError says what is wrong;
-    `checked` checks the result."""
+    """The forms' and the API's shorthands in the one shape: an order left out of `orders` takes
+    `answer`; an approval without parts refunds the proposal, scaled down to a lower
+    `amount_cents`. ValueError says what is wrong; `checked` checks the result."""
     open_ = open_orders(review)
     given = _by_number(review, orders)
     if amount_cents is not None:
@@ -110,11 +104,7 @@ def _lowered(number: str, parts: list[Part], amount: object) -> list[Part]:
 
 
 def checked(review: Sequence[ReviewOrder], given: object) -> dict[str, OrderAnswer]:
-    """The one check of an answer in the one shape: every open order answered, approvals with
-    parts that the order's facts allow (policy.parts_checked: bought, left of each line, left
-    of what was paid), rejections with a reason. Returns each order's answer as the flow applies
-    it ({"answer": "approve", "parts", "amount_cents", "reason"?} or {"answer": "reject",
-    "reason"}); ValueError names the order and what is wrong."""
+    """The one check; ValueError names the order and what is wrong."""
     open_ = open_orders(review)
     if not open_:
         raise ValueError("This review has no open order to answer.")
@@ -168,8 +158,7 @@ def _one_checked(order: ReviewOrder, number: str, one: object) -> OrderAnswer:
 
 
 def edited(review: Sequence[ReviewOrder], answers: Mapping[str, OrderAnswer]) -> bool:
-    """Whether an approval refunds other parts than proposed (what only a manager may do); a
-    proposal posted back unchanged is a plain approval."""
+    """Whether an approval refunds other parts than proposed, which only a manager may do."""
     open_ = open_orders(review)
     return any(
         one["answer"] == "approve"

@@ -1,18 +1,9 @@
-"""Typed errors of the outside systems the workflow touches. No Django imports: the graph's retry
-policies and nodes name them.
-
-Three kinds, for money and mail alike:
-- *retryable*: nothing happened, or trying again with the same key is harmless;
-- *refused*: the other side said no for good; no money moved, a person decides what next;
-- *unknown*: the request may have landed (a timeout or a reset after sending). Money in that state
-  is resolved by looking the idempotency key up, never by guessing; an unknown outcome is never
-  shown to a person as "failed, approve again".
-"""
+"""Typed errors of the outside systems the workflow touches (no Django: the graph names them):
+retryable (nothing happened), refused (no for good: a person decides), or unknown (it may have
+landed: resolved by looking the key up, never shown as "failed, approve again")."""
 
 
 class GatewayError(Exception):
-    """Base of what a payment gateway raises."""
-
     permanent = False
 
 
@@ -21,8 +12,7 @@ class RetryableGatewayError(GatewayError):
 
 
 class ChargeRefused(Exception):  # noqa: N818 - a refusal, not a crash
-    """No money moved and trying again will not change that: a manager decides what happens next.
-    The message is shown to the manager."""
+    """No money moved and trying again will not change that: a manager decides (and reads this)."""
 
 
 class PermanentGatewayError(GatewayError, ChargeRefused):
@@ -40,9 +30,7 @@ DISPUTED = "This payment is disputed: refunding it may pay the customer twice."
 
 
 class PaymentDisputed(ChargeRefused):
-    """The payment has a dispute still open at the processor: the card's bank may give the money
-    back too, so the charge is not made until a manager has seen this and approves all the
-    same."""
+    """The card's bank may give the money back too: no charge until a manager approves anyway."""
 
     def __init__(self, message: str = DISPUTED) -> None:
         super().__init__(message)
@@ -53,13 +41,11 @@ class GatewayOutcomeUnknown(GatewayError):
 
 
 class PaymentOutcomeUnknown(Exception):  # noqa: N818
-    """The gateway's answer was lost and looking the key up failed too: the run stops and is
-    retried later; nobody is told the charge failed, because it may not have."""
+    """The answer and the lookup both failed: retried later, never told as failed."""
 
 
 class EffectBusy(Exception):  # noqa: N818
-    """Another process is in the middle of this effect (a charge or an email) for the same key:
-    this run stops and the thread is retried later, after that process finished or died."""
+    """Another process is mid-effect for the same key: this run stops and is retried later."""
 
 
 class MailError(Exception):

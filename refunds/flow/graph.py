@@ -1,6 +1,5 @@
-"""build_graph(): the uncompiled refund workflow; refunds/persistence/ compiles it with a
-checkpointer. `wrap` puts a wrapper around every node: the app's closes the database connections
-of LangGraph's own threads, tests and crashtest add their hooks (crash points) inside it."""
+"""The uncompiled refund workflow (refunds/persistence/ compiles it). `wrap` wraps every node:
+the app's closes LangGraph threads' connections; tests add crash points inside it."""
 
 from __future__ import annotations
 
@@ -18,17 +17,14 @@ NodeWrapper = Callable[[str, Callable], Callable]
 def build_graph(
     wrap: NodeWrapper | None = None, tracking: TrackingOptions | None = None
 ) -> StateGraph[RefundState, Collaborators]:
-    """`tracking`: add the carrier's tracking lookup to each order's checks (a desk with a
-    carrier configured); None leaves it out."""
+    """`tracking`: add the carrier's lookup to each order's checks; None leaves it out."""
 
     def node(name: str, fn: Callable | None = None) -> Callable:
         fn = fn or getattr(nodes, name)
         return wrap(name, fn) if wrap else fn
 
     g = StateGraph(RefundState, context_schema=Collaborators)
-    # One order or several, one path: one check_order per order (its lookup, fraud, history,
-    # carrier and policy checks), gathered by `checks`' reducer; after the review one
-    # charge_order per approved order, gathered the same way by `charges`'.
+    # One order or several, one path: a check_order and a charge_order per order.
     carrier = make_node(tracking) if tracking is not None else None
     g.add_node("check_order", node("check_order", nodes.make_check_order(carrier)))
     g.add_node("gather", node("gather"))

@@ -1,5 +1,4 @@
-"""The parts of an order's refund (state.Part), as the flow, the ledger and the gateway read
-them. No Django imports: the flow's nodes use these too."""
+"""The parts of an order's refund (state.Part). No Django."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ def shipping(amount_cents: int) -> Part:
 
 
 def or_shipping(parts: list[Part] | None, amount_cents: int) -> list[Part]:
-    """The parts of a refund; none given (a caller that names only an amount) is the shipping
-    fee for the amount."""
+    """The parts of a refund; none given is the shipping fee for the amount."""
     return list(parts) if parts else [shipping(amount_cents)]
 
 
@@ -47,16 +45,13 @@ def digest(parts: list[Part]) -> str:
 def line_price(
     unit_cents: int, bought: int, tax_cents: int, units: int, held_cents: int = 0
 ) -> int:
-    """The most `units` of a line can be refunded for: their price and their share of the
-    line's tax (rounded up), never past what is left of the line's total after `held_cents`."""
+    """The most `units` refund for: price and tax share (rounded up), within what is left."""
     share = unit_cents * units + -(-tax_cents * units // bought)
     return max(min(share, unit_cents * bought + tax_cents - held_cents), 0)
 
 
 def metadata(parts: Sequence[Part]) -> dict[str, str]:
-    """What a refund gives back, in its metadata so the shop's books can follow: `parts`, the
-    lines' ids with their quantities and "shipping" ("11x2,12x1,shipping"), and `restock`, the
-    ids of the lines whose items come back. Stripe keeps metadata values to 500 characters."""
+    """For the shop's books ("11x2,12x1,shipping"); Stripe keeps values to 500 characters."""
     if not parts:
         return {}
     said = [f"{p['line']}x{p.get('quantity', 0)}" if p.get("line") else "shipping" for p in parts]
@@ -65,8 +60,7 @@ def metadata(parts: Sequence[Part]) -> dict[str, str]:
 
 
 def words(parts: Sequence[Part], titles: Mapping[int, str]) -> list[str]:
-    """A refund's parts in the desk's words, one each: "1 x Ceramic vase, $24.00, stays with
-    the customer" (or "comes back"), "shipping, $6.99"; `titles` by line id."""
+    """A refund's parts in the desk's words: "1 x Ceramic vase, $24.00, comes back"."""
     said = []
     for part in parts:
         if not part.get("line"):

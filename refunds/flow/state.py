@@ -25,8 +25,7 @@ class OrderFacts(TypedDict):
     paid_cents: NotRequired[int]
     # Refunded outside the desk (at the processor), as recorded when the order was read. Absent: 0
     outside_refunded_cents: NotRequired[int]
-    # What was bought, line by line, and what the ledger holds of the shipping fee (other
-    # tickets). An order without lines: the fee alone.
+    # What was bought, and what other tickets hold of the fee. No lines: the fee alone.
     lines: NotRequired[list[LineFacts]]
     shipping_refunded_cents: NotRequired[int]
 
@@ -51,18 +50,13 @@ class CustomerHistory(TypedDict):
 
 
 class Tracking(TypedDict, total=False):
-    """What the carrier's tracking lookup said (refunds/flow/tracking.py)."""
-
     status: Literal["found", "unavailable"]
     delivered_on: str
     error: str
 
 
 class Part(TypedDict, total=False):
-    """One part of an order's refund (refunds/flow/parts.py): units of a line (`line`, the
-    OrderLine's id, and `quantity`) or the shipping fee (`shipping`), for `amount_cents`, and for
-    a line whether the item comes back (`restock`). A whole order is every line's remaining
-    units and the shipping, written out part by part before it reaches the ledger."""
+    """Units of a line, or the fee; a whole order is written out part by part for the ledger."""
 
     line: int
     quantity: int
@@ -72,15 +66,11 @@ class Part(TypedDict, total=False):
 
 
 class OrderAnswer(TypedDict, total=False):
-    """A reviewer's answer for one order of the review (refunds/flow/answers.py)."""
-
     answer: Literal["approve", "reject"]
     amount_cents: int  # approve: what to pay, the parts' sum
     reason: str  # reject: why, for the customer; approve: why less than proposed, if said
-    # approve: what is refunded.
-    parts: list[Part]
-    # approve: the review said the order's payment is disputed, and the manager approved all
-    # the same; its charge is not stopped again for an open dispute. Absent reads False.
+    parts: list[Part]  # approve: what is refunded
+    # approve, after a review that said the payment is disputed: not stopped again for it.
     dispute_seen: bool
 
 
@@ -114,9 +104,7 @@ class Reply(TypedDict):
 
 
 class CustomerWait(TypedDict):
-    """The payload of the interrupt that waits on the customer: what the ticket page shows. Kind
-    "closed": the wait ended without a reply and the ticket is closed as "no reply", waiting
-    still on a reply that reopens it (REFUNDS_ASK_DEFAULT_OUTCOME "close")."""
+    """The wait on the customer's payload; "closed": waiting on a reply that reopens it."""
 
     kind: Literal["customer", "closed"]
     question: str
@@ -129,8 +117,7 @@ class CustomerWait(TypedDict):
 
 
 class OrderCheck(TypedDict, total=False):
-    """What the per-order check (lookup, fraud, history, carrier, policy) found for one order of
-    the ticket; the review lists one per order."""
+    """What the per-order check found for one order; the review lists one per order."""
 
     number: str
     order: OrderFacts
@@ -146,16 +133,12 @@ class OrderCheck(TypedDict, total=False):
     notes: list[str]
     history: CustomerHistory
     tracking: Tracking  # only when a carrier is configured (REFUNDS_CARRIER)
-    # A one-order thread carried over from flow version 4 after its review approved: the charge
-    # key it used, honoured for that amount (refunds/flow/versions.py).
+    # The charge key a thread approved under flow version 4 used, honoured for that amount.
     carried_key: str
     carried_key_cents: int
-    # How many of this order's refunds the processor failed after accepting them (the runner
-    # hands the thread back to a manager); part of the next charge's key, so approving again
-    # makes a new refund. Absent reads 0: no state of an older shape needs an upgrade.
+    # Refunds the processor failed: in the next charge's key, so approving again refunds anew.
     refunds_failed: int
-    # After the review: approved (with the amount to pay) or rejected (with why).
-    answer: OrderAnswer
+    answer: OrderAnswer  # after the review
 
 
 class OrderCharge(TypedDict, total=False):
@@ -165,8 +148,7 @@ class OrderCharge(TypedDict, total=False):
     amount_cents: int
     receipt: str
     error: str
-    # The "no" was an open dispute at the processor (errors.PaymentDisputed): the next review
-    # says so, and its approval is the manager's word that they saw it.
+    # An open dispute (errors.PaymentDisputed): the next review's approval says a manager saw it.
     disputed: bool
 
 
@@ -182,40 +164,31 @@ class ChargeTask(TypedDict):
 
 
 class CheckTask(TypedDict):
-    """What Send hands one check_order task."""
-
     ticket_key: str
     order_number: str
     reason: str
-    # The customer's words the policy matches to the order's lines.
-    words: NotRequired[str]
+    words: NotRequired[str]  # the customer's, which the policy matches to the order's lines
 
 
 def merge_by_order(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
-    """The fan-outs' reducer: each task writes its own order's entry; a later write for the same
-    order (a re-review, a retried charge) replaces that entry only."""
+    """Each task writes its own order's entry; a later one (a retried charge) replaces it only."""
     return {**(left or {}), **(right or {})}
 
 
-# In a ticket's `reading`: the intake opened it from the customer's message and left telling the
-# customer to the ticket: `received` once a person must look at it, or only the outcome when
-# its checks decide it at once (one email, not an acknowledgment then a refusal).
+# In `reading`: the intake left telling the customer to the ticket, so one its checks decide at
+# once sends only the outcome, not an acknowledgment then a refusal.
 TICKET_TELLS = "ticket_tells"
 
 
 class RefundState(TypedDict, total=False):
     ticket_key: str  # the thread's business key, also the prefix of every idempotency key
     order_number: str  # the ticket's first (or only) order
-    # Every order the ticket covers, first first: one check_order and one charge_order per
-    # order (Send), gathered in `checks` and `charges` by order number.
-    order_numbers: list[str]
+    order_numbers: list[str]  # every order the ticket covers, first first
     checks: Annotated[dict[str, OrderCheck], merge_by_order]
     charges: Annotated[dict[str, OrderCharge], merge_by_order]
     note: str
-    # Why the customer asks (refunds.policy.REASONS) and what the intake's reader found in their
-    # message (intake.reading.Reading's JSON; None for a ticket a person opened by number).
-    reason: str
-    reading: dict[str, Any] | None
+    reason: str  # refunds.policy.REASONS
+    reading: dict[str, Any] | None  # intake.reading.Reading's JSON; None: opened by number
     flow_version: int
     forks: int  # how many times an admin forked this thread; part of the notify email's key
     fork_id: int  # the Fork row applied last: a re-applied fork is noticed, not forked twice
@@ -229,14 +202,12 @@ class RefundState(TypedDict, total=False):
     decision: ReviewAnswer
     receipt: str
     payment_error: str
-    # An answer the review node could not apply (the review changed under it): the review comes
-    # back with this said, never a failed ticket. Cleared by the next answer applied.
+    # An answer that could not be applied: the review comes back saying so, never a failed ticket.
     review_error: str
     email_delivered: bool
     outcome: Literal["refunded", "declined", "rejected"]
     outcome_reason: str
-    # The question being sent or waited on (None once answered); those answered, with replies.
-    asking: Asking | None
+    asking: Asking | None  # the question being sent or waited on
     replies: list[Reply]
     # Written by parallel branches, so each has a reducer.
     flags: Annotated[list[str], operator.add]
@@ -272,13 +243,9 @@ class ReviewRequest(TypedDict):
     payment_error: str
     reason: str  # refunds.policy.REASONS; the queue and the API show it
     reading: dict[str, Any] | None  # what the reader found, with its quotes and who read it
-    # A ticket of several orders: one line per order (its amount, notes and flags, whether the
-    # policy declined it or it is refunded already); `amount_cents` is then their total.
-    orders: NotRequired[list[ReviewOrder]]
-    # The questions asked of the customer and their replies, oldest first.
-    replies: NotRequired[list[Reply]]
-    # The orders whose charge stopped for an open dispute at the processor (errors.DISPUTED),
-    # present only when there is one: an approval of this review charges them all the same.
+    orders: NotRequired[list[ReviewOrder]]  # one line per order; `amount_cents` is their total
+    replies: NotRequired[list[Reply]]  # oldest first
+    # Charges stopped for an open dispute: an approval of this review charges them all the same.
     disputed: NotRequired[list[str]]
     # The payment_error is a refund the processor failed after making it, not a refused charge.
     refund_failed: NotRequired[bool]
@@ -294,13 +261,11 @@ class ReviewOrder(TypedDict):
     receipt: str
     notes: list[str]
     flags: list[str]
-    # The order's facts (its lines, what is left of each), the proposal's parts and why; a
-    # reviewer's `parts` are checked against them (policy.parts_checked).
+    # A reviewer's `parts` are checked against the order's facts (policy.parts_checked).
     order: NotRequired[OrderFacts]
     parts: NotRequired[list[Part]]
     parts_why: NotRequired[str]
-    # Its last charge stopped for an open dispute at the processor (errors.DISPUTED).
-    disputed: NotRequired[bool]
+    disputed: NotRequired[bool]  # its last charge stopped for an open dispute
 
 
 class Payer(Protocol):
@@ -313,11 +278,8 @@ class Payer(Protocol):
         parts: list[Part] | None = None,
         dispute_seen: bool = False,
     ) -> str:
-        """Move the money once per key and return the receipt. Raises ChargeRefused (a person
-        decides; PaymentDisputed for a payment with an open dispute, unless `dispute_seen`),
-        RetryableGatewayError (try again), or anything else (the run stops). The order is the
-        ticket's first unless `order_number` names another of its orders; no `parts` is the
-        shipping fee, for `amount_cents`."""
+        """Move the money once per key; raises ChargeRefused (PaymentDisputed unless
+        `dispute_seen`), RetryableGatewayError, or anything else (the run stops)."""
         ...
 
 
@@ -325,31 +287,24 @@ class Mailer(Protocol):
     def __call__(
         self, *, key: str, to: str, kind: str, facts: dict[str, Any], language: str
     ) -> None:
-        """Word the kind of email (refunds/emails.py: templates/emails/<kind>.txt) from its facts
-        in the customer's language (ISO 639-1; English when it has none of ours) and deliver it
-        once per key. Raises MailRetryable or MailRefused."""
+        """Word the kind of email in the customer's language and deliver it once per key."""
         ...
 
 
 @dataclass
 class Collaborators:
-    """The runtime context: everything a node touches outside its state. The runner binds `pay`
-    and `send_mail` to the ticket and to the lease epoch of the run, so every effect is fenced."""
+    """Everything a node touches outside its state; `pay` and `send_mail` are bound to the run's
+    lease epoch, so every effect is fenced."""
 
     find_order: Callable[[str], OrderFacts | None]
     pay: Payer
     send_mail: Mailer
-    # Support agents review refunds up to this many cents (refunds/policy.py reads the setting;
-    # the graph stays Django-free, so the runner passes it in).
+    # Passed in by the runner: the graph stays Django-free (refunds/policy.py reads the setting).
     agent_limit_cents: int
-    # A charge whose gateway is down is retried for about this long (REFUNDS_CHARGE_RETRY_SECONDS)
-    # before a manager hears that no money moved.
+    # A gateway that is down is retried this long before a manager hears no money moved.
     charge_retry_seconds: float
-    # Today's date as the desk's clock says it: the customer memory's 30-day window and the date
-    # a refund is remembered under. A function, so tests can move the clock.
-    today: Callable[[], date] = field(default=date.today)
-    # The carrier's tracking lookup (async: it is cut off by a node timeout); None: no carrier.
+    today: Callable[[], date] = field(default=date.today)  # a function: tests move the clock
+    # Async, so a node timeout cuts it off; None: no carrier.
     track: Callable[[str], Awaitable[Tracking]] | None = None
-    # What the end of a wait on the customer without a reply does (REFUNDS_ASK_DEFAULT_OUTCOME):
-    # "queue" brings the review back saying so, "close" closes the ticket until a reply.
+    # REFUNDS_ASK_DEFAULT_OUTCOME: "queue" brings the review back, "close" closes until a reply.
     ask_default_outcome: Literal["queue", "close"] = "queue"

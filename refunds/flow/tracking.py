@@ -1,16 +1,13 @@
-"""The carrier's tracking lookup: a slow outside service, cut off by LangGraph's node `timeout`,
-retried, and handed to a person by the node's `error_handler` when it never answers. No Django.
-
-Node timeouts need async nodes, and the refund graph is sync (the fence lives in the savers'
-sync methods), so the sync node `carrier_tracking` runs a one-node async graph, with no
-checkpointer, on a thread of its own (a fresh event loop, no outer config leaking in)."""
+"""The carrier's tracking lookup, cut off by a node `timeout` and handed to a person when it never
+answers. No Django. A one-node async graph on a thread of its own: node timeouts need async
+nodes, and the refund graph is sync (the fence lives in the savers' sync methods)."""
 
 from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from langgraph.errors import NodeError, NodeTimeoutError
 from langgraph.graph import END, START, StateGraph
@@ -71,14 +68,9 @@ def make_node(options: TrackingOptions):
     def carrier_tracking(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         if runtime.context.track is None:
             return {"trail": ["carrier_tracking"]}
-
-        def run() -> dict[str, Any]:
-            return asyncio.run(
-                lookup.ainvoke({"order_number": state["order_number"]}, context=runtime.context)
-            )
-
+        asked = lookup.ainvoke({"order_number": state["order_number"]}, context=runtime.context)
         with ThreadPoolExecutor(1) as pool:  # a thread of its own: a fresh loop, a clean context
-            tracking: Tracking = pool.submit(run).result()["tracking"]
+            tracking: Tracking = pool.submit(asyncio.run, asked).result()["tracking"]
         update: RefundState = {"tracking": tracking, "trail": ["carrier_tracking"]}
         if tracking["status"] == "unavailable":
             update["flags"] = [

@@ -1,13 +1,6 @@
-"""State shapes across flow versions. No Django imports.
-
-Every thread is stamped with the flow version it started under. A release that changes the
-state's shape bumps FLOW_VERSION and adds UPGRADES[old]: the update that makes a state of version
-`old` one of `old + 1`. `manage.py upgrade_threads` carries every open thread across through the
-runner (`advance(carry=True)`), with the thread's next command (a resume, a review asked again
-under the same interrupt id, or a `goto`), so no extra checkpoint is made; the runner runs no
-other thread of an older version. What each version added, and why a paused thread of the
-version before needs only what its upgrade gives it, is in the upgrade's comment.
-"""
+"""State shapes across flow versions (no Django): UPGRADES[old] makes a state of version `old`
+one of `old + 1`; `manage.py upgrade_threads` carries open threads across. Each upgrade's comment
+says why a paused thread needs only what it gives."""
 
 from __future__ import annotations
 
@@ -101,10 +94,7 @@ UPGRADES: dict[int, Upgrade] = {1: _stamp, 2: _to_3, 3: _to_4, 4: _to_5, 5: _to_
 
 
 def resume_at(old: dict[str, Any]) -> list[Send]:
-    """Where a carried-over thread goes on when the node it was to run is gone: a state of
-    version 4 whose checks had not finished runs its orders' checks (pure reads); one approved
-    and not charged (it was to run charge_card) goes on to the charge of its order, under the
-    key it may already have been made with. [] for any other."""
+    """Where a thread goes on when its next node is gone: its checks, or its charge (same key)."""
     values = cast(RefundState, old)
     if values.get("outcome") or values.get("receipt"):
         return []
@@ -123,8 +113,6 @@ def upgrade(values: dict[str, Any] | None, target: int | None = None) -> dict[st
     target = FLOW_VERSION if target is None else target
     state = dict(values or {})
     version = version_of(state)
-    if version >= target:
-        return {}
     update: dict[str, Any] = {}
     while version < target:
         step = UPGRADES[version](state) | {"flow_version": version + 1}

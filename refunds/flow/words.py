@@ -1,5 +1,4 @@
-"""How the desk says amounts and durations: the one place for both, used by nodes, templates,
-the admin, the API and emails. No Django imports."""
+"""How the desk says amounts, durations and steps: the one place, Django-free."""
 
 from decimal import Decimal
 from itertools import groupby
@@ -81,10 +80,7 @@ def _and(items: list[str]) -> str:
 
 
 def trail_words(nodes: list[str] | None) -> list[str]:
-    """A thread's steps in the desk's words. A step that ran again right after itself (triage
-    after an escalation, parallel checks collected) is said once: to a reviewer it is one thing
-    that happened. The per-order steps of a fan-out in a row are said once, with their orders
-    ("Checked orders 1042, 1044 and 1047")."""
+    """A step run again right after itself, or a fan-out's in a row, is said once."""
     said: list[str] = []
     steps = [split_order_step(name) for name in nodes or []]
     for node, run in groupby(steps, key=lambda step: step[0] if step[1] else ""):

@@ -1,29 +1,22 @@
-"""The desk's tables, one module a part of the design: orders (what was sold), tickets (the
-desk's work on them: decisions, questions, forks), ledger (the money and the processor's word on
-it), outbox (mail out, the audit trail, the sweep's runs)."""
+"""The desk's tables: orders, tickets and their decisions, the ledger, the outbox and audit."""
 
 # ruff: noqa: F401 (the imports are what the package exports)
 
 from refunds.models.decisions import (
     CannedReason,
-    CannedReasonQuerySet,
     CannedReasonText,
     CustomerQuestion,
     Decision,
     Fork,
-    UnappliedQuerySet,
     resume_value,
 )
 from refunds.models.ledger import (
     Charge,
     ChargePart,
-    ChargeQuerySet,
     OutsideRefund,
-    OutsideRefundQuerySet,
     PaymentDispute,
     ReconcileRun,
     StripeEvent,
-    StripeEventQuerySet,
 )
 from refunds.models.orders import (
     ORDER_NUMBER_MAX,

@@ -1,5 +1,4 @@
-"""What reviewers and the desk answer on a ticket: decisions (and the value a resume carries),
-customer questions, forks, canned reasons in each language."""
+"""What reviewers and the desk answer on a ticket: decisions, questions, forks, canned reasons."""
 
 from __future__ import annotations
 
@@ -27,9 +26,7 @@ class UnappliedQuerySet(models.QuerySet):
 
 
 class Decision(models.Model):
-    """A reviewer's answer, stored before it is applied: a crash between the two is repaired by
-    the sweep, and the UNIQUE interrupt id means one answer per question. A customer's reply
-    to a reviewer's question (answer "reply") is recorded the same way, with no reviewer."""
+    """Stored before it is applied (the sweep repairs a crash between); one per interrupt id."""
 
     Answer = DecisionAnswer
 
@@ -41,17 +38,13 @@ class Decision(models.Model):
     answer = models.CharField(max_length=10, choices=Answer)
     reason = models.TextField(blank=True)  # for the customer: their email quotes it
     note = models.TextField(blank=True)  # internal: stays on the desk, never in the thread
-    # approve or reject: the answer per open order number, in its one shape (approve with the
-    # parts it refunds, reject with a reason: refunds/flow/answers.py); `answer` says whether
-    # any was approved. None for an ask and the customer's reply.
+    # The answer per open order (refunds/flow/answers.py); None for an ask and a reply.
     orders = models.JSONField(null=True, blank=True)
-    # A rejection because the intake misread the message (back to Needs sorting): the customer
-    # is told nothing now; the message's next ticket answers them.
+    # A misread message sent back to Needs sorting: its next ticket answers the customer.
     sent_back = models.BooleanField(default=False)
     decided_at = models.DateTimeField(auto_now_add=True)
-    # The end of its undo grace (REFUNDS_UNDO_SECONDS): no worker applies it before, and Undo
-    # withdraws it (deletes the row) only before. The runner sets it to None as it takes the
-    # decision (the compare-and-set that Undo's also races: one wins). None: due now.
+    # The end of its undo grace: no worker applies it before, Undo deletes it only before. The
+    # runner sets None as it takes it, a compare-and-set that Undo's races: one wins.
     apply_after = models.DateTimeField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     refused_reason = models.TextField(blank=True)
@@ -61,8 +54,7 @@ class Decision(models.Model):
     class Meta:
         ordering = ["decided_at"]
         indexes = [
-            # The queue's lines for what its reviewer decided in the last seconds, read on every
-            # poll: without it, every decision the reviewer ever made.
+            # Read on every queue poll: without it, every decision the reviewer ever made.
             models.Index(fields=["reviewer", "decided_at"], name="decision_reviewer_recent_idx"),
         ]
 
@@ -85,12 +77,10 @@ def resume_value(
     *,
     sent_back: bool = False,
 ) -> dict:
-    """What a decision sends into the thread with `Command(resume=...)`. The internal note is
-    left out on purpose: what enters the thread can reach the customer's email, the note must
-    not."""
+    """Never the internal note: what enters the thread can reach the customer's email."""
     value: dict[str, Any] = {"answer": answer, "reason": reason, "reviewer": reviewer}
     if orders:
-        value["orders"] = orders  # the answer per open order
+        value["orders"] = orders
     if sent_back:
         value["sent_back"] = True  # a misread message sent back: nothing to tell the customer
     return value
@@ -115,9 +105,7 @@ class CannedReasonQuerySet(models.QuerySet):
 
 
 class CannedReason(models.Model):
-    """A reply for the customer that admins keep (Django admin): reviewers pick one when they
-    reject, agents one when they set a message aside as not a refund request (`use`); either may
-    add or write words of their own."""
+    """A reply for the customer that admins keep, picked by its `use`."""
 
     class Use(models.TextChoices):
         REJECT = "reject", "Rejecting a refund"
@@ -139,10 +127,7 @@ class CannedReason(models.Model):
         return self.title
 
     def text_in(self, language: str) -> str | None:
-        """Its words in the customer's language (ISO 639-1; "" for a customer the desk has not
-        read, who is written to in English): `text` is English, the others are its
-        CannedReasonTexts. None when it has none in that language: it goes in English, and
-        the desk tells the reviewer so before they pick it."""
+        """Its words in the customer's language ("": English); None: none, it goes in English."""
         code = (language or "en").lower().split("-")[0]
         if code == "en":
             return self.text
@@ -150,8 +135,7 @@ class CannedReason(models.Model):
 
 
 class CannedReasonText(models.Model):
-    """A canned reply's words in one more language the desk writes to customers in
-    (settings.LANGUAGES); its `text` on CannedReason is the English."""
+    """A canned reply's words in another of settings.LANGUAGES than English."""
 
     canned = models.ForeignKey(CannedReason, on_delete=models.CASCADE, related_name="texts")
     language = models.CharField(
@@ -170,10 +154,8 @@ class CannedReasonText(models.Model):
 
 
 class CustomerQuestion(models.Model):
-    """A reviewer's question to the customer (a Decision answered "ask"), and the token that
-    the reply address carries for it (REFUNDS_REPLY_ADDRESS): unguessable, one per question.
-    The thread waits on the customer until a reply from their address, matched by the token or
-    by the question email's Message-ID, is recorded as the wait's Decision (`reply`)."""
+    """A question to the customer, with an unguessable token for its reply address; a reply
+    matched by it or by Message-ID resumes the wait."""
 
     ticket = models.ForeignKey("refunds.Ticket", on_delete=models.CASCADE, related_name="questions")
     # Undoing the ask within its grace deletes the decision, and the question with it.
@@ -184,7 +166,6 @@ class CustomerQuestion(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
     asked_at = models.DateTimeField(auto_now_add=True)
-    # The outbox key of the question's email, and its Message-ID (a reply's In-Reply-To).
     email_key = models.CharField(max_length=150, unique=True)
     message_id = models.CharField(max_length=200, db_index=True)
     # The reply that resumed the thread: its Decision, set once (a compare-and-set on NULL).
@@ -192,14 +173,10 @@ class CustomerQuestion(models.Model):
         Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     replied_at = models.DateTimeField(null=True, blank=True)
-    # A reply that came before the thread waited on the question ({"text", "seen"}): the mail
-    # server took the question before the run that sent it reached its wait. Kept once (a
-    # compare-and-set on NULL); the recovery sweep applies it as the reply once the thread waits.
+    # A reply before the thread waited: kept once (CAS on NULL), applied by the sweep later.
     early_reply = models.JSONField(null=True, blank=True)
-    # The reminder the wait's timer sent (REFUNDS_ASK_REMIND_DAYS), once.
-    reminded_at = models.DateTimeField(null=True, blank=True)
-    # The reply that reopened the ticket closed for want of one (REFUNDS_ASK_DEFAULT_OUTCOME
-    # "close"): set once, a compare-and-set on NULL, so a reply delivered twice reopens once.
+    reminded_at = models.DateTimeField(null=True, blank=True)  # REFUNDS_ASK_REMIND_DAYS, once
+    # A compare-and-set on NULL: a reply delivered twice reopens a closed ticket once.
     reopened_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -210,8 +187,7 @@ class CustomerQuestion(models.Model):
 
 
 class Fork(models.Model):
-    """An admin's correction: the thread is forked from its checkpoint before triage with a
-    corrected amount. The row is the audit entry; a worker applies it under the lease."""
+    """An admin's corrected amount, forked before triage; a worker applies it under the lease."""
 
     ticket = models.ForeignKey("refunds.Ticket", on_delete=models.CASCADE, related_name="forks")
     by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)

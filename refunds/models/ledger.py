@@ -1,5 +1,4 @@
-"""The money ledger and what the processor says of it: charges and their parts, refunds made
-outside the desk, disputes, reconcile runs, Stripe events."""
+"""The money ledger and what the processor says of it."""
 
 from __future__ import annotations
 
@@ -23,15 +22,13 @@ from refunds.statuses import (
 
 class ChargeQuerySet(models.QuerySet):
     def holding_balance(self) -> ChargeQuerySet:
-        """Charges that count against an order's balance: paid, or under way (maybe paid); not a
-        refund the processor failed or canceled after accepting it (its money came back)."""
+        """Paid, or under way (maybe paid); not a refund the processor gave back."""
         return self.filter(
             status__in=[s for s, holds in CHARGE_HOLDS_BALANCE.items() if holds]
         ).exclude(processor_status__in=PROCESSOR_GAVE_BACK)
 
     def failed_not_handed_back(self) -> ChargeQuerySet:
-        """Refunds the processor failed after accepting them whose ticket has not yet gone back
-        to a manager."""
+        """Refunds the processor failed whose ticket has not gone back to a manager yet."""
         return self.failed_at_processor().filter(handed_back_at__isnull=True)
 
     def held_per_line(self) -> dict[int, tuple[int, int]]:
@@ -45,7 +42,7 @@ class ChargeQuerySet(models.QuerySet):
         return {line or 0: (units, cents) for line, units, cents in rows}
 
     def on_its_way(self) -> ChargeQuerySet:
-        """Refunds the processor accepted and has not finished: not at the customer's bank yet."""
+        """Refunds the processor accepted and has not finished."""
         return self.filter(status=ChargeStatus.SUCCEEDED, processor_status__in=PROCESSOR_ON_ITS_WAY)
 
     def failed_at_processor(self) -> ChargeQuerySet:
@@ -55,17 +52,12 @@ class ChargeQuerySet(models.QuerySet):
     def of_refund(
         self, refund_id: str, key: str, *, orders: models.QuerySet[Order] | list[int]
     ) -> ChargeQuerySet:
-        """The ledger's row of a processor refund: the one whose receipt is its id; before a row
-        has its receipt, the one whose key the refund carries, of one of `orders` (those the
-        refund's payment paid). Another refund carrying a row's key is not that row."""
+        """By receipt, or by key among `orders` before a receipt: not another refund's row."""
         unreceipted = Q(receipt__isnull=True, idempotency_key=key, order__in=orders)
         return self.filter(Q(receipt=refund_id) | unreceipted if key else Q(receipt=refund_id))
 
     def record_processor_status(self, status: str, failure_reason: str = "") -> int:
-        """Move these charges' processor status forward to `status`; how many moved. One
-        compare-and-set UPDATE, so a status behind what a row holds (an older read, a late event,
-        the create call's "pending" after an event's "succeeded") changes nothing. ValueError
-        for a status the desk does not know; "" (not reported) records nothing."""
+        """Forward only, in one compare-and-set UPDATE; how many moved."""
         status = ProcessorStatus(status)
         if status == ProcessorStatus.UNKNOWN:
             return 0
@@ -76,9 +68,8 @@ class ChargeQuerySet(models.QuerySet):
 
 
 class Charge(models.Model):
-    """The money ledger, kept around any gateway by refunds/money.py. A row is written (pending,
-    with the writer's lease epoch) before the gateway is called and settled after; the UNIQUE key
-    makes a repeated call find the first one, and an unknown outcome is settled by a lookup."""
+    """Written pending before the gateway call: a repeat finds it by its UNIQUE key, and an
+    unknown outcome is settled by a lookup (refunds/money.py)."""
 
     Status = ChargeStatus
     ProcessorStatus = ProcessorStatus
@@ -93,9 +84,7 @@ class Charge(models.Model):
     epoch = models.BigIntegerField(default=0)  # the lease epoch of the run that last claimed it
     created_at = models.DateTimeField(auto_now_add=True)
     settled_at = models.DateTimeField(null=True, blank=True)
-    # What the processor says of the refund now (its events, re-read): "" not known, shown as
-    # "Refunded" as before the desk listened; the ledger's `status` says whether it was accepted.
-    # (A default in the database too: the ledger writes its rows in SQL, refunds/money.py.)
+    # What the processor says now ("": not known). A database default: money.py writes in SQL.
     processor_status = models.CharField(
         max_length=20,
         choices=ProcessorStatus,
@@ -104,7 +93,6 @@ class Charge(models.Model):
         blank=True,
     )
     failure_reason = models.CharField(max_length=200, blank=True, default="", db_default="")
-    # When a refund the processor failed sent its ticket back to a manager (refunds/hand_back.py).
     handed_back_at = models.DateTimeField(null=True, blank=True)
 
     objects = ChargeQuerySet.as_manager()
@@ -117,9 +105,7 @@ class Charge(models.Model):
 
 
 class ChargePart(models.Model):
-    """What one charge refunds, part by part: units of an order line, or the shipping fee (no
-    line). Written with the charge's pending row, in the same transaction, by refunds/money.py,
-    which checks them against what was bought and paid with the order locked."""
+    """Written with its pending charge in one transaction, checked with the order locked."""
 
     charge = models.ForeignKey(Charge, on_delete=models.CASCADE, related_name="parts")
     line = models.ForeignKey(
@@ -136,13 +122,11 @@ class ChargePart(models.Model):
 
 class OutsideRefundQuerySet(models.QuerySet):
     def holding_balance(self) -> OutsideRefundQuerySet:
-        """Outside refunds that count against their order's balance: all but those the processor
-        failed or canceled (their money came back)."""
+        """All but those the processor failed or canceled."""
         return self.exclude(status__in=PROCESSOR_GAVE_BACK)
 
     def record_status(self, status: ProcessorStatus, failure_reason: str = "") -> int:
-        """Move these rows' status forward to `status` (one compare-and-set UPDATE, by the rule
-        Charge's record_processor_status follows); answers how many moved."""
+        """As Charge's record_processor_status: one compare-and-set UPDATE, forward only."""
         reason = failure_reason if status in PROCESSOR_GAVE_BACK else ""
         return self.filter(status__in=processor_behind(status)).update(
             status=status, failure_reason=reason[:200]
@@ -150,9 +134,7 @@ class OutsideRefundQuerySet(models.QuerySet):
 
 
 class OutsideRefund(models.Model):
-    """A refund of an order's payment that the desk did not make (in Stripe's dashboard, the
-    shop's admin): recorded once by the processor's id, it counts against the order's balance in
-    the ledger's locked check unless the processor failed or canceled it."""
+    """A refund the desk did not make: it counts against the order's balance."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="outside_refunds")
     processor_id = models.CharField(max_length=255, unique=True)  # Stripe's re_...
@@ -170,9 +152,7 @@ class OutsideRefund(models.Model):
 
 
 class PaymentDispute(models.Model):
-    """A dispute of an order's payment (the customer asked their card's bank for the money), as
-    the processor said last, once by its id. The charge never waits for an event: the ledger's
-    lookup asks the processor each time (refunds/money.py)."""
+    """The charge never waits for its event: the ledger asks the processor each time."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="disputes")
     processor_id = models.CharField(max_length=255, unique=True)  # Stripe's dp_...
@@ -197,8 +177,7 @@ class PaymentDispute(models.Model):
 
 
 class ReconcileRun(models.Model):
-    """One run of `reconcile` and what it said, saved by the run itself (the command and the
-    daily task alike) for /ops/reconcile/. Every run is kept: one small row a day."""
+    """One run of `reconcile` and what it said, for /ops/reconcile/."""
 
     class By(models.TextChoices):
         BEAT = "beat", "the daily beat"
@@ -237,8 +216,7 @@ class StripeEventQuerySet(models.QuerySet):
 
 
 class StripeEvent(models.Model):
-    """One of Stripe's events, stored once by its id as it came (a resent event is the first
-    one); `handled_at` empty: a worker has yet to handle it (the recovery sweep hands it on)."""
+    """One of Stripe's events, once by its id (a resent event is the first one)."""
 
     event_id = models.CharField(max_length=255, unique=True)
     type = models.CharField(max_length=100)

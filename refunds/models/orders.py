@@ -10,9 +10,8 @@ from django.db.models.functions import Upper
 
 ORDER_NUMBER_MAX = 32
 _NOT_IN_A_NUMBER = r"\s\u0000-\u001f\u007f-\u009f"
-# What an order number is, in one pattern that the code reads with and the API's schema states:
-# spaces around it and "#" before it ("#1042") are how people write it, not part of it; inside,
-# no space and no control character (PostgreSQL refuses a NUL in any text: a 500).
+# One pattern for the code and the API's schema: " #1042 " is 1042; inside, no space and no
+# control character (PostgreSQL refuses a NUL in any text: a 500).
 ORDER_NUMBER_PATTERN = (
     rf"^\s*#*\s*([^{_NOT_IN_A_NUMBER}#][^{_NOT_IN_A_NUMBER}]{{0,{ORDER_NUMBER_MAX - 1}}})\s*$"
 )
@@ -20,9 +19,7 @@ _ORDER_NUMBER = re.compile(ORDER_NUMBER_PATTERN)
 
 
 def order_number_read(raw: object) -> str:
-    """What an order number is, for every way one comes in (the API, the desk's forms, sorting,
-    the reader, the shop's orders): ORDER_NUMBER_PATTERN. A whole number is read as its digits
-    (helpdesks send either). ValueError says why it is not one."""
+    """However it comes in (text or a whole number); ValueError says why it is not one."""
     if isinstance(raw, bool) or not isinstance(raw, str | int):
         raise ValueError("An order number is text, such as 1042.")
     text = str(raw)
@@ -43,15 +40,12 @@ def order_number_read(raw: object) -> str:
 
 
 def same_customer(email: str, other: str) -> bool:
-    """ "The same customer" is the same email address whatever its case; of_customer() is the
-    same rule in SQL."""
+    """The same email address whatever its case; of_customer() is the same rule in SQL."""
     return email.strip().upper() == other.strip().upper()
 
 
 def of_customer(queryset, email: str, *, field: str = "customer_email"):
-    """The rows of `queryset` whose `field` is `email` whatever its case (same_customer), found
-    through the UPPER(customer_email) index (Django's iexact is a LIKE on SQLite, which cannot
-    use it)."""
+    """same_customer through the UPPER index (iexact is a LIKE on SQLite, which cannot use it)."""
     return queryset.alias(customer_upper=Upper(field)).filter(
         customer_upper=Upper(Value(email.strip()))
     )
@@ -67,11 +61,8 @@ class Order(models.Model):
     delivered_on = models.DateField()
     shipping_fee_cents = models.PositiveIntegerField()
     currency = models.CharField(max_length=3, default="USD")  # ISO 4217, upper case
-    # What the payment processor knows the order's payment by (Stripe: a PaymentIntent "pi_..."
-    # or a Charge "ch_..."); a refund is made against it.
     payment_reference = models.CharField(max_length=255, blank=True)
-    # What the order came to (its lines, their tax and the shipping fee) and what the processor
-    # captured of it; both null when the shop sent no lines: then only the fee is refundable.
+    # Both null when the shop sent no lines: then only the fee is refundable.
     total_cents = models.PositiveIntegerField(null=True, blank=True)
     paid_cents = models.PositiveIntegerField(null=True, blank=True)
 
@@ -88,13 +79,11 @@ class Order(models.Model):
             ),
         ]
         indexes = [
-            # Case-insensitive lookups (a customer's other tickets, the tickets page's search)
-            # use these instead of reading every order.
+            # Case-insensitive lookups use these instead of reading every order.
             models.Index(Upper("customer_email"), name="order_email_upper_idx"),
             models.Index(Upper("number"), name="order_number_upper_idx"),
         ]
-        # Granted to the shop's integration user (the group "Shop integrations"), not to the
-        # desk: POST /api/orders/ needs it.
+        # POST /api/orders/ needs it: the shop's integration has it, not the desk.
         permissions = [("push_orders", "Can push orders through the API")]
 
     def __str__(self) -> str:
@@ -106,10 +95,7 @@ class Order(models.Model):
         return charges.aggregate(total=Sum("amount_cents"))["total"] or 0
 
     def facts(self, *, for_ticket: int | None = None, but_key: str = "") -> dict:
-        """What lookup reads and the ledger checks (refunds/money.py, with the order locked):
-        the order, and what the ledger holds of it (paid or under way) in all, per line and of
-        its fee, from tickets other than `for_ticket` and charges other than `but_key`; and what
-        of its payment was refunded outside the desk."""
+        """What lookup reads and the ledger checks (order locked), but `for_ticket`, `but_key`."""
         held = self.charges.holding_balance()
         if for_ticket is not None:
             held = held.exclude(ticket_id=for_ticket)
@@ -142,15 +128,13 @@ class Order(models.Model):
             ],
             "shipping_refunded_cents": per_line.get(0, (0, 0))[1],
         }
-        if outside["cents"]:  # refunded at the processor, not by the desk: less is left of it
+        if outside["cents"]:
             facts["outside_refunded_cents"] = outside["cents"]
         return facts | ({"paid_cents": self.paid_cents} if self.paid_cents is not None else {})
 
 
 class OrderLine(models.Model):
-    """One line of an order as the shop sent it (refunds.order_in.LineIn): what was bought, at
-    what unit price, how many. Amounts are in the order's currency's minor unit; `tax_cents` is
-    the line's tax as the shop states it (0 when it sends none)."""
+    """One line of an order as the shop sent it (refunds.order_in.LineIn), in minor units."""
 
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
     line_id = models.CharField(max_length=64)  # the shop's id for the line
@@ -172,5 +156,4 @@ class OrderLine(models.Model):
 
     @property
     def amount_cents(self) -> int:
-        """What the line came to: its units and its tax."""
         return self.unit_price_cents * self.quantity + self.tax_cents

@@ -11,8 +11,7 @@ from refunds.statuses import EmailDelivery, OutboxKind, OutboxStatus
 
 
 class OfKind(models.Manager):
-    """One kind's rows of the outbox: a query for mail never sees a webhook's, nor the reverse.
-    (A class attribute, not an argument: Django makes the related managers without one.)"""
+    """One kind's rows; a class attribute, since Django makes related managers without args."""
 
     kind = OutboxKind.EMAIL
 
@@ -21,18 +20,14 @@ class OfKind(models.Manager):
 
 
 class Email(models.Model):
-    """The outbox: one row per key, of one kind. Mail (this model's manager): a sender claims the
-    row (status "sending", with its claim), marks it "handed over" before the final "." and
-    "sent" after the server's answer, each in its own short transaction (refunds/outbox.py). A
-    takeover that finds a handover with no answer recorded moves it to "outcome unknown": the
-    message may have been delivered. Webhook deliveries: webhooks.models.Delivery."""
+    """One row per key: "handed over" before the final "." and "sent" after, each in its own
+    short transaction; a takeover marks a handover with no answer "outcome unknown"."""
 
     Status = OutboxStatus
     Delivery = EmailDelivery
     Kind = OutboxKind
 
-    # None: mail about no ticket, such as the intake's acknowledgment of a message that opened
-    # none (its sender is fenced by the message's lease instead: refunds/mail.py, send_once).
+    # None: mail about no ticket, fenced by its message's lease instead (refunds/mail.py).
     ticket = models.ForeignKey(
         Ticket, null=True, blank=True, on_delete=models.CASCADE, related_name="emails"
     )
@@ -47,18 +42,13 @@ class Email(models.Model):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
-    # The current claim's sender handed the final "." over at this moment (its answer not yet
-    # recorded): "epoch:<n> on <host>:<pid>".
+    # The final "." handed over, its answer not yet recorded: "epoch:<n> on <host>:<pid>".
     handed_over_at = models.DateTimeField(null=True, blank=True)
     handed_over_by = models.CharField(max_length=200, blank=True)
-    # The last handover whose answer was never recorded (its sender stopped, or the answer was
-    # lost): when it was handed over and by whom. A second copy may exist from then.
+    # The last handover whose answer was never recorded: a second copy may exist from then.
     outcome_unknown_at = models.DateTimeField(null=True, blank=True)
     outcome_unknown_by = models.CharField(max_length=200, blank=True)
-    # A provider's own id for the message (anymail's message_id), and what its tracking webhook
-    # said last (refunds/mail_tracking.py): "bounced: mailbox unknown" shows on the undelivered
-    # page.
-    # (Defaults in the database too: the outbox's claim is a hand-written INSERT.)
+    # Database defaults: the outbox's claim is a hand-written INSERT.
     provider_message_id = models.CharField(
         max_length=255, blank=True, default="", db_default="", db_index=True
     )
@@ -67,12 +57,11 @@ class Email(models.Model):
     )
     delivery_detail = models.CharField(max_length=500, blank=True, default="", db_default="")
     delivery_at = models.DateTimeField(null=True, blank=True)
-    # The language it was written in (ISO 639-1; "" for mail from before), and the same email in
-    # the desk's language for reviewers when that differs ("" when it was sent in it).
+    # ISO 639-1, and the same email in the desk's language when that differs.
     language = models.CharField(max_length=8, blank=True, default="", db_default="")
     desk_text = models.TextField(blank=True, default="", db_default="")
     kind = models.CharField(max_length=8, choices=Kind, default=Kind.EMAIL, db_default=Kind.EMAIL)
-    # A webhook delivery's: what it carries, to whom, when it is due next, the endpoint's answer.
+    # A webhook delivery's (webhooks.models.Delivery).
     event = models.ForeignKey(
         "webhooks.Event", null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
     )
@@ -92,9 +81,7 @@ class Email(models.Model):
 
 
 class AuditEvent(models.Model):
-    """One append-only record per action taken on a ticket, by a person or by the desk itself:
-    who, when, what they saw, what they answered, and the checkpoint the thread reached after.
-    Written through refunds.audit.record(); never edited or deleted."""
+    """One append-only record per action on a ticket; never edited or deleted."""
 
     class Action(models.TextChoices):
         OPEN = "open", "Opened"
@@ -109,9 +96,7 @@ class AuditEvent(models.Model):
         RETRY = "retry", "Retried"
         RESEND = "resend", "Resent an email"
         NOTE = "note", "Added a note"
-        # A ticket of several orders answered order by order (some approved, some rejected,
-        # some lowered): `answer["orders"]` holds each order's answer. Older rows logged this
-        # as "approve", "reject" or "edit" with the same `answer["orders"]`.
+        # Several orders answered order by order (older rows: approve, reject or edit).
         ANSWER = "answer", "Answered per order"
         REFUND_FAILED = "refund_failed", "Refund failed at the processor"
         ASK = "ask", "Asked the customer"
@@ -128,9 +113,7 @@ class AuditEvent(models.Model):
     answer = models.JSONField(default=dict, blank=True)  # what they answered or changed
     checkpoint_id = models.CharField(max_length=64, blank=True)  # where the thread got after
     note = models.TextField(blank=True)
-    # The ticket's amount at that moment: asked when opened, paid on an approval, asked on a
-    # rejection, set by a fork, as it stood for the rest. Empty on rows written before it was
-    # kept (the CSV then reads it from `answer`/`seen`, never from today's ticket).
+    # The ticket's amount at that moment; empty on older rows (the CSV never reads today's).
     amount_cents = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
@@ -143,8 +126,7 @@ class AuditEvent(models.Model):
 
 
 class SweepRun(models.Model):
-    """When a periodic sweep last ran, one row per sweep: /readyz reports a schedule that stopped
-    (no beat holds the lock, no housekeeping worker runs it), which nothing else shows."""
+    """When a sweep last ran: /readyz reports a schedule that stopped, which nothing else shows."""
 
     name = models.CharField(max_length=40, primary_key=True)
     ran_at = models.DateTimeField()

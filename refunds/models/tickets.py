@@ -1,5 +1,4 @@
-"""Tickets, the orders they cover, reviewers' decisions and questions, forks, canned reasons,
-and the desk's roles."""
+"""Tickets, the orders they cover, and the desk's roles."""
 
 from __future__ import annotations
 
@@ -27,6 +26,9 @@ class Role(models.TextChoices):
 
 ROLE_GROUPS = {Role.AGENT: "Support agents", Role.MANAGER: "Managers"}
 ADMIN_GROUP = "Admins"
+# Escalated for the interrupt that is pending now, so a later review of the ticket starts afresh.
+_FINAL = (TicketStatus.REFUNDED, TicketStatus.DECLINED, TicketStatus.REJECTED)
+_ESCALATED = ~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id"))
 
 
 class TicketQuerySet(models.QuerySet):
@@ -52,24 +54,16 @@ class TicketQuerySet(models.QuerySet):
         return self.filter(status=Ticket.Status.AWAITING_CUSTOMER)
 
     def escalated(self) -> TicketQuerySet:
-        """Reviews an agent (or the escalation timer) sent up to managers: escalated for the
-        interrupt that is pending now, so a later review of the same ticket starts afresh."""
-        return self.exclude(escalated_for="").filter(escalated_for=F("pending_interrupt_id"))
+        """Reviews an agent (or the escalation timer) sent up to managers."""
+        return self.filter(_ESCALATED)
 
     def for_managers(self) -> TicketQuerySet:
         """Awaiting reviews a manager owns: over the agent limit, flagged, or escalated."""
-        return self.awaiting().filter(
-            Q(required_role=Role.MANAGER)
-            | (~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
-        )
+        return self.awaiting().filter(Q(required_role=Role.MANAGER) | _ESCALATED)
 
     def for_agents(self) -> TicketQuerySet:
         """Awaiting reviews support agents own: within the agent limit, not escalated."""
-        return (
-            self.awaiting()
-            .filter(required_role=Role.AGENT)
-            .exclude(~Q(escalated_for="") & Q(escalated_for=F("pending_interrupt_id")))
-        )
+        return self.awaiting().filter(required_role=Role.AGENT).exclude(_ESCALATED)
 
     def open(self) -> TicketQuerySet:
         """Tickets not yet in a final state (a failed one waits for an admin: still open)."""
@@ -80,8 +74,7 @@ class TicketQuerySet(models.QuerySet):
         return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now()))
 
     def answer_waiting(self, settled_before=None) -> TicketQuerySet:
-        """Tickets with a recorded decision (past its grace) or fork not yet applied; with
-        `settled_before`, only answers recorded before then."""
+        """A decision (past its grace) or fork recorded before `settled_before`, not applied."""
         return self.filter(_answer_waiting(settled_before))
 
     def fork_waiting(self) -> TicketQuerySet:
@@ -89,22 +82,16 @@ class TicketQuerySet(models.QuerySet):
         return self.filter(Exists(Fork.objects.unapplied().filter(ticket=OuterRef("pk"))))
 
     def refund_failed_waiting(self) -> TicketQuerySet:
-        """Tickets with a refund the processor failed that has not gone back to a manager yet:
-        the thread owes it a run, even though the ticket reads refunded."""
+        """A failed refund not handed back yet: the thread owes a run, though it reads refunded."""
         return self.filter(_refund_failed_waiting())
 
     def grantable(self) -> TicketQuerySet:
-        """Tickets whose lease a worker may take now (refunds/lease.py's grant): nobody holds
-        it, and the ticket is neither finished nor failed, or a failed refund waits."""
+        """Tickets whose lease a worker may take now: leasable, and work may be left."""
         not_leasable = [status for status, yes in TICKET_LEASABLE.items() if not yes]
         return self.leasable().filter(~Q(status__in=not_leasable) | _refund_failed_waiting())
 
     def needing_worker(self, settled_before=None) -> TicketQuerySet:
-        """Tickets a worker should advance now: no live lease, and work left, or a recorded
-        decision or fork not yet applied (unless the ticket failed: an admin retries it), or a
-        refund the processor failed that has not gone back to a manager yet. The
-        one answer, used by the sweep and crashtest. The sweep passes `settled_before` to leave
-        fresh work to the task sent for it."""
+        """The one answer; `settled_before` leaves fresh work to the task sent for it."""
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
         work_left = [status for status, yes in TICKET_WORK_LEFT.items() if yes]
         return self.leasable().filter(
@@ -127,21 +114,13 @@ def _refund_failed_waiting() -> Q:
 
 
 class Ticket(models.Model):
-    """Mirror of one LangGraph thread. The checkpointer is the truth; this row is what the
-    queue, the API and the sweep read, rebuilt from the checkpoint after every run."""
+    """Mirror of one LangGraph thread, rebuilt from the checkpoint (the truth) after every run."""
 
     Status = TicketStatus
 
-    FINAL = (Status.REFUNDED, Status.DECLINED, Status.REJECTED)
-    OPEN = (
-        Status.NEW,
-        Status.RUNNING,
-        Status.AWAITING_REVIEW,
-        Status.AWAITING_CUSTOMER,
-        # Closed for want of a reply, not finished: a reply reopens it, so it keeps its orders.
-        Status.CLOSED,
-        Status.FAILED,
-    )
+    FINAL = _FINAL
+    # The rest, CLOSED too: a reply reopens it, so it keeps its orders.
+    OPEN = tuple(s for s in Status if s not in _FINAL)
 
     thread_id = models.CharField(max_length=64, unique=True)
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="tickets")
@@ -150,17 +129,13 @@ class Ticket(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     flow_version = models.PositiveSmallIntegerField(default=1)
-    # Why the customer asks (refunds.policy.REASONS): the desk's form says it, or the intake's
-    # reader read it from the customer's words; the policy routes by it.
     reason = models.CharField(
         max_length=20,
         choices=list(policy.REASONS.items()),
         default=policy.LATE_DELIVERY,
         db_default=policy.LATE_DELIVERY,
     )
-    # What the intake's reader found in the message that opened it (intake.reading.Reading's
-    # JSON), shown on the review card; None for a ticket a person opened by order number.
-    reading = models.JSONField(null=True, blank=True)
+    reading = models.JSONField(null=True, blank=True)  # None: opened by order number
 
     status = models.CharField(max_length=20, choices=Status, default=Status.NEW, db_index=True)
     next_nodes = models.JSONField(default=list, blank=True)
@@ -176,11 +151,9 @@ class Ticket(models.Model):
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_epoch = models.BigIntegerField(default=0)
-    # When the sweep last sent a wake-up that no worker has taken yet (a grant clears it): the
-    # sweep does not pile a second message behind the first while the queue is backed up.
+    # A wake-up no worker has taken yet: the sweep piles no second one behind it.
     woken_at = models.DateTimeField(null=True, blank=True)
-    # The epoch whose run wrote the mirror as it released the lease: when the next grant's epoch
-    # follows it, nobody crashed in between and the mirror is exact (runner.py trusts it).
+    # The next grant's epoch follows it: nobody crashed since, so the mirror is exact.
     mirror_epoch = models.BigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
@@ -191,14 +164,11 @@ class Ticket(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     claim_expires_at = models.DateTimeField(null=True, blank=True)
-    # The interrupt id an agent (or the timer) escalated to managers; it only counts while that
-    # interrupt is pending, so a fork's new review starts at its own level again.
+    # Counts only while that interrupt is pending: a fork's new review starts at its own level.
     escalated_for = models.CharField(max_length=64, blank=True)
     escalation_note = models.TextField(blank=True)
-    # When the pending review appeared (written with the mirror, kept while the same interrupt
-    # waits): the escalation timers and the queue's ages count from here.
+    # Kept while the same interrupt waits: the escalation timers and the queue's ages count from it.
     review_since = models.DateTimeField(null=True, blank=True)
-    # The interrupt managers were last reminded of: one reminder per overdue review.
     reminded_for = models.CharField(max_length=64, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
@@ -206,13 +176,9 @@ class Ticket(models.Model):
 
     objects = TicketQuerySet.as_manager()
 
-    # Not a column: the desk's pages note here the decision recorded for the pending review and
-    # not yet applied (reviews.views.common.with_pending_decisions).
+    # Not columns: set by the desk's pages (reviews.views.common, reviews.views.queue).
     pending_decision: Decision | None
-    # Set on the queue's rows: the one-line outcome of a review its reviewer just decided
-    # (reviews.views.queue).
     decided_line: str
-    # Its decided line's decision while the undo grace runs (Undo beside it), else None.
     undo_decision: Decision | None
 
     class Meta:
@@ -221,11 +187,8 @@ class Ticket(models.Model):
             models.Index(fields=["status", "required_role", "-id"], name="ticket_queue_idx"),
             models.Index(fields=["status", "lease_expires_at"], name="ticket_sweep_idx"),
             models.Index(fields=["opened_by", "-id"], name="ticket_recent_idx"),
-            # The review queue's count, its page and its poll's version read only this index (on
-            # SQLite a row's later columns sit behind its JSON, in overflow pages): oldest first,
-            # with what decides whose queue a review is in and what its row shows. It starts as
-            # the (status, review_since) index of the escalation timers did, and replaces it: a
-            # narrower twin is what SQLite's planner picks once ANALYZE has run.
+            # The review queue reads only this index (on SQLite a row's later columns sit behind
+            # its JSON); no narrower twin, which SQLite's planner picks once ANALYZE has run.
             models.Index(
                 fields=[
                     "status",
@@ -250,8 +213,8 @@ class Ticket(models.Model):
         return f"Ticket {self.pk} ({self.thread_id})"
 
     def save(self, *args, **kwargs) -> None:
-        """A new ticket is linked to its first order in the same transaction (ticket_open links
-        the others): the link's partial UNIQUE index is what refuses a second open ticket."""
+        """Linked to its first order in one transaction: the link's partial UNIQUE index refuses
+        a second open ticket."""
         if self.pk is not None:
             return super().save(*args, **kwargs)
         with transaction.atomic():
@@ -262,14 +225,11 @@ class Ticket(models.Model):
             )
 
     def order_numbers(self) -> list[str]:
-        """The ticket's orders, first order first (the prefetched links when there are some)."""
         return [link.order.number for link in self.links.all()]
 
     @property
     def opener_words(self) -> str:
-        """Who opened it, said one way on every page (the list, the ticket, its timeline): the
-        user who opened it (or pasted or posted the message), "the intake" for a customer's
-        message the mail provider handed in, "an integration" for a call with no user."""
+        """Who opened it, said one way on every page."""
         if self.opened_by is not None:
             return self.opened_by.username
         return "the intake" if self.reading is not None else "an integration"
@@ -289,7 +249,6 @@ class Ticket(models.Model):
 
     def claim_holder(self, now=None):
         """The user whose claim on this review is live, or None."""
-
         if self.claimed_by_id is None or self.claim_expires_at is None:
             return None
         if self.claim_expires_at <= (now or timezone.now()):
@@ -308,10 +267,7 @@ def user_roles(user) -> set[str]:
 
 
 class TicketOrder(models.Model):
-    """One order a ticket covers (a ticket covers one or more orders of one customer; its first
-    is also Ticket.order). `open` says the ticket may still refund the order: set when the link
-    is made, cleared when a later ticket for the order finds this one finished (ticket_open),
-    and the partial UNIQUE index on it keeps one open ticket per order, whoever races."""
+    """One order a ticket covers; one open ticket per order, whoever races."""
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="links")
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="links")
@@ -322,8 +278,7 @@ class TicketOrder(models.Model):
         ordering = ["ticket", "position"]
         constraints = [
             models.UniqueConstraint(fields=["ticket", "order"], name="ticket_order_once"),
-            # One open ticket per order, kept by the database: a helpdesk retrying a POST, or two
-            # tickets naming one order at once, cannot start a second refund of it.
+            # A retried POST, or two tickets naming one order at once, cannot refund it twice.
             models.UniqueConstraint(
                 fields=["order"], condition=Q(open=True), name="one_open_ticket_per_order"
             ),
@@ -334,8 +289,7 @@ class TicketOrder(models.Model):
 
     @classmethod
     def close_finished(cls, order_ids) -> None:
-        """Close these orders' links whose ticket finished (a link is closed lazily, by whoever
-        needs the order next: the partial UNIQUE index only counts open links)."""
+        """Close these orders' links whose ticket finished: lazily, by whoever needs the order."""
         cls.objects.filter(order_id__in=order_ids, open=True).exclude(
             ticket__status__in=Ticket.OPEN
         ).update(open=False)

@@ -1,9 +1,4 @@
-"""Asking the customer: a review answered "ask" sends the question once (`ask_customer`),
-waits on the reply (`await_reply`, resumed by it like a reviewer's answer), then the review asks
-again with the reply quoted. A wait that ends without one goes back to the review, or under
-REFUNDS_ASK_DEFAULT_OUTCOME "close" tells the customer once that the ticket is closed and waits
-on (`await_reopen`) for a reply that reopens it. The waits run again from the top on resume:
-nothing before interrupt() has an effect."""
+"""Asking the customer. The waits run again from the top on resume: no effect before interrupt()."""
 
 from __future__ import annotations
 
@@ -22,7 +17,7 @@ QUOTE_CHARS = 300  # of a reply, in the thread's notes; the whole reply is in `r
 
 
 def ask_key(ticket_key: str, decision_id: int) -> str:
-    """The question email's outbox key: one email per ask (its Decision), whatever re-runs."""
+    """One question email per ask (its Decision), whatever re-runs."""
     return f"{ticket_key}:ask:{decision_id}"
 
 
@@ -48,8 +43,6 @@ def asked(state: RefundState, answer: ReviewAnswer) -> RefundState:
 def after_review(
     state: RefundState,
 ) -> list[Send] | Literal["ask_customer", "email", "notify", "approve"]:
-    """The review's way out: a question to send, else the charges (or the email); an answer the
-    review could not apply, back to the review."""
     if state.get("review_error"):
         return "approve"
     if state.get("asking"):
@@ -60,8 +53,7 @@ def after_review(
 def ask_customer(
     state: RefundState, runtime: Runtime[Collaborators]
 ) -> Command[Literal["await_reply", "approve"]]:
-    """Send the question once (its key is the ask's); the reply address is the outbox's to give
-    (it carries the question's token). A refused address sends the review back, saying so."""
+    """Send the question once (keyed by the ask); a refused address sends the review back."""
     assert state["asking"] is not None  # after_review routes here only with a question
     to = state["order"]["customer_email"]
     why = _about_the_question(state, runtime, ask_key, "question")
@@ -89,8 +81,7 @@ def _about_the_question(
     key_of: Callable[[str, int], str],
     kind: str,
 ) -> str | None:
-    """Email the customer once about the question waiting on them (its key is `key_of` the
-    ask's). Returns why it was refused, if so."""
+    """Email the customer once about the question; why it was refused, if so."""
     asking = state["asking"]
     assert asking is not None
     key = key_of(state["ticket_key"], asking["decision_id"])
@@ -99,7 +90,6 @@ def _about_the_question(
 
 
 def customer_wait(state: RefundState) -> CustomerWait:
-    """The wait's payload: the question, who asked, and whose queue the review comes back to."""
     asking = state["asking"]
     assert asking is not None
     return {
@@ -138,7 +128,6 @@ def await_reply(
 
 
 def _replied(state: RefundState, answer: ReviewAnswer) -> RefundState:
-    """The update of a wait answered: the customer's reply (or none) kept for the review."""
     asking = state["asking"]
     assert asking is not None
     text = (answer.get("reason") or "").strip()
@@ -158,8 +147,7 @@ def _replied(state: RefundState, answer: ReviewAnswer) -> RefundState:
 
 
 def close_key(ticket_key: str, decision_id: int) -> str:
-    """The close email's outbox key: one per question closed for want of a reply. It ends the
-    question's own key, so it carries the question's reply address (refunds/mail.py)."""
+    """One per question closed; it ends the question's key, so it carries its reply address."""
     return f"{ask_key(ticket_key, decision_id)}{CLOSED_SUFFIX}"
 
 
@@ -168,9 +156,7 @@ CLOSED_REASON = "Closed: no reply from the customer."
 
 
 def close_no_reply(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    """Tell the customer, once (its key is the question's), that the ticket is closed since no
-    answer came and that replying reopens it; threaded with the question, with its reply
-    address. A refused address still closes the ticket: the email shows as not delivered."""
+    """Tell the customer once that replying reopens the ticket; a refused address still closes."""
     assert state["asking"] is not None  # await_reply routes here only while a question waits
     to = state["order"]["customer_email"]
     why = _about_the_question(state, runtime, close_key, "closed_no_reply")
@@ -183,7 +169,6 @@ def close_no_reply(state: RefundState, runtime: Runtime[Collaborators]) -> Refun
 
 
 def closed_wait(state: RefundState) -> CustomerWait:
-    """The closed ticket's payload: the question it waits on still, for a reply that reopens."""
     wait = customer_wait(state)
     wait["kind"] = "closed"
     wait["description"] = (

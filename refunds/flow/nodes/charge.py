@@ -1,6 +1,4 @@
-"""The charge: one charge_order per approved order moves its money once per key, checked
-against the order's balance at charge time and retried under the lease while the gateway is
-down; `settle_charges` sends a definite "no" back to a manager (what was paid stands)."""
+"""The charge: each approved order's money moved once per key; a definite "no" to a manager."""
 
 from __future__ import annotations
 
@@ -17,10 +15,8 @@ from refunds.flow.nodes.common import attempt, ordered_checks, reason_of, stop_i
 from refunds.flow.state import ChargeTask, Collaborators, OrderCharge, OrderCheck, Part, RefundState
 from refunds.flow.words import dollars
 
-# A gateway that is down (nothing charged) is tried again with the same key, harmless since the
-# gateway answers a repeated key with the first result, backing off, for the context's
-# `charge_retry_seconds`: an outage of a few seconds is ridden out under the run's lease, and a
-# manager hears that no money moved only after that. The attempts only bound a budget of minutes.
+# A gateway that is down is tried again with the same key (harmless: a repeated key gets the
+# first result) for `charge_retry_seconds`, under the run's lease; the attempts only bound it.
 CHARGE_RETRY = RetryPolicy(
     max_attempts=100,
     initial_interval=0.5,
@@ -31,7 +27,6 @@ CHARGE_RETRY = RetryPolicy(
 
 
 def _retry_charge(runtime: Runtime[Collaborators]) -> bool:
-    """After a retryable gateway error: True while the RetryPolicy should run the charge again."""
     stop_if_drained(runtime)
     info = runtime.execution_info
     started = info.node_first_attempt_time if info is not None else None
@@ -45,11 +40,9 @@ def _retry_charge(runtime: Runtime[Collaborators]) -> bool:
 def charge_key(
     ticket_key: str, number: str, amount_cents: int, parts: list[Part] | None = None
 ) -> str:
-    # Derived from the thread, the order and the amount owed, never random: a re-run returns the
-    # first charge, and a corrected amount (a fork, a lower approval) gets a key of its own. So
-    # do other parts for the same amount (a manager who, after a refusal, refunds the lamp
-    # instead of the vase): the ledger's row and the processor's key hold the parts they were
-    # first made with. The shipping fee alone keeps the key it had before parts.
+    # Never random: a re-run returns the first charge; a corrected amount or other parts get a
+    # key of their own (a key holds the parts it was first made with). The fee alone keeps the
+    # key it had before parts.
     key = f"{ticket_key}:charge_card:{number}:{amount_cents}"
     if parts and not refund_parts.only_shipping(parts):
         key += f":{refund_parts.digest(parts)}"
@@ -57,14 +50,12 @@ def charge_key(
 
 
 def _key(state: RefundState, check: OrderCheck, amount_cents: int, parts: list[Part]) -> str:
-    # After a refund the processor failed, a key of its own: the failed one stays paid in the
-    # ledger under its key, and this is a new refund.
+    # After a refund the processor failed, a new refund: the failed one stays under its key.
     failed = check.get("refunds_failed", 0)
     if failed:
         key = charge_key(state["ticket_key"], check["number"], amount_cents, parts)
         return f"{key}:again{failed}"
-    # A one-order thread approved under flow version 4 keeps the key its charge may already
-    # have been made with, for that amount (refunds/flow/versions.py).
+    # A thread approved under flow version 4 keeps the key its charge may have been made with.
     carried = check.get("carried_key") and check.get("carried_key_cents") == amount_cents
     if carried and refund_parts.only_shipping(parts):
         return check["carried_key"]
@@ -72,8 +63,7 @@ def _key(state: RefundState, check: OrderCheck, amount_cents: int, parts: list[P
 
 
 def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
-    """One charge_order per approved order not refunded yet; none left: the email (or, with
-    nothing approved at all, the note of why not)."""
+    """One charge_order per approved order not refunded yet; none left: the email, or notify."""
     charges = state.get("charges") or {}
     sends = []
     for check in ordered_checks(state):
@@ -97,16 +87,12 @@ def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
 
 
 def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundState:
-    """Move one order's money once, checked against that order's balance at charge time. Only a
-    definite "no" (a decline, the order's balance, the gateway down through every retry with
-    nothing charged) is written down for settle_charges (a manager decides); an outcome not known
-    propagates, stops the run, and is resolved by looking the key up on the next."""
+    """Only a definite "no" goes to a manager; an unknown outcome stops the run (a lookup next)."""
     number, amount = task["number"], task["amount_cents"]
     charge: OrderCharge = {"number": number, "amount_cents": amount}
     stop_if_drained(runtime)
     try:
-        # Said only when a manager approved after a dispute: a payer from before disputes (a
-        # test's, the benchmarks') is called as it always was.
+        # Said only when set: a payer from before disputes is called as it always was.
         seen = {"dispute_seen": True} if task.get("dispute_seen") else {}
         charge["receipt"] = runtime.context.pay(
             key=task["key"],
@@ -134,9 +120,7 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
 def settle_charges(
     state: RefundState, runtime: Runtime[Collaborators]
 ) -> Command[Literal["email", "approve"]]:
-    """Every charge of the fan-out answered: a refused one goes back to a manager (the others
-    stay paid) over its order as it stands now, proposing what is left of it; else on to the
-    one email."""
+    """A refused charge goes back to a manager (the others stay paid); else the one email."""
     charges = state.get("charges") or {}
     refused = {
         c["number"]: charges[c["number"]].get("error", "")
@@ -156,8 +140,7 @@ def settle_charges(
             update={
                 "payment_error": why,
                 "required_role": "manager",
-                # The refused orders' charge entries are dropped, so the re-review asks again;
-                # one stopped by a dispute keeps saying so, for that review and its answer.
+                # Dropped, so the re-review asks again; a dispute keeps saying so.
                 "charges": {n: _dropped(n, charges[n]) for n in refused},
                 "checks": {n: _anew(state, runtime, n) for n in refused},
                 "amount_cents": paid,

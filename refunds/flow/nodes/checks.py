@@ -1,6 +1,4 @@
-"""Before the review: pure reads. `fan_out` sends one check_order per order of the ticket (one
-or several); each runs that order's lookup, fraud, history, carrier and policy checks; `gather`
-sums them up for triage, or the ticket goes to `decline` when the policy refunds none."""
+"""Before the review: pure reads, one check_order per order, gathered for triage or decline."""
 
 from __future__ import annotations
 
@@ -67,8 +65,7 @@ def lookup(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
 
 
 def balance_of(order: OrderFacts) -> int:
-    """What is left to refund of the order: what it came to (its items, when the shop sent
-    them, and its shipping), or what was paid if less, less what the desk refunded of it."""
+    """What it came to, or was paid if less, less what the desk refunded of it."""
     bought = order["fee_cents"] + sum(
         line["unit_price_cents"] * line["quantity"] + line["tax_cents"]
         for line in order.get("lines") or []
@@ -78,9 +75,7 @@ def balance_of(order: OrderFacts) -> int:
 
 
 def reproposed(check: OrderCheck, order: OrderFacts, reason: str, words: str) -> OrderCheck:
-    """One order's check over the order as it stands now (refunds made since: at the processor,
-    by other tickets, a refund that failed), with the proposal made anew from it: what a review
-    that comes back after a charge offers is what can be paid."""
+    """Proposed anew over the order as it is: a review after a charge offers what can be paid."""
     local: RefundState = {
         "order": order,
         "balance_cents": balance_of(order),
@@ -106,16 +101,13 @@ def fraud_check(state: RefundState) -> RefundState:
 
 
 def history_check(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    """Reads what the desk knows about this customer from the cross-thread store."""
     refunds = []
     if runtime.store is not None:
         items = runtime.store.search(
             customer_namespace(state["order"]["customer_email"]), limit=1000
         )
         own = state["ticket_key"]
-        # One record per ticket and order (keyed "<ticket>:<order>"; a ticket of one order
-        # before flow version 5 keyed it "<ticket>"): counted once if a carried-over thread
-        # wrote both.
+        # Keyed "<ticket>:<order>", or "<ticket>" before version 5: both counted once.
         seen: dict[tuple[str, str], dict[str, Any]] = {}
         for item in items:
             order = str(item.value.get("order", ""))
@@ -160,19 +152,16 @@ def check_policy(state: RefundState) -> RefundState:
 
 
 def route_policy(state: RefundState) -> Literal["decline", "triage"]:
-    # Lateness decides a late delivery only; the other reasons go to a manager while anything
-    # is left to refund.
+    # Lateness decides a late delivery only; other reasons go to a review while anything is left.
     late = state["late_by_days"] > 0 or not policy.routes_by_lateness(reason_of(state))
     return "triage" if late and state["balance_cents"] > 0 else "decline"
 
 
 def declined_facts(check: RefundState) -> dict:
-    """Why the policy refunds none of one order's fee, as facts the customer's email words in
-    their language: refunded in full already (how much, by which ticket), or how early it came."""
+    """Why the policy refunds none of one order's fee, as facts the email words."""
     order = check["order"]
     if check["late_by_days"] > 0 or not policy.routes_by_lateness(reason_of(check)):
-        # Nothing left to refund.
-        return {
+        return {  # nothing left to refund
             "refunded_cents": order["refunded_cents"],
             "refunded_by_ticket": order["refunded_by_ticket"],
         }
@@ -180,8 +169,7 @@ def declined_facts(check: RefundState) -> dict:
 
 
 def declined_reason(check: RefundState) -> str:
-    """Why the policy refunds none of one order's fee, in words (the desk's; the customer's
-    email words declined_facts in their language, templates/emails/_declined.txt)."""
+    """declined_facts in the desk's words."""
     facts = declined_facts(check)
     if "refunded_cents" in facts:
         return (
@@ -219,15 +207,14 @@ def fan_out(state: RefundState) -> list[Send]:
 
 
 def make_check_order(carrier: Step | None = None) -> Callable[..., RefundState]:
-    """The per-order check; `carrier`: the carrier's tracking lookup, where one is configured."""
+    """The per-order check; `carrier`: the tracking lookup, where one is configured."""
     steps: list[Step] = [lookup, lambda s, _: fraud_check(s), history_check]
     if carrier is not None:
         steps.append(carrier)
     steps.append(lambda s, _: check_policy(s))
 
     def check_order(task: CheckTask, runtime: Runtime[Collaborators]) -> RefundState:
-        """Every check of one order, in one task: pure reads, so a task that dies is simply run
-        again."""
+        """Pure reads, so a task that dies is simply run again."""
         local: RefundState = {
             "ticket_key": task["ticket_key"],
             "order_number": task["order_number"],
@@ -260,23 +247,17 @@ def make_check_order(carrier: Step | None = None) -> Callable[..., RefundState]:
 
 
 def _proposal(local: RefundState, words: str, refundable: bool) -> tuple[list[Part], str]:
-    """What the policy proposes for one order (refunds/policy.py); an order without lines: its
-    balance, the shipping fee, as before lines."""
+    """What the policy proposes for one order; without lines, its balance as the shipping fee."""
     if not refundable:
         return [], ""
     order = local["order"]
     if not order.get("lines"):
-        amount = local["balance_cents"]
-        return [refund_parts.shipping(amount)], "The shipping fee."
-    parts, why = policy.proposed_parts(
-        reason_of(local), order, words, late_by_days=local["late_by_days"]
-    )
-    return parts, why
+        return [refund_parts.shipping(local["balance_cents"])], "The shipping fee."
+    return policy.proposed_parts(reason_of(local), order, words, late_by_days=local["late_by_days"])
 
 
 def customer_words(state: RefundState) -> str:
-    """What the customer wrote, as far as the ticket keeps it: its note and what the intake's
-    reader quoted and summed up."""
+    """What the customer wrote, as far as the ticket keeps it."""
     reading = state.get("reading") or {}
     quotes = reading.get("quotes") or {}
     return " ".join([state.get("note", ""), reading.get("summary", ""), *quotes.values()])
@@ -290,8 +271,7 @@ def _fold(local: RefundState, update: RefundState) -> None:
 
 
 def gather(state: RefundState) -> RefundState:
-    """Every order checked: the ticket's amount is the sum of what the policy allows. One
-    order's notes and flags are the ticket's own; several are summed up, flags by order."""
+    """The ticket's amount is the sum of what the policy allows."""
     checks = ordered_checks(state)
     first = checks[0]
     open_ = [c for c in checks if c["refundable"]]

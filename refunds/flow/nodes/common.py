@@ -1,5 +1,4 @@
-"""What the nodes share: the customer's store namespace, the run's attempt and drain, the
-ticket's reason and its orders' checks in order."""
+"""What the nodes share."""
 
 from __future__ import annotations
 
@@ -21,16 +20,13 @@ def attempt(runtime: Runtime[Collaborators]) -> int:
 
 
 def stop_if_drained(runtime: Runtime[Collaborators]) -> None:
-    """A run asked to stop (its lease lost, the worker's time up) makes no further gateway call
-    and sends nobody to a manager: the next run of the thread starts the retries afresh. Checked
-    before every attempt, since LangGraph's retries do not look at the drain."""
+    """Checked before every gateway attempt: LangGraph's retries do not look at the drain."""
     if runtime.drain_requested:
         raise GraphDrained(runtime.drain_reason or "drain requested")
 
 
 def reason_of(state: RefundState) -> str:
-    # A state without one was opened by order number for a late delivery (flow version 2 and
-    # before; refunds/flow/versions.py carries paused ones across).
+    # A state without one was opened by order number for a late delivery (flow version 2).
     return state.get("reason") or policy.LATE_DELIVERY
 
 

@@ -1,5 +1,4 @@
-"""Messages to the customer: the refund's confirmation (`email`) and why there is none (`notify`),
-sent through the outbox with keys of their own, and the customer's refund record in the store."""
+"""Messages to the customer, each once per key, and the customer's refund record in the store."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from refunds.flow.nodes.common import attempt, customer_namespace, ordered_check
 from refunds.flow.state import Collaborators, OrderCheck, OrderFacts, RefundState
 from refunds.flow.words import dollars
 
-# A mail server that refuses for a while is tried again with backoff; when the retries run out the
-# refund stands and the email shows as not delivered, with a Resend for admins.
+# When the retries run out the refund stands; the email shows as not delivered, with a Resend.
 MAIL_RETRY = RetryPolicy(
     max_attempts=4,
     initial_interval=1.0,
@@ -26,15 +24,12 @@ MAIL_RETRY = RetryPolicy(
 
 
 def email_key(ticket_key: str, failed: int = 0) -> str:
-    """The refund's confirmation: once per ticket, and once more for each refund the processor
-    failed after accepting it (the failure email promised to write again; approving again makes
-    a new refund, keyed `:againN` as its charge is)."""
+    """Once per ticket, and once more per refund the processor failed (keyed as its charge)."""
     return f"{ticket_key}:email" + (f":again{failed}" if failed else "")
 
 
 def notify_key(state: RefundState) -> str:
-    # A fork (an admin's correction) may turn a rejection into a second review: each fork's
-    # outcome is its own message, a re-run of the same fork's notify is not.
+    # Each fork's outcome is its own message; a re-run of the same fork's notify is not.
     forks = state.get("forks", 0)
     return f"{state['ticket_key']}:notify" + (f":fork{forks}" if forks else "")
 
@@ -44,8 +39,7 @@ def refund_failed_key(ticket_key: str, receipt: str) -> str:
 
 
 def refund_failed_facts(order: OrderFacts, amount_cents: int) -> dict:
-    """The facts of the customer's email (`refund_failed`) when the processor fails a refund
-    after it was started: the runner hands it to the mailer, which words it."""
+    """The facts of the `refund_failed` email, which the runner hands to the mailer."""
     return {
         "customer_name": order["customer_name"],
         "number": order["number"],
@@ -58,16 +52,14 @@ def received_key(ticket_key: str) -> str:
 
 
 def language_of(state: RefundState) -> str:
-    """The language the customer's message was read in ("" for a ticket a person opened by
-    number): the mailer writes in it, or in English."""
+    """The customer's message's language ("" when none: the mailer writes in English)."""
     return str((state.get("reading") or {}).get("language") or "")
 
 
 def to_customer(
     runtime: Runtime[Collaborators], state: RefundState, key: str, kind: str, facts: dict
 ) -> str:
-    """Hand the mailer a kind of email and its facts (it words them: refunds/emails.py);
-    return "" when delivered, else why not (after the retries)."""
+    """Hand the mailer a kind of email and its facts; "" when delivered, else why not."""
     order = state["order"]
     try:
         runtime.context.send_mail(
@@ -87,10 +79,7 @@ def to_customer(
 
 
 def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    """Tell the customer whose message opened the ticket that a person will look at it, now
-    that one must (the review is next). Only a ticket the intake left this to (TICKET_TELLS;
-    triage routes): one its checks decide at once sends only the outcome (`notify`), never an
-    acknowledgment and a refusal a second apart."""
+    """Tell the customer a person will look, now that one must (TICKET_TELLS; triage routes)."""
     order = state["order"]
     error = to_customer(
         runtime,
@@ -108,8 +97,7 @@ def received(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState
 
 
 def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    """Tell the customer why there is no refund (declined by policy or rejected by a reviewer).
-    A message sent back as misread is not a refusal: nothing is sent, its next ticket answers."""
+    """Tell the customer why there is no refund; a message sent back as misread is no refusal."""
     order = state["order"]
     if (state.get("decision") or {}).get("sent_back"):
         note = "Nothing sent to the customer: the message went back to Needs sorting."
@@ -120,7 +108,6 @@ def notify(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
 
 
 def _why_refunded(state: RefundState) -> dict:
-    """Why the customer is owed: how late the parcel came, or the reason they gave."""
     reason = reason_of(state)
     if reason == policy.LATE_DELIVERY:
         return {"late_by_days": state["late_by_days"]}
@@ -128,8 +115,7 @@ def _why_refunded(state: RefundState) -> dict:
 
 
 def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
-    """Confirm the refund. Paid means refunded: a mail server that never accepts leaves the
-    refund standing, with the email shown as not delivered."""
+    """Confirm the refund. Paid means refunded, whatever the mail server says."""
     order = state["order"]
     amount = state["amount_cents"]
     paid = [c for c in (state.get("charges") or {}).values() if c.get("receipt")]
@@ -144,8 +130,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
         order_facts(state) | {"why": _why_refunded(state)},
     )
     if runtime.store is not None:
-        # Keyed by the ticket and the order, so a re-run writes the same records again, not
-        # second ones.
+        # Keyed by the ticket and the order: a re-run writes the same records, not second ones.
         for charge in paid:
             runtime.store.put(
                 customer_namespace(order["customer_email"]),
@@ -171,11 +156,7 @@ def email(state: RefundState, runtime: Runtime[Collaborators]) -> RefundState:
 
 
 def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
-    """What an approved order's refund gave back, part by part, for the customer's email (each
-    line's quantity, title, amount and whether it comes back; the shipping fee); [] for the
-    shipping fee alone, which the email says in a sentence.
-    `came` False: the customer reported the items not received, so the email does not tell
-    them to keep what never reached them (a line marked to come back still says so)."""
+    """For the email ([] for the fee alone); `came` False: never tell to keep what never came."""
     parts = (check.get("answer") or {}).get("parts") or []
     if not parts or refund_parts.only_shipping(parts):
         return []
@@ -198,9 +179,7 @@ def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
 
 
 def order_facts(state: RefundState) -> dict:
-    """Each order's part of the outcome, for the refund and refusal emails: what was asked,
-    what was paid (with its receipt) and, when less than asked or nothing, the reviewer's or the
-    policy's reason; and the totals."""
+    """Each order's part of the outcome, and the totals, for the refund and refusal emails."""
     charges = state.get("charges") or {}
     refunded, not_refunded = [], []
     asked_in_all = 0  # what the customer asked for, every order a person reviewed
@@ -208,8 +187,7 @@ def order_facts(state: RefundState) -> dict:
         number = check["number"]
         charge = charges.get(number, {})
         answer = check.get("answer") or {}
-        # What the review proposed; a proposal of nothing ($0.00: the reviewer chose the parts)
-        # asked for no sum, so a refund is never "part of" the order's balance.
+        # A proposal of nothing asked for no sum: a refund is never "part of" the balance.
         proposed = check.get("amount_cents")
         asked = proposed if proposed is not None else check.get("balance_cents") or 0
         if check["refundable"]:

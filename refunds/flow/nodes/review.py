@@ -1,6 +1,4 @@
-"""The review: triage picks who reviews, `approve` pauses on interrupt() with one review listing
-the ticket's orders and checks the answer, per order. Nothing before interrupt() has an effect:
-the node runs again from the top on resume."""
+"""The review: triage picks who reviews; `approve` runs again from the top on resume."""
 
 from __future__ import annotations
 
@@ -87,9 +85,7 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
 
 
 def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[str]:
-    """The review's first lines: what is asked, for whom, and what stands in the way."""
     first = state["order"]
-    # "shipping" while every order's proposal is its shipping fee alone, as before lines.
     proposing = [o["parts"] for o in orders if o.get("parts")]
     what = " shipping" if proposing and all(map(refund_parts.only_shipping, proposing)) else ""
     # A proposal of nothing (parts the message does not name) is not "Refund $0.00 shipping".
@@ -131,8 +127,6 @@ def _summary(state: RefundState, orders: list[ReviewOrder], asked: int) -> list[
 
 
 def _in_the_way(state: RefundState, order: ReviewOrder) -> list[str]:
-    """What stands in the way of a ticket of one order: a dispute, a refund that failed later, a
-    charge refused."""
     if order.get("disputed"):
         return [f"**{DISPUTED}** No money moved. {AFTER_DISPUTE}"]
     if state.get("payment_error") and failed_later(state):
@@ -150,9 +144,7 @@ def _in_the_way(state: RefundState, order: ReviewOrder) -> list[str]:
 
 
 def failed_later(state: RefundState) -> bool:
-    """Whether the review's `payment_error` is a refund the processor failed after making it
-    (the runner handed it back: the trail's "refund_failed"), not a charge refused just now
-    ("payment_failed"): the later of the two in the trail says which."""
+    """A refund failed after it was made, not a charge refused: the later in the trail says."""
     for step in reversed(state.get("trail") or []):
         if step in ("refund_failed", "payment_failed"):
             return step == "refund_failed"
@@ -160,7 +152,6 @@ def failed_later(state: RefundState) -> bool:
 
 
 def review_request(state: RefundState) -> ReviewRequest:
-    """The interrupt's payload: one review for the ticket, a line per order."""
     orders = _review_orders(state)
     open_ = [o for o in orders if o["status"] == "open"]
     asked = sum(o["amount_cents"] for o in open_)
@@ -218,9 +209,7 @@ def review_request(state: RefundState) -> ReviewRequest:
 
 
 def answer_orders(state: RefundState, answer: ReviewAnswer) -> dict[str, OrderAnswer]:
-    """The reviewer's answer for each open order, checked again against this review as the
-    decision service checked it (refunds/flow/answers.py): what the desk accepted, the flow
-    applies. ValueError when the review changed under it."""
+    """Checked again as the decision service checked it; ValueError when the review changed."""
     orders = _review_orders(state)
     answers = flow_answers.checked(orders, answer.get("orders"))
     # What this review said of a dispute is what its approval answers: the manager saw it.
