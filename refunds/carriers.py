@@ -1,6 +1,5 @@
-"""Carriers' tracking lookups, chosen by the REFUNDS_CARRIER dotted-path setting (empty: the
-workflow has no tracking step). A carrier's `track(order_number)` is async: the workflow cuts each
-attempt off after REFUNDS_CARRIER_TIMEOUT seconds (refunds/flow/tracking.py)."""
+"""Carriers' tracking lookups, chosen by REFUNDS_CARRIER (empty: no tracking step); async, so
+the workflow can cut each attempt off after REFUNDS_CARRIER_TIMEOUT seconds."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Currencies and amounts as shops write them: the ISO 4217 codes some territory uses as legal
-tender today and their minor units (Babel's CLDR data, the ones payment processors use: JPY 0,
-USD 2, KWD 3), and one strict reader of a typed or imported amount. No Django imports."""
+"""Currencies in use today and their minor units (Babel's CLDR data), and one strict reader of a
+typed or imported amount. No Django imports."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ MAX_MINOR = 2**31 - 1
 
 
 class BadAmount(ValueError):
-    """An amount that is not money in this currency; the message says why, for a person.
-    `kind` names the reason: "currency", "format", "negative", "decimals" or "large"."""
+    """Not money in this currency; `kind`: currency, format, negative, decimals or large."""
 
     def __init__(self, message: str, kind: str = "format") -> None:
         super().__init__(message)
@@ -64,10 +62,7 @@ def _pattern(decimal_mark: str, thousands: str) -> re.Pattern[str]:
 
 
 def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: str = "") -> int:
-    """An amount written in the currency's major unit ("8.99", "1,020.50" with thousands=",",
-    "8,99" with decimal_mark=",") -> its minor units (899). Refuses, with the reason: anything
-    but ASCII digits and the one decimal mark, a negative, more decimals than the currency has,
-    an amount too large to store."""
+    """An amount in the currency's major unit ("8,99" with decimal_mark=",") -> minor units."""
     if not is_currency(currency):
         raise BadAmount(f"unknown currency {currency!r}", "currency")
     found = _pattern(decimal_mark, thousands).fullmatch(text.strip())
@@ -97,10 +92,8 @@ def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: st
 
 
 def read_typed(text: str, currency: str) -> int:
-    """What a person typed into a form, in the currency's major unit ("12.50", "$12.50",
-    "$1,020.50") -> minor units (1250). The same reader as imports (to_minor, "," between
-    thousands), with the currency's symbol allowed in front; the message, for the person at the
-    form, says what to type instead."""
+    """What a person typed ("$1,020.50") -> minor units, by to_minor; the message says what to
+    type instead."""
     body = text.strip()
     symbol = get_currency_symbol(currency, locale="en_US") if is_currency(currency) else ""
     if symbol and body.startswith(symbol):

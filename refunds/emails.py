@@ -1,6 +1,5 @@
-"""What customers read: each kind of email is one template, templates/emails/<kind>.txt (the
-subject, a blank line, the body), worded from a node's facts in the customer's language. The
-text is rendered here, before the outbox stores it, so what is stored is what was sent."""
+"""What customers read, one template a kind (templates/emails/<kind>.txt), rendered before the
+outbox stores it, so what is stored is what was sent."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Forks: which checkpoints a fork may start from, and applying an admin's recorded fork to its
-thread (runner.py does, under the lease and its fence)."""
+"""Forks: where one may start, and applying an admin's fork (runner.py, under the lease)."""
 
 from __future__ import annotations
 
@@ -20,14 +19,13 @@ _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from:
 
 
 def is_forkable(snap: StateSnapshot) -> bool:
-    """Before the charge (before triage, or paused at the review), so triage can run again with
-    the corrected amount, and of the current flow version (not one an upgrade carried)."""
+    """Before the charge, so triage runs again with the corrected amount, and of the current
+    flow version."""
     return snap.next in _FORKABLE_AT and versions.version_of(snap.values) == FLOW_VERSION
 
 
 def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
-    """The checkpoint a fork starts from: the one named, if forkable, or else the latest
-    forkable one; None if there is none."""
+    """The named checkpoint if forkable, else the latest forkable one."""
     for snap in persistence.history(thread_id):
         if is_forkable(snap) and checkpoint_id in (
             "",
@@ -38,8 +36,7 @@ def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
 
 
 def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
-    """Apply an admin's recorded fork: a new checkpoint branched from the one before triage,
-    with the corrected amount. Under the lease and its fence, like every other write."""
+    """A new checkpoint branched from the base, with the corrected amount; fenced."""
     for fork in forks:
         one = leases.fenced(Fork.objects.filter(pk=fork.pk), lease)
         current = snapshot(lease.thread_id)

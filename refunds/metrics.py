@@ -1,10 +1,5 @@
-"""The desk's Prometheus metrics that processes count as things happen (workers, beat, web).
-
-prometheus_client runs in multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set in settings before
-this module is imported): each process, Celery's prefork children included, writes its counts to
-files in that folder, and /metrics (insights/views.py) sums them. What the database already
-knows (reviews waiting, decisions, deliveries owed) is read from it at scrape time instead, so it
-is right even for processes on other machines (insights/metrics.py)."""
+"""The Prometheus metrics processes count as things happen, in multiprocess mode; what the
+database knows is read at scrape time instead (insights/metrics.py), right across machines."""
 
 from __future__ import annotations
 

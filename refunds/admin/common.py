@@ -8,8 +8,7 @@ from refunds.flow.words import DESK, dollars
 
 
 def money(field: str, label: str, currency: str = ""):
-    """A minor-units field shown as money, in the currency at the row's `currency` path (else
-    dollars), sortable by the field."""
+    """A minor-units field as money in the row's `currency` path (else dollars), sortable."""
 
     @admin.display(description=label, ordering=field)
     def show(self, obj) -> str:

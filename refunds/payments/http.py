@@ -22,13 +22,8 @@ from refunds.payments.records import ProcessorDispute, ProcessorRefund, unix_tim
 
 
 class HttpGateway:
-    """A client for a processor's refund API over HTTP, in the shape most processors share:
-    `POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>` to look one up,
-    `GET /refunds?payment=<reference>` to list a payment's refunds,
-    `GET /disputes?payment=<reference>` its disputes (404: a processor without disputes, none).
-
-    Set REFUNDS_GATEWAY=refunds.payments.HttpGateway and REFUNDS_GATEWAY_URL. The tests run it
-    against devtools.fake_processor, a real HTTP server that counts what it is asked."""
+    """`POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>`, and
+    `GET /refunds|disputes?payment=<reference>` (REFUNDS_GATEWAY_URL)."""
 
     def __init__(self, base_url: str | None = None, timeout: float | None = None):
         self.base_url = (base_url or settings.REFUNDS_GATEWAY_URL).rstrip("/")
@@ -59,8 +54,6 @@ class HttpGateway:
             headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
         )
         if status in (200, 201):
-            # A processor that says where the refund stands ("pending", "succeeded") says it
-            # in `status`; most say nothing, and the ledger records nothing.
             return Receipt(answer["receipt"], answer.get("status") or "")
         reason = answer.get("error", f"HTTP {status}")
         if status in (402, 409, 422, 400):
@@ -81,8 +74,6 @@ class HttpGateway:
         raise GatewayOutcomeUnknown(answer.get("error", f"lookup answered HTTP {status}"))
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
-        """Each refund with the idempotency key it was made with ("" for one made without: in
-        the processor's dashboard)."""
         return [
             ProcessorRefund(
                 id=refund["receipt"],
@@ -95,7 +86,6 @@ class HttpGateway:
         ]
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """Each dispute with its status in Stripe's words (needs_response, won, lost, ...)."""
         return [
             ProcessorDispute(
                 id=dispute["id"],

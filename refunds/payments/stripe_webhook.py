@@ -1,7 +1,5 @@
-"""Stripe's events in, at /payments/stripe/webhook/: the signature checked with the official
-library, the event stored once by its id, and 200 at once; a worker handles it
-(refunds/services/stripe_events.py). Anything not signed with STRIPE_WEBHOOK_SECRET, within its
-tolerance, stores nothing and answers 400; without a secret every post answers 503."""
+"""Stripe's events in: the signature checked, the event stored once by its id, 200 at once; a
+worker handles it. Unsigned or stale: 400; without STRIPE_WEBHOOK_SECRET every post is 503."""
 
 from __future__ import annotations
 
@@ -30,8 +28,8 @@ class _Data(BaseModel):
 
 
 class EventShape(BaseModel):
-    """What the desk reads of one of Stripe's events (it stores the rest as it came): typed, so a
-    signed post of any other shape is refused in words, never a 500."""
+    """What the desk reads of an event: typed, so a signed post of another shape is refused in
+    words, never a 500."""
 
     model_config = ConfigDict(strict=True)
 
@@ -80,9 +78,8 @@ def webhook(request: HttpRequest) -> HttpResponse:
 
 
 def _event(payload: bytes) -> dict[str, Any]:
-    """The event as it came, once it has the shape the desk reads (EventShape) and holds nothing
-    the database cannot store (a NUL; NaN or Infinity, which JSON has not either); ValueError in
-    words otherwise."""
+    """The event as it came, or ValueError: a wrong shape, or what the database cannot store
+    (a NUL, NaN, Infinity)."""
     try:
         EventShape.model_validate_json(payload)
     except ValidationError as exc:
@@ -98,8 +95,7 @@ def _event(payload: bytes) -> dict[str, Any]:
 
 
 def _refused(request: HttpRequest, status: int, reason: str, message: str) -> HttpResponse:
-    """One WARNING line with why, counted by reason; the answer says why too (Stripe's dashboard
-    shows it beside the failed delivery)."""
+    """Logged and counted by reason; Stripe's dashboard shows the answer's why."""
     metrics.STRIPE_EVENTS_REFUSED.labels(reason=reason).inc()
     log.warning("%s %s refused (%s): %s", request.method, request.path, status, message[:300])
     code = {400: "bad_request", 413: "payload_too_large", 503: "not_configured"}[status]

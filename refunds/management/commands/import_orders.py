@@ -1,6 +1,5 @@
-"""Import the shop's orders from a CSV or JSON Lines file: an upsert by order number, each
-refused line reported with its number and reason (the columns and rules: docs/integrations.md).
-Exits 1 when any line was refused, 2 when the file itself cannot be read."""
+"""Import orders from CSV or JSON Lines (docs/integrations.md). Exits 1 when any line was
+refused, 2 when the file itself cannot be read."""
 
 from __future__ import annotations
 
@@ -98,9 +97,8 @@ def _rows(rows: Any, header: list[str], start: int) -> Iterator[tuple[int, Any]]
 
 
 def _orders_of_rows(rows: Iterator[tuple[int, Any]], decimal_mark: str) -> Iterator[Read]:
-    """Rows of one line each -> one order each: the rows of an order follow one another and
-    repeat its columns (any that differ refuse the whole order, naming the line). An order
-    whose rows come again later is two orders with one number: both refused, as any duplicate."""
+    """An order's rows follow one another and repeat its columns; rows that come again later
+    are a second order with the number, refused as any duplicate."""
     group: list[tuple[int, dict]] = []
 
     def gathered() -> Read:
@@ -139,8 +137,7 @@ def _orders_of_rows(rows: Iterator[tuple[int, Any]], decimal_mark: str) -> Itera
 
 
 def _count(cell: str) -> int | str:
-    """A quantity column's digits are the whole number the order takes; anything else is left
-    for it to refuse."""
+    """The digits as a whole number; anything else left for the order to refuse."""
     return int(cell) if WHOLE.fullmatch(cell) else cell
 
 
@@ -163,8 +160,7 @@ def read_jsonl(path: Path, decimal_mark: str) -> Iterator[Read]:
 
 
 def _format_of(path: Path, options: dict[str, Any]) -> str:
-    """The file's format, once the file and the options are checked (a CommandError says what
-    is wrong, before anything is read)."""
+    """The file's format, once the file and options are checked, before anything is read."""
     kind = options["format"] or FORMATS.get(path.suffix.lower())
     if kind is None:
         raise CommandError(
