@@ -16,8 +16,7 @@ from babel.numbers import (
     get_territory_currencies,
 )
 
-# The desk's pages show every amount in dollars (refunds.flow.words.dollars), so what a reviewer
-# types there is read in dollars too.
+# The desk's pages show every amount in dollars, so what a reviewer types is read in them too.
 from refunds.flow.words import DESK as DESK
 
 # What a PositiveIntegerField holds; no shipping fee comes near it.
@@ -56,8 +55,7 @@ def _pattern(decimal_mark: str, thousands: str) -> re.Pattern[str]:
     if thousands:
         sep = re.escape(thousands)
         whole = rf"(?:[0-9]{{1,3}}(?:{sep}[0-9]{{3}})+|[0-9]+)"
-    # [0-9], never \d: \d, str.isdigit() and Decimal() all take full-width and other scripts'
-    # digits ("１２"), which no shop means and no reviewer can read back.
+    # [0-9], never \d: \d and Decimal() take full-width digits ("１２"), which no shop means.
     return re.compile(rf"(-?)({whole})(?:{re.escape(decimal_mark)}([0-9]+))?", re.ASCII)
 
 
@@ -92,8 +90,7 @@ def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: st
 
 
 def read_typed(text: str, currency: str) -> int:
-    """What a person typed ("$1,020.50") -> minor units, by to_minor; the message says what to
-    type instead."""
+    """What a person typed ("$1,020.50") -> minor units; the message says what to type."""
     body = text.strip()
     symbol = get_currency_symbol(currency, locale="en_US") if is_currency(currency) else ""
     if symbol and body.startswith(symbol):

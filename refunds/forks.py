@@ -56,16 +56,14 @@ def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             one.update(refused_reason=refusal)
             continue
         previous = (current.values or {}).get("amount_cents")
-        # The base as it reads, lists aside (they append): a thread carried while paused holds
-        # its carry as the paused checkpoint's pending writes, which update_state leaves out.
-        # The fork corrects its one order's amount (ticket_fork refuses a ticket of several).
+        # The base whole, lists aside (they append): update_state leaves out the pending writes
+        # that hold a carry made while paused.
         values = {k: v for k, v in base.values.items() if k not in ("flags", "notes", "trail")}
         (number,) = values["order_numbers"]
         update: dict[str, Any] = values | {
             "checks": {number: _forked(values["checks"][number], fork.amount_cents)},
             "amount_cents": fork.amount_cents,
-            # Counted over every branch: a fork from an older checkpoint gets a new number, so
-            # its notify email has a key of its own.
+            # Over every branch, so each fork's notify email has a key of its own.
             "forks": max(base.values.get("forks", 0), (current.values or {}).get("forks", 0)) + 1,
             "fork_id": fork.pk,
             "payment_error": "",
@@ -75,9 +73,8 @@ def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             ],
         }
         config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
-        # As if gather wrote it (triage routes by Command, which update_state cannot replay):
-        # triage re-decides who reviews the corrected amount and the review asks again, from
-        # the approval checkpoint too; an "edit" answer would keep the old reviewer's role.
+        # As gather (update_state cannot replay triage's Command): triage re-decides who reviews
+        # the corrected amount; an "edit" answer would keep the old reviewer's role.
         graph().update_state(config, update, as_node="gather")
         one.update(
             applied_at=timezone.now(),

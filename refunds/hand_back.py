@@ -31,8 +31,7 @@ def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
         number = charge.order.number
         charges = values.get("charges") or {}
         why = selectors.refund_failure_words(charge.failure_reason, charge.processor_status)
-        # Still the thread's refund for the order: not handed back yet (else a crash came after
-        # update_state, and only the mark below is left).
+        # Else a crash came after update_state, and only the mark below is left.
         if charge.receipt and charges.get(number, {}).get("receipt") == charge.receipt:
             check = values["checks"][number]
             try:
@@ -49,8 +48,7 @@ def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             update: dict[str, Any] = {
                 "checks": {
                     number: {
-                        # Over the order as it stands now (refunds made since elsewhere), not
-                        # as it was checked before this refund.
+                        # The order as it stands now, not as checked before this refund.
                         **reproposed(
                             check,
                             ctx.find_order(number) or check["order"],
@@ -76,8 +74,7 @@ def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             }
             config = thread_config(lease.thread_id, fence=lease.epoch)
             graph().update_state(config, update, as_node="received")
-            # A worker that dies here leaves the state handed back and the charge not marked:
-            # the next one finds the receipt gone from the thread's charges and only marks it.
+            # A worker that dies here: the next finds the receipt gone and only marks it.
             signals.emit_step(lease.thread_id, "hand_back:state_written")
         with transaction.atomic():
             marked = Charge.objects.filter(

@@ -13,7 +13,7 @@ import re
 import smtplib
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from anymail.exceptions import AnymailAPIError
@@ -48,8 +48,7 @@ def send_worded(
     facts: dict[str, Any],
     language: str,
 ) -> None:
-    """send_once of one kind of email in the customer's language; a retry sends the words the
-    outbox kept from the first attempt."""
+    """send_once of one kind of email; a retry sends the words the outbox kept the first time."""
     worded = asdict(emails.word(kind, facts, language))
     send_once(ticket_id=ticket_id, lease=lease, key=key, to=to, **worded)
 
@@ -65,15 +64,13 @@ def send_once(
     language: str = "",
     desk_text: str = "",
 ) -> None:
-    """Send one message of a run that holds `lease` (the fence is the lease's own row);
-    `ticket_id` is None for mail about no ticket."""
+    """Send one message of a run that holds `lease`; `ticket_id` None for mail of no ticket."""
     lease.check()
     claim = f"epoch:{lease.epoch}"
     with effect_lock(key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is sending {key}")
-        # Headers are read in the claim's transaction: once the row shows "sending", a lost
-        # connection finds the worker inside the SMTP conversation, never before it.
+        # In the claim's transaction: a row "sending" finds the worker inside SMTP, never before.
         with transaction.atomic():
             row = outbox.claim_for_run(
                 ticket_id=ticket_id,
@@ -125,16 +122,11 @@ class AnswerLost(smtplib.SMTPServerDisconnected):
     """The message was handed over and no answer came back: it may have been delivered."""
 
 
-@dataclass(frozen=True)
-class Headers:
-    """A message's headers that the database says (its thread, its Reply-To)."""
-
-    thread: dict[str, str]
-    reply_to: list[str]
+Headers = tuple[dict[str, str], list[str]]  # what the database says: its thread, its Reply-To
 
 
 def _headers(key: str) -> Headers:
-    return Headers(thread_headers(key), reply_to(key))
+    return thread_headers(key), reply_to(key)
 
 
 def _deliver(
@@ -145,8 +137,8 @@ def _deliver(
         header_text(subject),
         body,
         to=[header_text(to)],
-        headers={"X-Refund-Key": key, "Message-ID": message_id(key), **headers.thread},
-        reply_to=headers.reply_to,
+        headers={"X-Refund-Key": key, "Message-ID": message_id(key), **headers[0]},
+        reply_to=headers[1],
     )
     backend = get_connection()
     try:
@@ -180,8 +172,7 @@ def _deliver(
         metrics.MAIL_FAILURES.labels(
             kind="refused" if isinstance(error, MailRefused) else "retryable"
         ).inc()
-        # The claim is given back. A refusal is an answer (nothing was delivered); a lost answer
-        # after the handover leaves the outcome unknown, and the retry may deliver a second copy.
+        # The claim is given back; after a lost answer the retry may deliver a second copy.
         unknown = (
             outbox.unknown_fields()
             if isinstance(exc, AnswerLost)
@@ -202,8 +193,7 @@ def _deliver(
 
 
 def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str, sender: outbox.Sender) -> None:
-    """smtplib's sendmail, with the outbox's "handed over" mark committed before the final "."
-    and "sent" after the server's 250."""
+    """smtplib's sendmail, with "handed over" committed before the final "." and "sent" after."""
     encoding = message.encoding or settings.DEFAULT_CHARSET
     from_address = sanitize_address(message.from_email, encoding)
     recipients = [sanitize_address(addr, encoding) for addr in message.recipients()]
@@ -260,14 +250,12 @@ def header_text(text: str) -> str:
     return " ".join(text.split())
 
 
-# Who answers which customer message: for an outbox key, the Message-IDs of the customer's own
-# messages it answers (registered by the intake, intake/apps.py: refunds imports nothing of it).
+# The customer's Message-IDs an outbox row answers; the intake registers it (refunds imports none).
 CUSTOMER_MESSAGE_IDS: list[Callable[[Email], list[str]]] = []
 
 
 def thread_headers(key: str) -> dict[str, str]:
-    """In-Reply-To and References, so the customer's mail client shows one conversation: the
-    customer's messages this answers, then the ticket's earlier emails, oldest first."""
+    """In-Reply-To and References, so the customer's mail client shows one conversation."""
     email = Email.objects.filter(key=key).first()
     if email is None:
         return {}
@@ -291,8 +279,7 @@ def reply_address(token: str) -> str:
 
 
 def reply_to(key: str) -> list[str]:
-    """A question's Reply-To carries its token, so the reply finds its thread whatever the
-    subject becomes; other messages have none."""
+    """A question's token, so the reply finds its thread whatever the subject becomes."""
     # A reminder and the close for want of a reply carry their question's token.
     asked = key.removesuffix(":reminder").removesuffix(CLOSED_SUFFIX)
     token = CustomerQuestion.objects.filter(email_key=asked).values_list("token", flat=True).first()

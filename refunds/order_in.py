@@ -26,16 +26,14 @@ from pydantic_core import PydanticCustomError
 from refunds import currencies
 from refunds.models import ORDER_NUMBER_MAX, order_number_read
 
-# How far an order's total may be from its lines (units times unit price, plus tax) and its
-# shipping fee: this many minor units per line (the shop rounds each line's tax its own way).
+# Minor units per line a total may be off its sum: the shop rounds each line's tax its own way.
 TOTAL_TOLERANCE_PER_LINE = 1
 MAX_QUANTITY = 1_000_000
 ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
 
 
 class LineRefused(ValueError):
-    """An order that cannot be taken: why, and `field`, the value refused ("lines[1].quantity";
-    "" for the order as a whole)."""
+    """An order that cannot be taken, and `field`, the value refused ("" for the whole order)."""
 
     def __init__(self, message: str, *, field: str = "") -> None:
         super().__init__(message)
@@ -126,8 +124,7 @@ def _amount(value: Any, info: ValidationInfo) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | Decimal | float):
         raise _refuse(f"{name} must be an amount, like 8.99")
     currency, mark = context.get("currency", ""), context.get("decimal_mark", ".")
-    # A JSON number is always written with a point; repr() of a float is the shortest text
-    # that reads back as it, so 8.99 stays "8.99".
+    # A JSON number is written with a point; repr() keeps a float 8.99 as "8.99".
     if not isinstance(value, str):
         value, mark = (repr(value) if isinstance(value, float) else f"{value:f}"), "."
     try:
@@ -266,8 +263,7 @@ class OrderIn(BaseModel):
         typed: bool = False,
         place: Callable[[int], str] | None = None,
     ) -> OrderIn:
-        """The order, or LineRefused naming the first value refused; `place(i)` names line i in
-        a reason ("line 7" for a file's row)."""
+        """The order, or LineRefused; `place(i)` names line i in a reason ("line 7")."""
         place = place or (lambda i: f"lines[{i}]")
         how = {"decimal_mark": decimal_mark, "minor_units": minor_units, "typed": typed}
         try:

@@ -1,8 +1,7 @@
 from django.db.models.signals import post_migrate
 from django.dispatch import Signal, receiver
 
-# A thread reached a point of its run ("resume", "after:<node>", "hand_back:state_written"); a
-# receiver's exception stops the run there: the crash tests' kill points.
+# A point of a run ("resume", "after:<node>", ...); a receiver that raises stops it there.
 step_reached = Signal()
 
 
@@ -10,8 +9,7 @@ def emit_step(thread_id: str, event: str) -> None:
     step_reached.send(sender=None, thread_id=thread_id, event=event)
 
 
-# A step of one email's conversation with the mail server (connect, handing_over, handed_over,
-# accepted, recorded): the crash tests' kill points inside the one window of mail once.
+# A step of one email's SMTP conversation: the kill points inside mail once's one window.
 mail_delivery = Signal()
 
 

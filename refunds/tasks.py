@@ -31,8 +31,7 @@ def advance_ticket(ticket_id: int) -> str:
 @contextmanager
 def soft_limit_drains(task: Any, drain: Callable[[str], None]) -> Iterator[None]:
     """The soft time limit drains the run at its next step instead of raising wherever it is
-    (between a charge and its ledger row); the hard limit still ends a node that never returns.
-    Only prefork's main thread may set a signal handler; other pools have no soft limit."""
+    (between a charge and its ledger row). Only prefork's main thread may set a handler."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -74,9 +73,8 @@ def handle_stripe_event(event_pk: int) -> str:
 @shared_task(ignore_result=True)
 def reconcile_payments() -> int:
     """Daily; stops in time to end before the soft time limit: the orders left wait a day."""
-    now = timezone.now()
     report = services.reconcile_payments(
-        since=now - timedelta(days=settings.REFUNDS_RECONCILE_DAYS),
+        since=timezone.now() - timedelta(days=settings.REFUNDS_RECONCILE_DAYS),
         deadline=time.monotonic() + settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.75,
         by=ReconcileRun.By.BEAT,
     )

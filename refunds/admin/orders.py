@@ -155,8 +155,7 @@ class OrderAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:
         if change:
-            # Again at the write, the row locked (the admin's view is one transaction): a
-            # ticket opened since the form was checked keeps the order it read.
+            # Again, the row locked: a ticket opened since the form was checked keeps its order.
             Order.objects.select_for_update().filter(pk=obj.pk).first()
             refusal = open_ticket_refusal(obj)
             if refusal:
@@ -166,15 +165,10 @@ class OrderAdmin(admin.ModelAdmin):
     list_display = ["number", "customer_name", "promised_on", "delivered_on", "fee", "currency"]
     search_fields = ["number", "customer_name", "customer_email", "payment_reference"]
     fee = money("shipping_fee_cents", "Shipping fee", "currency")
-
-    @admin.display(description="Total")
-    def total(self, order: Order) -> str:
-        if order.total_cents is None:
-            return "— (sent without its lines: only the shipping fee is refundable)"
-        return dollars(order.total_cents, order.currency)
-
-    @admin.display(description="Paid")
-    def paid(self, order: Order) -> str:
-        if order.paid_cents is None:
-            return "—"
-        return dollars(order.paid_cents, order.currency)
+    total = money(
+        "total_cents",
+        "Total",
+        "currency",
+        "— (sent without its lines: only the shipping fee is refundable)",
+    )
+    paid = money("paid_cents", "Paid", "currency", "—")

@@ -42,8 +42,7 @@ class Gateway(Protocol):
         ...
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """Every dispute of the payment: an open one stops a charge, since the card's bank may
-        give the customer the money back too."""
+        """Every dispute of the payment: an open one stops a charge."""
         ...
 
 

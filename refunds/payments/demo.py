@@ -53,8 +53,7 @@ SETTLED = "succeeded"
 
 
 class DemoGateway:
-    """Keeps its own records, apart from our ledger, keyed by the idempotency key like a real
-    processor: a repeated key answers the first charge."""
+    """Its own records, keyed by idempotency key like a real processor's, apart from our ledger."""
 
     def charge(
         self,

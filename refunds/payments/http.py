@@ -22,8 +22,7 @@ from refunds.payments.records import ProcessorDispute, ProcessorRefund, unix_tim
 
 
 class HttpGateway:
-    """`POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>`, and
-    `GET /refunds|disputes?payment=<reference>` (REFUNDS_GATEWAY_URL)."""
+    """`POST /refunds` with an `Idempotency-Key`, `GET /refunds/<key>`, `GET /refunds?payment=`."""
 
     def __init__(self, base_url: str | None = None, timeout: float | None = None):
         self.base_url = (base_url or settings.REFUNDS_GATEWAY_URL).rstrip("/")
@@ -38,19 +37,17 @@ class HttpGateway:
         payment_reference: str = "",
         parts: Sequence[Part] = (),
     ) -> Receipt:
-        # The parts as Stripe's metadata says them ("11x2,shipping"), for the processor's books.
-        said = refund_parts.metadata(parts).get("parts", "")
         body = {
             "amount_cents": amount_cents,
             "reference": ticket_key,
-            "parts": said,
+            # As Stripe's metadata says them ("11x2,shipping"), for the processor's books.
+            "parts": refund_parts.metadata(parts).get("parts", ""),
             "payment": payment_reference,
         }
-        data = json.dumps(body).encode()
         status, answer = self._call(
             "POST",
             "/refunds",
-            body=data,
+            body=json.dumps(body).encode(),
             headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
         )
         if status in (200, 201):
@@ -63,8 +60,7 @@ class HttpGateway:
         raise GatewayOutcomeUnknown(reason)  # a 500 may have moved the money
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> Receipt | None:
-        # One path segment, whatever the key holds: quote()'s default keeps "/", and a key with
-        # one (an order number like "2024/1042") would be looked up at another address.
+        # One path segment: quote()'s default keeps the "/" of an order number like "2024/1042".
         path = "/refunds/" + urllib.parse.quote(idempotency_key, safe="")
         status, answer = self._call("GET", path)
         if status == 404:

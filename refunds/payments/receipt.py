@@ -4,8 +4,7 @@ from __future__ import annotations
 
 
 class Receipt(str):
-    """A refund's receipt (a str, as the ledger stores it) with the processor's status of the
-    refund from the same answer ("pending", "succeeded"; "" where the gateway says nothing)."""
+    """A receipt (a str, as the ledger stores it) with the status the processor said with it."""
 
     status: str
 

@@ -28,8 +28,7 @@ DISPUTE_OPEN = frozenset(
 
 @dataclass(frozen=True)
 class ProcessorDispute:
-    """A chargeback, or an inquiry before one: while it is open, a refund may pay the customer
-    twice (once by the desk, once by the card's bank)."""
+    """While it is open, a refund may pay the customer twice (the desk, the card's bank)."""
 
     id: str  # the processor's id for it (Stripe's dp_...)
     status: str  # the processor's word (DISPUTE_OPEN, or won, lost, ...)

@@ -28,8 +28,7 @@ class _Data(BaseModel):
 
 
 class EventShape(BaseModel):
-    """What the desk reads of an event: typed, so a signed post of another shape is refused in
-    words, never a 500."""
+    """Typed, so a signed post of another shape is refused in words, never a 500."""
 
     model_config = ConfigDict(strict=True)
 
@@ -58,8 +57,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
     if length > limit or len(payload) > limit:
         return _refused(request, 413, "too_large", f"The body is over {limit} bytes.")
     try:
-        # Checks the signature over the exact bytes, and that it was signed no longer than the
-        # tolerance ago (the library allows any time ahead: only the secret's holder can sign).
+        # Within the tolerance; any time ahead is allowed: only the secret's holder can sign.
         stripe.WebhookSignature.verify_header(
             payload,
             request.headers.get("Stripe-Signature"),
@@ -78,8 +76,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
 
 
 def _event(payload: bytes) -> dict[str, Any]:
-    """The event as it came, or ValueError: a wrong shape, or what the database cannot store
-    (a NUL, NaN, Infinity)."""
+    """The event, or ValueError: a wrong shape, a NUL, NaN or Infinity."""
     try:
         EventShape.model_validate_json(payload)
     except ValidationError as exc:

@@ -50,19 +50,16 @@ def read_csv(path: Path, delimiter: str, decimal_mark: str) -> Iterator[Read]:
         columns = (*FIELDS, *SUMS, *LINE_FIELDS) if with_lines else FIELDS
         missing = [f for f in columns if f not in header and f not in OPTIONAL]
         unknown = [f for f in header if f not in columns]
-        if missing or unknown or len(set(header)) != len(header):
+        wrong = [
+            missing and f"missing: {', '.join(missing)}",
+            unknown and f"unknown: {', '.join(unknown)}",
+            len(set(header)) != len(header) and "a column is named twice",
+        ]
+        if any(wrong):
             raise CommandError(
                 f"{path}: the header must name the columns {', '.join(columns)} "
                 f"({', '.join(sorted(OPTIONAL & set(columns)))} may be left out); "
-                + "; ".join(
-                    part
-                    for part in (
-                        missing and f"missing: {', '.join(missing)}",
-                        unknown and f"unknown: {', '.join(unknown)}",
-                        len(set(header)) != len(header) and "a column is named twice",
-                    )
-                    if part
-                ),
+                + "; ".join(part for part in wrong if part),
                 returncode=2,
             )
         read = _rows(rows, header, rows.line_num + 1)
@@ -97,8 +94,7 @@ def _rows(rows: Any, header: list[str], start: int) -> Iterator[tuple[int, Any]]
 
 
 def _orders_of_rows(rows: Iterator[tuple[int, Any]], decimal_mark: str) -> Iterator[Read]:
-    """An order's rows follow one another and repeat its columns; rows that come again later
-    are a second order with the number, refused as any duplicate."""
+    """An order's rows follow one another; rows that come again later are a duplicate order."""
     group: list[tuple[int, dict]] = []
 
     def gathered() -> Read:
