@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
+import httpx
 from django.conf import settings
 
 from refunds.flow import parts as refund_parts
@@ -45,10 +44,7 @@ class HttpGateway:
             "payment": payment_reference,
         }
         status, answer = self._call(
-            "POST",
-            "/refunds",
-            body=json.dumps(body).encode(),
-            headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
+            "POST", "/refunds", body=body, headers={"Idempotency-Key": idempotency_key}
         )
         if status in (200, 201):
             return Receipt(answer["receipt"], answer.get("status") or "")
@@ -103,23 +99,19 @@ class HttpGateway:
             raise RetryableGatewayError(answer.get("error", f"listing answered HTTP {status}"))
         return answer.get(what, [])
 
-    def _call(self, method: str, path: str, *, body: bytes | None = None, headers=None):
-        request = urllib.request.Request(
-            self.base_url + path, data=body, method=method, headers=headers or {}
-        )
+    def _call(self, method: str, path: str, *, body: Any = None, headers=None):
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            try:
-                answer = json.loads(exc.read() or b"{}")
-            except ValueError:
-                answer = {}
-            return exc.code, answer
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, ConnectionRefusedError):
-                raise RetryableGatewayError(f"gateway unreachable: {exc.reason}") from None
-            raise GatewayOutcomeUnknown(f"gateway call failed: {exc.reason}") from None
-        except (TimeoutError, ConnectionError) as exc:
+            response = httpx.request(
+                method, self.base_url + path, json=body, headers=headers, timeout=self.timeout
+            )
+        except httpx.ConnectError as exc:  # no connection, so no request
+            raise RetryableGatewayError(f"gateway unreachable: {exc}") from None
+        except httpx.TransportError as exc:
             # The request may have arrived: only a lookup can tell whether money moved.
             raise GatewayOutcomeUnknown(f"no answer from the gateway: {exc!r}") from None
+        try:
+            return response.status_code, response.json() if response.content else {}
+        except ValueError:
+            if response.is_success:
+                raise
+            return response.status_code, {}
