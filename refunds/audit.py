@@ -1,5 +1,4 @@
-"""The audit trail: record() runs in the transaction of the change it audits, so both commit
-together."""
+"""record() runs in the transaction of the change it audits, so both commit together."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Carriers' tracking lookups, chosen by REFUNDS_CARRIER (empty: no tracking step); async, so
-the workflow can cut each attempt off after REFUNDS_CARRIER_TIMEOUT seconds."""
+"""Carriers' tracking lookups; async, so the workflow can cut an attempt off in time."""
 
 from __future__ import annotations
 

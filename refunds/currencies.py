@@ -1,5 +1,4 @@
-"""Currencies in use today and their minor units (Babel's CLDR data), and one strict reader of a
-typed or imported amount. No Django imports."""
+"""Currencies in use and their minor units (Babel), and one strict reader of amounts."""
 
 from __future__ import annotations
 

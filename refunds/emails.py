@@ -1,5 +1,4 @@
-"""What customers read, one template a kind (templates/emails/<kind>.txt), rendered before the
-outbox stores it, so what is stored is what was sent."""
+"""Customers' emails, rendered before the outbox stores them: what is stored is what was sent."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The one way writes ask workers for work: by task name (no import circle with the tasks),
-after commit. The broker only wakes workers: the row is the record, the sweep finds it."""
+"""Work asked by task name (no import circle), after commit; the sweep finds what is lost."""
 
 from __future__ import annotations
 

@@ -19,8 +19,7 @@ _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from:
 
 
 def is_forkable(snap: StateSnapshot) -> bool:
-    """Before the charge, so triage runs again with the corrected amount, and of the current
-    flow version."""
+    """Before the charge, so triage runs again with the corrected amount."""
     return snap.next in _FORKABLE_AT and versions.version_of(snap.values) == FLOW_VERSION
 
 

@@ -23,8 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
-    """The customer is told once, then the thread, ended or not, goes back to a manager's review
-    with that order's refund dropped, so approving again refunds under a new key."""
+    """The customer is told once; the review comes back without the refund, under a new key."""
     failed = Charge.objects.failed_not_handed_back().filter(ticket_id=lease.row_id)
     for charge in failed.select_related("order").order_by("pk"):
         values = cast(RefundState, snapshot(lease.thread_id).values or {})

@@ -1,7 +1,5 @@
-"""/healthz (the process answers) and /readyz (the database, checkpoints and broker answer, and
-the schedule ticks), for load balancers. The checks run each in its own thread, so the answer
-comes within READYZ_TIMEOUT_SECONDS even when PostgreSQL or Redis hangs; only admins see which
-failed: an anonymous caller learns nothing about the insides."""
+"""/healthz and /readyz. Each check in its own thread, so a hung PostgreSQL or Redis still
+answers in READYZ_TIMEOUT_SECONDS; only admins see which failed."""
 
 from __future__ import annotations
 

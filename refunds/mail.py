@@ -1,10 +1,6 @@
-"""Customer email through Django's mail framework, once, through the outbox (refunds/outbox.py).
-
-The one window for a second copy: the sender stopped, or lost the connection, between handing
-over the final "." and recording the server's answer. The next sender records "outcome unknown"
-and sends again with the same Message-ID, so a mail system that de-duplicates can tell. No
-transaction is open while the server talks: on SQLite it would hold every lease renewal.
-"""
+"""Customer email, once, through the outbox. The one window for a second copy: the sender lost
+between the final "." and the server's answer; the next resends with the same Message-ID. No
+transaction is open while the server talks: on SQLite it would hold every lease renewal."""
 
 from __future__ import annotations
 
@@ -99,8 +95,7 @@ def send_once(
 
 
 def resend(email_id: int) -> bool:
-    """An admin's Resend outside any run: True once delivered (now or before). Refused inside
-    a transaction before the row is claimed, so a refused Resend leaves the row as it was."""
+    """An admin's Resend: refused inside a transaction before the claim, leaving the row as is."""
     outside_transaction("the mail server")
     email = Email.objects.select_related("ticket").get(pk=email_id)
     if email.status == Email.Status.SENT:
@@ -287,6 +282,5 @@ def reply_to(key: str) -> list[str]:
 
 
 def message_id(key: str) -> str:
-    """The same Message-ID on every attempt, so a message seen twice reads as one. Keyed by the
-    secret, so nobody can forge a question's id into a reply's References from its thread id."""
+    """The same on every attempt; keyed by the secret, so a forged reply cannot name it."""
     return f"<{salted_hmac('refund-desk.message-id', key).hexdigest()[:32]}@refund-desk>"

@@ -1,5 +1,4 @@
-"""What the mail provider says happened to a message after it took it (anymail's tracking
-webhooks), on the outbox row. An event for a message we never sent is logged and answered 200:
+"""anymail's tracking events on the outbox row. One for a message we never sent is answered 200:
 the provider would only retry it forever."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Mail providers whose send API takes an idempotency key (of anymail's ESPs, only Resend's): the
-outbox key as that key closes the one window the outbox leaves open with SMTP."""
+"""The outbox key as the provider's idempotency key closes mail once's one window (Resend)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The Prometheus metrics processes count as things happen, in multiprocess mode; what the
-database knows is read at scrape time instead (insights/metrics.py), right across machines."""
+"""Counted as things happen; what the database knows is read at scrape time (insights/)."""
 
 from __future__ import annotations
 

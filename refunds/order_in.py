@@ -1,5 +1,4 @@
-"""One typed order input for every way an order comes in (import, API push, order source, admin
-form): the rules once; a refusal is LineRefused naming the value refused."""
+"""One typed order input for every way an order comes in: the rules, once."""
 
 from __future__ import annotations
 

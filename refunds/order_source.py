@@ -1,7 +1,5 @@
-"""The shop's orders, for a desk that does not hold them all: an order a ticket names and the desk
-lacks is asked of GET {REFUNDS_ORDER_SOURCE}/orders/{number} and stored whole or not at all
-(docs/integrations.md). Never called inside a transaction: on SQLite it would hold the whole
-database while the shop thinks."""
+"""An order the desk lacks, asked of the shop (docs/integrations.md). Never inside a
+transaction: on SQLite it would hold the whole database while the shop thinks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Payment gateways, one module each, chosen by REFUNDS_GATEWAY; re-exported here because
-deployments name `refunds.payments.StripeGateway`. The ledger around them is refunds/money.py."""
+"""Re-exported here because deployments name `refunds.payments.StripeGateway`."""
 
 # ruff: noqa: F401 (the imports are what the package exports)
 from __future__ import annotations

@@ -26,15 +26,12 @@ if TYPE_CHECKING:
 
 
 def _of_payment(reference: str) -> Any:
-    """List parameters for the refunds or the disputes of one PaymentIntent or Charge."""
     return {"limit": 100, **_stripe_payment(reference)}
 
 
 class StripeGateway:
-    """A Refund against the order's PaymentIntent or Charge, for the amount the ledger asks. Our
-    key goes as the `Idempotency-Key` (kept 24 hours) and in the metadata, where `lookup()`
-    finds it (Stripe has no Refund search). The library retries nothing: a retry is the
-    ledger's decision, made after a lookup when the outcome is unknown."""
+    """Our key goes in the metadata too, where `lookup()` finds it (Stripe has no Refund search).
+    The library retries nothing: a retry is the ledger's, after a lookup."""
 
     METADATA_KEY = "refund_desk_key"
 
@@ -201,6 +198,5 @@ def _stripe_errors(what: str) -> Iterator[None]:
 
 
 def _said(exc: Any) -> str:
-    """Stripe's own message and code, without the request id."""
     message = exc.user_message or type(exc).__name__
     return f"{message} ({exc.code})" if exc.code else message

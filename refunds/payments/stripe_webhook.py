@@ -1,5 +1,4 @@
-"""Stripe's events in: the signature checked, the event stored once by its id, 200 at once; a
-worker handles it. Unsigned or stale: 400; without STRIPE_WEBHOOK_SECRET every post is 503."""
+"""Stripe's events, stored once by id; never one unsigned, so without a secret every post is 503."""
 
 from __future__ import annotations
 

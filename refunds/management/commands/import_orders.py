@@ -1,5 +1,4 @@
-"""Import orders from CSV or JSON Lines (docs/integrations.md). Exits 1 when any line was
-refused, 2 when the file itself cannot be read."""
+"""Exits 1 when any line was refused, 2 when the file itself cannot be read."""
 
 from __future__ import annotations
 
@@ -156,7 +155,6 @@ def read_jsonl(path: Path, decimal_mark: str) -> Iterator[Read]:
 
 
 def _format_of(path: Path, options: dict[str, Any]) -> str:
-    """The file's format, once the file and options are checked, before anything is read."""
     kind = options["format"] or FORMATS.get(path.suffix.lower())
     if kind is None:
         raise CommandError(

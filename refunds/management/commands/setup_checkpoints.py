@@ -1,5 +1,4 @@
-"""For a checkpoint database of its own (migrate does the rest); from one process at deploy,
-never from workers: PostgresSaver.setup() raced on an empty schema makes the loser fail."""
+"""From one process at deploy: PostgresSaver.setup() raced on an empty schema fails the loser."""
 
 from django.core.management.base import BaseCommand, CommandError
 
