@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import cache
 
 from babel.core import get_global
@@ -76,12 +76,7 @@ def to_minor(text: str, currency: str, *, decimal_mark: str = ".", thousands: st
         raise BadAmount(
             f"{text!r} has more than {digits} decimal(s), the most {currency} has", "decimals"
         )
-    try:
-        value = Decimal(whole.replace(thousands, "") if thousands else whole)
-        if fraction:
-            value += Decimal(f"0.{fraction}")
-    except InvalidOperation:  # pragma: no cover - the pattern admits only digits
-        raise BadAmount(f"{text!r} is not an amount") from None
+    value = Decimal(whole.replace(thousands, "")) + Decimal(f"0.{fraction or 0}")
     minor = int(value.scaleb(digits))
     if minor > MAX_MINOR:
         raise BadAmount(f"{text!r} is too large", "large")
