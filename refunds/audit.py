@@ -1,5 +1,4 @@
-"""The audit trail: one append-only AuditEvent per action on a ticket. Services call record()
-in the same transaction as the change they audit, so an action and its record commit together."""
+"""record() runs in the transaction of the change it audits, so both commit together."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ def record(
     note: str = "",
     amount_cents: int | None = None,
 ) -> AuditEvent:
-    """`amount_cents` is the ticket's amount as this action leaves it (paid, forked to); left
-    out, the ticket's amount as it stands (the caller's copy, else the row)."""
+    """`amount_cents`: the ticket's amount as this action leaves it; else as it stands."""
     ticket_id = ticket if isinstance(ticket, int) else ticket.pk
     if amount_cents is None:
         amount_cents = (

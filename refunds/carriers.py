@@ -1,6 +1,4 @@
-"""Carriers' tracking lookups, chosen by the REFUNDS_CARRIER dotted-path setting (empty: the
-workflow has no tracking step). A carrier's `track(order_number)` is async: the workflow cuts each
-attempt off after REFUNDS_CARRIER_TIMEOUT seconds (refunds/flow/tracking.py)."""
+"""Carriers' tracking lookups; async, so the workflow can cut an attempt off in time."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The collaborators the graph's nodes call (runtime.context), bound to one lease: orders,
-payments and mail, each of its writes under the lease's fence."""
+"""The collaborators the graph's nodes call, bound to one lease: each write under its fence."""
 
 from __future__ import annotations
 

@@ -7,6 +7,5 @@ from django.http import HttpRequest
 
 
 def fakes_banner(request: HttpRequest) -> dict[str, list[str]]:
-    """The fakes an operator allowed outside the demo (REFUNDS_ALLOW_FAKES): nobody mistakes a
-    staging box whose mail is never sent for the desk customers hear from."""
+    """Nobody mistakes a staging box whose mail is never sent for the desk customers hear from."""
     return {"fakes_banner": settings.REFUNDS_FAKES_BANNER}

@@ -1,6 +1,4 @@
-"""What customers read: each kind of email is one template, templates/emails/<kind>.txt (the
-subject, a blank line, the body), worded from a node's facts in the customer's language. The
-text is rendered here, before the outbox stores it, so what is stored is what was sent."""
+"""Customers' emails, rendered before the outbox stores them: what is stored is what was sent."""
 
 from __future__ import annotations
 

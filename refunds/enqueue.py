@@ -1,6 +1,4 @@
-"""The one way writes ask workers for work: by task name, after commit. Services call this and
-never import the tasks (which call services): no import circle, and one place that knows the
-broker is only a wake-up signal."""
+"""Work asked by task name (no import circle), after commit; the sweep finds what is lost."""
 
 from __future__ import annotations
 
@@ -16,20 +14,16 @@ RESEND = "refunds.tasks.resend_email"
 
 
 def wake(ticket_id: int) -> bool:
-    """Ask a worker to advance the thread. The broker only wakes workers: if it is down, the row
-    is already committed and the recovery sweep finds it, so a failed send is logged, not raised."""
     return send(ADVANCE, ticket_id)
 
 
 def wake_after(ticket_id: int, seconds: float) -> bool:
-    """wake(), due in `seconds` (a decision's undo grace). Lost (a broker down, a worker that
-    died holding it), the recovery sweep finds the decision once its grace is over."""
+    """wake(), due in `seconds` (a decision's undo grace); lost, the sweep finds it after."""
     return send(ADVANCE, ticket_id, countdown=seconds)
 
 
 def send(task: str, row_id: int, *, countdown: float | None = None) -> bool:
-    """Ask a worker to run the task named `task` for a row (a ticket, an intake message); False,
-    logged, when the broker did not take it: the row is the record, the sweep finds it."""
+    """False, logged, when the broker did not take it."""
     try:
         current_app.send_task(task, args=[row_id], countdown=countdown)
     except Exception:  # noqa: BLE001 - kombu raises several kinds for an unreachable broker
@@ -44,17 +38,14 @@ def send(task: str, row_id: int, *, countdown: float | None = None) -> bool:
 
 
 def send_on_commit(task: str, row_id: int) -> None:
-    """send(), once the caller's transaction commits."""
     transaction.on_commit(lambda: send(task, row_id))
 
 
 def advance_on_commit(ticket_id: int) -> None:
-    """Wake a worker for this ticket once the caller's transaction commits."""
     transaction.on_commit(lambda: wake(ticket_id))
 
 
 def advance_after_on_commit(ticket_id: int, seconds: float) -> None:
-    """wake_after(), once the caller's transaction commits; no grace: advance_on_commit()."""
     if seconds <= 0:
         advance_on_commit(ticket_id)
     else:
@@ -62,6 +53,4 @@ def advance_after_on_commit(ticket_id: int, seconds: float) -> None:
 
 
 def resend_on_commit(email_id: int) -> None:
-    """An admin's Resend, once the audit entry commits (the outbox makes it send once). A
-    broker that is down is logged, not raised: the row stays on the Undelivered page."""
     send_on_commit(RESEND, email_id)

@@ -1,5 +1,4 @@
-"""Forks: which checkpoints a fork may start from, and applying an admin's recorded fork to its
-thread (runner.py does, under the lease and its fence)."""
+"""Forks: where one may start, and applying an admin's fork (runner.py, under the lease)."""
 
 from __future__ import annotations
 
@@ -20,14 +19,12 @@ _FORKABLE_AT = (("triage",), ("approve",))  # checkpoints a fork may start from:
 
 
 def is_forkable(snap: StateSnapshot) -> bool:
-    """Before the charge (before triage, or paused at the review), so triage can run again with
-    the corrected amount, and of the current flow version (not one an upgrade carried)."""
+    """Before the charge, so triage runs again with the corrected amount."""
     return snap.next in _FORKABLE_AT and versions.version_of(snap.values) == FLOW_VERSION
 
 
 def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
-    """The checkpoint a fork starts from: the one named, if forkable, or else the latest
-    forkable one; None if there is none."""
+    """The named checkpoint if forkable, else the latest forkable one."""
     for snap in persistence.history(thread_id):
         if is_forkable(snap) and checkpoint_id in (
             "",
@@ -38,8 +35,7 @@ def fork_base(thread_id: str, checkpoint_id: str = "") -> StateSnapshot | None:
 
 
 def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
-    """Apply an admin's recorded fork: a new checkpoint branched from the one before triage,
-    with the corrected amount. Under the lease and its fence, like every other write."""
+    """A new checkpoint branched from the base, with the corrected amount; fenced."""
     for fork in forks:
         one = leases.fenced(Fork.objects.filter(pk=fork.pk), lease)
         current = snapshot(lease.thread_id)
@@ -59,16 +55,14 @@ def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             one.update(refused_reason=refusal)
             continue
         previous = (current.values or {}).get("amount_cents")
-        # The base as it reads, lists aside (they append): a thread carried while paused holds
-        # its carry as the paused checkpoint's pending writes, which update_state leaves out.
-        # The fork corrects its one order's amount (ticket_fork refuses a ticket of several).
+        # The base whole, lists aside (they append): update_state leaves out the pending writes
+        # that hold a carry made while paused.
         values = {k: v for k, v in base.values.items() if k not in ("flags", "notes", "trail")}
         (number,) = values["order_numbers"]
         update: dict[str, Any] = values | {
             "checks": {number: _forked(values["checks"][number], fork.amount_cents)},
             "amount_cents": fork.amount_cents,
-            # Counted over every branch: a fork from an older checkpoint gets a new number, so
-            # its notify email has a key of its own.
+            # Over every branch, so each fork's notify email has a key of its own.
             "forks": max(base.values.get("forks", 0), (current.values or {}).get("forks", 0)) + 1,
             "fork_id": fork.pk,
             "payment_error": "",
@@ -78,9 +72,8 @@ def apply_forks(lease: leases.Lease, forks: list[Fork]) -> None:
             ],
         }
         config = {"configurable": {**base.config["configurable"], "fence": lease.epoch}}
-        # As if gather wrote it (triage routes by Command, which update_state cannot replay):
-        # triage re-decides who reviews the corrected amount and the review asks again, from
-        # the approval checkpoint too; an "edit" answer would keep the old reviewer's role.
+        # As gather (update_state cannot replay triage's Command): triage re-decides who reviews
+        # the corrected amount; an "edit" answer would keep the old reviewer's role.
         graph().update_state(config, update, as_node="gather")
         one.update(
             applied_at=timezone.now(),

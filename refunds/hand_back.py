@@ -1,5 +1,4 @@
-"""Handing back a refund the processor failed after accepting it: the customer is told, and the
-thread goes back to a manager's review (runner.py does it, under the lease and its fence)."""
+"""Handing back a refund the processor failed after accepting it (runner.py, under the lease)."""
 
 from __future__ import annotations
 
@@ -24,19 +23,14 @@ log = logging.getLogger(__name__)
 
 
 def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
-    """A refund the processor failed after accepting it (its money came back): the customer is
-    told once, then the thread, ended or not, goes back to a manager's review with that order's
-    refund dropped, so approving again makes a new refund under a new key (`refunds_failed` in
-    the order's check). Written like a fork: update_state as `received`, whose edge leads to
-    `approve`, under the lease and its fence; the run that follows pauses on the review."""
+    """The customer is told once; the review comes back without the refund, under a new key."""
     failed = Charge.objects.failed_not_handed_back().filter(ticket_id=lease.row_id)
     for charge in failed.select_related("order").order_by("pk"):
         values = cast(RefundState, snapshot(lease.thread_id).values or {})
         number = charge.order.number
         charges = values.get("charges") or {}
         why = selectors.refund_failure_words(charge.failure_reason, charge.processor_status)
-        # Still the thread's refund for the order: not handed back yet (else a crash came after
-        # update_state, and only the mark below is left).
+        # Else a crash came after update_state, and only the mark below is left.
         if charge.receipt and charges.get(number, {}).get("receipt") == charge.receipt:
             check = values["checks"][number]
             try:
@@ -53,9 +47,7 @@ def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             update: dict[str, Any] = {
                 "checks": {
                     number: {
-                        # The review comes back over the order as it stands now (what is left
-                        # of it: refunds made since, outside the desk or by other tickets), not
-                        # as it was checked before this refund, proposing what is left.
+                        # The order as it stands now, not as checked before this refund.
                         **reproposed(
                             check,
                             ctx.find_order(number) or check["order"],
@@ -68,8 +60,6 @@ def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
                 "charges": {number: {"number": number, "amount_cents": 0}},
                 "amount_cents": sum(c["amount_cents"] for c in left.values()),
                 "receipt": ", ".join(c["receipt"] for c in left.values()),
-                # The review reads "The refund failed after it was made: <this>. No money reached
-                # the customer; ..." (review.failed_later, by the trail's "refund_failed").
                 "payment_error": why.removesuffix(" No money reached them.").rstrip("."),
                 "required_role": "manager",
                 # The ended run's "Refunded $X." is no longer true; the next ending says anew.
@@ -83,8 +73,7 @@ def hand_back_failed_refunds(lease: leases.Lease, ctx: Collaborators) -> None:
             }
             config = thread_config(lease.thread_id, fence=lease.epoch)
             graph().update_state(config, update, as_node="received")
-            # A worker that dies here leaves the state handed back and the charge not marked:
-            # the next one finds the receipt gone from the thread's charges and only marks it.
+            # A worker that dies here: the next finds the receipt gone and only marks it.
             signals.emit_step(lease.thread_id, "hand_back:state_written")
         with transaction.atomic():
             marked = Charge.objects.filter(

@@ -1,11 +1,5 @@
-"""/healthz and /readyz, for load balancers and orchestrators.
-
-- /healthz: liveness. The process answers HTTP; nothing else is checked and nothing is said.
-- /readyz: readiness. The database, the checkpoint store and the broker each answer within
-  READYZ_TIMEOUT_SECONDS (checked at once, each in its own thread, so the whole answer comes in
-  about that long even when PostgreSQL or Redis hangs), and the schedule ticks (the recovery
-  sweep ran within READYZ_SWEEP_LATE_SECONDS); 200 or 503. Only admins see which check
-  failed and why (masked): an anonymous caller learns nothing about the insides."""
+"""/healthz and /readyz. Each check in its own thread, so a hung PostgreSQL or Redis still
+answers in READYZ_TIMEOUT_SECONDS; only admins see which failed."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""Customer email through Django's mail framework, once, through the outbox (refunds/outbox.py).
-
-A run that holds the thread's lease sends with send_once: under the key's effect lock (a process
-paused mid-send keeps it, so its successor waits instead of sending a second copy) it claims the
-row for its lease epoch, marks it "handed over" just before the final "." and "sent" after the
-server's answer, each committed on its own and only while the claim (and the epoch) holds. No
-transaction is open while the server talks: on SQLite it would hold every lease renewal.
-
-What "once" means, exactly: a second copy is possible only when the sender stopped (killed, or
-stalled longer than the send window) between handing over the final "." and recording the
-server's answer, or when that answer never reached it (the connection dropped or EMAIL_TIMEOUT
-passed after the final "."). The next sender that claims the row records "outcome unknown" (when
-it was handed over, by which epoch and worker) and sends again with the same Message-ID, so a
-mail system that de-duplicates can tell.
-"""
+"""Customer email, once, through the outbox. The one window for a second copy: the sender lost
+between the final "." and the server's answer; the next resends with the same Message-ID. No
+transaction is open while the server talks: on SQLite it would hold every lease renewal."""
 
 from __future__ import annotations
 
@@ -21,7 +9,7 @@ import re
 import smtplib
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Any
 
 from anymail.exceptions import AnymailAPIError
@@ -56,19 +44,9 @@ def send_worded(
     facts: dict[str, Any],
     language: str,
 ) -> None:
-    """send_once of one kind of email, worded from its facts in the customer's language
-    (refunds/emails.py). The outbox keeps the words of the first attempt: a retry sends those."""
-    worded = emails.word(kind, facts, language)
-    send_once(
-        ticket_id=ticket_id,
-        lease=lease,
-        key=key,
-        to=to,
-        subject=worded.subject,
-        body=worded.body,
-        language=worded.language,
-        desk_text=worded.desk_text,
-    )
+    """send_once of one kind of email; a retry sends the words the outbox kept the first time."""
+    worded = asdict(emails.word(kind, facts, language))
+    send_once(ticket_id=ticket_id, lease=lease, key=key, to=to, **worded)
 
 
 def send_once(
@@ -82,18 +60,13 @@ def send_once(
     language: str = "",
     desk_text: str = "",
 ) -> None:
-    """Send one message of a run that holds `lease` (a ticket's, or another row's such as an
-    intake message's: the fence is the lease's own row). `ticket_id` is the ticket the outbox
-    row belongs to; None for mail about no ticket (an acknowledgment that opened none)."""
+    """Send one message of a run that holds `lease`; `ticket_id` None for mail of no ticket."""
     lease.check()
     claim = f"epoch:{lease.epoch}"
     with effect_lock(key) as lock:
         if not lock.held:
             raise EffectBusy(f"another process is sending {key}")
-        # What the headers need from the database (the row's thread, its Reply-To) is read in the
-        # claim's transaction: once the row shows "sending", a lost connection finds the worker
-        # inside the SMTP conversation (whose handover mark takes a fresh connection), never
-        # before it with the claim held and nothing sent.
+        # In the claim's transaction: a row "sending" finds the worker inside SMTP, never before.
         with transaction.atomic():
             row = outbox.claim_for_run(
                 ticket_id=ticket_id,
@@ -122,9 +95,7 @@ def send_once(
 
 
 def resend(email_id: int) -> bool:
-    """Send an outbox message again outside any run (an admin's Resend): True once delivered
-    (now or before). Only rows no run will send concurrently (resendable()). Refused inside a
-    transaction before the row is claimed, so a refused Resend leaves the row as it was."""
+    """An admin's Resend: refused inside a transaction before the claim, leaving the row as is."""
     outside_transaction("the mail server")
     email = Email.objects.select_related("ticket").get(pk=email_id)
     if email.status == Email.Status.SENT:
@@ -146,16 +117,11 @@ class AnswerLost(smtplib.SMTPServerDisconnected):
     """The message was handed over and no answer came back: it may have been delivered."""
 
 
-@dataclass(frozen=True)
-class Headers:
-    """A message's headers that the database says (its thread, its Reply-To)."""
-
-    thread: dict[str, str]
-    reply_to: list[str]
+Headers = tuple[dict[str, str], list[str]]  # what the database says: its thread, its Reply-To
 
 
 def _headers(key: str) -> Headers:
-    return Headers(thread_headers(key), reply_to(key))
+    return thread_headers(key), reply_to(key)
 
 
 def _deliver(
@@ -166,8 +132,8 @@ def _deliver(
         header_text(subject),
         body,
         to=[header_text(to)],
-        headers={"X-Refund-Key": key, "Message-ID": message_id(key), **headers.thread},
-        reply_to=headers.reply_to,
+        headers={"X-Refund-Key": key, "Message-ID": message_id(key), **headers[0]},
+        reply_to=headers[1],
     )
     backend = get_connection()
     try:
@@ -178,8 +144,7 @@ def _deliver(
                 raise smtplib.SMTPServerDisconnected("the SMTP connection did not open")
             _send_smtp(backend.connection, message, key, sender)
         else:  # console, file, locmem, a provider's API: the call itself is the handover
-            # Every anymail ESP echoes metadata back in its tracking events
-            # (refunds/mail_tracking.py).
+            # Every anymail ESP echoes metadata back in its tracking events.
             message.metadata = {METADATA_KEY: key}  # type: ignore[attr-defined]
             outbox.hand_over(key, sender)
             outbox.emit(key, "handing_over")
@@ -202,8 +167,7 @@ def _deliver(
         metrics.MAIL_FAILURES.labels(
             kind="refused" if isinstance(error, MailRefused) else "retryable"
         ).inc()
-        # The claim is given back. A refusal is an answer (nothing was delivered); a lost answer
-        # after the handover leaves the outcome unknown, and the retry may deliver a second copy.
+        # The claim is given back; after a lost answer the retry may deliver a second copy.
         unknown = (
             outbox.unknown_fields()
             if isinstance(exc, AnswerLost)
@@ -224,9 +188,7 @@ def _deliver(
 
 
 def _send_smtp(conn: smtplib.SMTP, message: EmailMessage, key: str, sender: outbox.Sender) -> None:
-    """smtplib's sendmail, with the outbox's two marks around the final ".": "handed over"
-    committed before it goes out (only while the claim is ours), "sent" committed after the
-    server's 250. Nothing waits on the server while a transaction is open."""
+    """smtplib's sendmail, with "handed over" committed before the final "." and "sent" after."""
     encoding = message.encoding or settings.DEFAULT_CHARSET
     from_address = sanitize_address(message.from_email, encoding)
     recipients = [sanitize_address(addr, encoding) for addr in message.recipients()]
@@ -278,21 +240,17 @@ def backend_close(backend) -> None:
 
 
 def header_text(text: str) -> str:
-    """A header built from a customer's words (a subject "Re: ...", a name) on one line: a CR or
-    LF in it would start a header of their choosing (`Late\r\nBcc: ...`), or make Django refuse
-    the message on every attempt."""
+    """A header from a customer's words on one line: a CR or LF would start a header of their
+    choosing (`Late\r\nBcc: ...`), or make Django refuse the message on every attempt."""
     return " ".join(text.split())
 
 
-# Who answers which customer message: for an outbox key, the Message-IDs of the customer's own
-# messages it answers (registered by the intake, intake/apps.py: refunds imports nothing of it).
+# The customer's Message-IDs an outbox row answers; the intake registers it (refunds imports none).
 CUSTOMER_MESSAGE_IDS: list[Callable[[Email], list[str]]] = []
 
 
 def thread_headers(key: str) -> dict[str, str]:
-    """In-Reply-To and References, so the customer's mail client shows one conversation: the
-    customer's own messages this answers, then the ticket's earlier emails, oldest first. The
-    same on every attempt (the earlier rows and the messages do not change)."""
+    """In-Reply-To and References, so the customer's mail client shows one conversation."""
     email = Email.objects.filter(key=key).first()
     if email is None:
         return {}
@@ -316,9 +274,7 @@ def reply_address(token: str) -> str:
 
 
 def reply_to(key: str) -> list[str]:
-    """The Reply-To of an outbox message: a question to the customer's carries its token, so
-    the reply finds its thread whatever the subject becomes; others have none. The same on
-    every attempt and on a resend."""
+    """A question's token, so the reply finds its thread whatever the subject becomes."""
     # A reminder and the close for want of a reply carry their question's token.
     asked = key.removesuffix(":reminder").removesuffix(CLOSED_SUFFIX)
     token = CustomerQuestion.objects.filter(email_key=asked).values_list("token", flat=True).first()
@@ -326,8 +282,5 @@ def reply_to(key: str) -> list[str]:
 
 
 def message_id(key: str) -> str:
-    """The same Message-ID on every attempt: a mail system that sees a message twice (the one
-    window the outbox cannot close) can tell it is one message. Keyed by the secret, so nobody
-    can work a question's id out from its thread id and name it in a forged reply's References
-    (the reply address's token is unguessable too)."""
+    """The same on every attempt; keyed by the secret, so a forged reply cannot name it."""
     return f"<{salted_hmac('refund-desk.message-id', key).hexdigest()[:32]}@refund-desk>"

@@ -1,11 +1,5 @@
-"""What the mail provider says happened to a message after it took it: anymail's tracking
-webhooks (signature-checked by anymail's own views, under /mail/<esp>/tracking/; a signature
-stale or used already is refused by intake/webhook.py) land here and update the outbox row. A
-bounce shows on the undelivered page ("bounced: mailbox unknown").
-
-Rows are found by the outbox key we send as metadata (every anymail ESP echoes it back), else by
-the provider's message id recorded when it took the message. An event for a message we never sent
-is logged and answered 200: the provider would only retry it forever."""
+"""anymail's tracking events on the outbox row. One for a message we never sent is answered 200:
+the provider would only retry it forever."""
 
 from __future__ import annotations
 

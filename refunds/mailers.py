@@ -1,11 +1,4 @@
-"""Mail providers whose send API takes an idempotency key, with the outbox key as that key: a
-retry after an unknown outcome (a timeout or a 5xx after the request went out) is the same
-request to the provider, which sends the message once. This closes the one window the outbox
-leaves open with SMTP (refunds/mail.py).
-
-Of anymail's ESPs, Resend's send API takes one (`Idempotency-Key`, kept 24 hours); the others
-(Mailgun, Postmark, SendGrid, Amazon SES, Brevo, ...) take none, so with them the window stays
-as with SMTP."""
+"""The outbox key as the provider's idempotency key closes mail once's one window (Resend)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The desk's Prometheus metrics that processes count as things happen (workers, beat, web).
-
-prometheus_client runs in multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set in settings before
-this module is imported): each process, Celery's prefork children included, writes its counts to
-files in that folder, and /metrics (insights/views.py) sums them. What the database already
-knows (reviews waiting, decisions, deliveries owed) is read from it at scrape time instead, so it
-is right even for processes on other machines (insights/metrics.py)."""
+"""Counted as things happen; what the database knows is read at scrape time (insights/)."""
 
 from __future__ import annotations
 

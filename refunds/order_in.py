@@ -1,10 +1,4 @@
-"""One typed order input for every way an order comes in: the import (CSV and JSON Lines), the
-API's push, the shop's order source and Django admin's order form. The rules are here, once; a
-refusal is LineRefused naming the value refused ("shipping_fee", "lines[1].quantity").
-
-Amounts come in the currency's major unit ("8.99", 8.99; 8,99 with decimal_mark=","), typed by
-a person ("$1,020.50") with `typed`, or in minor units with `minor_units`. An order's lines,
-total and paid amount come together or not at all (None: the desk keeps what it has)."""
+"""One typed order input for every way an order comes in: the rules, once."""
 
 from __future__ import annotations
 
@@ -31,17 +25,14 @@ from pydantic_core import PydanticCustomError
 from refunds import currencies
 from refunds.models import ORDER_NUMBER_MAX, order_number_read
 
-# How far an order's total may be from its lines (units times unit price, plus tax) and its
-# shipping fee: this many minor units per line (the shop rounds each line's tax its own way).
+# Minor units per line a total may be off its sum: the shop rounds each line's tax its own way.
 TOTAL_TOLERANCE_PER_LINE = 1
 MAX_QUANTITY = 1_000_000
 ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
 
 
 class LineRefused(ValueError):
-    """An order that cannot be taken; the message says why, for the shop's people, and `field`
-    names the value refused within the order ("shipping_fee", "lines[1].quantity"), "" when
-    it is the order as a whole."""
+    """An order that cannot be taken, and `field`, the value refused ("" for the whole order)."""
 
     def __init__(self, message: str, *, field: str = "") -> None:
         super().__init__(message)
@@ -132,8 +123,7 @@ def _amount(value: Any, info: ValidationInfo) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | Decimal | float):
         raise _refuse(f"{name} must be an amount, like 8.99")
     currency, mark = context.get("currency", ""), context.get("decimal_mark", ".")
-    # A JSON number is always written with a point; repr() of a float is the shortest text
-    # that reads back as it, so 8.99 stays "8.99".
+    # A JSON number is written with a point; repr() keeps a float 8.99 as "8.99".
     if not isinstance(value, str):
         value, mark = (repr(value) if isinstance(value, float) else f"{value:f}"), "."
     try:
@@ -193,8 +183,7 @@ class LineIn(BaseModel):
 
 
 class OrderIn(BaseModel):
-    """An order as the shop knows it: the Order's field values, and what it holds (its lines,
-    total and paid amount; None when sent without them)."""
+    """An order's field values, and its lines, total and paid (None when sent without them)."""
 
     model_config = STRICT
 
@@ -273,9 +262,7 @@ class OrderIn(BaseModel):
         typed: bool = False,
         place: Callable[[int], str] | None = None,
     ) -> OrderIn:
-        """The order, or LineRefused naming the first value refused. `place(i)` names line i in a
-        reason ("line 7" for a file's row; "lines[7]" unless told). With `minor_units` the
-        fields are the model's own names (`number`, `shipping_fee_cents`)."""
+        """The order, or LineRefused; `place(i)` names line i in a reason ("line 7")."""
         place = place or (lambda i: f"lines[{i}]")
         how = {"decimal_mark": decimal_mark, "minor_units": minor_units, "typed": typed}
         try:
@@ -287,8 +274,7 @@ class OrderIn(BaseModel):
 
 
 def _refusal(errors: list[Any], place: Callable[[int], str]) -> LineRefused:
-    """The first error in the order's words, unknown fields first (all of one object's named);
-    a line's reason starts with its place."""
+    """The first error in the order's words, unknown fields first."""
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
     error = (unknown or errors)[0]
     loc, field = tuple(error["loc"]), error.get("ctx", {}).get("field", "")

@@ -1,12 +1,5 @@
-"""The shop's orders, for a desk that does not hold them all: when a ticket names an order the
-desk lacks, ticket_open asks GET {REFUNDS_ORDER_SOURCE}/orders/{number} and stores the answer: a
-JSON object of the Order's fields, its lines optional, in minor units, read as every order in is
-(refunds.order_in.OrderIn) and stored whole or not at all (docs/integrations.md).
-
-A timeout, a dropped connection, a 429 or a 5xx is tried again (REFUNDS_ORDER_SOURCE_ATTEMPTS)
-and then ShopDidNotAnswer; 404 is "no such order"; any other answer is ShopRefused. Never called
-inside a database transaction (on SQLite it would hold the whole database while the shop
-thinks)."""
+"""An order the desk lacks, asked of the shop (docs/integrations.md). Never inside a
+transaction: on SQLite it would hold the whole database while the shop thinks."""
 
 from __future__ import annotations
 
@@ -42,8 +35,7 @@ def configured() -> bool:
 
 
 def fetch(number: str) -> Order | None:
-    """The order from the shop, stored; None when the shop has no such order (404) or no order
-    source is configured. Raises ShopDidNotAnswer or ShopRefused."""
+    """The order from the shop, stored; None for no such order (404) or no order source."""
     if not configured():
         return None
     outside_transaction("the shop's order source")
@@ -97,7 +89,7 @@ def _ask(number: str) -> dict | None:
 
 
 def _final(number: str, response: httpx.Response) -> dict | None:
-    """The shop's final answer: the order's JSON object, None for an order it does not know."""
+    """The order's JSON object, None for an order the shop does not know."""
     if response.status_code == 404:
         return None
     if response.status_code != 200:
@@ -114,8 +106,7 @@ def _final(number: str, response: httpx.Response) -> dict | None:
 
 
 def _order_read(number: str, data: dict) -> OrderIn:
-    """The shop's answer as the typed order (USD unless it names a currency; the other fields
-    a shop's API answers are not ours), or ShopRefused naming what is wrong."""
+    """The typed order (USD unless it names a currency; fields not ours are dropped)."""
     sent = {k: v for k, v in data.items() if k in OrderIn.model_fields}
     try:
         if str(sent.setdefault("number", number)) != number:

@@ -30,14 +30,8 @@ def advance_ticket(ticket_id: int) -> str:
 
 @contextmanager
 def soft_limit_drains(task: Any, drain: Callable[[str], None]) -> Iterator[None]:
-    """Celery's soft time limit (CELERY_TASK_SOFT_TIME_LIMIT) is a SIGUSR1 that raises
-    SoftTimeLimitExceeded wherever the run is: inside a node, between a charge and its ledger
-    row, where a node's retry policy may even retry it. For an advance it asks the run to stop at
-    its next step instead, the drain a lost lease takes, and the sweep hands the thread on; the
-    hard limit still ends a node that never returns. `task` is the running Celery task, `drain`
-    what asks its runs to stop (runner.drain_running; the intake's workflow.drain_running).
-    Prefork children run tasks on their main thread, the only one that may set a signal
-    handler; other pools have no soft limit."""
+    """The soft time limit drains the run at its next step instead of raising wherever it is
+    (between a charge and its ledger row). Only prefork's main thread may set a handler."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -72,19 +66,15 @@ def resend_email(email_id: int) -> bool:
 
 @shared_task(acks_late=True, ignore_result=True)
 def handle_stripe_event(event_pk: int) -> str:
-    """One of Stripe's events, re-read from Stripe and recorded; safe to deliver twice. A read
-    that fails leaves it for the recovery sweep."""
+    """A read that fails leaves the event for the recovery sweep."""
     return services.stripe_event_handle(event_pk)
 
 
 @shared_task(ignore_result=True)
 def reconcile_payments() -> int:
-    """The ledger beside the processor for the orders charged in the last REFUNDS_RECONCILE_DAYS
-    (daily, by beat); it moves no money. Stops looking in time to end before the soft time
-    limit: the orders left are looked at next time. Returns the problems found."""
-    now = timezone.now()
+    """Daily; stops in time to end before the soft time limit: the orders left wait a day."""
     report = services.reconcile_payments(
-        since=now - timedelta(days=settings.REFUNDS_RECONCILE_DAYS),
+        since=timezone.now() - timedelta(days=settings.REFUNDS_RECONCILE_DAYS),
         deadline=time.monotonic() + settings.CELERY_TASK_SOFT_TIME_LIMIT * 0.75,
         by=ReconcileRun.By.BEAT,
     )

@@ -1,6 +1,3 @@
-"""The refunds admin, one module a part of the design as in refunds/models/; Django's
-autodiscovery imports this package, which imports each."""
+"""The refunds admin, one module a part as in refunds/models/."""
 
-from refunds.admin import ledger, orders, outbox, tickets
-
-__all__ = ["ledger", "orders", "outbox", "tickets"]
+from refunds.admin import ledger, orders, outbox, tickets  # noqa: F401 (each registers)

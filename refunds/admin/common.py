@@ -7,12 +7,14 @@ from django.contrib import admin
 from refunds.flow.words import DESK, dollars
 
 
-def money(field: str, label: str, currency: str = ""):
-    """A minor-units field shown as money, in the currency at the row's `currency` path (else
-    dollars), sortable by the field."""
+def money(field: str, label: str, currency: str = "", empty: str = ""):
+    """A minor-units field as money in the row's `currency` path (else dollars), sortable;
+    `empty` where it is None."""
 
     @admin.display(description=label, ordering=field)
     def show(self, obj) -> str:
+        if getattr(obj, field) is None:
+            return empty
         return dollars(getattr(obj, field), attrgetter(currency)(obj) if currency else DESK)
 
     show.__name__ = f"{field}_dollars"

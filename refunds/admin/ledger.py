@@ -1,5 +1,4 @@
-"""The ledger in the admin: charges, Stripe's events, reconcile runs and the demo processor's
-disputes."""
+"""The ledger in the admin."""
 
 from django.contrib import admin
 from django.utils.html import format_html
@@ -36,9 +35,6 @@ class StripeEventAdmin(ReadOnly, admin.ModelAdmin):
 
 @admin.register(ReconcileRun)
 class ReconcileRunAdmin(ReadOnly, admin.ModelAdmin):
-    """Each run of `reconcile` and its report, as the run saved it (/ops/reconcile/ shows the
-    last one)."""
-
     list_display = ["started_at", "by", "since", "orders", "problem_count", "dispute_count"]
     list_filter = ["by"]
     readonly_fields = ["by", "started_at", "finished_at", "since", "orders", "report"]
@@ -58,7 +54,6 @@ class ReconcileRunAdmin(ReadOnly, admin.ModelAdmin):
 
 @admin.register(DemoProcessorDispute)
 class DemoProcessorDisputeAdmin(admin.ModelAdmin):
-    """The demo's processor: add one to mark a payment disputed (status needs_response), as a
-    customer's bank does at Stripe; set it to won or lost to close it."""
+    """Add one to mark a payment disputed, as a customer's bank does at Stripe."""
 
     list_display = ("payment_reference", "status", "created_at")

@@ -13,9 +13,7 @@ from refunds.order_in import LineRefused, OrderIn
 
 
 class OrderForm(forms.ModelForm):
-    """An order as every way in reads it (refunds.order_in.OrderIn), the fee typed in the
-    currency's major unit ("8.99", "$1,020.50"), never in cents: full-width digits, a third
-    decimal, words or a negative are refused with the reason."""
+    """An order as every way in reads it (OrderIn), the fee in the major unit, never cents."""
 
     shipping_fee = forms.CharField(
         max_length=30,
@@ -72,8 +70,7 @@ class OrderForm(forms.ModelForm):
 
 
 def open_ticket_refusal(order: Order) -> str:
-    """Why an order may not change now: its open ticket's review shows what lookup read, and
-    its charge pays against the order as it stands (as for imports and pushes)."""
+    """Why an order may not change now: its open ticket pays against the order as it stands."""
     ticket = Ticket.objects.filter(links__order=order, status__in=Ticket.OPEN).first()
     if ticket is None:
         return ""
@@ -85,8 +82,7 @@ def open_ticket_refusal(order: Order) -> str:
 
 
 class OrderLineInline(ReadOnly, admin.TabularInline):
-    """What the order holds, as the shop sent it (imports, pushes, the order source write it):
-    each line with what was refunded of it and what is left."""
+    """Each line as the shop sent it, with what was refunded of it and what is left."""
 
     model = OrderLine
     fields = readonly_fields = (
@@ -121,9 +117,7 @@ class OrderLineInline(ReadOnly, admin.TabularInline):
 
 
 class OutsideRefundInline(ReadOnly, admin.TabularInline):
-    """Refunds of the order's payment made outside the desk (Stripe's dashboard, the shop's
-    admin), as the ledger's pre-charge lookup and `reconcile` recorded them: they count against
-    the order's balance unless the processor failed or canceled them."""
+    """Refunds made outside the desk count against the order's balance unless they failed."""
 
     model = OutsideRefund
     fields = readonly_fields = (
@@ -141,9 +135,7 @@ class OutsideRefundInline(ReadOnly, admin.TabularInline):
 
 
 class PaymentDisputeInline(ReadOnly, admin.TabularInline):
-    """Disputes of the order's payment as the processor said last (the pre-charge lookup and
-    Stripe's dispute events record them): while one is open the desk charges nothing without
-    a manager's approval."""
+    """While a dispute is open the desk charges nothing without a manager's approval."""
 
     model = PaymentDispute
     fields = readonly_fields = ("processor_id", "said", "status", "reason", "opened_at")
@@ -163,8 +155,7 @@ class OrderAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:
         if change:
-            # Again at the write, the row locked (the admin's view is one transaction): a
-            # ticket opened since the form was checked keeps the order it read.
+            # Again, the row locked: a ticket opened since the form was checked keeps its order.
             Order.objects.select_for_update().filter(pk=obj.pk).first()
             refusal = open_ticket_refusal(obj)
             if refusal:
@@ -174,15 +165,10 @@ class OrderAdmin(admin.ModelAdmin):
     list_display = ["number", "customer_name", "promised_on", "delivered_on", "fee", "currency"]
     search_fields = ["number", "customer_name", "customer_email", "payment_reference"]
     fee = money("shipping_fee_cents", "Shipping fee", "currency")
-
-    @admin.display(description="Total")
-    def total(self, order: Order) -> str:
-        if order.total_cents is None:
-            return "— (sent without its lines: only the shipping fee is refundable)"
-        return dollars(order.total_cents, order.currency)
-
-    @admin.display(description="Paid")
-    def paid(self, order: Order) -> str:
-        if order.paid_cents is None:
-            return "—"
-        return dollars(order.paid_cents, order.currency)
+    total = money(
+        "total_cents",
+        "Total",
+        "currency",
+        "— (sent without its lines: only the shipping fee is refundable)",
+    )
+    paid = money("paid_cents", "Paid", "currency", "—")

@@ -12,8 +12,7 @@ from refunds.models import Email
 
 @admin.register(Email)
 class EmailAdmin(ReadOnly, admin.ModelAdmin):
-    # Five columns fit a 1280 px screen; the key, the attempts, the last error and an unknown
-    # outcome are on each email's own page (and the Undelivered page lists what needs a person).
+    # Five columns fit a 1280 px screen; the rest is on each email's own page.
     list_display = ["subject", "to", "regarding", "status", "sent_at"]
     list_filter = ["status"]
     search_fields = ["key", "to"]

@@ -1,5 +1,4 @@
-"""Tickets and decisions in the admin: each thread's rows, retry, links to its history and fork,
-and the canned replies reviewers pick."""
+"""Tickets, decisions and canned replies in the admin."""
 
 from django.contrib import admin, messages
 from django.urls import reverse
@@ -177,8 +176,7 @@ class DecisionAdmin(Dollars, ReadOnly, admin.ModelAdmin):
 
 
 class CannedReasonTextInline(admin.TabularInline):
-    """The reply in each other language the desk writes in: a customer who wrote in one it lacks
-    is sent the English, and the reviewer is told so before they pick it."""
+    """A customer who wrote in a language the reply lacks is sent the English."""
 
     model = CannedReasonText
     extra = 1
@@ -188,8 +186,7 @@ class CannedReasonTextInline(admin.TabularInline):
 
 @admin.register(CannedReason)
 class CannedReasonAdmin(admin.ModelAdmin):
-    """The replies reviewers pick when they reject, and agents when they set a message aside
-    (`use`); the text is emailed to the customer, in their language where it has one."""
+    """The replies reviewers pick when they reject, and agents when they set a message aside."""
 
     inlines = [CannedReasonTextInline]
     list_display = ["title", "use", "text", "languages", "active", "position"]

@@ -1,11 +1,4 @@
-"""Payment gateways, one module each (demo, http, stripe), chosen by the REFUNDS_GATEWAY
-dotted-path setting: `refunds.payments.stripe.StripeGateway`, or the shorter
-`refunds.payments.StripeGateway` that deployments already name.
-
-A gateway is the processor's side (`Gateway`), given the order's payment reference where it needs
-it; its errors are typed (refunds.flow.errors): retryable, permanent (a decline), or an unknown
-outcome. The ledger, the balance and the fencing live in refunds/money.py, around any gateway.
-"""
+"""Re-exported here because deployments name `refunds.payments.StripeGateway`."""
 
 # ruff: noqa: F401 (the imports are what the package exports)
 from __future__ import annotations
@@ -36,8 +29,7 @@ class Gateway(Protocol):
         payment_reference: str = "",
         parts: Sequence[Part] = (),
     ) -> str:
-        """Refund once per key and return the receipt (a `Receipt` where the gateway knows the
-        processor's status); a repeated key returns the first one."""
+        """Refund once per key and return the receipt; a repeated key returns the first one."""
         ...
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> str | None:
@@ -45,13 +37,11 @@ class Gateway(Protocol):
         ...
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
-        """Every refund of the payment, the desk's and any made elsewhere: the ledger counts the
-        others before every charge (refunds/money.py)."""
+        """Every refund of the payment, the desk's and any made elsewhere."""
         ...
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """Every dispute of the payment, open or closed: an open one stops a charge before it is
-        made, since the card's bank may give the customer the money back too."""
+        """Every dispute of the payment: an open one stops a charge."""
         ...
 
 

@@ -1,6 +1,4 @@
-"""The demo's payment processor: it moves no money, and keeps its own records (apart from our
-ledger) in its own table, keyed by the idempotency key like a real processor. Production refuses
-it (config/settings.py, FAKE_GATEWAYS)."""
+"""The demo's payment processor: it moves no money; production refuses it (FAKE_GATEWAYS)."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ class DemoProcessorRefund(models.Model):
 
 
 class DemoProcessorDispute(models.Model):
-    """A dispute of a payment at the demo processor: what a customer's bank opens in Stripe. The
-    demo marks a payment disputed by adding one (the admin's "Demo processor disputes")."""
+    """What a customer's bank opens in Stripe; the demo adds one in the admin."""
 
     payment_reference = models.CharField(max_length=255, db_index=True)
     # Stripe's words: needs_response, under_review, ... (open), won, lost (closed).
@@ -56,8 +53,7 @@ SETTLED = "succeeded"
 
 
 class DemoGateway:
-    """Stands in for a card processor in the demo: it keeps its own records (apart from our
-    ledger), keyed by the idempotency key, and answers a repeated key with the first charge."""
+    """Its own records, keyed by idempotency key like a real processor's, apart from our ledger."""
 
     def charge(
         self,
@@ -96,8 +92,6 @@ class DemoGateway:
         return Receipt(receipt, SETTLED) if receipt else None
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
-        """Every refund of the payment the demo processor holds (each made by the desk: it has
-        no dashboard), succeeded at once."""
         if not payment_reference:
             return []
         rows = DemoProcessorRefund.objects.filter(payment_reference=payment_reference)
@@ -109,7 +103,6 @@ class DemoGateway:
         ]
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """The disputes the demo marked on the payment (DemoProcessorDispute)."""
         if not payment_reference:
             return []
         rows = DemoProcessorDispute.objects.filter(payment_reference=payment_reference)

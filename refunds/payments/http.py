@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
+import httpx
 from django.conf import settings
 
 from refunds.flow import parts as refund_parts
@@ -22,13 +21,7 @@ from refunds.payments.records import ProcessorDispute, ProcessorRefund, unix_tim
 
 
 class HttpGateway:
-    """A client for a processor's refund API over HTTP, in the shape most processors share:
-    `POST /refunds` with an `Idempotency-Key` header, `GET /refunds/<key>` to look one up,
-    `GET /refunds?payment=<reference>` to list a payment's refunds,
-    `GET /disputes?payment=<reference>` its disputes (404: a processor without disputes, none).
-
-    Set REFUNDS_GATEWAY=refunds.payments.HttpGateway and REFUNDS_GATEWAY_URL. The tests run it
-    against devtools.fake_processor, a real HTTP server that counts what it is asked."""
+    """`POST /refunds` with an `Idempotency-Key`, `GET /refunds/<key>`, `GET /refunds?payment=`."""
 
     def __init__(self, base_url: str | None = None, timeout: float | None = None):
         self.base_url = (base_url or settings.REFUNDS_GATEWAY_URL).rstrip("/")
@@ -43,24 +36,17 @@ class HttpGateway:
         payment_reference: str = "",
         parts: Sequence[Part] = (),
     ) -> Receipt:
-        # The parts as Stripe's metadata says them ("11x2,shipping"), for the processor's books.
-        said = refund_parts.metadata(parts).get("parts", "")
         body = {
             "amount_cents": amount_cents,
             "reference": ticket_key,
-            "parts": said,
+            # As Stripe's metadata says them ("11x2,shipping"), for the processor's books.
+            "parts": refund_parts.metadata(parts).get("parts", ""),
             "payment": payment_reference,
         }
-        data = json.dumps(body).encode()
         status, answer = self._call(
-            "POST",
-            "/refunds",
-            body=data,
-            headers={"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
+            "POST", "/refunds", body=body, headers={"Idempotency-Key": idempotency_key}
         )
         if status in (200, 201):
-            # A processor that says where the refund stands ("pending", "succeeded") says it
-            # in `status`; most say nothing, and the ledger records nothing.
             return Receipt(answer["receipt"], answer.get("status") or "")
         reason = answer.get("error", f"HTTP {status}")
         if status in (402, 409, 422, 400):
@@ -70,8 +56,7 @@ class HttpGateway:
         raise GatewayOutcomeUnknown(reason)  # a 500 may have moved the money
 
     def lookup(self, idempotency_key: str, *, payment_reference: str = "") -> Receipt | None:
-        # One path segment, whatever the key holds: quote()'s default keeps "/", and a key with
-        # one (an order number like "2024/1042") would be looked up at another address.
+        # One path segment: quote()'s default keeps the "/" of an order number like "2024/1042".
         path = "/refunds/" + urllib.parse.quote(idempotency_key, safe="")
         status, answer = self._call("GET", path)
         if status == 404:
@@ -81,8 +66,6 @@ class HttpGateway:
         raise GatewayOutcomeUnknown(answer.get("error", f"lookup answered HTTP {status}"))
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
-        """Each refund with the idempotency key it was made with ("" for one made without: in
-        the processor's dashboard)."""
         return [
             ProcessorRefund(
                 id=refund["receipt"],
@@ -95,7 +78,6 @@ class HttpGateway:
         ]
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """Each dispute with its status in Stripe's words (needs_response, won, lost, ...)."""
         return [
             ProcessorDispute(
                 id=dispute["id"],
@@ -117,23 +99,19 @@ class HttpGateway:
             raise RetryableGatewayError(answer.get("error", f"listing answered HTTP {status}"))
         return answer.get(what, [])
 
-    def _call(self, method: str, path: str, *, body: bytes | None = None, headers=None):
-        request = urllib.request.Request(
-            self.base_url + path, data=body, method=method, headers=headers or {}
-        )
+    def _call(self, method: str, path: str, *, body: Any = None, headers=None):
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            try:
-                answer = json.loads(exc.read() or b"{}")
-            except ValueError:
-                answer = {}
-            return exc.code, answer
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, ConnectionRefusedError):
-                raise RetryableGatewayError(f"gateway unreachable: {exc.reason}") from None
-            raise GatewayOutcomeUnknown(f"gateway call failed: {exc.reason}") from None
-        except (TimeoutError, ConnectionError) as exc:
+            response = httpx.request(
+                method, self.base_url + path, json=body, headers=headers, timeout=self.timeout
+            )
+        except httpx.ConnectError as exc:  # no connection, so no request
+            raise RetryableGatewayError(f"gateway unreachable: {exc}") from None
+        except httpx.TransportError as exc:
             # The request may have arrived: only a lookup can tell whether money moved.
             raise GatewayOutcomeUnknown(f"no answer from the gateway: {exc!r}") from None
+        try:
+            return response.status_code, response.json() if response.content else {}
+        except ValueError:
+            if response.is_success:
+                raise
+            return response.status_code, {}

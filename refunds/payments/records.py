@@ -1,6 +1,4 @@
-"""What a gateway says of one refund, or one dispute, of a payment, the same for every gateway:
-the listings that the ledger's pre-charge check and `manage.py reconcile` read (refunds/money.py,
-refunds/services/reconcile.py)."""
+"""One refund, or one dispute, of a payment, as every gateway lists them."""
 
 from __future__ import annotations
 
@@ -16,16 +14,13 @@ class ProcessorRefund:
     amount_cents: int
     # The processor's word (pending, requires_action, succeeded, failed, canceled; "" unsaid).
     status: str
-    # The key the desk put on it (Stripe: our metadata key; a processor that keeps idempotency
-    # keys: that key); "" when it carries none, as a refund made in a dashboard does.
+    # The key the desk put on it; "" for none, as a refund made in a dashboard.
     desk_key: str
     made_at: datetime | None = None
     failure_reason: str = ""
 
 
-# Stripe's words for a dispute still open: the card's bank has not decided, so the money may yet
-# go back to the customer through it (Stripe's Dispute.status). Closed: won, lost,
-# warning_closed, prevented.
+# Stripe's words for a dispute still open: the card's bank may yet give the customer the money.
 DISPUTE_OPEN = frozenset(
     {"needs_response", "warning_needs_response", "under_review", "warning_under_review"}
 )
@@ -33,9 +28,7 @@ DISPUTE_OPEN = frozenset(
 
 @dataclass(frozen=True)
 class ProcessorDispute:
-    """One dispute (a chargeback, or an inquiry before one) of a payment as the processor holds
-    it now: while it is open, a refund may pay the customer twice (once by the desk, once by the
-    card's bank)."""
+    """While it is open, a refund may pay the customer twice (the desk, the card's bank)."""
 
     id: str  # the processor's id for it (Stripe's dp_...)
     status: str  # the processor's word (DISPUTE_OPEN, or won, lost, ...)

@@ -26,23 +26,12 @@ if TYPE_CHECKING:
 
 
 def _of_payment(reference: str) -> Any:
-    """List parameters for the refunds or the disputes of one PaymentIntent or Charge."""
     return {"limit": 100, **_stripe_payment(reference)}
 
 
 class StripeGateway:
-    """Refunds through Stripe (the official `stripe` library): a Refund against the order's
-    PaymentIntent (`pi_...`) or Charge (`ch_...`, `py_...`), for the amount the ledger asks (the
-    shipping fee, or what is left of it), never the whole payment.
-
-    Our charge key goes to Stripe twice: as the request's `Idempotency-Key` (Stripe answers a
-    repeated key with the first refund for 24 hours) and in the refund's metadata, where
-    `lookup()` finds it by listing the payment's refunds (Stripe has no Refund search). The
-    library retries nothing (max_network_retries=0): a retry is the ledger's decision, made after
-    a lookup when the outcome is unknown.
-
-    Set REFUNDS_GATEWAY=refunds.payments.StripeGateway, STRIPE_SECRET_KEY, and optionally
-    STRIPE_API_BASE and STRIPE_TIMEOUT (config/settings.py)."""
+    """Our key goes in the metadata too, where `lookup()` finds it (Stripe has no Refund search).
+    The library retries nothing: a retry is the ledger's, after a lookup."""
 
     METADATA_KEY = "refund_desk_key"
 
@@ -103,29 +92,24 @@ class StripeGateway:
         return None
 
     def refund_now(self, refund_id: str) -> dict[str, Any]:
-        """The refund as Stripe holds it now (its events are read against this, never trusted
-        for the state themselves)."""
+        """The refund as Stripe holds it now: its events are never trusted for the state."""
         with _stripe_errors("reading the refund"):
             return self._stripe().v1.refunds.retrieve(refund_id).to_dict()
 
     def refunds_of(self, payment_reference: str) -> list[dict[str, Any]]:
-        """Every refund of a payment (a PaymentIntent or a Charge) as Stripe holds it now."""
         params = _of_payment(payment_reference)
         with _stripe_errors("reading the refunds"):
             listed = self._stripe().v1.refunds.list(params=params)
             return [refund.to_dict() for refund in listed.auto_paging_iter()]
 
     def payment_refunds(self, payment_reference: str) -> list[ProcessorRefund]:
-        """Every refund of the payment, the desk's (our key in their metadata) and any other."""
         return [self.as_record(refund) for refund in self.refunds_of(payment_reference)]
 
     def dispute_now(self, dispute_id: str) -> dict[str, Any]:
-        """The dispute as Stripe holds it now (its events are read against this)."""
         with _stripe_errors("reading the dispute"):
             return self._stripe().v1.disputes.retrieve(dispute_id).to_dict()
 
     def payment_disputes(self, payment_reference: str) -> list[ProcessorDispute]:
-        """Every dispute of the payment, open or closed (ProcessorDispute.open says which)."""
         params = _of_payment(payment_reference)
         with _stripe_errors("reading the disputes"):
             listed = self._stripe().v1.disputes.list(params=params)
@@ -214,6 +198,5 @@ def _stripe_errors(what: str) -> Iterator[None]:
 
 
 def _said(exc: Any) -> str:
-    """Stripe's own message and code, without the request id."""
     message = exc.user_message or type(exc).__name__
     return f"{message} ({exc.code})" if exc.code else message

@@ -1,7 +1,4 @@
-"""Stripe's events in, at /payments/stripe/webhook/: the signature checked with the official
-library, the event stored once by its id, and 200 at once; a worker handles it
-(refunds/services/stripe_events.py). Anything not signed with STRIPE_WEBHOOK_SECRET, within its
-tolerance, stores nothing and answers 400; without a secret every post answers 503."""
+"""Stripe's events, stored once by id; never one unsigned, so without a secret every post is 503."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ class _Data(BaseModel):
 
 
 class EventShape(BaseModel):
-    """What the desk reads of one of Stripe's events (it stores the rest as it came): typed, so a
-    signed post of any other shape is refused in words, never a 500."""
+    """Typed, so a signed post of another shape is refused in words, never a 500."""
 
     model_config = ConfigDict(strict=True)
 
@@ -60,8 +56,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
     if length > limit or len(payload) > limit:
         return _refused(request, 413, "too_large", f"The body is over {limit} bytes.")
     try:
-        # Checks the signature over the exact bytes, and that it was signed no longer than the
-        # tolerance ago (the library allows any time ahead: only the secret's holder can sign).
+        # Within the tolerance; any time ahead is allowed: only the secret's holder can sign.
         stripe.WebhookSignature.verify_header(
             payload,
             request.headers.get("Stripe-Signature"),
@@ -80,9 +75,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
 
 
 def _event(payload: bytes) -> dict[str, Any]:
-    """The event as it came, once it has the shape the desk reads (EventShape) and holds nothing
-    the database cannot store (a NUL; NaN or Infinity, which JSON has not either); ValueError in
-    words otherwise."""
+    """The event, or ValueError: a wrong shape, a NUL, NaN or Infinity."""
     try:
         EventShape.model_validate_json(payload)
     except ValidationError as exc:
@@ -98,8 +91,7 @@ def _event(payload: bytes) -> dict[str, Any]:
 
 
 def _refused(request: HttpRequest, status: int, reason: str, message: str) -> HttpResponse:
-    """One WARNING line with why, counted by reason; the answer says why too (Stripe's dashboard
-    shows it beside the failed delivery)."""
+    """Logged and counted by reason; Stripe's dashboard shows the answer's why."""
     metrics.STRIPE_EVENTS_REFUSED.labels(reason=reason).inc()
     log.warning("%s %s refused (%s): %s", request.method, request.path, status, message[:300])
     code = {400: "bad_request", 413: "payload_too_large", 503: "not_configured"}[status]

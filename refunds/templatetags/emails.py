@@ -1,4 +1,4 @@
-"""Filters for customer emails (templates/emails/): amounts and lists as the desk says them."""
+"""Filters for customer emails: amounts and lists as the desk says them."""
 
 from __future__ import annotations
 

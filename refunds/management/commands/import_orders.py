@@ -1,6 +1,4 @@
-"""Import the shop's orders from a CSV or JSON Lines file: an upsert by order number, each
-refused line reported with its number and reason (the columns and rules: docs/integrations.md).
-Exits 1 when any line was refused, 2 when the file itself cannot be read."""
+"""Exits 1 when any line was refused, 2 when the file itself cannot be read."""
 
 from __future__ import annotations
 
@@ -51,19 +49,16 @@ def read_csv(path: Path, delimiter: str, decimal_mark: str) -> Iterator[Read]:
         columns = (*FIELDS, *SUMS, *LINE_FIELDS) if with_lines else FIELDS
         missing = [f for f in columns if f not in header and f not in OPTIONAL]
         unknown = [f for f in header if f not in columns]
-        if missing or unknown or len(set(header)) != len(header):
+        wrong = [
+            missing and f"missing: {', '.join(missing)}",
+            unknown and f"unknown: {', '.join(unknown)}",
+            len(set(header)) != len(header) and "a column is named twice",
+        ]
+        if any(wrong):
             raise CommandError(
                 f"{path}: the header must name the columns {', '.join(columns)} "
                 f"({', '.join(sorted(OPTIONAL & set(columns)))} may be left out); "
-                + "; ".join(
-                    part
-                    for part in (
-                        missing and f"missing: {', '.join(missing)}",
-                        unknown and f"unknown: {', '.join(unknown)}",
-                        len(set(header)) != len(header) and "a column is named twice",
-                    )
-                    if part
-                ),
+                + "; ".join(part for part in wrong if part),
                 returncode=2,
             )
         read = _rows(rows, header, rows.line_num + 1)
@@ -98,9 +93,7 @@ def _rows(rows: Any, header: list[str], start: int) -> Iterator[tuple[int, Any]]
 
 
 def _orders_of_rows(rows: Iterator[tuple[int, Any]], decimal_mark: str) -> Iterator[Read]:
-    """Rows of one line each -> one order each: the rows of an order follow one another and
-    repeat its columns (any that differ refuse the whole order, naming the line). An order
-    whose rows come again later is two orders with one number: both refused, as any duplicate."""
+    """An order's rows follow one another; rows that come again later are a duplicate order."""
     group: list[tuple[int, dict]] = []
 
     def gathered() -> Read:
@@ -139,8 +132,7 @@ def _orders_of_rows(rows: Iterator[tuple[int, Any]], decimal_mark: str) -> Itera
 
 
 def _count(cell: str) -> int | str:
-    """A quantity column's digits are the whole number the order takes; anything else is left
-    for it to refuse."""
+    """The digits as a whole number; anything else left for the order to refuse."""
     return int(cell) if WHOLE.fullmatch(cell) else cell
 
 
@@ -163,8 +155,6 @@ def read_jsonl(path: Path, decimal_mark: str) -> Iterator[Read]:
 
 
 def _format_of(path: Path, options: dict[str, Any]) -> str:
-    """The file's format, once the file and the options are checked (a CommandError says what
-    is wrong, before anything is read)."""
     kind = options["format"] or FORMATS.get(path.suffix.lower())
     if kind is None:
         raise CommandError(

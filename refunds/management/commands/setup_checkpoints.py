@@ -1,10 +1,4 @@
-"""Create (or bring up to date) LangGraph's checkpoint and store tables.
-
-`manage.py migrate` already does this through a post_migrate hook; this command is for a
-checkpoint database of its own (CHECKPOINT_URL) or a deploy step that wants it spelled out.
-Run it from one process at deploy time, never from workers: PostgresSaver.setup() raced by two
-processes on an empty schema makes the loser fail.
-"""
+"""From one process at deploy: PostgresSaver.setup() raced on an empty schema fails the loser."""
 
 from django.core.management.base import BaseCommand, CommandError
 
