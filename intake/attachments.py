@@ -1,9 +1,6 @@
-"""Customers' attachments: judged by their bytes (never their name or declared type), kept in the
-"attachments" storage, recorded on their message; the rest refused with why. The bytes are
-written before the message's row commits, outside any transaction (S3 is a network wait), under
-a name of the message's key and the bytes' digest: a retry writes the same object again, so
-nothing a row names can be missing. A picture is previewed only when Pillow reads its size from
-its header within REFUNDS_ATTACHMENT_PREVIEW_PIXELS."""
+"""Customers' attachments, judged by their bytes. The bytes are written before the message's row
+commits, outside any transaction, under the message's key and the bytes' digest: a retry writes
+the same object again, so nothing a row names can be missing."""
 
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ from core.network import outside_transaction
 from intake.models import Attachment, Message
 
 STORAGE = "attachments"
-# The kinds kept, each found by its own magic number (content_type), and its file extension.
+# The kinds kept (content_type reads each by its magic number).
 EXTENSIONS = {
     "image/jpeg": ".jpg",
     "image/png": ".png",
@@ -29,7 +26,7 @@ EXTENSIONS = {
     "image/heic": ".heic",
     "application/pdf": ".pdf",
 }
-# The kinds a browser shows as a picture, and Pillow's name for each (HEIC is a link).
+# The kinds a browser shows as a picture, by Pillow's name (HEIC is a link).
 PREVIEWED = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WEBP"}
 # ISO base media files whose major brand says HEIF/HEIC (a photo from a phone).
 HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"}
@@ -91,8 +88,7 @@ def previewable(kind: str, content: bytes) -> bool:
 
 
 def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[Kept]]:
-    """Each part described (with why it was refused, "" when kept), and the parts to keep; the
-    message's `key` and the digest name the stored object."""
+    """Each part described (with why it was refused, "" when kept), and the parts to keep."""
     folder = hashlib.sha256(key.encode()).hexdigest()[:32]
     limit = settings.REFUNDS_ATTACHMENT_MAX_BYTES
     most = settings.REFUNDS_ATTACHMENTS_PER_MESSAGE

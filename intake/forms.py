@@ -25,8 +25,6 @@ class SortForm(forms.Form):
         required=False,
     )
     other_customer_ok = forms.BooleanField(required=False)
-    # "Not a refund request" answers the customer: a canned reply and/or own words, or none
-    # with why (intake.sorting.message_mark_not_refund checks the choice).
     reply_canned = forms.ModelChoiceField(
         CannedReason.objects.setting_aside(),
         required=False,

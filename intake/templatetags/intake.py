@@ -1,4 +1,4 @@
-"""How a reading reads on the desk: the reason in words, who read it."""
+"""How a reading reads on the desk."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from refunds import policy
 
 register = template.Library()
 
-# The reading's fields a reviewer checks against the customer's words, in the card's order. The
-# language's evidence words ("hi, my, the") are not quoted: the card names the language instead.
+# The card names the language instead of quoting its evidence words ("hi, my, the").
 QUOTED = (
     ("reason", "Reason"),
     ("orders", "Orders"),
@@ -51,8 +50,8 @@ def _plain(words: str) -> str:
 
 @register.filter
 def summary_said(reading: dict | None) -> str:
-    """The summary without the reason and orders the card's line already gives ("Late delivery,
-    order 1044: ..." -> "..."); "" when it says nothing more (a subject line repeating them)."""
+    """The summary without the reason and orders the card's line gives ("Late delivery, order
+    1044: ..." -> "...")."""
     reading = reading or {}
     summary = reading.get("summary") or ""
     head, sep, rest = summary.partition(":")
@@ -63,8 +62,7 @@ def summary_said(reading: dict | None) -> str:
 
 @register.filter
 def quoted(reading: dict | None) -> list[tuple[str, str]]:
-    """(label, the customer's words) for each field the reader quoted, each once: a quote the
-    summary already holds (the subject line, often) tells the reviewer nothing new."""
+    """(label, the customer's words) for each quote the summary does not already hold."""
     reading = reading or {}
     quotes = reading.get("quotes") or {}
     shown = _plain(reading.get("summary") or "")
