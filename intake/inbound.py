@@ -58,7 +58,7 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
     about, kept = attachments.attachments_judge(parts, key=key)
     attachments.attachments_store(kept)  # before the row that names them: see the module
     with transaction.atomic():  # the token is taken only with the message it brought
-        signed_once(event, esp_name)
+        signed_once(sender, event, esp_name)
         message, created = message_receive(
             channel=Message.Channel.EMAIL,
             key=key,
@@ -90,8 +90,7 @@ def _written(email: AnymailInboundMessage, name: str) -> str:
 
 
 def _recipients(email: AnymailInboundMessage) -> tuple[list[str], str]:
-    """Where it was sent, the envelope's recipient first (the reply address, whatever the
-    headers say); and "" or that it had more."""
+    """Where it was sent, the envelope's recipient (the reply address) first; and what was cut."""
     written = [_written(email, name) for name in ("to", "cc", "delivered-to")]
     read = getaddresses([one[:HEADER_CHARS] for one in written])
     found = [one for one in [email.envelope_recipient or ""] + [a for _, a in read] if one]
@@ -102,8 +101,7 @@ def _recipients(email: AnymailInboundMessage) -> tuple[list[str], str]:
 
 
 def _references(email: AnymailInboundMessage) -> tuple[list[str], str]:
-    """The Message-IDs it answers, of In-Reply-To and of the end of References (a reply appends
-    the ID it answers); and "" or that it had more."""
+    """In-Reply-To and the end of References (a reply appends the ID it answers); what was cut."""
     answers = ID.findall(_written(email, "in-reply-to")[:HEADER_CHARS])
     written = _written(email, "references")
     references = ID.findall(written[-HEADER_CHARS:])

@@ -8,9 +8,9 @@ from typing import Any
 from refunds.policy import REASONS
 
 
-def sureness(confidence: float) -> str:
-    """A confidence as people read it: "75%"."""
-    return f"{round(confidence * 100)}%"
+def sureness(confidence: float | None) -> str:
+    """A confidence as people read it: "75%" (None: sure)."""
+    return f"{round((1.0 if confidence is None else confidence) * 100)}%"
 
 
 RULES = "rules"  # read_by for the rules reader; a model's reading says its spec ("openai:gpt-x")

@@ -82,6 +82,13 @@ def _orders(numbers: list[str]) -> list[Order]:
     return [o for o in found.values() if o is not None]
 
 
+def _handled(message: Message, by, was: str, to: str, **fields: Any) -> bool:
+    """A person moves the message from `was` to `to`: of two at once, one wins."""
+    now = timezone.now()
+    mine = Message.objects.filter(pk=message.pk, status=was)
+    return bool(mine.update(status=to, handled_by=by, handled_at=now, updated_at=now, **fields))
+
+
 def _taken(message: Message) -> SortingError:
     fresh = Message.objects.select_related("handled_by").get(pk=message.pk)
     who = f" by {fresh.handled_by.username}" if fresh.handled_by else ""
@@ -100,8 +107,7 @@ def message_sort(
     by,
     other_customer_ok: bool = False,
 ) -> Placed:
-    """Open or add to tickets for the orders a person sorted the message into; another
-    customer's order is refused unless `other_customer_ok` (a forwarded message, a partner)."""
+    """Open or add to tickets for the orders a person chose; `other_customer_ok`: a forward."""
     _refuse_unless_desk_user(by)
     if reason not in policy.TICKET_REASONS:
         words = policy.REASONS.get(reason)
@@ -121,12 +127,8 @@ def message_sort(
             f"sender {message.sender}. Nothing was opened. If you checked that it is theirs to "
             "ask about, tick “open it anyway” and sort again."
         )
-    now = timezone.now()
     with transaction.atomic():
-        won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
-            status=Message.Status.OPENED, handled_by=by, handled_at=now, updated_at=now
-        )
-        if not won:
+        if not _handled(message, by, Message.Status.NEEDS_SORTING, Message.Status.OPENED):
             raise _taken(message)
         try:
             # No note: the message itself is on the ticket's page, its reading on the card.
@@ -196,12 +198,8 @@ def message_mark_not_refund(
         raise SortingError(
             f"We cannot write to {message.sender}; set it aside with no reply and say why."
         )
-    now = timezone.now()
     with transaction.atomic():
-        won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
-            status=Message.Status.NOT_REFUND, handled_by=by, handled_at=now, updated_at=now
-        )
-        if not won:
+        if not _handled(message, by, Message.Status.NEEDS_SORTING, Message.Status.NOT_REFUND):
             raise _taken(message)
         kind = "none" if not replying else ("canned" if canned is not None else "own")
         answer: dict[str, Any] = {"reply": kind}
@@ -223,8 +221,7 @@ def message_mark_not_refund(
 def _reply_set_aside(
     message: Message, event: MessageEvent, canned: CannedReason | None, words: str
 ) -> Email:
-    """The reply to a message set aside, in the outbox: the canned text in the customer's
-    language (in English when it has none in theirs, as the page said) and the agent's words."""
+    """The reply in the outbox: the canned text in the customer's language, else in English."""
     language = (message.reading or {}).get("language", "")
     said = canned.text_in(language) if canned else ""
     if said is None:
@@ -248,14 +245,13 @@ def _reply_set_aside(
 def message_set_aside_undo(*, message: Message, by) -> Message:
     """A set-aside message goes back to "Needs sorting"; a reply sent stays sent."""
     _refuse_unless_desk_user(by)
-    now = timezone.now()
     with transaction.atomic():
-        won = Message.objects.filter(pk=message.pk, status=Message.Status.NOT_REFUND).update(
-            status=Message.Status.NEEDS_SORTING,
+        won = _handled(
+            message,
+            by,
+            Message.Status.NOT_REFUND,
+            Message.Status.NEEDS_SORTING,
             sorting_reason=f"{by.username} brought it back from the messages set aside.",
-            handled_by=by,
-            handled_at=now,
-            updated_at=now,
         )
         if not won:
             fresh = Message.objects.get(pk=message.pk)

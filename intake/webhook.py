@@ -16,7 +16,7 @@ from functools import wraps
 from typing import Any
 
 from anymail.exceptions import AnymailConfigurationError, AnymailWebhookValidationFailure
-from anymail.signals import AnymailEvent, AnymailTrackingEvent, tracking
+from anymail.signals import AnymailEvent, tracking
 from anymail.webhooks.mailgun import MailgunInboundWebhookView
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -111,8 +111,8 @@ def _first_parts(mime: str) -> tuple[str, list[str]]:
 
 
 def _first_headers(written: str) -> tuple[str, list[str]]:
-    """Mailgun's parsed headers, bounded, each on one line (a decoded display name's CR/LF would
-    make the email package refuse the whole email); and what was not read."""
+    """Mailgun's parsed headers, bounded, each on one line (a CR/LF in a display name makes the
+    email package refuse the whole email); and what was not read."""
     headers = json.loads(written)
     pairs = [
         [re.sub(r"[\r\n]+", " ", str(one)) for one in header]
@@ -126,9 +126,11 @@ def _first_headers(written: str) -> tuple[str, list[str]]:
     return json.dumps(kept), [said] if kept != pairs else []
 
 
-def signed_once(event: AnymailEvent, esp_name: str) -> None:
+@receiver(tracking, dispatch_uid="intake.webhook.tracking_signed_once")
+def signed_once(sender: Any, event: AnymailEvent, esp_name: str, **kwargs: Any) -> None:
     """Refuse a signature too old or used already. In the transaction of what the post records:
-    of two posts of one signature at once, one inserts the token's row."""
+    a refusal undoes what another receiver recorded; of two posts of one signature at once, one
+    inserts the token's row."""
     if esp_name not in SIGNS_TIMESTAMP_AND_TOKEN:
         return
     now = timezone.now()
@@ -161,15 +163,8 @@ def _signed_at(event: AnymailEvent) -> datetime | None:
         return None
 
 
-@receiver(tracking, dispatch_uid="intake.webhook.tracking_signed_once")
-def tracking_signed_once(sender, event: AnymailTrackingEvent, esp_name: str, **kwargs) -> None:
-    """In the post's transaction: a refusal undoes whatever another receiver recorded."""
-    signed_once(event, esp_name)
-
-
 def door(view: Callable[..., HttpResponseBase], *, max_bytes: str | None = None):
-    """`view` behind the door: with `max_bytes` (a setting's name), larger bodies are refused
-    with 413 before anything is parsed."""
+    """`view` behind the door; bodies over the setting `max_bytes` get a 413 unparsed."""
 
     @wraps(view)  # keeps anymail's csrf_exempt
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from django import template
 from django.conf.locale import LANG_INFO
 
-from intake.reading import sureness as reading_sureness
+from intake.reading import sureness
 from refunds import policy
 
 register = template.Library()
+register.filter("sureness", sureness)  # 0.75 -> "75%": how sure the reader was
 
 # The card names the language instead of quoting its evidence words ("hi, my, the").
 QUOTED = (
@@ -22,12 +23,6 @@ QUOTED = (
 def reason_words(reason: str | None) -> str:
     """ "damaged" -> "Damaged"; an unknown value is shown as it is, never hidden."""
     return policy.REASONS.get(reason or "", reason or "—")
-
-
-@register.filter
-def sureness(confidence: float | None) -> str:
-    """0.75 -> "75%": how sure the reader was (intake.reading.sureness)."""
-    return reading_sureness(1.0 if confidence is None else confidence)
 
 
 @register.filter
