@@ -17,8 +17,7 @@ REPLY_PREFIX = "intake-reply:"
 
 class MessageQuerySet(models.QuerySet):
     def needing_worker(self, settled_before=None) -> MessageQuerySet:
-        """Messages the intake has not finished and no worker holds (the lease on the database
-        clock); with `settled_before`, only those untouched since."""
+        """Unfinished messages no worker holds (by the database clock), untouched since a time."""
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
         return self.filter(finished_at__isnull=True, **young).filter(
             Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now())

@@ -50,8 +50,7 @@ def message_receive(
     unread: str = "",
 ) -> tuple[Message, bool]:
     """Store a customer's message once by its key and start its intake on commit. `brought_by`
-    (who pasted or posted it) opens its ticket: four-eyes. Without `wake` the sweep finds it.
-    `recipients` and `references` find the question a reply answers (intake/replies.py)."""
+    opens its ticket (four-eyes); `recipients` and `references` find the question it answers."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     if (brought_by is None) != (channel == Message.Channel.EMAIL):
@@ -170,8 +169,7 @@ def messages_recover() -> list[int]:
 
 
 def message_retry(*, message: Message, by) -> bool:
-    """Admin: hand a message the intake gave up on back to it; one a person sorted since keeps
-    what they chose. False when it is not given up any more (retried already)."""
+    """Admin: hand a given-up message back to the intake; False when retried already."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins hand a message back to the intake.")
     # Put in "Needs sorting" by the give-up itself (its reason is the error), unsorted since.

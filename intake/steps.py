@@ -1,5 +1,4 @@
-"""The intake's four @tasks, each idempotent by the message, its effects under the message's lease
-epoch."""
+"""The intake's four @tasks, each idempotent by the message, its effects under its lease epoch."""
 
 from __future__ import annotations
 
@@ -124,8 +123,7 @@ def _senders_orders(message: Message, numbers: list[str]) -> dict[str, Any]:
 
 
 def _asked_after(message: Message, reading: Reading) -> dict[str, Any]:
-    """{"status_of": ticket id}: the sender's ticket of an order they name, else their latest
-    ticket; {"sorting": why} when they have none."""
+    """{"status_of": the sender's ticket of an order named, else their latest}, or {"sorting"}."""
     theirs = of_customer(Ticket.objects.all(), message.sender, field="order__customer_email")
     named = [n.strip("# ") for n in reading.orders if n.strip("# ")]
     ticket = (
@@ -212,8 +210,7 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
         opened_by=message.brought_by,
         actor=None,
         reason=reading.reason,
-        # The ticket tells the customer itself: that a person looks at it once its checks need
-        # one, or the outcome alone when they decide it (refunds/flow/nodes/messages.received).
+        # The ticket tells the customer itself (refunds/flow/nodes/messages.received).
         reading=reading.as_json() | {TICKET_TELLS: True},
     )
     for ticket, orders in where.added:
@@ -311,8 +308,7 @@ def _tickets_that_tell(ids: list[int]) -> set[int]:
 
 
 def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
-    """What happens next; never why a message waits for a person (it may name someone else's
-    order)."""
+    """What happens next; never why a message waits for a person (another's order, maybe)."""
     opened = [t for t in where["tickets"] if not t["added"]]
     added = [t for t in where["tickets"] if t["added"]]
     return {

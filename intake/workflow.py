@@ -100,8 +100,7 @@ _running: list[leases.Lease] = []  # the leases this process runs a message's in
 
 
 def drain_running(reason: str) -> None:
-    """Stop this process's intake runs before their next task (the soft time limit); safe from a
-    signal handler."""
+    """Stop this process's runs before their next task (soft limit); safe in a signal handler."""
     for lease in list(_running):
         lease.drain(reason)
 
