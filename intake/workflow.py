@@ -114,10 +114,10 @@ def message_take(message_id: int) -> str:
     lease = leases.grant_row(TABLE, message_id, thread_id=thread_id, leasable="finished_at IS NULL")
     if lease is None:
         return "busy or finished"
-    if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
-        return _give_up(lease)
-    item: Item = {"message_id": message_id, "thread_id": thread_id}
     mine = Message.objects.filter(pk=message_id, lease_epoch=lease.epoch)
+    if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
+        return _give_up(lease, mine)
+    item: Item = {"message_id": message_id, "thread_id": thread_id}
     _running.append(lease)
     try:
         with lease.kept_alive():
@@ -166,14 +166,13 @@ def _run(lease: leases.Lease, item: Item) -> None:
     )
 
 
-def _give_up(lease: leases.Lease) -> str:
+def _give_up(lease: leases.Lease, mine) -> str:
     """The attempt cap: the message goes to a person, with the last error; nothing is lost."""
     tries = lease.attempts - 1
     reason = (
         f"The intake stopped after {tries} attempts "
         f"({lease.last_error or 'its worker died'}); sort it by hand."
     )
-    mine = Message.objects.filter(pk=lease.row_id, lease_epoch=lease.epoch)
     # Placed already (only its acknowledgment failed): it stays where it went.
     mine.filter(status=Message.Status.RECEIVED).update(
         status=Message.Status.NEEDS_SORTING, sorting_reason=reason[:2000]
