@@ -32,7 +32,6 @@ PLAUSIBLE_AGE = timedelta(days=7)
 MOST_ADDRESSES = 100
 MOST_IDS = 100
 ID = re.compile(r"<[^<>\s]+>")
-# Mailgun's own headers, and Received-SPF (RFC 7208); Authentication-Results (RFC 8601) below.
 VERDICT_HEADERS = {
     "x-mailgun-spf": "spf",
     "received-spf": "spf",
@@ -58,7 +57,7 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
     about, kept = attachments.attachments_judge(parts, key=key)
     attachments.attachments_store(kept)  # before the row that names them: see the module
     with transaction.atomic():  # the token is taken only with the message it brought
-        signed_once(sender, event, esp_name)
+        signed_once(None, event, esp_name)
         message, created = message_receive(
             channel=Message.Channel.EMAIL,
             key=key,

@@ -253,7 +253,8 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
     message = _message(item)
     if any("sender" in p for p in message_problems(sender=message.sender, body="x")):
         return {"sent": False, "why": "the sender's address is not one we can write to"}
-    telling = _tickets_that_tell([t["id"] for t in where["tickets"] if not t["added"]])
+    opened = Ticket.objects.filter(pk__in=[t["id"] for t in where["tickets"] if not t["added"]])
+    telling = {pk for pk, r in opened.values_list("pk", "reading") if (r or {}).get(TICKET_TELLS)}
     where = {**where, "tickets": [t for t in where["tickets"] if t["id"] not in telling]}
     if telling and not where["tickets"]:
         return {"sent": False, "why": "the ticket it opened tells the customer"}
@@ -300,11 +301,6 @@ def refund_status(message: Message) -> dict[str, Any]:
         "on": day_words(timezone.localdate(ticket.updated_at)),
         "why": ticket.outcome_reason,
     }
-
-
-def _tickets_that_tell(ids: list[int]) -> set[int]:
-    readings = Ticket.objects.filter(pk__in=ids).values_list("pk", "reading")
-    return {pk for pk, reading in readings if (reading or {}).get(TICKET_TELLS)}
 
 
 def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:

@@ -168,19 +168,21 @@ def door(view: Callable[..., HttpResponseBase], *, max_bytes: str | None = None)
 
     @wraps(view)  # keeps anymail's csrf_exempt
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        limit = getattr(settings, max_bytes) if max_bytes else None
-        if limit is not None:
-            try:
-                length = int(request.META.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                return _refused(request, 400, "malformed", "The Content-Length is not a number.")
-            if length > limit:
-                return _too_large(request, limit)
-            request.upload_handlers = [WholeForm(request, limit)]
+        limit = getattr(settings, max_bytes or "DATA_UPLOAD_MAX_MEMORY_SIZE")
         try:
+            if max_bytes:
+                try:
+                    length = int(request.META.get("CONTENT_LENGTH") or 0)
+                except ValueError:
+                    why = "The Content-Length is not a number."
+                    return _refused(request, 400, "malformed", why)
+                if length > limit:
+                    raise RequestDataTooBig
+                request.upload_handlers = [WholeForm(request, limit)]
             return view(request, *args, **kwargs)
         except RequestDataTooBig:
-            return _too_large(request, limit or settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+            why = f"The request body is too large (at most {limit} bytes)."
+            return _refused(request, 413, "too_large", why)
         except Refused as exc:
             return _refused(request, 400, exc.reason, str(exc))
         except AnymailWebhookValidationFailure as exc:
@@ -190,12 +192,6 @@ def door(view: Callable[..., HttpResponseBase], *, max_bytes: str | None = None)
             return _refused(request, 400, "malformed", f"The post is not the provider's: {why}")
 
     return guarded
-
-
-def _too_large(request: HttpRequest, limit: int) -> HttpResponse:
-    return _refused(
-        request, 413, "too_large", f"The request body is too large (at most {limit} bytes)."
-    )
 
 
 def _refused(request: HttpRequest, status: int, reason: str, message: str) -> HttpResponse:
