@@ -34,8 +34,6 @@ HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"
 
 @dataclass(frozen=True)
 class Part:
-    """One attached part as the email carried it."""
-
     filename: str
     declared_type: str
     content: bytes

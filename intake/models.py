@@ -52,7 +52,6 @@ class Message(models.Model):
     body = models.TextField(blank=True)
     # How long an email's text cut at INTAKE_MAX_CHARS was (all of it is in `raw`); None: not cut.
     uncut_chars = models.PositiveIntegerField(null=True, blank=True)
-    # What of an email was not read past the bounds on work per email; "" for all.
     unread = models.TextField(blank=True, default="", db_default="")
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
@@ -67,10 +66,9 @@ class Message(models.Model):
     thread_id = models.CharField(max_length=64, unique=True)
 
     status = models.CharField(max_length=16, choices=Status, default=Status.RECEIVED, db_index=True)
-    # What the reader found (Reading.as_json()), and why the intake could not place it.
     reading = models.JSONField(null=True, blank=True)
     sorting_reason = models.TextField(blank=True)
-    # Who last placed it by hand, and when; None while only the intake did.
+    # None while only the intake placed it.
     handled_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -96,7 +94,6 @@ class Message(models.Model):
     # As Ticket.woken_at: the sweep's wake-up not yet taken by a worker (a grant clears it).
     woken_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
-    # When the intake ran to its end; until then the sweep hands it to a worker.
     finished_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
