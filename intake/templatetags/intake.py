@@ -12,11 +12,7 @@ register = template.Library()
 register.filter("sureness", sureness)  # 0.75 -> "75%": how sure the reader was
 
 # The card names the language instead of quoting its evidence words ("hi, my, the").
-QUOTED = (
-    ("reason", "Reason"),
-    ("orders", "Orders"),
-    ("amount", "Amount"),
-)
+QUOTED = ("reason", "orders", "amount")  # first, in the card's order
 
 
 @register.filter
@@ -45,8 +41,7 @@ def _plain(words: str) -> str:
 
 @register.filter
 def summary_said(reading: dict | None) -> str:
-    """The summary without the reason and orders the card's line gives ("Late delivery, order
-    1044: ..." -> "...")."""
+    """The summary without the "Late delivery, order 1044:" that the card's line gives."""
     reading = reading or {}
     summary = reading.get("summary") or ""
     head, sep, rest = summary.partition(":")
@@ -61,10 +56,9 @@ def quoted(reading: dict | None) -> list[tuple[str, str]]:
     reading = reading or {}
     quotes = reading.get("quotes") or {}
     shown = _plain(reading.get("summary") or "")
-    known = [(label, quotes[key]) for key, label in QUOTED if quotes.get(key)]
-    skip = {*dict(QUOTED), "language"}
-    others = [(k.capitalize(), v) for k, v in quotes.items() if k not in skip and v]
-    return [(label, words) for label, words in known + others if _plain(words) not in shown]
+    keys = [*QUOTED, *(k for k in quotes if k not in QUOTED and k != "language")]
+    said = [(k.capitalize(), quotes[k]) for k in keys if quotes.get(k)]
+    return [(label, words) for label, words in said if _plain(words) not in shown]
 
 
 # How each way in reads after "Opened by agent2 from …" on the ticket's page.
