@@ -189,8 +189,7 @@ class SignatureToken(models.Model):
 
 
 class Attachment(models.Model):
-    """A file a customer attached and the desk kept; its bytes are written under `name` before
-    this row (a retry writes the same object again)."""
+    """A kept file; its bytes are written under `name` before this row (a retry writes again)."""
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="files")
     name = models.CharField(max_length=255, unique=True)  # in the "attachments" storage

@@ -1,5 +1,4 @@
-"""One message's orders into tickets: one new ticket for the orders without an open ticket, the
-message added to the open tickets of the others; the intake and a person sorting share it."""
+"""One message's orders into tickets, for the intake and for a person sorting alike."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from refunds.services import RefundError, TicketAlreadyOpen, ticket_open
 
 @dataclass
 class Placed:
-    """The ticket opened (None when every order had one open), and each open ticket the message
-    is added to with the orders it covers."""
+    """The ticket opened (None: every order had one open), and the open tickets added to."""
 
     opened: Ticket | None = None
     opened_orders: list[str] = field(default_factory=list)

@@ -1,5 +1,4 @@
-"""A customer's reply to a reviewer's question resumes the ticket's thread instead of opening a
-ticket; matched in message_receive's transaction."""
+"""A reply to a reviewer's question resumes its ticket's thread instead of opening a ticket."""
 
 from __future__ import annotations
 
