@@ -2,9 +2,6 @@ from django.apps import AppConfig
 
 
 class IntakeConfig(AppConfig):
-    """Customers' messages in: Message, the intake workflow (LangGraph's functional API), the
-    reader (a model where configured, rules otherwise) and the "Needs sorting" page."""
-
     name = "intake"
     default_auto_field = "django.db.models.BigAutoField"
 

@@ -1,9 +1,6 @@
-"""Customers' attachments: judged by their bytes (never their name or declared type), kept in the
-"attachments" storage, recorded on their message; the rest refused with why. The bytes are
-written before the message's row commits, outside any transaction (S3 is a network wait), under
-a name of the message's key and the bytes' digest: a retry writes the same object again, so
-nothing a row names can be missing. A picture is previewed only when Pillow reads its size from
-its header within REFUNDS_ATTACHMENT_PREVIEW_PIXELS."""
+"""Customers' attachments, judged by their bytes. The bytes are written before the message's row
+commits, outside any transaction, under the message's key and the bytes' digest: a retry writes
+the same object again, so nothing a row names can be missing."""
 
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ from core.network import outside_transaction
 from intake.models import Attachment, Message
 
 STORAGE = "attachments"
-# The kinds kept, each found by its own magic number (content_type), and its file extension.
+# The kinds kept (content_type reads each by its magic number).
 EXTENSIONS = {
     "image/jpeg": ".jpg",
     "image/png": ".png",
@@ -29,7 +26,7 @@ EXTENSIONS = {
     "image/heic": ".heic",
     "application/pdf": ".pdf",
 }
-# The kinds a browser shows as a picture, and Pillow's name for each (HEIC is a link).
+# The kinds a browser shows as a picture, by Pillow's name (HEIC is a link).
 PREVIEWED = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WEBP"}
 # ISO base media files whose major brand says HEIF/HEIC (a photo from a phone).
 HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"}
@@ -37,23 +34,9 @@ HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"
 
 @dataclass(frozen=True)
 class Part:
-    """One attached part as the email carried it."""
-
     filename: str
     declared_type: str
     content: bytes
-
-
-@dataclass(frozen=True)
-class Kept:
-    """A part that passed, with the name its bytes are kept under."""
-
-    name: str
-    filename: str
-    content_type: str
-    content: bytes
-    sha256: str
-    preview: bool
 
 
 def storage() -> Storage:
@@ -90,14 +73,16 @@ def previewable(kind: str, content: bytes) -> bool:
     return width * height <= settings.REFUNDS_ATTACHMENT_PREVIEW_PIXELS
 
 
-def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[Kept]]:
-    """Each part described (with why it was refused, "" when kept), and the parts to keep; the
-    message's `key` and the digest name the stored object."""
+Kept = list[tuple[Attachment, bytes]]  # each part to keep: its row, not saved yet, and its bytes
+
+
+def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], Kept]:
+    """Each part described (with why it was refused, "" when kept), and the parts to keep."""
     folder = hashlib.sha256(key.encode()).hexdigest()[:32]
     limit = settings.REFUNDS_ATTACHMENT_MAX_BYTES
     most = settings.REFUNDS_ATTACHMENTS_PER_MESSAGE
     about: list[dict] = []
-    kept: list[Kept] = []
+    kept: Kept = []
     for part in parts:
         digest = hashlib.sha256(part.content).hexdigest()
         kind = content_type(part.content)
@@ -106,7 +91,7 @@ def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[
             refused = f"over the limit of {limit:,} bytes"
         elif not kind:
             refused = "not an image (JPEG, PNG, GIF, WebP, HEIC) or a PDF by its content"
-        elif any(one.sha256 == digest for one in kept):
+        elif any(row.sha256 == digest for row, _ in kept):
             refused = "the same file as one kept above"
         elif len(kept) >= most:
             refused = f"more than {most} files on one message: the first {most} are kept"
@@ -120,33 +105,28 @@ def attachments_judge(parts: list[Part], *, key: str) -> tuple[list[dict], list[
             }
         )
         if not refused:
-            name = f"{folder}/{digest}{EXTENSIONS[kind]}"
-            preview = previewable(kind, part.content)
-            kept.append(Kept(name, part.filename, kind, part.content, digest, preview))
+            row = Attachment(
+                name=f"{folder}/{digest}{EXTENSIONS[kind]}",
+                filename=part.filename[:255],
+                content_type=kind,
+                size=len(part.content),
+                sha256=digest,
+                preview=previewable(kind, part.content),
+            )
+            kept.append((row, part.content))
     return about, kept
 
 
-def attachments_store(kept: list[Kept]) -> None:
+def attachments_store(kept: Kept) -> None:
     """Write each kept part's bytes under its name (again, on a retry)."""
     outside_transaction("the attachments' storage")
     files = storage()
-    for one in kept:
-        files.save(one.name, ContentFile(one.content))
+    for row, content in kept:
+        files.save(row.name, ContentFile(content))
 
 
-def attachments_record(message: Message, kept: list[Kept]) -> None:
+def attachments_record(message: Message, kept: Kept) -> None:
     """The rows of the kept parts on a message just created, in its transaction."""
-    Attachment.objects.bulk_create(
-        [
-            Attachment(
-                message=message,
-                name=one.name,
-                filename=one.filename[:255],
-                content_type=one.content_type,
-                size=len(one.content),
-                sha256=one.sha256,
-                preview=one.preview,
-            )
-            for one in kept
-        ]
-    )
+    for row, _ in kept:
+        row.message = message
+    Attachment.objects.bulk_create([row for row, _ in kept])

@@ -4,8 +4,7 @@ from django.core.checks import Warning, register
 
 @register()
 def reader_model(app_configs, **kwargs) -> list[Warning]:
-    """A configured model that cannot be built is said at deploy (`manage.py check`), not only
-    on each reading: the desk still works, every message read by the rules."""
+    """A configured model that cannot be built is said at deploy, not only on each reading."""
     if not settings.REFUNDS_MODEL:
         return []
     from intake.reader.model import ModelFailed, build

@@ -10,23 +10,17 @@ from refunds.models import CannedReason
 from refunds.services import NOTE_MAX
 
 
-class _AnyOrders(forms.MultipleChoiceField):
-    def valid_value(self, value: str) -> bool:
-        return True  # the boxes are the message's orders of the moment: the service checks them
-
-
 class SortForm(forms.Form):
     """Open the ticket (the orders ticked or typed, the reason) or mark it not a refund."""
 
-    order = _AnyOrders(required=False)
+    # Any of the boxes, the message's orders of the moment: the service checks them.
+    order = forms.Field(required=False, widget=forms.SelectMultiple)
     more_orders = forms.CharField(required=False, max_length=400, strip=True)
     reason = forms.ChoiceField(
         choices=[("", "Choose…")] + [(r, policy.REASONS[r]) for r in policy.TICKET_REASONS],
         required=False,
     )
     other_customer_ok = forms.BooleanField(required=False)
-    # "Not a refund request" answers the customer: a canned reply and/or own words, or none
-    # with why (intake.sorting.message_mark_not_refund checks the choice).
     reply_canned = forms.ModelChoiceField(
         CannedReason.objects.setting_aside(),
         required=False,

@@ -1,8 +1,5 @@
-"""Email in, through django-anymail's inbound signal: anymail's view checks the provider's
-signature; signed_once refuses one stale or used already. A signed email is never refused (the
-customer already sent it): its faults send it to "Needs sorting" (intake/services.py).
-Attachments are taken out of the raw MIME and stored before the message's transaction
-(intake/attachments.py)."""
+"""Email in, through django-anymail's inbound signal. A signed email is never refused (the
+customer already sent it): its faults send it to "Needs sorting"."""
 
 from __future__ import annotations
 
@@ -29,25 +26,19 @@ from intake.services import message_receive
 from intake.webhook import HEADER_CHARS, signed_once
 
 log = logging.getLogger(__name__)
-# Providers retry a delivery for hours (Mailgun 8 h, others up to 3 days): an unsigned time
-# older than this, or in the future, is not when the email came; the time it reached us is.
+# Providers retry a delivery for up to 3 days: an unsigned time older than this is not the email's.
 PLAUSIBLE_AGE = timedelta(days=7)
-# Work per email is bounded: the email package reads a header of thousands of words in seconds
-# (a References of 70,000 IDs: 15 s), so headers are read as written, each up to HEADER_CHARS,
-# and at most MOST_ADDRESSES recipients and MOST_IDS Message-IDs of them; the message says so.
+# Work per email is bounded: the email package reads a References of 70,000 IDs in 15 s.
 MOST_ADDRESSES = 100
 MOST_IDS = 100
 ID = re.compile(r"<[^<>\s]+>")
-# The provider's checks of the sender: Mailgun's own headers, and the standard ones any receiver
-# adds (Received-SPF, RFC 7208; Authentication-Results, RFC 8601: "spf=fail ... dkim=pass").
 VERDICT_HEADERS = {
     "x-mailgun-spf": "spf",
     "received-spf": "spf",
     "x-mailgun-dkim-check-result": "dkim",
 }
 VERDICT = re.compile(r"(?<![\w.-])(spf|dkim)\s*=\s*(\w+)", re.IGNORECASE)
-# Flattened as it came: refolding a long header parses it (seconds, or an error on CR/LF in an
-# encoded display name).
+# Refolding a long header parses it (seconds, or an error on CR/LF in an encoded display name).
 AS_IT_CAME = default.clone(refold_source="none")
 
 
@@ -66,7 +57,7 @@ def message_in(sender, event: AnymailInboundEvent, esp_name: str, **kwargs) -> N
     about, kept = attachments.attachments_judge(parts, key=key)
     attachments.attachments_store(kept)  # before the row that names them: see the module
     with transaction.atomic():  # the token is taken only with the message it brought
-        signed_once(event, esp_name)
+        signed_once(None, event, esp_name)
         message, created = message_receive(
             channel=Message.Channel.EMAIL,
             key=key,
@@ -98,8 +89,7 @@ def _written(email: AnymailInboundMessage, name: str) -> str:
 
 
 def _recipients(email: AnymailInboundMessage) -> tuple[list[str], str]:
-    """Where it was sent, the envelope's recipient first (the reply address, whatever the
-    headers say), up to MOST_ADDRESSES; and "" or that it had more."""
+    """Where it was sent, the envelope's recipient (the reply address) first; and what was cut."""
     written = [_written(email, name) for name in ("to", "cc", "delivered-to")]
     read = getaddresses([one[:HEADER_CHARS] for one in written])
     found = [one for one in [email.envelope_recipient or ""] + [a for _, a in read] if one]
@@ -110,8 +100,7 @@ def _recipients(email: AnymailInboundMessage) -> tuple[list[str], str]:
 
 
 def _references(email: AnymailInboundMessage) -> tuple[list[str], str]:
-    """The Message-IDs it answers, MOST_IDS of In-Reply-To and of the end of References (a
-    reply appends the ID it answers); and "" or that it had more."""
+    """In-Reply-To and the end of References (a reply appends the ID it answers); what was cut."""
     answers = ID.findall(_written(email, "in-reply-to")[:HEADER_CHARS])
     written = _written(email, "references")
     references = ID.findall(written[-HEADER_CHARS:])
@@ -137,7 +126,7 @@ def _verdicts(email: AnymailInboundMessage) -> dict[str, str]:
 
 
 def _received_at(stamp: datetime | None) -> datetime:
-    """The provider's time of the email, unless it is absurd (year 1, next year): then now."""
+    """The provider's time of the email, unless it is absurd: then now."""
     now = timezone.now()
     if stamp is not None and timezone.is_naive(stamp):
         stamp = stamp.replace(tzinfo=UTC)
@@ -150,8 +139,7 @@ def _received_at(stamp: datetime | None) -> datetime:
 
 
 def body_text(email: AnymailInboundMessage) -> str:
-    """The message's plain text, or its HTML's; an unknown charset is read as UTF-8 rather than
-    lost."""
+    """The message's plain text, or its HTML's."""
     for content_type in ("text/plain", "text/html"):
         for part in email.walk():
             if part.get_content_type() != content_type or part.is_attachment():
@@ -166,8 +154,7 @@ def body_text(email: AnymailInboundMessage) -> str:
 
 
 def _from(email: AnymailInboundMessage) -> tuple[str, str]:
-    """(address, display name) of the From; one that is not one readable address is kept as
-    written (and the message goes to "Needs sorting")."""
+    """(address, display name) of the From; anything else is kept as written."""
     written = _written(email, "from")[:HEADER_CHARS]
     found = getaddresses([written])  # the standard library's lenient reading
     if len(found) == 1 and "@" in found[0][1]:

@@ -11,23 +11,20 @@ from core.clock import local_words
 from refunds.models import Ticket
 
 ACK_SUFFIX = ":ack"
-# The outbox key of the reply sent when a message is set aside: "intake-reply:<message>:<event>",
-# one per setting aside (an undo and a second setting aside is a second reply).
+# The reply to a message set aside: "intake-reply:<message>:<event>", one per setting aside.
 REPLY_PREFIX = "intake-reply:"
 
 
 class MessageQuerySet(models.QuerySet):
     def needing_worker(self, settled_before=None) -> MessageQuerySet:
-        """Messages the intake has not finished and no worker holds (never leased, or the lease
-        ran out on the database clock); with `settled_before`, only those untouched since."""
+        """Unfinished messages no worker holds (by the database clock), untouched since a time."""
         young = {} if settled_before is None else {"updated_at__lt": settled_before}
         return self.filter(finished_at__isnull=True, **young).filter(
             Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now())
         )
 
     def given_up(self) -> MessageQuerySet:
-        """Messages the intake stopped on after its attempts (workflow._give_up): finished with
-        an error kept, where a clean finish clears it. Admins see them on ops' Failed page."""
+        """Messages the intake stopped on after its attempts: finished with an error kept."""
         return self.filter(finished_at__isnull=False).exclude(last_error="")
 
 
@@ -46,48 +43,37 @@ class Message(models.Model):
         # Asked where a refund is: answered with its ticket's status (`ticket`), nothing opened.
         ANSWERED = "answered", "Answered with its ticket's status"
 
-    # What makes a delivery the same message: the sender's Message-ID (email) or the caller's
-    # Idempotency-Key (API), prefixed by the channel. A message delivered twice is one row.
+    # Message-ID (email) or Idempotency-Key (API), by channel: one row however often delivered.
     key = models.CharField(max_length=300, unique=True)
     channel = models.CharField(max_length=10, choices=Channel)
     sender = models.EmailField(max_length=254)
     sender_name = models.CharField(max_length=200, blank=True)
     subject = models.CharField(max_length=998, blank=True)  # RFC 5322's line limit
     body = models.TextField(blank=True)
-    # An email's text longer than INTAKE_MAX_CHARS is cut there for reading (the whole of it is
-    # in `raw`): how long it was. None: not cut.
+    # How long an email's text cut at INTAKE_MAX_CHARS was (all of it is in `raw`); None: not cut.
     uncut_chars = models.PositiveIntegerField(null=True, blank=True)
-    # What of an email was not read past the bounds on work per email, in words; "" for all.
     unread = models.TextField(blank=True, default="", db_default="")
     received_at = models.DateTimeField()
     raw = models.TextField(blank=True)  # the payload as it arrived (MIME, or the API's JSON)
-    # The email's own Message-ID ("<...@...>"; "" for a message by another channel or without
-    # one): our emails about it reply to it, so the customer sees one conversation.
+    # Our emails about it reply to it, so the customer sees one conversation.
     message_id = models.CharField(max_length=998, blank=True, default="", db_default="")
-    # Who brought it in (pasted it at the desk, posted it with their API token); None for the
-    # mail provider's. Four-eyes: the ticket it opens counts as theirs, so they never decide it.
+    # Four-eyes: the ticket it opens counts as theirs, so they never decide it. None for email.
     brought_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Every part attached, in order: [{"name", "type" (as declared), "size", "sha256",
-    # "refused": why, "" when kept}]; rows from before attachments were kept have no "refused".
+    # [{"name", "type" (as declared), "size", "sha256", "refused": why, "" when kept}]
     attachments = models.JSONField(default=list, blank=True)
-    # The intake workflow's thread (a LangGraph @entrypoint), one per message.
     thread_id = models.CharField(max_length=64, unique=True)
 
     status = models.CharField(max_length=16, choices=Status, default=Status.RECEIVED, db_index=True)
-    # What the reader found (intake.reading.Reading.as_json()), and why the intake could not
-    # place the message when it could not ("no order found", "not about a refund", ...).
     reading = models.JSONField(null=True, blank=True)
     sorting_reason = models.TextField(blank=True)
-    # Who last placed it by hand (sorted it into a ticket, marked it not a refund request, or
-    # sent a misread one back to "Needs sorting"), and when; None while only the intake did.
+    # None while only the intake placed it.
     handled_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     handled_at = models.DateTimeField(null=True, blank=True)
-    # The question of a reviewer it answers (intake/replies.py: matched by its reply address or
-    # its headers), whether or not it resumed the wait: a reply, not a request to read again.
+    # A reply to a reviewer's question, whether or not it resumed the wait: not a new request.
     answers_question = models.ForeignKey(
         "refunds.CustomerQuestion",
         null=True,
@@ -97,12 +83,10 @@ class Message(models.Model):
     )
     # A reply (answers_question) that resumed the ticket's wait: the one the review quotes.
     resumed_wait = models.BooleanField(default=False, db_default=False)
-    # The ticket it opened, or the open ticket whose timeline it was added to.
     ticket = models.ForeignKey(
         Ticket, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
     )
-    # One writer per message thread, fenced: every effect of the intake is conditional on its
-    # epoch still holding this row (refunds/lease.py).
+    # One writer per message, fenced: every effect is conditional on its epoch holding this row.
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_epoch = models.BigIntegerField(default=0)
@@ -110,8 +94,6 @@ class Message(models.Model):
     # As Ticket.woken_at: the sweep's wake-up not yet taken by a worker (a grant clears it).
     woken_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
-    # When the intake ran to its end; until then the sweep hands it to a worker when no lease
-    # holds it.
     finished_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
@@ -131,8 +113,7 @@ class Message(models.Model):
 
     @property
     def cut_note(self) -> str:
-        """What every page showing the message says when its text was cut, or the email was
-        read in part; "" when neither."""
+        """What pages say when its text was cut, or the email was read in part; "" when neither."""
         if self.uncut_chars is None:
             return f"This email was read in part. {self.unread}" if self.unread else ""
         # Its first MIME parts only, when the rest were not read: the raw email is kept that far.
@@ -146,13 +127,12 @@ class Message(models.Model):
 
     @property
     def ack_key(self) -> str:
-        """The outbox key of its acknowledgment (intake/outbox.py finds the message by it)."""
+        """The outbox key of its acknowledgment."""
         return f"{self.thread_id}{ACK_SUFFIX}"
 
 
 class MessageTicket(models.Model):
-    """Where a message went: one row per ticket it opened or was added to, with the message's
-    orders that ticket covers; written in the transaction that places the message."""
+    """Where a message went: one row per ticket it opened or was added to."""
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="placements")
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="message_placements")
@@ -170,13 +150,11 @@ class MessageTicket(models.Model):
 
 
 class MessageEvent(models.Model):
-    """One append-only record per action a person takes on a message: who, when, what they
-    chose. A message may have no ticket, so these cannot be the ticket's AuditEvents."""
+    """An action a person took on a message; not an AuditEvent, as a message may have no ticket."""
 
     class Action(models.TextChoices):
         SORT = "sort", "Sorted into a ticket"
-        # answer: {"reply": "canned" | "own" | "none", "canned": its title, "why": why no
-        # reply, "email": the outbox row of the reply}; older rows have no "reply".
+        # answer: {"reply": "canned" | "own" | "none", "canned", "why", "email"}
         NOT_REFUND = "not_refund", "Set aside as not a refund request"
         UNDO_NOT_REFUND = "undo_not_refund", "Set aside undone: back to Needs sorting"
         SEND_BACK = "send_back", "Sent back to Needs sorting"
@@ -201,8 +179,7 @@ class MessageEvent(models.Model):
 
 
 class SignatureToken(models.Model):
-    """A signed post's token, taken once: the same signature posted again, to either URL, is
-    refused. Kept while young enough to pass the age check; older ones are refused by age."""
+    """A signed post's token, taken once; kept while young enough to pass the age check."""
 
     token = models.CharField(max_length=200, unique=True)
     signed_at = models.DateTimeField(db_index=True)
@@ -212,9 +189,7 @@ class SignatureToken(models.Model):
 
 
 class Attachment(models.Model):
-    """A file a customer attached and the desk kept (intake/attachments.py). Its bytes are in
-    the "attachments" storage under `name`, written before this row (a retry writes the same
-    object again); pages link to it through a view that checks the user may read the message."""
+    """A kept file; its bytes are written under `name` before this row (a retry writes again)."""
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="files")
     name = models.CharField(max_length=255, unique=True)  # in the "attachments" storage
@@ -237,6 +212,5 @@ class Attachment(models.Model):
 
     @property
     def is_image(self) -> bool:
-        """A kind a browser shows as a picture (HEIC is not, by most); `preview` says whether
-        the pages do."""
+        """A kind a browser shows as a picture (HEIC is not, by most)."""
         return self.content_type.startswith("image/") and self.content_type != "image/heic"

@@ -1,11 +1,5 @@
-"""The intake's mail in the outbox (refunds/outbox.py), for the admins' pages: which rows are the
-intake's (acknowledgments, key "<thread_id>:ack"; replies to a message set aside, key
-"intake-reply:<message>:<event>"), which no intake run will send (an acknowledgment once its
-message finished: no worker takes a finished message; a reply always, since mail.resend is what
-sends it), what each is about, and who resent one.
-
-Registered with refunds' outbox and mail by intake/apps.py, as the intake's sweep is with refunds'
-sweep: refunds imports nothing of the intake."""
+"""The intake's mail in the outbox (acknowledgments and replies to a message set aside), for the
+admins' pages; registered by intake/apps.py, as refunds imports nothing of the intake."""
 
 from __future__ import annotations
 
@@ -27,16 +21,16 @@ def _by_ack_key() -> QuerySet[Message]:
     )
 
 
-def _replies() -> Q:
-    return Q(key__startswith=REPLY_PREFIX)
+REPLIES = Q(key__startswith=REPLY_PREFIX)
 
 
 def owns() -> Q:
-    return Q(Exists(_by_ack_key())) | _replies()
+    return Q(Exists(_by_ack_key())) | REPLIES
 
 
 def settled() -> Q:
-    return Q(Exists(_by_ack_key().filter(finished_at__isnull=False))) | _replies()
+    """Rows no intake run sends: none takes a finished message; mail.resend sends a reply."""
+    return Q(Exists(_by_ack_key().filter(finished_at__isnull=False))) | REPLIES
 
 
 def _replied_message(key: str) -> int | None:
@@ -83,12 +77,8 @@ def resent(email: Email, by: Any) -> None:
 
 
 def customer_message_ids(email: Email) -> list[str]:
-    """The Message-IDs of the customer's messages an outbox row answers, for refunds/mail.py's
-    In-Reply-To and References: an acknowledgment answers its message; a reply to a message set
-    aside answers the message and the acknowledgment it was sent (ticketless, so refunds/mail.py
-    finds no earlier email); a ticket's email, the messages placed on it (oldest first), each
-    with its acknowledgment (a message sorted by hand was acknowledged before its ticket
-    existed), from the address the email goes to."""
+    """The Message-IDs of the customer's messages an outbox row answers (In-Reply-To): each
+    with its acknowledgment, as a message sorted by hand was acknowledged before its ticket."""
     if email.key.endswith(ACK_SUFFIX):
         found = Message.objects.filter(thread_id=email.key.removesuffix(ACK_SUFFIX))
         return [m for m in found.values_list("message_id", flat=True) if m]
@@ -97,8 +87,7 @@ def customer_message_ids(email: Email) -> list[str]:
         return _with_acknowledgments(list(Message.objects.filter(pk=replied)))
     if email.ticket_id is None:
         return []
-    # Only the recipient's own: a message from another address on the ticket's timeline (a
-    # reply that resumed nothing) is no message of theirs to answer.
+    # Only the recipient's own: a reply from another address that resumed nothing is not theirs.
     placed = Message.objects.filter(placements__ticket_id=email.ticket_id).order_by("pk")
     return _with_acknowledgments([m for m in placed if same_customer(m.sender, email.to)])
 

@@ -1,6 +1,4 @@
-"""One message's orders into tickets: one new ticket for the orders without an open ticket, the
-message added to the open tickets of the others. The intake and a person sorting share it, each
-inside the transaction that records where the message went: all of it happens, or none."""
+"""One message's orders into tickets, for the intake and for a person sorting alike."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ from refunds.services import RefundError, TicketAlreadyOpen, ticket_open
 
 @dataclass
 class Placed:
-    """The ticket opened (None when every order had an open ticket), and each open ticket the
-    message is added to with the message's orders it covers."""
+    """The ticket opened (None: every order had one open), and the open tickets added to."""
 
     opened: Ticket | None = None
     opened_orders: list[str] = field(default_factory=list)
@@ -29,8 +26,7 @@ class Placed:
 
 def open_or_add(numbers: list[str], **open_kwargs: Any) -> Placed:
     """ticket_open for the orders left; an order with an open ticket takes that ticket's orders
-    out and the rest is asked again (each round takes one out: it ends). RefundError is the
-    caller's to place; its transaction rolls back all of this."""
+    out and the rest is asked again (each round takes one out: it ends)."""
     placed = Placed()
     left = list(dict.fromkeys(numbers))
     while left:
@@ -52,7 +48,9 @@ def open_or_add(numbers: list[str], **open_kwargs: Any) -> Placed:
 
 
 def link(message: Message, where: Placed) -> None:
-    """Record where the message went (MessageTicket), in the caller's placing transaction."""
+    """Record where the message went, in the caller's placing transaction."""
+    status = Message.Status.OPENED if where.opened else Message.Status.ADDED
+    Message.objects.filter(pk=message.pk).update(status=status, ticket=where.first)
     rows = [MessageTicket(message=message, ticket=t, orders=o, added=True) for t, o in where.added]
     if where.opened is not None:
         rows.append(MessageTicket(message=message, ticket=where.opened, orders=where.opened_orders))

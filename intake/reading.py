@@ -1,5 +1,4 @@
-"""What the reader found in a customer's message: the one shape both readers (rules, model)
-return, the workflow stores (Message.reading, Ticket.reading) and the desk shows. No Django."""
+"""What the reader found in a customer's message: the one shape both readers return. No Django."""
 
 from __future__ import annotations
 
@@ -9,9 +8,9 @@ from typing import Any
 from refunds.policy import REASONS
 
 
-def sureness(confidence: float) -> str:
-    """A confidence as people read it: "75%"."""
-    return f"{round(confidence * 100)}%"
+def sureness(confidence: float | None) -> str:
+    """A confidence as people read it: "75%" (None: sure)."""
+    return f"{round((1.0 if confidence is None else confidence) * 100)}%"
 
 
 RULES = "rules"  # read_by for the rules reader; a model's reading says its spec ("openai:gpt-x")
@@ -24,16 +23,12 @@ class Reading:
     amount_cents: int | None  # an amount the customer names, in the minor unit; None: none named
     language: str  # ISO 639-1 ("en", "es", ...)
     summary: str  # one line for the reviewer
-    # Field name ("reason", "orders", "amount", "language") -> the words of the message it came
-    # from, so a reviewer can see why the reader thought so.
+    # Field name -> the message's words it came from, so a reviewer sees why.
     quotes: dict[str, str] = field(default_factory=dict)
     read_by: str = RULES
-    # Why the model's reading was not used, when a model is configured and the rules read it
-    # instead ("the model timed out after 10 s"); empty otherwise.
+    # Why the model's reading was not used ("the model timed out after 10 s").
     fallback: str = ""
-    # How sure the reader is, 0 to 1, and why not sure, in words a reviewer reads ("several
-    # order numbers in separate places: 1042, 1050"). Below REFUNDS_READER_MIN_CONFIDENCE the
-    # message goes to "Needs sorting" with these words instead of opening a review on a guess.
+    # Below REFUNDS_READER_MIN_CONFIDENCE the message goes to "Needs sorting" with `unsure`.
     confidence: float = 1.0
     unsure: list[str] = field(default_factory=list)
 

@@ -1,8 +1,4 @@
-"""A customer's reply to a reviewer's question: matched, in message_receive's transaction, by the
-token in the address it was sent to, else by its In-Reply-To/References; it then resumes the
-ticket's thread (refunds.services.asking.reply_record) instead of opening a ticket. A reply that
-may not resume it goes to the ticket's timeline saying why; one whose token matches no question
-goes to "Needs sorting" saying why. A message that claims no question takes the intake's path."""
+"""A reply to a reviewer's question resumes its ticket's thread instead of opening a ticket."""
 
 from __future__ import annotations
 

@@ -13,10 +13,7 @@ SENDER_ORDERS = 5  # the sender's recent orders offered beside the numbers read
 
 
 def messages_visible(user) -> QuerySet[Message]:
-    """The customers' messages this user may read: one on a ticket by whoever may see that
-    ticket (refunds.permissions.visible), one in "Needs sorting" by anyone at the desk, one not
-    placed yet by who brought it in, one set aside as not a refund request by who set it aside;
-    managers and admins, who see every ticket, read them all."""
+    """The customers' messages this user may read."""
     messages = Message.objects.all()
     if permissions.is_admin(user) or permissions.is_manager(user):
         return messages
@@ -31,8 +28,7 @@ def messages_visible(user) -> QuerySet[Message]:
 
 
 def reply_files(ticket_id: int) -> QuerySet[Attachment]:
-    """The files of the customer's replies that resumed this ticket's waits (the replies its
-    reviews quote), oldest first."""
+    """The files of the customer's replies that resumed this ticket's waits, oldest first."""
     return Attachment.objects.filter(
         message__ticket_id=ticket_id, message__resumed_wait=True
     ).order_by("message_id", "id")
@@ -52,14 +48,13 @@ def messages_set_aside(user) -> QuerySet[Message]:
     )
 
 
-def needs_sorting_count(cap: int = COUNT_CAP) -> int:
-    """How many wait to be sorted, counted up to cap + 1 (read "more than cap")."""
-    return messages_needing_sorting()[: cap + 1].count()
+def needs_sorting_count() -> int:
+    """How many wait to be sorted, counted up to COUNT_CAP + 1 (read "more than")."""
+    return messages_needing_sorting()[: COUNT_CAP + 1].count()
 
 
 def order_choices(message: Message) -> list[dict]:
-    """The orders an agent may tick for a message: the numbers the reader found, then the
-    sender's recent orders; each says whose it is, so another customer's stands out."""
+    """The numbers the reader found, then the sender's recent orders; each says whose it is."""
     read = [str(n) for n in (message.reading or {}).get("orders") or []]
     known = {o.number: o for o in Order.objects.filter(number__in=read)}
     choices: list[dict] = []
@@ -81,10 +76,8 @@ def order_choices(message: Message) -> list[dict]:
             )
     # Each order's latest ticket, in one query: whether it was refunded already, or is open.
     orders = [c["order"].pk for c in choices if c["order"]]
-    latest = {}
     links = TicketOrder.objects.filter(order_id__in=orders).select_related("ticket")
-    for link in links.order_by("ticket_id"):
-        latest[link.order_id] = link.ticket
+    latest = {link.order_id: link.ticket for link in links.order_by("ticket_id")}
     for choice in choices:
         choice["ticket"] = latest.get(choice["order"].pk) if choice["order"] else None
     return choices

@@ -1,8 +1,5 @@
-"""Customers' messages in, by any channel, then the intake workflow. What is refused depends on
-who reads the refusal: the API's caller or the desk's user gets a clear error and nothing is
-stored; an email with the same fault is stored and goes to "Needs sorting" with the reason, as
-the provider already took it from the customer. Nothing is dropped without a word.
-"""
+"""Customers' messages in, by any channel. A faulty message from the API or the desk is refused;
+an email (the provider already took it from the customer) is stored for "Needs sorting"."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
@@ -51,12 +49,8 @@ def message_receive(
     verdicts: dict[str, str] | None = None,
     unread: str = "",
 ) -> tuple[Message, bool]:
-    """Store a customer's message once (a delivery again of its key is the first one, created
-    False) and start its intake on commit. `brought_by` (who pasted or posted it; never for
-    email) opens its ticket: four-eyes. Without `wake` the sweep finds it (the demo loads
-    messages before the broker is up). `recipients` and `references` find the question it
-    answers: a reply resumes that ticket instead (intake/replies.py). `verdicts` are the
-    provider's SPF/DKIM checks; `unread`, what of an email was not read, in words."""
+    """Store a customer's message once by its key and start its intake on commit. `brought_by`
+    opens its ticket (four-eyes); `recipients` and `references` find the question it answers."""
     if channel not in Message.Channel.values:
         raise ValueError(f"unknown channel {channel!r}")
     if (brought_by is None) != (channel == Message.Channel.EMAIL):
@@ -111,10 +105,7 @@ def message_receive(
 
 
 def _not_a_customer(sender: str) -> str:
-    """Why a person sorts a message from a desk user's address (four-eyes: a reviewer writing
-    "as a customer" would open a ticket they could approve); "" for a customer."""
-    from django.contrib.auth import get_user_model
-
+    """Four-eyes: a reviewer writing "as a customer" would open a ticket they could approve."""
     if not get_user_model().objects.filter(email__iexact=sender, is_active=True).exists():
         return ""
     return (
@@ -124,8 +115,7 @@ def _not_a_customer(sender: str) -> str:
 
 
 def _not_authenticated(verdicts: dict[str, str]) -> str:
-    """Why a person sorts an email that passed neither SPF nor DKIM (anyone can write a
-    customer's address in a From); "" when one passed, or the provider gave none."""
+    """Why a person sorts an email that passed neither SPF nor DKIM (anyone can write a From)."""
     if not verdicts or "pass" in verdicts.values():
         return ""
     said = ", ".join(f"{check.upper()} {verdict}" for check, verdict in verdicts.items())
@@ -171,8 +161,7 @@ def _clean(text: str) -> str:
 
 
 def messages_recover() -> list[int]:
-    """The sweep's part for messages: re-enqueue each unfinished one no worker holds (a lost
-    wake-up, a killed worker, a paused one whose lease ran out)."""
+    """The sweep's part: re-enqueue each unfinished message no worker holds."""
     settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
     rows = Message.objects.needing_worker(settled_before=settled_before)
     # Throttled as tickets' wake-ups are: one in the queue per message, not one per sweep.
@@ -180,9 +169,7 @@ def messages_recover() -> list[int]:
 
 
 def message_retry(*, message: Message, by) -> bool:
-    """Admin: hand a message the intake gave up on back to it, from its last checkpoint. One
-    the give-up put in "Needs sorting", unsorted since, is placed again; one a person sorted
-    keeps what they chose. False when it is not given up any more (retried already)."""
+    """Admin: hand a given-up message back to the intake; False when retried already."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins hand a message back to the intake.")
     # Put in "Needs sorting" by the give-up itself (its reason is the error), unsorted since.

@@ -1,8 +1,6 @@
-"""What a person does with a message the intake could not place, or placed wrongly: sort it into
-a ticket, set it aside (undoable), send a misread one back to "Needs sorting". Each action is
+"""What a person does with a message the intake could not place, or placed wrongly. Each action is
 one compare-and-set UPDATE on the message's status, in the transaction of all it writes: of two
-agents (or a double submit) one wins, the other is told who did. Orders are found (the shop
-asked) before that transaction: no network wait inside it (DESIGN.md 6c)."""
+agents (or a double submit) one wins, the other is told who did."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from intake.models import REPLY_PREFIX, Message, MessageEvent, MessageTicket
 from intake.placing import Placed, link, open_or_add
 from intake.services import message_problems
 from refunds import audit, emails, enqueue, permissions, policy
-from refunds.emails import Worded
 from refunds.models import (
     AuditEvent,
     CannedReason,
@@ -36,9 +33,7 @@ from refunds.services import (
 )
 
 ORDERS_MAX = 10  # one message names a few orders; more is a paste gone wrong
-# The rejection that ends a misread ticket's review, on the desk only: the customer is told
-# nothing (a "cannot refund" would be a refusal that is not one); the message's next ticket
-# answers them.
+# Ends a misread ticket's review on the desk only: the message's next ticket answers the customer.
 SENT_BACK_REASON = "The message was misread; it went back to Needs sorting."
 
 
@@ -87,6 +82,13 @@ def _orders(numbers: list[str]) -> list[Order]:
     return [o for o in found.values() if o is not None]
 
 
+def _handled(message: Message, by, was: str, to: str, **fields: Any) -> bool:
+    """A person moves the message from `was` to `to`: of two at once, one wins."""
+    now = timezone.now()
+    mine = Message.objects.filter(pk=message.pk, status=was)
+    return bool(mine.update(status=to, handled_by=by, handled_at=now, updated_at=now, **fields))
+
+
 def _taken(message: Message) -> SortingError:
     fresh = Message.objects.select_related("handled_by").get(pk=message.pk)
     who = f" by {fresh.handled_by.username}" if fresh.handled_by else ""
@@ -105,9 +107,7 @@ def message_sort(
     by,
     other_customer_ok: bool = False,
 ) -> Placed:
-    """Open one ticket for the orders a person sorted the message into, or add the message to
-    an order's open ticket (intake/placing.py). Another customer's order than the sender's is
-    refused unless `other_customer_ok` (they checked it: a forwarded message, a partner)."""
+    """Open or add to tickets for the orders a person chose; `other_customer_ok`: a forward."""
     _refuse_unless_desk_user(by)
     if reason not in policy.TICKET_REASONS:
         words = policy.REASONS.get(reason)
@@ -127,12 +127,8 @@ def message_sort(
             f"sender {message.sender}. Nothing was opened. If you checked that it is theirs to "
             "ask about, tick “open it anyway” and sort again."
         )
-    now = timezone.now()
     with transaction.atomic():
-        won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
-            status=Message.Status.OPENED, handled_by=by, handled_at=now, updated_at=now
-        )
-        if not won:
+        if not _handled(message, by, Message.Status.NEEDS_SORTING, Message.Status.OPENED):
             raise _taken(message)
         try:
             # No note: the message itself is on the ticket's page, its reading on the card.
@@ -146,8 +142,6 @@ def message_sort(
             )
         except RefundError as exc:  # several customers' orders: nothing of it is kept
             raise SortingError(f"{exc} Nothing was opened; sort one customer's orders.") from exc
-        status = Message.Status.OPENED if where.opened else Message.Status.ADDED
-        Message.objects.filter(pk=message.pk).update(ticket=where.first, status=status)
         link(message, where)
         for ticket, _ in where.added:
             audit.record(
@@ -185,8 +179,7 @@ def message_mark_not_refund(
     no_reply_why: str = "",
 ) -> Message:
     """ "Not a refund request": set aside, the customer answered with a canned reply and/or the
-    agent's words, or not at all with why. The reply is an outbox row in the set-aside's
-    transaction, delivered once after commit (mail.resend; intake/outbox.py lets it claim it)."""
+    agent's words, or not at all with why; the reply is an outbox row sent once after commit."""
     _refuse_unless_desk_user(by)
     words, no_reply_why = (words or "").strip(), (no_reply_why or "").strip()
     if canned is not None and canned.use != CannedReason.Use.SET_ASIDE:
@@ -205,12 +198,8 @@ def message_mark_not_refund(
         raise SortingError(
             f"We cannot write to {message.sender}; set it aside with no reply and say why."
         )
-    now = timezone.now()
     with transaction.atomic():
-        won = Message.objects.filter(pk=message.pk, status=Message.Status.NEEDS_SORTING).update(
-            status=Message.Status.NOT_REFUND, handled_by=by, handled_at=now, updated_at=now
-        )
-        if not won:
+        if not _handled(message, by, Message.Status.NEEDS_SORTING, Message.Status.NOT_REFUND):
             raise _taken(message)
         kind = "none" if not replying else ("canned" if canned is not None else "own")
         answer: dict[str, Any] = {"reply": kind}
@@ -232,13 +221,17 @@ def message_mark_not_refund(
 def _reply_set_aside(
     message: Message, event: MessageEvent, canned: CannedReason | None, words: str
 ) -> Email:
-    """The reply to a message set aside, in the outbox: the canned text in the customer's
-    language (in English when it has none in theirs, as the page said) and the agent's words."""
+    """The reply in the outbox: the canned text in the customer's language, else in English."""
     language = (message.reading or {}).get("language", "")
     said = canned.text_in(language) if canned else ""
     if said is None:
         said, language = canned.text if canned else "", "en"
-    worded = set_aside_reply(message, "\n\n".join(t for t in (said, words) if t), language=language)
+    facts = {
+        "subject": message.subject,
+        "first_name": (message.sender_name.split() or [""])[0],
+        "text": "\n\n".join(t for t in (said, words) if t),
+    }
+    worded = emails.word("set_aside", facts, language)
     return Email.objects.create(
         key=f"{REPLY_PREFIX}{message.pk}:{event.pk}",
         to=message.sender,
@@ -249,31 +242,16 @@ def _reply_set_aside(
     )
 
 
-def set_aside_reply(message: Message, text: str, *, language: str | None = None) -> Worded:
-    """The reply to a message set aside, greeted and signed as the acknowledgment is, in the
-    message's language or `language` (English for a canned reply without words in theirs)."""
-    facts = {
-        "subject": message.subject,
-        "first_name": (message.sender_name.split() or [""])[0],
-        "text": text,
-    }
-    if language is None:
-        language = (message.reading or {}).get("language", "")
-    return emails.word("set_aside", facts, language)
-
-
 def message_set_aside_undo(*, message: Message, by) -> Message:
-    """A set-aside message goes back to "Needs sorting" (one compare-and-set; of two at once one
-    wins). A reply sent when it was set aside stays sent: mail cannot be called back."""
+    """A set-aside message goes back to "Needs sorting"; a reply sent stays sent."""
     _refuse_unless_desk_user(by)
-    now = timezone.now()
     with transaction.atomic():
-        won = Message.objects.filter(pk=message.pk, status=Message.Status.NOT_REFUND).update(
-            status=Message.Status.NEEDS_SORTING,
+        won = _handled(
+            message,
+            by,
+            Message.Status.NOT_REFUND,
+            Message.Status.NEEDS_SORTING,
             sorting_reason=f"{by.username} brought it back from the messages set aside.",
-            handled_by=by,
-            handled_at=now,
-            updated_at=now,
         )
         if not won:
             fresh = Message.objects.get(pk=message.pk)
@@ -305,9 +283,8 @@ def set_aside_event(message: Message) -> MessageEvent | None:
 
 
 def message_send_back(*, ticket: Ticket, why: str, by) -> list[Message]:
-    """A reviewer saw the reader misread the message: the review ends rejected by the decision
-    path everyone uses (the customer told nothing) and the message returns to "Needs sorting",
-    with who and why, in one transaction: both move, or neither."""
+    """A misread message: its review ends rejected (the customer told nothing) and it returns to
+    "Needs sorting", in one transaction: both move, or neither."""
     why = (why or "").strip()
     if not why:
         raise SortingError("Say what was misread; whoever sorts it again reads your words.")

@@ -1,6 +1,4 @@
-"""The intake's four @tasks (intake/workflow.py runs them, one message per thread): read the
-message, find its orders, open its ticket (or send it to "Needs sorting"), acknowledge it. Each
-is idempotent by the message and makes its effects under the message's lease epoch."""
+"""The intake's four @tasks, each idempotent by the message, its effects under its lease epoch."""
 
 from __future__ import annotations
 
@@ -11,11 +9,11 @@ from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 from langgraph.errors import GraphDrained
 from langgraph.runtime import get_runtime
 
-from core import sql
 from core.clock import day_words
 from intake import placing, reader
 from intake.models import Message
@@ -67,7 +65,6 @@ def _lost(lease: leases.Lease) -> GraphDrained:
     return GraphDrained(f"lease epoch {lease.epoch} of message {lease.row_id} lost")
 
 
-# --- the tasks -----------------------------------------------------------------------------------
 def read_message(item: Item) -> dict[str, Any]:
     """{"reading": Reading JSON} or {"error": why the reader failed}."""
     lease = current_lease()
@@ -108,8 +105,7 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
 
 
 def _senders_orders(message: Message, numbers: list[str]) -> dict[str, Any]:
-    """{"orders": numbers} when each is the sender's order, in the desk or in the shop; else
-    {"sorting": why not}."""
+    """{"orders": numbers} when each is the sender's order; else {"sorting": why not}."""
     # ShopUnavailable is raised on: worth another try, the sweep brings the message back.
     found = {number: services.order_find(order_number=number) for number in numbers}
     missing = [n for n, o in found.items() if o is None]
@@ -127,8 +123,7 @@ def _senders_orders(message: Message, numbers: list[str]) -> dict[str, Any]:
 
 
 def _asked_after(message: Message, reading: Reading) -> dict[str, Any]:
-    """{"status_of": ticket id}: the sender's ticket of an order they name, else their latest
-    ticket; {"sorting": why} when they have none."""
+    """{"status_of": the sender's ticket of an order named, else their latest}, or {"sorting"}."""
     theirs = of_customer(Ticket.objects.all(), message.sender, field="order__customer_email")
     named = [n.strip("# ") for n in reading.orders if n.strip("# ")]
     ticket = (
@@ -175,17 +170,12 @@ def _recent_order(message: Message) -> dict[str, Any]:
 
 
 def open_ticket(item: Item, read: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
-    """Place the message: tickets opened, added to open ones, or "Needs sorting". One
-    transaction that first locks the message row under our epoch: a paused worker that wakes
-    after a takeover finds the epoch gone and changes nothing."""
+    """Place the message, in one transaction that first locks its row under our epoch: a paused
+    worker that wakes after a takeover finds the epoch gone and changes nothing."""
     lease = current_lease()
     lease.check()
     with transaction.atomic():
-        locked = sql.execute(
-            f"UPDATE {TABLE} SET updated_at = {sql.now()} WHERE id = %s AND lease_epoch = %s",
-            [item["message_id"], lease.epoch],
-        )
-        if not locked:
+        if not _fenced(item, lease).update(updated_at=Now()):
             raise _lost(lease)
         message = _message(item)
         if message.status == Message.Status.RECEIVED:  # else placed before a crash: not again
@@ -204,19 +194,13 @@ def _place(message: Message, read: dict[str, Any], found: dict[str, Any]) -> Non
         try:
             with transaction.atomic():  # all of the message's orders, or none
                 reading = Reading.from_json(read["reading"])
-                where = _open_together(message, reading, found["orders"])
+                _open_together(message, reading, found["orders"])
         except services.RefundError as exc:
             _to_sorting(message, f"The ticket could not be opened: {exc}")
-        else:
-            Message.objects.filter(pk=message.pk).update(
-                status=Message.Status.OPENED if where.opened else Message.Status.ADDED,
-                ticket_id=where.first.pk,
-            )
 
 
 def _open_together(message: Message, reading: Reading, numbers: list[str]) -> placing.Placed:
-    """One ticket for the message's orders that have no open ticket, the message added to the
-    open tickets of the others; each ticket's audit entry says so."""
+    """Open or add to tickets for the message's orders; each ticket's audit entry says so."""
     words = f"Customer's {message.get_channel_display().lower()} message {message.pk}"
     where = placing.open_or_add(
         numbers,
@@ -226,8 +210,7 @@ def _open_together(message: Message, reading: Reading, numbers: list[str]) -> pl
         opened_by=message.brought_by,
         actor=None,
         reason=reading.reason,
-        # The ticket tells the customer itself: that a person looks at it once its checks need
-        # one, or the outcome alone when they decide it (refunds/flow/nodes/messages.received).
+        # The ticket tells the customer itself (refunds/flow/nodes/messages.received).
         reading=reading.as_json() | {TICKET_TELLS: True},
     )
     for ticket, orders in where.added:
@@ -255,8 +238,7 @@ def _to_sorting(message: Message, reason: str) -> None:
 
 
 def placed(message: Message) -> dict[str, Any]:
-    """Where the message went: its status, and each ticket it opened or was added to with the
-    message's orders it covers."""
+    """Where the message went: its status, and its tickets with the orders each covers."""
     tickets = [
         {"id": p.ticket_id, "orders": list(p.orders), "added": p.added}
         for p in message.placements.order_by("id")
@@ -265,14 +247,14 @@ def placed(message: Message) -> dict[str, Any]:
 
 
 def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
-    """One email to the sender, whatever became of the message (not if it has no address),
-    except about a ticket the message opened that tells the customer itself: an acknowledgment
-    then a refusal a second later would say two things at once."""
+    """One email to the sender, except about a ticket it opened that tells the customer itself:
+    an acknowledgment then a refusal a second later would say two things at once."""
     lease = current_lease()
     message = _message(item)
     if any("sender" in p for p in message_problems(sender=message.sender, body="x")):
         return {"sent": False, "why": "the sender's address is not one we can write to"}
-    telling = _tickets_that_tell([t["id"] for t in where["tickets"] if not t["added"]])
+    opened = Ticket.objects.filter(pk__in=[t["id"] for t in where["tickets"] if not t["added"]])
+    telling = {pk for pk, r in opened.values_list("pk", "reading") if (r or {}).get(TICKET_TELLS)}
     where = {**where, "tickets": [t for t in where["tickets"] if t["id"] not in telling]}
     if telling and not where["tickets"]:
         return {"sent": False, "why": "the ticket it opened tells the customer"}
@@ -296,8 +278,7 @@ def acknowledge(item: Item, where: dict[str, Any]) -> dict[str, Any]:
 
 
 def refund_status(message: Message) -> dict[str, Any]:
-    """The facts of the answer to "where is my refund": the ticket's orders, where it is and
-    the money's progress as the desk says it."""
+    """The facts of the answer to "where is my refund"."""
     ticket = Ticket.objects.select_related("order").get(pk=message.ticket_id)
     progress = selectors.refund_progress(ticket)
     if progress is not None:
@@ -322,14 +303,8 @@ def refund_status(message: Message) -> dict[str, Any]:
     }
 
 
-def _tickets_that_tell(ids: list[int]) -> set[int]:
-    readings = Ticket.objects.filter(pk__in=ids).values_list("pk", "reading")
-    return {pk for pk, reading in readings if (reading or {}).get(TICKET_TELLS)}
-
-
 def acknowledgment(message: Message, where: dict[str, Any]) -> dict[str, Any]:
-    """The acknowledgment's facts: what happens next. Never why a message waits for a person
-    (that may name someone else's order), nor a request for an order number it gave."""
+    """What happens next; never why a message waits for a person (another's order, maybe)."""
     opened = [t for t in where["tickets"] if not t["added"]]
     added = [t for t in where["tickets"] if t["added"]]
     return {

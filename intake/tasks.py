@@ -14,7 +14,6 @@ from refunds.tasks import soft_limit_drains
     max_retries=3,  # a message that kills its worker every time stops; the sweep takes over
 )
 def take_message(message_id: int) -> str:
-    # Past the soft limit the run stops before its next task, checkpoint saved, and the sweep
-    # hands the message on (as advance_ticket's does).
+    # Past the soft limit the run stops before its next task, checkpoint saved.
     with soft_limit_drains(take_message, workflow.drain_running):
         return workflow.message_take(message_id)

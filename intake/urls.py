@@ -1,6 +1,4 @@
-"""anymail's webhook URLs (e.g. /mail/mailgun/inbound_mime/, /mail/mailgun/tracking/) behind
-intake/webhook.py's door, under anymail's own names; the inbound ones take bodies up to
-INBOUND_MAX_BODY_BYTES. Mailgun's inbound view is ours (intake/webhook.py's MailgunInbound)."""
+"""anymail's webhook URLs behind intake/webhook.py's door, under anymail's own names."""
 
 from anymail.urls import urlpatterns as anymail_urls
 from django.db import transaction

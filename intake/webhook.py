@@ -1,9 +1,6 @@
-"""The door in front of the mail provider's webhooks (anymail's views under /mail/): a size
-limit, and a clear 4xx logged in one line for a post we do not take. Django refuses any form
-field over DATA_UPLOAD_MAX_MEMORY_SIZE site-wide, and Mailgun posts the whole email (photos
-too) as one field: the inbound routes parse their own form (WholeForm) up to
-INBOUND_MAX_BODY_BYTES. MailgunInbound bounds the work per email: 150,000 one-byte MIME parts
-would hold a worker until it is killed, and the email be lost."""
+"""The door in front of the mail provider's webhooks: a size limit, and a clear 4xx logged in one
+line for a post we do not take. MailgunInbound bounds the work per email: 150,000 one-byte MIME
+parts would hold a worker until it is killed, and the email be lost."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from functools import wraps
 from typing import Any
 
 from anymail.exceptions import AnymailConfigurationError, AnymailWebhookValidationFailure
-from anymail.signals import AnymailEvent, AnymailTrackingEvent, tracking
+from anymail.signals import AnymailEvent, tracking
 from anymail.webhooks.mailgun import MailgunInboundWebhookView
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -35,22 +32,18 @@ from intake.models import SignatureToken
 from refunds import metrics
 
 log = logging.getLogger(__name__)
-# What anymail's views raise on a post that is not the shape their provider sends (a field
-# missing, JSON that does not parse, a tracking webhook pointed at the inbound URL): the post's
-# fault, so a 400 that says so, never a 500 the provider retries for hours.
+# A post not of the provider's shape: a 400, never a 500 the provider retries for hours.
 MALFORMED = (KeyError, json.JSONDecodeError, MultiPartParserError, AnymailConfigurationError)
 # ESPs that sign a timestamp and a one-time token (anymail hands the token over as event_id).
 SIGNS_TIMESTAMP_AND_TOKEN = {"Mailgun"}
-# Read of one email: its first MOST_PARTS MIME parts, its first MOST_HEADERS headers each up to
-# HEADER_CHARS (the email package reads a header of thousands of words in seconds).
+# The email package reads a header of thousands of words in seconds.
 MOST_PARTS = 100
 MOST_HEADERS = 200
 HEADER_CHARS = 16_000
 
 
 class Refused(AnymailWebhookValidationFailure):
-    """A signed post the desk will not take (stale, or its signature used already); `reason` is
-    the metric's label."""
+    """A signed post the desk will not take; `reason` is the metric's label."""
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
@@ -58,9 +51,8 @@ class Refused(AnymailWebhookValidationFailure):
 
 
 class WholeForm(FileUploadHandler):
-    """Parses a multipart form of up to `limit` bytes in place of Django's parser (whose limit
-    per field is site-wide): read at most limit + 1 bytes, so a body larger than its
-    Content-Length said is refused by what was read."""
+    """Parses a multipart form of up to `limit` bytes in place of Django's parser, whose limit per
+    field is site-wide (Mailgun posts the whole email as one field)."""
 
     def __init__(self, request: HttpRequest, limit: int) -> None:
         super().__init__(request)
@@ -96,8 +88,7 @@ class WholeForm(FileUploadHandler):
 
 
 class MailgunInbound(MailgunInboundWebhookView):
-    """anymail's view of Mailgun's inbound routes, on a bounded part of the email (what was not
-    read, in words, is the message's `unread`)."""
+    """anymail's view of Mailgun's inbound routes, on a bounded part of the email."""
 
     def esp_to_anymail_event(self, request):
         post, unread = request.POST.copy(), list[str]()
@@ -112,8 +103,7 @@ class MailgunInbound(MailgunInboundWebhookView):
 
 
 def _first_parts(mime: str) -> tuple[str, list[str]]:
-    """The raw MIME up to its MOST_PARTS-th part (each part opens with a line "--boundary"),
-    and what was not read."""
+    """The raw MIME up to its MOST_PARTS-th part, and what was not read."""
     for count, found in enumerate(re.finditer(r"^--", mime, flags=re.MULTILINE)):
         if count > MOST_PARTS:
             return mime[: found.start()], [f"Only its first {MOST_PARTS} MIME parts were read."]
@@ -121,9 +111,8 @@ def _first_parts(mime: str) -> tuple[str, list[str]]:
 
 
 def _first_headers(written: str) -> tuple[str, list[str]]:
-    """Mailgun's parsed headers ([[name, value], ...], any other shape read as none): the first
-    MOST_HEADERS, each on one line (a decoded display name's CR/LF would make the email package
-    refuse the whole email) and up to HEADER_CHARS; and what was not read."""
+    """Mailgun's parsed headers, bounded, each on one line (a CR/LF in a display name makes the
+    email package refuse the whole email); and what was not read."""
     headers = json.loads(written)
     pairs = [
         [re.sub(r"[\r\n]+", " ", str(one)) for one in header]
@@ -137,11 +126,11 @@ def _first_headers(written: str) -> tuple[str, list[str]]:
     return json.dumps(kept), [said] if kept != pairs else []
 
 
-def signed_once(event: AnymailEvent, esp_name: str) -> None:
-    """Refuse (Refused) a signature too old (or ahead), or used already at any of the
-    provider's URLs: a replayed post changes nothing. Called in the transaction of what the post
-    records, so one that records nothing leaves its token for the provider's retry; of two posts
-    of one signature at once, one inserts the token's row."""
+@receiver(tracking, dispatch_uid="intake.webhook.tracking_signed_once")
+def signed_once(sender: Any, event: AnymailEvent, esp_name: str, **kwargs: Any) -> None:
+    """Refuse a signature too old or used already. In the transaction of what the post records:
+    a refusal undoes what another receiver recorded; of two posts of one signature at once, one
+    inserts the token's row."""
     if esp_name not in SIGNS_TIMESTAMP_AND_TOKEN:
         return
     now = timezone.now()
@@ -164,8 +153,7 @@ def signed_once(event: AnymailEvent, esp_name: str) -> None:
 
 
 def _signed_at(event: AnymailEvent) -> datetime | None:
-    """When the post was signed: Mailgun's JSON (tracking) posts sign a time of their own, the
-    event's may be hours older; in its form posts the event's time is the signed one."""
+    """When the post was signed: Mailgun's JSON (tracking) posts sign a time of their own."""
     block = event.esp_event.get("signature") if isinstance(event.esp_event, dict) else None
     if not isinstance(block, dict):
         return event.timestamp
@@ -175,32 +163,26 @@ def _signed_at(event: AnymailEvent) -> datetime | None:
         return None
 
 
-@receiver(tracking, dispatch_uid="intake.webhook.tracking_signed_once")
-def tracking_signed_once(sender, event: AnymailTrackingEvent, esp_name: str, **kwargs) -> None:
-    """The inbound posts' age and once checks, for tracking posts: in the post's transaction
-    (intake/urls.py), so a refusal undoes whatever another receiver recorded."""
-    signed_once(event, esp_name)
-
-
 def door(view: Callable[..., HttpResponseBase], *, max_bytes: str | None = None):
-    """`view` behind the door: with `max_bytes` (a setting's name), bodies up to that setting are
-    taken and larger ones refused with 413 before anything is parsed."""
+    """`view` behind the door; bodies over the setting `max_bytes` get a 413 unparsed."""
 
     @wraps(view)  # keeps anymail's csrf_exempt
     def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        limit = getattr(settings, max_bytes) if max_bytes else None
-        if limit is not None:
-            try:
-                length = int(request.META.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                return _refused(request, 400, "malformed", "The Content-Length is not a number.")
-            if length > limit:
-                return _too_large(request, limit)
-            request.upload_handlers = [WholeForm(request, limit)]
+        limit = getattr(settings, max_bytes or "DATA_UPLOAD_MAX_MEMORY_SIZE")
         try:
+            if max_bytes:
+                try:
+                    length = int(request.META.get("CONTENT_LENGTH") or 0)
+                except ValueError:
+                    why = "The Content-Length is not a number."
+                    return _refused(request, 400, "malformed", why)
+                if length > limit:
+                    raise RequestDataTooBig
+                request.upload_handlers = [WholeForm(request, limit)]
             return view(request, *args, **kwargs)
         except RequestDataTooBig:
-            return _too_large(request, limit or settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+            why = f"The request body is too large (at most {limit} bytes)."
+            return _refused(request, 413, "too_large", why)
         except Refused as exc:
             return _refused(request, 400, exc.reason, str(exc))
         except AnymailWebhookValidationFailure as exc:
@@ -212,15 +194,8 @@ def door(view: Callable[..., HttpResponseBase], *, max_bytes: str | None = None)
     return guarded
 
 
-def _too_large(request: HttpRequest, limit: int) -> HttpResponse:
-    return _refused(
-        request, 413, "too_large", f"The request body is too large (at most {limit} bytes)."
-    )
-
-
 def _refused(request: HttpRequest, status: int, reason: str, message: str) -> HttpResponse:
-    """One WARNING line with why, no traceback (Django would log a bad signature at ERROR with
-    one, as a SuspiciousOperation), counted by reason."""
+    """One WARNING line with why, no traceback, counted by reason."""
     metrics.INBOUND_REFUSED.labels(reason=reason).inc()
     log.warning("%s %s refused (%s): %s", request.method, request.path, status, message[:300])
     code = {400: "bad_request", 413: "payload_too_large"}[status]

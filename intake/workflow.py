@@ -1,10 +1,6 @@
-"""The intake, on LangGraph's functional API: an @entrypoint per message (thread
-Message.thread_id) runs four @tasks (intake/steps.py): read, find orders, open the ticket (or
-"Needs sorting"), acknowledge. A finished task is not run again on replay (its result is in the
-checkpoint); each is also idempotent by the message, for a kill between an effect and its
-checkpoint. One writer per message: message_take() holds the message's lease and fences the
-checkpoint and every effect with its epoch.
-"""
+"""The intake: an @entrypoint per message runs four @tasks (intake/steps.py), each idempotent by
+the message for a kill between its effect and its checkpoint; the message's lease epoch fences
+the checkpoint and every effect."""
 
 from __future__ import annotations
 
@@ -40,7 +36,6 @@ from refunds.persistence import FenceLost
 log = logging.getLogger(__name__)
 
 
-# --- the entrypoint ------------------------------------------------------------------------------
 TaskWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 TASKS: dict[str, Callable[..., Any]] = {
     "read": read_message,
@@ -51,9 +46,8 @@ TASKS: dict[str, Callable[..., Any]] = {
 
 
 def _after_saved(fn: Callable[..., Any], checkpointer: Any) -> Callable[..., Any]:
-    """`fn`, once the result it is given last (the task's before it) is in the checkpoint:
-    LangGraph saves it in the background, and a kill before it lands would lose a result whose
-    task made its effect (durability sync). A run asked to drain stops here, the results saved."""
+    """`fn`, once the previous task's result is in the checkpoint: LangGraph saves it in the
+    background, and a kill before it lands would lose a result whose task made its effect."""
 
     def saved_first(item: Item, *earlier: Any) -> Any:
         config: Any = {"configurable": {"thread_id": item["thread_id"], "checkpoint_ns": ""}}
@@ -102,14 +96,11 @@ def workflow():
     return _compiled(os.getpid(), import_string(path) if path else None)
 
 
-# --- running one message -------------------------------------------------------------------------
 _running: list[leases.Lease] = []  # the leases this process runs a message's intake under now
 
 
 def drain_running(reason: str) -> None:
-    """Ask this process's intake runs to stop before their next task, their results saved, and
-    give their messages back (the soft time limit: intake/tasks.py). Safe from a signal
-    handler."""
+    """Stop this process's runs before their next task (soft limit); safe in a signal handler."""
     for lease in list(_running):
         lease.drain(reason)
 
@@ -123,10 +114,10 @@ def message_take(message_id: int) -> str:
     lease = leases.grant_row(TABLE, message_id, thread_id=thread_id, leasable="finished_at IS NULL")
     if lease is None:
         return "busy or finished"
-    if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
-        return _give_up(lease)
-    item: Item = {"message_id": message_id, "thread_id": thread_id}
     mine = Message.objects.filter(pk=message_id, lease_epoch=lease.epoch)
+    if lease.attempts > settings.REFUNDS_MAX_ATTEMPTS:
+        return _give_up(lease, mine)
+    item: Item = {"message_id": message_id, "thread_id": thread_id}
     _running.append(lease)
     try:
         with lease.kept_alive():
@@ -135,8 +126,7 @@ def message_take(message_id: int) -> str:
             _run(lease, item)
     except (GraphDrained, FenceLost) as exc:
         if lease.drain_reason and not lease.lost_reason:
-            # Stopped on purpose before a task, the results before it saved: the sweep hands
-            # the message to the next free worker.
+            # Stopped before a task, its results saved: the sweep hands the message on.
             log.warning("message %s: run drained: %s", message_id, lease.drain_reason)
             _release(mine, last_error=f"drained: {lease.drain_reason}"[:2000])
             return "drained"
@@ -166,8 +156,7 @@ def _run(lease: leases.Lease, item: Item) -> None:
     state = flow.get_state({"configurable": {"thread_id": item["thread_id"]}})
     if state.values and not state.next:
         return  # it ran to its end before; only the release was lost
-    # A begun thread resumes (None): its finished tasks answer from the checkpoint. A thread of
-    # another shape reads as not begun and starts again: every task is idempotent by the message.
+    # A thread of another shape reads as not begun and starts again: each task is idempotent.
     flow.invoke(
         None if state.next else item,
         config,
@@ -177,25 +166,18 @@ def _run(lease: leases.Lease, item: Item) -> None:
     )
 
 
-def _give_up(lease: leases.Lease) -> str:
+def _give_up(lease: leases.Lease, mine) -> str:
     """The attempt cap: the message goes to a person, with the last error; nothing is lost."""
     tries = lease.attempts - 1
     reason = (
         f"The intake stopped after {tries} attempts "
         f"({lease.last_error or 'its worker died'}); sort it by hand."
     )
-    mine = Message.objects.filter(pk=lease.row_id, lease_epoch=lease.epoch)
-    # Placed already (only its acknowledgment kept failing): it stays where it went.
+    # Placed already (only its acknowledgment failed): it stays where it went.
     mine.filter(status=Message.Status.RECEIVED).update(
         status=Message.Status.NEEDS_SORTING, sorting_reason=reason[:2000]
     )
     _release(mine, finished_at=timezone.now(), last_error=reason[:2000])
-    # Either way it is on ops' Failed page (Message.objects.given_up()) until an admin retries.
     status = Message.objects.filter(pk=lease.row_id).values_list("status", flat=True).get()
-    log.warning(
-        "message %s: the intake gave up after %s attempts; it is %s",
-        lease.row_id,
-        tries,
-        "in Needs sorting" if status == Message.Status.NEEDS_SORTING else f"{status}, unfinished",
-    )
+    log.warning("message %s: the intake gave up after %s attempts: %s", lease.row_id, tries, status)
     return status

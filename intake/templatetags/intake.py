@@ -1,34 +1,24 @@
-"""How a reading reads on the desk: the reason in words, who read it."""
+"""How a reading reads on the desk."""
 
 from __future__ import annotations
 
 from django import template
 from django.conf.locale import LANG_INFO
 
-from intake.reading import sureness as reading_sureness
+from intake.reading import sureness
 from refunds import policy
 
 register = template.Library()
+register.filter("sureness", sureness)  # 0.75 -> "75%": how sure the reader was
 
-# The reading's fields a reviewer checks against the customer's words, in the card's order. The
-# language's evidence words ("hi, my, the") are not quoted: the card names the language instead.
-QUOTED = (
-    ("reason", "Reason"),
-    ("orders", "Orders"),
-    ("amount", "Amount"),
-)
+# The card names the language instead of quoting its evidence words ("hi, my, the").
+QUOTED = ("reason", "orders", "amount")  # first, in the card's order
 
 
 @register.filter
 def reason_words(reason: str | None) -> str:
     """ "damaged" -> "Damaged"; an unknown value is shown as it is, never hidden."""
     return policy.REASONS.get(reason or "", reason or "—")
-
-
-@register.filter
-def sureness(confidence: float | None) -> str:
-    """0.75 -> "75%": how sure the reader was (intake.reading.sureness)."""
-    return reading_sureness(1.0 if confidence is None else confidence)
 
 
 @register.filter
@@ -51,8 +41,7 @@ def _plain(words: str) -> str:
 
 @register.filter
 def summary_said(reading: dict | None) -> str:
-    """The summary without the reason and orders the card's line already gives ("Late delivery,
-    order 1044: ..." -> "..."); "" when it says nothing more (a subject line repeating them)."""
+    """The summary without the "Late delivery, order 1044:" that the card's line gives."""
     reading = reading or {}
     summary = reading.get("summary") or ""
     head, sep, rest = summary.partition(":")
@@ -63,15 +52,13 @@ def summary_said(reading: dict | None) -> str:
 
 @register.filter
 def quoted(reading: dict | None) -> list[tuple[str, str]]:
-    """(label, the customer's words) for each field the reader quoted, each once: a quote the
-    summary already holds (the subject line, often) tells the reviewer nothing new."""
+    """(label, the customer's words) for each quote the summary does not already hold."""
     reading = reading or {}
     quotes = reading.get("quotes") or {}
     shown = _plain(reading.get("summary") or "")
-    known = [(label, quotes[key]) for key, label in QUOTED if quotes.get(key)]
-    skip = {*dict(QUOTED), "language"}
-    others = [(k.capitalize(), v) for k, v in quotes.items() if k not in skip and v]
-    return [(label, words) for label, words in known + others if _plain(words) not in shown]
+    keys = [*QUOTED, *(k for k in quotes if k not in QUOTED and k != "language")]
+    said = [(k.capitalize(), quotes[k]) for k in keys if quotes.get(k)]
+    return [(label, words) for label, words in said if _plain(words) not in shown]
 
 
 # How each way in reads after "Opened by agent2 from …" on the ticket's page.
