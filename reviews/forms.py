@@ -24,6 +24,14 @@ def order_numbers_typed(text: str) -> list[str]:
     return [n.lstrip("#") for n in re.split(r"[\s,;]+", text or "") if n.lstrip("#")]
 
 
+class DollarsField(forms.CharField):
+    def clean(self, value):
+        try:
+            return cents(super().clean(value))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
 class DecideForm(forms.Form):
     interrupt_id = forms.CharField(max_length=64, required=False)
     reason = forms.CharField(required=False, strip=True)
@@ -193,8 +201,8 @@ class TicketSearch(forms.Form):
         required=False,
         label="Opened",
     )
-    min_amount = forms.CharField(required=False, max_length=12, label="From $")
-    max_amount = forms.CharField(required=False, max_length=12, label="To $")
+    min_amount = DollarsField(required=False, max_length=12, label="From $")
+    max_amount = DollarsField(required=False, max_length=12, label="To $")
     mine = forms.BooleanField(required=False, label="Opened by me")
     decided = forms.BooleanField(required=False, label="Decided by me")
     sort = forms.ChoiceField(
@@ -207,18 +215,6 @@ class TicketSearch(forms.Form):
         required=False,
         label="Sort",
     )
-
-    def clean_min_amount(self):
-        return self._money("min_amount")
-
-    def clean_max_amount(self):
-        return self._money("max_amount")
-
-    def _money(self, name):
-        try:
-            return cents(self.cleaned_data.get(name, ""))
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
 
 
 class AuditSearch(forms.Form):

@@ -131,17 +131,12 @@ def audit_words(event) -> str:
     )
 
 
-def _timer(event) -> bool:
-    """The wait's timer wrote it: a reminder, or the end of a wait with no reply."""
-    answer = event.answer or {}
-    return bool(answer.get("reminder") or answer.get("no_reply"))
-
-
 def audit_who(event) -> str:
     """Who an audit entry is by: a user, the customer (their reply has no user), or the desk."""
     if event.actor:
         return event.actor.username
-    if _timer(event):
+    answer = event.answer or {}
+    if answer.get("reminder") or answer.get("no_reply"):  # the wait's timer wrote it
         return "the desk (the wait's timer)"
     if event.action == "reply":
         return "the customer"

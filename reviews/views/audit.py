@@ -20,6 +20,8 @@ from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest
 
 
 def _audit_filters(request: HttpRequest):
+    if not permissions.can_read_audit(request.user):
+        raise PermissionDenied("The audit trail is for managers and admins.")
     search = forms.AuditSearch(request.GET or None)
     # The form's fields are the selector's filters, by name.
     return search, selectors.audit_events(**(search.cleaned_data if search.is_valid() else {}))
@@ -29,8 +31,6 @@ def _audit_filters(request: HttpRequest):
 @login_required
 def audit(request: HtmxHttpRequest) -> HttpResponse:
     """The audit trail of the whole desk, for managers and admins, filterable and exportable."""
-    if not permissions.can_read_audit(request.user):
-        raise PermissionDenied("The audit trail is for managers and admins.")
     search, events = _audit_filters(request)
     # Capped: the trail only grows.
     # Each row names its ticket by all of its orders: one query for the page's links.
@@ -49,8 +49,6 @@ class _Echo:
 @login_required
 def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     """The filtered audit trail as CSV, streamed (times in UTC, ISO 8601; amounts in dollars)."""
-    if not permissions.can_read_audit(request.user):
-        raise PermissionDenied("The audit trail is for managers and admins.")
     _, events = _audit_filters(request)
     writer = csv.writer(_Echo())
     header = ["at_utc", "ticket", "order", "action", "who", "amount", "answer", "reason", "note"]

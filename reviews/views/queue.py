@@ -17,9 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import (
-    trigger_client_event,
-)
+from django_htmx.http import trigger_client_event
 
 from refunds import permissions, policy, selectors, services
 from refunds.models import Decision, Ticket, user_roles
@@ -251,27 +249,17 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         data = form.cleaned_data
         if answer == "both":
             raise services.RefundError("Choose either approve or reject, not both.")
+        said = {"ticket": ticket, "interrupt_id": data["interrupt_id"], "note": data["note"]}
         if answer == "escalate":
             services.ticket_escalate(ticket=ticket, by=request.user, note=data["note"])
             text = f"Escalated the review of order {ticket.order.number} to managers."
         elif answer == "ask":
-            decision = services.ticket_ask(
-                ticket=ticket,
-                interrupt_id=data["interrupt_id"],
-                question=data["question"],
-                canned=data["canned_question"],
-                note=data["note"],
-                reviewer=request.user,
-            )
+            question = {"question": data["question"], "canned": data["canned_question"]}
+            decision = services.ticket_ask(**said, **question, reviewer=request.user)
             text = decided_line(decision, ticket)
         else:
-            decision = services.ticket_decide(
-                ticket=ticket,
-                interrupt_id=data["interrupt_id"],
-                orders=forms.review_answers(request.POST, ticket, answer, data),
-                note=data["note"],
-                reviewer=request.user,
-            )
+            orders = forms.review_answers(request.POST, ticket, answer, data)
+            decision = services.ticket_decide(**said, orders=orders, reviewer=request.user)
             text = decided_line(decision, ticket)
     except (PermissionDenied, services.RefundError) as exc:
         return decision_error(request, ticket, str(exc), status=refusal_status(exc))
@@ -357,8 +345,7 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
             request,
             f"Undone: the review of order {decision.ticket.order.number} is back in the queue.",
         )
-        if request.POST.get("back") == "ticket":
-            return redirect("reviews:ticket", ticket_id=decision.ticket_id)
+        return back(request, decision.ticket)
     return redirect("reviews:queue")
 
 

@@ -100,15 +100,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         if not form.is_valid():
             raise sorting.SortingError(form_errors(form))
         data = form.cleaned_data
-        values = {
-            "orders": data["order"],
-            "more_orders": data["more_orders"],
-            "reason": data["reason"],
-            "other_customer_ok": data["other_customer_ok"],
-            "reply_canned": data["reply_canned"],
-            "reply_words": data["reply_words"],
-            "no_reply_why": data["no_reply_why"],
-        }
+        values = data | {"orders": data["order"]}
         if action == "both":
             raise sorting.SortingError("Choose either open the ticket or not a refund, not both.")
         if action == "not_refund":

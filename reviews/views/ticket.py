@@ -65,9 +65,7 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
                 )
             messages.info(request, said)
             url = reverse("reviews:ticket", args=[exc.ticket.pk])
-            if request.htmx:
-                return HttpResponseClientRedirect(url)
-            return redirect(url)
+            return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
         except services.RefundError as exc:
             context: dict[str, Any] = {"error": str(exc), "values": values}
             template = "reviews/ticket_new.html#form" if request.htmx else "reviews/ticket_new.html"
@@ -124,6 +122,14 @@ def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
     return render(request, template, {"error": error, "values": values}, status=400)
 
 
+def _visible_message(request: HtmxHttpRequest, message_id: int) -> Message:
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    visible = intake_selectors.messages_visible(request.user)
+    return get_object_or_404(visible.select_related("ticket__order", "brought_by"), pk=message_id)
+
+
 def _placements(message: Message):
     # A reply names no orders of its own: its ticket's are shown (templatetags placed_words).
     return (
@@ -137,24 +143,13 @@ def _placements(message: Message):
 @login_required
 @vary_on_headers("HX-Request")
 def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
-    """Where a customer's message went: being read, a ticket (or several), or "Needs sorting".
-    Polled while the intake reads it; the polling stops once it is placed."""
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
-    message = get_object_or_404(
-        intake_selectors.messages_visible(request.user).select_related(
-            "ticket__order", "brought_by"
-        ),
-        pk=message_id,
-    )
-    placed = _placements(message)
+    """Where a customer's message went; polled until the intake has placed it."""
+    message = _visible_message(request, message_id)
     aside = sorting.set_aside_event(message)
-    last = message.events.select_related("actor").order_by("-at", "-id").first()
     context = {
         "message": message,
-        "placed": placed,
-        "last": last,
+        "placed": _placements(message),
+        "last": message.events.select_related("actor").order_by("-at", "-id").first(),
         "aside": aside,
         "reply": sorting.set_aside_email(aside),
         "may_sort": permissions.is_desk_user(request.user),
@@ -170,15 +165,8 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
 @require_GET
 @login_required
 def message_history(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
-    """A message's whole path, oldest first: how it came in, where the intake put it, and each
-    thing a person did with it (MessageEvent: who and when), then where it is now."""
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
-    message = get_object_or_404(
-        intake_selectors.messages_visible(request.user).select_related("brought_by"),
-        pk=message_id,
-    )
+    """A message's whole path, oldest first: the intake's and each person's (MessageEvent)."""
+    message = _visible_message(request, message_id)
     context = {
         "message": message,
         "events": message.events.select_related("actor").order_by("at", "id"),
