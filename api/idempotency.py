@@ -22,12 +22,9 @@ IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 def idempotent(*, user, endpoint: str, key: str, request_body: bytes, respond) -> tuple[int, dict]:
-    """Answer a request made with an Idempotency-Key: the first time, call `respond()` and keep
-    its (status, body); a retry with the same key and body gets the kept response, a retry with
-    another body an IdempotencyConflict. The key is claimed by an insert under its UNIQUE
-    constraint before `respond()` runs, in the transaction that keeps whatever `respond` writes:
-    of two concurrent requests with one key the second waits on the first's claim, then reads
-    its answer, and never runs `respond()` itself."""
+    """`respond()`'s (status, body), kept: a retry with the same key and body gets it again.
+    The key is claimed (UNIQUE insert) in respond's transaction: of two concurrent requests with
+    one key the second waits on the first's claim and never runs `respond()` itself."""
     digest = hashlib.sha256(request_body).hexdigest()
     IdempotentRequest.objects.filter(created_at__lt=timezone.now() - IDEMPOTENCY_WINDOW).delete()
     with transaction.atomic():

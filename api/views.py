@@ -182,8 +182,7 @@ LOOKUPS = {
 
 
 def _list(request: Request) -> Response:
-    # A plain dict: DRF reads an empty value in a QueryDict as not given, so "?required_role="
-    # listed every ticket; a filter given empty is refused, as the schema's enum says.
+    # A plain dict: a QueryDict reads "?required_role=" as not given; the schema refuses it.
     query = TicketFilter.model_validate(request.query_params.dict())
     wanted = query.model_dump(include=query.model_fields_set)
     found = permissions.visible(request.user).order_by("-id")

@@ -32,8 +32,7 @@ def _audit_filters(request: HttpRequest):
 def audit(request: HtmxHttpRequest) -> HttpResponse:
     """The audit trail of the whole desk, for managers and admins, filterable and exportable."""
     search, events = _audit_filters(request)
-    # Capped: the trail only grows.
-    # Each row names its ticket by all of its orders: one query for the page's links.
+    # Capped, as the trail only grows; each row names all its ticket's orders.
     events = events.prefetch_related("ticket__links__order")
     page = paging.capped_page(request, events, size=AUDIT_PAGE, cap=COUNT_CAP)
     context = {"search": search, "events": page, **paging.page_context(request, page)}
@@ -77,8 +76,7 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
 
 
 def moment_cents(event) -> int | None:
-    """The amount of the event's moment: kept on the row; on rows older than that, what the
-    action set or the review it answered showed (never the ticket's amount of today)."""
+    """The amount at the event's moment (on older rows, from what it answered), never today's."""
     if event.amount_cents is not None:
         return event.amount_cents
     answer, seen = event.answer or {}, event.seen or {}
@@ -90,8 +88,7 @@ def moment_cents(event) -> int | None:
 
 
 def _answer_cell(event) -> str:
-    """ "approve", "reject", "ask", "reply", "no_reply", or per order "1042 approve; 1044
-    reject"."""
+    """ "approve", "reject", "ask", "reply", "no_reply", or per order "1042 approve; 1044 …"."""
     answer = event.answer or {}
     orders = answer.get("orders")
     if isinstance(orders, dict) and len(orders) > 1:
@@ -113,6 +110,5 @@ def _reason_cell(event) -> str:
 
 
 def _csv_safe(text: str) -> str:
-    # A cell starting with = + - @ (or a tab or carriage return before one) is a formula to a
-    # spreadsheet: quote it as text.
+    # A cell starting with = + - @ (or a tab or CR before one) is a formula to a spreadsheet.
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

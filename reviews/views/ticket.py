@@ -53,8 +53,7 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
                 opened_by=request.user, order_numbers=numbers, note=values["note"]
             )
         except services.TicketAlreadyOpen as exc:
-            # "Order 1044 already has an open ticket (7, …)": which order, which ticket; and
-            # the other orders typed, none opened either.
+            # Which order has which ticket, and the other orders typed: none opened either.
             said = str(exc)
             others = [n for n in numbers if n not in exc.ticket.order_numbers()]
             if others:
@@ -93,8 +92,7 @@ def _timeline(ticket: Ticket, ticket_messages: list) -> list:
 
 
 def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
-    """A customer's message pasted into the form: in through the intake like any other, and the
-    person follows it on the message's page (read, then a ticket or "Needs sorting")."""
+    """A customer's message pasted into the form: in through the intake, onto its own page."""
     error = ""
     if values["order_number"].strip():
         error = (
@@ -247,8 +245,7 @@ def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
 
 
 def _review_outcome(request: HtmxHttpRequest, ticket: Ticket, seen: str) -> HttpResponse:
-    """How the review a reviewer lost to a colleague ended, once it has: 204 (the banner stays)
-    while it still waits in someone else's hands, then a line that ends the banner's polling."""
+    """How the review a reviewer lost to a colleague ended: 204 (the banner stays) until it has."""
     outcome = selectors.review_outcome(ticket, seen, now=timezone.now())
     if outcome is None:
         return HttpResponse(status=204)
@@ -276,10 +273,8 @@ def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> Htt
 @require_GET
 @login_required
 def parts_total(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
-    """What one order's parts form comes to as the reviewer changes it (its fieldset's inputs,
-    sent by htmx): the total and what is left of what was paid, checked by the rule the decision
-    uses (policy.parts_checked); 400 with the reason in words when the decision would refuse
-    them. Without JavaScript the form posts and the decision says the same."""
+    """What one order's parts form comes to as the reviewer changes it, by the decision's rule
+    (policy.parts_checked): 400 with its words when the decision would refuse them."""
     ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
     payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
     if ticket.status != Ticket.Status.AWAITING_REVIEW or not payload.get("orders"):
