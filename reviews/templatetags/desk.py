@@ -131,16 +131,19 @@ def flagged_lines(lines: list) -> list:
 SEVERAL_LISTED = 4  # more orders than this: "6 orders: 1042, 1044, 1047, …"
 
 
+def numbers_words(numbers: list[str]) -> str:
+    """ "order 1042" or "orders 1042, 1044"."""
+    return ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
+
+
 @register.filter
 def orders_words(ticket) -> str:
     """ "order 1042", "orders 1042, 1044, 1047", or "6 orders: 1042, 1044, 1047, …"."""
     numbers = [link.order.number for link in ticket.links.all()] or [ticket.order.number]
-    if len(numbers) == 1:
-        return f"order {numbers[0]}"
     if len(numbers) > SEVERAL_LISTED:
         shown = ", ".join(numbers[: SEVERAL_LISTED - 1])
         return f"{len(numbers)} orders: {shown}, …"
-    return "orders " + ", ".join(numbers)
+    return numbers_words(numbers)
 
 
 @register.filter
@@ -158,9 +161,7 @@ def placed_words(placed) -> str:
     """The orders a message was placed on a ticket for: its own, else the ticket's (a reply to a
     question names none of its own)."""
     numbers = list(placed.orders)
-    if not numbers:
-        return orders_words(placed.ticket)
-    return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
+    return numbers_words(numbers) if numbers else orders_words(placed.ticket)
 
 
 @register.filter

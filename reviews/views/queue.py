@@ -22,6 +22,7 @@ from django_htmx.http import trigger_client_event
 from refunds import permissions, policy, selectors, services
 from refunds.models import Decision, Ticket, user_roles
 from reviews import forms, paging
+from reviews.templatetags.desk import numbers_words
 from reviews.views.common import (
     COUNT_CAP,
     ORDER_LINKS,
@@ -82,8 +83,7 @@ DECIDED_SHOWN = timedelta(seconds=8)
 def decided_line(decision: Decision, ticket: Ticket) -> str:
     """The short line that takes a decided review's place in the queue."""
     orders = decision.orders or {}
-    numbers = list(orders) or [ticket.order.number]
-    on = ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
+    on = numbers_words(list(orders) or [ticket.order.number])
     if decision.refused_reason:
         return f"Your decision on {on} was not applied: {decision.refused_reason}"
     if decision.answer == Decision.Answer.ASK:

@@ -162,12 +162,12 @@ def set_aside_undo(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         sorting.message_set_aside_undo(message=message, by=request.user)
     except services.RefundError as exc:
         messages.error(request, str(exc))
-        return redirect("reviews:message", message_id=message.pk)
-    messages.success(
-        request,
-        f"The message from {message.sender} is back in Needs sorting. "
-        "A reply sent when it was set aside stays sent.",
-    )
+    else:
+        messages.success(
+            request,
+            f"The message from {message.sender} is back in Needs sorting. "
+            "A reply sent when it was set aside stays sent.",
+        )
     return redirect("reviews:message", message_id=message.pk)
 
 

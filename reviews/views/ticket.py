@@ -27,7 +27,7 @@ from intake.models import Message
 from refunds import permissions, policy, selectors, services
 from refunds.models import CannedReason, Ticket
 from reviews.forms import order_numbers_typed, parts_answers
-from reviews.templatetags.desk import proposal_sums
+from reviews.templatetags.desk import numbers_words, proposal_sums
 from reviews.views.common import (
     ORDER_LINKS,
     TICKET_STATUS,
@@ -69,12 +69,7 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
             context: dict[str, Any] = {"error": str(exc), "values": values}
             template = "reviews/ticket_new.html#form" if request.htmx else "reviews/ticket_new.html"
             return render(request, template, context, status=400)
-        covered = ticket.order_numbers()
-        text = (
-            f"Opened ticket {ticket.pk} for order {covered[0]}."
-            if len(covered) == 1
-            else f"Opened ticket {ticket.pk} for orders {', '.join(covered)}."
-        )
+        text = f"Opened ticket {ticket.pk} for {numbers_words(ticket.order_numbers())}."
         if request.htmx:
             context = {"opened": ticket, "values": {}}
             response = render(request, "reviews/ticket_new.html#form", context)
