@@ -1,7 +1,5 @@
-"""A JSON parser that answers 400 for every malformed body instead of failing later with a 500:
-bytes that are not UTF-8, lone surrogates (valid JSON escapes, but not text a database stores),
-numbers too long to be anything we read, NaN and Infinity, and nesting deeper than any request of
-ours has."""
+"""A JSON parser that answers 400 for every malformed body instead of failing later with a 500
+(lone surrogates are valid JSON escapes, but not text a database stores)."""
 
 from __future__ import annotations
 
