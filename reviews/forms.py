@@ -161,11 +161,11 @@ class BulkForm(forms.Form):
         return picks
 
 
-SORTS = {
-    "newest": ("-id",),
-    "oldest": ("id",),
-    "amount_high": ("-amount_cents", "-id"),
-    "amount_low": ("amount_cents", "id"),
+SORTS = {  # a sort's label, and the order it puts the tickets in
+    "newest": ("Newest first", ("-id",)),
+    "oldest": ("Oldest first", ("id",)),
+    "amount_high": ("Largest amount", ("-amount_cents", "-id")),
+    "amount_low": ("Smallest amount", ("amount_cents", "id")),
 }
 AGES = {"1h": 1, "24h": 24, "7d": 24 * 7, "30d": 24 * 30}
 
@@ -195,12 +195,7 @@ class TicketSearch(forms.Form):
     mine = forms.BooleanField(required=False, label="Opened by me")
     decided = forms.BooleanField(required=False, label="Decided by me")
     sort = forms.ChoiceField(
-        choices=[
-            ("newest", "Newest first"),
-            ("oldest", "Oldest first"),
-            ("amount_high", "Largest amount"),
-            ("amount_low", "Smallest amount"),
-        ],
+        choices=[(value, label) for value, (label, _) in SORTS.items()],
         required=False,
         label="Sort",
     )

@@ -42,7 +42,7 @@ def tickets(request: HtmxHttpRequest) -> HttpResponse:
         max_cents=wanted.get("max_amount"),
         mine=wanted.get("mine", False),
         decided=wanted.get("decided", False),
-        order_by=forms.SORTS.get(wanted.get("sort") or "newest", ("-id",)),
+        order_by=forms.SORTS[wanted.get("sort") or "newest"][1],
     )
     page = paging.capped_page(
         request,
