@@ -39,18 +39,14 @@ def idempotent(*, user, endpoint: str, key: str, request_body: bytes, respond) -
                     response="",
                 )
         except IntegrityError:
-            return _kept(user=user, endpoint=endpoint, key=key, digest=digest)
+            earlier = IdempotentRequest.objects.get(user=user, endpoint=endpoint, key=key)
+            if earlier.request_hash != digest:
+                raise IdempotencyConflict(
+                    "This Idempotency-Key was used with a different request body in the last "
+                    "24 hours; use a new key for a new request."
+                ) from None
+            return earlier.status_code, json.loads(earlier.response)
         status_code, answer = respond()
         claim.status_code, claim.response = status_code, json.dumps(answer)
         claim.save(update_fields=["status_code", "response"])
     return status_code, answer
-
-
-def _kept(*, user, endpoint: str, key: str, digest: str) -> tuple[int, dict]:
-    earlier = IdempotentRequest.objects.get(user=user, endpoint=endpoint, key=key)
-    if earlier.request_hash != digest:
-        raise IdempotencyConflict(
-            "This Idempotency-Key was used with a different request body in the last "
-            "24 hours; use a new key for a new request."
-        )
-    return earlier.status_code, json.loads(earlier.response)
