@@ -1,5 +1,4 @@
-"""What the API answers, as Pydantic models read from the rows (`from_attributes`): the OpenAPI
-schema's responses (/api/schema/) are generated from these same models."""
+"""What the API answers, as Pydantic models read from the rows; /api/schema/ is drawn from them."""
 
 from __future__ import annotations
 

@@ -31,10 +31,6 @@ class TokenAuthentication(authentication.BaseAuthentication):
         return 'Bearer realm="api"'
 
 
-class SessionAuthentication(authentication.SessionAuthentication):
-    """The browser session; unsafe methods need the CSRF token (X-CSRFToken header)."""
-
-
 class TokenScheme(OpenApiAuthenticationExtension):
     target_class = "api.auth.TokenAuthentication"
     name = "apiKey"
@@ -49,7 +45,7 @@ class TokenScheme(OpenApiAuthenticationExtension):
 
 
 class SessionScheme(OpenApiAuthenticationExtension):
-    target_class = "api.auth.SessionAuthentication"
+    target_class = "rest_framework.authentication.SessionAuthentication"
     name = "session"
 
     def get_security_definition(self, auto_schema):

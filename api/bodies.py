@@ -1,7 +1,5 @@
-"""What the API reads, as Pydantic models: each request body forbids fields it does not name, and
-the OpenAPI schema (/api/schema/) is generated from these same models (its answers from
-api.answers). A body that does not fit raises pydantic's ValidationError, which api.errors answers
-as a 400 naming each field."""
+"""What the API reads, as Pydantic models that forbid unnamed fields; /api/schema/ is generated
+from them, and api.errors answers their ValidationError as a 400 naming each field."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ ORDERS_MAX = tickets_service.ORDERS_MAX  # orders one ticket may cover
 
 
 class Body(BaseModel):
-    """A JSON object with only the fields its model names, each of its JSON type: no number read
-    as text, no "true" read as a boolean."""
+    """Only the fields its model names, each of its JSON type: no "true" read as a boolean."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -285,8 +282,7 @@ class MessageIn(Body):
 
 # --- the order push (POST /api/orders/) --------------------------------------------------------
 ORDERS_PUSH_MAX = 1000
-# An order as sent: refunds.order_in.OrderIn reads each and the upsert answers it order by order
-# (a bad one is refused on its own, not the whole request), so the body's schema names no rule.
+# Any value: refunds.order_in.OrderIn refuses a bad order on its own, not the whole request.
 ORDER_SENT = {
     "description": "An order as the shop knows it (the import's columns): order_number, "
     "customer_name, customer_email, currency (ISO 4217, in use today), shipping_fee (in "

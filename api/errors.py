@@ -1,13 +1,5 @@
-"""One error shape for every status the API answers, and the guard in front of it.
-
-    {"status": 404, "code": "not_found", "error": "There is no ticket 7."}
-
-plus `fields` for a validation error (which field said what), and for a 409 `ticket` (the open
-ticket of the order) and `order_number` (which of the orders asked for it covers). DRF's
-exceptions get this shape from `exception_handler`; anything else under /api/ that would answer
-HTML or an empty body (Django's 404 for an unknown URL, a CSRF failure page, a 500) is rewritten
-to it by `api_guard_middleware`, which also answers 413 for a body over API_MAX_BODY_BYTES and
-429 past the per-address rate before any view runs."""
+"""One error shape for every status the API answers (api.answers.Error), and the guard in front
+of it: a client reads one shape, whether DRF, Django's HTML pages or a 500 said no."""
 
 from __future__ import annotations
 

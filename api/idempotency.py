@@ -22,12 +22,9 @@ IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 def idempotent(*, user, endpoint: str, key: str, request_body: bytes, respond) -> tuple[int, dict]:
-    """Answer a request made with an Idempotency-Key: the first time, call `respond()` and keep
-    its (status, body); a retry with the same key and body gets the kept response, a retry with
-    another body an IdempotencyConflict. The key is claimed by an insert under its UNIQUE
-    constraint before `respond()` runs, in the transaction that keeps whatever `respond` writes:
-    of two concurrent requests with one key the second waits on the first's claim, then reads
-    its answer, and never runs `respond()` itself."""
+    """`respond()`'s (status, body), kept: a retry with the same key and body gets it again.
+    The key is claimed (UNIQUE insert) in respond's transaction: of two concurrent requests with
+    one key the second waits on the first's claim and never runs `respond()` itself."""
     digest = hashlib.sha256(request_body).hexdigest()
     IdempotentRequest.objects.filter(created_at__lt=timezone.now() - IDEMPOTENCY_WINDOW).delete()
     with transaction.atomic():
@@ -42,18 +39,14 @@ def idempotent(*, user, endpoint: str, key: str, request_body: bytes, respond) -
                     response="",
                 )
         except IntegrityError:
-            return _kept(user=user, endpoint=endpoint, key=key, digest=digest)
+            earlier = IdempotentRequest.objects.get(user=user, endpoint=endpoint, key=key)
+            if earlier.request_hash != digest:
+                raise IdempotencyConflict(
+                    "This Idempotency-Key was used with a different request body in the last "
+                    "24 hours; use a new key for a new request."
+                ) from None
+            return earlier.status_code, json.loads(earlier.response)
         status_code, answer = respond()
         claim.status_code, claim.response = status_code, json.dumps(answer)
         claim.save(update_fields=["status_code", "response"])
     return status_code, answer
-
-
-def _kept(*, user, endpoint: str, key: str, digest: str) -> tuple[int, dict]:
-    earlier = IdempotentRequest.objects.get(user=user, endpoint=endpoint, key=key)
-    if earlier.request_hash != digest:
-        raise IdempotencyConflict(
-            "This Idempotency-Key was used with a different request body in the last "
-            "24 hours; use a new key for a new request."
-        )
-    return earlier.status_code, json.loads(earlier.response)

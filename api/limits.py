@@ -1,9 +1,5 @@
-"""Rate limits for the API: requests counted per key in fixed windows, in the database.
-
-One atomic upsert per request (`INSERT .. ON CONFLICT DO UPDATE .. RETURNING count`, on SQLite and
-PostgreSQL alike), so every web process shares the count and two requests at once cannot both be
-the last one allowed. The database is already there on every deployment, the embedded demo
-included: no other service to run or to lose."""
+"""Rate limits for the API, counted in the database: one atomic upsert per request, so two
+requests at once cannot both be the last one allowed, and no other service to run."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The API's own tables: tokens, rate counters, idempotent requests. They were created by the
-refunds app; migrations 0001-0002 here took them over, data kept."""
+"""The API's own tables: tokens, rate counters, idempotent requests."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ from django.db import models
 
 
 class IdempotentRequest(models.Model):
-    """An API request made with an Idempotency-Key header, and the response it got: the same
-    caller, endpoint, key and body within 24 hours answer the same response; the same key with
-    another body, a 422. A key on one endpoint says nothing about another."""
+    """An API request made with an Idempotency-Key header, and the response it got."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     # The method and route, such as "POST api:messages"; rows kept from before it was recorded
@@ -45,8 +42,7 @@ def hash_token(key: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A user's API key, stored as its SHA-256: the key itself is shown once, when it is made,
-    and never again (not in admin, not on the token page). A token acts with its user's rights."""
+    """A user's API key, stored as its SHA-256: the key itself is shown once, when it is made."""
 
     PREFIX = "rdk_"
 
@@ -62,8 +58,7 @@ class ApiToken(models.Model):
 
     @classmethod
     def issue(cls, user) -> tuple[ApiToken, str]:
-        """A new key for this user, replacing any earlier one. Returns the row and the key, which
-        the caller shows once: only its hash is kept."""
+        """A new key for this user, replacing any earlier one, with the row."""
         key = cls.PREFIX + secrets.token_urlsafe(30)
         cls.objects.filter(user=user).delete()
         token = cls.objects.create(user=user, key_hash=hash_token(key), hint=key[:10])
@@ -77,8 +72,7 @@ class ApiToken(models.Model):
 
 
 class RateCounter(models.Model):
-    """Requests counted per key (an address, a user) in fixed windows, for the API's rate
-    limits: one atomic upsert per request, shared by every web process (api/limits.py)."""
+    """Requests counted per key (an address, a user) in fixed windows (api/limits.py)."""
 
     key = models.CharField(max_length=200)
     window_start = models.BigIntegerField()  # start of the window, in seconds since the epoch

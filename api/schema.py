@@ -6,8 +6,7 @@ from typing import Any
 
 
 def request_bodies_required(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """Every POST refuses an empty body (400), though TicketOpen, say, has no required field
-    (it needs one of two): the schema says each body is required."""
+    """Every POST refuses an empty body (400), though TicketOpen has no required field."""
     for path in result["paths"].values():
         for operation in path.values():
             if "requestBody" in operation:
@@ -19,8 +18,7 @@ NULL = {"type": "null"}
 
 
 def null_as_openapi_3_0(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """pydantic (api/bodies.py, api/answers.py) writes "or null" as JSON Schema does, `anyOf`
-    with a null type (OpenAPI 3.1); the schema is OpenAPI 3.0, which says `nullable`."""
+    """pydantic writes "or null" as `anyOf` a null type (3.1); OpenAPI 3.0 says `nullable`."""
 
     def mend(node: Any) -> None:
         if isinstance(node, list):

@@ -1,5 +1,5 @@
-"""Per-user (per-token) API rate limit, after authentication; the per-address limit runs before
-it, in api.errors.api_guard_middleware, so bad tokens are counted too."""
+"""Per-user API rate limit; the per-address one runs before authentication (api.errors), so bad
+tokens are counted too."""
 
 from __future__ import annotations
 

@@ -591,7 +591,7 @@ API_ORDERS_MAX_BODY_BYTES = env.int(
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "api.auth.TokenAuthentication",
-        "api.auth.SessionAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],

@@ -11,17 +11,23 @@ from refunds.models import AuditEvent, CannedReason, Role, Ticket
 
 
 def cents(amount: str) -> int | None:
-    """Dollars as typed ("12.50", "$12.50") to cents; None when empty; ValueError (a
-    currencies.BadAmount, saying why) when not money."""
+    """Dollars as typed ("12.50", "$12.50") to cents; None when empty; ValueError when not money."""
     if not (amount or "").strip():
         return None
     return currencies.read_typed(amount, currencies.DESK)
 
 
 def order_numbers_typed(text: str) -> list[str]:
-    """The order numbers typed in "Open a ticket": "1042, 1044 1047" (commas, semicolons or
-    spaces between them, a "#" before one allowed); ticket_open says what is wrong with them."""
+    """The order numbers typed in "Open a ticket": "1042, #1044; 1047"."""
     return [n.lstrip("#") for n in re.split(r"[\s,;]+", text or "") if n.lstrip("#")]
+
+
+class DollarsField(forms.CharField):
+    def clean(self, value):
+        try:
+            return cents(super().clean(value))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class DecideForm(forms.Form):
@@ -35,8 +41,7 @@ class DecideForm(forms.Form):
     canned_question = forms.ModelChoiceField(CannedReason.objects.asking(), required=False)
 
     def answer(self, post) -> str:
-        """The button pressed: one of approve, reject, escalate, orders (the answers per order
-        of a ticket of several), ask; "" for none; "both" for two."""
+        """The button pressed; "" for none; "both" for two."""
         pressed = [a for a in ("approve", "reject", "escalate", "orders", "ask") if a in post]
         if len(pressed) > 1:
             return "both"
@@ -45,11 +50,7 @@ class DecideForm(forms.Form):
 
 def review_answers(post, ticket: Ticket, button: str, data: dict) -> dict[str, dict]:
     """A review form's answer in the one shape (refunds/flow/answers.py), from the button
-    pressed and the fields beside it: "approve" refunds what each order's parts form ticks, or
-    the proposal (for one order without lines, `amount` lowers it); "reject" rejects every open
-    order with `reason` (a canned reply in front of it); "orders" takes each open order's own
-    answer (`order-<n>`, with its parts form, `amount-<n>` and `reason-<n>`). Expanded by
-    services.review_answers; RefundError says what is wrong."""
+    pressed and the fields beside it; RefundError says what is wrong."""
     review = services.review_orders(ticket)
     reason, canned = data["reason"], data["canned"]
     if canned is not None and button in ("reject", "orders"):  # in the customer's language
@@ -71,8 +72,7 @@ def review_answers(post, ticket: Ticket, button: str, data: dict) -> dict[str, d
 
 
 def _own_answers(post, review: list, ticked: dict[str, dict]) -> dict[str, dict]:
-    """Each open order's own answer: approve (its ticked parts, or `amount-<n>` of its
-    proposal) or reject, with `reason-<n>` (why less, or why not)."""
+    """Each open order's own answer (`order-<n>`), with `amount-<n>` and `reason-<n>`."""
     answers: dict[str, dict] = {}
     for line in review:
         if line.get("status") != "open":
@@ -94,11 +94,8 @@ def _own_answers(post, review: list, ticked: dict[str, dict]) -> dict[str, dict]
 
 
 def parts_answers(post, lines: list) -> dict[str, dict]:
-    """The approval of each open order whose parts form was posted (`parts-<n>`):
-    `part-<n>-whole` (the whole order), else `part-<n>-qty-<line>` units (0: not refunded),
-    `part-<n>-amount-<line>` (dollars for those units; left empty: the proposal's amount for the
-    units it proposes, else their full price), `part-<n>-restock-<line>` and
-    `part-<n>-shipping` (the proposal's amount of it, if it proposes it, else what is left)."""
+    """The approval of each open order whose parts form was posted (`parts-<n>`); an amount
+    left empty pays what the proposal pays for those units, else their full price."""
     orders: dict[str, dict] = {}
     for line in lines:
         number = str(line["number"])
@@ -164,11 +161,11 @@ class BulkForm(forms.Form):
         return picks
 
 
-SORTS = {
-    "newest": ("-id",),
-    "oldest": ("id",),
-    "amount_high": ("-amount_cents", "-id"),
-    "amount_low": ("amount_cents", "id"),
+SORTS = {  # a sort's label, and the order it puts the tickets in
+    "newest": ("Newest first", ("-id",)),
+    "oldest": ("Oldest first", ("id",)),
+    "amount_high": ("Largest amount", ("-amount_cents", "-id")),
+    "amount_low": ("Smallest amount", ("amount_cents", "id")),
 }
 AGES = {"1h": 1, "24h": 24, "7d": 24 * 7, "30d": 24 * 30}
 
@@ -193,32 +190,15 @@ class TicketSearch(forms.Form):
         required=False,
         label="Opened",
     )
-    min_amount = forms.CharField(required=False, max_length=12, label="From $")
-    max_amount = forms.CharField(required=False, max_length=12, label="To $")
+    min_amount = DollarsField(required=False, max_length=12, label="From $")
+    max_amount = DollarsField(required=False, max_length=12, label="To $")
     mine = forms.BooleanField(required=False, label="Opened by me")
     decided = forms.BooleanField(required=False, label="Decided by me")
     sort = forms.ChoiceField(
-        choices=[
-            ("newest", "Newest first"),
-            ("oldest", "Oldest first"),
-            ("amount_high", "Largest amount"),
-            ("amount_low", "Smallest amount"),
-        ],
+        choices=[(value, label) for value, (label, _) in SORTS.items()],
         required=False,
         label="Sort",
     )
-
-    def clean_min_amount(self):
-        return self._money("min_amount")
-
-    def clean_max_amount(self):
-        return self._money("max_amount")
-
-    def _money(self, name):
-        try:
-            return cents(self.cleaned_data.get(name, ""))
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
 
 
 class AuditSearch(forms.Form):

@@ -1,6 +1,5 @@
-"""One capped paginator for the desk's long lists (queue, tickets, audit, sorting): Django's
-Paginator over a count that stops at a cap. A page costs the same at 100,000 rows: nothing counts
-past the cap, and the page is an OFFSET on an indexed order."""
+"""Django's Paginator over a count that stops at a cap, for the desk's long lists: a page costs the
+same at 100,000 rows."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def total(self) -> int:
-        """How many rows there are, counting no further than cap + 1 (more than `cap` reads as
-        "more than cap"). Counted on the key alone in the rows' own order, which an index gives:
-        the planner reads cap + 1 entries of it and stops, and no annotation is computed."""
+        """How many rows there are, up to cap + 1: on the key alone in the rows' own (indexed)
+        order, so the planner reads cap + 1 index entries and stops."""
         return self.rows.values("pk")[: self.cap + 1].count()
 
     @cached_property
@@ -33,21 +31,18 @@ class CappedPaginator(Paginator):
 
 
 def page_number(request: HttpRequest) -> int:
-    """The `page` asked for; anything that is not a sensible number is the first (Django's
-    get_page would send 0 or -3 to the last)."""
+    """The `page` asked for; anything else is the first (get_page would send 0 to the last)."""
     raw = request.GET.get("page", "1")
     return max(int(raw), 1) if raw.isdigit() and len(raw) < 7 else 1
 
 
 def capped_page(request: HttpRequest, rows: QuerySet, *, size: int, cap: int) -> Page:
-    """The requested page of `rows` (already filtered and ordered), `size` to a page; a page
-    past the last shows the last."""
+    """The requested page of `rows`; a page past the last shows the last."""
     return CappedPaginator(rows, size, cap=cap).get_page(page_number(request))
 
 
 def page_context(request: HttpRequest, page: Page) -> dict[str, Any]:
-    """What the pager shows: the capped count, the page and their number, and the request's
-    query string without `page`, for the page links."""
+    """What the pager shows, with the query string without `page` for its links."""
     paginator = page.paginator
     assert isinstance(paginator, CappedPaginator)
     query = request.GET.copy()

@@ -1,13 +1,5 @@
-"""The review queue's rows, rendered once and kept while nothing they show changes.
-
-A queue page is 25 cards, each with its claim, answers and forms; rendering them was most of the
-page's time (docs/benchmarks.md). A card's HTML is kept in Django's cache (the `cards` alias:
-the deployed Redis, or this process) under a digest of everything it is drawn from: every column
-of the ticket, its orders, the decision recorded for it, the reviewer and their roles, the canned
-replies, the time zone, and what the clock alone changes (the wait in minutes, overdue or not,
-whether a claim is still live). A change to any of them is a new key, so a kept card is never
-stale; the CSRF token is put in at each request.
-"""
+"""The review queue's cards, rendered once and kept (cache `cards`) under a digest of everything
+they show, so a kept card is never stale: rendering them was most of the page's time."""
 
 from __future__ import annotations
 
@@ -27,9 +19,8 @@ _DOWN = "reviews.rows: the cards cache is down"
 
 
 def kept(context: Context, key: str) -> str | None:
-    """The card kept under `key`, if any. A cache that is down costs this page its cards'
-    rendering, not the page, and is asked only once per page (a hung Redis would otherwise hold
-    the page for its timeout once per card)."""
+    """The card kept under `key`, if any. A cache that is down is asked once per page: a hung
+    Redis would otherwise hold the page for its timeout once per card."""
     if context.render_context.get(_DOWN):
         return None
     try:
@@ -64,8 +55,7 @@ def row_key(
     waited: str,
     extra: tuple,
 ) -> str:
-    """Everything a queue card of `ticket` shows for `user` at `now` (`waited`: the wait in the
-    words the card shows it), as a digest."""
+    """Everything a queue card of `ticket` shows for `user` at `now`, as a digest."""
     decision = getattr(ticket, "pending_decision", None)
     holder = ticket.claim_holder(now)
     since = ticket.review_since

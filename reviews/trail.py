@@ -1,6 +1,5 @@
-"""The words of a ticket's trail: its audit entries and the decisions that caused its steps, as
-the ticket page, the audit page and the history say them (registered as filters by
-reviews/templatetags/desk.py)."""
+"""The words of a ticket's trail, its audit entries and the decisions that caused its steps
+(template filters, registered in reviews/templatetags/desk.py)."""
 
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
@@ -131,17 +130,12 @@ def audit_words(event) -> str:
     )
 
 
-def _timer(event) -> bool:
-    """The wait's timer wrote it: a reminder, or the end of a wait with no reply."""
-    answer = event.answer or {}
-    return bool(answer.get("reminder") or answer.get("no_reply"))
-
-
 def audit_who(event) -> str:
     """Who an audit entry is by: a user, the customer (their reply has no user), or the desk."""
     if event.actor:
         return event.actor.username
-    if _timer(event):
+    answer = event.answer or {}
+    if answer.get("reminder") or answer.get("no_reply"):  # the wait's timer wrote it
         return "the desk (the wait's timer)"
     if event.action == "reply":
         return "the customer"
@@ -161,8 +155,7 @@ def audit_what(event) -> str:
 
 
 def audit_asking(event) -> str:
-    """The details of a question or a reply: what was asked, what the customer wrote, what the
-    end of a wait did ("" for other entries)."""
+    """The details of a question or a reply ("" for other entries)."""
     answer = event.answer or {}
     if event.action == "ask":
         return f"“{answer['question']}”" if answer.get("question") else ""
@@ -181,8 +174,8 @@ def audit_asking(event) -> str:
 
 
 def per_order_words(event) -> str:
-    """An answer per order's audit entry as words: "approved $6.99 on 1042; rejected 1044 (…)";
-    of one order, what changed: "amount $48.00 → $25.00 “why”", or the rejection's “why”."""
+    """An answer per order's entry: "approved $6.99 on 1042; rejected 1044 (…)"; of one order,
+    what changed: "amount $48.00 → $25.00 “why”", or the rejection's “why”."""
     orders, seen = (event.answer or {}).get("orders") or {}, event.seen or {}
     if len(orders) != 1:
         return _per_order_words(orders, seen)
@@ -216,9 +209,8 @@ def _per_order_words(orders: dict, seen: dict) -> str:
 
 
 def order_answers_words(decision) -> str:
-    """A decision per order in words: "1042 approved $6.99; 1044 rejected (On time.)", an
-    approval with its parts: "1047 approved $24.00 (1 x Ceramic vase, $24.00, stays with the
-    customer)"."""
+    """A decision per order in words: "1042 approved $6.99 (1 x Vase, $6.99, stays with the
+    customer); 1044 rejected (On time.)"."""
     orders = decision.orders or {}
     ids = [p["line"] for one in orders.values() for p in one.get("parts") or [] if p.get("line")]
     titles = selectors.line_titles(ids) if ids else {}
@@ -241,8 +233,7 @@ QUOTED_CHARS = 280  # of a customer's reply: the ticket page has all of it
 
 
 def answered_words(decision) -> str:
-    """How a wait was answered, by what answered it: "approved by ana", "ana asked the customer
-    instead", "the customer replied", "no reply came (the wait's timer)"."""
+    """How a wait was answered, by what answered it: "approved by ana", "the customer replied"."""
     who = decision.reviewer.username if decision.reviewer else ""
     if decision.answer == DecisionAnswer.REPLY:
         return "the customer replied"
@@ -257,8 +248,8 @@ def answered_words(decision) -> str:
 
 
 def cause_words(decision) -> str:
-    """What a checkpoint's answer was, said by what it is: a reviewer's decision or question,
-    the customer's reply, or the timer's "no reply" (the two last have no reviewer)."""
+    """What a checkpoint's answer was: a reviewer's decision or question, the customer's reply,
+    or the timer's "no reply" (the two last have no reviewer)."""
     who = decision.reviewer.username if decision.reviewer else ""
     if decision.answer == DecisionAnswer.ASK:
         return format_html(

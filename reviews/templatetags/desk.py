@@ -37,9 +37,8 @@ BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 @register.simple_tag
 def status_pill(ticket, refunds: Mapping[int, RefundProgress] | None = None, pill_id: str = ""):
-    """A ticket's status as the desk says it: escalated to managers, where a refunded ticket's
-    money is (`refunds`: refund_progress by ticket id, from refunds/selectors.py, the one home of
-    those words), or its status."""
+    """A ticket's status as the desk says it: escalated, where a refunded ticket's money is
+    (`refunds`: refund_progress by ticket id), or its status."""
     progress = (refunds or {}).get(ticket.pk)
     if ticket.status == "awaiting_review" and ticket.is_escalated:
         state, shown = "escalated", "Escalated to managers"
@@ -59,8 +58,8 @@ def status_pill(ticket, refunds: Mapping[int, RefundProgress] | None = None, pil
 
 @register.filter
 def review_markdown(text: str | None) -> SafeString:
-    """The review description is markdown (Agent Inbox shape); the graph only uses paragraphs and
-    **bold**, so that is all this renders. Everything is escaped first: it quotes the customer."""
+    """The review's paragraphs and **bold** (all the graph writes), escaped: it quotes the
+    customer."""
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text or "") if p.strip()]
     rendered = [
         mark_safe(BOLD.sub(r"<strong>\1</strong>", conditional_escape(p)).replace("\n", "<br>"))
@@ -71,10 +70,8 @@ def review_markdown(text: str | None) -> SafeString:
 
 @register.filter
 def when(value, precision: str = "") -> SafeString:
-    """One format for every time on the desk (core/clock.py), in the reviewer's time zone,
-    labelled with it: "Dec 1, 2026, 14:05 CET", in a <time> element carrying the exact instant.
-    `when:"seconds"` for a deadline a few seconds away (an undo's grace), which a minute
-    cannot tell: "Dec 1, 2026, 14:05:07 CET"."""
+    """Every time on the desk, in the reviewer's zone: "Dec 1, 2026, 14:05 CET"; `when:"seconds"`
+    for a deadline a minute cannot tell (an undo's grace)."""
     if not value:
         return mark_safe("")
     words = local_words(value, seconds=precision == "seconds")
@@ -134,25 +131,25 @@ def flagged_lines(lines: list) -> list:
 SEVERAL_LISTED = 4  # more orders than this: "6 orders: 1042, 1044, 1047, …"
 
 
+def numbers_words(numbers: list[str]) -> str:
+    """ "order 1042" or "orders 1042, 1044"."""
+    return ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
+
+
 @register.filter
 def orders_words(ticket) -> str:
-    """ "order 1042", "orders 1042, 1044, 1047", or "6 orders: 1042, 1044, 1047, …", from the
-    ticket's links (prefetch them with their orders on a list)."""
+    """ "order 1042", "orders 1042, 1044, 1047", or "6 orders: 1042, 1044, 1047, …"."""
     numbers = [link.order.number for link in ticket.links.all()] or [ticket.order.number]
-    if len(numbers) == 1:
-        return f"order {numbers[0]}"
     if len(numbers) > SEVERAL_LISTED:
         shown = ", ".join(numbers[: SEVERAL_LISTED - 1])
         return f"{len(numbers)} orders: {shown}, …"
-    return "orders " + ", ".join(numbers)
+    return numbers_words(numbers)
 
 
 @register.filter
 def goes_in(canned, about) -> str:
-    """What a canned reply's option adds for the customer of `about` (a ticket or a message, by
-    the language the reader found): " (goes in English: no Spanish text)" when it has no words
-    in their language (CannedReason.text_in), "" when it has, or when they are written to in
-    English anyway."""
+    """ " (goes in English: no Spanish text)" when a canned reply has no words in the language
+    of `about` (a ticket or a message), else ""."""
     language = str((getattr(about, "reading", None) or {}).get("language") or "")
     if canned.text_in(language) is not None:
         return ""
@@ -161,12 +158,10 @@ def goes_in(canned, about) -> str:
 
 @register.filter
 def placed_words(placed) -> str:
-    """The orders a message was placed on a ticket for (intake.models.MessageTicket), in words:
-    its own, else the ticket's (a customer's reply to a question names none of its own)."""
+    """The orders a message was placed on a ticket for: its own, else the ticket's (a reply to a
+    question names none of its own)."""
     numbers = list(placed.orders)
-    if not numbers:
-        return orders_words(placed.ticket)
-    return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
+    return numbers_words(numbers) if numbers else orders_words(placed.ticket)
 
 
 @register.filter
@@ -186,8 +181,7 @@ def late_words(late_by_days) -> str:
 
 @register.simple_tag(takes_context=True)
 def review_row(context, ticket, may_decide: bool = True) -> SafeString:
-    """A queue card ("reviews/queue.html#review-row") for `ticket`, kept while nothing it shows
-    changes (reviews/rows.py)."""
+    """A queue card for `ticket`, kept while nothing it shows changes (reviews/rows.py)."""
     from reviews import rows
 
     extra = (may_decide, context.get("error"), context.get("follow"))
@@ -223,8 +217,7 @@ def proposed_units(order: dict, line_id: int) -> int:
 
 @register.filter
 def proposed_pay(order: dict, line_id: int) -> str:
-    """What the review's proposal pays for a line's units, as an empty Pay input pays it
-    ("full price" for a line it does not propose: reviews.forms.parts_answers)."""
+    """What an empty Pay input pays for a line's units (reviews.forms.parts_answers)."""
     part = _proposed(order, line_id)
     return words.dollars(part["amount_cents"]) if part else "full price"
 
@@ -248,8 +241,7 @@ def proposes_shipping(order: dict) -> bool:
 
 @register.filter
 def after_status(reason: str, ticket) -> str:
-    """The outcome's words after the status pill, without saying its word twice: a refunded
-    ticket reads "Refunded $12.50.", not "Refunded Refunded $12.50."."""
+    """The outcome's words after the status pill, without saying its word twice."""
     label = str(ticket.get_status_display())
     if reason.lower().startswith(label.lower() + " "):
         return reason[len(label) + 1 :]
@@ -272,8 +264,7 @@ def reply_files(ticket) -> list:
 
 @register.filter
 def refused_files(about: list) -> list[dict]:
-    """The parts of a message that were refused, with why (older messages kept none: each
-    of theirs says "not kept")."""
+    """The parts of a message that were refused, with why (older messages say "not kept")."""
     return [
         a | {"refused": a.get("refused", "not kept")}
         for a in about or []

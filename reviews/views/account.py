@@ -14,8 +14,7 @@ from reviews.views.common import AuthenticatedRequest
 @require_http_methods(["GET", "POST"])
 @login_required
 def api_token(request: AuthenticatedRequest) -> HttpResponse:
-    """Make (or replace) the user's API key. Only its hash is stored, so the key is shown in the
-    answer to the POST that made it, once, and never again."""
+    """Make (or replace) the user's API key, shown once: only its hash is stored."""
     token = ApiToken.objects.filter(user=request.user).first()
     key = ""
     if request.method == "POST":

@@ -1,6 +1,5 @@
 """A customer's attachment, to whoever may read its message: streamed from the file system, or
-a redirect to a signed link to the object in S3 that lasts REFUNDS_ATTACHMENTS_URL_SECONDS. The
-storage is never served otherwise (it lies outside the static root, and the bucket is private)."""
+a redirect to a short-lived signed link to S3; the storage is never served otherwise."""
 
 from __future__ import annotations
 

@@ -20,6 +20,8 @@ from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest
 
 
 def _audit_filters(request: HttpRequest):
+    if not permissions.can_read_audit(request.user):
+        raise PermissionDenied("The audit trail is for managers and admins.")
     search = forms.AuditSearch(request.GET or None)
     # The form's fields are the selector's filters, by name.
     return search, selectors.audit_events(**(search.cleaned_data if search.is_valid() else {}))
@@ -29,11 +31,8 @@ def _audit_filters(request: HttpRequest):
 @login_required
 def audit(request: HtmxHttpRequest) -> HttpResponse:
     """The audit trail of the whole desk, for managers and admins, filterable and exportable."""
-    if not permissions.can_read_audit(request.user):
-        raise PermissionDenied("The audit trail is for managers and admins.")
     search, events = _audit_filters(request)
-    # Capped: the trail only grows.
-    # Each row names its ticket by all of its orders: one query for the page's links.
+    # Capped, as the trail only grows; each row names all its ticket's orders.
     events = events.prefetch_related("ticket__links__order")
     page = paging.capped_page(request, events, size=AUDIT_PAGE, cap=COUNT_CAP)
     context = {"search": search, "events": page, **paging.page_context(request, page)}
@@ -49,8 +48,6 @@ class _Echo:
 @login_required
 def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     """The filtered audit trail as CSV, streamed (times in UTC, ISO 8601; amounts in dollars)."""
-    if not permissions.can_read_audit(request.user):
-        raise PermissionDenied("The audit trail is for managers and admins.")
     _, events = _audit_filters(request)
     writer = csv.writer(_Echo())
     header = ["at_utc", "ticket", "order", "action", "who", "amount", "answer", "reason", "note"]
@@ -79,8 +76,7 @@ def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
 
 
 def moment_cents(event) -> int | None:
-    """The amount of the event's moment: kept on the row; on rows older than that, what the
-    action set or the review it answered showed (never the ticket's amount of today)."""
+    """The amount at the event's moment (on older rows, from what it answered), never today's."""
     if event.amount_cents is not None:
         return event.amount_cents
     answer, seen = event.answer or {}, event.seen or {}
@@ -92,8 +88,7 @@ def moment_cents(event) -> int | None:
 
 
 def _answer_cell(event) -> str:
-    """ "approve", "reject", "ask", "reply", "no_reply", or per order "1042 approve; 1044
-    reject"."""
+    """ "approve", "reject", "ask", "reply", "no_reply", or per order "1042 approve; 1044 …"."""
     answer = event.answer or {}
     orders = answer.get("orders")
     if isinstance(orders, dict) and len(orders) > 1:
@@ -115,6 +110,5 @@ def _reason_cell(event) -> str:
 
 
 def _csv_safe(text: str) -> str:
-    # A cell starting with = + - @ (or a tab or carriage return before one) is a formula to a
-    # spreadsheet: quote it as text.
+    # A cell starting with = + - @ (or a tab or CR before one) is a formula to a spreadsheet.
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

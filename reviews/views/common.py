@@ -38,10 +38,8 @@ class AuthenticatedRequest(HtmxHttpRequest):
 
 
 def with_pending_decisions(tickets: list[Ticket]) -> list[Ticket]:
-    """Note on each ticket the decision already recorded for its pending review, if any.
-
-    A decision is recorded at once but applied by a worker a moment later; until then the ticket
-    still awaits review, and showing its buttons again would invite a second answer (a 409)."""
+    """Note on each ticket the decision already recorded for its pending review: until a worker
+    applies it, showing the buttons again would invite a second answer (a 409)."""
     waiting = [t for t in tickets if t.status == Ticket.Status.AWAITING_REVIEW]
     by_interrupt = {
         d.interrupt_id: d

@@ -13,15 +13,12 @@ NOT_DESK = ("/api/", "/admin/", "/static/", "/metrics", "/healthz", "/readyz")
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    """handler404. Says the same for a page that does not exist and a ticket outside the
-    reviewer's scope: telling them apart would tell who may see what."""
+    """handler404, also for a ticket outside the reviewer's scope: else it tells who sees what."""
     return render(request, "404.html", status=404)
 
 
 def desk_not_found_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
-    """Under DEBUG (the demo) Django answers a 404 with its technical page, 980 px wide on a
-    phone and full of the URL table; a link from team chat to a ticket outside the reviewer's
-    scope lands there. The desk's pages get templates/404.html in every mode."""
+    """The desk's 404 page under DEBUG (the demo) too: Django's technical page lists every URL."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         response = get_response(request)

@@ -17,13 +17,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import (
-    trigger_client_event,
-)
+from django_htmx.http import trigger_client_event
 
 from refunds import permissions, policy, selectors, services
 from refunds.models import Decision, Ticket, user_roles
 from reviews import forms, paging
+from reviews.templatetags.desk import numbers_words
 from reviews.views.common import (
     COUNT_CAP,
     ORDER_LINKS,
@@ -47,9 +46,7 @@ def _covering(request: HtmxHttpRequest) -> bool:
 
 def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
     cover = _covering(request)
-    # The page's cards are the reviews the version just read (oldest first: a queue is worked
-    # from the longest wait), fetched whole by id, still filtered as the queue is: one that left
-    # it since is left out, and the next poll brings the rows in step.
+    # The reviews the version just read, still filtered: one that left since waits for a poll.
     rows = (
         permissions.reviewable(request.user, cover=cover)
         .filter(pk__in=version.pks)
@@ -79,16 +76,14 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
     } | row_extras()
 
 
-# How long the line that replaced a decided review stays in its place: through a poll or two, so
-# a reviewer on a phone sees it where they tapped, not only in a banner out of view.
+# A decided review's line stays a poll or two: a reviewer on a phone sees it where they tapped.
 DECIDED_SHOWN = timedelta(seconds=8)
 
 
 def decided_line(decision: Decision, ticket: Ticket) -> str:
     """The short line that takes a decided review's place in the queue."""
     orders = decision.orders or {}
-    numbers = list(orders) or [ticket.order.number]
-    on = ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
+    on = numbers_words(list(orders) or [ticket.order.number])
     if decision.refused_reason:
         return f"Your decision on {on} was not applied: {decision.refused_reason}"
     if decision.answer == Decision.Answer.ASK:
@@ -108,9 +103,8 @@ def decided_line(decision: Decision, ticket: Ticket) -> str:
 
 
 def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision]) -> list[Ticket]:
-    """The page's rows, with the reviews this reviewer decided moments ago (`decided`, read with
-    the version) as one-line outcomes in their places (those a worker already took out of the
-    queue put back by age)."""
+    """The page's rows, with the reviews this reviewer decided moments ago as one-line outcomes
+    in their places (put back by age once a worker took them out of the queue)."""
     since = timezone.now() - DECIDED_SHOWN
     recent = {d.ticket_id: d for d in decided}
     if not recent:
@@ -138,10 +132,8 @@ def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision
     return reviews
 
 
-# The columns of a queue row that the rows' version is drawn from: whatever the row shows that
-# can change while the review waits (a claim, an escalation, the interrupt it answers), all in
-# ticket_queue_cover_idx so the version reads no row. The amount and the escalation's note are
-# written only with the interrupt and with escalated_for, which are here.
+# What a waiting row can change (all in ticket_queue_cover_idx: the version reads no row); the
+# amount and the escalation's note are written only with the interrupt and escalated_for.
 VERSION_COLUMNS = (
     "pk",
     "status",
@@ -167,14 +159,9 @@ class QueueVersion:
 
 
 def queue_version(request: HtmxHttpRequest) -> QueueVersion:
-    """What the rows show, as a short digest read from a few indexed columns (no rows built, no
-    template): a poll that carries the same one gets a 204 and the browser keeps its rows (and
-    the reviewer's half-typed reason) untouched.
-
-    Besides the page's reviews and the count it holds what changes with the clock alone: which
-    claims are still live, which reviews are overdue, and this reviewer's decisions of the last
-    seconds (shown as lines in their places). It is read before the rows are, so a change in
-    between shows at the next poll instead of being hidden under a version that already has it."""
+    """What the rows show (the clock's changes too), as a digest of indexed columns: a poll with
+    the same one gets a 204 and keeps the reviewer's half-typed reason. Read before the rows, so
+    a change in between shows at the next poll instead of hiding under this version."""
     user = request.user
     now = timezone.now()
     reviewable = permissions.reviewable(user, cover=_covering(request)).order_by(*QUEUE_ORDER)
@@ -207,16 +194,14 @@ def queue_version(request: HtmxHttpRequest) -> QueueVersion:
 @login_required
 @vary_on_headers("HX-Request", "HX-Target")
 def queue(request: HtmxHttpRequest) -> HttpResponse:
-    """The review queue page; its regions poll this same URL for their fragments. A rows poll
-    that names the version it shows gets 204 (nothing to swap) until something changed."""
+    """The review queue page; its regions poll this same URL for their fragments."""
     version = queue_version(request)
     if request.htmx.target == "queue-rows" and request.GET.get("v") == version.digest:
         return HttpResponse(status=204)
     context = _queue_context(request, version)
     if request.htmx.target == "queue-rows":
         response = render(request, "reviews/queue.html#rows", context)
-        # The rows changed: the recent tickets beside them refresh now too, not on their own
-        # clock, so a review in the queue never sits beside a ticket still shown as "Running".
+        # The recent tickets refresh too: never a queued review beside its ticket "Running".
         return trigger_client_event(response, "ticketsChanged")
     context |= _recent_context(request)
     if request.htmx.target == "recent-tickets":
@@ -238,8 +223,7 @@ def _recent_context(request: HtmxHttpRequest) -> dict:
 @require_POST
 @login_required
 def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
-    """Approve, Reject and Escalate: named buttons of one form, in a queue row or on the ticket
-    page; htmx gets back the region it targets, a plain POST a redirect to where it came from."""
+    """Approve, Reject, Escalate, Ask: named buttons of one form, in a queue row or a ticket."""
     ticket = get_object_or_404(
         permissions.visible(request.user).select_related("order", "claimed_by"), pk=ticket_id
     )
@@ -251,27 +235,17 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         data = form.cleaned_data
         if answer == "both":
             raise services.RefundError("Choose either approve or reject, not both.")
+        said = {"ticket": ticket, "interrupt_id": data["interrupt_id"], "note": data["note"]}
         if answer == "escalate":
             services.ticket_escalate(ticket=ticket, by=request.user, note=data["note"])
             text = f"Escalated the review of order {ticket.order.number} to managers."
         elif answer == "ask":
-            decision = services.ticket_ask(
-                ticket=ticket,
-                interrupt_id=data["interrupt_id"],
-                question=data["question"],
-                canned=data["canned_question"],
-                note=data["note"],
-                reviewer=request.user,
-            )
+            question = {"question": data["question"], "canned": data["canned_question"]}
+            decision = services.ticket_ask(**said, **question, reviewer=request.user)
             text = decided_line(decision, ticket)
         else:
-            decision = services.ticket_decide(
-                ticket=ticket,
-                interrupt_id=data["interrupt_id"],
-                orders=forms.review_answers(request.POST, ticket, answer, data),
-                note=data["note"],
-                reviewer=request.user,
-            )
+            orders = forms.review_answers(request.POST, ticket, answer, data)
+            decision = services.ticket_decide(**said, orders=orders, reviewer=request.user)
             text = decided_line(decision, ticket)
     except (PermissionDenied, services.RefundError) as exc:
         return decision_error(request, ticket, str(exc), status=refusal_status(exc))
@@ -302,8 +276,7 @@ def claim(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
 
 
 def answered(request: HtmxHttpRequest, ticket: Ticket, text: str, row: str, context: dict):
-    """A review action's answer: the ticket page's status region, the queue's row, or (no JS) a
-    flash and the way back; the queue's other regions hear of it."""
+    """A review action's answer: the region htmx targets, or (no JS) a flash and the way back."""
     if request.htmx.target == TICKET_STATUS:
         response = ticket_status_fragment(request, ticket, flash=text)
     elif request.htmx:
@@ -346,8 +319,7 @@ def bulk_approve(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
-    """Undo beside a decision's confirmation: within its grace the decision is withdrawn and the
-    review is back in the queue; after it, refused in words (services.decision_undo)."""
+    """Undo beside a decision's confirmation, within its grace (services.decision_undo)."""
     try:
         decision = services.decision_undo(decision_id=decision_id, by=request.user)
     except services.RefundError as exc:
@@ -357,8 +329,7 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
             request,
             f"Undone: the review of order {decision.ticket.order.number} is back in the queue.",
         )
-        if request.POST.get("back") == "ticket":
-            return redirect("reviews:ticket", ticket_id=decision.ticket_id)
+        return back(request, decision.ticket)
     return redirect("reviews:queue")
 
 

@@ -1,5 +1,4 @@
-"""The desk's side of the intake: the "Needs sorting" page (sort a message into a ticket, or mark
-it not a refund request) and sending a misread message back from a review."""
+"""The desk's side of the intake: "Needs sorting", and a misread message sent back from a review."""
 
 from __future__ import annotations
 
@@ -53,7 +52,6 @@ def _card(message: Message, replies: list | None = None, **extra: Any) -> dict[s
         "fold": len(message.body) > FOLD_AT,
         "fold_at": FOLD_AT,
         "reasons": [(r, policy.REASONS[r]) for r in policy.TICKET_REASONS],
-        # The canned replies for setting a message aside (refunds.models.CannedReason).
         "replies": list(CannedReason.objects.setting_aside()) if replies is None else replies,
         "reply_max": sorting.REPLY_MAX,
         **extra,
@@ -78,8 +76,7 @@ def _page_context(
 @login_required
 @vary_on_headers("HX-Request", "HX-Target")
 def needs_sorting(request: HtmxHttpRequest) -> HttpResponse:
-    """Messages the intake could not place, newest first; its pager asks this same URL for the
-    list alone."""
+    """Messages the intake could not place, newest first; its pager asks for the list alone."""
     _refuse_unless_desk_user(request)
     context = _page_context(request)
     if request.htmx.target == LIST:
@@ -100,15 +97,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         if not form.is_valid():
             raise sorting.SortingError(form_errors(form))
         data = form.cleaned_data
-        values = {
-            "orders": data["order"],
-            "more_orders": data["more_orders"],
-            "reason": data["reason"],
-            "other_customer_ok": data["other_customer_ok"],
-            "reply_canned": data["reply_canned"],
-            "reply_words": data["reply_words"],
-            "no_reply_why": data["no_reply_why"],
-        }
+        values = data | {"orders": data["order"]}
         if action == "both":
             raise sorting.SortingError("Choose either open the ticket or not a refund, not both.")
         if action == "not_refund":
@@ -149,8 +138,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
 @require_GET
 @login_required
 def set_aside(request: HtmxHttpRequest) -> HttpResponse:
-    """Messages set aside as not a refund request, latest first: who, when, what the customer
-    was told, and an Undo that brings each back to "Needs sorting"."""
+    """Messages set aside as not a refund request, latest first, each with its Undo."""
     _refuse_unless_desk_user(request)
     page = paging.capped_page(
         request,
@@ -174,12 +162,12 @@ def set_aside_undo(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
         sorting.message_set_aside_undo(message=message, by=request.user)
     except services.RefundError as exc:
         messages.error(request, str(exc))
-        return redirect("reviews:message", message_id=message.pk)
-    messages.success(
-        request,
-        f"The message from {message.sender} is back in Needs sorting. "
-        "A reply sent when it was set aside stays sent.",
-    )
+    else:
+        messages.success(
+            request,
+            f"The message from {message.sender} is back in Needs sorting. "
+            "A reply sent when it was set aside stays sent.",
+        )
     return redirect("reviews:message", message_id=message.pk)
 
 
@@ -200,8 +188,7 @@ def _sort_error(
 @require_POST
 @login_required
 def send_back(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
-    """A reviewer sends a misread message back to "Needs sorting": the review ends rejected
-    through the decision path, the message waits to be sorted by a person."""
+    """A misread message back to "Needs sorting"; the review ends rejected (the decision path)."""
     ticket = get_object_or_404(
         permissions.visible(request.user).select_related("order", "claimed_by"), pk=ticket_id
     )

@@ -27,7 +27,7 @@ from intake.models import Message
 from refunds import permissions, policy, selectors, services
 from refunds.models import CannedReason, Ticket
 from reviews.forms import order_numbers_typed, parts_answers
-from reviews.templatetags.desk import proposal_sums
+from reviews.templatetags.desk import numbers_words, proposal_sums
 from reviews.views.common import (
     ORDER_LINKS,
     TICKET_STATUS,
@@ -53,8 +53,7 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
                 opened_by=request.user, order_numbers=numbers, note=values["note"]
             )
         except services.TicketAlreadyOpen as exc:
-            # "Order 1044 already has an open ticket (7, …)": which order, which ticket; and
-            # the other orders typed, none opened either.
+            # Which order has which ticket, and the other orders typed: none opened either.
             said = str(exc)
             others = [n for n in numbers if n not in exc.ticket.order_numbers()]
             if others:
@@ -65,19 +64,12 @@ def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
                 )
             messages.info(request, said)
             url = reverse("reviews:ticket", args=[exc.ticket.pk])
-            if request.htmx:
-                return HttpResponseClientRedirect(url)
-            return redirect(url)
+            return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
         except services.RefundError as exc:
             context: dict[str, Any] = {"error": str(exc), "values": values}
             template = "reviews/ticket_new.html#form" if request.htmx else "reviews/ticket_new.html"
             return render(request, template, context, status=400)
-        covered = ticket.order_numbers()
-        text = (
-            f"Opened ticket {ticket.pk} for order {covered[0]}."
-            if len(covered) == 1
-            else f"Opened ticket {ticket.pk} for orders {', '.join(covered)}."
-        )
+        text = f"Opened ticket {ticket.pk} for {numbers_words(ticket.order_numbers())}."
         if request.htmx:
             context = {"opened": ticket, "values": {}}
             response = render(request, "reviews/ticket_new.html#form", context)
@@ -95,8 +87,7 @@ def _timeline(ticket: Ticket, ticket_messages: list) -> list:
 
 
 def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
-    """A customer's message pasted into the form: in through the intake like any other, and the
-    person follows it on the message's page (read, then a ticket or "Needs sorting")."""
+    """A customer's message pasted into the form: in through the intake, onto its own page."""
     error = ""
     if values["order_number"].strip():
         error = (
@@ -124,6 +115,14 @@ def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
     return render(request, template, {"error": error, "values": values}, status=400)
 
 
+def _visible_message(request: HtmxHttpRequest, message_id: int) -> Message:
+    refusal = permissions.open_refusal(request.user)
+    if refusal:
+        raise PermissionDenied(refusal)
+    visible = intake_selectors.messages_visible(request.user)
+    return get_object_or_404(visible.select_related("ticket__order", "brought_by"), pk=message_id)
+
+
 def _placements(message: Message):
     # A reply names no orders of its own: its ticket's are shown (templatetags placed_words).
     return (
@@ -137,24 +136,13 @@ def _placements(message: Message):
 @login_required
 @vary_on_headers("HX-Request")
 def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
-    """Where a customer's message went: being read, a ticket (or several), or "Needs sorting".
-    Polled while the intake reads it; the polling stops once it is placed."""
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
-    message = get_object_or_404(
-        intake_selectors.messages_visible(request.user).select_related(
-            "ticket__order", "brought_by"
-        ),
-        pk=message_id,
-    )
-    placed = _placements(message)
+    """Where a customer's message went; polled until the intake has placed it."""
+    message = _visible_message(request, message_id)
     aside = sorting.set_aside_event(message)
-    last = message.events.select_related("actor").order_by("-at", "-id").first()
     context = {
         "message": message,
-        "placed": placed,
-        "last": last,
+        "placed": _placements(message),
+        "last": message.events.select_related("actor").order_by("-at", "-id").first(),
         "aside": aside,
         "reply": sorting.set_aside_email(aside),
         "may_sort": permissions.is_desk_user(request.user),
@@ -170,15 +158,8 @@ def message_detail(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
 @require_GET
 @login_required
 def message_history(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
-    """A message's whole path, oldest first: how it came in, where the intake put it, and each
-    thing a person did with it (MessageEvent: who and when), then where it is now."""
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
-    message = get_object_or_404(
-        intake_selectors.messages_visible(request.user).select_related("brought_by"),
-        pk=message_id,
-    )
+    """A message's whole path, oldest first: the intake's and each person's (MessageEvent)."""
+    message = _visible_message(request, message_id)
     context = {
         "message": message,
         "events": message.events.select_related("actor").order_by("at", "id"),
@@ -259,8 +240,7 @@ def ticket_detail(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
 
 
 def _review_outcome(request: HtmxHttpRequest, ticket: Ticket, seen: str) -> HttpResponse:
-    """How the review a reviewer lost to a colleague ended, once it has: 204 (the banner stays)
-    while it still waits in someone else's hands, then a line that ends the banner's polling."""
+    """How the review a reviewer lost to a colleague ended: 204 (the banner stays) until it has."""
     outcome = selectors.review_outcome(ticket, seen, now=timezone.now())
     if outcome is None:
         return HttpResponse(status=204)
@@ -288,10 +268,8 @@ def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> Htt
 @require_GET
 @login_required
 def parts_total(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
-    """What one order's parts form comes to as the reviewer changes it (its fieldset's inputs,
-    sent by htmx): the total and what is left of what was paid, checked by the rule the decision
-    uses (policy.parts_checked); 400 with the reason in words when the decision would refuse
-    them. Without JavaScript the form posts and the decision says the same."""
+    """What one order's parts form comes to as the reviewer changes it, by the decision's rule
+    (policy.parts_checked): 400 with its words when the decision would refuse them."""
     ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
     payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
     if ticket.status != Ticket.Status.AWAITING_REVIEW or not payload.get("orders"):
