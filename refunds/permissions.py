@@ -7,6 +7,7 @@ colleague's claim is live only they decide (services.ticket_decide checks it in 
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 
 from refunds import policy
@@ -27,6 +28,12 @@ def is_agent(user) -> bool:
 
 def is_desk_user(user) -> bool:
     return is_admin(user) or is_manager(user) or is_agent(user)
+
+
+def deny(refusal: str) -> None:
+    """PermissionDenied with the refusal's words, when there is one."""
+    if refusal:
+        raise PermissionDenied(refusal)
 
 
 def open_refusal(user) -> str:

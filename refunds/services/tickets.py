@@ -49,18 +49,12 @@ def ticket_open(
     reason: str = policy.LATE_DELIVERY,
     reading: dict | None = None,
 ) -> Ticket:
-    """Open a ticket for one order (`order_number`) or several of one customer's
-    (`order_numbers`, the first becomes Ticket.order). `opened_by` is whom four-eyes keeps from
-    deciding it (who typed its orders or brought the customer's message in; None when no person
-    did); `actor`, who opens it now when that is not the opener (a colleague sorting a message,
-    None for the intake), must be in a desk group. `reason`: refunds.policy.REASONS; `reading`:
-    what the intake's reader found. An order with an open ticket raises TicketAlreadyOpen."""
+    """Open a ticket for one customer's orders (the first is Ticket.order). `opened_by` is whom
+    four-eyes keeps from deciding it; `actor`, who opens it now (None for the intake)."""
     if actor is OPENER:
         actor = opened_by
     if actor is not None:
-        refusal = permissions.open_refusal(actor)
-        if refusal:
-            raise PermissionDenied(refusal)
+        permissions.deny(permissions.open_refusal(actor))
     numbers = order_numbers_clean([order_number] if order_numbers is None else order_numbers)
     if "\x00" in (note or ""):
         raise RefundError("The note holds a NUL character; remove it.")
@@ -106,8 +100,7 @@ def ticket_open(
 
 
 def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
-    """The order numbers a ticket is asked for, stripped, each once, in the order given; a
-    RefundError says what is wrong with them."""
+    """The order numbers asked for, stripped, each once, in the order given."""
     cleaned: list[str] = []
     for raw in numbers:
         if isinstance(raw, str) and not raw.strip():
@@ -140,8 +133,7 @@ def _open_ticket_of(orders: list[Order]) -> tuple[Ticket, str] | None:
 
 
 def order_find(*, order_number: str) -> Order | None:
-    """The desk's order, or else the shop's (REFUNDS_ORDER_SOURCE), stored; None when neither
-    has it. Asks the shop outside any transaction; ShopUnavailable when it cannot say."""
+    """The desk's order, or else the shop's (REFUNDS_ORDER_SOURCE), stored; None when neither."""
     order = Order.objects.filter(number=order_number).first()
     if order is not None:
         return order
@@ -168,8 +160,7 @@ def _one_customers_orders(numbers: Sequence[str]) -> list[Order]:
 
 
 def _already_open(ticket: Ticket, number: str, note: str, by) -> TicketAlreadyOpen:
-    """The order's open ticket, with what the person typed kept on its timeline: a second
-    report of the same order is often the one with the detail that matters."""
+    """The open ticket, the note kept on it: a second report often has the detail that matters."""
     note = (note or "").strip()
     if note:
         actor = by if by and by.is_authenticated else None
@@ -213,8 +204,7 @@ def email_resend(*, email_id: int, by) -> None:
 
 
 def _reopened(email: Email) -> bool:
-    """An email saying the ticket is closed for want of a reply, whose question a reply
-    reopened since."""
+    """An email saying the ticket is closed for want of a reply, which a reply reopened since."""
     asked = email.key.removesuffix(CLOSED_SUFFIX)
     return (
         asked != email.key
@@ -243,10 +233,8 @@ FORK_MAX_CENTS = 1_000_000
 def ticket_fork(
     *, ticket: Ticket, amount_cents: int, reason: str, by, from_checkpoint_id: str = ""
 ) -> Fork:
-    """Admin: fork the thread with a corrected amount, from the checkpoint named (any before the
-    charge: paused before triage or at the review) or else the latest such. The Fork row is the
-    audit entry; a worker applies it under the lease, then the thread is triaged and reviewed
-    again (a new interrupt id, so answers to the old review are refused)."""
+    """Admin: fork the thread with a corrected amount from a checkpoint before the charge; a
+    worker applies it under the lease, and the new review's interrupt id refuses old answers."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins fork a thread.")
     reason = (reason or "").strip()
