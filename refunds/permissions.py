@@ -1,9 +1,5 @@
-"""Who may see and do what on the desk: the one place for these rules, used by the pages, the
-JSON API, the admin and the services. Roles are Django groups: Support agents, Managers, Admins
-(superusers count as admins); a user in no desk group sees nothing and decides nothing. The agent
-limit and who reviews what live in refunds/policy.py. Nobody decides a ticket they opened
-(four-eyes): who typed its orders, or who brought in the message it was opened from. While a
-colleague's claim is live only they decide (services.ticket_decide checks it in its UPDATE)."""
+"""Who may see and do what on the desk: the one place for these rules. Nobody decides a ticket
+they opened (four-eyes); while a colleague's claim is live only they decide."""
 
 from __future__ import annotations
 
@@ -37,8 +33,7 @@ def deny(refusal: str) -> None:
 
 
 def open_refusal(user) -> str:
-    """Why this user may not open a ticket, in words for them; "" when they may. Opening starts
-    a workflow that writes to the customer and says whether an order exists: desk groups only."""
+    """Why this user may not open a ticket ("" when they may): it writes to the customer."""
     if not is_desk_user(user):
         return "You are in no desk group, so you open no tickets."
     return ""
@@ -59,8 +54,7 @@ def can_view(user, ticket: Ticket) -> bool:
 
 
 def reviewable(user, *, cover: bool = False) -> TicketQuerySet:
-    """Pending reviews this user may decide: their queue. With `cover`, a manager's queue also
-    holds the agents' reviews. Tickets the user opened are left out (four-eyes)."""
+    """The user's queue (`cover`: a manager's holds the agents' too), without their own tickets."""
     tickets = Ticket.objects
     if is_admin(user):
         waiting = tickets.awaiting()

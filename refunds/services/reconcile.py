@@ -1,10 +1,5 @@
-"""`manage.py reconcile` and its daily task: the ledger beside the processor, order by order,
-for the orders charged or ticketed since a date. It moves no money. It records the refunds and
-disputes made outside the desk (as the pre-charge lookup does) and the processor's statuses of
-the desk's own (as Stripe's events do: a lost event's failure still gives its money back), and
-says what does not match, including an order refunded past what was paid, which the pre-charge
-check cannot fully prevent (a dashboard refund between its lookup and the desk's refund).
-Each run saves its report (ReconcileRun, /ops/reconcile/) and emails the admins a problem."""
+"""`manage.py reconcile` and its daily task: the ledger beside the processor. It moves no money;
+it catches what the pre-charge check cannot (a dashboard refund between its lookup and ours)."""
 
 from __future__ import annotations
 
@@ -46,8 +41,7 @@ class ReconcileReport:
     under_way: int = 0  # ledger rows whose outcome is not known yet, found at the processor
     not_checked: int = 0  # orders left for the next run (the time budget ran out)
     problems: list[str] = field(default_factory=list)
-    # Each dispute still open of the orders looked at, in words: not a problem of the ledger's
-    # (the exit status ignores them), but what a manager reads before refunding that payment.
+    # Open disputes: not the ledger's problem, but what a manager reads before refunding.
     open_disputes: list[str] = field(default_factory=list)
     # Why nothing was compared (the demo gateway), in words; such a run saves no report.
     not_run: str = ""
@@ -59,8 +53,7 @@ class ReconcileReport:
         return not self.problems and not self.wrong_gateway
 
     def lines(self, *, since: bool = True) -> list[str]:
-        """The report in words. `since` False: without the moment it starts from, for the saved
-        report, whose page says that moment in its reader's zone (one zone per page)."""
+        """The report in words; `since` False for the saved one (its page says it in local time)."""
         if self.not_run:
             return [self.not_run]
         looked = (
@@ -95,9 +88,8 @@ def reconcile_payments(
     deadline: float | None = None,
     by: str = ReconcileRun.By.COMMAND,
 ) -> ReconcileReport:
-    """Compare the ledger with the processor for every order charged since `since` that names a
-    payment; `deadline` (time.monotonic()) leaves the orders after it for the next run. Saves
-    the report as run `by` the command or beat, and emails the admins any problem."""
+    """Compare the ledger with the processor for every order charged since `since`; saves the
+    report and emails the admins any problem. Orders past `deadline` wait for the next run."""
     outside_transaction("the payment processor")
     started_at = timezone.now()
     gateway = gateway or get_gateway()
@@ -157,10 +149,8 @@ def reconcile_payments(
 
 
 def _against_the_demo(report: ReconcileReport, orders) -> ReconcileReport:
-    """The demo gateway holds the desk's own refunds and nothing made elsewhere: there is nothing
-    to compare. Refunds in the ledger that it never made went through another gateway (the web
-    runs on Stripe; this process was started without its variables): comparing them with the
-    demo would call every one missing, so the run says that instead. Neither is saved."""
+    """Nothing to compare with the demo gateway; refunds it never made went through another one
+    (this process lacks the web's variables), which the run says instead of calling them missing."""
     made = Charge.objects.filter(
         order__in=orders, status=Charge.Status.SUCCEEDED, receipt__isnull=False
     )
@@ -190,8 +180,7 @@ def _against_the_demo(report: ReconcileReport, orders) -> ReconcileReport:
 
 
 def _tell_the_admins(problems: list[str], lines: list[str]) -> None:
-    """One email to settings.ADMINS (none when it is empty) when the run found a problem. A mail
-    server that fails loses only the email: the report is saved and counted by then."""
+    """One email to settings.ADMINS on a problem; a failing mail server loses only the email."""
     if not problems:
         return
     found = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
@@ -300,9 +289,8 @@ def _compare_one(
 def _past_what_was_paid(
     order: Order, desk_cents: int, outside_cents: int, report: ReconcileReport
 ) -> None:
-    """The processor's refunds of the order (those it has not failed or canceled) beside what
-    was paid; with the amount paid not sent by the shop, beside what the desk may refund of the
-    order (its fee and lines), which the pre-charge check holds outside refunds to as well."""
+    """The processor's standing refunds of the order beside what was paid (or, not sent, what the
+    desk may refund of it, as the pre-charge check holds)."""
     if order.paid_cents is not None:
         limit, of = order.paid_cents, f"the {dollars(order.paid_cents)} the customer paid"
     else:

@@ -1,10 +1,5 @@
-"""Stripe's events in: each stored once by its id when its signature checks out
-(refunds/payments/stripe_webhook.py), then handled by a worker, never in the request.
-
-A handler never takes an event's order or payload for the refund's state: events come late, twice
-and out of order, so it re-reads the refund (or the charge's refunds) from Stripe and records what
-Stripe says now. What it records only moves forward (Charge.objects.record_processor_status,
-statuses.PROCESSOR_RANK), so an older read that lands after a newer one changes nothing."""
+"""Stripe's events in: stored once by id, handled by a worker. Events come late, twice and out of
+order, so a handler re-reads from Stripe and records forward only (statuses.PROCESSOR_RANK)."""
 
 from __future__ import annotations
 
@@ -38,13 +33,11 @@ CHARGE_EVENTS = frozenset({"charge.refunded"})
 DISPUTE_EVENTS = frozenset(
     {"charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed"}
 )
-EVENTS = REFUND_EVENTS | CHARGE_EVENTS | DISPUTE_EVENTS
 FAILED = PROCESSOR_GAVE_BACK  # with a failure reason
 
 
 def stripe_event_receive(*, event: dict[str, Any]) -> tuple[StripeEvent, bool]:
-    """Store a verified event once by its id and hand it to a worker when this commits. Returns
-    (row, created): a resent event is the first row, created False, and changes nothing."""
+    """Store a verified event once by its id; a worker gets it on commit. A resend is a no-op."""
     with transaction.atomic():
         row, created = StripeEvent.objects.get_or_create(
             event_id=event["id"],
@@ -60,10 +53,7 @@ def stripe_event_receive(*, event: dict[str, Any]) -> tuple[StripeEvent, bool]:
 
 
 def stripe_event_handle(event_pk: int, *, gateway: StripeGateway | None = None) -> str:
-    """Handle a stored event: re-read its refund(s) from Stripe and record what Stripe says now.
-    Safe to run twice, and at once: each write is a forward-only compare-and-set. A read that
-    fails for now leaves the event unhandled (the sweep hands it on); one Stripe refuses for good
-    (an unknown refund) marks it handled with why."""
+    """Handle a stored event; safe twice and at once: each write is a forward-only CAS."""
     outside_transaction("Stripe")
     row = StripeEvent.objects.filter(pk=event_pk, handled_at__isnull=True).first()
     if row is None:
@@ -102,12 +92,8 @@ def _handle(row: StripeEvent, gateway: StripeGateway) -> str:
 
 
 def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
-    """Record on our ledger row what Stripe says of `refund` (as Stripe holds it now): the row
-    whose receipt is its id, or one not yet given a receipt whose key its metadata carries, of
-    the order whose payment it refunds (Charge.objects.of_refund). Any other refund is not the
-    desk's (made in Stripe's dashboard; one carrying our key yet on another payment, or beside
-    the row's own): it is recorded as made outside the desk against the order whose payment it
-    refunds, and counts against that order's balance; it never marks the row failed."""
+    """Record on its ledger row (Charge.objects.of_refund) what Stripe says now of `refund`; any
+    other refund counts as made outside the desk, and never marks the row failed."""
     refund_id = refund["id"]
     key = (refund.get("metadata") or {}).get(StripeGateway.METADATA_KEY) or ""
     paid_by = Order.objects.filter(payment_reference__in=_payments(refund))
@@ -136,9 +122,7 @@ def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
 
 
 def _outside_record(refund: dict[str, Any], event: str) -> str:
-    """A refund no ledger row knows (made in Stripe's dashboard, say): recorded against the order
-    whose payment it refunds, as the lookup before a charge and `reconcile` record one (one row
-    by its id, its status moving forward only); logged when no order has that payment."""
+    """A refund no ledger row knows, recorded against the order whose payment it refunds."""
     payments = _payments(refund)
     order = Order.objects.filter(payment_reference__in=payments).order_by("pk").first()
     if order is None:
@@ -155,16 +139,13 @@ def _outside_record(refund: dict[str, Any], event: str) -> str:
 
 
 def _payments(refund: dict[str, Any]) -> set[str]:
-    """The payment a refund gives money back from, as an order may name it (PaymentIntent or
-    Charge)."""
+    """The payment of a refund or dispute, as an order may name it (PaymentIntent or Charge)."""
     return {p for p in (refund.get("payment_intent"), refund.get("charge")) if p}
 
 
 def dispute_record(dispute: dict[str, Any], *, event: str = "") -> str:
-    """Record against its order what Stripe says now of `dispute` (money.disputes_record): the
-    order whose payment is the dispute's PaymentIntent or Charge. A payment no order names is
-    not the desk's: nothing is recorded."""
-    payments = [dispute.get(k) for k in ("payment_intent", "charge") if dispute.get(k)]
+    """Record against its order what Stripe says now of `dispute`; none names it: not the desk's."""
+    payments = _payments(dispute)
     order_id = (
         Order.objects.filter(payment_reference__in=payments)
         .order_by("pk")
@@ -172,7 +153,9 @@ def dispute_record(dispute: dict[str, Any], *, event: str = "") -> str:
         .first()
     )
     if order_id is None:
-        log.info("stripe event %s: dispute %s of %s: no order", event, dispute["id"], payments)
+        log.info(
+            "stripe event %s: dispute %s of %s: no order", event, dispute["id"], sorted(payments)
+        )
         return f"{dispute['id']}: no order has its payment, nothing recorded"
     record = StripeGateway.as_dispute(dispute)
     money.disputes_record(order_id, [record])
@@ -180,8 +163,7 @@ def dispute_record(dispute: dict[str, Any], *, event: str = "") -> str:
 
 
 def stripe_events_recover() -> list[int]:
-    """The recovery sweep's part for Stripe's events: hand on every event stored and not handled
-    (a lost wake-up, a worker killed mid-handle, a read that failed), once per rewake interval."""
+    """The recovery sweep's part: hand on every event stored and not handled."""
     received_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
     rows = StripeEvent.objects.needing_worker(received_before=received_before)
     return wake_all(rows, HANDLE, "Stripe event")

@@ -22,9 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
-    """The escalation timers (run by Celery beat): an agent-level review waiting past
-    REFUNDS_REVIEW_ESCALATE_MINUTES goes to managers, and managers get one reminder email per
-    overdue review, listing them. Conditional UPDATEs: two beats at once escalate once."""
+    """Escalate agent reviews past REFUNDS_REVIEW_ESCALATE_MINUTES and remind managers once.
+    Conditional UPDATEs: two beats at once escalate once."""
     now = now or timezone.now()
     limit = now - timedelta(minutes=settings.REFUNDS_REVIEW_ESCALATE_MINUTES)
     overdue = Ticket.objects.awaiting().filter(review_since__lte=limit)
@@ -66,10 +65,8 @@ def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
 
 
 def _remind_managers(due: list[Ticket], now) -> list[Ticket]:
-    """Mark each due review reminded (a conditional UPDATE: two beats at once remind once) and
-    put one reminder per manager in the outbox, in the same transaction: a reminder is never
-    marked without its email, nor lost when the mail server refuses it (it waits on the
-    admins' Undelivered page)."""
+    """Mark each due review reminded (a conditional UPDATE: two beats remind once) and put one
+    reminder per manager in the outbox in the same transaction: never marked without its email."""
     to = list(
         get_user_model()
         .objects.filter(groups__name=ROLE_GROUPS[Role.MANAGER], is_active=True)
@@ -102,8 +99,7 @@ def _remind_managers(due: list[Ticket], now) -> list[Ticket]:
 
 
 def reminders_deliver(owned: Q) -> None:
-    """Deliver the reminders not sent yet (this run's, or a run's that died before it sent
-    them), each through the outbox's claim; a few tries each, then they wait for an admin."""
+    """Deliver unsent reminders through the outbox's claim; after a few tries an admin resends."""
     waiting = Email.objects.filter(owned, attempts__lt=3).exclude(status=Email.Status.SENT)
     for email_id in waiting.values_list("pk", flat=True):
         try:
