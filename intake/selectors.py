@@ -18,7 +18,7 @@ def messages_visible(user) -> QuerySet[Message]:
     placed yet by who brought it in, one set aside as not a refund request by who set it aside;
     managers and admins, who see every ticket, read them all."""
     messages = Message.objects.all()
-    if permissions.is_admin(user) or permissions.is_manager(user):
+    if permissions.oversees(user):
         return messages
     if not permissions.is_agent(user):
         return messages.none()

@@ -22,8 +22,13 @@ def is_agent(user) -> bool:
     return ROLE_GROUPS[Role.AGENT] in user_roles(user)
 
 
+def oversees(user) -> bool:
+    """Managers and admins: they answer for the whole desk (audit, dashboard, every ticket)."""
+    return is_admin(user) or is_manager(user)
+
+
 def is_desk_user(user) -> bool:
-    return is_admin(user) or is_manager(user) or is_agent(user)
+    return oversees(user) or is_agent(user)
 
 
 def deny(refusal: str) -> None:
@@ -42,7 +47,7 @@ def open_refusal(user) -> str:
 def visible(user) -> TicketQuerySet:
     """The tickets this user may read, on any page and in the API."""
     tickets = Ticket.objects.all()
-    if is_admin(user) or is_manager(user):
+    if oversees(user):
         return tickets
     if is_agent(user):
         return tickets.filter(Q(required_role__in=["", Role.AGENT]) | Q(opened_by=user))
@@ -59,9 +64,7 @@ def reviewable(user, *, cover: bool = False) -> TicketQuerySet:
     if is_admin(user):
         waiting = tickets.awaiting()
     elif is_manager(user):
-        waiting = tickets.awaiting() if cover else tickets.for_managers()
-        if is_agent(user):
-            waiting = tickets.awaiting()
+        waiting = tickets.awaiting() if cover or is_agent(user) else tickets.for_managers()
     elif is_agent(user):
         waiting = tickets.for_agents()
     else:
@@ -80,7 +83,7 @@ def decision_refusal(user, ticket: Ticket) -> str:
         return "You are in no reviewer group, so you decide no refunds."
     role = ticket.review_role
     # Managers cover agent-level reviews.
-    if is_admin(user) or is_manager(user) or (role == Role.AGENT and is_agent(user)):
+    if oversees(user) or (role == Role.AGENT and is_agent(user)):
         if ticket.opened_by_id is not None and ticket.opened_by_id == user.pk:
             return FOUR_EYES
         return ""
@@ -94,7 +97,7 @@ def edit_refusal(user, ticket: Ticket) -> str:
     refusal = decision_refusal(user, ticket)
     if refusal:
         return refusal
-    if not (is_admin(user) or is_manager(user)):
+    if not oversees(user):
         return (
             "Only a manager lowers an amount or changes what is refunded; approve it as "
             "proposed, or escalate it."
@@ -112,13 +115,3 @@ def escalation_refusal(user, ticket: Ticket) -> str:
     if is_manager(user) and not is_admin(user):
         return "You are a manager: decide it yourself, or leave it in the agents' queue."
     return ""
-
-
-def can_read_audit(user) -> bool:
-    """The audit page and its CSV export: managers and admins."""
-    return is_admin(user) or is_manager(user)
-
-
-def can_read_insights(user) -> bool:
-    """The dashboard and its plots: managers and admins (they answer for the whole desk)."""
-    return is_admin(user) or is_manager(user)

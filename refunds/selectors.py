@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TypedDict
 
 from django.db import connection
-from django.db.models import Q, Sum, Value
+from django.db.models import Q, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Upper
 from django.utils import timezone
@@ -20,7 +20,6 @@ from refunds.flow.words import dollars
 from refunds.models import (
     AuditEvent,
     Charge,
-    ChargePart,
     Decision,
     Email,
     Order,
@@ -274,14 +273,9 @@ class LineBought:
 
 def refunded_by_line(line_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
     """(quantity, minor units) the ledger holds of each line by id, as refunds/money.py counts."""
-    rows = (
-        ChargePart.objects.filter(
-            line_id__in=list(line_ids), charge__in=Charge.objects.holding_balance()
-        )
-        .values("line_id")
-        .annotate(units=Sum("quantity"), cents=Sum("amount_cents"))
-    )
-    return {row["line_id"]: (row["units"], row["cents"]) for row in rows}
+    ids = set(line_ids)
+    held = Charge.objects.holding_balance().filter(parts__line_id__in=ids).held_per_line()
+    return {line: counted for line, counted in held.items() if line in ids}
 
 
 def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:

@@ -102,23 +102,14 @@ def _question_for(*, recipients: Iterable[str], references: Iterable[str]) -> Fo
             )
         return Found(found)
     ids = [one for one in references if one]
-    if ids:
-        found = (
-            CustomerQuestion.objects.filter(message_id__in=ids)
-            .select_related("ticket__order")
-            .order_by("-pk")
-            .first()
-        )
-        if found is not None:
-            return Found(found)
-    return Found(None)
+    asked = CustomerQuestion.objects.filter(message_id__in=ids).select_related("ticket__order")
+    return Found(asked.order_by("-pk").first() if ids else None)
 
 
 @dataclass(frozen=True)
 class Replied:
     resumed: bool
     why: str = ""  # why it resumed nothing
-    decision: Decision | None = None
     kept: bool = False  # it came before the thread waited: it resumes the wait once it does
 
 
@@ -130,7 +121,6 @@ def reply_record(
     ticket = question.ticket
     customer = ticket.order.customer_email
     text = text.strip()  # an email's body ends in a newline; the quotes of it should not
-    why = ""
     if sender.strip().lower() != customer.strip().lower():
         why = f"it came from {sender[:200]}, not from the customer's address {customer}"
     else:
@@ -146,11 +136,11 @@ def reply_record(
     if not why:
         try:
             with transaction.atomic():
-                decision = _record(question, text, about, now)
+                _record(question, text, about, now)
         except _NotRecorded as exc:
             why = str(exc)
         else:
-            return Replied(True, decision=decision)
+            return Replied(True)
     audit.record(
         ticket,
         AuditEvent.Action.REPLY,

@@ -63,7 +63,7 @@ def review_claim(*, ticket: Ticket, by) -> Ticket:
 def review_unclaim(*, ticket: Ticket, by) -> bool:
     """Give a claimed review back; a manager or admin may free a colleague's (gone home)."""
     qs = Ticket.objects.filter(pk=ticket.pk, claimed_by__isnull=False)
-    if not (permissions.is_admin(by) or permissions.is_manager(by)):
+    if not permissions.oversees(by):
         qs = qs.filter(claimed_by=by)
     with transaction.atomic():
         holder = ticket.claimed_by_id
@@ -134,13 +134,9 @@ def ticket_decide(
     paid = flow_answers.approved_cents(answers)
     # Each action as itself: a change of what is refunded, the plain answer, or a mix.
     kinds = {one["answer"] for one in answers.values()}
-    action = (
-        AuditEvent.Action.EDIT
-        if edited
-        else kinds.pop()
-        if len(kinds) == 1
-        else AuditEvent.Action.ANSWER
-    )
+    action: str = kinds.pop() if len(kinds) == 1 else AuditEvent.Action.ANSWER
+    if edited:
+        action = AuditEvent.Action.EDIT
     reason = "; ".join(dict.fromkeys(r for r in reasons if r))
     given: dict[str, Any] = {"answer": answer, "reason": reason, "orders": answers, "note": note}
     if edited:

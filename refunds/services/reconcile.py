@@ -41,12 +41,9 @@ class ReconcileReport:
     under_way: int = 0  # ledger rows whose outcome is not known yet, found at the processor
     not_checked: int = 0  # orders left for the next run (the time budget ran out)
     problems: list[str] = field(default_factory=list)
-    # Open disputes: not the ledger's problem, but what a manager reads before refunding.
-    open_disputes: list[str] = field(default_factory=list)
-    # Why nothing was compared (the demo gateway), in words; such a run saves no report.
-    not_run: str = ""
-    # The ledger's refunds were made through another gateway than this process's.
-    wrong_gateway: bool = False
+    open_disputes: list[str] = field(default_factory=list)  # what a manager reads before refunding
+    not_run: str = ""  # why nothing was compared (the demo gateway); no report is saved
+    wrong_gateway: bool = False  # the ledger's refunds went through another gateway
 
     @property
     def ok(self) -> bool:
@@ -56,11 +53,9 @@ class ReconcileReport:
         """The report in words; `since` False for the saved one (its page says it in local time)."""
         if self.not_run:
             return [self.not_run]
-        looked = (
-            f"Reconciled {self.orders} order(s) charged or ticketed since {local_words(self.since)}"
-            if since
-            else f"Reconciled {self.orders} order(s)"
-        )
+        looked = f"Reconciled {self.orders} order(s)"
+        if since:
+            looked += f" charged or ticketed since {local_words(self.since)}"
         said = [
             f"{looked}: {self.listed} refund(s) at the processor.",
             f"Refunds made outside the desk: {self.outside} ({dollars(self.outside_cents)}), "

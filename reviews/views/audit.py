@@ -29,7 +29,7 @@ def _audit_filters(request: HttpRequest):
 @login_required
 def audit(request: HtmxHttpRequest) -> HttpResponse:
     """The audit trail of the whole desk, for managers and admins, filterable and exportable."""
-    if not permissions.can_read_audit(request.user):
+    if not permissions.oversees(request.user):
         raise PermissionDenied("The audit trail is for managers and admins.")
     search, events = _audit_filters(request)
     # Capped: the trail only grows.
@@ -49,7 +49,7 @@ class _Echo:
 @login_required
 def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     """The filtered audit trail as CSV, streamed (times in UTC, ISO 8601; amounts in dollars)."""
-    if not permissions.can_read_audit(request.user):
+    if not permissions.oversees(request.user):
         raise PermissionDenied("The audit trail is for managers and admins.")
     _, events = _audit_filters(request)
     writer = csv.writer(_Echo())
