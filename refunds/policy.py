@@ -183,8 +183,7 @@ def proposed_parts(
 
 
 def scaled(parts: list[Part], cents: int) -> list[Part]:
-    """The parts scaled down to add up to `cents`: shares rounded down, the cents left over to the
-    first ones, none above its full price."""
+    """The parts scaled down to add up to `cents`, the cents left over to the first ones."""
     total = sum(p["amount_cents"] for p in parts)
     shares = [p["amount_cents"] * cents // total for p in parts]
     for i in range(cents - sum(shares)):
@@ -232,8 +231,7 @@ def _proposed_parts(
 
 
 def parts_checked(order: OrderFacts, given: object) -> list[Part]:
-    """The one check of the parts a reviewer gives for one order (the API, the form, the re-run
-    review node); ValueError says what is wrong, in words."""
+    """The one check of the parts a reviewer gives (API, form, re-run review node), in words."""
     number = order["number"]
     if not isinstance(given, list) or not given or not all(isinstance(p, dict) for p in given):
         raise ValueError(f'Order {number}: give the parts as a list, like [{{"shipping": true}}].')

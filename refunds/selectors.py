@@ -174,8 +174,7 @@ def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:
 
 
 def _name_contains(part: str):
-    """Tickets whose first order's customer name holds `part`, by a trigram index (SQLite: the
-    FTS5 table of migration 0023, which needs three characters)."""
+    """Tickets whose first order's customer name holds `part`, by a trigram index."""
     if connection.vendor != "sqlite" or len(part) < 3:
         return Q(order__customer_name__icontains=part)
     phrase = '"' + part.replace('"', '""') + '"'  # one phrase: the part as written

@@ -80,8 +80,7 @@ class Found:
 
 
 def question_for(*, recipients: Iterable[str], references: Iterable[str], brought_by=None) -> Found:
-    """The question a message answers, by its reply address's token or its References; none on
-    a ticket `brought_by` (an API caller) may not see, as the API answers outside its scope."""
+    """The question a message answers; none on a ticket `brought_by` may not see (as the API)."""
     found = _question_for(recipients=recipients, references=references)
     if found.question is None or brought_by is None:
         return found
@@ -125,7 +124,6 @@ def reply_record(
         why = f"it came from {sender[:200]}, not from the customer's address {customer}"
     else:
         why = _not_waiting(question, closed_too=True)
-    now = timezone.now()
     about = (seen or {}) | {"question": question.pk}
     if why == _ON_ITS_WAY:
         if _kept(question, text, about):
@@ -136,7 +134,7 @@ def reply_record(
     if not why:
         try:
             with transaction.atomic():
-                _record(question, text, about, now)
+                _record(question, text, about, timezone.now())
         except _NotRecorded as exc:
             why = str(exc)
         else:
@@ -253,8 +251,7 @@ _ANSWERED = "the question was answered already; this reply is kept here"
 
 
 def _not_waiting(question: CustomerQuestion, *, closed_too: bool = False) -> str:
-    """Why the thread does not wait on this question ("" when it does); `closed_too`: a reply
-    reopens a ticket closed for want of one."""
+    """Why the thread does not wait on this question ("" when it does)."""
     row = Ticket.objects.filter(pk=question.ticket_id).values("status", "pending_payload").first()
     if row is None:
         return "its ticket is gone"
@@ -344,8 +341,7 @@ def _reminder_written(question: CustomerQuestion, now) -> bool:
     return True
 
 
-# The customers' reminders in the outbox: no run sends them, so each is always free for the
-# timer's delivery or an admin's Resend (one conditional claim either way), as the managers'.
+# Customers' reminders: no run sends them; the timer or a Resend claims each (conditionally).
 REMINDER_SUFFIX = ":reminder"
 
 

@@ -115,10 +115,7 @@ def ticket_decide(
     note: str = "",
     sent_back: bool = False,
 ) -> Decision:
-    """Record a reviewer's answer to one pending interrupt; a worker applies it.
-
-    `orders` is checked here by the check the re-run review node runs again (flow/answers.py).
-    `sent_back`: the message was misread; the thread tells the customer nothing."""
+    """Record a reviewer's answer; the re-run review node checks `orders` again (flow/answers)."""
     _still_pending(ticket, interrupt_id, reviewer)
     review = review_orders(ticket)
     try:

@@ -31,8 +31,7 @@ UPDATE_ORDER = (
 UPDATE_SUMS = f"UPDATE {Order._meta.db_table} SET total_cents = %s, paid_cents = %s WHERE id = %s"
 LINE_COLUMNS = list(LineIn.model_fields)
 
-# An order in: its line (a file's, or its place in a push), the number it gave (to name it when
-# refused), and the order read or why it was refused.
+# An order in: its line, the number it gave, and the order read or why it was refused.
 Read = tuple[int, str, OrderIn | LineRefused]
 
 
@@ -97,8 +96,7 @@ def _refuse_duplicates(read: Sequence[Read]) -> dict[int, Outcome]:
 
 
 def _upsert_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Outcome]:
-    # Two imports (or an import and a push) creating the same new order: the loser's INSERT
-    # meets the UNIQUE number, and the batch is read again, now as updates.
+    # The race of two imports creating one order: the loser's INSERT meets the UNIQUE number.
     for attempt in range(3):
         try:
             with transaction.atomic():

@@ -83,14 +83,12 @@ def reconcile_payments(
     deadline: float | None = None,
     by: str = ReconcileRun.By.COMMAND,
 ) -> ReconcileReport:
-    """Compare the ledger with the processor for every order charged since `since`; saves the
-    report and emails the admins any problem. Orders past `deadline` wait for the next run."""
+    """Compare the ledger with the processor for the orders charged since `since`."""
     outside_transaction("the payment processor")
     started_at = timezone.now()
     gateway = gateway or get_gateway()
     report = ReconcileReport(since=since)
-    # The orders charged since, and those a ticket was opened for since: a ticket declined or
-    # refused by the balance check charged nothing, yet its order may be refunded elsewhere.
+    # Ticketed orders too: one whose ticket charged nothing may be refunded elsewhere.
     orders = (
         Order.objects.filter(
             Q(charges__created_at__gte=since) | Q(links__ticket__created_at__gte=since)
@@ -144,8 +142,7 @@ def reconcile_payments(
 
 
 def _against_the_demo(report: ReconcileReport, orders) -> ReconcileReport:
-    """Nothing to compare with the demo gateway; refunds it never made went through another one
-    (this process lacks the web's variables), which the run says instead of calling them missing."""
+    """Refunds the demo gateway never made went through another one: said, not called missing."""
     made = Charge.objects.filter(
         order__in=orders, status=Charge.Status.SUCCEEDED, receipt__isnull=False
     )
@@ -284,8 +281,7 @@ def _compare_one(
 def _past_what_was_paid(
     order: Order, desk_cents: int, outside_cents: int, report: ReconcileReport
 ) -> None:
-    """The processor's standing refunds of the order beside what was paid (or, not sent, what the
-    desk may refund of it, as the pre-charge check holds)."""
+    """The processor's standing refunds of the order beside what was paid (or may be refunded)."""
     if order.paid_cents is not None:
         limit, of = order.paid_cents, f"the {dollars(order.paid_cents)} the customer paid"
     else:

@@ -28,8 +28,7 @@ REFUND_EVENTS = frozenset(
     {"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"}
 )
 CHARGE_EVENTS = frozenset({"charge.refunded"})
-# Events whose object is a Dispute: it is re-read and recorded against its order (PaymentDispute).
-# The charge never waits for them: the ledger asks Stripe for disputes before each one.
+# Events whose object is a Dispute, re-read and recorded against its order.
 DISPUTE_EVENTS = frozenset(
     {"charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed"}
 )
@@ -115,8 +114,7 @@ def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
     if not moved:
         return f"{refund_id}: {status} is behind what the desk has, kept"
     if status in FAILED and charge.status == Charge.Status.SUCCEEDED:
-        # Its money came back: the ticket's thread goes back to a manager (refunds/hand_back.py);
-        # the sweep wakes it too if this wake-up is lost.
+        # Its money came back: to a manager (hand_back.py); the sweep wakes it if this is lost.
         enqueue.advance_on_commit(charge.ticket_id)
     return f"{refund_id}: {status}" + (f" ({reason})" if reason else "")
 
@@ -146,19 +144,14 @@ def _payments(refund: dict[str, Any]) -> set[str]:
 def dispute_record(dispute: dict[str, Any], *, event: str = "") -> str:
     """Record against its order what Stripe says now of `dispute`; none names it: not the desk's."""
     payments = _payments(dispute)
-    order_id = (
-        Order.objects.filter(payment_reference__in=payments)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-        .first()
-    )
-    if order_id is None:
+    order = Order.objects.filter(payment_reference__in=payments).order_by("pk").first()
+    if order is None:
         log.info(
             "stripe event %s: dispute %s of %s: no order", event, dispute["id"], sorted(payments)
         )
         return f"{dispute['id']}: no order has its payment, nothing recorded"
     record = StripeGateway.as_dispute(dispute)
-    money.disputes_record(order_id, [record])
+    money.disputes_record(order.pk, [record])
     return f"{record.id}: {record.status}"
 
 

@@ -52,8 +52,7 @@ def wake_all(rows: QuerySet, task: str, what: str) -> list[int]:
 
 
 def tickets_recover() -> list[int]:
-    """Re-enqueue every thread with work left that no worker holds and no person waits on: a lost
-    message, a killed worker or a crash between commit and enqueue all end here."""
+    """Re-enqueue threads with work left that nobody holds: lost messages and crashes end here."""
     settled_before = timezone.now() - timedelta(seconds=settings.REFUNDS_SWEEP_GRACE_SECONDS)
     ids, sent = wake_once(
         Ticket.objects.needing_worker(settled_before=settled_before), enqueue.wake

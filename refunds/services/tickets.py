@@ -49,8 +49,7 @@ def ticket_open(
     reason: str = policy.LATE_DELIVERY,
     reading: dict | None = None,
 ) -> Ticket:
-    """Open a ticket for one customer's orders (the first is Ticket.order). `opened_by` is whom
-    four-eyes keeps from deciding it; `actor`, who opens it now (None for the intake)."""
+    """Open a ticket for one customer's orders; `opened_by` is whom four-eyes keeps from it."""
     if actor is OPENER:
         actor = opened_by
     if actor is not None:
@@ -69,8 +68,7 @@ def ticket_open(
     first = orders[0]
     try:
         with transaction.atomic():
-            # A link still marked open whose ticket finished is closed now, by whoever needs
-            # the order next (the partial UNIQUE index only counts open links).
+            # Stale open links of finished tickets close: the partial UNIQUE index counts them.
             TicketOrder.close_finished([o.pk for o in orders])
             ticket = Ticket.objects.create(
                 thread_id=f"refund-{first.number}-{uuid.uuid4().hex[:10]}",
@@ -233,8 +231,7 @@ FORK_MAX_CENTS = 1_000_000
 def ticket_fork(
     *, ticket: Ticket, amount_cents: int, reason: str, by, from_checkpoint_id: str = ""
 ) -> Fork:
-    """Admin: fork the thread with a corrected amount from a checkpoint before the charge; a
-    worker applies it under the lease, and the new review's interrupt id refuses old answers."""
+    """Admin: fork with a corrected amount; its new review's interrupt id refuses old answers."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins fork a thread.")
     reason = (reason or "").strip()

@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
-    """Escalate agent reviews past REFUNDS_REVIEW_ESCALATE_MINUTES and remind managers once.
-    Conditional UPDATEs: two beats at once escalate once."""
+    """Escalate overdue agent reviews and remind managers; two beats at once escalate once."""
     now = now or timezone.now()
     limit = now - timedelta(minutes=settings.REFUNDS_REVIEW_ESCALATE_MINUTES)
     overdue = Ticket.objects.awaiting().filter(review_since__lte=limit)
@@ -126,8 +125,7 @@ def _reminder(tickets: list[Ticket], now) -> tuple[str, str]:
     return subject, body
 
 
-# The managers' reminders in the outbox (refunds/outbox.py): no run sends them, so each is
-# always free for the timer's delivery or an admin's Resend (one conditional claim either way).
+# Managers' reminders: no run sends them; the timer or a Resend claims each (conditionally).
 REMINDER_PREFIX = "reminder:"
 
 
