@@ -1,5 +1,4 @@
-"""Who may see and do what on the desk: the one place for these rules. Nobody decides a ticket
-they opened (four-eyes); while a colleague's claim is live only they decide."""
+"""Who may see and do what on the desk: the one place for these rules, four-eyes included."""
 
 from __future__ import annotations
 
@@ -72,9 +71,6 @@ def reviewable(user, *, cover: bool = False) -> TicketQuerySet:
     return waiting.exclude(opened_by=user) if user.is_authenticated else waiting
 
 
-FOUR_EYES = "You opened this ticket, so a colleague decides it (four-eyes)."
-
-
 def decision_refusal(user, ticket: Ticket) -> str:
     """Why this user may not decide this ticket's review, in words for them; "" when they may."""
     if ticket.status != Ticket.Status.AWAITING_REVIEW:
@@ -85,7 +81,7 @@ def decision_refusal(user, ticket: Ticket) -> str:
     # Managers cover agent-level reviews.
     if oversees(user) or (role == Role.AGENT and is_agent(user)):
         if ticket.opened_by_id is not None and ticket.opened_by_id == user.pk:
-            return FOUR_EYES
+            return "You opened this ticket, so a colleague decides it (four-eyes)."
         return ""
     if ticket.is_escalated:
         return "This refund was escalated to managers; a manager decides it."

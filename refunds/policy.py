@@ -17,7 +17,6 @@ DEFAULT_AGENT_LIMIT_CENTS = 2000
 
 ReviewRole = Literal["agent", "manager"]
 
-# --- why the customer asks: the reasons the intake reads and the policy routes by -------------
 LATE_DELIVERY = "late_delivery"
 DAMAGED = "damaged"
 NOT_RECEIVED = "not_received"
@@ -89,7 +88,6 @@ def _limit(limit_cents: int | None) -> int:
     return agent_limit_cents() if limit_cents is None else limit_cents
 
 
-# --- sentences the desk's pages and messages use ---------------------------------------------
 def scope_sentence(*, agent: bool, manager: bool, admin: bool) -> str:
     """One sentence on what a user's review queue holds, so an empty queue is not a mystery."""
     if admin or (agent and manager):
@@ -145,7 +143,6 @@ def reason_sentence(reason: str) -> str:
     return "Reason: late delivery. The lateness rules decide it."
 
 
-# --- what the refund of one order proposes, by reason -------------------------------------------
 _WHOLE_PARCEL = re.compile(
     r"\b(empty|never (came|arrived|got here)|did ?n.?t (come|arrive|get here)|not (come|arrive)"
     r"|nothing (was )?(in|inside)|lost|no parcel|no package"
@@ -203,11 +200,9 @@ def _proposed_parts(
     if reason == LATE_DELIVERY or not order.get("lines"):
         if reason == LATE_DELIVERY and late_by_days <= 0:
             return [], "Delivered on time: nothing is proposed."
-        why = (
-            "Late delivery: the shipping fee."
-            if reason == LATE_DELIVERY
-            else ("The shop sent no items for this order: only its shipping fee can be refunded.")
-        )
+        why = "Late delivery: the shipping fee."
+        if reason != LATE_DELIVERY:
+            why = "The shop sent no items for this order: only its shipping fee can be refunded."
         return shipping, why if shipping else "The shipping fee was already refunded in full."
     if reason == OTHER_REQUEST:
         return [], "Another request: nothing is proposed; choose what to refund."
@@ -218,8 +213,7 @@ def _proposed_parts(
         and not named
         and (_WHOLE_PARCEL.search(said) or not (unsure or _PART_MISSING.search(said)))
     ):
-        parts = [_all_of(line) for line in lines] + shipping
-        return parts, "Not received: the whole order, its items and its shipping."
+        return whole_order(order), "Not received: the whole order, its items and its shipping."
     if not named:
         return [], (
             "The message does not say for sure which items it means: nothing is ticked; "
@@ -399,7 +393,6 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-# --- what the desk says of an approval ------------------------------------------------------
 def paid_out_words(
     amount_cents: int | None,
     orders: list[str],

@@ -1,5 +1,4 @@
-"""Statuses and answers, and what each means for the raw SQL and the ORM: one home for both. Each
-set decides about every status; tests/test_queries.py fails until a new status is placed."""
+"""Statuses and answers, and what each means for the raw SQL and the ORM: one home for both."""
 
 from __future__ import annotations
 

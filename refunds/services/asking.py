@@ -1,9 +1,9 @@
-"""Asking the customer: the question's reply token and the reply, recorded as the wait's Decision
-so the runner resumes the thread once, under the lease (DESIGN.md invariants 4 and 5)."""
+"""Asking the customer: the reply is the wait's Decision, applied once under the lease."""
 
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,14 +56,10 @@ def asking_record(*, ticket: Ticket, decision: Decision, reviewer) -> CustomerQu
 def token_in(addresses: Iterable[str]) -> str | None:
     """The token of the first reply address (REFUNDS_REPLY_ADDRESS) among these, or None."""
     prefix, suffix = settings.REFUNDS_REPLY_ADDRESS.lower().split(mail.TOKEN_PLACE)
+    reply = re.compile(f"{re.escape(prefix)}(.+){re.escape(suffix)}", re.DOTALL)
     for address in addresses:
-        address = (address or "").strip().lower()
-        if (
-            len(address) > len(prefix) + len(suffix)
-            and address.startswith(prefix)
-            and address.endswith(suffix)
-        ):
-            return address[len(prefix) : len(address) - len(suffix)]
+        if found := reply.fullmatch((address or "").strip().lower()):
+            return found[1]
     return None
 
 
@@ -278,7 +274,6 @@ def _not_waiting(question: CustomerQuestion, *, closed_too: bool = False) -> str
 _ON_ITS_WAY = "the ticket does not wait on this question yet (it is running)"
 
 
-# --- waits that end: a reminder, then the review comes back without a reply ----------------------
 def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
     """The customer-wait timers: a reminder after REFUNDS_ASK_REMIND_DAYS, "no reply" after
     REFUNDS_ASK_GIVE_UP_DAYS. Conditional UPDATEs: two beats at once remind once, and of a

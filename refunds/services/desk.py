@@ -129,7 +129,6 @@ def ticket_decide(
     answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
     reasons = [one.get("reason", "") for one in answers.values()]
     paid = flow_answers.approved_cents(answers)
-    # Each action as itself: a change of what is refunded, the plain answer, or a mix.
     kinds = {one["answer"] for one in answers.values()}
     action: str = kinds.pop() if len(kinds) == 1 else AuditEvent.Action.ANSWER
     if edited:
@@ -175,7 +174,6 @@ def ticket_ask(
         answer=Decision.Answer.ASK,
         reason=question,
         note=note,
-        orders=None,
         action=Decision.Answer.ASK,
         given={"answer": Decision.Answer.ASK, "question": question, "note": note},
         amount_cents=ticket.amount_cents,
@@ -204,10 +202,10 @@ def _record(
     answer: str,
     reason: str,
     note: str,
-    orders: dict[str, Any] | None,
     action: str,
     given: dict[str, Any],
     amount_cents: int | None,
+    orders: dict[str, Any] | None = None,
     sent_back: bool = False,
 ) -> Decision:
     note = (note or "").strip()
