@@ -161,8 +161,7 @@ _NOT_A_NAME = frozenset(
 def proposed_parts(
     reason: str, order: OrderFacts, words: str, *, late_by_days: int
 ) -> tuple[list[Part], str]:
-    """What the desk proposes to refund of one order, and why; never more than is left of what
-    the customer paid (a money rule), scaled down part by part and said so."""
+    """What the desk proposes of one order, and why: never more than is left of what was paid."""
     parts, why = _proposed_parts(reason, order, words, late_by_days=late_by_days)
     paid = order.get("paid_cents")
     total = sum(p["amount_cents"] for p in parts)

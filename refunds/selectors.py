@@ -20,6 +20,7 @@ from refunds.flow.words import dollars
 from refunds.models import (
     AuditEvent,
     Charge,
+    ChargePart,
     Decision,
     Email,
     Order,
@@ -338,29 +339,25 @@ def refunds_given(ticket: Ticket) -> list[dict]:
         .prefetch_related("parts__line")
         .order_by("id")
     )
-    given = []
-    for charge in charges:
-        parts: list[dict] = []
-        for part in sorted(charge.parts.all(), key=lambda p: p.pk):
-            if part.line is None:
-                parts.append({"shipping": True, "amount_cents": part.amount_cents})
-                continue
-            parts.append(
-                {
-                    "line_id": part.line.line_id,
-                    "sku": part.line.sku,
-                    "title": part.line.title,
-                    "quantity": part.quantity,
-                    "amount_cents": part.amount_cents,
-                    "restock": part.restock,
-                }
-            )
-        given.append(
-            {
-                "order_number": charge.order.number,
-                "amount_cents": charge.amount_cents,
-                "receipt": charge.receipt,
-                "parts": parts,
-            }
-        )
-    return given
+    return [
+        {
+            "order_number": charge.order.number,
+            "amount_cents": charge.amount_cents,
+            "receipt": charge.receipt,
+            "parts": [_given(part) for part in sorted(charge.parts.all(), key=lambda p: p.pk)],
+        }
+        for charge in charges
+    ]
+
+
+def _given(part: ChargePart) -> dict:
+    if part.line is None:
+        return {"shipping": True, "amount_cents": part.amount_cents}
+    return {
+        "line_id": part.line.line_id,
+        "sku": part.line.sku,
+        "title": part.line.title,
+        "quantity": part.quantity,
+        "amount_cents": part.amount_cents,
+        "restock": part.restock,
+    }

@@ -106,8 +106,7 @@ CHARGE_HOLDS_BALANCE = {
     ChargeStatus.SUCCEEDED: True,
     ChargeStatus.REFUSED: False,
 }
-# A money rule: processor statuses only move forward, whatever order events come in; Stripe may
-# still fail a refund it called succeeded (the bank sends it back).
+# A money rule: processor statuses only move forward (though a bank may fail a "succeeded").
 P = ProcessorStatus
 PROCESSOR_RANK = {
     P.UNKNOWN: 0,

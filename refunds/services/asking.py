@@ -111,8 +111,7 @@ class Replied:
 def reply_record(
     *, question: CustomerQuestion, sender: str, text: str, seen: dict | None = None
 ) -> Replied:
-    """Record the customer's reply as the wait's answer, or say on the timeline why it may not
-    resume it. Of two replies at once, the compare-and-set on `replied_at` lets one in."""
+    """The reply as the wait's answer, or why not; of two at once the CAS on `replied_at` wins."""
     ticket = question.ticket
     customer = ticket.order.customer_email
     text = text.strip()  # an email's body ends in a newline; the quotes of it should not
@@ -146,8 +145,7 @@ def reply_record(
 
 
 def _kept(question: CustomerQuestion, text: str, seen: dict) -> bool:
-    """Keep, once, a reply that came before the run that sent the question reached its wait (a
-    slow server, an auto-reply): the race `replies_kept_apply` ends."""
+    """Keep, once, a reply that came before its question's wait (race replies_kept_apply ends)."""
     return bool(
         CustomerQuestion.objects.filter(
             pk=question.pk, replied_at__isnull=True, early_reply__isnull=True
@@ -156,8 +154,7 @@ def _kept(question: CustomerQuestion, text: str, seen: dict) -> bool:
 
 
 def replies_kept_apply() -> list[int]:
-    """The recovery sweep's: apply each kept reply whose thread now waits on its question, once
-    (the compare-and-set on `replied_at`, against a second reply and the timer)."""
+    """The sweep's: apply each kept reply now waited on, once (the CAS on `replied_at`)."""
     kept = CustomerQuestion.objects.filter(
         early_reply__isnull=False,
         replied_at__isnull=True,
@@ -184,12 +181,7 @@ class _NotRecorded(Exception):
 
 
 def _record(
-    question: CustomerQuestion,
-    text: str,
-    seen: dict,
-    now,
-    *,
-    answer: str = Decision.Answer.REPLY,
+    question: CustomerQuestion, text: str, seen: dict, now, *, answer: str = Decision.Answer.REPLY
 ) -> Decision:
     ticket = question.ticket
     # The race: late guards on the rows, not the caller's copies; one conditional UPDATE takes
@@ -345,8 +337,7 @@ def _reminders() -> Q:
 
 
 def _reminders_still_true() -> Q:
-    """Reminders whose question still waits: after that "we have not heard from you" is untrue,
-    and neither the timer's next delivery nor an admin's Resend may claim it."""
+    """Reminders whose question still waits: after, "we have not heard from you" is untrue."""
     waiting = (
         CustomerQuestion.objects.filter(
             replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER

@@ -215,9 +215,8 @@ def _record(
     grace = float(settings.REFUNDS_UNDO_SECONDS)
     try:
         with transaction.atomic():
-            # The race: one conditional UPDATE on the row checks the review still waits (a fork
-            # may have replaced it) and only the claimer decides; the UNIQUE interrupt id below
-            # picks one of two deciding at once.
+            # The race: one conditional UPDATE: the review still waits (a fork may replace it) and
+            # only the claimer decides; the UNIQUE interrupt id picks one of two at once.
             pending = Ticket.objects.filter(pk=ticket.pk).review_pending(interrupt_id)
             held = pending.claimable_by(reviewer, now).update(
                 claimed_by=None, claim_expires_at=None
@@ -260,8 +259,7 @@ def _record(
 
 
 def decision_undo(*, decision_id: int, by) -> Decision:
-    """Withdraw one's decision within its undo grace: one conditional DELETE, so of an Undo and
-    the apply (runner._taken ends the grace) at the same moment exactly one wins."""
+    """Undo within the grace: one conditional DELETE, so of an Undo and runner._taken one wins."""
     decision = (
         Decision.objects.select_related("ticket__order", "reviewer").filter(pk=decision_id).first()
     )

@@ -1,6 +1,5 @@
-"""Orders in from the shop: one upsert by order number for every way in. An order the ledger holds
-money for is never changed (its refunds were worked out from it), nor one with an open ticket
-(its review and charge use it as it is). A number twice in one input is refused in every copy."""
+"""Orders in from the shop, upserted by number. An order the ledger holds money for is never
+changed, nor one with an open ticket; a number twice in one input is refused in every copy."""
 
 from __future__ import annotations
 

@@ -91,8 +91,7 @@ def _handle(row: StripeEvent, gateway: StripeGateway) -> str:
 
 
 def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
-    """Record on its ledger row (Charge.objects.of_refund) what Stripe says now of `refund`; any
-    other refund counts as made outside the desk, and never marks the row failed."""
+    """Record on its ledger row what Stripe says now of `refund`; others are made outside."""
     refund_id = refund["id"]
     key = (refund.get("metadata") or {}).get(StripeGateway.METADATA_KEY) or ""
     paid_by = Order.objects.filter(payment_reference__in=_payments(refund))

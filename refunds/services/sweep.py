@@ -30,8 +30,7 @@ def sweep_mark_ran(*, name: str) -> None:
 
 
 def wake_once(rows: QuerySet, wake: Callable[[int], bool]) -> tuple[list[int], list[int]]:
-    """Wake each of `rows` no earlier wake-up waits for; returns (ids due, ids sent). Sent again
-    only after REFUNDS_REWAKE_SECONDS: one not taken yet is a backlog, not lost."""
+    """Wake `rows` no wake-up waits for; again after REFUNDS_REWAKE_SECONDS (backlog, not lost)."""
     now = timezone.now()
     rewake_before = now - timedelta(seconds=settings.REFUNDS_REWAKE_SECONDS)
     due = rows.filter(Q(woken_at__isnull=True) | Q(woken_at__lt=rewake_before))

@@ -64,8 +64,7 @@ def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
 
 
 def _remind_managers(due: list[Ticket], now) -> list[Ticket]:
-    """Mark each due review reminded (a conditional UPDATE: two beats remind once) and put one
-    reminder per manager in the outbox in the same transaction: never marked without its email."""
+    """Mark due reviews reminded (a CAS: two beats remind once) with their emails, atomically."""
     to = list(
         get_user_model()
         .objects.filter(groups__name=ROLE_GROUPS[Role.MANAGER], is_active=True)
@@ -141,8 +140,4 @@ def _about(emails: list[Email]) -> dict[int, tuple[str, str]]:
     }
 
 
-REMINDERS = outbox.OtherRun(
-    owns=_reminders,
-    settled=_reminders,
-    about=_about,
-)
+REMINDERS = outbox.OtherRun(owns=_reminders, settled=_reminders, about=_about)
