@@ -85,9 +85,7 @@ REFUND_STATES = ("on_its_way", "refunded", "failed")
 
 def refund_progress(ticket: Ticket) -> RefundProgress | None:
     """Where a refunded ticket's money is, in the desk's words; None unless it is refunded."""
-    if ticket.status != Ticket.Status.REFUNDED:
-        return None
-    return _progress(ticket.charges.all())
+    return refund_progress_of([ticket]).get(ticket.pk)
 
 
 def refund_progress_of(tickets: Iterable[Ticket]) -> dict[int, RefundProgress]:

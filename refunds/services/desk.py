@@ -52,8 +52,7 @@ def review_claim(*, ticket: Ticket, by) -> Ticket:
                 answer={"until": until.isoformat()},
             )
     if not won:
-        fresh = Ticket.objects.filter(pk=ticket.pk).values_list("status", flat=True).first()
-        if fresh != Ticket.Status.AWAITING_REVIEW:
+        if not Ticket.objects.filter(pk=ticket.pk).awaiting().exists():
             raise RefundError("This review is no longer pending; reload to see where it is.")
         raise ClaimTaken(_taken_message(ticket.pk))
     ticket.refresh_from_db()

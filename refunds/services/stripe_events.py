@@ -59,6 +59,7 @@ def stripe_event_handle(event_pk: int, *, gateway: StripeGateway | None = None) 
         return "handled already"
     # Taken: the sweep's wake-up is spent, and the attempt counts even if this worker dies.
     StripeEvent.objects.filter(pk=row.pk).update(attempts=F("attempts") + 1, woken_at=None)
+    error = ""
     try:
         outcome = _handle(row, gateway or StripeGateway())
     except PermanentGatewayError as exc:
@@ -67,8 +68,6 @@ def stripe_event_handle(event_pk: int, *, gateway: StripeGateway | None = None) 
         log.warning("stripe event %s: not handled this time: %s", row.event_id, exc)
         StripeEvent.objects.filter(pk=row.pk).update(handle_error=str(exc)[:2000])
         return f"not handled this time: {exc}"
-    else:
-        error = ""
     StripeEvent.objects.filter(pk=row.pk, handled_at__isnull=True).update(
         handled_at=timezone.now(), outcome=outcome[:300], handle_error=error[:2000]
     )
