@@ -99,16 +99,11 @@ def ticket_open(
 
 def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
     """The order numbers asked for, stripped, each once, in the order given."""
-    cleaned: list[str] = []
-    for raw in numbers:
-        if isinstance(raw, str) and not raw.strip():
-            continue
-        try:
-            number = order_number_read(raw)
-        except ValueError as exc:
-            raise RefundError(str(exc)) from None
-        if number not in cleaned:
-            cleaned.append(number)
+    given = [raw for raw in numbers if not isinstance(raw, str) or raw.strip()]
+    try:
+        cleaned = list(dict.fromkeys(order_number_read(raw) for raw in given))
+    except ValueError as exc:
+        raise RefundError(str(exc)) from None
     if not cleaned:
         raise RefundError("Enter an order number.")
     if len(cleaned) > ORDERS_MAX:
