@@ -267,9 +267,8 @@ _ON_ITS_WAY = "the ticket does not wait on this question yet (it is running)"
 
 
 def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
-    """The customer-wait timers: a reminder after REFUNDS_ASK_REMIND_DAYS, "no reply" after
-    REFUNDS_ASK_GIVE_UP_DAYS. Conditional UPDATEs: two beats at once remind once, and of a
-    reply and the give-up at once one wins."""
+    """The customer-wait timers (a reminder, then "no reply"). Conditional UPDATEs: two beats at
+    once remind once, and of a reply and the give-up at once one wins."""
     now = now or timezone.now()
     waiting = CustomerQuestion.objects.filter(
         replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER

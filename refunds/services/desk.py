@@ -126,15 +126,13 @@ def ticket_decide(
         permissions.deny(permissions.edit_refusal(reviewer, ticket))
     approved = any(one["answer"] == Decision.Answer.APPROVE for one in answers.values())
     answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
-    reasons = [one.get("reason", "") for one in answers.values()]
     paid = flow_answers.approved_cents(answers)
     kinds = {one["answer"] for one in answers.values()}
     action: str = kinds.pop() if len(kinds) == 1 else AuditEvent.Action.ANSWER
-    if edited:
-        action = AuditEvent.Action.EDIT
-    reason = "; ".join(dict.fromkeys(r for r in reasons if r))
+    reason = "; ".join(dict.fromkeys(o["reason"] for o in answers.values() if o.get("reason")))
     given: dict[str, Any] = {"answer": answer, "reason": reason, "orders": answers, "note": note}
     if edited:
+        action = AuditEvent.Action.EDIT
         given |= {"amount_cents": paid, "asked_cents": ticket.amount_cents}
     return _record(
         ticket,
