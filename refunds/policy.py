@@ -231,7 +231,6 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
     if any(p.get("whole_order") for p in given):
         return _whole_checked(order, given)
     parts: list[Part] = []
-    seen: set[object] = set()
     for one in given:
         extra = sorted(set(one) - {"line", "quantity", "amount_cents", "restock", "shipping"})
         if extra:
@@ -242,11 +241,10 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
         shipping = one.get("shipping") is True and "line" not in one
         part = (_shipping_checked if shipping else _line_checked)(order, one, amount)
         key = part.get("line", "shipping")
-        if key in seen:
+        if key in [p.get("line", "shipping") for p in parts]:
             line = _line(order, key)
             what = line["title"] if line else "the shipping fee"
             raise ValueError(f"Order {number}: {what} is given twice.")
-        seen.add(key)
         parts.append(part)
     paid, left = order.get("paid_cents"), paid_left(order)
     if paid is not None and left is not None and refund_parts.total(parts) > left:
