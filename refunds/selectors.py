@@ -39,13 +39,8 @@ EARLIER_LIMIT = 10
 def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str | None:
     """How the review ended, for one who lost the claim race; None while a colleague has it."""
     number = ticket.order.number
-    decision = (
-        Decision.objects.filter(ticket=ticket, interrupt_id=interrupt_id)
-        .select_related("reviewer")
-        .first()
-        if interrupt_id
-        else None
-    )
+    decided = Decision.objects.filter(ticket=ticket, interrupt_id=interrupt_id)
+    decision = decided.select_related("reviewer").first() if interrupt_id else None
     if decision is not None:
         approved = [o for o in (decision.orders or {}).values() if o["answer"] == "approve"]
         if decision.answer == Decision.Answer.ASK:
@@ -289,13 +284,9 @@ def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:
 
 def outside_refunds_words(order_ids: Iterable[int]) -> list[tuple[OutsideRefund, str]]:
     """These orders' refunds made outside the desk, oldest first, with the ticket page's words."""
-    rows = (
-        OutsideRefund.objects.filter(order_id__in=list(order_ids))
-        .select_related("order")
-        .order_by("made_at", "id")
-    )
+    rows = OutsideRefund.objects.filter(order_id__in=list(order_ids)).select_related("order")
     said = []
-    for row in rows:
+    for row in rows.order_by("made_at", "id"):
         words = f"{dollars(row.amount_cents)} refunded outside the desk"
         if row.made_at:
             words += f" on {day_words(timezone.localdate(row.made_at))}"
@@ -308,13 +299,9 @@ def outside_refunds_words(order_ids: Iterable[int]) -> list[tuple[OutsideRefund,
 
 def disputes_words(order_ids: Iterable[int]) -> list[tuple[PaymentDispute, str]]:
     """The disputes of these orders' payments, oldest first, with the ticket page's words."""
-    rows = (
-        PaymentDispute.objects.filter(order_id__in=list(order_ids))
-        .select_related("order")
-        .order_by("opened_at", "id")
-    )
+    rows = PaymentDispute.objects.filter(order_id__in=list(order_ids)).select_related("order")
     said = []
-    for row in rows:
+    for row in rows.order_by("opened_at", "id"):
         what = f"{dollars(row.amount_cents)} of the payment" if row.amount_cents else "The payment"
         when = f" on {day_words(timezone.localdate(row.opened_at))}" if row.opened_at else ""
         words = f"{what} disputed by the customer's bank{when}"

@@ -89,14 +89,8 @@ def reconcile_payments(
     gateway = gateway or get_gateway()
     report = ReconcileReport(since=since)
     # Ticketed orders too: one whose ticket charged nothing may be refunded elsewhere.
-    orders = (
-        Order.objects.filter(
-            Q(charges__created_at__gte=since) | Q(links__ticket__created_at__gte=since)
-        )
-        .exclude(payment_reference="")
-        .distinct()
-        .order_by("pk")
-    )
+    touched = Q(charges__created_at__gte=since) | Q(links__ticket__created_at__gte=since)
+    orders = Order.objects.filter(touched).exclude(payment_reference="").distinct().order_by("pk")
     if isinstance(gateway, DemoGateway):
         return _against_the_demo(report, orders)
     for order in orders:

@@ -32,7 +32,6 @@ CHARGE_EVENTS = frozenset({"charge.refunded"})
 DISPUTE_EVENTS = frozenset(
     {"charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed"}
 )
-FAILED = PROCESSOR_GAVE_BACK  # with a failure reason
 
 
 def stripe_event_receive(*, event: dict[str, Any]) -> tuple[StripeEvent, bool]:
@@ -107,11 +106,11 @@ def refund_record(refund: dict[str, Any], *, event: str = "") -> str:
             refund.get("status"),
         )
         return f"{refund_id}: status {refund.get('status')!r} not known, nothing recorded"
-    reason = (refund.get("failure_reason") or "") if status in FAILED else ""
+    reason = (refund.get("failure_reason") or "") if status in PROCESSOR_GAVE_BACK else ""
     moved = Charge.objects.filter(pk=charge.pk).record_processor_status(status, reason)
     if not moved:
         return f"{refund_id}: {status} is behind what the desk has, kept"
-    if status in FAILED and charge.status == Charge.Status.SUCCEEDED:
+    if status in PROCESSOR_GAVE_BACK and charge.status == Charge.Status.SUCCEEDED:
         # Its money came back: to a manager (hand_back.py); the sweep wakes it if this is lost.
         enqueue.advance_on_commit(charge.ticket_id)
     return f"{refund_id}: {status}" + (f" ({reason})" if reason else "")

@@ -116,12 +116,8 @@ def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
 
 def _open_ticket_of(orders: list[Order]) -> tuple[Ticket, str] | None:
     """An open ticket covering one of these orders, and which order, or None."""
-    link = (
-        TicketOrder.objects.filter(order__in=orders, ticket__status__in=Ticket.OPEN)
-        .select_related("ticket__order", "order")
-        .order_by("ticket_id")
-        .first()
-    )
+    links = TicketOrder.objects.filter(order__in=orders, ticket__status__in=Ticket.OPEN)
+    link = links.select_related("ticket__order", "order").order_by("ticket_id").first()
     return (link.ticket, link.order.number) if link is not None else None
 
 

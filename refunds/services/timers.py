@@ -53,11 +53,8 @@ def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
                     answer={"to": "manager", "by": "timer"},
                     note="Waited too long for an agent.",
                 )
-    due = list(
-        overdue.exclude(reminded_for=F("pending_interrupt_id"))
-        .select_related("order")
-        .order_by("review_since")
-    )
+    not_reminded = overdue.exclude(reminded_for=F("pending_interrupt_id"))
+    due = list(not_reminded.select_related("order").order_by("review_since"))
     reminded = _remind_managers(due, now)
     reminders_deliver(_reminders())
     return {"escalated": escalated, "reminded": [t.pk for t in reminded]}
@@ -107,13 +104,11 @@ def reminders_deliver(owned: Q) -> None:
 
 
 def _reminder(tickets: list[Ticket], now) -> tuple[str, str]:
-    lines = []
-    for t in tickets:
-        waited = int((now - t.review_since).total_seconds() // 60)
-        lines.append(
-            f"- Order {t.order.number}: {dollars(t.amount_cents)}, waiting {waited} minutes "
-            f"(ticket {t.pk})"
-        )
+    lines = [
+        f"- Order {t.order.number}: {dollars(t.amount_cents)}, waiting "
+        f"{int((now - t.review_since).total_seconds() // 60)} minutes (ticket {t.pk})"
+        for t in tickets
+    ]
     subject = f"Refund Desk: {len(tickets)} review{'s' if len(tickets) != 1 else ''} overdue"
     body = (
         "These refund reviews have waited longer than "
