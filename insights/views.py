@@ -26,7 +26,7 @@ DAY_CHOICES = (7, 14, 30, 90)
 @require_GET
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    if not permissions.can_read_insights(request.user):
+    if not permissions.oversees(request.user):
         raise PermissionDenied("The dashboard is for managers and admins.")
     asked = request.GET.get("days", "")
     days_wanted = int(asked) if asked in map(str, DAY_CHOICES) else 14

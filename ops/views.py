@@ -44,7 +44,7 @@ def _only(allowed: Callable, refusal: str) -> Callable[[Callable], Callable]:
 
 
 readers_only = _only(
-    permissions.can_read_insights, "Only admins and managers see thread histories and queues."
+    permissions.oversees, "Only admins and managers see thread histories and queues."
 )
 admins_only = _only(permissions.is_admin, "Only admins do this.")
 

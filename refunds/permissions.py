@@ -1,12 +1,8 @@
-"""Who may see and do what on the desk: the one place for these rules, used by the pages, the
-JSON API, the admin and the services. Roles are Django groups: Support agents, Managers, Admins
-(superusers count as admins); a user in no desk group sees nothing and decides nothing. The agent
-limit and who reviews what live in refunds/policy.py. Nobody decides a ticket they opened
-(four-eyes): who typed its orders, or who brought in the message it was opened from. While a
-colleague's claim is live only they decide (services.ticket_decide checks it in its UPDATE)."""
+"""Who may see and do what on the desk: the one place for these rules, four-eyes included."""
 
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 
 from refunds import policy
@@ -25,13 +21,23 @@ def is_agent(user) -> bool:
     return ROLE_GROUPS[Role.AGENT] in user_roles(user)
 
 
+def oversees(user) -> bool:
+    """Managers and admins: they answer for the whole desk (audit, dashboard, every ticket)."""
+    return is_admin(user) or is_manager(user)
+
+
 def is_desk_user(user) -> bool:
-    return is_admin(user) or is_manager(user) or is_agent(user)
+    return oversees(user) or is_agent(user)
+
+
+def deny(refusal: str) -> None:
+    """PermissionDenied with the refusal's words, when there is one."""
+    if refusal:
+        raise PermissionDenied(refusal)
 
 
 def open_refusal(user) -> str:
-    """Why this user may not open a ticket, in words for them; "" when they may. Opening starts
-    a workflow that writes to the customer and says whether an order exists: desk groups only."""
+    """Why this user may not open a ticket ("" when they may): it writes to the customer."""
     if not is_desk_user(user):
         return "You are in no desk group, so you open no tickets."
     return ""
@@ -40,7 +46,7 @@ def open_refusal(user) -> str:
 def visible(user) -> TicketQuerySet:
     """The tickets this user may read, on any page and in the API."""
     tickets = Ticket.objects.all()
-    if is_admin(user) or is_manager(user):
+    if oversees(user):
         return tickets
     if is_agent(user):
         return tickets.filter(Q(required_role__in=["", Role.AGENT]) | Q(opened_by=user))
@@ -52,23 +58,17 @@ def can_view(user, ticket: Ticket) -> bool:
 
 
 def reviewable(user, *, cover: bool = False) -> TicketQuerySet:
-    """Pending reviews this user may decide: their queue. With `cover`, a manager's queue also
-    holds the agents' reviews. Tickets the user opened are left out (four-eyes)."""
+    """The user's queue (`cover`: a manager's holds the agents' too), without their own tickets."""
     tickets = Ticket.objects
     if is_admin(user):
         waiting = tickets.awaiting()
     elif is_manager(user):
-        waiting = tickets.awaiting() if cover else tickets.for_managers()
-        if is_agent(user):
-            waiting = tickets.awaiting()
+        waiting = tickets.awaiting() if cover or is_agent(user) else tickets.for_managers()
     elif is_agent(user):
         waiting = tickets.for_agents()
     else:
         return tickets.none()
     return waiting.exclude(opened_by=user) if user.is_authenticated else waiting
-
-
-FOUR_EYES = "You opened this ticket, so a colleague decides it (four-eyes)."
 
 
 def decision_refusal(user, ticket: Ticket) -> str:
@@ -79,9 +79,9 @@ def decision_refusal(user, ticket: Ticket) -> str:
         return "You are in no reviewer group, so you decide no refunds."
     role = ticket.review_role
     # Managers cover agent-level reviews.
-    if is_admin(user) or is_manager(user) or (role == Role.AGENT and is_agent(user)):
+    if oversees(user) or (role == Role.AGENT and is_agent(user)):
         if ticket.opened_by_id is not None and ticket.opened_by_id == user.pk:
-            return FOUR_EYES
+            return "You opened this ticket, so a colleague decides it (four-eyes)."
         return ""
     if ticket.is_escalated:
         return "This refund was escalated to managers; a manager decides it."
@@ -93,7 +93,7 @@ def edit_refusal(user, ticket: Ticket) -> str:
     refusal = decision_refusal(user, ticket)
     if refusal:
         return refusal
-    if not (is_admin(user) or is_manager(user)):
+    if not oversees(user):
         return (
             "Only a manager lowers an amount or changes what is refunded; approve it as "
             "proposed, or escalate it."
@@ -111,13 +111,3 @@ def escalation_refusal(user, ticket: Ticket) -> str:
     if is_manager(user) and not is_admin(user):
         return "You are a manager: decide it yourself, or leave it in the agents' queue."
     return ""
-
-
-def can_read_audit(user) -> bool:
-    """The audit page and its CSV export: managers and admins."""
-    return is_admin(user) or is_manager(user)
-
-
-def can_read_insights(user) -> bool:
-    """The dashboard and its plots: managers and admins (they answer for the whole desk)."""
-    return is_admin(user) or is_manager(user)

@@ -1,10 +1,5 @@
 """The agent limit, its words, and who reviews what: the one home of these rules (DESIGN.md
-invariant 11). The graph's triage gets the limit through its runtime context and asks
-`review_role()` here; pages, the API schema and the services take their words from here too.
-
-Nothing Django at import: refunds/flow/ imports this module and stays Django-free. Only
-`agent_limit_cents()` reads the settings, when it is called.
-"""
+invariant 11). Nothing Django at import: refunds/flow/ imports this and stays Django-free."""
 
 from __future__ import annotations
 
@@ -17,13 +12,11 @@ from refunds.flow.words import dollars
 if TYPE_CHECKING:
     from refunds.flow.state import LineFacts, OrderFacts, Part
 
-# Support agents decide refunds up to this much; above it a manager decides. The setting
-# REFUNDS_AGENT_LIMIT_CENTS (config/settings.py) changes it, and defaults to this.
+# Support agents decide refunds up to this much (REFUNDS_AGENT_LIMIT_CENTS); above, a manager.
 DEFAULT_AGENT_LIMIT_CENTS = 2000
 
 ReviewRole = Literal["agent", "manager"]
 
-# --- why the customer asks: the reasons the intake reads and the policy routes by -------------
 LATE_DELIVERY = "late_delivery"
 DAMAGED = "damaged"
 NOT_RECEIVED = "not_received"
@@ -43,9 +36,7 @@ REASONS: dict[str, str] = {
     NOT_REFUND: "Not about a refund",
     REFUND_STATUS: "Asks where a refund is",
 }
-# Reasons a person must judge with the reading beside them: a manager reviews these whatever
-# the amount. A late delivery goes through the lateness rules; "not about a refund" never opens
-# a ticket.
+# Reasons a manager judges with the reading beside them, whatever the amount.
 MANAGER_REASONS = frozenset({DAMAGED, NOT_RECEIVED, WRONG_ITEM, OTHER_REQUEST})
 TICKET_REASONS = tuple(r for r in REASONS if r not in (NOT_REFUND, REFUND_STATUS))
 
@@ -66,8 +57,7 @@ def agent_limit_cents() -> int:
 def review_role(
     amount_cents: int, *, flagged: bool, limit_cents: int, reason: str = LATE_DELIVERY
 ) -> ReviewRole:
-    """Who reviews a refund: a manager when it is over the limit, flagged, or asked for a
-    reason a person must judge (MANAGER_REASONS), else an agent."""
+    """A manager reviews a refund over the limit, flagged or for MANAGER_REASONS; else an agent."""
     if reason in MANAGER_REASONS or flagged or amount_cents > limit_cents:
         return "manager"
     return "agent"
@@ -98,7 +88,6 @@ def _limit(limit_cents: int | None) -> int:
     return agent_limit_cents() if limit_cents is None else limit_cents
 
 
-# --- sentences the desk's pages and messages use ---------------------------------------------
 def scope_sentence(*, agent: bool, manager: bool, admin: bool) -> str:
     """One sentence on what a user's review queue holds, so an empty queue is not a mystery."""
     if admin or (agent and manager):
@@ -138,8 +127,7 @@ def role_help() -> str:
 
 
 def routes_by_lateness(reason: str) -> bool:
-    """A late delivery goes through the lateness rules (on time: declined). The other ticket
-    reasons go to a manager whatever the lateness and the amount, the reading beside them."""
+    """A late delivery goes through the lateness rules; other reasons go to a manager."""
     return reason not in MANAGER_REASONS
 
 
@@ -155,15 +143,12 @@ def reason_sentence(reason: str) -> str:
     return "Reason: late delivery. The lateness rules decide it."
 
 
-# --- what the refund of one order proposes, by reason -------------------------------------------
 _WHOLE_PARCEL = re.compile(
     r"\b(empty|never (came|arrived|got here)|did ?n.?t (come|arrive|get here)|not (come|arrive)"
     r"|nothing (was )?(in|inside)|lost|no parcel|no package"
     r"|(parcel|package|order|delivery|shipment) (is |was |got )?missing)\b"
 )
-# A part of the parcel missing from what came, in the words the intake's reader reads as "not
-# received" (intake/reader/vocabulary.py): the line it names, never the whole order when the
-# message names no line for sure.
+# A part of the parcel missing, as the intake's reader words "not received" (its vocabulary.py).
 _PART_MISSING = re.compile(
     r"\b(missing|not in the (box|parcel|package)|without the"
     r"|falta(ba|n|ban|va|m|vam)?|manqu(e|ait|aient|ent)|fehl(t|te|ten)|manca(va|no|vano)?)\b"
@@ -176,9 +161,7 @@ _NOT_A_NAME = frozenset(
 def proposed_parts(
     reason: str, order: OrderFacts, words: str, *, late_by_days: int
 ) -> tuple[list[Part], str]:
-    """What the desk proposes to refund of one order, and why in the desk's words; never more
-    than is left of what the customer paid (an order bought at a discount, or refunded in part
-    before), scaled down part by part and said so."""
+    """What the desk proposes of one order, and why: never more than is left of what was paid."""
     parts, why = _proposed_parts(reason, order, words, late_by_days=late_by_days)
     paid = order.get("paid_cents")
     total = sum(p["amount_cents"] for p in parts)
@@ -196,8 +179,7 @@ def proposed_parts(
 
 
 def scaled(parts: list[Part], cents: int) -> list[Part]:
-    """The parts with their amounts scaled down to add up to `cents` (less than their sum): each
-    its share rounded down, the cents left over to the first ones, none above its full price."""
+    """The parts scaled down to add up to `cents`, the cents left over to the first ones."""
     total = sum(p["amount_cents"] for p in parts)
     shares = [p["amount_cents"] * cents // total for p in parts]
     for i in range(cents - sum(shares)):
@@ -210,19 +192,16 @@ def scaled(parts: list[Part], cents: int) -> list[Part]:
 def _proposed_parts(
     reason: str, order: OrderFacts, words: str, *, late_by_days: int
 ) -> tuple[list[Part], str]:
-    """What each reason calls for. An order without lines (from before them, or sent without)
-    has only its shipping fee to give back."""
+    """What each reason calls for; an order without lines has only its shipping fee."""
     fee_left = shipping_left(order)
     shipping = [refund_parts.shipping(fee_left)] if fee_left else []
     lines = [line for line in order.get("lines") or [] if units_left(line)]
     if reason == LATE_DELIVERY or not order.get("lines"):
         if reason == LATE_DELIVERY and late_by_days <= 0:
             return [], "Delivered on time: nothing is proposed."
-        why = (
-            "Late delivery: the shipping fee."
-            if reason == LATE_DELIVERY
-            else ("The shop sent no items for this order: only its shipping fee can be refunded.")
-        )
+        why = "Late delivery: the shipping fee."
+        if reason != LATE_DELIVERY:
+            why = "The shop sent no items for this order: only its shipping fee can be refunded."
         return shipping, why if shipping else "The shipping fee was already refunded in full."
     if reason == OTHER_REQUEST:
         return [], "Another request: nothing is proposed; choose what to refund."
@@ -233,8 +212,7 @@ def _proposed_parts(
         and not named
         and (_WHOLE_PARCEL.search(said) or not (unsure or _PART_MISSING.search(said)))
     ):
-        parts = [_all_of(line) for line in lines] + shipping
-        return parts, "Not received: the whole order, its items and its shipping."
+        return whole_order(order), "Not received: the whole order, its items and its shipping."
     if not named:
         return [], (
             "The message does not say for sure which items it means: nothing is ticked; "
@@ -246,17 +224,13 @@ def _proposed_parts(
 
 
 def parts_checked(order: OrderFacts, given: object) -> list[Part]:
-    """The one check of the parts a reviewer gives for one order (the decision API, the review
-    form, the graph's review node): `{"line": id, "quantity": n, "amount_cents"?, "restock"?}`,
-    `{"shipping": true, "amount_cents"?}` or `{"whole_order": true}` (alone). An amount left
-    out is the part's full price. Returns the parts; ValueError says what is wrong, in words."""
+    """The one check of the parts a reviewer gives (API, form, re-run review node), in words."""
     number = order["number"]
     if not isinstance(given, list) or not given or not all(isinstance(p, dict) for p in given):
         raise ValueError(f'Order {number}: give the parts as a list, like [{{"shipping": true}}].')
     if any(p.get("whole_order") for p in given):
         return _whole_checked(order, given)
     parts: list[Part] = []
-    seen: set[object] = set()
     for one in given:
         extra = sorted(set(one) - {"line", "quantity", "amount_cents", "restock", "shipping"})
         if extra:
@@ -267,11 +241,10 @@ def parts_checked(order: OrderFacts, given: object) -> list[Part]:
         shipping = one.get("shipping") is True and "line" not in one
         part = (_shipping_checked if shipping else _line_checked)(order, one, amount)
         key = part.get("line", "shipping")
-        if key in seen:
+        if key in [p.get("line", "shipping") for p in parts]:
             line = _line(order, key)
             what = line["title"] if line else "the shipping fee"
             raise ValueError(f"Order {number}: {what} is given twice.")
-        seen.add(key)
         parts.append(part)
     paid, left = order.get("paid_cents"), paid_left(order)
     if paid is not None and left is not None and refund_parts.total(parts) > left:
@@ -290,8 +263,7 @@ def _whole_checked(order: OrderFacts, given: list[dict]) -> list[Part]:
     left = paid_left(order)
     if not whole or left == 0:
         raise ValueError(f"Order {number} was refunded in full already.")
-    # The whole order is what is left of what the customer paid (a discount, a refund made
-    # elsewhere): its parts scaled down to that, as the proposal is.
+    # A money rule: the whole order is what is left of what was paid, scaled as the proposal.
     return whole if left is None or left >= refund_parts.total(whole) else scaled(whole, left)
 
 
@@ -350,9 +322,7 @@ def whole_order(order: OrderFacts) -> list[Part]:
 
 
 def parts_for_amount(order: OrderFacts, proposal: list[Part], amount_cents: int) -> list[Part]:
-    """The parts an amount set by hand refunds (an admin's fork): the proposal scaled down to
-    it, or, above the proposal, the whole order's parts scaled to it; an order without lines,
-    its shipping fee."""
+    """The parts an admin's forked amount refunds: the proposal or the whole order scaled to it."""
     base = proposal if refund_parts.total(proposal) >= amount_cents else whole_order(order)
     if not order.get("lines") or refund_parts.total(base) < amount_cents:
         return [refund_parts.shipping(amount_cents)]
@@ -360,15 +330,13 @@ def parts_for_amount(order: OrderFacts, proposal: list[Part], amount_cents: int)
 
 
 def parts_left(order: OrderFacts, parts: list[Part]) -> int | None:
-    """What is left to refund of what the customer paid for the order after these parts (checked
-    by parts_checked); None when the shop did not say what was paid."""
+    """What is left of what the customer paid after these parts; None when not said."""
     left = paid_left(order)
     return None if left is None else max(left - refund_parts.total(parts), 0)
 
 
 def paid_left(order: OrderFacts) -> int | None:
-    """What is left of what the customer paid for the order: less the ledger's refunds (other
-    tickets) and those made outside the desk; None when the shop did not say what was paid."""
+    """What the customer paid, less the ledger's and outside refunds; None when not said."""
     paid = order.get("paid_cents")
     if paid is None:
         return None
@@ -376,17 +344,13 @@ def paid_left(order: OrderFacts) -> int | None:
 
 
 def shipping_left(order: OrderFacts) -> int:
-    """How much of the order's shipping fee is left to refund, in cents: the fee, less what the
-    ledger held of it when the order was checked (Order.facts; an order's facts from before
-    lines count all its refunds as the fee's)."""
+    """The shipping fee less what the ledger held of it when the order was checked."""
     held = order.get("shipping_refunded_cents", order["refunded_cents"])
     return max(order["fee_cents"] - held, 0)
 
 
 def units_left(line: LineFacts) -> int:
-    """How many units of a line are left to refund: bought, less what the ledger held of it when
-    the order was checked (refunds paid and under way, Order.facts). The parts form's most, and
-    the limit parts_checked refuses above."""
+    """Units of a line bought, less what the ledger held of them when the order was checked."""
     return max(line["quantity"] - line["refunded_quantity"], 0)
 
 
@@ -403,8 +367,7 @@ def _price(line: LineFacts, units: int) -> int:
 
 
 def _named_lines(lines: list[LineFacts], words: str) -> tuple[list[LineFacts], bool]:
-    """The lines the customer's words name (by SKU, or a word of the title no other line has),
-    and whether some word matched several lines and named none of them for sure."""
+    """The lines the words name (a SKU, or a title word no other line has), and whether unsure."""
     said = set(re.findall(r"[a-z0-9][a-z0-9-]*", words.lower()))
     said |= {w[:-1] for w in said if w.endswith("s")} | {w[:-2] for w in said if w.endswith("es")}
 
@@ -427,7 +390,6 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-# --- what the desk says of an approval ------------------------------------------------------
 def paid_out_words(
     amount_cents: int | None,
     orders: list[str],
@@ -436,9 +398,7 @@ def paid_out_words(
     rejected: list[str] | tuple[str, ...] = (),
     undo_seconds: int = 0,
 ) -> str:
-    """What every page says of an approval: "Approved $6.99 for order 1042 — being paid out"
-    (with the amount asked when a reviewer lowered it, and the orders rejected beside it); while
-    the decision's undo grace runs, "— paid out in 5 seconds unless you undo it"."""
+    """What every page says of an approval: "Approved $6.99 for order 1042 — being paid out"."""
     on = ("order " if len(orders) == 1 else "orders ") + ", ".join(orders)
     lowered = (
         f" (instead of {dollars(asked_cents)})" if asked_cents not in (None, amount_cents) else ""

@@ -1,10 +1,5 @@
-"""What the raw SQL says about statuses and waiting work, for the statements that must stay one
-(the lease grant and release, the outbox's claim). DESIGN.md invariant 11.
-
-Every status a statement names is a literal of a `TextChoices` (the sets in refunds/statuses.py
-decide about every status); a rule about rows is a queryset method in refunds/models/, whose SQL
-a statement takes from `rule`, never a copy written by hand.
-"""
+"""What the raw SQL says of statuses and waiting work, for statements that must stay one: every
+status a literal of a `TextChoices`, every rule the ORM's through `rule` (DESIGN.md inv. 11)."""
 
 from __future__ import annotations
 
@@ -28,20 +23,15 @@ APPROVE = literal(Decision.Answer.APPROVE)
 
 
 def rule(queryset: QuerySet) -> tuple[str, list[Any]]:
-    """The queryset's condition as SQL and its parameters, on its model's table by name (a
-    ticket's: "refunds_ticket"."id"): the ORM's rule inside a statement that must stay one."""
+    """The queryset's condition as SQL and its parameters, on its model's table by name."""
     query = queryset.query
     condition, params = query.get_compiler(connection=connection).compile(query.where)
     return condition, list(params)
 
 
 def open_decisions(ticket: str) -> tuple[str, list[Any]]:
-    """The ticket's decisions recorded and not yet applied (`ticket`: an SQL expression for its
-    id), as one JSON array of [id, interrupt_id, answer, reason, reviewer's username, orders,
-    sent_back]: the lease grant returns them with the lease, so a resume needs no read of its
-    own. Read it with `read_open_decisions`. A decision still in its undo grace is read too: a
-    read is no guard against an Undo, so the grace is held in one place, the runner's
-    compare-and-set as it takes the decision (runner._taken)."""
+    """The ticket's unapplied decisions as one JSON array, returned with the lease grant. Those in
+    their undo grace too: the grace is held in one place, runner._taken's compare-and-set."""
     d = Decision._meta.db_table
     users = get_user_model()._meta.db_table
     unapplied, params = rule(Decision.objects.unapplied())

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TypedDict
 
 from django.db import connection
-from django.db.models import Q, Sum, Value
+from django.db.models import Q, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Upper
 from django.utils import timezone
@@ -37,16 +37,10 @@ EARLIER_LIMIT = 10
 
 
 def review_outcome(ticket: Ticket, interrupt_id: str, *, now: datetime) -> str | None:
-    """How the review `interrupt_id` of `ticket` ended, in a sentence; None while it still
-    waits in a colleague's hands (what a reviewer who lost the claim race is told)."""
+    """How the review ended, for one who lost the claim race; None while a colleague has it."""
     number = ticket.order.number
-    decision = (
-        Decision.objects.filter(ticket=ticket, interrupt_id=interrupt_id)
-        .select_related("reviewer")
-        .first()
-        if interrupt_id
-        else None
-    )
+    decided = Decision.objects.filter(ticket=ticket, interrupt_id=interrupt_id)
+    decision = decided.select_related("reviewer").first() if interrupt_id else None
     if decision is not None:
         approved = [o for o in (decision.orders or {}).values() if o["answer"] == "approve"]
         if decision.answer == Decision.Answer.ASK:
@@ -85,11 +79,8 @@ REFUND_STATES = ("on_its_way", "refunded", "failed")
 
 
 def refund_progress(ticket: Ticket) -> RefundProgress | None:
-    """Where a refunded ticket's money is, in the desk's words (every page, the API and the
-    webhooks ask here); None unless it is refunded."""
-    if ticket.status != Ticket.Status.REFUNDED:
-        return None
-    return _progress(ticket.charges.all())
+    """Where a refunded ticket's money is, in the desk's words; None unless it is refunded."""
+    return refund_progress_of([ticket]).get(ticket.pk)
 
 
 def refund_progress_of(tickets: Iterable[Ticket]) -> dict[int, RefundProgress]:
@@ -112,14 +103,11 @@ def charge_progress(charge: Charge) -> RefundProgress:
 
 
 def _progress(charges: Iterable[Charge]) -> RefundProgress:
-    """ "Refunded" is the processor's word: said at `succeeded`, or when it never said (a gateway
-    that reports no status). While the processor has not finished, the refund is on its way."""
+    """ "Refunded" is the processor's word (or it never said); until it finishes, on its way."""
     paid = [c for c in charges if c.status == Charge.Status.SUCCEEDED]
     gave_back = [c for c in paid if c.processor_status in PROCESSOR_GAVE_BACK]
     standing = [c for c in paid if c.processor_status not in PROCESSOR_GAVE_BACK]
-    # A failure already handed back to a manager was dealt with there (approved again: a new
-    # refund beside it; rejected): it no longer says where this ticket's money is. Alone (one
-    # charge's line on the ticket page) it still failed: never "Refunded".
+    # A failure handed back to a manager was dealt with there; alone it still failed.
     failed = [c for c in gave_back if c.handed_back_at is None] or (
         gave_back if not standing else []
     )
@@ -150,8 +138,7 @@ _FAILURE_WORDS = {
 
 
 def refund_failure_words(reason: str, status: str = "failed") -> str:
-    """Why a refund the processor accepted did not reach the customer, in the desk's words,
-    ending with what that means for the money."""
+    """Why an accepted refund did not reach the customer, in the desk's words."""
     if reason in _FAILURE_WORDS:
         why = _FAILURE_WORDS[reason]
     elif status == "canceled":
@@ -168,8 +155,7 @@ def resendable_email_ids(ticket: Ticket) -> set[int]:
 
 
 def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:
-    """Other tickets of the same order, and of the same customer's other orders, newest first:
-    what a reviewer checks before refunding again."""
+    """Other tickets of the order and of the customer, newest first, to check before refunding."""
     others = Ticket.objects.exclude(pk=ticket.pk).select_related("order").order_by("-id")
     return {
         "order": list(others.filter(order_id=ticket.order_id)[:EARLIER_LIMIT]),
@@ -182,10 +168,7 @@ def earlier_tickets(ticket: Ticket) -> dict[str, list[Ticket]]:
 
 
 def _name_contains(part: str):
-    """Tickets whose (first) order's customer name holds `part`, whatever its case (accents
-    count). PostgreSQL answers icontains from a trigram index; SQLite's LIKE cannot use one, so
-    there an FTS5 trigram table kept in step by triggers finds the orders (it folds case beyond
-    ASCII too). It needs three characters; a shorter part reads every order."""
+    """Tickets whose first order's customer name holds `part`, by a trigram index."""
     if connection.vendor != "sqlite" or len(part) < 3:
         return Q(order__customer_name__icontains=part)
     phrase = '"' + part.replace('"', '""') + '"'  # one phrase: the part as written
@@ -211,8 +194,7 @@ def ticket_search(
     decided: bool = False,
     order_by: tuple[str, ...] = ("-id",),
 ):
-    """Tickets matching the tickets page's search and filters, from `tickets` (the user's
-    visible ones)."""
+    """The user's visible `tickets` matching the tickets page's search and filters."""
     q = (q or "").strip()
     tickets = _matching(tickets, q) if q else tickets
     if role == "escalated":
@@ -232,8 +214,7 @@ def ticket_search(
 
 
 def _matching(tickets, q: str):
-    """A number is a ticket id or an order number; an address, a customer's email; other words,
-    part of the customer's name."""
+    """A ticket id or order number, a customer's email, or part of their name."""
 
     def covering(orders: Q) -> Q:  # any order the ticket covers, not only its first
         return Q(pk__in=TicketOrder.objects.filter(orders).values("ticket_id"))
@@ -268,8 +249,7 @@ def audit_events(
 
 @dataclass(frozen=True)
 class LineBought:
-    """One line of an order as the desk shows it: what was bought, what of it was refunded,
-    what is left."""
+    """One line of an order as the desk shows it: bought, refunded, left."""
 
     line: OrderLine
     refunded_quantity: int
@@ -285,21 +265,14 @@ class LineBought:
 
 
 def refunded_by_line(line_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
-    """What the ledger holds of each line, by line id: (quantity, amount in minor units), from
-    refunds paid or under way, as refunds/money.py counts them."""
-    rows = (
-        ChargePart.objects.filter(
-            line_id__in=list(line_ids), charge__in=Charge.objects.holding_balance()
-        )
-        .values("line_id")
-        .annotate(units=Sum("quantity"), cents=Sum("amount_cents"))
-    )
-    return {row["line_id"]: (row["units"], row["cents"]) for row in rows}
+    """(quantity, minor units) the ledger holds of each line by id, as refunds/money.py counts."""
+    ids = set(line_ids)
+    held = Charge.objects.holding_balance().filter(parts__line_id__in=ids).held_per_line()
+    return {line: counted for line, counted in held.items() if line in ids}
 
 
 def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:
-    """The lines of each order, in the shop's order, with what was refunded of each; an order
-    without lines (one from before lines, or sent without them) is left out."""
+    """The lines of each order with what was refunded of each; orders without lines left out."""
     lines = list(OrderLine.objects.filter(order_id__in=list(order_ids)).order_by("order_id", "id"))
     refunded = refunded_by_line(line.pk for line in lines)
     bought: dict[int, list[LineBought]] = {}
@@ -310,17 +283,10 @@ def orders_bought(order_ids: Iterable[int]) -> dict[int, list[LineBought]]:
 
 
 def outside_refunds_words(order_ids: Iterable[int]) -> list[tuple[OutsideRefund, str]]:
-    """The refunds of these orders' payments made outside the desk (Stripe's dashboard, the
-    shop's admin), oldest first, each with what the ticket page says of it: "$12.00 refunded
-    outside the desk on Dec 3, 2026", and that it does not count where the processor gave the
-    money back."""
-    rows = (
-        OutsideRefund.objects.filter(order_id__in=list(order_ids))
-        .select_related("order")
-        .order_by("made_at", "id")
-    )
+    """These orders' refunds made outside the desk, oldest first, with the ticket page's words."""
+    rows = OutsideRefund.objects.filter(order_id__in=list(order_ids)).select_related("order")
     said = []
-    for row in rows:
+    for row in rows.order_by("made_at", "id"):
         words = f"{dollars(row.amount_cents)} refunded outside the desk"
         if row.made_at:
             words += f" on {day_words(timezone.localdate(row.made_at))}"
@@ -332,17 +298,10 @@ def outside_refunds_words(order_ids: Iterable[int]) -> list[tuple[OutsideRefund,
 
 
 def disputes_words(order_ids: Iterable[int]) -> list[tuple[PaymentDispute, str]]:
-    """The disputes of these orders' payments as the processor said last, oldest first, each
-    with what the ticket page says of it: "$56.99 of the payment disputed by the customer's bank
-    on Dec 3, 2026.", then while it is open that refunding it may pay the customer twice, or
-    once closed how it ended."""
-    rows = (
-        PaymentDispute.objects.filter(order_id__in=list(order_ids))
-        .select_related("order")
-        .order_by("opened_at", "id")
-    )
+    """The disputes of these orders' payments, oldest first, with the ticket page's words."""
+    rows = PaymentDispute.objects.filter(order_id__in=list(order_ids)).select_related("order")
     said = []
-    for row in rows:
+    for row in rows.order_by("opened_at", "id"):
         what = f"{dollars(row.amount_cents)} of the payment" if row.amount_cents else "The payment"
         when = f" on {day_words(timezone.localdate(row.opened_at))}" if row.opened_at else ""
         words = f"{what} disputed by the customer's bank{when}"
@@ -357,9 +316,7 @@ def line_titles(line_ids: Iterable[int]) -> dict[int, str]:
 
 
 def refunds_given(ticket: Ticket) -> list[dict]:
-    """What a ticket's refunds gave back, order by order, for its webhook event: each refund the
-    processor accepted and did not give back (amount, receipt), part by part: the shop's line id,
-    SKU, title, units, amount and whether the item comes back, or the shipping fee."""
+    """What a ticket's standing refunds gave back, order by order and part by part, for webhooks."""
     charges = (
         ticket.charges.holding_balance()
         .filter(status=Charge.Status.SUCCEEDED)
@@ -367,29 +324,25 @@ def refunds_given(ticket: Ticket) -> list[dict]:
         .prefetch_related("parts__line")
         .order_by("id")
     )
-    given = []
-    for charge in charges:
-        parts: list[dict] = []
-        for part in sorted(charge.parts.all(), key=lambda p: p.pk):
-            if part.line is None:
-                parts.append({"shipping": True, "amount_cents": part.amount_cents})
-                continue
-            parts.append(
-                {
-                    "line_id": part.line.line_id,
-                    "sku": part.line.sku,
-                    "title": part.line.title,
-                    "quantity": part.quantity,
-                    "amount_cents": part.amount_cents,
-                    "restock": part.restock,
-                }
-            )
-        given.append(
-            {
-                "order_number": charge.order.number,
-                "amount_cents": charge.amount_cents,
-                "receipt": charge.receipt,
-                "parts": parts,
-            }
-        )
-    return given
+    return [
+        {
+            "order_number": charge.order.number,
+            "amount_cents": charge.amount_cents,
+            "receipt": charge.receipt,
+            "parts": [_given(part) for part in sorted(charge.parts.all(), key=lambda p: p.pk)],
+        }
+        for charge in charges
+    ]
+
+
+def _given(part: ChargePart) -> dict:
+    if part.line is None:
+        return {"shipping": True, "amount_cents": part.amount_cents}
+    return {
+        "line_id": part.line.line_id,
+        "sku": part.line.sku,
+        "title": part.line.title,
+        "quantity": part.quantity,
+        "amount_cents": part.amount_cents,
+        "restock": part.restock,
+    }

@@ -1,7 +1,4 @@
-"""The statuses of tickets, charges and emails and the answers of decisions, with what each
-status means for the hand-written SQL (refunds/queries.py) and the ORM (refunds/models/): one
-home, imported by both, so neither imports the other for them. Each set is a decision about every
-status of its kind; tests/test_queries.py fails when a status is added until it is placed."""
+"""Statuses and answers, and what each means for the raw SQL and the ORM: one home for both."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ class TicketStatus(models.TextChoices):
     RUNNING = "running", "Running"
     AWAITING_REVIEW = "awaiting_review", "Awaiting review"
     AWAITING_CUSTOMER = "awaiting_customer", "Waiting on the customer"
-    # The wait on the customer ended without a reply and REFUNDS_ASK_DEFAULT_OUTCOME is "close":
-    # the thread waits on an interrupt still, so a reply reopens it (not final, not in a queue).
+    # No reply, and REFUNDS_ASK_DEFAULT_OUTCOME is "close": still waiting, so a reply reopens it.
     CLOSED = "closed", "Closed: no reply from the customer"
     REFUNDED = "refunded", "Refunded"
     DECLINED = "declined", "Declined by policy"
@@ -29,9 +25,7 @@ class ChargeStatus(models.TextChoices):
 
 
 class ProcessorStatus(models.TextChoices):
-    """What the payment processor last said about a refund it accepted (Stripe's Refund.status,
-    re-read from Stripe on each of its events). "" is not known: a gateway without events, or a
-    refund made before the desk listened to them; the desk shows it as "Refunded", as before."""
+    """What the processor last said of a refund it accepted; "" not known (shown as "Refunded")."""
 
     UNKNOWN = "", "Not reported"
     PENDING = "pending", "On its way"
@@ -64,8 +58,7 @@ class OutboxKind(models.TextChoices):
 
 
 class EmailDelivery(models.TextChoices):
-    """What the mail provider's tracking webhook last said about a message it took (anymail's
-    event types we keep; "" until it says anything, and always with plain SMTP)."""
+    """What the mail provider's tracking webhook last said of a message ("" until it says)."""
 
     UNKNOWN = "", "Not reported"
     DELIVERED = "delivered", "Delivered"
@@ -83,8 +76,7 @@ class DecisionAnswer(models.TextChoices):
 
 
 S = TicketStatus
-# Every ticket status, and whether a worker may take the thread's lease: not once it is final,
-# nor when it failed (an admin's retry puts it back).
+# Whether a worker may take the thread's lease: not once final, nor failed (an admin retries).
 TICKET_LEASABLE = {
     S.NEW: True,
     S.RUNNING: True,
@@ -96,8 +88,7 @@ TICKET_LEASABLE = {
     S.REJECTED: False,
     S.FAILED: False,
 }
-# Work left for a worker with no person's answer needed: a ticket never run, or one whose run
-# stopped (a crash, a lost lease). A review waits on a person; the rest are done.
+# Work left for a worker with no person's answer needed: never run, or its run stopped.
 TICKET_WORK_LEFT = {
     S.NEW: True,
     S.RUNNING: True,
@@ -115,9 +106,7 @@ CHARGE_HOLDS_BALANCE = {
     ChargeStatus.SUCCEEDED: True,
     ChargeStatus.REFUSED: False,
 }
-# Where a refund's processor status may go from each one, whatever order its events arrive in
-# and however old the answer a handler read: on its way, then settled, and Stripe may still fail
-# a refund it called succeeded (the bank sends it back); nothing goes back to "on its way".
+# A money rule: processor statuses only move forward (though a bank may fail a "succeeded").
 P = ProcessorStatus
 PROCESSOR_RANK = {
     P.UNKNOWN: 0,
@@ -130,20 +119,15 @@ PROCESSOR_RANK = {
 
 
 def processor_behind(status: ProcessorStatus) -> list[ProcessorStatus]:
-    """The statuses a row may move from to `status`: those not ahead of it (PROCESSOR_RANK).
-    The one forward-only rule, for the ledger's refunds and those made outside the desk."""
+    """The statuses a row may move from to `status`: the one forward-only rule (PROCESSOR_RANK)."""
     return [s for s, rank in PROCESSOR_RANK.items() if rank <= PROCESSOR_RANK[status]]
 
 
-# A refund the processor accepted and then failed or canceled: its money came back to the
-# merchant, so it no longer holds the order's balance (refunds/money.py), and the ticket goes
-# back to a manager (refunds/hand_back.py).
+# A money rule: an accepted refund then failed or canceled no longer holds the order's balance.
 PROCESSOR_GAVE_BACK = frozenset({P.FAILED, P.CANCELED})
-# A refund the processor accepted and has not finished: started, on its way to the customer's
-# bank (the desk says so, not "Refunded": refunds/selectors.py refund_progress).
+# An accepted refund not finished: on its way to the customer's bank, not "Refunded".
 PROCESSOR_ON_ITS_WAY = frozenset({P.PENDING, P.REQUIRES_ACTION})
-# The outbox's statements (refunds/outbox.py) were written for these; a new one needs its claim
-# and its marks thought through. FAILED is a webhook's, whose rows they never touch.
+# The outbox's statements were written for these; a new one needs its claim thought through.
 EMAIL_KNOWN = frozenset(
     {OutboxStatus.PENDING, OutboxStatus.SENDING, OutboxStatus.SENT, OutboxStatus.FAILED}
 )

@@ -3,4 +3,4 @@ from django import template
 from refunds import permissions
 
 register = template.Library()
-register.filter("reads_insights", permissions.can_read_insights)
+register.filter("reads_insights", permissions.oversees)

@@ -1,5 +1,4 @@
-"""Writes that views, the API, the admin and the sweep call, one module per concern; tasks are
-enqueued on commit through refunds.enqueue. The names below are the package's public surface."""
+"""Writes that views, the API, the admin and the sweep call, one module per concern."""
 
 from refunds.services.asking import questions_wait_timers
 from refunds.services.desk import (
@@ -36,10 +35,8 @@ from refunds.services.sweep import (
     sweep_mark_ran,
     tickets_recover,
     wake_all,
-    wake_once,
 )
 from refunds.services.tickets import (
-    FORK_MAX_CENTS,
     FORKABLE,
     email_resend,
     fork_checked,
@@ -52,7 +49,6 @@ from refunds.services.timers import reviews_escalate_overdue
 
 __all__ = [
     "FORKABLE",
-    "FORK_MAX_CENTS",
     "NOTE_MAX",
     "REASON_MAX",
     "RECOVERY_SWEEP",
@@ -89,5 +85,4 @@ __all__ = [
     "sweep_mark_ran",
     "tickets_recover",
     "wake_all",
-    "wake_once",
 ]

@@ -1,11 +1,9 @@
-"""Asking the customer: a reviewer's question (recorded by ticket_decide as a Decision "ask",
-with its reply token here), the reply address that carries the token, and the customer's reply
-recorded as the wait's Decision ("reply"), so the runner resumes the thread as it applies any
-recorded answer: once, under the lease (DESIGN.md invariants 4 and 5)."""
+"""Asking the customer: the reply is the wait's Decision, applied once under the lease."""
 
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,9 +29,7 @@ REPLY_MAX = 20_000  # of a reply's text, into the thread; the whole message stay
 
 
 def question_words(text: str, canned: CannedReason | None, *, language: str = "") -> str:
-    """The question as the customer reads it: a canned question (in the customer's `language`
-    where it has words in it, else in English, as the ticket page says), the reviewer's own
-    words, or both."""
+    """The question as the customer reads it: a canned one (in their language), words, or both."""
     if canned is not None and canned.use != CannedReason.Use.ASK:
         raise RefundError(f"“{canned.title}” is not a question to the customer.")
     said = (canned.text_in(language) or canned.text) if canned is not None else ""
@@ -58,24 +54,18 @@ def asking_record(*, ticket: Ticket, decision: Decision, reviewer) -> CustomerQu
 
 
 def token_in(addresses: Iterable[str]) -> str | None:
-    """The token of the first address that is a reply address (REFUNDS_REPLY_ADDRESS with any
-    token in its place), whether or not a question has it; None when none is."""
+    """The token of the first reply address (REFUNDS_REPLY_ADDRESS) among these, or None."""
     prefix, suffix = settings.REFUNDS_REPLY_ADDRESS.lower().split(mail.TOKEN_PLACE)
+    reply = re.compile(f"{re.escape(prefix)}(.+){re.escape(suffix)}", re.DOTALL)
     for address in addresses:
-        address = (address or "").strip().lower()
-        if (
-            len(address) > len(prefix) + len(suffix)
-            and address.startswith(prefix)
-            and address.endswith(suffix)
-        ):
-            return address[len(prefix) : len(address) - len(suffix)]
+        if found := reply.fullmatch((address or "").strip().lower()):
+            return found[1]
     return None
 
 
 @dataclass(frozen=True)
 class Found:
-    """What a message's addresses and headers say about the question it answers: the question
-    (None when none matched), and why a message that claims to answer one matches none."""
+    """The question a message answers (None when none matched), and why a claimed one did not."""
 
     question: CustomerQuestion | None
     why: str = ""
@@ -86,11 +76,7 @@ class Found:
 
 
 def question_for(*, recipients: Iterable[str], references: Iterable[str], brought_by=None) -> Found:
-    """The question a message answers: by the token in a recipient (the reply address), else by
-    its In-Reply-To/References naming the question email's Message-ID. A token that matches no
-    question is forged or mistyped: it matches nothing, and says so. For whoever brought the
-    message in (`brought_by`: an API caller) a question on a ticket they may not see matches
-    nothing either, as the API answers for any ticket outside its caller's scope."""
+    """The question a message answers; none on a ticket `brought_by` may not see (as the API)."""
     found = _question_for(recipients=recipients, references=references)
     if found.question is None or brought_by is None:
         return found
@@ -111,42 +97,28 @@ def _question_for(*, recipients: Iterable[str], references: Iterable[str]) -> Fo
             )
         return Found(found)
     ids = [one for one in references if one]
-    if ids:
-        found = (
-            CustomerQuestion.objects.filter(message_id__in=ids)
-            .select_related("ticket__order")
-            .order_by("-pk")
-            .first()
-        )
-        if found is not None:
-            return Found(found)
-    return Found(None)
+    asked = CustomerQuestion.objects.filter(message_id__in=ids).select_related("ticket__order")
+    return Found(asked.order_by("-pk").first() if ids else None)
 
 
 @dataclass(frozen=True)
 class Replied:
     resumed: bool
     why: str = ""  # why it resumed nothing
-    decision: Decision | None = None
     kept: bool = False  # it came before the thread waited: it resumes the wait once it does
 
 
 def reply_record(
     *, question: CustomerQuestion, sender: str, text: str, seen: dict | None = None
 ) -> Replied:
-    """Record the customer's reply as the answer to the thread's wait, and wake a worker to
-    resume it; or, when the reply may not resume it (another sender, a question no longer
-    waited on, answered already), say why on the ticket's timeline and change nothing else.
-    Of two replies at once, the compare-and-set on the question's `replied_at` lets one in."""
+    """The reply as the wait's answer, or why not; of two at once the CAS on `replied_at` wins."""
     ticket = question.ticket
     customer = ticket.order.customer_email
     text = text.strip()  # an email's body ends in a newline; the quotes of it should not
-    why = ""
     if sender.strip().lower() != customer.strip().lower():
         why = f"it came from {sender[:200]}, not from the customer's address {customer}"
     else:
         why = _not_waiting(question, closed_too=True)
-    now = timezone.now()
     about = (seen or {}) | {"question": question.pk}
     if why == _ON_ITS_WAY:
         if _kept(question, text, about):
@@ -157,11 +129,11 @@ def reply_record(
     if not why:
         try:
             with transaction.atomic():
-                decision = _record(question, text, about, now)
+                _record(question, text, about, timezone.now())
         except _NotRecorded as exc:
             why = str(exc)
         else:
-            return Replied(True, decision=decision)
+            return Replied(True)
     audit.record(
         ticket,
         AuditEvent.Action.REPLY,
@@ -173,9 +145,7 @@ def reply_record(
 
 
 def _kept(question: CustomerQuestion, text: str, seen: dict) -> bool:
-    """Keep a reply that came before the thread waits on its question, once: the question is in
-    the customer's mailbox from the mail server's acceptance, before the run that sent it has
-    reached its wait (a slow server, a backlog, an auto-reply). `replies_kept_apply` applies it."""
+    """Keep, once, a reply that came before its question's wait (race replies_kept_apply ends)."""
     return bool(
         CustomerQuestion.objects.filter(
             pk=question.pk, replied_at__isnull=True, early_reply__isnull=True
@@ -184,10 +154,7 @@ def _kept(question: CustomerQuestion, text: str, seen: dict) -> bool:
 
 
 def replies_kept_apply() -> list[int]:
-    """Apply each kept reply whose thread now waits on its question, as if it came now (one of
-    the recovery sweep's, so it holds whatever dies between the keep and the wait): `_record`'s
-    late guards and its compare-and-set on `replied_at` apply it once, whatever the order of
-    this, a second reply and the wait's timer. Returns the tickets it resumed."""
+    """The sweep's: apply each kept reply now waited on, once (the CAS on `replied_at`)."""
     kept = CustomerQuestion.objects.filter(
         early_reply__isnull=False,
         replied_at__isnull=True,
@@ -197,8 +164,7 @@ def replies_kept_apply() -> list[int]:
 
 
 def _kept_applied(question: CustomerQuestion) -> bool:
-    """Record the question's kept reply as the wait's answer; False when there is none, or the
-    thread does not wait on it (it waits on another question: this one's wait is over)."""
+    """Record the question's kept reply as the wait's answer; False when none or not waited on."""
     reply = question.early_reply
     if not isinstance(reply, dict):
         return False
@@ -215,18 +181,11 @@ class _NotRecorded(Exception):
 
 
 def _record(
-    question: CustomerQuestion,
-    text: str,
-    seen: dict,
-    now,
-    *,
-    answer: str = Decision.Answer.REPLY,
+    question: CustomerQuestion, text: str, seen: dict, now, *, answer: str = Decision.Answer.REPLY
 ) -> Decision:
     ticket = question.ticket
-    # The late guards, on the rows and not on the caller's copies: the ticket waits on this very
-    # question now (the thread may have moved on since the early check), and one conditional
-    # UPDATE takes the question for this reply, so a second reply finds it taken. A ticket
-    # closed for want of a reply waits on it still: its own compare-and-set lets one reopen it.
+    # The race: late guards on the rows, not the caller's copies; one conditional UPDATE takes
+    # the question, so a second reply finds it taken (a closed ticket: one reopens it).
     row = (
         Ticket.objects.filter(
             pk=ticket.pk, status__in=[Ticket.Status.AWAITING_CUSTOMER, Ticket.Status.CLOSED]
@@ -280,9 +239,7 @@ _ANSWERED = "the question was answered already; this reply is kept here"
 
 
 def _not_waiting(question: CustomerQuestion, *, closed_too: bool = False) -> str:
-    """Why the thread does not wait on this question now ("" when it does). `closed_too`: a
-    ticket closed for want of a reply to it waits on one still (a reply reopens it; a reminder
-    is not sent)."""
+    """Why the thread does not wait on this question ("" when it does)."""
     row = Ticket.objects.filter(pk=question.ticket_id).values("status", "pending_payload").first()
     if row is None:
         return "its ticket is gone"
@@ -309,15 +266,9 @@ def _not_waiting(question: CustomerQuestion, *, closed_too: bool = False) -> str
 _ON_ITS_WAY = "the ticket does not wait on this question yet (it is running)"
 
 
-# --- waits that end: a reminder, then the review comes back without a reply ----------------------
 def questions_wait_timers(*, now=None) -> dict[str, list[int]]:
-    """The customer-wait timers (run by Celery beat with the review timers): a question
-    unanswered REFUNDS_ASK_REMIND_DAYS after it was asked gets one reminder email; one
-    unanswered REFUNDS_ASK_GIVE_UP_DAYS after is answered "no reply" for the customer, and the
-    thread does what REFUNDS_ASK_DEFAULT_OUTCOME says: the review comes back to its queue saying
-    so, or the ticket is closed as "no reply" with one email saying a reply reopens it.
-    Conditional UPDATEs on the question: two beats at once remind once, and of a reply and the
-    give-up at once one wins."""
+    """The customer-wait timers (a reminder, then "no reply"). Conditional UPDATEs: two beats at
+    once remind once, and of a reply and the give-up at once one wins."""
     now = now or timezone.now()
     waiting = CustomerQuestion.objects.filter(
         replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER
@@ -376,8 +327,7 @@ def _reminder_written(question: CustomerQuestion, now) -> bool:
     return True
 
 
-# The customers' reminders in the outbox: no run sends them, so each is always free for the
-# timer's delivery or an admin's Resend (one conditional claim either way), as the managers'.
+# Customers' reminders: no run sends them; the timer or a Resend claims each (conditionally).
 REMINDER_SUFFIX = ":reminder"
 
 
@@ -386,10 +336,7 @@ def _reminders() -> Q:
 
 
 def _reminders_still_true() -> Q:
-    """Reminders whose question still waits on the customer: unanswered (a reply or the
-    give-up sets `replied_at` before a worker moves the ticket on) and the ticket waiting on
-    it. After that "we have not heard from you" is untrue: neither the timer's next delivery
-    of one the mail server refused nor an admin's Resend may claim it."""
+    """Reminders whose question still waits: after, "we have not heard from you" is untrue."""
     waiting = (
         CustomerQuestion.objects.filter(
             replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER

@@ -21,10 +21,6 @@ from refunds.services.asking import QUESTION_MAX, asking_record, question_words
 from refunds.services.errors import NOTE_MAX, AlreadyDecided, ClaimTaken, RefundError
 
 
-def _claim_window() -> timedelta:
-    return timedelta(seconds=settings.REFUNDS_CLAIM_SECONDS)
-
-
 def _taken_message(ticket_id: int) -> str:
     row = Ticket.objects.select_related("claimed_by", "order").get(pk=ticket_id)
     holder = row.claim_holder()
@@ -36,19 +32,16 @@ def _taken_message(ticket_id: int) -> str:
 
 
 def review_claim(*, ticket: Ticket, by) -> Ticket:
-    """ "Assign to me": take the review with one conditional UPDATE, so of two people clicking at
-    once exactly one wins; the other gets ClaimTaken naming who has it. Claiming one's own live
-    claim again renews it."""
-    refusal = permissions.decision_refusal(by, ticket)
-    if refusal:
-        raise PermissionDenied(refusal)
+    """ "Assign to me": one conditional UPDATE, so of two clicking at once exactly one wins."""
+    permissions.deny(permissions.decision_refusal(by, ticket))
     now = timezone.now()
+    until = now + timedelta(seconds=settings.REFUNDS_CLAIM_SECONDS)
     with transaction.atomic():
         won = (
             Ticket.objects.filter(pk=ticket.pk)
             .review_pending(ticket.pending_interrupt_id)
             .claimable_by(by, now)
-            .update(claimed_by=by, claim_expires_at=now + _claim_window())
+            .update(claimed_by=by, claim_expires_at=until)
         )
         if won:
             audit.record(
@@ -56,11 +49,10 @@ def review_claim(*, ticket: Ticket, by) -> Ticket:
                 AuditEvent.Action.CLAIM,
                 actor=by,
                 seen={"interrupt_id": ticket.pending_interrupt_id},
-                answer={"until": (now + _claim_window()).isoformat()},
+                answer={"until": until.isoformat()},
             )
     if not won:
-        fresh = Ticket.objects.filter(pk=ticket.pk).values_list("status", flat=True).first()
-        if fresh != Ticket.Status.AWAITING_REVIEW:
+        if not Ticket.objects.filter(pk=ticket.pk).awaiting().exists():
             raise RefundError("This review is no longer pending; reload to see where it is.")
         raise ClaimTaken(_taken_message(ticket.pk))
     ticket.refresh_from_db()
@@ -68,10 +60,9 @@ def review_claim(*, ticket: Ticket, by) -> Ticket:
 
 
 def review_unclaim(*, ticket: Ticket, by) -> bool:
-    """Give a claimed review back to the queue. The claimer does it; an admin or a manager may
-    release a colleague's claim (someone went home holding one)."""
+    """Give a claimed review back; a manager or admin may free a colleague's (gone home)."""
     qs = Ticket.objects.filter(pk=ticket.pk, claimed_by__isnull=False)
-    if not (permissions.is_admin(by) or permissions.is_manager(by)):
+    if not permissions.oversees(by):
         qs = qs.filter(claimed_by=by)
     with transaction.atomic():
         holder = ticket.claimed_by_id
@@ -102,10 +93,7 @@ def review_answers(
     amount_cents: object = None,
     orders: object = None,
 ) -> dict[str, dict[str, Any]]:
-    """The edges' shorthands ("approve as proposed", "approve all", "reject all", a manager's
-    lower amount, answers per order) expanded into the one shape ticket_decide takes, against
-    the ticket's pending review (refunds/flow/answers.py). Nothing pending: nothing to expand
-    (ticket_decide says where the ticket is)."""
+    """The edges' shorthands expanded into the one shape ticket_decide takes (flow/answers.py)."""
     review = review_orders(ticket)
     if not review or answer == Decision.Answer.ASK:
         return {}
@@ -126,16 +114,7 @@ def ticket_decide(
     note: str = "",
     sent_back: bool = False,
 ) -> Decision:
-    """Record a reviewer's answer to one pending interrupt, then let a worker apply it.
-
-    `orders`: the answer in its one shape, per open order number ({"answer": "approve",
-    "parts", "reason"?} or {"answer": "reject", "reason"}; review_answers expands the
-    shorthands), checked here by the check the review node runs again (flow/answers.py). Parts
-    other than proposed are an edit, which only a manager makes. Reasons go to the customer;
-    `note` stays on the desk.
-
-    `sent_back` (intake.sorting.message_send_back only): a rejection because the message was
-    misread; the thread tells the customer nothing, the reason stays on the desk."""
+    """Record a reviewer's answer; the re-run review node checks `orders` again (flow/answers)."""
     _still_pending(ticket, interrupt_id, reviewer)
     review = review_orders(ticket)
     try:
@@ -144,25 +123,16 @@ def ticket_decide(
         raise RefundError(str(exc)) from None
     edited = flow_answers.edited(review, answers)
     if edited:
-        refusal = permissions.edit_refusal(reviewer, ticket)
-        if refusal:
-            raise PermissionDenied(refusal)
+        permissions.deny(permissions.edit_refusal(reviewer, ticket))
     approved = any(one["answer"] == Decision.Answer.APPROVE for one in answers.values())
     answer = Decision.Answer.APPROVE if approved else Decision.Answer.REJECT
-    reasons = [one.get("reason", "") for one in answers.values()]
     paid = flow_answers.approved_cents(answers)
-    # Each action as itself: a change of what is refunded, the plain answer, or a mix.
     kinds = {one["answer"] for one in answers.values()}
-    action = (
-        AuditEvent.Action.EDIT
-        if edited
-        else kinds.pop()
-        if len(kinds) == 1
-        else AuditEvent.Action.ANSWER
-    )
-    reason = "; ".join(dict.fromkeys(r for r in reasons if r))
+    action: str = kinds.pop() if len(kinds) == 1 else AuditEvent.Action.ANSWER
+    reason = "; ".join(dict.fromkeys(o["reason"] for o in answers.values() if o.get("reason")))
     given: dict[str, Any] = {"answer": answer, "reason": reason, "orders": answers, "note": note}
     if edited:
+        action = AuditEvent.Action.EDIT
         given |= {"amount_cents": paid, "asked_cents": ticket.amount_cents}
     return _record(
         ticket,
@@ -188,9 +158,7 @@ def ticket_ask(
     canned: CannedReason | None = None,
     note: str = "",
 ) -> Decision:
-    """Ask the customer instead of deciding: the question (a canned one, words of one's own, or
-    both) is recorded as the review's answer with its reply token; the thread sends it and
-    waits for the reply."""
+    """Ask the customer instead of deciding: the question is the review's answer."""
     language = (ticket.reading or {}).get("language", "")
     question = question_words(question or "", canned, language=language)
     if len(question) > QUESTION_MAX:
@@ -203,25 +171,24 @@ def ticket_ask(
         answer=Decision.Answer.ASK,
         reason=question,
         note=note,
-        orders=None,
         action=Decision.Answer.ASK,
         given={"answer": Decision.Answer.ASK, "question": question, "note": note},
         amount_cents=ticket.amount_cents,
     )
 
 
+NOT_PENDING = "This review is no longer pending; reload to see where the ticket is."
+
+
 def _still_pending(ticket: Ticket, interrupt_id: str, reviewer) -> None:
-    """The early checks on the caller's copy: answered already, moved on, not theirs to decide
-    (the UPDATE in _record checks the row again, where the race is)."""
+    """Early checks on the caller's copy; the UPDATE in _record checks the row (the race)."""
     _refuse_if_decided(interrupt_id)
     if (
         ticket.status != Ticket.Status.AWAITING_REVIEW
         or ticket.pending_interrupt_id != interrupt_id
     ):
-        raise RefundError("This review is no longer pending; reload to see where the ticket is.")
-    refusal = permissions.decision_refusal(reviewer, ticket)
-    if refusal:
-        raise PermissionDenied(refusal)
+        raise RefundError(NOT_PENDING)
+    permissions.deny(permissions.decision_refusal(reviewer, ticket))
 
 
 def _record(
@@ -232,10 +199,10 @@ def _record(
     answer: str,
     reason: str,
     note: str,
-    orders: dict[str, Any] | None,
     action: str,
     given: dict[str, Any],
     amount_cents: int | None,
+    orders: dict[str, Any] | None = None,
     sent_back: bool = False,
 ) -> Decision:
     note = (note or "").strip()
@@ -245,20 +212,15 @@ def _record(
     grace = float(settings.REFUNDS_UNDO_SECONDS)
     try:
         with transaction.atomic():
-            # One conditional UPDATE checks, on the row and not on the caller's copy, that this
-            # review still waits (a fork applied since the page read it put another interrupt
-            # in its place) and that only the claimer decides while a claim is live; it locks
-            # the row and gives the claim back, since the review is answered. Of two deciding
-            # at once the UNIQUE interrupt id below still picks one.
+            # The race: one conditional UPDATE: the review still waits (a fork may replace it) and
+            # only the claimer decides; the UNIQUE interrupt id picks one of two at once.
             pending = Ticket.objects.filter(pk=ticket.pk).review_pending(interrupt_id)
             held = pending.claimable_by(reviewer, now).update(
                 claimed_by=None, claim_expires_at=None
             )
             if not held:
                 if not pending.exists():
-                    raise RefundError(
-                        "This review is no longer pending; reload to see where the ticket is."
-                    )
+                    raise RefundError(NOT_PENDING)
                 # Two at once: the other one's decision may be what took the claim.
                 _refuse_if_decided(interrupt_id)
                 raise ClaimTaken(_taken_message(ticket.pk))
@@ -294,10 +256,7 @@ def _record(
 
 
 def decision_undo(*, decision_id: int, by) -> Decision:
-    """Withdraw a decision within its undo grace: the review is back in the queue as it was
-    (claims given back; anyone may answer it again). One conditional DELETE, only while the
-    grace runs and no worker took it (the runner's `_taken` ends the grace as it takes it): of
-    an Undo and the apply at the same moment, exactly one wins. Only who decided undoes it."""
+    """Undo within the grace: one conditional DELETE, so of an Undo and runner._taken one wins."""
     decision = (
         Decision.objects.select_related("ticket__order", "reviewer").filter(pk=decision_id).first()
     )
@@ -328,11 +287,8 @@ def decision_undo(*, decision_id: int, by) -> Decision:
 
 
 def ticket_escalate(*, ticket: Ticket, by, note: str = "") -> Ticket:
-    """An agent sends a review up to managers, with a note for them. Escalated for the interrupt
-    that is pending now (one conditional UPDATE), so a later review starts at its own level."""
-    refusal = permissions.escalation_refusal(by, ticket)
-    if refusal:
-        raise PermissionDenied(refusal)
+    """Send the pending review up to managers (one conditional UPDATE on its interrupt)."""
+    permissions.deny(permissions.escalation_refusal(by, ticket))
     note = (note or "").strip()
     if not note:
         raise RefundError("Say why you escalate it; the managers read your note.")
@@ -369,8 +325,7 @@ def ticket_escalate(*, ticket: Ticket, by, note: str = "") -> Ticket:
 
 
 def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, Any]]:
-    """Approve several reviews in one action: each is its own decision, checked and audited on
-    its own, and one that fails does not stop the others. Returns one result per pick."""
+    """Approve several reviews, each its own decision; one that fails does not stop the rest."""
     results: list[dict[str, Any]] = []
     tickets = Ticket.objects.select_related("order").in_bulk([pk for pk, _ in picks])
     for pk, interrupt_id in picks:
@@ -378,6 +333,7 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
         if ticket is None or not permissions.can_view(by, ticket):
             results.append({"ticket": pk, "ok": False, "text": f"There is no ticket {pk}."})
             continue
+        order = numbers_words(ticket)
         try:
             decision = ticket_decide(
                 ticket=ticket,
@@ -386,23 +342,14 @@ def reviews_approve_bulk(*, picks: list[tuple[int, str]], by) -> list[dict[str, 
                 reviewer=by,
             )
         except (PermissionDenied, RefundError) as exc:
-            results.append(
-                {"ticket": pk, "ok": False, "order": numbers_words(ticket), "text": str(exc)}
-            )
-        else:
-            results.append(
-                {
-                    "ticket": pk,
-                    "ok": True,
-                    "order": numbers_words(ticket),
-                    "text": policy.paid_out_words(
-                        ticket.amount_cents,
-                        numbers_words(ticket).split(", "),
-                        undo_seconds=decision.undo_seconds_left(),
-                    ),
-                }
-                | ({"undo": decision} if decision.apply_after else {})  # within its grace
-            )
+            results.append({"ticket": pk, "ok": False, "order": order, "text": str(exc)})
+            continue
+        undo = decision.undo_seconds_left()
+        words = policy.paid_out_words(ticket.amount_cents, order.split(", "), undo_seconds=undo)
+        results.append(
+            {"ticket": pk, "ok": True, "order": order, "text": words}
+            | ({"undo": decision} if decision.apply_after else {})  # within its grace
+        )
     return results
 
 

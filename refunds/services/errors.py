@@ -17,8 +17,7 @@ class AlreadyDecided(RefundError):
 
 
 class OrdersRefused(RefundError):
-    """The order numbers are well-formed but the desk's orders refuse the ticket: one it does
-    not have, or orders of several customers (the API answers 422, not a malformed 400)."""
+    """Well-formed order numbers the desk's orders refuse (the API answers 422, not 400)."""
 
 
 class TicketAlreadyOpen(RefundError):
@@ -36,8 +35,7 @@ class TicketAlreadyOpen(RefundError):
 
 
 class ShopUnavailable(RefundError):
-    """The order source could not give the order (the shop did not answer, or answered
-    something unusable); the message says which, for the person opening the ticket."""
+    """The order source could not give the order; the message says why."""
 
 
 class ClaimTaken(RefundError):

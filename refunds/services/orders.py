@@ -1,12 +1,5 @@
-"""Orders in from the shop: one upsert by order number, shared by `manage.py import_orders` and
-`POST /api/orders/`, of orders read by refunds.order_in (which every way in shares). An order
-number that appears twice in the same input is refused in every copy: which one the shop meant
-is not ours to pick.
-
-An order the ledger holds money for (refunded, or a charge under way) is never changed: what
-the customer was refunded was worked out from it. Nor is an order with an open ticket: its
-review shows what lookup read, and its charge pays against the order's payment reference and
-fee as they stand then; the shop sends the change again once the ticket is finished."""
+"""Orders in from the shop, upserted by number. An order the ledger holds money for is never
+changed, nor one with an open ticket; a number twice in one input is refused in every copy."""
 
 from __future__ import annotations
 
@@ -37,8 +30,7 @@ UPDATE_ORDER = (
 UPDATE_SUMS = f"UPDATE {Order._meta.db_table} SET total_cents = %s, paid_cents = %s WHERE id = %s"
 LINE_COLUMNS = list(LineIn.model_fields)
 
-# An order in: its line (a file's, or its place in a push), the number it gave (to name it when
-# refused), and the order read or why it was refused.
+# An order in: its line, the number it gave, and the order read or why it was refused.
 Read = tuple[int, str, OrderIn | LineRefused]
 
 
@@ -67,9 +59,7 @@ def orders_upsert(
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Outcome]:
-    """Create or update orders by number; one Outcome per order read, in line order. With
-    `dry_run` the answer is the same and nothing is written. `progress(done, total)` hears of
-    every batch written."""
+    """Create or update orders by number; one Outcome per order read, in line order."""
     read = list(read)
     outcomes = _refuse_duplicates(read)
     good = [(line, o) for line, _, o in read if isinstance(o, OrderIn) and line not in outcomes]
@@ -105,8 +95,7 @@ def _refuse_duplicates(read: Sequence[Read]) -> dict[int, Outcome]:
 
 
 def _upsert_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Outcome]:
-    # Two imports (or an import and a push) creating the same new order: the loser's INSERT
-    # meets the UNIQUE number, and the batch is read again, now as updates.
+    # The race of two imports creating one order: the loser's INSERT meets the UNIQUE number.
     for attempt in range(3):
         try:
             with transaction.atomic():
@@ -128,8 +117,7 @@ def _differs(current: Order, order: OrderIn, lines: list[dict]) -> list[str]:
 
 
 def _kept_as_it_is(current: Order, differs: list[str], held: dict, reviewed: dict) -> str:
-    """Why an order that differs is not changed: money held against it, or an open ticket whose
-    review and charge use it as it is ("" when it may change)."""
+    """Why an order that differs is not changed ("" when it may change)."""
     if current.pk in held:
         money = held[current.pk]
         return (
@@ -152,10 +140,8 @@ def _write_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Out
     numbers = [order.number for _, order in batch]
     found = Order.objects.filter(number__in=numbers).order_by("pk")
     if sql.is_postgres():
-        # charge_card reads an order's fee with the row locked (FOR UPDATE OF o): with it
-        # locked here too, a charge sees either the old order or the new one, and this batch
-        # sees every charge that committed before it. (On SQLite the IMMEDIATE transaction
-        # already holds the whole database.)
+        # The race with charge_card (FOR UPDATE OF o): a charge sees the old order or the new,
+        # and this batch every charge committed before it. SQLite's IMMEDIATE locks it all.
         found = found.select_for_update()
     existing = {order.number: order for order in found}
     ids = [order.pk for order in existing.values()]
@@ -166,9 +152,8 @@ def _write_batch(batch: list[tuple[int, OrderIn]], *, dry_run: bool) -> list[Out
         .values("order_id")
         .annotate(total=Sum("amount_cents"), ticket=Max("ticket_id"))
     }
-    # Read after the lock: a ticket opened meanwhile either committed before it (seen here) or
-    # waits for this batch to commit (its foreign key check takes a share lock on the order row)
-    # and its lookup reads the order written.
+    # Read after the lock: a ticket opened meanwhile committed before it, or its foreign key's
+    # share lock waits for this batch and its lookup reads the order written.
     reviewed = dict(
         TicketOrder.objects.filter(order_id__in=ids, ticket__status__in=Ticket.OPEN)
         .values("order_id")
@@ -206,9 +191,8 @@ def _orders_write(
 ) -> None:
     Order.objects.bulk_create(Order(**order.model_dump(exclude={"lines"})) for order in new)
     if changed:
-        # One statement run for every changed order: psycopg pipelines executemany into one
-        # round trip. bulk_update's CASE took 32 s for 10,000 changed orders on SQLite, and
-        # an UPDATE each 49 s for 100,000 on PostgreSQL.
+        # executemany is one round trip (psycopg's pipeline); bulk_update's CASE took 32 s for
+        # 10,000 orders on SQLite, and an UPDATE each 49 s for 100,000 on PostgreSQL.
         with connection.cursor() as cursor:
             cursor.executemany(UPDATE_ORDER, changed)
             if resummed:

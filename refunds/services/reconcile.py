@@ -1,10 +1,5 @@
-"""`manage.py reconcile` and its daily task: the ledger beside the processor, order by order,
-for the orders charged or ticketed since a date. It moves no money. It records the refunds and
-disputes made outside the desk (as the pre-charge lookup does) and the processor's statuses of
-the desk's own (as Stripe's events do: a lost event's failure still gives its money back), and
-says what does not match, including an order refunded past what was paid, which the pre-charge
-check cannot fully prevent (a dashboard refund between its lookup and the desk's refund).
-Each run saves its report (ReconcileRun, /ops/reconcile/) and emails the admins a problem."""
+"""`manage.py reconcile` and its daily task: the ledger beside the processor. It moves no money;
+it catches what the pre-charge check cannot (a dashboard refund between its lookup and ours)."""
 
 from __future__ import annotations
 
@@ -46,28 +41,21 @@ class ReconcileReport:
     under_way: int = 0  # ledger rows whose outcome is not known yet, found at the processor
     not_checked: int = 0  # orders left for the next run (the time budget ran out)
     problems: list[str] = field(default_factory=list)
-    # Each dispute still open of the orders looked at, in words: not a problem of the ledger's
-    # (the exit status ignores them), but what a manager reads before refunding that payment.
-    open_disputes: list[str] = field(default_factory=list)
-    # Why nothing was compared (the demo gateway), in words; such a run saves no report.
-    not_run: str = ""
-    # The ledger's refunds were made through another gateway than this process's.
-    wrong_gateway: bool = False
+    open_disputes: list[str] = field(default_factory=list)  # what a manager reads before refunding
+    not_run: str = ""  # why nothing was compared (the demo gateway); no report is saved
+    wrong_gateway: bool = False  # the ledger's refunds went through another gateway
 
     @property
     def ok(self) -> bool:
         return not self.problems and not self.wrong_gateway
 
     def lines(self, *, since: bool = True) -> list[str]:
-        """The report in words. `since` False: without the moment it starts from, for the saved
-        report, whose page says that moment in its reader's zone (one zone per page)."""
+        """The report in words; `since` False for the saved one (its page says it in local time)."""
         if self.not_run:
             return [self.not_run]
-        looked = (
-            f"Reconciled {self.orders} order(s) charged or ticketed since {local_words(self.since)}"
-            if since
-            else f"Reconciled {self.orders} order(s)"
-        )
+        looked = f"Reconciled {self.orders} order(s)"
+        if since:
+            looked += f" charged or ticketed since {local_words(self.since)}"
         said = [
             f"{looked}: {self.listed} refund(s) at the processor.",
             f"Refunds made outside the desk: {self.outside} ({dollars(self.outside_cents)}), "
@@ -95,23 +83,14 @@ def reconcile_payments(
     deadline: float | None = None,
     by: str = ReconcileRun.By.COMMAND,
 ) -> ReconcileReport:
-    """Compare the ledger with the processor for every order charged since `since` that names a
-    payment; `deadline` (time.monotonic()) leaves the orders after it for the next run. Saves
-    the report as run `by` the command or beat, and emails the admins any problem."""
+    """Compare the ledger with the processor for the orders charged since `since`."""
     outside_transaction("the payment processor")
     started_at = timezone.now()
     gateway = gateway or get_gateway()
     report = ReconcileReport(since=since)
-    # The orders charged since, and those a ticket was opened for since: a ticket declined or
-    # refused by the balance check charged nothing, yet its order may be refunded elsewhere.
-    orders = (
-        Order.objects.filter(
-            Q(charges__created_at__gte=since) | Q(links__ticket__created_at__gte=since)
-        )
-        .exclude(payment_reference="")
-        .distinct()
-        .order_by("pk")
-    )
+    # Ticketed orders too: one whose ticket charged nothing may be refunded elsewhere.
+    touched = Q(charges__created_at__gte=since) | Q(links__ticket__created_at__gte=since)
+    orders = Order.objects.filter(touched).exclude(payment_reference="").distinct().order_by("pk")
     if isinstance(gateway, DemoGateway):
         return _against_the_demo(report, orders)
     for order in orders:
@@ -157,10 +136,7 @@ def reconcile_payments(
 
 
 def _against_the_demo(report: ReconcileReport, orders) -> ReconcileReport:
-    """The demo gateway holds the desk's own refunds and nothing made elsewhere: there is nothing
-    to compare. Refunds in the ledger that it never made went through another gateway (the web
-    runs on Stripe; this process was started without its variables): comparing them with the
-    demo would call every one missing, so the run says that instead. Neither is saved."""
+    """Refunds the demo gateway never made went through another one: said, not called missing."""
     made = Charge.objects.filter(
         order__in=orders, status=Charge.Status.SUCCEEDED, receipt__isnull=False
     )
@@ -190,8 +166,7 @@ def _against_the_demo(report: ReconcileReport, orders) -> ReconcileReport:
 
 
 def _tell_the_admins(problems: list[str], lines: list[str]) -> None:
-    """One email to settings.ADMINS (none when it is empty) when the run found a problem. A mail
-    server that fails loses only the email: the report is saved and counted by then."""
+    """One email to settings.ADMINS on a problem; a failing mail server loses only the email."""
     if not problems:
         return
     found = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
@@ -300,9 +275,7 @@ def _compare_one(
 def _past_what_was_paid(
     order: Order, desk_cents: int, outside_cents: int, report: ReconcileReport
 ) -> None:
-    """The processor's refunds of the order (those it has not failed or canceled) beside what
-    was paid; with the amount paid not sent by the shop, beside what the desk may refund of the
-    order (its fee and lines), which the pre-charge check holds outside refunds to as well."""
+    """The processor's standing refunds of the order beside what was paid (or may be refunded)."""
     if order.paid_cents is not None:
         limit, of = order.paid_cents, f"the {dollars(order.paid_cents)} the customer paid"
     else:

@@ -49,18 +49,11 @@ def ticket_open(
     reason: str = policy.LATE_DELIVERY,
     reading: dict | None = None,
 ) -> Ticket:
-    """Open a ticket for one order (`order_number`) or several of one customer's
-    (`order_numbers`, the first becomes Ticket.order). `opened_by` is whom four-eyes keeps from
-    deciding it (who typed its orders or brought the customer's message in; None when no person
-    did); `actor`, who opens it now when that is not the opener (a colleague sorting a message,
-    None for the intake), must be in a desk group. `reason`: refunds.policy.REASONS; `reading`:
-    what the intake's reader found. An order with an open ticket raises TicketAlreadyOpen."""
+    """Open a ticket for one customer's orders; `opened_by` is whom four-eyes keeps from it."""
     if actor is OPENER:
         actor = opened_by
     if actor is not None:
-        refusal = permissions.open_refusal(actor)
-        if refusal:
-            raise PermissionDenied(refusal)
+        permissions.deny(permissions.open_refusal(actor))
     numbers = order_numbers_clean([order_number] if order_numbers is None else order_numbers)
     if "\x00" in (note or ""):
         raise RefundError("The note holds a NUL character; remove it.")
@@ -75,8 +68,7 @@ def ticket_open(
     first = orders[0]
     try:
         with transaction.atomic():
-            # A link still marked open whose ticket finished is closed now, by whoever needs
-            # the order next (the partial UNIQUE index only counts open links).
+            # Stale open links of finished tickets close: the partial UNIQUE index counts them.
             TicketOrder.close_finished([o.pk for o in orders])
             ticket = Ticket.objects.create(
                 thread_id=f"refund-{first.number}-{uuid.uuid4().hex[:10]}",
@@ -106,18 +98,12 @@ def ticket_open(
 
 
 def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
-    """The order numbers a ticket is asked for, stripped, each once, in the order given; a
-    RefundError says what is wrong with them."""
-    cleaned: list[str] = []
-    for raw in numbers:
-        if isinstance(raw, str) and not raw.strip():
-            continue
-        try:
-            number = order_number_read(raw)
-        except ValueError as exc:
-            raise RefundError(str(exc)) from None
-        if number not in cleaned:
-            cleaned.append(number)
+    """The order numbers asked for, stripped, each once, in the order given."""
+    given = [raw for raw in numbers if not isinstance(raw, str) or raw.strip()]
+    try:
+        cleaned = list(dict.fromkeys(order_number_read(raw) for raw in given))
+    except ValueError as exc:
+        raise RefundError(str(exc)) from None
     if not cleaned:
         raise RefundError("Enter an order number.")
     if len(cleaned) > ORDERS_MAX:
@@ -130,18 +116,13 @@ def order_numbers_clean(numbers: Sequence[str]) -> list[str]:
 
 def _open_ticket_of(orders: list[Order]) -> tuple[Ticket, str] | None:
     """An open ticket covering one of these orders, and which order, or None."""
-    link = (
-        TicketOrder.objects.filter(order__in=orders, ticket__status__in=Ticket.OPEN)
-        .select_related("ticket__order", "order")
-        .order_by("ticket_id")
-        .first()
-    )
+    links = TicketOrder.objects.filter(order__in=orders, ticket__status__in=Ticket.OPEN)
+    link = links.select_related("ticket__order", "order").order_by("ticket_id").first()
     return (link.ticket, link.order.number) if link is not None else None
 
 
 def order_find(*, order_number: str) -> Order | None:
-    """The desk's order, or else the shop's (REFUNDS_ORDER_SOURCE), stored; None when neither
-    has it. Asks the shop outside any transaction; ShopUnavailable when it cannot say."""
+    """The desk's order, or else the shop's (REFUNDS_ORDER_SOURCE), stored; None when neither."""
     order = Order.objects.filter(number=order_number).first()
     if order is not None:
         return order
@@ -168,8 +149,7 @@ def _one_customers_orders(numbers: Sequence[str]) -> list[Order]:
 
 
 def _already_open(ticket: Ticket, number: str, note: str, by) -> TicketAlreadyOpen:
-    """The order's open ticket, with what the person typed kept on its timeline: a second
-    report of the same order is often the one with the detail that matters."""
+    """The open ticket, the note kept on it: a second report often has the detail that matters."""
     note = (note or "").strip()
     if note:
         actor = by if by and by.is_authenticated else None
@@ -213,8 +193,7 @@ def email_resend(*, email_id: int, by) -> None:
 
 
 def _reopened(email: Email) -> bool:
-    """An email saying the ticket is closed for want of a reply, whose question a reply
-    reopened since."""
+    """An email saying the ticket is closed for want of a reply, which a reply reopened since."""
     asked = email.key.removesuffix(CLOSED_SUFFIX)
     return (
         asked != email.key
@@ -243,10 +222,7 @@ FORK_MAX_CENTS = 1_000_000
 def ticket_fork(
     *, ticket: Ticket, amount_cents: int, reason: str, by, from_checkpoint_id: str = ""
 ) -> Fork:
-    """Admin: fork the thread with a corrected amount, from the checkpoint named (any before the
-    charge: paused before triage or at the review) or else the latest such. The Fork row is the
-    audit entry; a worker applies it under the lease, then the thread is triaged and reviewed
-    again (a new interrupt id, so answers to the old review are refused)."""
+    """Admin: fork with a corrected amount; its new review's interrupt id refuses old answers."""
     if not permissions.is_admin(by):
         raise PermissionDenied("Only admins fork a thread.")
     reason = (reason or "").strip()

@@ -22,9 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
-    """The escalation timers (run by Celery beat): an agent-level review waiting past
-    REFUNDS_REVIEW_ESCALATE_MINUTES goes to managers, and managers get one reminder email per
-    overdue review, listing them. Conditional UPDATEs: two beats at once escalate once."""
+    """Escalate overdue agent reviews and remind managers; two beats at once escalate once."""
     now = now or timezone.now()
     limit = now - timedelta(minutes=settings.REFUNDS_REVIEW_ESCALATE_MINUTES)
     overdue = Ticket.objects.awaiting().filter(review_since__lte=limit)
@@ -55,21 +53,15 @@ def reviews_escalate_overdue(*, now=None) -> dict[str, list[int]]:
                     answer={"to": "manager", "by": "timer"},
                     note="Waited too long for an agent.",
                 )
-    due = list(
-        overdue.exclude(reminded_for=F("pending_interrupt_id"))
-        .select_related("order")
-        .order_by("review_since")
-    )
+    not_reminded = overdue.exclude(reminded_for=F("pending_interrupt_id"))
+    due = list(not_reminded.select_related("order").order_by("review_since"))
     reminded = _remind_managers(due, now)
     reminders_deliver(_reminders())
     return {"escalated": escalated, "reminded": [t.pk for t in reminded]}
 
 
 def _remind_managers(due: list[Ticket], now) -> list[Ticket]:
-    """Mark each due review reminded (a conditional UPDATE: two beats at once remind once) and
-    put one reminder per manager in the outbox, in the same transaction: a reminder is never
-    marked without its email, nor lost when the mail server refuses it (it waits on the
-    admins' Undelivered page)."""
+    """Mark due reviews reminded (a CAS: two beats remind once) with their emails, atomically."""
     to = list(
         get_user_model()
         .objects.filter(groups__name=ROLE_GROUPS[Role.MANAGER], is_active=True)
@@ -102,8 +94,7 @@ def _remind_managers(due: list[Ticket], now) -> list[Ticket]:
 
 
 def reminders_deliver(owned: Q) -> None:
-    """Deliver the reminders not sent yet (this run's, or a run's that died before it sent
-    them), each through the outbox's claim; a few tries each, then they wait for an admin."""
+    """Deliver unsent reminders through the outbox's claim; after a few tries an admin resends."""
     waiting = Email.objects.filter(owned, attempts__lt=3).exclude(status=Email.Status.SENT)
     for email_id in waiting.values_list("pk", flat=True):
         try:
@@ -113,13 +104,11 @@ def reminders_deliver(owned: Q) -> None:
 
 
 def _reminder(tickets: list[Ticket], now) -> tuple[str, str]:
-    lines = []
-    for t in tickets:
-        waited = int((now - t.review_since).total_seconds() // 60)
-        lines.append(
-            f"- Order {t.order.number}: {dollars(t.amount_cents)}, waiting {waited} minutes "
-            f"(ticket {t.pk})"
-        )
+    lines = [
+        f"- Order {t.order.number}: {dollars(t.amount_cents)}, waiting "
+        f"{int((now - t.review_since).total_seconds() // 60)} minutes (ticket {t.pk})"
+        for t in tickets
+    ]
     subject = f"Refund Desk: {len(tickets)} review{'s' if len(tickets) != 1 else ''} overdue"
     body = (
         "These refund reviews have waited longer than "
@@ -130,8 +119,7 @@ def _reminder(tickets: list[Ticket], now) -> tuple[str, str]:
     return subject, body
 
 
-# The managers' reminders in the outbox (refunds/outbox.py): no run sends them, so each is
-# always free for the timer's delivery or an admin's Resend (one conditional claim either way).
+# Managers' reminders: no run sends them; the timer or a Resend claims each (conditionally).
 REMINDER_PREFIX = "reminder:"
 
 
@@ -147,8 +135,4 @@ def _about(emails: list[Email]) -> dict[int, tuple[str, str]]:
     }
 
 
-REMINDERS = outbox.OtherRun(
-    owns=_reminders,
-    settled=_reminders,
-    about=_about,
-)
+REMINDERS = outbox.OtherRun(owns=_reminders, settled=_reminders, about=_about)

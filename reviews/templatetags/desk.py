@@ -30,7 +30,7 @@ register.filter("trail_words", words.trail_words)
 register.filter("charge_progress", selectors.charge_progress)
 register.filter("units_left", policy.units_left)
 register.filter("shipping_left", policy.shipping_left)
-register.filter("reads_audit", permissions.can_read_audit)
+register.filter("reads_audit", permissions.oversees)
 
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 
@@ -167,7 +167,7 @@ def placed_words(placed) -> str:
 @register.filter
 def lowers_amounts(user) -> bool:
     """Managers and admins lower an amount before approving (edit_refusal says it per ticket)."""
-    return permissions.is_admin(user) or permissions.is_manager(user)
+    return permissions.oversees(user)
 
 
 @register.filter

@@ -20,7 +20,7 @@ from reviews.views.common import AUDIT_PAGE, COUNT_CAP, HtmxHttpRequest
 
 
 def _audit_filters(request: HttpRequest):
-    if not permissions.can_read_audit(request.user):
+    if not permissions.oversees(request.user):
         raise PermissionDenied("The audit trail is for managers and admins.")
     search = forms.AuditSearch(request.GET or None)
     # The form's fields are the selector's filters, by name.
