@@ -70,10 +70,6 @@ _proxy_header = env.str("SECURE_PROXY_SSL_HEADER", "")
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
 )
-SECURE_REFERRER_POLICY = "same-origin"
-SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
-SESSION_COOKIE_HTTPONLY = True
-X_FRAME_OPTIONS = "DENY"
 # 1,000 form fields and 2.5 MB bodies are Django's defaults; the API allows far less (see API_).
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 200
 PERMISSIONS_POLICY = (
@@ -230,7 +226,6 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "reviews:queue"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
 # The languages customers are written to in (refunds/emails.py): those the intake's reader
 # tells apart (intake/reader/vocabulary.py). The desk itself is in English.
 LANGUAGES = [
@@ -525,14 +520,6 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "cards": {**_CARDS_CACHE, "TIMEOUT": 3600},
 }
-CELERY_BEAT_SCHEDULE = {
-    "recover-unfinished-threads": {
-        "task": "refunds.tasks.recover_tickets",
-        "schedule": REFUNDS_SWEEP_SECONDS,
-        # A sweep still queued when the next one is due is dropped, not run late in a pile.
-        "options": {"expires": REFUNDS_SWEEP_SECONDS},
-    },
-}
 
 # --- The review desk -------------------------------------------------------------------------
 REFUNDS_CLAIM_SECONDS = env.float("REFUNDS_CLAIM_SECONDS", 600.0, validate=Range(min=5.0))
@@ -567,19 +554,9 @@ if REFUNDS_REVIEW_ESCALATE_MINUTES <= REFUNDS_REVIEW_WARN_MINUTES:
         f"({REFUNDS_REVIEW_ESCALATE_MINUTES:g} <= {REFUNDS_REVIEW_WARN_MINUTES:g})"
     )
 REFUNDS_TIMER_SECONDS = env.float("REFUNDS_TIMER_SECONDS", 60.0, validate=Range(min=1.0))
-CELERY_BEAT_SCHEDULE["review-escalation-timers"] = {
-    "task": "refunds.tasks.escalate_overdue_reviews",
-    "schedule": REFUNDS_TIMER_SECONDS,
-    "options": {"expires": REFUNDS_TIMER_SECONDS},
-}
 
 REFUNDS_RECONCILE_DAYS = env.float("REFUNDS_RECONCILE_DAYS", 14.0, validate=Range(min=0.1))
 REFUNDS_RECONCILE_HOURS = env.float("REFUNDS_RECONCILE_HOURS", 24.0, validate=Range(min=0.1))
-CELERY_BEAT_SCHEDULE["reconcile-with-the-processor"] = {
-    "task": "refunds.tasks.reconcile_payments",
-    "schedule": REFUNDS_RECONCILE_HOURS * 3600,
-    "options": {"expires": REFUNDS_RECONCILE_HOURS * 3600},
-}
 
 # --- The JSON API (Django REST framework, api/) --------------------------------------
 API_RATE_PER_IP = env.str("API_RATE_PER_IP", "300/minute")
@@ -640,10 +617,23 @@ if WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT >= CELERY_TASK_SOFT_TIME_LIMIT
     )
 WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", DEBUG)
 WEBHOOK_ALLOW_PRIVATE = env.bool("WEBHOOK_ALLOW_PRIVATE", False)
-CELERY_BEAT_SCHEDULE["deliver-webhooks"] = {
-    "task": "webhooks.tasks.deliver_webhooks",
-    "schedule": WEBHOOK_SWEEP_SECONDS,
-    "options": {"expires": WEBHOOK_SWEEP_SECONDS},
+CELERY_BEAT_SCHEDULE = {
+    # A run still queued when the next one is due is dropped, not run late in a pile.
+    name: {"task": task, "schedule": every, "options": {"expires": every}}
+    for name, every, task in [
+        ("recover-unfinished-threads", REFUNDS_SWEEP_SECONDS, "refunds.tasks.recover_tickets"),
+        (
+            "review-escalation-timers",
+            REFUNDS_TIMER_SECONDS,
+            "refunds.tasks.escalate_overdue_reviews",
+        ),
+        (
+            "reconcile-with-the-processor",
+            REFUNDS_RECONCILE_HOURS * 3600,
+            "refunds.tasks.reconcile_payments",
+        ),
+        ("deliver-webhooks", WEBHOOK_SWEEP_SECONDS, "webhooks.tasks.deliver_webhooks"),
+    ]
 }
 
 # --- Health and metrics ----------------------------------------------------------------------

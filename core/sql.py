@@ -4,7 +4,6 @@ ON CONFLICT); everything else uses the ORM."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
@@ -59,8 +58,3 @@ def literal(value: str) -> str:
     if "'" in value or "%" in value:
         raise ValueError(f"{value!r} cannot be written into SQL as it is")
     return f"'{value}'"
-
-
-def literals(values: Iterable[str]) -> str:
-    """`('a', 'b')`, for IN."""
-    return "(" + ", ".join(literal(v) for v in values) + ")"
