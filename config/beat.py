@@ -1,10 +1,5 @@
-"""Celery beat's scheduler: RedBeat's, which stands by instead of exiting when it loses its lock.
-
-RedBeat renews its one-beat lock at every tick and lets `LockNotOwnedError` end the process when
-the lock lapsed meanwhile: a tick later than BEAT_LOCK_SECONDS (a loaded machine, a paused
-process) or a FLUSHDB of its Redis took beat down, and the sweeps, timers and webhooks with it,
-until someone restarted it. Here a beat that loses its lock forgets it and tries to take it again
-at every tick, as a standby beat does, and sends nothing until it holds it."""
+"""Celery beat's scheduler: RedBeat's, which stands by instead of exiting when it loses its lock
+(a tick later than BEAT_LOCK_SECONDS or a FLUSHDB took beat, and the sweeps, down for good)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""gunicorn's settings for the web process (Procfile, `manage.py rundesk`):
-`-c python:config.gunicorn`.
-
-- Bound to the proxy's side: 127.0.0.1 unless WEB_BIND says otherwise (the TLS proxy in front is
-  the only way in). gunicorn believes X-Forwarded-Proto/-For only from FORWARDED_ALLOW_IPS (its
-  own variable; default 127.0.0.1 and ::1, the proxy on this machine).
-- The app is loaded once in the master before the workers fork (preload), and every view module
-  imported then, so a fresh worker's first request does not pay for the imports (21-24 s before,
-  on a busy machine).
-- One access line per request, with the request id and no customer's address
-  (core.logs.access_line): JSON, or words for a person at a terminal with LOG_FORMAT=text (the
-  demo's console).
-- Prometheus' multiprocess files of processes that no longer run are removed at start, and a
-  worker's when it exits, so /metrics does not sum the dead.
-- gunicornc's control socket is the instance's own, in its data folder (REFUNDS_DATA_DIR)."""
+"""gunicorn's settings for the web process (`-c python:config.gunicorn`): bound to 127.0.0.1
+unless WEB_BIND says otherwise (the TLS proxy in front is the only way in); the app and every
+view module loaded before the workers fork, so a fresh worker's first request pays no imports."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""How the desk says a moment or a day: one format everywhere (pages, the history, the customer
-page, review text, messages and emails), in the time zone active for the request (the
-reviewer's), labelled with it: "Dec 1, 2026, 22:12 JST"; a plain date as "Dec 1, 2026". The
-audit CSV keeps ISO 8601 in UTC on purpose: it is read by programs.
-
-`day_words` needs no Django, so the graph (refunds/flow/, Django-free) uses it too; Django is
-imported only where a moment is put in the reviewer's zone.
-"""
+"""How the desk says a moment or a day: one format everywhere, in the reviewer's time zone,
+labelled with it: "Dec 1, 2026, 22:12 JST". `day_words` needs no Django: the graph uses it too."""
 
 from __future__ import annotations
 
@@ -23,9 +17,8 @@ def local_words(moment: datetime, *, seconds: bool = False) -> str:
 
 
 def day_words(day: date | str, *, year: bool = True) -> str:
-    """A date: "Dec 1, 2026" ("Dec 1" where the year goes without saying: a plot's axis). An ISO
-    date string (graph state is JSON) is read first; anything else is shown as it is, never an
-    error on a page."""
+    """A date, or an ISO date string (graph state is JSON): "Dec 1, 2026" ("Dec 1" without the
+    year); anything else is shown as it is, never an error on a page."""
     if isinstance(day, str):
         try:
             read = date.fromisoformat(day)

@@ -1,10 +1,5 @@
-"""Secrets stay out of error pages and logs.
-
-Two rules, applied to every string an error page or a log line shows: the userinfo of a URL
-(`postgres://refunds:PASSWORD@db/...`) is masked, and so is the value of any secret this process
-was configured with (SECRET_KEY, the database and broker passwords, the mail password, webhook and
-metrics tokens, the Stripe secret key and webhook secret, the reader's model API key), wherever
-it appears. Settings whose names look secret are hidden by name too."""
+"""Secrets stay out of error pages and logs: URL userinfo is masked in every string shown, and so
+is the value of every secret this process was configured with (SECRET_VARIABLES)."""
 
 from __future__ import annotations
 
