@@ -43,10 +43,6 @@ def _configured(name: str) -> str:
     return value
 
 
-def _secret_values() -> tuple[str, ...]:
-    return _secrets_in(tuple(_configured(name) for name in SECRET_VARIABLES))
-
-
 @cache
 def _secrets_in(values: tuple[str, ...]) -> tuple[str, ...]:
     """The secret strings among these settings, longest first (a password inside a URL)."""
@@ -68,7 +64,7 @@ def mask(text: str) -> str:
     if type(text) is not str:  # a SafeString, or a lazy object that passes for a str
         text = str(text)
     text = USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
-    for secret in _secret_values():
+    for secret in _secrets_in(tuple(map(_configured, SECRET_VARIABLES))):
         if secret in text:
             text = text.replace(secret, MASK)
     return text

@@ -60,7 +60,6 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "Time to decision (median minutes, by day decided)",
                 labels,
                 [charts.Series("minutes to decide", "bar-b", minutes)],
-                fmt=lambda v: f"{v:g}",
             ),
             charts.bar_chart(
                 "Refunds paid per day",
