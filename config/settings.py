@@ -87,7 +87,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     # {% partialdef %}: an htmx answer is a named part of its page ("reviews/queue.html#rows").
-    # Its app config puts its loader in front of the cached one (TEMPLATES has no "loaders").
     "template_partials",
     "anymail",  # the mail provider: its backends and tracking webhooks (config/urls.py)
     "rest_framework",
@@ -151,14 +150,12 @@ AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, validate=Range(min=1))
 AXES_COOLOFF_TIME = timedelta(
     minutes=env.float("LOGIN_LOCKOUT_MINUTES", 15.0, validate=Range(min=0.1))
 )
-# Locked per user name and address pair: one attacker cannot lock a colleague out from elsewhere,
-# and many names from one address are still throttled by the API's and the login's limits.
+# Locked per user name and address pair: one attacker cannot lock a colleague out from elsewhere.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # 429 with Retry-After, the same page as the per-address limit (config/login_guard.py).
 AXES_LOCKOUT_CALLABLE = "config.login_guard.locked_out"
-# The address behind the proxy (core/addresses.py), not REMOTE_ADDR, the proxy's own for every
-# client: five wrong passwords from anywhere would lock a user out everywhere.
+# Not REMOTE_ADDR, the proxy's: five wrong passwords from anywhere would lock a user out everywhere.
 AXES_CLIENT_IP_CALLABLE = "core.addresses.client_ip"
 LOGIN_FAILURES_PER_IP = env.str("LOGIN_FAILURES_PER_IP", "20/hour")
 AXES_VERBOSE = False
@@ -190,8 +187,7 @@ DATABASE_URL = env_url(
     schemes=("sqlite", "postgres", "postgresql"),
 )
 DATABASES = {
-    # Persistent connections are checked before reuse: after the database drops connections (a
-    # restart, a failover, pg_terminate_backend) a request gets a fresh one instead of a 500.
+    # Checked before reuse: after the database drops connections a request gets a fresh one.
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -226,8 +222,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "reviews:queue"
 LOGOUT_REDIRECT_URL = "login"
 
-# The languages customers are written to in (refunds/emails.py): those the intake's reader
-# tells apart (intake/reader/vocabulary.py). The desk itself is in English.
+# Customers' languages: those the intake's reader tells apart. The desk itself is in English.
 LANGUAGES = [
     ("en", "English"),
     ("es", "Spanish"),
@@ -437,13 +432,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds one unacked task, not a 
 CELERY_WORKER_LOST_WAIT = 2.0  # notice a dead pool child in 2 s instead of 10
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Mail the console backend prints is for the person at the terminal: printed as it is, not made
-# into log records ("WARNING celery.redirected" around each line, log fields on the last).
+# Mail the console backend prints is for the person at the terminal: printed as it is, not logged.
 CELERY_WORKER_REDIRECT_STDOUTS = FAKE_EMAIL_BACKENDS.get(EMAIL_BACKEND) != PRINTED
-# Celery's Django fixup closes the database connection before and after every task unless this
-# is set, and a new PostgreSQL connection costs more than all of an advance's statements. Django's
-# own rules recycle it instead (CONN_MAX_AGE, health checks), applied around each task as around
-# each web request (config/celery_app.py).
+# Otherwise Celery closes the connection around every task, and a new PostgreSQL connection costs
+# more than all of an advance's statements; config/celery_app.py recycles it as Django does.
 CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A web request that cannot reach the broker gives up fast; the sweep re-sends from the database.
@@ -457,8 +449,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
 }
-# Three queues, each with its own workers (Procfile), so no kind of work waits behind another's
-# backlog; a worker started without -Q consumes all three.
+# Three queues, each with its own workers (Procfile): no kind of work waits behind another's.
 CELERY_TASK_QUEUES = tuple(
     Queue(name, Exchange(name), routing_key=name) for name in ("threads", "intake", "housekeeping")
 )
@@ -496,8 +487,7 @@ CELERY_REDBEAT_REDIS_URL = env_url(
 )
 # Said explicitly, so RedBeat does not hand the broker's transport options to its Redis client.
 CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 5}
-# The queue's rendered cards (reviews/rows.py), keyed by a digest of all they show: shared on the
-# broker's Redis, in the process otherwise; an hour each, as the digest's minutes pile up keys.
+# The queue's rendered cards (reviews/rows.py): an hour each, as the digest's minutes pile up keys.
 CARDS_KEPT = 2000  # cards per process in memory: a desk's busiest queues, a few KB each
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     _CARDS_CACHE: dict[str, Any] = {
@@ -678,8 +668,7 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
-        # Django's default config gives "django" a console handler of its own under DEBUG, and
-        # its records reach the root's console too: every line twice in the demo.
+        # Not Django's console handler under DEBUG too: every line twice in the demo.
         "django": {"handlers": ["mail_admins"], "level": "INFO"},
         "django.request": {"filters": ["refusals_in_one_line"]},
         "httpx": {"level": "WARNING"},
