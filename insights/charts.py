@@ -1,6 +1,5 @@
-"""Bar charts as SVG, drawn on the server: no chart library, no CDN, no script, no inline style
-(colours come from classes in static/desk.css, so the page keeps its Content-Security-Policy).
-The SVG scales to its container through its viewBox, so a chart reads at 390 px as at 1280."""
+"""Bar charts as SVG drawn on the server: no library, no script, no inline style (the
+Content-Security-Policy); the viewBox scales a chart to its container."""
 
 from __future__ import annotations
 
@@ -11,13 +10,11 @@ from dataclasses import dataclass
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-# A small drawing with large type: scaled down to a 390 px phone (about 330 px of chart) the
-# 15-unit text is still 10 px; at desk width it grows with the box.
+# A small drawing with large type: on a 390 px phone the 15-unit text is still 10 px.
 WIDTH, HEIGHT = 480, 250
 LEFT, RIGHT, TOP, BOTTOM = 62, 10, 14, 34
-# The widest a character of the 15-unit axis type draws (a digit or "$" is about 8.5 units in
-# DejaVu Sans, the widest font a browser here falls back to): the left margin is made from the
-# longest tick label with this, so "$200.00" is never cut at the left edge.
+# The widest a character of the axis type draws (DejaVu Sans, the widest fallback): the left
+# margin fits the longest tick label, so "$200.00" is never cut at the left edge.
 CHAR_W, GAP = 9.5, 6
 
 
@@ -52,10 +49,8 @@ def bar_chart(
     whole: bool = False,
     least: float = 0,
 ) -> SafeString:
-    """Bars per label, several series stacked. Each bar has a <title> (a tooltip and what a
-    screen reader says); the figure has a text summary in aria-label. `least`: the lowest top
-    the axis has, so small or no values still get ticks `fmt` tells apart (money in cents: a
-    dollar, not "$0.01, $0.01, $0.00" for a day with no refunds)."""
+    """Bars per label, several series stacked, each with a <title>. `least`: the lowest top the
+    axis has, so small or no values still get ticks `fmt` tells apart ("$0.01, $0.01, $0.00")."""
     count = len(labels)
     totals = [sum(s.values[i] for s in series) for i in range(count)]
     top = max(_nice_max(max(totals, default=0)), least)

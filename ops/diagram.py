@@ -1,6 +1,5 @@
-"""The workflow drawn on the server as SVG, from LangGraph's own `get_graph()` nodes and edges:
-no script and no inline style (the Content-Security-Policy allows neither); classes only, styled
-in ops.css. The thread's path and its current position are classes too."""
+"""The workflow drawn on the server as SVG from LangGraph's `get_graph()`: no script and no inline
+style (the Content-Security-Policy allows neither); classes only, styled in ops.css."""
 
 from __future__ import annotations
 
@@ -125,8 +124,7 @@ def _around(
     where: dict[str, tuple[float, float]],
     width: float,
 ) -> list[tuple[float, float]]:
-    """An edge that passes rows or goes back up, as right angles: through the gaps between rows
-    and down (or up) a lane outside every box of the rows it passes."""
+    """An edge that passes rows or goes back up: right angles, in a lane outside every box."""
     (x1, y1), (x2, y2) = where[e.source], where[e.target]
     low, high = sorted((level[e.source], level[e.target]))
     passed = [where[n][0] for lvl in range(low, high + 1) for n in rows[lvl]]

@@ -1,7 +1,5 @@
 """Admins' pages: a thread's history (time travel, fork), the failed and undelivered queues,
-reconcile's last report, and what the desk remembers about a customer. Managers read (not
-reconcile's report: admins only); only admins act; agents and users in no desk group are
-refused."""
+reconcile's report, a customer's memory. Managers read (not reconcile's); only admins act."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """The outbox's webhook handler (rows of kind "webhook"): fan events out to endpoints, claim due
-deliveries, POST them signed.
-
-At least once: a row is claimed with the outbox's conditional UPDATE (core/outbox.py) before the
-POST; a 2xx marks it sent, anything else puts it back with an exponential backoff
-(WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an hour) until WEBHOOK_MAX_ATTEMPTS, then
-"failed", shown in admin with its log and a "send again" action. A sender that dies mid-POST
-leaves a stale claim, taken over after the send window: the receiver may then see the event twice,
-with the same event id (`Refund-Desk-Event-Id`, and `id` in the body), which is how it
-de-duplicates. A URL webhooks/addresses.py refuses fails at once, without retries."""
+deliveries, POST them signed; at least once, with backoff (docs/integrations.md). A stale claim
+is taken over after the send window: the receiver de-duplicates by the event id."""
 
 from __future__ import annotations
 
@@ -41,9 +34,7 @@ USER_AGENT = "RefundDesk-Webhooks/1"
 
 
 def payload(event: Event) -> dict:
-    """The event as receivers read it. `refund_state` and `refund_words` say where a refunded
-    ticket's money is as the desk knows it when the event is sent (refunds/selectors.py), null
-    unless the ticket is refunded then: a later event carries any later state."""
+    """The event as receivers read it; the refund's state as the desk knows it when it is sent."""
     ticket = event.ticket
     progress = selectors.refund_progress(ticket)
     data: dict = {
@@ -114,11 +105,9 @@ def _due() -> Q:
 
 
 def deliver_due(*, limit: int = 100) -> dict[str, int]:
-    """One sweep: fan out new events, then send what is due, oldest first. Endpoints are served
-    in parallel (WEBHOOK_SWEEP_THREADS), each one delivery at a time in order, so a receiver that
-    never answers holds only its own queue. An endpoint that fails is left until the next sweep:
-    a dead one costs one timeout per sweep, not one per delivery. Nothing new is claimed after
-    WEBHOOK_SWEEP_BUDGET_SECONDS, so the sweep ends within budget + WEBHOOK_TIMEOUT."""
+    """One sweep: fan out, then send what is due, each endpoint in order on its own thread, so a
+    receiver that never answers holds only its own queue, once per sweep. Nothing is claimed
+    after WEBHOOK_SWEEP_BUDGET_SECONDS: the sweep ends within budget + WEBHOOK_TIMEOUT."""
     outside_transaction("webhook endpoints")  # the pool's threads post; this one waits for them
     fan_out()
     due = (
@@ -179,8 +168,7 @@ class _Answer:
 
 
 def _claim_next(queue: deque[int], counts: dict[str, int]) -> _Outgoing | None:
-    """Claim the next delivery of one endpoint's queue; None when there is nothing to send now
-    (one lost to another sender is counted as skipped and the next is tried)."""
+    """Claim the next delivery of one endpoint's queue; None when there is nothing to send now."""
     while queue:
         delivery_id = queue.popleft()
         claim = uuid.uuid4().hex
@@ -269,8 +257,7 @@ def _record(outgoing: _Outgoing, answer: _Answer) -> str:
 
 
 def send_again(delivery_ids: list[int]) -> int:
-    """An admin's "send again": due now, whatever happened before (a delivered one too: the
-    receiver asked for it, and de-duplicates by event id). Each press is one more attempt."""
+    """An admin's "send again": due now, a delivered one too (the receiver de-duplicates)."""
     return (
         Delivery.objects.filter(pk__in=delivery_ids)
         .exclude(status=Delivery.Status.SENDING)

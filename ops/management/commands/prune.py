@@ -1,8 +1,5 @@
-"""Remove all but the last checkpoint of finished threads older than a given age.
-
-The app's own rows (tickets, decisions, forks, charges, emails, the audit trail) are kept: the
-history page tells a pruned thread's story from them. A thread with a fork waiting, or that left
-its final state since it was listed, is skipped."""
+"""Remove all but the last checkpoint of finished threads older than a given age; the app's own
+rows are kept, and the history page tells a pruned thread's story from them."""
 
 from __future__ import annotations
 
