@@ -3,32 +3,16 @@ style (the Content-Security-Policy allows neither); classes only, styled in ops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
+from langchain_core.runnables.graph import Edge
 
 from refunds import persistence
 from refunds.flow.words import node_words, split_order_step
 
 BOX_W, BOX_H, ROW_H, COL_W, PAD = 250, 40, 66, 270, 14
-# Room beside the boxes for edges that pass rows (decline -> notify) or go back up (a refused
-# charge -> approve): they run in a lane outside the boxes they pass, never across one.
+# Room beside the boxes for edges that pass rows or go back up: they never run across a box.
 LANE = 22
-
-
-@dataclass(frozen=True)
-class Edge:
-    source: str
-    target: str
-    conditional: bool
-
-
-def structure() -> tuple[list[str], list[Edge]]:
-    drawn = persistence.graph().get_graph()
-    nodes = list(drawn.nodes)
-    edges = [Edge(e.source, e.target, bool(e.conditional)) for e in drawn.edges]
-    return nodes, edges
 
 
 def levels(nodes: list[str], edges: list[Edge]) -> dict[str, int]:
@@ -60,7 +44,8 @@ def levels(nodes: list[str], edges: list[Edge]) -> dict[str, int]:
 
 
 def svg(path: list[str], current: list[str]) -> SafeString:
-    nodes, edges = structure()
+    drawn = persistence.graph().get_graph()
+    nodes, edges = list(drawn.nodes), drawn.edges
     level = levels(nodes, edges)
     rows: dict[int, list[str]] = {}
     for n in nodes:
