@@ -18,8 +18,7 @@ from redbeat.schedulers import (
 
 logger = get_logger("celery.beat")
 
-# RedBeat takes the lock once, at start-up, blocking; here every tick takes it when it is not held,
-# so starting and coming back after a lost lock are one path.
+# Every tick takes the lock when it is not held: starting and coming back are one path.
 beat_init.disconnect(acquire_distributed_beat_lock)
 
 
@@ -32,13 +31,11 @@ class StandbyScheduler(RedBeatScheduler):
                 return again
             return super().tick(*args, **kwargs)
         except redis.exceptions.LockError as exc:
-            # Another beat may send the schedule now: this one sends nothing until it holds the
-            # lock again.
+            # Another beat may send the schedule now: this one sends nothing until it holds it.
             logger.warning("beat: Lost lock (%s); standing by", exc)
             self.lock = None
         except redis.exceptions.RedisError as exc:
-            # Unknown whether the lock still holds: the next tick's renewal says, before anything
-            # is sent.
+            # Whether the lock holds: the next tick's renewal says, before anything is sent.
             logger.warning("beat: Redis did not answer (%s); trying again", exc)
         return again
 
@@ -51,7 +48,6 @@ class StandbyScheduler(RedBeatScheduler):
             return False
         logger.info("beat: Acquired lock")
         self.lock = lock
-        # A FLUSHDB that took the lock took the schedule too: put its entries back (an entry that
-        # is still there keeps its last run).
+        # A FLUSHDB that took the lock took the schedule too: put its entries back.
         self.setup_schedule()
         return True

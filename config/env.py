@@ -41,8 +41,7 @@ def exit_on_bad_setting() -> None:
     sys.excepthook = hook
 
 
-# What drivers say when a connection cannot be made at all (as opposed to an error on a live one,
-# such as SQLite's "database is locked", which keeps its traceback).
+# What drivers say when a connection cannot be made at all (not an error on a live one).
 _UNREACHABLE = (
     "unable to open database file",
     "connection failed",

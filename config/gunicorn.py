@@ -15,8 +15,7 @@ bind = [f"{os.environ.get('WEB_BIND', '127.0.0.1')}:{os.environ.get('PORT', '800
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 preload_app = True
 accesslog = "-"
-# gunicorn's default ($XDG_RUNTIME_DIR or ~/.gunicorn) is one per user: each gunicorn they start
-# takes it from the last, each that stops deletes it, and gunicornc stops whichever holds it.
+# gunicorn's default is one per user: each gunicorn started takes it from the last.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 control_socket = str(settings.DATA_DIR / "gunicorn.ctl")
 
@@ -45,8 +44,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_dead_metric_files(folder: Path) -> list[str]:
-    """prometheus_client names each process's file <kind>_<pid>.db; a dead pid's counts would be
-    summed into /metrics for ever. Files of live processes (workers, beat) are kept."""
+    """A dead pid's <kind>_<pid>.db would be summed into /metrics for ever."""
     removed = []
     for path in folder.glob("*.db"):
         pid = path.stem.rpartition("_")[2]

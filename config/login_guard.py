@@ -1,6 +1,5 @@
 """Login throttling on top of django-axes' lock per (user name, address): failed logins are also
-counted per address across all names (LOGIN_FAILURES_PER_IP), so one address cannot try any
-number of names."""
+counted per address (LOGIN_FAILURES_PER_IP), so one address cannot try any number of names."""
 
 from __future__ import annotations
 

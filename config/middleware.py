@@ -12,8 +12,7 @@ from django.template.loader import render_to_string
 from django.utils.deprecation import MiddlewareMixin
 
 log = logging.getLogger(__name__)
-# What a dropped or unreachable database raises (and SQLite's "database is locked"): the request
-# could not be done now and may be tried again. Bugs (ProgrammingError, IntegrityError...) stay 500.
+# A dropped or unreachable database (or SQLite's "locked"): try again. Bugs stay 500.
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
@@ -30,8 +29,7 @@ def permissions_policy_middleware(get_response: Callable[[HttpRequest], HttpResp
 
 
 def reviewer_time_zone_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
-    """Times on the desk's pages in the reviewer's own time zone: their browser names it in the
-    `tz` cookie (static/desk.js); an unknown or missing name leaves settings.TIME_ZONE."""
+    """Times in the reviewer's own time zone, as their browser names it (the `tz` cookie)."""
     from zoneinfo import ZoneInfo, available_timezones
 
     from django.utils import timezone

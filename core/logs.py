@@ -70,8 +70,7 @@ class RefusalsInOneLine(logging.Filter):
 
 
 def request_id_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
-    """Give every request an id (the proxy's X-Request-ID when it sends a sane one), log lines
-    made while it runs carry it, and the response names it."""
+    """Every request has an id (the proxy's, when sane): its log lines and response carry it."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         given = request.headers.get("X-Request-ID", "")

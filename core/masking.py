@@ -82,8 +82,7 @@ def mask_value(value: Any) -> Any:
 
 
 class SafeFilter(SafeExceptionReporterFilter):
-    """Django's filter, hiding more names, masking URL credentials in every shown value (settings,
-    request META, frame variables)."""
+    """Django's filter, hiding more names and masking every shown value."""
 
     hidden_settings = HIDDEN_NAMES
 
@@ -109,8 +108,7 @@ def _mask_repr(value: Any) -> Any:
 
 
 class SafeReporter(ExceptionReporter):
-    """Django's debug page, with every string it shows passed through mask(): the exception
-    message, frame sources, settings, META. (A database error's message may quote its URL.)"""
+    """Django's debug page, every string through mask(): a database error may quote its URL."""
 
     def get_traceback_data(self):
         return mask_value(super().get_traceback_data())

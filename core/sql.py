@@ -1,6 +1,5 @@
-"""The few hot statements of a run are written in SQL: one round trip each, no query building.
-These helpers keep them short and the same on SQLite and PostgreSQL (both have RETURNING and
-ON CONFLICT); everything else uses the ORM."""
+"""The few hot statements of a run are written in SQL (one round trip each, no query building),
+the same on SQLite and PostgreSQL; everything else uses the ORM."""
 
 from __future__ import annotations
 

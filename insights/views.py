@@ -88,8 +88,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format, for a scraper with `Authorization: Bearer <METRICS_TOKEN>` or an
-    admin's session."""
+    """Prometheus text format, for `Authorization: Bearer <METRICS_TOKEN>` or an admin."""
     token = settings.METRICS_TOKEN
     given = request.headers.get("Authorization", "")
     allowed = bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())

@@ -33,8 +33,7 @@ LABELS = {
     "note": "Customer's note",
     "reason": "Reason",
 }
-# Said elsewhere on the entry (what ran, notes, flags, the cause) or on the page (each order's
-# lane), or ids and versions that are for admins, in the technical details.
+# Said elsewhere on the entry or the page, or for admins only (the technical details).
 HIDDEN = {"flow_version", "forks", "tracking", "order_number", "ticket_key", "fork_id", "trail"}
 HIDDEN |= {"notes", "flags", "history", "checks", "charges", "asking", "replies", "reading"}
 

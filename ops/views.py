@@ -217,8 +217,7 @@ def reconcile(request: HttpRequest) -> HttpResponse:
 @require_GET
 @readers_only
 def customer(request: HttpRequest, email: str) -> HttpResponse:
-    # Any text the URL carries reaches the store and the database; PostgreSQL answers a NUL
-    # with an error (a 500), so what cannot be an address is refused with the reason.
+    # PostgreSQL answers a NUL with an error (a 500): what cannot be an address is refused.
     if not (0 < len(email) <= EMAIL_MAX and email.isprintable() and "@" in email):
         return HttpResponseBadRequest(
             "That is not a customer's email address (printable characters with an @, at most "

@@ -52,13 +52,11 @@ def payload(event: Event) -> dict:
         }
     }
     if event.to_status == Ticket.Status.REFUNDED:
-        # What came back to the customer, line by line, and which items return: the shop's
-        # stock follows it (the desk keeps none).
+        # What came back, line by line, and which items return: the shop's stock follows it.
         data["refunds"] = selectors.refunds_given(ticket)
     return {
         "id": event.event_id,
-        # A refunded ticket's refund moved (pending, succeeded, failed at the processor): the
-        # trigger of migration 0004 writes it with the ticket's status on both sides.
+        # A refunded ticket's refund moved: migration 0004's trigger writes "refunded" twice.
         "type": "ticket.refund_state_changed"
         if event.from_status == event.to_status
         else "ticket.status_changed",
