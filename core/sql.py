@@ -39,12 +39,6 @@ def fetchone(sql: str, params: list[Any]) -> tuple | None:
         return cursor.fetchone()
 
 
-def fetchall(sql: str, params: list[Any]) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
 def execute(sql: str, params: list[Any]) -> int:
     """Run a statement; the number of rows it changed."""
     with connection.cursor() as cursor:

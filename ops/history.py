@@ -271,10 +271,8 @@ def order_lanes(ticket: Ticket) -> list[Lane]:
         check, charge = checks.get(number) or {}, charges.get(number) or {}
         answer = check.get("answer") or {}
         if not check:
-            checking = ("check_order", number) in running
-            out.append(
-                Lane(number, ["being checked" if checking else "not checked yet"], "waiting")
-            )
+            said = "being checked" if ("check_order", number) in running else "not checked yet"
+            out.append(Lane(number, [said], "waiting"))
             continue
         words = [_check_words(check)]
         if not check.get("refundable", True):

@@ -226,30 +226,22 @@ def _record(outgoing: _Outgoing, answer: _Answer) -> str:
             duration_ms=answer.elapsed_ms,
         )
         mine = Delivery.objects.filter(pk=delivery.pk, claimed_by=outgoing.claim)
+        last = {"last_status_code": code, "last_error": error}
         if not error:
-            mine.update(
-                status=Delivery.Status.SENT,
-                sent_at=timezone.now(),
-                last_status_code=code,
-                last_error="",
-            )
+            mine.update(status=Delivery.Status.SENT, sent_at=timezone.now(), **last)
             log.info("webhook %s delivered to %s", event.event_id, endpoint.pk)
             return "delivered"
         metrics.WEBHOOK_FAILURES.inc()
         # A refused URL stays refused until an admin mends it, then presses "send again".
         if answer.refused or delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
-            mine.update(status=Delivery.Status.FAILED, last_status_code=code, last_error=error)
+            mine.update(status=Delivery.Status.FAILED, **last)
             log.warning("webhook %s to %s failed for good: %s", event.event_id, endpoint.pk, error)
             return "failed"
         backoff = timedelta(
             seconds=settings.WEBHOOK_RETRY_BASE_SECONDS * 2 ** (delivery.attempts - 1)
         )
-        mine.update(
-            status=Delivery.Status.PENDING,
-            next_attempt_at=timezone.now() + min(backoff, MAX_BACKOFF),
-            last_status_code=code,
-            last_error=error,
-        )
+        retry_at = timezone.now() + min(backoff, MAX_BACKOFF)
+        mine.update(status=Delivery.Status.PENDING, next_attempt_at=retry_at, **last)
         log.warning("webhook %s to %s will be retried: %s", event.event_id, endpoint.pk, error)
         return "retrying"
 
