@@ -393,9 +393,8 @@ if importlib.util.find_spec("devtools") is not None:
     INSTALLED_APPS.append("devtools")
 REFUNDS_CRASH_PLAN = env.str("REFUNDS_CRASH_PLAN", "")
 REFUNDS_NODE_WRAPPER = ""  # a dotted path wrapping every node (refunds/persistence/)
-if REFUNDS_CRASH_PLAN:
-    if "devtools" not in INSTALLED_APPS:
-        raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")
+if REFUNDS_CRASH_PLAN and "devtools" not in INSTALLED_APPS:
+    raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"
@@ -470,21 +469,18 @@ CELERY_BEAT_MAX_LOOP_INTERVAL = 1.0  # how often a waiting beat tries the lock
 BEAT_LOCK_SECONDS = env.int("BEAT_LOCK_SECONDS", 30, validate=Range(min=5))
 CELERY_REDBEAT_LOCK_TIMEOUT = BEAT_LOCK_SECONDS
 CELERY_REDBEAT_KEY_PREFIX = "refunds:redbeat"
-if CELERY_BROKER_URL.startswith("redis+socket://"):
-    # kombu's name for a unix socket; redis-py, which RedBeat uses, calls it unix://.
-    _BEAT_REDIS_DEFAULT = "unix://" + CELERY_BROKER_URL.removeprefix("redis+socket://")
-elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    _BEAT_REDIS_DEFAULT = CELERY_BROKER_URL
-elif not env.str("REDBEAT_REDIS_URL", ""):
+# kombu's redis+socket:// is a unix socket; redis-py, which RedBeat uses, calls it unix://.
+_BEAT_REDIS = CELERY_BROKER_URL.replace("redis+socket://", "unix://", 1)
+CELERY_REDBEAT_REDIS_URL = env_url(
+    "REDBEAT_REDIS_URL",
+    _BEAT_REDIS if CELERY_BROKER_URL.startswith("redis") else "",
+    schemes=("redis", "rediss", "unix"),
+)
+if not CELERY_REDBEAT_REDIS_URL:
     raise BadSetting(
         "REDBEAT_REDIS_URL must name a Redis server (beat's one-beat lock) when "
         "CELERY_BROKER_URL is not Redis"
     )
-else:
-    _BEAT_REDIS_DEFAULT = ""
-CELERY_REDBEAT_REDIS_URL = env_url(
-    "REDBEAT_REDIS_URL", _BEAT_REDIS_DEFAULT, schemes=("redis", "rediss", "unix")
-)
 # Said explicitly, so RedBeat does not hand the broker's transport options to its Redis client.
 CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 5}
 # The queue's rendered cards (reviews/rows.py): an hour each, as the digest's minutes pile up keys.
