@@ -216,12 +216,9 @@ class CheckedTransport(httpx.HTTPTransport):
 
 
 def client() -> httpx.Client:
-    """The one client deliveries use: checked addresses, no redirects, no proxy."""
+    """The one client deliveries use: checked addresses, no redirects (httpx's), no proxy."""
     return httpx.Client(
-        transport=CheckedTransport(),
-        timeout=settings.WEBHOOK_TIMEOUT,
-        follow_redirects=False,
-        trust_env=False,
+        transport=CheckedTransport(), timeout=settings.WEBHOOK_TIMEOUT, trust_env=False
     )
 
 
