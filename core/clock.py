@@ -19,11 +19,8 @@ def local_words(moment: datetime, *, seconds: bool = False) -> str:
 def day_words(day: date | str, *, year: bool = True) -> str:
     """A date, or an ISO date string (graph state is JSON): "Dec 1, 2026" ("Dec 1" without the
     year); anything else is shown as it is, never an error on a page."""
-    if isinstance(day, str):
-        try:
-            read = date.fromisoformat(day)
-        except ValueError:
-            return day
-    else:
-        read = day
+    try:
+        read = date.fromisoformat(day) if isinstance(day, str) else day
+    except ValueError:
+        return str(day)
     return f"{read:%b} {read.day}, {read.year}" if year else f"{read:%b} {read.day}"

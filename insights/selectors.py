@@ -40,13 +40,10 @@ def waiting_reviews(days: list[date]) -> list[int]:
         .values_list("created_at", "first_decision")
     )
     spans = list(rows)
-    counts = []
-    for day in days:
-        end = _end_of(day)
-        counts.append(
-            sum(1 for opened, first in spans if opened < end and (first is None or first >= end))
-        )
-    return counts
+    return [
+        sum(1 for opened, first in spans if opened < end and (first is None or first >= end))
+        for end in map(_end_of, days)
+    ]
 
 
 def time_to_decision(days: list[date]) -> list[float]:
