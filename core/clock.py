@@ -7,8 +7,7 @@ from datetime import date, datetime
 
 
 def local_words(moment: datetime, *, seconds: bool = False) -> str:
-    """A moment in the active time zone: "Dec 1, 2026, 22:12 JST"; with `seconds` for a
-    deadline seconds away (an undo's grace): "Dec 1, 2026, 22:12:05 JST"."""
+    """A moment in the active time zone: "Dec 1, 2026, 22:12 JST" (`seconds`: "22:12:05")."""
     from django.utils import timezone
 
     local = timezone.localtime(moment)

@@ -225,8 +225,7 @@ def client() -> httpx.Client:
 def post(
     http: httpx.Client, url: str, *, content: bytes, headers: dict[str, str]
 ) -> httpx.Response:
-    """POST within WEBHOOK_TIMEOUT in all, to a URL checked again now (the row may predate the
-    rules, or have been written around the admin)."""
+    """POST within WEBHOOK_TIMEOUT in all, to a URL checked again now (the row may predate it)."""
     check_url(url)
     token = _deadline.set(time.monotonic() + settings.WEBHOOK_TIMEOUT)
     try:
