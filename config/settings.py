@@ -563,7 +563,6 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
-    "STRICT_JSON": True,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Refund Desk API",
