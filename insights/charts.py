@@ -13,8 +13,7 @@ from django.utils.safestring import SafeString, mark_safe
 # A small drawing with large type: on a 390 px phone the 15-unit text is still 10 px.
 WIDTH, HEIGHT = 480, 250
 LEFT, RIGHT, TOP, BOTTOM = 62, 10, 14, 34
-# The widest a character of the axis type draws (DejaVu Sans, the widest fallback): the left
-# margin fits the longest tick label, so "$200.00" is never cut at the left edge.
+# The widest axis character (DejaVu Sans): the left margin fits the longest tick, "$200.00" too.
 CHAR_W, GAP = 9.5, 6
 
 

@@ -220,8 +220,7 @@ def _charge_words(charge: dict) -> str:
     return "charge to be asked again"
 
 
-# A fan-out's tasks come in the order its router made their Sends: the router run again on the
-# checkpoint's state (the state it routed from) names each task's order.
+# A fan-out's tasks come in its Sends' order: its router run again on the checkpoint names them.
 FAN_OUTS = {"check_order": nodes.fan_out, "charge_order": nodes.send_charges}
 
 

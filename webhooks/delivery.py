@@ -123,9 +123,8 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
     threads = min(settings.WEBHOOK_SWEEP_THREADS, len(queues))
     waiting = deque(queues)
     running: dict[Future[_Answer], _Outgoing] = {}
-    # Only the POSTs run in the pool; claims and marks stay on this thread (one database
-    # connection, the test's transaction included). A claim is taken only when a thread is free,
-    # so no claim ages in a queue towards the send window.
+    # Only the POSTs run in the pool; claims and marks stay on this thread's one connection. A
+    # claim is taken only when a thread is free, so none ages in a queue towards the send window.
     with addresses.client() as http, ThreadPoolExecutor(threads, "webhook") as pool:
         while waiting or running:
             while waiting and len(running) < threads and time.monotonic() < deadline:

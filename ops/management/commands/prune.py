@@ -70,8 +70,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _still_finished(ticket_id: int) -> bool:
-        # A rejected ticket can be forked: one with a fork recorded, or no longer final, keeps
-        # its checkpoints (the fork starts from one of them).
+        # A fork starts from a checkpoint: a ticket with one recorded, or not final, keeps them.
         return (
             Ticket.objects.filter(pk=ticket_id, status__in=Ticket.FINAL).exists()
             and not Fork.objects.unapplied().filter(ticket_id=ticket_id).exists()
