@@ -183,13 +183,8 @@ class CheckedBackend(httpcore.SyncBackend):
         last: Exception = httpcore.ConnectError(f"{host} has no address")
         for address in resolve(host, port):
             try:
-                stream = super().connect_tcp(
-                    address,
-                    port,
-                    _within(timeout, httpcore.ConnectTimeout),
-                    local_address,
-                    socket_options,
-                )
+                wait = _within(timeout, httpcore.ConnectTimeout)
+                stream = super().connect_tcp(address, port, wait, local_address, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
                 continue
