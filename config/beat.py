@@ -1,10 +1,5 @@
-"""Celery beat's scheduler: RedBeat's, which stands by instead of exiting when it loses its lock.
-
-RedBeat renews its one-beat lock at every tick and lets `LockNotOwnedError` end the process when
-the lock lapsed meanwhile: a tick later than BEAT_LOCK_SECONDS (a loaded machine, a paused
-process) or a FLUSHDB of its Redis took beat down, and the sweeps, timers and webhooks with it,
-until someone restarted it. Here a beat that loses its lock forgets it and tries to take it again
-at every tick, as a standby beat does, and sends nothing until it holds it."""
+"""Celery beat's scheduler: RedBeat's, which stands by instead of exiting when it loses its lock
+(a tick later than BEAT_LOCK_SECONDS or a FLUSHDB took beat, and the sweeps, down for good)."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ from redbeat.schedulers import (
 
 logger = get_logger("celery.beat")
 
-# RedBeat takes the lock once, at start-up, blocking; here every tick takes it when it is not held,
-# so starting and coming back after a lost lock are one path.
+# Every tick takes the lock when it is not held: starting and coming back are one path.
 beat_init.disconnect(acquire_distributed_beat_lock)
 
 
@@ -37,13 +31,11 @@ class StandbyScheduler(RedBeatScheduler):
                 return again
             return super().tick(*args, **kwargs)
         except redis.exceptions.LockError as exc:
-            # Another beat may send the schedule now: this one sends nothing until it holds the
-            # lock again.
+            # Another beat may send the schedule now: this one sends nothing until it holds it.
             logger.warning("beat: Lost lock (%s); standing by", exc)
             self.lock = None
         except redis.exceptions.RedisError as exc:
-            # Unknown whether the lock still holds: the next tick's renewal says, before anything
-            # is sent.
+            # Whether the lock holds: the next tick's renewal says, before anything is sent.
             logger.warning("beat: Redis did not answer (%s); trying again", exc)
         return again
 
@@ -56,7 +48,6 @@ class StandbyScheduler(RedBeatScheduler):
             return False
         logger.info("beat: Acquired lock")
         self.lock = lock
-        # A FLUSHDB that took the lock took the schedule too: put its entries back (an entry that
-        # is still there keeps its last run).
+        # A FLUSHDB that took the lock took the schedule too: put its entries back.
         self.setup_schedule()
         return True

@@ -13,18 +13,14 @@ REDBEAT_KEYS = ("redbeat_redis_url", "redbeat_redis_options", "redbeat_key_prefi
 
 @app.on_after_configure.connect
 def name_redbeat_settings(sender: Celery, **_kwargs) -> None:
-    """RedBeat asks whether its keys are set by their bare names, which Celery's CELERY_
-    namespace hides: said again under those names, its Redis client gets our options (timeouts)
-    instead of the broker's transport options, and it stops warning that it falls back."""
+    """RedBeat reads its keys by their bare names, which Celery's CELERY_ namespace hides."""
     sender.conf.update({key: sender.conf.get(key) for key in REDBEAT_KEYS})
 
 
 @task_prerun.connect
 @task_postrun.connect
 def recycle_connections(**_kwargs) -> None:
-    """Around every task, what Django does around every request: drop a connection that is too
-    old (CONN_MAX_AGE) or broken, and health-check a kept one before its first query. Celery's
-    own forced close is off (CELERY_DB_REUSE_MAX in config/settings.py)."""
+    """Around every task, what Django does around every request (CELERY_DB_REUSE_MAX)."""
     from django.db import close_old_connections
 
     close_old_connections()

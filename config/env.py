@@ -1,9 +1,5 @@
-"""Settings from the environment, read by environs (marshmallow's fields and validators).
-
-A bad value stops the process at start with one line that names the variable, instead of
-surfacing later as a confusing error deep inside a worker. Below environs: the checks it does not
-make (URL schemes, folders, addresses, the model's name).
-"""
+"""Settings from the environment, read by environs: a bad value stops the process at start with
+one line that names the variable, not later as a confusing error deep inside a worker."""
 
 import os
 import sys
@@ -23,9 +19,7 @@ class BadSetting(ImproperlyConfigured):
 
 
 def exit_on_bad_setting() -> None:
-    """Report a BadSetting that stops the process as one line, not a stack trace into Django.
-
-    Only the uncaught case changes: code that catches ImproperlyConfigured still can."""
+    """Report an uncaught BadSetting as one line, not a stack trace into Django."""
     previous = sys.excepthook
     if getattr(previous, "refund_desk", False):
         return  # settings imported twice: one hook is enough
@@ -47,8 +41,7 @@ def exit_on_bad_setting() -> None:
     sys.excepthook = hook
 
 
-# What drivers say when a connection cannot be made at all (as opposed to an error on a live one,
-# such as SQLite's "database is locked", which keeps its traceback).
+# What drivers say when a connection cannot be made at all (not an error on a live one).
 _UNREACHABLE = (
     "unable to open database file",
     "connection failed",
@@ -62,12 +55,9 @@ _UNREACHABLE = (
 
 
 def _is_database_unreachable(exc: BaseException) -> bool:
-    """An OperationalError from connecting to the database that ends a command (migrate against
-    a PostgreSQL that is down): one line, not a traceback through Django and psycopg."""
-    try:
-        from django.db.utils import OperationalError
-    except ImportError:  # pragma: no cover - Django is a dependency
-        return False
+    """Connecting failed (migrate against a PostgreSQL that is down): one line, no traceback."""
+    from django.db.utils import OperationalError
+
     text = str(exc).lower()
     return isinstance(exc, OperationalError) and any(marker in text for marker in _UNREACHABLE)
 
@@ -116,8 +106,7 @@ def env_url(name: str, default: str, *, schemes: tuple[str, ...]) -> str:
 
 
 def env_addresses(name: str, default: str) -> list[tuple[str, str]]:
-    """Email addresses separated by commas, each "ops@example.com" or "Ana <ana@example.com>",
-    as Django's ADMINS takes them: [(name, address)]."""
+    """Addresses as Django's ADMINS takes them: "ops@example.com,Ana <ana@example.com>"."""
     raw = env.str(name, default)
     if not raw.strip():
         return []
@@ -157,8 +146,7 @@ def sqlite_file(name: str, path: str) -> None:
 
 
 def model_spec(name: str, value: str) -> str:
-    """A chat model as init_chat_model names it ("openai:gpt-4.1-mini"), or empty for none; its
-    package's presence is known only when the model is built (the reader then uses the rules)."""
+    """A chat model as init_chat_model names it ("openai:gpt-4.1-mini"), or empty for none."""
     value = value.strip()
     if error := model_spec_error(name, value):
         raise BadSetting(error)

@@ -1,18 +1,6 @@
-"""gunicorn's settings for the web process (Procfile, `manage.py rundesk`):
-`-c python:config.gunicorn`.
-
-- Bound to the proxy's side: 127.0.0.1 unless WEB_BIND says otherwise (the TLS proxy in front is
-  the only way in). gunicorn believes X-Forwarded-Proto/-For only from FORWARDED_ALLOW_IPS (its
-  own variable; default 127.0.0.1 and ::1, the proxy on this machine).
-- The app is loaded once in the master before the workers fork (preload), and every view module
-  imported then, so a fresh worker's first request does not pay for the imports (21-24 s before,
-  on a busy machine).
-- One access line per request, with the request id and no customer's address
-  (core.logs.access_line): JSON, or words for a person at a terminal with LOG_FORMAT=text (the
-  demo's console).
-- Prometheus' multiprocess files of processes that no longer run are removed at start, and a
-  worker's when it exits, so /metrics does not sum the dead.
-- gunicornc's control socket is the instance's own, in its data folder (REFUNDS_DATA_DIR)."""
+"""gunicorn's settings for the web process (`-c python:config.gunicorn`): bound to 127.0.0.1
+unless WEB_BIND says otherwise (the TLS proxy in front is the only way in); the app and every
+view module loaded before the workers fork, so a fresh worker's first request pays no imports."""
 
 from __future__ import annotations
 
@@ -27,8 +15,7 @@ bind = [f"{os.environ.get('WEB_BIND', '127.0.0.1')}:{os.environ.get('PORT', '800
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 preload_app = True
 accesslog = "-"
-# gunicorn's default ($XDG_RUNTIME_DIR or ~/.gunicorn) is one per user: each gunicorn they start
-# takes it from the last, each that stops deletes it, and gunicornc stops whichever holds it.
+# gunicorn's default is one per user: each gunicorn started takes it from the last.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 control_socket = str(settings.DATA_DIR / "gunicorn.ctl")
 
@@ -57,8 +44,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_dead_metric_files(folder: Path) -> list[str]:
-    """prometheus_client names each process's file <kind>_<pid>.db; a dead pid's counts would be
-    summed into /metrics for ever. Files of live processes (workers, beat) are kept."""
+    """A dead pid's <kind>_<pid>.db would be summed into /metrics for ever."""
     removed = []
     for path in folder.glob("*.db"):
         pid = path.stem.rpartition("_")[2]

@@ -1,11 +1,5 @@
-"""Login throttling on top of django-axes, on every login form (the desk's and the admin's).
-
-django-axes locks one (user name, address) pair after LOGIN_FAILURE_LIMIT failures: an attacker
-elsewhere cannot lock a colleague out. That alone lets one address try any number of names, so
-failed logins are also counted per address across all names (LOGIN_FAILURES_PER_IP, in the
-database like the API's limits): past it, that address's login POSTs answer 429 until the window
-ends. Both answers carry Retry-After. Addresses come from core.addresses (behind a proxy, the
-address it saw, not the proxy's own)."""
+"""Login throttling on top of django-axes' lock per (user name, address): failed logins are also
+counted per address (LOGIN_FAILURES_PER_IP), so one address cannot try any number of names."""
 
 from __future__ import annotations
 

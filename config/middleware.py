@@ -9,17 +9,15 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
+from django.utils.deprecation import MiddlewareMixin
 
 log = logging.getLogger(__name__)
-# What a dropped or unreachable database raises (and SQLite's "database is locked"): the request
-# could not be done now and may be tried again. Bugs (ProgrammingError, IntegrityError...) stay 500.
+# A dropped or unreachable database (or SQLite's "locked"): try again. Bugs stay 500.
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
 def permissions_policy_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
-    """Permissions-Policy: the desk uses no camera, microphone, location, payment or USB, so
-    no page (nor anything injected into one) may ask for them."""
-
+    """The desk uses no camera, microphone, location, payment or USB: no page may ask for them."""
     header = settings.PERMISSIONS_POLICY
 
     def middleware(request: HttpRequest) -> HttpResponse:
@@ -31,8 +29,7 @@ def permissions_policy_middleware(get_response: Callable[[HttpRequest], HttpResp
 
 
 def reviewer_time_zone_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
-    """Times on the desk's pages in the reviewer's own time zone: their browser names it in the
-    `tz` cookie (static/desk.js); an unknown or missing name leaves settings.TIME_ZONE."""
+    """Times in the reviewer's own time zone, as their browser names it (the `tz` cookie)."""
     from zoneinfo import ZoneInfo, available_timezones
 
     from django.utils import timezone
@@ -51,21 +48,10 @@ def reviewer_time_zone_middleware(get_response: Callable[[HttpRequest], HttpResp
     return middleware
 
 
-class DatabaseUnavailableMiddleware:
-    """A view that meets a lost database connection answers 503 with Retry-After, not 500.
-
-    Its transaction is already rolled back (the server drops an open transaction with the
-    connection, and `atomic` rolls back on the way out), so nothing changed and the client may
-    repeat the request; Django closes the broken connection when the request ends and the next
-    request opens a new one. Under /api/ the API's guard gives this answer its JSON shape (DRF
-    views answer it themselves: api/errors.py). The page is rendered without the request:
-    its context processors would read the session and the user from the lost database."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+class DatabaseUnavailableMiddleware(MiddlewareMixin):
+    """A lost database connection answers 503 with Retry-After, not 500: its transaction is
+    rolled back, so nothing changed and the client may repeat the request. The page is rendered
+    without the request: its context processors would read the lost database."""
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, DATABASE_UNAVAILABLE):
@@ -77,12 +63,6 @@ class DatabaseUnavailableMiddleware:
             type(exception).__name__,
             str(exception).strip()[:200],
         )
-        return database_unavailable_page()
-
-
-def database_unavailable_page() -> HttpResponse:
-    retry_after = settings.DATABASE_RETRY_AFTER_SECONDS
-    page = render_to_string("503.html", {"retry_after": retry_after})
-    response = HttpResponse(page, status=503)
-    response["Retry-After"] = str(retry_after)
-    return response
+        retry_after = settings.DATABASE_RETRY_AFTER_SECONDS
+        page = render_to_string("503.html", {"retry_after": retry_after})
+        return HttpResponse(page, status=503, headers={"Retry-After": str(retry_after)})

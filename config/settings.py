@@ -70,10 +70,6 @@ _proxy_header = env.str("SECURE_PROXY_SSL_HEADER", "")
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
 )
-SECURE_REFERRER_POLICY = "same-origin"
-SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
-SESSION_COOKIE_HTTPONLY = True
-X_FRAME_OPTIONS = "DENY"
 # 1,000 form fields and 2.5 MB bodies are Django's defaults; the API allows far less (see API_).
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 200
 PERMISSIONS_POLICY = (
@@ -91,7 +87,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     # {% partialdef %}: an htmx answer is a named part of its page ("reviews/queue.html#rows").
-    # Its app config puts its loader in front of the cached one (TEMPLATES has no "loaders").
     "template_partials",
     "anymail",  # the mail provider: its backends and tracking webhooks (config/urls.py)
     "rest_framework",
@@ -155,14 +150,12 @@ AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", 5, validate=Range(min=1))
 AXES_COOLOFF_TIME = timedelta(
     minutes=env.float("LOGIN_LOCKOUT_MINUTES", 15.0, validate=Range(min=0.1))
 )
-# Locked per user name and address pair: one attacker cannot lock a colleague out from elsewhere,
-# and many names from one address are still throttled by the API's and the login's limits.
+# Locked per user name and address pair: one attacker cannot lock a colleague out from elsewhere.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # 429 with Retry-After, the same page as the per-address limit (config/login_guard.py).
 AXES_LOCKOUT_CALLABLE = "config.login_guard.locked_out"
-# The address behind the proxy (core/addresses.py), not REMOTE_ADDR, the proxy's own for every
-# client: five wrong passwords from anywhere would lock a user out everywhere.
+# Not REMOTE_ADDR, the proxy's: five wrong passwords from anywhere would lock a user out everywhere.
 AXES_CLIENT_IP_CALLABLE = "core.addresses.client_ip"
 LOGIN_FAILURES_PER_IP = env.str("LOGIN_FAILURES_PER_IP", "20/hour")
 AXES_VERBOSE = False
@@ -194,8 +187,7 @@ DATABASE_URL = env_url(
     schemes=("sqlite", "postgres", "postgresql"),
 )
 DATABASES = {
-    # Persistent connections are checked before reuse: after the database drops connections (a
-    # restart, a failover, pg_terminate_backend) a request gets a fresh one instead of a 500.
+    # Checked before reuse: after the database drops connections a request gets a fresh one.
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -230,9 +222,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "reviews:queue"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
-# The languages customers are written to in (refunds/emails.py): those the intake's reader
-# tells apart (intake/reader/vocabulary.py). The desk itself is in English.
+# Customers' languages: those the intake's reader tells apart. The desk itself is in English.
 LANGUAGES = [
     ("en", "English"),
     ("es", "Spanish"),
@@ -403,9 +393,8 @@ if importlib.util.find_spec("devtools") is not None:
     INSTALLED_APPS.append("devtools")
 REFUNDS_CRASH_PLAN = env.str("REFUNDS_CRASH_PLAN", "")
 REFUNDS_NODE_WRAPPER = ""  # a dotted path wrapping every node (refunds/persistence/)
-if REFUNDS_CRASH_PLAN:
-    if "devtools" not in INSTALLED_APPS:
-        raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")
+if REFUNDS_CRASH_PLAN and "devtools" not in INSTALLED_APPS:
+    raise ImproperlyConfigured("REFUNDS_CRASH_PLAN needs devtools/, which this install lacks")
 
 # --- Celery ----------------------------------------------------------------------------------
 EMBEDDED_REDIS_SOCKET = DATA_DIR / "redis.sock"
@@ -442,13 +431,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds one unacked task, not a 
 CELERY_WORKER_LOST_WAIT = 2.0  # notice a dead pool child in 2 s instead of 10
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Mail the console backend prints is for the person at the terminal: printed as it is, not made
-# into log records ("WARNING celery.redirected" around each line, log fields on the last).
+# Mail the console backend prints is for the person at the terminal: printed as it is, not logged.
 CELERY_WORKER_REDIRECT_STDOUTS = FAKE_EMAIL_BACKENDS.get(EMAIL_BACKEND) != PRINTED
-# Celery's Django fixup closes the database connection before and after every task unless this
-# is set, and a new PostgreSQL connection costs more than all of an advance's statements. Django's
-# own rules recycle it instead (CONN_MAX_AGE, health checks), applied around each task as around
-# each web request (config/celery_app.py).
+# Otherwise Celery closes the connection around every task, and a new PostgreSQL connection costs
+# more than all of an advance's statements; config/celery_app.py recycles it as Django does.
 CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A web request that cannot reach the broker gives up fast; the sweep re-sends from the database.
@@ -462,8 +448,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
 }
-# Three queues, each with its own workers (Procfile), so no kind of work waits behind another's
-# backlog; a worker started without -Q consumes all three.
+# Three queues, each with its own workers (Procfile): no kind of work waits behind another's.
 CELERY_TASK_QUEUES = tuple(
     Queue(name, Exchange(name), routing_key=name) for name in ("threads", "intake", "housekeeping")
 )
@@ -484,25 +469,21 @@ CELERY_BEAT_MAX_LOOP_INTERVAL = 1.0  # how often a waiting beat tries the lock
 BEAT_LOCK_SECONDS = env.int("BEAT_LOCK_SECONDS", 30, validate=Range(min=5))
 CELERY_REDBEAT_LOCK_TIMEOUT = BEAT_LOCK_SECONDS
 CELERY_REDBEAT_KEY_PREFIX = "refunds:redbeat"
-if CELERY_BROKER_URL.startswith("redis+socket://"):
-    # kombu's name for a unix socket; redis-py, which RedBeat uses, calls it unix://.
-    _BEAT_REDIS_DEFAULT = "unix://" + CELERY_BROKER_URL.removeprefix("redis+socket://")
-elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    _BEAT_REDIS_DEFAULT = CELERY_BROKER_URL
-elif not env.str("REDBEAT_REDIS_URL", ""):
+# kombu's redis+socket:// is a unix socket; redis-py, which RedBeat uses, calls it unix://.
+_BEAT_REDIS = CELERY_BROKER_URL.replace("redis+socket://", "unix://", 1)
+CELERY_REDBEAT_REDIS_URL = env_url(
+    "REDBEAT_REDIS_URL",
+    _BEAT_REDIS if CELERY_BROKER_URL.startswith("redis") else "",
+    schemes=("redis", "rediss", "unix"),
+)
+if not CELERY_REDBEAT_REDIS_URL:
     raise BadSetting(
         "REDBEAT_REDIS_URL must name a Redis server (beat's one-beat lock) when "
         "CELERY_BROKER_URL is not Redis"
     )
-else:
-    _BEAT_REDIS_DEFAULT = ""
-CELERY_REDBEAT_REDIS_URL = env_url(
-    "REDBEAT_REDIS_URL", _BEAT_REDIS_DEFAULT, schemes=("redis", "rediss", "unix")
-)
 # Said explicitly, so RedBeat does not hand the broker's transport options to its Redis client.
 CELERY_REDBEAT_REDIS_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 5}
-# The queue's rendered cards (reviews/rows.py), keyed by a digest of all they show: shared on the
-# broker's Redis, in the process otherwise; an hour each, as the digest's minutes pile up keys.
+# The queue's rendered cards (reviews/rows.py): an hour each, as the digest's minutes pile up keys.
 CARDS_KEPT = 2000  # cards per process in memory: a desk's busiest queues, a few KB each
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     _CARDS_CACHE: dict[str, Any] = {
@@ -524,14 +505,6 @@ else:
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "cards": {**_CARDS_CACHE, "TIMEOUT": 3600},
-}
-CELERY_BEAT_SCHEDULE = {
-    "recover-unfinished-threads": {
-        "task": "refunds.tasks.recover_tickets",
-        "schedule": REFUNDS_SWEEP_SECONDS,
-        # A sweep still queued when the next one is due is dropped, not run late in a pile.
-        "options": {"expires": REFUNDS_SWEEP_SECONDS},
-    },
 }
 
 # --- The review desk -------------------------------------------------------------------------
@@ -567,19 +540,9 @@ if REFUNDS_REVIEW_ESCALATE_MINUTES <= REFUNDS_REVIEW_WARN_MINUTES:
         f"({REFUNDS_REVIEW_ESCALATE_MINUTES:g} <= {REFUNDS_REVIEW_WARN_MINUTES:g})"
     )
 REFUNDS_TIMER_SECONDS = env.float("REFUNDS_TIMER_SECONDS", 60.0, validate=Range(min=1.0))
-CELERY_BEAT_SCHEDULE["review-escalation-timers"] = {
-    "task": "refunds.tasks.escalate_overdue_reviews",
-    "schedule": REFUNDS_TIMER_SECONDS,
-    "options": {"expires": REFUNDS_TIMER_SECONDS},
-}
 
 REFUNDS_RECONCILE_DAYS = env.float("REFUNDS_RECONCILE_DAYS", 14.0, validate=Range(min=0.1))
 REFUNDS_RECONCILE_HOURS = env.float("REFUNDS_RECONCILE_HOURS", 24.0, validate=Range(min=0.1))
-CELERY_BEAT_SCHEDULE["reconcile-with-the-processor"] = {
-    "task": "refunds.tasks.reconcile_payments",
-    "schedule": REFUNDS_RECONCILE_HOURS * 3600,
-    "options": {"expires": REFUNDS_RECONCILE_HOURS * 3600},
-}
 
 # --- The JSON API (Django REST framework, api/) --------------------------------------
 API_RATE_PER_IP = env.str("API_RATE_PER_IP", "300/minute")
@@ -600,7 +563,6 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
-    "STRICT_JSON": True,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Refund Desk API",
@@ -640,10 +602,23 @@ if WEBHOOK_SWEEP_BUDGET_SECONDS + WEBHOOK_TIMEOUT >= CELERY_TASK_SOFT_TIME_LIMIT
     )
 WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", DEBUG)
 WEBHOOK_ALLOW_PRIVATE = env.bool("WEBHOOK_ALLOW_PRIVATE", False)
-CELERY_BEAT_SCHEDULE["deliver-webhooks"] = {
-    "task": "webhooks.tasks.deliver_webhooks",
-    "schedule": WEBHOOK_SWEEP_SECONDS,
-    "options": {"expires": WEBHOOK_SWEEP_SECONDS},
+CELERY_BEAT_SCHEDULE = {
+    # A run still queued when the next one is due is dropped, not run late in a pile.
+    name: {"task": task, "schedule": every, "options": {"expires": every}}
+    for name, every, task in [
+        ("recover-unfinished-threads", REFUNDS_SWEEP_SECONDS, "refunds.tasks.recover_tickets"),
+        (
+            "review-escalation-timers",
+            REFUNDS_TIMER_SECONDS,
+            "refunds.tasks.escalate_overdue_reviews",
+        ),
+        (
+            "reconcile-with-the-processor",
+            REFUNDS_RECONCILE_HOURS * 3600,
+            "refunds.tasks.reconcile_payments",
+        ),
+        ("deliver-webhooks", WEBHOOK_SWEEP_SECONDS, "webhooks.tasks.deliver_webhooks"),
+    ]
 }
 
 # --- Health and metrics ----------------------------------------------------------------------
@@ -688,8 +663,7 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
-        # Django's default config gives "django" a console handler of its own under DEBUG, and
-        # its records reach the root's console too: every line twice in the demo.
+        # Not Django's console handler under DEBUG too: every line twice in the demo.
         "django": {"handlers": ["mail_admins"], "level": "INFO"},
         "django.request": {"filters": ["refusals_in_one_line"]},
         "httpx": {"level": "WARNING"},

@@ -1,6 +1,5 @@
-"""The "attachments" storage of STORAGES, from the settings that choose it: a private folder, or
-an S3 bucket (django-storages) whose links are signed and short-lived. One function, so the
-tests build the very storage production does, pointed at their own S3 server."""
+"""The "attachments" storage: a private folder, or an S3 bucket with short-lived signed links.
+A function, so the tests build the very storage production does."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ from refunds.payments import stripe_webhook
 urlpatterns = [
     path("", include("reviews.urls")),
     path("api/", include("api.urls")),
-    # The mail provider's webhooks, e.g. /mail/mailgun/tracking/ (refunds/mail_tracking.py) and
-    # /mail/mailgun/inbound_mime/ (intake/inbound.py), behind intake/webhook.py's door
+    # The mail provider's webhooks (/mail/mailgun/tracking/, /mail/mailgun/inbound_mime/)
     path("mail/", include("intake.urls")),
     # Stripe's events (refunds/payments/stripe_webhook.py): register this URL at Stripe
     path("payments/stripe/webhook/", stripe_webhook.webhook, name="stripe_webhook"),

@@ -1,9 +1,6 @@
-"""The caller's address, one rule for every limit (the API's, the login's, django-axes'
-lockout): REMOTE_ADDR, or, when the request comes from a trusted proxy's address
-(TRUSTED_PROXY_IPS) behind TRUSTED_PROXY_COUNT proxies that each append the address they saw to
-X-Forwarded-For, the entry the outermost trusted proxy appended (DRF's NUM_PROXIES rule).
-Entries further left are whatever the client wrote and are never believed; nor is the header of a
-caller that reached the app directly, not through the proxy (it would choose its own address)."""
+"""The caller's address, one rule for every limit (the API's, the login's, django-axes'):
+REMOTE_ADDR, or behind TRUSTED_PROXY_COUNT trusted proxies the X-Forwarded-For entry the
+outermost one appended (DRF's NUM_PROXIES rule). Entries further left are the client's words."""
 
 from __future__ import annotations
 
@@ -25,9 +22,8 @@ def client_address(request: HttpRequest) -> str:
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """client_address() when it is an IP address, else None: for django-axes, which stores it
-    in an address column (PostgreSQL's inet refuses anything else; a request built in code,
-    like Django's test client's force_login, has none)."""
+    """client_address() when it is an IP address, else None: django-axes stores it in an
+    address column (PostgreSQL's inet refuses anything else)."""
     address = client_address(request)
     try:
         return str(ipaddress.ip_address(address))

@@ -1,11 +1,5 @@
-"""How the desk says a moment or a day: one format everywhere (pages, the history, the customer
-page, review text, messages and emails), in the time zone active for the request (the
-reviewer's), labelled with it: "Dec 1, 2026, 22:12 JST"; a plain date as "Dec 1, 2026". The
-audit CSV keeps ISO 8601 in UTC on purpose: it is read by programs.
-
-`day_words` needs no Django, so the graph (refunds/flow/, Django-free) uses it too; Django is
-imported only where a moment is put in the reviewer's zone.
-"""
+"""How the desk says a moment or a day: one format everywhere, in the reviewer's time zone,
+labelled with it: "Dec 1, 2026, 22:12 JST". `day_words` needs no Django: the graph uses it too."""
 
 from __future__ import annotations
 
@@ -13,8 +7,7 @@ from datetime import date, datetime
 
 
 def local_words(moment: datetime, *, seconds: bool = False) -> str:
-    """A moment in the active time zone: "Dec 1, 2026, 22:12 JST"; with `seconds` for a
-    deadline seconds away (an undo's grace): "Dec 1, 2026, 22:12:05 JST"."""
+    """A moment in the active time zone: "Dec 1, 2026, 22:12 JST" (`seconds`: "22:12:05")."""
     from django.utils import timezone
 
     local = timezone.localtime(moment)
@@ -23,14 +16,10 @@ def local_words(moment: datetime, *, seconds: bool = False) -> str:
 
 
 def day_words(day: date | str, *, year: bool = True) -> str:
-    """A date: "Dec 1, 2026" ("Dec 1" where the year goes without saying: a plot's axis). An ISO
-    date string (graph state is JSON) is read first; anything else is shown as it is, never an
-    error on a page."""
-    if isinstance(day, str):
-        try:
-            read = date.fromisoformat(day)
-        except ValueError:
-            return day
-    else:
-        read = day
+    """A date, or an ISO date string (graph state is JSON): "Dec 1, 2026" ("Dec 1" without the
+    year); anything else is shown as it is, never an error on a page."""
+    try:
+        read = date.fromisoformat(day) if isinstance(day, str) else day
+    except ValueError:
+        return str(day)
     return f"{read:%b} {read.day}, {read.year}" if year else f"{read:%b} {read.day}"

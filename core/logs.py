@@ -1,9 +1,5 @@
-"""Logs as JSON lines, one object per record, carrying the request id, the ticket id and the
-thread id of whatever the process is doing, and masked like error pages (config/masking.py).
-
-The ids live in context variables: the request middleware sets `request_id`, the runner sets
-`ticket_id` and `thread_id` for the length of a run (`bound(...)`), and every record logged
-meanwhile, by any library, carries them."""
+"""Logs as JSON lines carrying the request, ticket and thread ids of whatever the process is
+doing (context variables, `bound(...)`), masked like error pages."""
 
 from __future__ import annotations
 
@@ -74,8 +70,7 @@ class RefusalsInOneLine(logging.Filter):
 
 
 def request_id_middleware(get_response: Callable[[HttpRequest], HttpResponse]):
-    """Give every request an id (the proxy's X-Request-ID when it sends a sane one), log lines
-    made while it runs carry it, and the response names it."""
+    """Every request has an id (the proxy's, when sane): its log lines and response carry it."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         given = request.headers.get("X-Request-ID", "")
@@ -99,9 +94,8 @@ def mask_emails(text: str) -> str:
 
 
 def access_line(atoms: Mapping[str, Any], *, words: bool = False) -> str:
-    """One line for one request gunicorn answered (its access-log atoms), with the request id
-    the app gave it and no customer's address in the path or query: JSON, or with `words` as a
-    person reads it ("GET /reviews/ 200 in 12.5 ms, request 1f2e...")."""
+    """gunicorn's access line for one request: its request id, no customer's address; JSON, or
+    with `words` as a person reads it ("GET /reviews/ 200 in 12.5 ms, request 1f2e...")."""
     query = str(atoms.get("q") or "")
     entry: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

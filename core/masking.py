@@ -1,10 +1,5 @@
-"""Secrets stay out of error pages and logs.
-
-Two rules, applied to every string an error page or a log line shows: the userinfo of a URL
-(`postgres://refunds:PASSWORD@db/...`) is masked, and so is the value of any secret this process
-was configured with (SECRET_KEY, the database and broker passwords, the mail password, webhook and
-metrics tokens, the Stripe secret key and webhook secret, the reader's model API key), wherever
-it appears. Settings whose names look secret are hidden by name too."""
+"""Secrets stay out of error pages and logs: URL userinfo is masked in every string shown, and so
+is the value of every secret this process was configured with (SECRET_VARIABLES)."""
 
 from __future__ import annotations
 
@@ -48,10 +43,6 @@ def _configured(name: str) -> str:
     return value
 
 
-def _secret_values() -> tuple[str, ...]:
-    return _secrets_in(tuple(_configured(name) for name in SECRET_VARIABLES))
-
-
 @cache
 def _secrets_in(values: tuple[str, ...]) -> tuple[str, ...]:
     """The secret strings among these settings, longest first (a password inside a URL)."""
@@ -73,7 +64,7 @@ def mask(text: str) -> str:
     if type(text) is not str:  # a SafeString, or a lazy object that passes for a str
         text = str(text)
     text = USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
-    for secret in _secret_values():
+    for secret in _secrets_in(tuple(map(_configured, SECRET_VARIABLES))):
         if secret in text:
             text = text.replace(secret, MASK)
     return text
@@ -91,8 +82,7 @@ def mask_value(value: Any) -> Any:
 
 
 class SafeFilter(SafeExceptionReporterFilter):
-    """Django's filter, hiding more names, masking URL credentials in every shown value (settings,
-    request META, frame variables)."""
+    """Django's filter, hiding more names and masking every shown value."""
 
     hidden_settings = HIDDEN_NAMES
 
@@ -118,8 +108,7 @@ def _mask_repr(value: Any) -> Any:
 
 
 class SafeReporter(ExceptionReporter):
-    """Django's debug page, with every string it shows passed through mask(): the exception
-    message, frame sources, settings, META. (A database error's message may quote its URL.)"""
+    """Django's debug page, every string through mask(): a database error may quote its URL."""
 
     def get_traceback_data(self):
         return mask_value(super().get_traceback_data())

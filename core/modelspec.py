@@ -9,8 +9,7 @@ _MODEL_SPEC = re.compile(r"^(?P<provider>[a-z][a-z0-9_-]*):(?P<model>[^\s:][^\s]
 
 
 def model_spec_error(name: str, value: str) -> str:
-    """Why `value` names no chat model, in words that name `name`; "" when it is well formed or
-    empty (no model: the rules read every message)."""
+    """Why `value` names no chat model, in words that name `name`; "" when well formed or empty."""
     if not value or _MODEL_SPEC.match(value):
         return ""
     return (

@@ -1,5 +1,4 @@
-"""The outbox's claim, one for both kinds of row (customer email, refunds/outbox.py; webhook
-deliveries, webhooks/delivery.py): only the sender whose claim won it sends the row."""
+"""The outbox's claim, one for every kind of row: only the sender whose claim won sends it."""
 
 from datetime import timedelta
 

@@ -1,10 +1,8 @@
-"""The few hot statements of a run are written in SQL: one round trip each, no query building.
-These helpers keep them short and the same on SQLite and PostgreSQL (both have RETURNING and
-ON CONFLICT); everything else uses the ORM."""
+"""The few hot statements of a run are written in SQL (one round trip each, no query building),
+the same on SQLite and PostgreSQL; everything else uses the ORM."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
@@ -41,12 +39,6 @@ def fetchone(sql: str, params: list[Any]) -> tuple | None:
         return cursor.fetchone()
 
 
-def fetchall(sql: str, params: list[Any]) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
 def execute(sql: str, params: list[Any]) -> int:
     """Run a statement; the number of rows it changed."""
     with connection.cursor() as cursor:
@@ -59,8 +51,3 @@ def literal(value: str) -> str:
     if "'" in value or "%" in value:
         raise ValueError(f"{value!r} cannot be written into SQL as it is")
     return f"'{value}'"
-
-
-def literals(values: Iterable[str]) -> str:
-    """`('a', 'b')`, for IN."""
-    return "(" + ", ".join(literal(v) for v in values) + ")"

@@ -1,6 +1,5 @@
-"""Bar charts as SVG, drawn on the server: no chart library, no CDN, no script, no inline style
-(colours come from classes in static/desk.css, so the page keeps its Content-Security-Policy).
-The SVG scales to its container through its viewBox, so a chart reads at 390 px as at 1280."""
+"""Bar charts as SVG drawn on the server: no library, no script, no inline style (the
+Content-Security-Policy); the viewBox scales a chart to its container."""
 
 from __future__ import annotations
 
@@ -8,16 +7,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.utils.html import format_html, format_html_join
+from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-# A small drawing with large type: scaled down to a 390 px phone (about 330 px of chart) the
-# 15-unit text is still 10 px; at desk width it grows with the box.
+# A small drawing with large type: on a 390 px phone the 15-unit text is still 10 px.
 WIDTH, HEIGHT = 480, 250
 LEFT, RIGHT, TOP, BOTTOM = 62, 10, 14, 34
-# The widest a character of the 15-unit axis type draws (a digit or "$" is about 8.5 units in
-# DejaVu Sans, the widest font a browser here falls back to): the left margin is made from the
-# longest tick label with this, so "$200.00" is never cut at the left edge.
+# The widest axis character (DejaVu Sans): the left margin fits the longest tick, "$200.00" too.
 CHAR_W, GAP = 9.5, 6
 
 
@@ -26,10 +22,6 @@ class Series:
     name: str
     css: str  # class of its bars: "bar-a", "bar-b", ...
     values: Sequence[float]
-
-
-def _n(number: float) -> str:
-    return f"{number:.1f}"
 
 
 def _nice_max(value: float) -> float:
@@ -52,10 +44,8 @@ def bar_chart(
     whole: bool = False,
     least: float = 0,
 ) -> SafeString:
-    """Bars per label, several series stacked. Each bar has a <title> (a tooltip and what a
-    screen reader says); the figure has a text summary in aria-label. `least`: the lowest top
-    the axis has, so small or no values still get ticks `fmt` tells apart (money in cents: a
-    dollar, not "$0.01, $0.01, $0.00" for a day with no refunds)."""
+    """Bars per label, several series stacked, each with a <title>. `least`: the lowest top the
+    axis has, so small or no values still get ticks `fmt` tells apart ("$0.01, $0.01, $0.00")."""
     count = len(labels)
     totals = [sum(s.values[i] for s in series) for i in range(count)]
     top = max(_nice_max(max(totals, default=0)), least)
@@ -70,17 +60,9 @@ def bar_chart(
     for tick, text in enumerate(ticks):
         y = TOP + plot_h - plot_h * tick / 4
         parts.append(
-            format_html(
-                '<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
-                '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
-                left,
-                WIDTH - RIGHT,
-                _n(y),
-                _n(y),
-                left - GAP,
-                _n(y + 4),
-                text,
-            )
+            f'<line class="grid" x1="{left}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="axis" x="{left - GAP}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{conditional_escape(text)}</text>"
         )
     every = max(1, math.ceil(count / 5))  # at most 5 labels, so they never overlap
     for i, label in enumerate(labels):
@@ -92,29 +74,17 @@ def bar_chart(
                 continue
             h = plot_h * value / top
             base -= h
+            said = conditional_escape(f"{label}: {fmt(value)} {s.name}")
             parts.append(
-                format_html(
-                    '<rect class="bar {}" x="{}" y="{}" width="{}" height="{}">'
-                    "<title>{}: {} {}</title></rect>",
-                    s.css,
-                    _n(x),
-                    _n(base),
-                    _n(bar_w),
-                    _n(h),
-                    label,
-                    fmt(value),
-                    s.name,
-                )
+                f'<rect class="bar {conditional_escape(s.css)}" x="{x:.1f}" y="{base:.1f}" '
+                f'width="{bar_w:.1f}" height="{h:.1f}"><title>{said}</title></rect>'
             )
         if (count - 1 - i) % every == 0:  # counted from the right: today is always labelled
+            last = i == count - 1  # the last one stays inside
+            at = WIDTH - RIGHT if last else left + slot * i + slot / 2
             parts.append(
-                format_html(
-                    '<text class="axis" x="{}" y="{}" text-anchor="{}">{}</text>',
-                    _n(left + slot * i + slot / 2 if i < count - 1 else WIDTH - RIGHT),
-                    HEIGHT - 12,
-                    "middle" if i < count - 1 else "end",  # the last one stays inside
-                    label,
-                )
+                f'<text class="axis" x="{at:.1f}" y="{HEIGHT - 12}" text-anchor='
+                f'"{"end" if last else "middle"}">{conditional_escape(label)}</text>'
             )
     summary = "; ".join(f"{s.name}: {fmt(sum(s.values))} in total" for s in series)
     svg = format_html(
@@ -125,7 +95,7 @@ def bar_chart(
         HEIGHT,
         f"{title}. {summary}",
         title,
-        mark_safe("".join(parts)),  # noqa: S308 - every part was built by format_html
+        mark_safe("".join(parts)),  # noqa: S308 - every text in every part is escaped
     )
     legend = format_html_join(
         "",

@@ -1,5 +1,4 @@
-"""/metrics: what processes counted (refunds/metrics.py, summed over this machine's processes in
-prometheus_client's multiprocess mode), plus what the database knows, read at scrape time."""
+"""/metrics: what processes counted (multiprocess mode) plus what the database knows now."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from webhooks.models import Delivery
 
 
 class DeskCollector:
-    """Gauges and counters derived from the database: right whichever process or machine did
-    the work, and nothing to reset when a worker restarts."""
+    """From the database: right whichever process did the work, nothing to reset on restart."""
 
     def collect(self) -> Iterator[Metric]:
         now = timezone.now()

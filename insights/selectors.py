@@ -1,11 +1,10 @@
-"""What the dashboard plots, read from the database: one query per chart, grouped by the day in
-the reviewer's time zone (the one every other page shows times in: the `tz` cookie middleware
-activates it), so a refund at 23:30 UTC counts on the next day for a reviewer in Tokyo."""
+"""What the dashboard plots: one query per chart, grouped by the day in the reviewer's time zone
+(a refund at 23:30 UTC counts on the next day for a reviewer in Tokyo)."""
 
 from __future__ import annotations
 
 import statistics
-from datetime import date, datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta
 
 from django.db.models import Count, Exists, Min, OuterRef, Q, Sum
 from django.db.models.functions import TruncDate
@@ -14,17 +13,13 @@ from django.utils import timezone
 from refunds.models import Charge, CustomerQuestion, Decision, Ticket
 
 
-def _zone() -> tzinfo:
-    return timezone.get_current_timezone()
-
-
-def day_range(days: int, today: date | None = None) -> list[date]:
-    today = today or timezone.localdate()
+def day_range(days: int) -> list[date]:
+    today = timezone.localdate()
     return [today - timedelta(days=days - 1 - i) for i in range(days)]
 
 
 def _start_of(day: date) -> datetime:
-    return datetime.combine(day, datetime.min.time(), tzinfo=_zone())
+    return datetime.combine(day, datetime.min.time(), tzinfo=timezone.get_current_timezone())
 
 
 def _end_of(day: date) -> datetime:
@@ -32,8 +27,7 @@ def _end_of(day: date) -> datetime:
 
 
 def waiting_reviews(days: list[date]) -> list[int]:
-    """Reviews waiting at the end of each day: from the ticket's opening (it reaches its review
-    within seconds) to its first decision, or still waiting now."""
+    """Reviews waiting at the end of each day: from the ticket's opening to its first decision."""
     start = _start_of(days[0])
     decided = Decision.objects.filter(ticket=OuterRef("pk"))
     rows = (
@@ -46,13 +40,10 @@ def waiting_reviews(days: list[date]) -> list[int]:
         .values_list("created_at", "first_decision")
     )
     spans = list(rows)
-    counts = []
-    for day in days:
-        end = _end_of(day)
-        counts.append(
-            sum(1 for opened, first in spans if opened < end and (first is None or first >= end))
-        )
-    return counts
+    return [
+        sum(1 for opened, first in spans if opened < end and (first is None or first >= end))
+        for end in map(_end_of, days)
+    ]
 
 
 def time_to_decision(days: list[date]) -> list[float]:
@@ -65,7 +56,7 @@ def time_to_decision(days: list[date]) -> list[float]:
     )
     by_day: dict[date, list[float]] = {}
     for opened, first in firsts:
-        by_day.setdefault(timezone.localdate(first, _zone()), []).append(
+        by_day.setdefault(timezone.localdate(first), []).append(
             (first - opened).total_seconds() / 60
         )
     return [round(statistics.median(by_day[d]), 1) if d in by_day else 0.0 for d in days]
@@ -84,7 +75,7 @@ def refunded_cents(days: list[date]) -> list[int]:
     start = _start_of(days[0])
     rows = (
         Charge.objects.filter(status=Charge.Status.SUCCEEDED, settled_at__gte=start)
-        .annotate(day=TruncDate("settled_at", tzinfo=_zone()))
+        .annotate(day=TruncDate("settled_at"))
         .values("day")
         .annotate(cents=Sum("amount_cents"))
     )
@@ -97,7 +88,7 @@ def outcomes(days: list[date]) -> dict[str, list[int]]:
     start = _start_of(days[0])
     rows = (
         Ticket.objects.filter(status__in=Ticket.FINAL, updated_at__gte=start)
-        .annotate(day=TruncDate("updated_at", tzinfo=_zone()))
+        .annotate(day=TruncDate("updated_at"))
         .values("day", "status")
         .annotate(n=Count("id"))
     )
@@ -106,8 +97,7 @@ def outcomes(days: list[date]) -> dict[str, list[int]]:
 
 
 def refunded_counts(days: list[date]) -> dict[str, int]:
-    """Over the period: tickets that ended refunded, and the orders money was refunded for (a
-    ticket of several orders counts once among tickets, once per paid order among orders)."""
+    """Over the period: tickets that ended refunded, and the orders money was refunded for."""
     start = _start_of(days[0])
     tickets = Ticket.objects.filter(status=Ticket.Status.REFUNDED, updated_at__gte=start).count()
     orders = (
@@ -120,8 +110,7 @@ def refunded_counts(days: list[date]) -> dict[str, int]:
 
 
 def waiting_on_customers() -> dict[str, object]:
-    """Tickets waiting on a customer's reply now, and since when the longest has waited (its
-    question was asked)."""
+    """Tickets waiting on a customer's reply now, and since when the longest has waited."""
     waiting = CustomerQuestion.objects.filter(
         replied_at__isnull=True, ticket__status=Ticket.Status.AWAITING_CUSTOMER
     )

@@ -60,7 +60,6 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "Time to decision (median minutes, by day decided)",
                 labels,
                 [charts.Series("minutes to decide", "bar-b", minutes)],
-                fmt=lambda v: f"{v:g}",
             ),
             charts.bar_chart(
                 "Refunds paid per day",
@@ -89,8 +88,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format, for a scraper with `Authorization: Bearer <METRICS_TOKEN>` or an
-    admin's session."""
+    """Prometheus text format, for `Authorization: Bearer <METRICS_TOKEN>` or an admin."""
     token = settings.METRICS_TOKEN
     given = request.headers.get("Authorization", "")
     allowed = bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())

@@ -1,35 +1,18 @@
-"""The workflow drawn on the server as SVG, from LangGraph's own `get_graph()` nodes and edges:
-no script and no inline style (the Content-Security-Policy allows neither); classes only, styled
-in ops.css. The thread's path and its current position are classes too."""
+"""The workflow drawn on the server as SVG from LangGraph's `get_graph()`: no script and no inline
+style (the Content-Security-Policy allows neither); classes only, styled in ops.css."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
+from langchain_core.runnables.graph import Edge
 
 from refunds import persistence
 from refunds.flow.words import node_words, split_order_step
 
 BOX_W, BOX_H, ROW_H, COL_W, PAD = 250, 40, 66, 270, 14
-# Room beside the boxes for edges that pass rows (decline -> notify) or go back up (a refused
-# charge -> approve): they run in a lane outside the boxes they pass, never across one.
+# Room beside the boxes for edges that pass rows or go back up: they never run across a box.
 LANE = 22
-
-
-@dataclass(frozen=True)
-class Edge:
-    source: str
-    target: str
-    conditional: bool
-
-
-def structure() -> tuple[list[str], list[Edge]]:
-    drawn = persistence.graph().get_graph()
-    nodes = list(drawn.nodes)
-    edges = [Edge(e.source, e.target, bool(e.conditional)) for e in drawn.edges]
-    return nodes, edges
 
 
 def levels(nodes: list[str], edges: list[Edge]) -> dict[str, int]:
@@ -61,7 +44,8 @@ def levels(nodes: list[str], edges: list[Edge]) -> dict[str, int]:
 
 
 def svg(path: list[str], current: list[str]) -> SafeString:
-    nodes, edges = structure()
+    drawn = persistence.graph().get_graph()
+    nodes, edges = list(drawn.nodes), drawn.edges
     level = levels(nodes, edges)
     rows: dict[int, list[str]] = {}
     for n in nodes:
@@ -125,8 +109,7 @@ def _around(
     where: dict[str, tuple[float, float]],
     width: float,
 ) -> list[tuple[float, float]]:
-    """An edge that passes rows or goes back up, as right angles: through the gaps between rows
-    and down (or up) a lane outside every box of the rows it passes."""
+    """An edge that passes rows or goes back up: right angles, in a lane outside every box."""
     (x1, y1), (x2, y2) = where[e.source], where[e.target]
     low, high = sorted((level[e.source], level[e.target]))
     passed = [where[n][0] for lvl in range(low, high + 1) for n in rows[lvl]]

@@ -1,7 +1,5 @@
-"""A thread's checkpoint history, read through the graph's public `get_state_history`: each
-checkpoint with what ran, a flat diff of the state keys it changed against its parent (old -> new,
-in dollars and days), what it waits on, and who caused it (a decision, a fork). Branches after a
-fork are told apart by each snapshot's `parent_config`."""
+"""A thread's checkpoint history through the graph's public `get_state_history`: what ran, what
+changed (in words), what it waits on, who caused it; branches told apart by `parent_config`."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ LABELS = {
     "note": "Customer's note",
     "reason": "Reason",
 }
-# Said elsewhere on the entry (what ran, notes, flags, the cause) or on the page (each order's
-# lane), or ids and versions that are for admins, in the technical details.
+# Said elsewhere on the entry or the page, or for admins only (the technical details).
 HIDDEN = {"flow_version", "forks", "tracking", "order_number", "ticket_key", "fork_id", "trail"}
 HIDDEN |= {"notes", "flags", "history", "checks", "charges", "asking", "replies", "reading"}
 
@@ -142,8 +139,7 @@ def describe_order(order: dict) -> str:
 
 
 def diff(before: dict, after: dict) -> tuple[list[Change], list[str], list[str]]:
-    """The flat diff of two states: one row per key whose value changed, old -> new in words;
-    and the notes and flags added."""
+    """One row per key whose value changed, old -> new in words; and the notes and flags added."""
     changes = []
     for key, value in after.items():
         if key in HIDDEN or before.get(key) == value:
@@ -162,8 +158,7 @@ def _quote(text: str | None) -> str:
 
 
 def answer_words(answer: dict) -> tuple[str, str, str]:
-    """The thread's last answer as a row of the diff (label, before, after), named by what it
-    is: a reviewer's decision or question, the customer's reply, or the timer's "no reply"."""
+    """The thread's last answer as a row of the diff (label, before, after)."""
     kind, who = answer.get("answer"), answer.get("reviewer") or "a reviewer"
     if kind == "ask":
         return "Question to the customer", "—", f"{_quote(answer.get('reason'))} asked by {who}"
@@ -225,8 +220,7 @@ def _charge_words(charge: dict) -> str:
     return "charge to be asked again"
 
 
-# A fan-out's tasks come in the order its router made their Sends: the router run again on the
-# checkpoint's state (the state it routed from) names each task's order.
+# A fan-out's tasks come in its Sends' order: its router run again on the checkpoint names them.
 FAN_OUTS = {"check_order": nodes.fan_out, "charge_order": nodes.send_charges}
 
 
@@ -263,9 +257,7 @@ def _task_name(task, number: str) -> str:
 
 
 def order_lanes(ticket: Ticket) -> list[Lane]:
-    """Now, one lane per order of a ticket of several: how far each has come through the
-    fan-out (checked, answered, charged), in words; `state` says where it stands (waiting,
-    declined, now, refused, done). Nothing for a ticket of one order."""
+    """Now, one lane per order of a ticket of several: how far each has come, in words."""
     snap = persistence.snapshot(ticket.thread_id)
     values = snap.values or {}
     numbers = values.get("order_numbers") or []
@@ -278,10 +270,8 @@ def order_lanes(ticket: Ticket) -> list[Lane]:
         check, charge = checks.get(number) or {}, charges.get(number) or {}
         answer = check.get("answer") or {}
         if not check:
-            checking = ("check_order", number) in running
-            out.append(
-                Lane(number, ["being checked" if checking else "not checked yet"], "waiting")
-            )
+            said = "being checked" if ("check_order", number) in running else "not checked yet"
+            out.append(Lane(number, [said], "waiting"))
             continue
         words = [_check_words(check)]
         if not check.get("refundable", True):
@@ -366,9 +356,9 @@ def _entry(snap: StateSnapshot, parent: StateSnapshot | None, tree: Branches, ro
     )
 
 
-def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) -> dict[str, Any]:
-    """One page of the thread's history, newest first, starting below checkpoint `before`. The
-    whole history is read (every branch, to number them); only the page is put in words."""
+def page(ticket: Ticket, *, before: str | None = None) -> dict[str, Any]:
+    """One page of the history, newest first, below checkpoint `before`. The whole history is
+    read (every branch, to number them); only the page is put in words."""
     snaps = persistence.history(ticket.thread_id)
     by_id = {_id(s.config): s for s in snaps}
     tree = branches(snaps)
@@ -379,8 +369,8 @@ def page(ticket: Ticket, *, before: str | None = None, size: int = PAGE_SIZE) ->
         "answers": {d.interrupt_id: d for d in decisions.values()},
         "forks": {f.pk: f for f in ticket.forks.select_related("by")},
     }
-    entries = [_entry(s, by_id.get(_id(s.parent_config)), tree, rows) for s in older[:size]]
-    more = len(older) > size
+    entries = [_entry(s, by_id.get(_id(s.parent_config)), tree, rows) for s in older[:PAGE_SIZE]]
+    more = len(older) > PAGE_SIZE
     return {
         "entries": entries,
         "more": more,

@@ -6,8 +6,7 @@ from core.clock import local_words
 
 
 class PrunedThread(models.Model):
-    """A finished thread whose older checkpoints `manage.py prune` removed: the history page then
-    tells its story from the audit rows, which are never pruned."""
+    """A finished thread whose older checkpoints `manage.py prune` removed."""
 
     ticket = models.OneToOneField("refunds.Ticket", on_delete=models.CASCADE, related_name="pruned")
     pruned_at = models.DateTimeField(auto_now=True)

@@ -50,10 +50,8 @@ def _undelivered() -> QuerySet[Email]:
 
 
 def undelivered() -> list[tuple[Email, tuple[str, str] | None]]:
-    """Emails no run will send any more (finished tickets', finished messages'
-    acknowledgments) that never reached the mail server, or that the provider reported bounced
-    or failed, oldest first; each with what it is about when that is not (only) its ticket
-    (words, url), else None."""
+    """Emails no run will send any more that never reached the mail server or bounced, oldest
+    first; each with what it is about (words, url) when that is not (only) its ticket."""
     emails = list(
         _undelivered().select_related("ticket", "ticket__order").order_by("created_at")[:LIMIT]
     )

@@ -12,7 +12,6 @@ urlpatterns = [
     path("ops/undelivered/", views.undelivered, name="undelivered"),
     path("ops/undelivered/<int:email_id>/resend/", views.resend, name="resend"),
     path("ops/reconcile/", views.reconcile, name="reconcile"),
-    # path, not str: an address may hold "/" (valid in its local part), and with str the links
-    # to such a customer could not be built, breaking every page that shows one.
+    # path, not str: an address may hold "/", and with str its links could not be built.
     path("customers/<path:email>/", views.customer, name="customer"),
 ]

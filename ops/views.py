@@ -1,7 +1,5 @@
 """Admins' pages: a thread's history (time travel, fork), the failed and undelivered queues,
-reconcile's last report, and what the desk remembers about a customer. Managers read (not
-reconcile's report: admins only); only admins act; agents and users in no desk group are
-refused."""
+reconcile's report, a customer's memory. Managers read (not reconcile's); only admins act."""
 
 from __future__ import annotations
 
@@ -219,8 +217,7 @@ def reconcile(request: HttpRequest) -> HttpResponse:
 @require_GET
 @readers_only
 def customer(request: HttpRequest, email: str) -> HttpResponse:
-    # Any text the URL carries reaches the store and the database; PostgreSQL answers a NUL
-    # with an error (a 500), so what cannot be an address is refused with the reason.
+    # PostgreSQL answers a NUL with an error (a 500): what cannot be an address is refused.
     if not (0 < len(email) <= EMAIL_MAX and email.isprintable() and "@" in email):
         return HttpResponseBadRequest(
             "That is not a customer's email address (printable characters with an @, at most "

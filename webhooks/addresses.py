@@ -1,8 +1,6 @@
-"""Where a webhook may go: never inside. An admin's URL must not turn the desk into a proxy to
-its own port, the cloud's metadata service or the private network (the delivery log shows admins
-the answers). Checked twice: when the endpoint is saved (the URL as written, no DNS) and when a
-delivery connects (every address the name resolves to, then a connection to that checked address
-only, so a name cannot resolve one way at the check and another at the connect)."""
+"""Where a webhook may go: never inside (its own port, the cloud's metadata, the private network).
+Checked when the endpoint is saved (the URL as written) and when a delivery connects (every
+address the name resolves to, then a connection to that checked address only)."""
 
 from __future__ import annotations
 
@@ -56,8 +54,8 @@ def check_url(url: str) -> None:
     if host == INSIDE_NAMES[0] or host.endswith(INSIDE_NAMES[1:]):
         raise UnsafeURL(f"{host} is a name for this machine or its private network.")
     address = literal_address(host)
-    if address is not None:
-        check_address(address)
+    if address is not None and (reason := refusal(address)):
+        raise UnsafeURL(f"{address} is {reason}: webhooks go only to public addresses.")
 
 
 def literal_address(host: str) -> Address | None:
@@ -71,12 +69,6 @@ def literal_address(host: str) -> Address | None:
         return ipaddress.IPv4Address(socket.inet_aton(host))
     except OSError:
         return None
-
-
-def check_address(address: Address) -> None:
-    reason = refusal(address)
-    if reason:
-        raise UnsafeURL(f"{address} is {reason}: webhooks go only to public addresses.")
 
 
 def refusal(address: Address) -> str:
@@ -177,9 +169,8 @@ def _within(timeout: float | None, error: type[Exception]) -> float | None:
 
 
 class CheckedBackend(httpcore.SyncBackend):
-    """Resolves the name itself, checks every address, and connects to a checked address; TLS
-    (SNI, certificate) and the Host header still use the name from the URL, as httpcore passes
-    it to start_tls and the request."""
+    """Resolves the name itself and connects to a checked address; TLS and the Host header still
+    use the name from the URL."""
 
     def connect_tcp(
         self,
@@ -192,13 +183,8 @@ class CheckedBackend(httpcore.SyncBackend):
         last: Exception = httpcore.ConnectError(f"{host} has no address")
         for address in resolve(host, port):
             try:
-                stream = super().connect_tcp(
-                    address,
-                    port,
-                    _within(timeout, httpcore.ConnectTimeout),
-                    local_address,
-                    socket_options,
-                )
+                wait = _within(timeout, httpcore.ConnectTimeout)
+                stream = super().connect_tcp(address, port, wait, local_address, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
                 continue
@@ -210,9 +196,8 @@ class CheckedBackend(httpcore.SyncBackend):
 
 
 class CheckedTransport(httpx.HTTPTransport):
-    """httpx's own transport with the connection pool built on CheckedBackend. No proxy: a
-    proxy would connect to the address we did not check. (httpx 0.28 does not take a network
-    backend; the pool is its documented httpcore.ConnectionPool, replaced after __init__.)"""
+    """httpx's own transport on CheckedBackend. No proxy: it would connect to an unchecked
+    address. (httpx 0.28 takes no network backend: the pool is replaced after __init__.)"""
 
     def __init__(self) -> None:
         super().__init__(trust_env=False, retries=0)
@@ -226,21 +211,16 @@ class CheckedTransport(httpx.HTTPTransport):
 
 
 def client() -> httpx.Client:
-    """The one client deliveries use: checked addresses, no redirects, no proxy from the
-    environment."""
+    """The one client deliveries use: checked addresses, no redirects (httpx's), no proxy."""
     return httpx.Client(
-        transport=CheckedTransport(),
-        timeout=settings.WEBHOOK_TIMEOUT,
-        follow_redirects=False,
-        trust_env=False,
+        transport=CheckedTransport(), timeout=settings.WEBHOOK_TIMEOUT, trust_env=False
     )
 
 
 def post(
     http: httpx.Client, url: str, *, content: bytes, headers: dict[str, str]
 ) -> httpx.Response:
-    """POST within WEBHOOK_TIMEOUT in all, to a URL checked again now (the row may predate the
-    rules, or have been written around the admin)."""
+    """POST within WEBHOOK_TIMEOUT in all, to a URL checked again now (the row may predate it)."""
     check_url(url)
     token = _deadline.set(time.monotonic() + settings.WEBHOOK_TIMEOUT)
     try:

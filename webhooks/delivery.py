@@ -1,13 +1,6 @@
 """The outbox's webhook handler (rows of kind "webhook"): fan events out to endpoints, claim due
-deliveries, POST them signed.
-
-At least once: a row is claimed with the outbox's conditional UPDATE (core/outbox.py) before the
-POST; a 2xx marks it sent, anything else puts it back with an exponential backoff
-(WEBHOOK_RETRY_BASE_SECONDS x 2^(attempt - 1), at most an hour) until WEBHOOK_MAX_ATTEMPTS, then
-"failed", shown in admin with its log and a "send again" action. A sender that dies mid-POST
-leaves a stale claim, taken over after the send window: the receiver may then see the event twice,
-with the same event id (`Refund-Desk-Event-Id`, and `id` in the body), which is how it
-de-duplicates. A URL webhooks/addresses.py refuses fails at once, without retries."""
+deliveries, POST them signed; at least once, with backoff (docs/integrations.md). A stale claim
+is taken over after the send window: the receiver de-duplicates by the event id."""
 
 from __future__ import annotations
 
@@ -41,9 +34,7 @@ USER_AGENT = "RefundDesk-Webhooks/1"
 
 
 def payload(event: Event) -> dict:
-    """The event as receivers read it. `refund_state` and `refund_words` say where a refunded
-    ticket's money is as the desk knows it when the event is sent (refunds/selectors.py), null
-    unless the ticket is refunded then: a later event carries any later state."""
+    """The event as receivers read it; the refund's state as the desk knows it when it is sent."""
     ticket = event.ticket
     progress = selectors.refund_progress(ticket)
     data: dict = {
@@ -61,13 +52,11 @@ def payload(event: Event) -> dict:
         }
     }
     if event.to_status == Ticket.Status.REFUNDED:
-        # What came back to the customer, line by line, and which items return: the shop's
-        # stock follows it (the desk keeps none).
+        # What came back, line by line, and which items return: the shop's stock follows it.
         data["refunds"] = selectors.refunds_given(ticket)
     return {
         "id": event.event_id,
-        # A refunded ticket's refund moved (pending, succeeded, failed at the processor): the
-        # trigger of migration 0004 writes it with the ticket's status on both sides.
+        # A refunded ticket's refund moved: migration 0004's trigger writes "refunded" twice.
         "type": "ticket.refund_state_changed"
         if event.from_status == event.to_status
         else "ticket.status_changed",
@@ -114,11 +103,9 @@ def _due() -> Q:
 
 
 def deliver_due(*, limit: int = 100) -> dict[str, int]:
-    """One sweep: fan out new events, then send what is due, oldest first. Endpoints are served
-    in parallel (WEBHOOK_SWEEP_THREADS), each one delivery at a time in order, so a receiver that
-    never answers holds only its own queue. An endpoint that fails is left until the next sweep:
-    a dead one costs one timeout per sweep, not one per delivery. Nothing new is claimed after
-    WEBHOOK_SWEEP_BUDGET_SECONDS, so the sweep ends within budget + WEBHOOK_TIMEOUT."""
+    """One sweep: fan out, then send what is due, each endpoint in order on its own thread, so a
+    receiver that never answers holds only its own queue, once per sweep. Nothing is claimed
+    after WEBHOOK_SWEEP_BUDGET_SECONDS: the sweep ends within budget + WEBHOOK_TIMEOUT."""
     outside_transaction("webhook endpoints")  # the pool's threads post; this one waits for them
     fan_out()
     due = (
@@ -136,9 +123,8 @@ def deliver_due(*, limit: int = 100) -> dict[str, int]:
     threads = min(settings.WEBHOOK_SWEEP_THREADS, len(queues))
     waiting = deque(queues)
     running: dict[Future[_Answer], _Outgoing] = {}
-    # Only the POSTs run in the pool; claims and marks stay on this thread (one database
-    # connection, the test's transaction included). A claim is taken only when a thread is free,
-    # so no claim ages in a queue towards the send window.
+    # Only the POSTs run in the pool; claims and marks stay on this thread's one connection. A
+    # claim is taken only when a thread is free, so none ages in a queue towards the send window.
     with addresses.client() as http, ThreadPoolExecutor(threads, "webhook") as pool:
         while waiting or running:
             while waiting and len(running) < threads and time.monotonic() < deadline:
@@ -179,8 +165,7 @@ class _Answer:
 
 
 def _claim_next(queue: deque[int], counts: dict[str, int]) -> _Outgoing | None:
-    """Claim the next delivery of one endpoint's queue; None when there is nothing to send now
-    (one lost to another sender is counted as skipped and the next is tried)."""
+    """Claim the next delivery of one endpoint's queue; None when there is nothing to send now."""
     while queue:
         delivery_id = queue.popleft()
         claim = uuid.uuid4().hex
@@ -240,37 +225,28 @@ def _record(outgoing: _Outgoing, answer: _Answer) -> str:
             duration_ms=answer.elapsed_ms,
         )
         mine = Delivery.objects.filter(pk=delivery.pk, claimed_by=outgoing.claim)
+        last = {"last_status_code": code, "last_error": error}
         if not error:
-            mine.update(
-                status=Delivery.Status.SENT,
-                sent_at=timezone.now(),
-                last_status_code=code,
-                last_error="",
-            )
+            mine.update(status=Delivery.Status.SENT, sent_at=timezone.now(), **last)
             log.info("webhook %s delivered to %s", event.event_id, endpoint.pk)
             return "delivered"
         metrics.WEBHOOK_FAILURES.inc()
         # A refused URL stays refused until an admin mends it, then presses "send again".
         if answer.refused or delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
-            mine.update(status=Delivery.Status.FAILED, last_status_code=code, last_error=error)
+            mine.update(status=Delivery.Status.FAILED, **last)
             log.warning("webhook %s to %s failed for good: %s", event.event_id, endpoint.pk, error)
             return "failed"
         backoff = timedelta(
             seconds=settings.WEBHOOK_RETRY_BASE_SECONDS * 2 ** (delivery.attempts - 1)
         )
-        mine.update(
-            status=Delivery.Status.PENDING,
-            next_attempt_at=timezone.now() + min(backoff, MAX_BACKOFF),
-            last_status_code=code,
-            last_error=error,
-        )
+        retry_at = timezone.now() + min(backoff, MAX_BACKOFF)
+        mine.update(status=Delivery.Status.PENDING, next_attempt_at=retry_at, **last)
         log.warning("webhook %s to %s will be retried: %s", event.event_id, endpoint.pk, error)
         return "retrying"
 
 
 def send_again(delivery_ids: list[int]) -> int:
-    """An admin's "send again": due now, whatever happened before (a delivered one too: the
-    receiver asked for it, and de-duplicates by event id). Each press is one more attempt."""
+    """An admin's "send again": due now, a delivered one too (the receiver de-duplicates)."""
     return (
         Delivery.objects.filter(pk__in=delivery_ids)
         .exclude(status=Delivery.Status.SENDING)

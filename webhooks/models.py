@@ -1,6 +1,5 @@
-"""Webhooks for helpdesks: endpoints an admin registers, the events (one per ticket status
-change, written by a database trigger in the same transaction as the change), their deliveries
-(one per event and endpoint, rows of the outbox) with a log of every attempt."""
+"""Webhooks for helpdesks: endpoints, events (written by a database trigger with each ticket
+status change) and their deliveries (rows of the outbox) with a log of every attempt."""
 
 from __future__ import annotations
 
@@ -48,11 +47,8 @@ class Endpoint(models.Model):
 
 
 class Event(models.Model):
-    """A ticket's status changed (or a ticket was opened: from_status empty). Inserted by the
-    trigger in migration 0002 on every INSERT of a ticket and every UPDATE that changes its
-    status, whichever code path made it (the runner's raw UPDATEs included); and by migration
-    0004's when the processor's status of a refunded ticket's refund changes (from_status and
-    to_status both "refunded")."""
+    """A ticket's status changed (opened: from_status empty), inserted by migration 0002's
+    trigger whichever code path made it; or its refund's state did (0004's: both "refunded")."""
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="+")
     from_status = models.CharField(max_length=20, blank=True)
@@ -76,9 +72,7 @@ class Event(models.Model):
 
 
 class Delivery(Email):
-    """One event for one endpoint: a row of the one outbox (kind "webhook"), claimed with its
-    conditional UPDATE, retried with backoff until the endpoint answers 2xx or the attempts run
-    out (webhooks/delivery.py)."""
+    """One event for one endpoint: a row of the one outbox (kind "webhook")."""
 
     class Deliveries(OfKind):
         kind = Email.Kind.WEBHOOK

@@ -1,10 +1,6 @@
-"""How a delivery is signed, and how a receiver checks it (the same scheme as Stripe's):
-
-    Refund-Desk-Signature: t=1767225600,v1=5257a869e7ec...(64 hex digits)
-
-`v1` is the hex HMAC-SHA256, keyed with the endpoint's secret, of `f"{t}.{raw body}"`. The
-timestamp is inside what is signed, so a captured request cannot be replayed later with a new
-timestamp; a receiver refuses timestamps older than its tolerance (5 minutes here)."""
+"""How a delivery is signed (as Stripe signs): `Refund-Desk-Signature: t=<unix time>,v1=<hex
+HMAC-SHA256 of f"{t}.{raw body}">`; the timestamp is signed, so a captured request cannot be
+replayed later (docs/integrations.md)."""
 
 from __future__ import annotations
 
@@ -27,14 +23,7 @@ class BadSignature(ValueError):
     pass
 
 
-def verify(
-    secret: str,
-    body: bytes,
-    header: str,
-    *,
-    tolerance: int = TOLERANCE_SECONDS,
-    now: float | None = None,
-) -> int:
+def verify(secret: str, body: bytes, header: str, *, now: float | None = None) -> int:
     """What a receiver does: return the signed timestamp, or raise BadSignature."""
     parts = [p.split("=", 1) for p in header.split(",") if "=" in p]
     try:
@@ -42,7 +31,7 @@ def verify(
     except (KeyError, ValueError):
         raise BadSignature("no timestamp in the signature header") from None
     now = time.time() if now is None else now
-    if abs(now - timestamp) > tolerance:
+    if abs(now - timestamp) > TOLERANCE_SECONDS:
         raise BadSignature("the timestamp is outside the tolerance (a replay?)")
     expected = sign(secret, body, timestamp).split("v1=", 1)[1]
     given = [v for k, v in parts if k == "v1"]

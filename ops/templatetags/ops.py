@@ -19,9 +19,7 @@ def ops_nav(context) -> dict:
 
 @register.filter
 def amount_change(event: AuditEvent) -> str:
-    """An audited amount change in words: "amount $6.99 → $5.00", or "amount set to $5.00"
-    when the entry does not say what it was. A decision keeps the amount it saw inside the review
-    it answered; a fork keeps it beside."""
+    """ "amount $6.99 → $5.00", or "amount set to $5.00" when the entry does not say what it was."""
     after = (event.answer or {}).get("amount_cents")
     if not after:
         return ""

@@ -1,8 +1,5 @@
-"""Remove all but the last checkpoint of finished threads older than a given age.
-
-The app's own rows (tickets, decisions, forks, charges, emails, the audit trail) are kept: the
-history page tells a pruned thread's story from them. A thread with a fork waiting, or that left
-its final state since it was listed, is skipped."""
+"""Remove all but the last checkpoint of finished threads older than a given age; the app's own
+rows are kept, and the history page tells a pruned thread's story from them."""
 
 from __future__ import annotations
 
@@ -46,27 +43,21 @@ class Command(BaseCommand):
         show = not no_progress and len(tickets) > 0
         for n, (ticket_id, thread_id) in enumerate(tickets, start=1):
             rows = storage.checkpoint_rows(thread_id)
-            if len(rows) > 1:
+            if len(rows) > 1 and (dry_run or self._still_finished(ticket_id)):
                 size = storage.thread_bytes(thread_id, rows)
                 if dry_run:
-                    threads, removed = threads + 1, removed + len(rows) - 1
-                    before_total += size
-                    after_total += storage.thread_bytes(thread_id, rows[-1:])
-                elif self._still_finished(ticket_id):
+                    gone, after = len(rows) - 1, storage.thread_bytes(thread_id, rows[-1:])
+                else:
                     gone = storage.keep_latest(thread_id)
                     after = storage.thread_bytes(thread_id)
-                    earlier = PrunedThread.objects.filter(ticket_id=ticket_id).first()
-                    PrunedThread.objects.update_or_create(
-                        ticket_id=ticket_id,
-                        defaults={
-                            "checkpoints_removed": gone
-                            + (earlier.checkpoints_removed if earlier else 0),
-                            "bytes_before": earlier.bytes_before if earlier else size,
-                            "bytes_after": after,
-                        },
+                    pruned, _ = PrunedThread.objects.get_or_create(
+                        ticket_id=ticket_id, defaults={"bytes_before": size}
                     )
-                    threads, removed = threads + 1, removed + gone
-                    before_total, after_total = before_total + size, after_total + after
+                    pruned.checkpoints_removed += gone
+                    pruned.bytes_after = after
+                    pruned.save()
+                threads, removed = threads + 1, removed + gone
+                before_total, after_total = before_total + size, after_total + after
             if show:
                 self.stderr.write(f"\r{bar(n, len(tickets))}", ending="")
         if show:
@@ -79,8 +70,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _still_finished(ticket_id: int) -> bool:
-        # A rejected ticket can be forked: one with a fork recorded, or no longer final, keeps
-        # its checkpoints (the fork starts from one of them).
+        # A fork starts from a checkpoint: a ticket with one recorded, or not final, keeps them.
         return (
             Ticket.objects.filter(pk=ticket_id, status__in=Ticket.FINAL).exists()
             and not Fork.objects.unapplied().filter(ticket_id=ticket_id).exists()
