@@ -9,21 +9,25 @@ from datetime import timedelta
 from functools import partial
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
 from devtools import faults
+from intake import workflow
+from intake.models import Message
+from intake.services import message_receive
 from refunds import enqueue, payments, persistence, runner, services
 from refunds.models import AuditEvent, Charge, Decision, Fork, Ticket
 from refunds.payments import DemoGateway
 from refunds.payments.demo import DemoProcessorRefund
-from tests.conftest import make_order
+from tests.conftest import helpdesk, make_order
 from tests.reviewing import advance_to_review, awaiting_review, decide
 from tests.test_desk_races import at_once
 
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
-    monkeypatch.setattr(enqueue, "wake", lambda ticket_id: None)  # the tests advance by hand
+    monkeypatch.setattr(enqueue, "send", lambda *args, **kwargs: True)  # the tests advance by hand
 
 
 def test_a_decision_for_a_review_a_fork_replaced_after_the_page_read_it_is_refused(
@@ -136,3 +140,47 @@ def test_a_fork_recorded_while_the_charge_was_under_way_is_refused_by_the_next_r
     assert ticket.amount_cents == 699
     assert [(c.amount_cents, c.status) for c in Charge.objects.all()] == [(699, "succeeded")]
     assert DemoProcessorRefund.objects.count() == 1  # at the processor: one refund
+
+
+def _taken_over_before(name: str, fn):
+    """INTAKE_TASK_WRAPPER: a successor takes the message over just before `name` runs. The
+    worker's own lease still believes it holds (renewed a moment ago), so the task's early
+    `lease.check()` passes: only the fenced UPDATE at its write stands in the way."""
+
+    def task(item, *args):
+        if name == TAKEN_OVER_AT["task"]:
+            Message.objects.filter(pk=item["message_id"]).update(lease_epoch=F("lease_epoch") + 1)
+        return fn(item, *args)
+
+    return task
+
+
+TAKEN_OVER_AT = {"task": ""}
+
+
+@pytest.mark.parametrize("task", ["read", "open_ticket"])
+def test_an_intake_task_whose_message_was_taken_over_after_its_early_check_writes_nothing(
+    transactional_db, settings, monkeypatch, task
+):
+    make_order("1042")
+    monkeypatch.setitem(TAKEN_OVER_AT, "task", task)
+    settings.INTAKE_TASK_WRAPPER = "tests.test_late_guards._taken_over_before"
+    message, _ = message_receive(
+        channel="api",
+        brought_by=helpdesk(),
+        key="m1",
+        sender="ana@example.com",
+        sender_name="Ana Souza",
+        subject="Refund",
+        body="My order #1042 came a week late, can I get the delivery charge back?",
+        received_at=timezone.now(),
+        raw="",
+    )
+    try:
+        assert workflow.message_take(message.pk) == "lease lost"
+    finally:
+        workflow._compiled.cache_clear()
+    message.refresh_from_db()
+    assert message.status == Message.Status.RECEIVED and not Ticket.objects.exists()
+    if task == "read":
+        assert message.reading is None
