@@ -1,5 +1,7 @@
 """Writes that views, the API, the admin and the sweep call, one module per concern."""
 
+# ruff: noqa: F401 (the imports are what the package exports)
+
 from refunds.services.asking import questions_wait_timers
 from refunds.services.desk import (
     decision_undo,
@@ -46,43 +48,3 @@ from refunds.services.tickets import (
     ticket_retry,
 )
 from refunds.services.timers import reviews_escalate_overdue
-
-__all__ = [
-    "FORKABLE",
-    "NOTE_MAX",
-    "REASON_MAX",
-    "RECOVERY_SWEEP",
-    "AlreadyDecided",
-    "BrokerUnavailable",
-    "ClaimTaken",
-    "OrdersRefused",
-    "ReconcileReport",
-    "RefundError",
-    "ShopUnavailable",
-    "TicketAlreadyOpen",
-    "also_recover",
-    "email_resend",
-    "fork_checked",
-    "review_answers",
-    "review_claim",
-    "review_orders",
-    "review_unclaim",
-    "reviews_approve_bulk",
-    "reconcile_payments",
-    "reviews_escalate_overdue",
-    "ticket_ask",
-    "ticket_decide",
-    "decision_undo",
-    "ticket_escalate",
-    "ticket_fork",
-    "order_find",
-    "questions_wait_timers",
-    "ticket_open",
-    "ticket_retry",
-    "stripe_event_handle",
-    "stripe_event_receive",
-    "stripe_events_recover",
-    "sweep_mark_ran",
-    "tickets_recover",
-    "wake_all",
-]
