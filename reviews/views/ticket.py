@@ -7,7 +7,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -39,9 +38,7 @@ from reviews.views.common import (
 @require_http_methods(["GET", "POST"])
 @login_required
 def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
+    permissions.deny(permissions.open_refusal(request.user))
     values = {"order_number": "", "note": "", "sender": "", "message": ""}
     if request.method == "POST":
         values = {k: request.POST.get(k, "") for k in values}
@@ -116,9 +113,7 @@ def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
 
 
 def _visible_message(request: HtmxHttpRequest, message_id: int) -> Message:
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
+    permissions.deny(permissions.open_refusal(request.user))
     visible = intake_selectors.messages_visible(request.user)
     return get_object_or_404(visible.select_related("ticket__order", "brought_by"), pk=message_id)
 
