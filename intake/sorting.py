@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
@@ -59,11 +58,6 @@ def placed_words(where: Placed) -> str:
     return "; ".join(parts) + "."
 
 
-def _refuse_unless_desk_user(by) -> None:
-    if not permissions.is_desk_user(by):
-        raise PermissionDenied("You are in no desk group, so you sort no messages.")
-
-
 def _orders(numbers: list[str]) -> list[Order]:
     try:
         picked = list(dict.fromkeys(order_number_read(n) for n in numbers if n.strip("# ")))
@@ -108,7 +102,7 @@ def message_sort(
     other_customer_ok: bool = False,
 ) -> Placed:
     """Open or add to tickets for the orders a person chose; `other_customer_ok`: a forward."""
-    _refuse_unless_desk_user(by)
+    permissions.deny(permissions.sort_refusal(by))
     if reason not in policy.TICKET_REASONS:
         words = policy.REASONS.get(reason)
         raise SortingError(
@@ -180,7 +174,7 @@ def message_mark_not_refund(
 ) -> Message:
     """ "Not a refund request": set aside, the customer answered with a canned reply and/or the
     agent's words, or not at all with why; the reply is an outbox row sent once after commit."""
-    _refuse_unless_desk_user(by)
+    permissions.deny(permissions.sort_refusal(by))
     words, no_reply_why = (words or "").strip(), (no_reply_why or "").strip()
     if canned is not None and canned.use != CannedReason.Use.SET_ASIDE:
         raise SortingError("That canned reply is not one for setting a message aside.")
@@ -244,7 +238,7 @@ def _reply_set_aside(
 
 def message_set_aside_undo(*, message: Message, by) -> Message:
     """A set-aside message goes back to "Needs sorting"; a reply sent stays sent."""
-    _refuse_unless_desk_user(by)
+    permissions.deny(permissions.sort_refusal(by))
     with transaction.atomic():
         won = _handled(
             message,
