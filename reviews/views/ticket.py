@@ -268,7 +268,7 @@ def parts_total(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
     payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
     if ticket.status != Ticket.Status.AWAITING_REVIEW or not payload.get("orders"):
-        error = "This review is no longer pending; reload to see where the ticket is."
+        error = services.NOT_PENDING
         return render(request, "reviews/_parts_total.html", {"error": error}, status=409)
     by_number = {str(o["number"]): o for o in payload["orders"]}
     try:
