@@ -1,4 +1,4 @@
-"""One ticket: open it, read it (with its polled status), resend its email."""
+"""One ticket: open it, read it (with its polled status)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import (
     HttpResponseClientRedirect,
@@ -243,21 +243,6 @@ def _review_outcome(request: HtmxHttpRequest, ticket: Ticket, seen: str) -> Http
     response = render(request, "reviews/queue.html#review-outcome", context)
     response.status_code = HttpResponseStopPolling.status_code
     return response
-
-
-@require_POST
-@login_required
-def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> HttpResponse:
-    """Admins: send an undelivered email of a finished ticket again (through the outbox)."""
-    ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
-    email = get_object_or_404(ticket.emails, pk=email_id)
-    try:
-        services.email_resend(email_id=email.pk, by=request.user)
-    except services.RefundError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
-    return redirect("reviews:ticket", ticket_id=ticket.pk)
 
 
 @require_GET
