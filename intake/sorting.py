@@ -14,6 +14,7 @@ from intake.models import REPLY_PREFIX, Message, MessageEvent, MessageTicket
 from intake.placing import Placed, link, open_or_add
 from intake.services import message_problems
 from refunds import audit, emails, enqueue, permissions, policy
+from refunds.flow.words import numbers_words
 from refunds.models import (
     AuditEvent,
     CannedReason,
@@ -42,17 +43,13 @@ class SortingError(RefundError):
 
 def placed_words(where: Placed) -> str:
     """What a sort did, for the person who sorted."""
-
-    def orders(numbers: list[str]) -> str:
-        return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
-
     parts = []
     if where.opened is not None:
-        parts.append(f"Opened ticket {where.opened.pk} for {orders(where.opened_orders)}")
+        parts.append(f"Opened ticket {where.opened.pk} for {numbers_words(where.opened_orders)}")
     if where.added:
         parts.append(
             "Added the message to "
-            + ", ".join(f"the open ticket {t.pk} of {orders(n)}" for t, n in where.added)
+            + ", ".join(f"the open ticket {t.pk} of {numbers_words(n)}" for t, n in where.added)
             + " (an order has one open ticket)"
         )
     return "; ".join(parts) + "."

@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Literal
 
 from refunds.flow import parts as refund_parts
-from refunds.flow.words import dollars
+from refunds.flow.words import dollars, numbers_words
 
 if TYPE_CHECKING:
     from refunds.flow.state import LineFacts, OrderFacts, Part
@@ -399,7 +399,6 @@ def paid_out_words(
     undo_seconds: int = 0,
 ) -> str:
     """What every page says of an approval: "Approved $6.99 for order 1042 — being paid out"."""
-    on = ("order " if len(orders) == 1 else "orders ") + ", ".join(orders)
     lowered = (
         f" (instead of {dollars(asked_cents)})" if asked_cents not in (None, amount_cents) else ""
     )
@@ -409,4 +408,4 @@ def paid_out_words(
         if undo_seconds
         else "being paid out"
     )
-    return f"Approved {dollars(amount_cents)}{lowered} for {on}{also} — {when}"
+    return f"Approved {dollars(amount_cents)}{lowered} for {numbers_words(orders)}{also} — {when}"

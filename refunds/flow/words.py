@@ -24,6 +24,11 @@ def days(n: int) -> str:
     return f"{n} day{'' if n == 1 else 's'}"
 
 
+def numbers_words(numbers: list[str]) -> str:
+    """ "order 1042" or "orders 1042, 1044"."""
+    return ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
+
+
 # What each node does, for people reading a thread's history (and the diagram's labels).
 NODE_WORDS = {
     "__start__": "Ticket opened",

@@ -20,9 +20,9 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
 from refunds import permissions, policy, selectors, services
+from refunds.flow.words import numbers_words
 from refunds.models import Decision, Ticket, user_roles
 from reviews import forms, paging
-from reviews.templatetags.desk import numbers_words
 from reviews.views.common import (
     COUNT_CAP,
     ORDER_LINKS,

@@ -24,9 +24,10 @@ from intake import services as intake
 from intake import sorting
 from intake.models import Message
 from refunds import permissions, policy, selectors, services
+from refunds.flow.words import numbers_words
 from refunds.models import CannedReason, Ticket
 from reviews.forms import order_numbers_typed, parts_answers
-from reviews.templatetags.desk import numbers_words, proposal_sums
+from reviews.templatetags.desk import proposal_sums
 from reviews.views.common import (
     ORDER_LINKS,
     TICKET_STATUS,
