@@ -19,7 +19,7 @@ from refunds import permissions, policy, services
 from refunds.models import CannedReason
 from reviews import paging
 from reviews.forms import order_numbers_typed
-from reviews.views.common import HtmxHttpRequest, form_errors
+from reviews.views.common import HtmxHttpRequest, form_errors, pressed
 from reviews.views.queue import answered, decision_error, refusal_status
 
 PAGE = 20
@@ -86,7 +86,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     permissions.deny(permissions.sort_refusal(request.user))
     message = get_object_or_404(selectors.messages_visible(request.user), pk=message_id)
     form = forms.SortForm(request.POST)
-    action = form.action(request.POST)
+    action = pressed(request.POST, ("open", "not_refund"))
     values: dict[str, Any] = {}
     try:
         if not form.is_valid():
