@@ -29,13 +29,6 @@ class SortForm(forms.Form):
     reply_words = forms.CharField(required=False, max_length=REPLY_MAX, strip=True)
     no_reply_why = forms.CharField(required=False, max_length=NOTE_MAX, strip=True)
 
-    def action(self, post) -> str:
-        """The button pressed: "open", "not_refund", "" (none) or "both"."""
-        pressed = [a for a in ("open", "not_refund") if a in post]
-        if len(pressed) > 1:
-            return "both"
-        return pressed[0] if pressed else ""
-
 
 class SendBackForm(forms.Form):
     why = forms.CharField(max_length=NOTE_MAX, strip=True, required=False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
@@ -15,6 +14,7 @@ from intake.models import REPLY_PREFIX, Message, MessageEvent, MessageTicket
 from intake.placing import Placed, link, open_or_add
 from intake.services import message_problems
 from refunds import audit, emails, enqueue, permissions, policy
+from refunds.flow.words import numbers_words
 from refunds.models import (
     AuditEvent,
     CannedReason,
@@ -43,25 +43,16 @@ class SortingError(RefundError):
 
 def placed_words(where: Placed) -> str:
     """What a sort did, for the person who sorted."""
-
-    def orders(numbers: list[str]) -> str:
-        return f"order {numbers[0]}" if len(numbers) == 1 else "orders " + ", ".join(numbers)
-
     parts = []
     if where.opened is not None:
-        parts.append(f"Opened ticket {where.opened.pk} for {orders(where.opened_orders)}")
+        parts.append(f"Opened ticket {where.opened.pk} for {numbers_words(where.opened_orders)}")
     if where.added:
         parts.append(
             "Added the message to "
-            + ", ".join(f"the open ticket {t.pk} of {orders(n)}" for t, n in where.added)
+            + ", ".join(f"the open ticket {t.pk} of {numbers_words(n)}" for t, n in where.added)
             + " (an order has one open ticket)"
         )
     return "; ".join(parts) + "."
-
-
-def _refuse_unless_desk_user(by) -> None:
-    if not permissions.is_desk_user(by):
-        raise PermissionDenied("You are in no desk group, so you sort no messages.")
 
 
 def _orders(numbers: list[str]) -> list[Order]:
@@ -108,7 +99,7 @@ def message_sort(
     other_customer_ok: bool = False,
 ) -> Placed:
     """Open or add to tickets for the orders a person chose; `other_customer_ok`: a forward."""
-    _refuse_unless_desk_user(by)
+    permissions.deny(permissions.sort_refusal(by))
     if reason not in policy.TICKET_REASONS:
         words = policy.REASONS.get(reason)
         raise SortingError(
@@ -180,7 +171,7 @@ def message_mark_not_refund(
 ) -> Message:
     """ "Not a refund request": set aside, the customer answered with a canned reply and/or the
     agent's words, or not at all with why; the reply is an outbox row sent once after commit."""
-    _refuse_unless_desk_user(by)
+    permissions.deny(permissions.sort_refusal(by))
     words, no_reply_why = (words or "").strip(), (no_reply_why or "").strip()
     if canned is not None and canned.use != CannedReason.Use.SET_ASIDE:
         raise SortingError("That canned reply is not one for setting a message aside.")
@@ -244,7 +235,7 @@ def _reply_set_aside(
 
 def message_set_aside_undo(*, message: Message, by) -> Message:
     """A set-aside message goes back to "Needs sorting"; a reply sent stays sent."""
-    _refuse_unless_desk_user(by)
+    permissions.deny(permissions.sort_refusal(by))
     with transaction.atomic():
         won = _handled(
             message,

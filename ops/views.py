@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from intake.models import Message
@@ -202,7 +203,10 @@ def resend(request: HttpRequest, email_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
-    return redirect("ops:undelivered")
+    # The ticket page's Resend comes back to the ticket; the queue's to the queue.
+    back = request.POST.get("next", "")
+    safe = url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure())
+    return redirect(back if safe else "ops:undelivered")
 
 
 @require_GET

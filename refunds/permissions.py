@@ -43,6 +43,13 @@ def open_refusal(user) -> str:
     return ""
 
 
+def sort_refusal(user) -> str:
+    """Why this user may not sort the intake's messages ("" when they may)."""
+    if not is_desk_user(user):
+        return "You are in no desk group, so you sort no messages."
+    return ""
+
+
 def visible(user) -> TicketQuerySet:
     """The tickets this user may read, on any page and in the API."""
     tickets = Ticket.objects.all()

@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Literal
 
 from refunds.flow import parts as refund_parts
-from refunds.flow.words import dollars
+from refunds.flow.words import and_words, dollars, numbers_words
 
 if TYPE_CHECKING:
     from refunds.flow.state import LineFacts, OrderFacts, Part
@@ -218,7 +218,7 @@ def _proposed_parts(
             "The message does not say for sure which items it means: nothing is ticked; "
             "choose what to refund."
         )
-    titles = _and([line["title"] for line in named])
+    titles = and_words([line["title"] for line in named])
     what = "missing" if reason == NOT_RECEIVED else REASONS[reason].lower()
     return [_all_of(line) for line in named], f"The customer reports {titles} as {what}."
 
@@ -386,10 +386,6 @@ def _named_lines(lines: list[LineFacts], words: str) -> tuple[list[LineFacts], b
     return ([], True) if unsure else (named, False)
 
 
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
 def paid_out_words(
     amount_cents: int | None,
     orders: list[str],
@@ -399,7 +395,6 @@ def paid_out_words(
     undo_seconds: int = 0,
 ) -> str:
     """What every page says of an approval: "Approved $6.99 for order 1042 — being paid out"."""
-    on = ("order " if len(orders) == 1 else "orders ") + ", ".join(orders)
     lowered = (
         f" (instead of {dollars(asked_cents)})" if asked_cents not in (None, amount_cents) else ""
     )
@@ -409,4 +404,4 @@ def paid_out_words(
         if undo_seconds
         else "being paid out"
     )
-    return f"Approved {dollars(amount_cents)}{lowered} for {on}{also} — {when}"
+    return f"Approved {dollars(amount_cents)}{lowered} for {numbers_words(orders)}{also} — {when}"

@@ -40,13 +40,6 @@ class DecideForm(forms.Form):
     question = forms.CharField(required=False, strip=True)
     canned_question = forms.ModelChoiceField(CannedReason.objects.asking(), required=False)
 
-    def answer(self, post) -> str:
-        """The button pressed; "" for none; "both" for two."""
-        pressed = [a for a in ("approve", "reject", "escalate", "orders", "ask") if a in post]
-        if len(pressed) > 1:
-            return "both"
-        return pressed[0] if pressed else ""
-
 
 def review_answers(post, ticket: Ticket, button: str, data: dict) -> dict[str, dict]:
     """A review form's answer in the one shape (refunds/flow/answers.py), from the button

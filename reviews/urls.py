@@ -13,11 +13,6 @@ urlpatterns = [
     path("tickets/new/", ticket.ticket_new, name="ticket_new"),
     path("tickets/<int:ticket_id>/", ticket.ticket_detail, name="ticket"),
     path("tickets/<int:ticket_id>/parts-total/", ticket.parts_total, name="parts_total"),
-    path(
-        "tickets/<int:ticket_id>/emails/<int:email_id>/resend/",
-        ticket.email_resend,
-        name="email_resend",
-    ),
     path("messages/<int:message_id>/", ticket.message_detail, name="message"),
     path("attachments/<int:attachment_id>/", attachments.attachment, name="attachment"),
     path("messages/<int:message_id>/history/", ticket.message_history, name="message_history"),

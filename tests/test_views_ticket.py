@@ -290,7 +290,7 @@ def test_an_undelivered_email_shows_why_and_admins_get_a_resend_button(
 ):
     ticket = awaiting_review(late_order)
     email = undelivered(ticket)
-    resend = reverse("reviews:email_resend", args=[ticket.pk, email.pk])
+    resend = reverse("ops:resend", args=[email.pk])
     client.force_login(agent)
     html = client.get(page(ticket)).content.decode()
     assert "not delivered</strong>: the mail server deferred the message: 451" in html
@@ -299,6 +299,21 @@ def test_an_undelivered_email_shows_why_and_admins_get_a_resend_button(
 
     client.force_login(admin_user)
     assert resend in client.get(page(ticket)).content.decode()
+
+
+def test_a_resend_from_the_ticket_page_comes_back_to_it_and_never_to_another_site(
+    client, admin_user, late_order, monkeypatch
+):
+    monkeypatch.setattr("refunds.enqueue.resend_on_commit", lambda email_id: None)
+    ticket = awaiting_review(late_order)
+    resend = reverse("ops:resend", args=[undelivered(ticket).pk])
+    client.force_login(admin_user)
+    assert f'name="next" value="{page(ticket)}"' in client.get(page(ticket)).content.decode()
+    back = client.post(resend, {"next": page(ticket)}, follow=True)
+    assert back.redirect_chain[-1][0] == page(ticket)
+    assert "Sending “Your refund for order 1042” to ana@example.com again." in back.content.decode()
+    elsewhere = client.post(resend, {"next": "https://evil.example/"})
+    assert elsewhere["Location"] == reverse("ops:undelivered")
 
 
 def test_an_escalated_ticket_says_throughout_that_a_manager_decides(client, manager, late_order):

@@ -24,6 +24,11 @@ def days(n: int) -> str:
     return f"{n} day{'' if n == 1 else 's'}"
 
 
+def numbers_words(numbers: list[str]) -> str:
+    """ "order 1042" or "orders 1042, 1044"."""
+    return ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
+
+
 # What each node does, for people reading a thread's history (and the diagram's labels).
 NODE_WORDS = {
     "__start__": "Ticket opened",
@@ -75,7 +80,7 @@ def node_words(name: str) -> str:
     return NODE_WORDS.get(name, name.replace("_", " ").capitalize())
 
 
-def _and(items: list[str]) -> str:
+def and_words(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
@@ -87,7 +92,9 @@ def trail_words(nodes: list[str] | None) -> list[str]:
         if node:
             numbers = list(dict.fromkeys(number for _, number in run))
             one, several = ORDER_NODE_WORDS[node]
-            runs = [f"{one} {numbers[0]}" if len(numbers) == 1 else f"{several} {_and(numbers)}"]
+            runs = [
+                f"{one} {numbers[0]}" if len(numbers) == 1 else f"{several} {and_words(numbers)}"
+            ]
         else:
             runs = [node_words(name) for name, _ in run]
         for words in runs:

@@ -4,6 +4,7 @@
 
 from refunds.services.asking import questions_wait_timers
 from refunds.services.desk import (
+    NOT_PENDING,
     decision_undo,
     review_answers,
     review_claim,

@@ -131,11 +131,6 @@ def flagged_lines(lines: list) -> list:
 SEVERAL_LISTED = 4  # more orders than this: "6 orders: 1042, 1044, 1047, …"
 
 
-def numbers_words(numbers: list[str]) -> str:
-    """ "order 1042" or "orders 1042, 1044"."""
-    return ("order " if len(numbers) == 1 else "orders ") + ", ".join(numbers)
-
-
 @register.filter
 def orders_words(ticket) -> str:
     """ "order 1042", "orders 1042, 1044, 1047", or "6 orders: 1042, 1044, 1047, …"."""
@@ -143,7 +138,7 @@ def orders_words(ticket) -> str:
     if len(numbers) > SEVERAL_LISTED:
         shown = ", ".join(numbers[: SEVERAL_LISTED - 1])
         return f"{len(numbers)} orders: {shown}, …"
-    return numbers_words(numbers)
+    return words.numbers_words(numbers)
 
 
 @register.filter
@@ -161,7 +156,7 @@ def placed_words(placed) -> str:
     """The orders a message was placed on a ticket for: its own, else the ticket's (a reply to a
     question names none of its own)."""
     numbers = list(placed.orders)
-    return numbers_words(numbers) if numbers else orders_words(placed.ticket)
+    return words.numbers_words(numbers) if numbers else orders_words(placed.ticket)
 
 
 @register.filter

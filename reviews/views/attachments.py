@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.files.storage import FileSystemStorage
 from django.http import FileResponse, HttpResponseGone, HttpResponseRedirect
 from django.http.response import HttpResponseBase
@@ -30,9 +29,7 @@ GONE = (
 @login_required
 def attachment(request: HtmxHttpRequest, attachment_id: int) -> HttpResponseBase:
     # The message page's own check: who may read the message may see what it brought.
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
+    permissions.deny(permissions.open_refusal(request.user))
     kept = get_object_or_404(
         Attachment.objects.filter(message__in=selectors.messages_visible(request.user)),
         pk=attachment_id,

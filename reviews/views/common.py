@@ -62,6 +62,14 @@ def row_extras() -> dict:
     }
 
 
+def pressed(post, buttons: tuple[str, ...]) -> str:
+    """Which of a form's named buttons was pressed; "" for none; "both" for two."""
+    names = [name for name in buttons if name in post]
+    if len(names) > 1:
+        return "both"
+    return names[0] if names else ""
+
+
 def form_errors(form) -> str:
     """A refused form's messages as one sentence for the flash or the row."""
     return " ".join(str(e) for errors in form.errors.values() for e in errors)

@@ -20,9 +20,9 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
 from refunds import permissions, policy, selectors, services
+from refunds.flow.words import numbers_words
 from refunds.models import Decision, Ticket, user_roles
 from reviews import forms, paging
-from reviews.templatetags.desk import numbers_words
 from reviews.views.common import (
     COUNT_CAP,
     ORDER_LINKS,
@@ -32,6 +32,7 @@ from reviews.views.common import (
     HtmxHttpRequest,
     back,
     form_errors,
+    pressed,
     row_extras,
     with_pending_decisions,
 )
@@ -228,7 +229,7 @@ def decide(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
         permissions.visible(request.user).select_related("order", "claimed_by"), pk=ticket_id
     )
     form = forms.DecideForm(request.POST)
-    answer = form.answer(request.POST)
+    answer = pressed(request.POST, ("approve", "reject", "escalate", "orders", "ask"))
     try:
         if not form.is_valid():
             raise services.RefundError(form_errors(form))

@@ -19,17 +19,12 @@ from refunds import permissions, policy, services
 from refunds.models import CannedReason
 from reviews import paging
 from reviews.forms import order_numbers_typed
-from reviews.views.common import HtmxHttpRequest, form_errors
+from reviews.views.common import HtmxHttpRequest, form_errors, pressed
 from reviews.views.queue import answered, decision_error, refusal_status
 
 PAGE = 20
 LIST = "needs-sorting-list"  # the page's region that its pager and its actions refresh
 FOLD_AT = 600  # a body longer than this shows its start, the rest behind "Show all"
-
-
-def _refuse_unless_desk_user(request: HtmxHttpRequest) -> None:
-    if not permissions.is_desk_user(request.user):
-        raise PermissionDenied("You are in no desk group, so you sort no messages.")
 
 
 def _card(message: Message, replies: list | None = None, **extra: Any) -> dict[str, Any]:
@@ -77,7 +72,7 @@ def _page_context(
 @vary_on_headers("HX-Request", "HX-Target")
 def needs_sorting(request: HtmxHttpRequest) -> HttpResponse:
     """Messages the intake could not place, newest first; its pager asks for the list alone."""
-    _refuse_unless_desk_user(request)
+    permissions.deny(permissions.sort_refusal(request.user))
     context = _page_context(request)
     if request.htmx.target == LIST:
         return render(request, "intake/needs_sorting.html#list", context)
@@ -88,10 +83,10 @@ def needs_sorting(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     """ "Open the ticket" and "Not a refund request": named buttons of one form, one view."""
-    _refuse_unless_desk_user(request)
+    permissions.deny(permissions.sort_refusal(request.user))
     message = get_object_or_404(selectors.messages_visible(request.user), pk=message_id)
     form = forms.SortForm(request.POST)
-    action = form.action(request.POST)
+    action = pressed(request.POST, ("open", "not_refund"))
     values: dict[str, Any] = {}
     try:
         if not form.is_valid():
@@ -139,7 +134,7 @@ def message_sort(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
 @login_required
 def set_aside(request: HtmxHttpRequest) -> HttpResponse:
     """Messages set aside as not a refund request, latest first, each with its Undo."""
-    _refuse_unless_desk_user(request)
+    permissions.deny(permissions.sort_refusal(request.user))
     page = paging.capped_page(
         request,
         selectors.messages_set_aside(request.user).select_related("handled_by"),
@@ -156,7 +151,7 @@ def set_aside(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 def set_aside_undo(request: HtmxHttpRequest, message_id: int) -> HttpResponse:
     """Undo a setting aside: the message goes back to "Needs sorting"; a reply sent stays sent."""
-    _refuse_unless_desk_user(request)
+    permissions.deny(permissions.sort_refusal(request.user))
     message = get_object_or_404(selectors.messages_visible(request.user), pk=message_id)
     try:
         sorting.message_set_aside_undo(message=message, by=request.user)

@@ -1,4 +1,4 @@
-"""One ticket: open it, read it (with its polled status), resend its email."""
+"""One ticket: open it, read it (with its polled status)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import (
     HttpResponseClientRedirect,
@@ -25,9 +24,10 @@ from intake import services as intake
 from intake import sorting
 from intake.models import Message
 from refunds import permissions, policy, selectors, services
+from refunds.flow.words import numbers_words
 from refunds.models import CannedReason, Ticket
 from reviews.forms import order_numbers_typed, parts_answers
-from reviews.templatetags.desk import numbers_words, proposal_sums
+from reviews.templatetags.desk import proposal_sums
 from reviews.views.common import (
     ORDER_LINKS,
     TICKET_STATUS,
@@ -39,9 +39,7 @@ from reviews.views.common import (
 @require_http_methods(["GET", "POST"])
 @login_required
 def ticket_new(request: HtmxHttpRequest) -> HttpResponse:
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
+    permissions.deny(permissions.open_refusal(request.user))
     values = {"order_number": "", "note": "", "sender": "", "message": ""}
     if request.method == "POST":
         values = {k: request.POST.get(k, "") for k in values}
@@ -116,9 +114,7 @@ def _paste(request: HtmxHttpRequest, values: dict[str, str]) -> HttpResponse:
 
 
 def _visible_message(request: HtmxHttpRequest, message_id: int) -> Message:
-    refusal = permissions.open_refusal(request.user)
-    if refusal:
-        raise PermissionDenied(refusal)
+    permissions.deny(permissions.open_refusal(request.user))
     visible = intake_selectors.messages_visible(request.user)
     return get_object_or_404(visible.select_related("ticket__order", "brought_by"), pk=message_id)
 
@@ -250,21 +246,6 @@ def _review_outcome(request: HtmxHttpRequest, ticket: Ticket, seen: str) -> Http
     return response
 
 
-@require_POST
-@login_required
-def email_resend(request: HtmxHttpRequest, ticket_id: int, email_id: int) -> HttpResponse:
-    """Admins: send an undelivered email of a finished ticket again (through the outbox)."""
-    ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
-    email = get_object_or_404(ticket.emails, pk=email_id)
-    try:
-        services.email_resend(email_id=email.pk, by=request.user)
-    except services.RefundError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"Sending “{email.subject}” to {email.to} again.")
-    return redirect("reviews:ticket", ticket_id=ticket.pk)
-
-
 @require_GET
 @login_required
 def parts_total(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
@@ -273,7 +254,7 @@ def parts_total(request: HtmxHttpRequest, ticket_id: int) -> HttpResponse:
     ticket = get_object_or_404(permissions.visible(request.user), pk=ticket_id)
     payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
     if ticket.status != Ticket.Status.AWAITING_REVIEW or not payload.get("orders"):
-        error = "This review is no longer pending; reload to see where the ticket is."
+        error = services.NOT_PENDING
         return render(request, "reviews/_parts_total.html", {"error": error}, status=409)
     by_number = {str(o["number"]): o for o in payload["orders"]}
     try:
