@@ -98,7 +98,8 @@ def test_the_web_process_as_the_procfile_runs_it(web):
 
     assert not (web["metrics"] / f"counter_{web['dead']}.db").exists()
     assert (web["metrics"] / f"counter_{web['alive']}.db").exists()
-    assert (log.parent / "gunicorn.ctl").is_socket()  # gunicornc's, in its own data folder
+    # gunicornc's, in its own data folder; the master opens it on a thread of its own.
+    wait_for(lambda: (log.parent / "gunicorn.ctl").is_socket(), timeout=30, what="its socket")
 
 
 # gunicorn's settings as it reads them from config/gunicorn.py (`-c python:config.gunicorn`).
