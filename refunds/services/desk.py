@@ -114,7 +114,9 @@ def ticket_decide(
     note: str = "",
     sent_back: bool = False,
 ) -> Decision:
-    """Record a reviewer's answer; the re-run review node checks `orders` again (flow/answers)."""
+    """Record a reviewer's answer; the re-run review node checks `orders` again (flow/answers).
+    Reasons go to the customer, `note` stays on the desk; `sent_back` (a misread message sent
+    back from sorting) rejects without telling the customer anything."""
     _still_pending(ticket, interrupt_id, reviewer)
     review = review_orders(ticket)
     try:

@@ -49,7 +49,9 @@ def ticket_open(
     reason: str = policy.LATE_DELIVERY,
     reading: dict | None = None,
 ) -> Ticket:
-    """Open a ticket for one customer's orders; `opened_by` is whom four-eyes keeps from it."""
+    """Open a ticket for one customer's orders (the first is Ticket.order); TicketAlreadyOpen
+    when one has an open ticket. `opened_by` is whom four-eyes keeps from deciding it; `actor`,
+    who opens it when that is not the opener (a colleague sorting), must be in a desk group."""
     if actor is OPENER:
         actor = opened_by
     if actor is not None:
