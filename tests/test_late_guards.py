@@ -16,7 +16,7 @@ from devtools import faults
 from intake import workflow
 from intake.models import Message
 from intake.services import message_receive
-from refunds import enqueue, payments, persistence, runner, services
+from refunds import enqueue, lease, payments, persistence, runner, services
 from refunds.models import AuditEvent, Charge, Decision, Fork, Ticket
 from refunds.payments import DemoGateway
 from refunds.payments.demo import DemoProcessorRefund
@@ -184,3 +184,20 @@ def test_an_intake_task_whose_message_was_taken_over_after_its_early_check_write
     assert message.status == Message.Status.RECEIVED and not Ticket.objects.exists()
     if task == "read":
         assert message.reading is None
+
+
+def test_a_renewal_after_a_takeover_fails_and_leaves_the_successors_lease_as_it_was(
+    transactional_db, late_order
+):
+    """The paused worker's keeper wakes and renews: only its own epoch may, or it would go on
+    believing it holds the thread (and stretch the successor's lease)."""
+    ticket = services.ticket_open(order_number="1042")
+    first = lease.grant(ticket.pk, owner="paused-worker")
+    assert first is not None
+    Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=timezone.now())  # it ran out
+    successor = lease.grant(ticket.pk, owner="successor")
+    assert successor is not None and successor.epoch == first.epoch + 1
+    expires = Ticket.objects.values_list("lease_expires_at", flat=True).get(pk=ticket.pk)
+    assert first.renew() is False
+    assert Ticket.objects.values_list("lease_expires_at", flat=True).get(pk=ticket.pk) == expires
+    assert successor.renew() is True
