@@ -15,14 +15,14 @@ from django.utils import timezone
 from devtools import faults
 from intake import workflow
 from intake.models import Message
-from intake.services import message_receive
 from refunds import enqueue, lease, payments, persistence, runner, services
 from refunds.models import AuditEvent, Charge, Decision, Fork, Ticket
 from refunds.payments import DemoGateway
 from refunds.payments.demo import DemoProcessorRefund
-from tests.conftest import helpdesk, make_order
+from tests.conftest import make_order
 from tests.reviewing import advance_to_review, awaiting_review, decide
 from tests.test_desk_races import at_once
+from tests.test_intake_workflow import LATE, receive
 
 
 @pytest.fixture(autouse=True)
@@ -165,17 +165,7 @@ def test_an_intake_task_whose_message_was_taken_over_after_its_early_check_write
     make_order("1042")
     monkeypatch.setitem(TAKEN_OVER_AT, "task", task)
     settings.INTAKE_TASK_WRAPPER = "tests.test_late_guards._taken_over_before"
-    message, _ = message_receive(
-        channel="api",
-        brought_by=helpdesk(),
-        key="m1",
-        sender="ana@example.com",
-        sender_name="Ana Souza",
-        subject="Refund",
-        body="My order #1042 came a week late, can I get the delivery charge back?",
-        received_at=timezone.now(),
-        raw="",
-    )
+    message = receive(LATE.format(n=1042))
     try:
         assert workflow.message_take(message.pk) == "lease lost"
     finally:
