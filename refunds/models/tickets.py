@@ -173,6 +173,10 @@ class Ticket(models.Model):
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Written by the database alone (triggers, migration 0047): the desk's change clock. Moves
+    # to a new high in every transaction that changes what the ticket's queue card shows (the
+    # columns above, a decision on it), never back; the queue's poll asks its max (one index read).
+    card_version = models.BigIntegerField(null=True, editable=False)
 
     objects = TicketQuerySet.as_manager()
 
@@ -200,9 +204,11 @@ class Ticket(models.Model):
                     "pending_interrupt_id",
                     "claimed_by",
                     "claim_expires_at",
+                    "card_version",
                 ],
                 name="ticket_queue_cover_idx",
             ),
+            models.Index(fields=["card_version"], name="ticket_card_version_idx"),
             # The tickets page sorts by amount and filters by age at 100,000 tickets.
             models.Index(fields=["amount_cents", "id"], name="ticket_amount_idx"),
             models.Index(fields=["status", "amount_cents", "id"], name="ticket_status_amount_idx"),
