@@ -74,6 +74,9 @@ TARGETS = {
     "queue p95 / its p50 with one reviewer": 3.0,  # at most
     "decision -> refunded p95 / its idle p50": 2.0,  # at most
     "workers' refunds per minute / with no reviewers": 0.8,  # at least
+    # Issue 46: what a poll costs follows what changed, and so does a reviewer's share of web.
+    "a changed poll's web CPU / an unchanged one's": 2.0,  # at most
+    "web CPU per reviewer-minute / at 10 reviewers": 1.0,  # at most
 }
 POLL = 0.05
 
@@ -424,38 +427,71 @@ def idle_latency(desk: Desk, count: int) -> dict:
     return {"decisions": len(rows), "p50_ms": pct(rows, 50), "p95_ms": pct(rows, 95)}
 
 
-def idle_pages(desk: Desk, url: str, count: int) -> dict:
+def idle_pages(desk: Desk, url: str, count: int, procs: Procfile) -> dict:
     """One reviewer alone on the desk: the queue page loaded `count` times one after another,
-    then its unchanged poll as htmx sends it. The queue's one-reviewer p50 the targets divide
-    by (a reviewer in the sweep loads the page only to decide, a few times a minute: too few
-    loads to trust its p50)."""
-    import re
+    then its poll as the page sends it (bench/queue_client.py), `count` times unchanged (a 204)
+    and `count` times with one card changed in between (a claim taken or let go): the web's CPU
+    seconds and the times of each. The queue's one-reviewer p50 the targets divide by (a
+    reviewer in the sweep loads the page only to decide, a few times a minute: too few loads to
+    trust its p50)."""
+    import urllib.parse
     import urllib.request
 
-    session = desk.sessions(1)[0]["session"]
+    from django.utils import timezone
 
-    def get(path: str, headers: dict[str, str] | None = None) -> tuple[float, str]:
+    from bench.queue_client import Screen
+    from refunds.models import Ticket
+
+    page_of = desk.open(desk.orders(25, "P"))  # a page of reviews waits
+    wait_for(lambda: awaiting(page_of) == len(page_of), timeout=120, what="a page of reviews")
+    session = desk.sessions(1)[0]["session"]
+    htmx = {"HX-Request": "true", "HX-Target": "queue-foot", "HX-Current-URL": url + "/"}
+    screen = Screen()
+
+    def get(path: str, headers: dict[str, str] | None = None) -> tuple[float, int, str]:
         request = urllib.request.Request(
             url + path, headers={"Cookie": f"sessionid={session}", **(headers or {})}
         )
         started = time.perf_counter()
         with urllib.request.urlopen(request, timeout=30) as response:
             body = response.read().decode()
-        return (time.perf_counter() - started) * 1000, body
+        return (time.perf_counter() - started) * 1000, response.status, body
+
+    def poll() -> float:
+        ms, status, body = get("/?" + urllib.parse.urlencode(screen.params()), htmx)
+        screen.apply(status, body)
+        return ms
+
+    def web_cpu() -> float:
+        return cpu_seconds({"web": procs.procs["web"].pid})["web"]
 
     get("/")  # the first request of a worker process warms its caches
     pages = [get("/") for _ in range(count)]
-    version = re.search(r'id="queue-rows" hx-get="[^"?]*\?v=([0-9a-zA-Z._-]+)', pages[-1][1])
-    htmx = {"HX-Request": "true", "HX-Target": "queue-rows", "HX-Current-URL": url + "/"}
-    path = f"/?v={version.group(1) if version else ''}"
-    polls = [get(path, htmx)[0] for _ in range(count)]
-    page_ms, poll_ms = sorted(ms for ms, _ in pages), sorted(polls)
+    screen.load(pages[-1][2])
+    poll()  # the clock's bucket may have turned since the page
+    used = web_cpu()
+    unchanged = [poll() for _ in range(count)]
+    assert screen.delay > 2, "the unchanged polls were 204s"
+    unchanged_cpu = (web_cpu() - used) / count
+    one = Ticket.objects.filter(pk=page_of[len(page_of) // 2])
+    changed, used = [], web_cpu()
+    for n in range(count):
+        held = desk.driver if n % 2 == 0 else None
+        until = timezone.now() + timedelta(minutes=5) if held else None
+        one.update(claimed_by=held, claim_expires_at=until)
+        changed.append(poll())
+    changed_cpu = (web_cpu() - used) / count
+    page_ms = sorted(ms for ms, _, _ in pages)
     return {
         "loads": count,
         "queue_p50_ms": pct(page_ms, 50),
         "queue_p95_ms": pct(page_ms, 95),
-        "poll_p50_ms": pct(poll_ms, 50),
-        "poll_p95_ms": pct(poll_ms, 95),
+        "poll_p50_ms": pct(sorted(unchanged), 50),
+        "poll_p95_ms": pct(sorted(unchanged), 95),
+        "changed_poll_p50_ms": pct(sorted(changed), 50),
+        "changed_poll_p95_ms": pct(sorted(changed), 95),
+        "unchanged_poll_web_cpu_ms": unchanged_cpu * 1000,
+        "changed_poll_web_cpu_ms": changed_cpu * 1000,
     }
 
 
@@ -555,7 +591,7 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
         locust = subprocess.Popen(
             command,
             cwd=ROOT,
-            env={**os.environ, "BENCH_LOAD_CONFIG": str(config)},
+            env={**os.environ, "BENCH_LOAD_CONFIG": str(config), "PYTHONPATH": str(ROOT)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -729,10 +765,13 @@ def run(args) -> dict:
             f"idle: decision -> refunded p50 {result['idle']['p50_ms']:.0f} ms, "
             f"p95 {result['idle']['p95_ms']:.0f} ms"
         )
-        result["idle_pages"] = idle_pages(desk, url, args.idle)
+        result["idle_pages"] = idle_pages(desk, url, args.idle, procs)
+        alone = result["idle_pages"]
         say(
-            f"idle: one reviewer's queue page p50 {result['idle_pages']['queue_p50_ms']:.0f} ms, "
-            f"its unchanged poll p50 {result['idle_pages']['poll_p50_ms']:.0f} ms"
+            f"idle: one reviewer's queue page p50 {alone['queue_p50_ms']:.0f} ms, its unchanged "
+            f"poll p50 {alone['poll_p50_ms']:.0f} ms; web CPU per poll unchanged "
+            f"{alone['unchanged_poll_web_cpu_ms']:.1f} ms, one card changed "
+            f"{alone['changed_poll_web_cpu_ms']:.1f} ms"
         )
         for n in steps:
             result["steps"].append(run_step(desk, n, args, url, out_dir, procs))
@@ -779,6 +818,16 @@ def targets(result: dict) -> list[dict]:
             {"reviewers": n, "target": "errors", "ratio": step["errors"], "bound": 0,
              "met": step["errors"] == 0}
         )  # fmt: skip
+        if n > 10 and 10 in steps:
+            name = "web CPU per reviewer-minute / at 10 reviewers"
+            ratio = (step["cpus_busy"]["web"] / n) / (steps[10]["cpus_busy"]["web"] / 10)
+            out.append({"reviewers": n, "target": name, "ratio": ratio, "bound": TARGETS[name],
+                        "met": ratio <= TARGETS[name]})  # fmt: skip
+    name = "a changed poll's web CPU / an unchanged one's"
+    pages = result["idle_pages"]
+    ratio = pages["changed_poll_web_cpu_ms"] / max(pages["unchanged_poll_web_cpu_ms"], 1e-3)
+    out.append({"reviewers": 1, "target": name, "ratio": ratio, "bound": TARGETS[name],
+                "met": ratio <= TARGETS[name]})  # fmt: skip
     return out
 
 
@@ -828,14 +877,18 @@ def print_table(result: dict) -> None:
     print(
         f"one reviewer alone ({alone['loads']} loads each): queue page p50 "
         f"{alone['queue_p50_ms']:.0f} ms, p95 {alone['queue_p95_ms']:.0f} ms; unchanged poll p50 "
-        f"{alone['poll_p50_ms']:.0f} ms, p95 {alone['poll_p95_ms']:.0f} ms"
+        f"{alone['poll_p50_ms']:.0f} ms, p95 {alone['poll_p95_ms']:.0f} ms; one card changed "
+        f"p50 {alone['changed_poll_p50_ms']:.0f} ms; web CPU per poll "
+        f"{alone['unchanged_poll_web_cpu_ms']:.1f} ms unchanged, "
+        f"{alone['changed_poll_web_cpu_ms']:.1f} ms changed"
     )
     none = next((s for s in result["steps"] if s["reviewers"] == 0), None)
     print(
         "| reviewers | polls/s | poll p50 / p95 | queue p50 / p95 | decision -> refunded "
-        "p50 / p95 (n) | message -> queue p50 / p95 (n) | errors | refunds/min | vs none |"
+        "p50 / p95 (n) | message -> queue p50 / p95 (n) | errors | refunds/min | vs none | "
+        "web CPUs |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for s in result["steps"]:
         ratio = s["refunds_per_minute"] / none["refunds_per_minute"] if none else float("nan")
         print(
@@ -845,7 +898,7 @@ def print_table(result: dict) -> None:
             f"{fmt(s['decided_to_refunded_p95_ms'])} ms ({s['decisions']}) | "
             f"{fmt(s['message_to_queue_p50_ms'])} / {fmt(s['message_to_queue_p95_ms'])} ms "
             f"({s['messages_placed']}) | {s['errors']} | {s['refunds_per_minute']:.0f} | "
-            f"{ratio:.2f} |"
+            f"{ratio:.2f} | {s['cpus_busy'].get('web', 0):.2f} |"
         )
     print()
     for s in result["steps"]:

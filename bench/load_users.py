@@ -3,11 +3,13 @@
 nothing of the app's imports it). bench/load.py writes the run's logins and orders to the JSON
 file BENCH_LOAD_CONFIG names.
 
-- Reviewer: logged in (a session the driver made, as a browser's cookie), polls its queue's rows
-  every 2 s with the headers htmx sends (a 204 when nothing changed) and the recent tickets beside
-  them as the page does; every 20-60 s it loads the queue page and approves one of the reviews it
-  may decide there, as the row's form posts it. A decision another reviewer made first (409) is
-  the desk's answer to a race, counted as "decide lost to a colleague", not an error.
+- Reviewer: logged in (a session the driver made, as a browser's cookie), polls its queue as the
+  page does (bench/queue_client.py: the clock and the cards it shows; a 204 when nothing changed,
+  else only the changed cards; 2 s after a change, doubling to 30 s while nothing changes) and
+  the recent tickets after a changed poll; every 20-60 s it loads the queue page and approves
+  one of the reviews it may decide there, as the row's form posts it. A decision another
+  reviewer made first (409) is the desk's answer to a race, counted as "decide lost to a
+  colleague", not an error.
 - Helpdesk: one, hands in a customer's message through POST /api/messages/ at the set rate,
   each about a late order of its own, with its API token and an Idempotency-Key.
 """
@@ -22,13 +24,14 @@ import time
 import uuid
 from pathlib import Path
 
-from locust import HttpUser, constant_pacing, constant_throughput, task
+from locust import HttpUser, constant_throughput, task
+
+from bench.queue_client import Screen
 
 CONFIG = json.loads(Path(os.environ["BENCH_LOAD_CONFIG"]).read_text())
 _logins = iter(CONFIG["reviewers"])
 _orders = iter(CONFIG["orders"])
 
-VERSION = re.compile(r'id="queue-rows" hx-get="[^"?]*\?v=([0-9a-zA-Z._-]+)')
 CSRF = re.compile(r'"X-CSRFToken": "([^"]+)"')
 DECIDE = re.compile(
     r'id="decide-(\d+)"[^>]*>\s*<input type="hidden" name="csrfmiddlewaretoken" value="[^"]*">'
@@ -38,28 +41,27 @@ DECIDE_EVERY = tuple(CONFIG["decide_every"])  # 20-60 s; shorter in the test's t
 
 
 class Reviewer(HttpUser):
-    wait_time = constant_pacing(2)  # hx-trigger="every 2s"
+    def wait_time(self) -> float:
+        return self.screen.delay  # static/desk.js's pace
 
     def on_start(self) -> None:
         login = next(_logins)
         self.client.cookies.set(CONFIG["session_cookie"], login["session"])
-        self.version = ""
+        self.screen = Screen()
         self.csrf = ""
         self.reviews: list[tuple[str, str]] = []
         self.load_queue()
         self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
 
     def read_rows(self, html: str) -> None:
-        found = VERSION.search(html)
-        if found:
-            self.version = found.group(1)
+        self.screen.load(html)
         self.reviews = DECIDE.findall(html)
 
     def load_queue(self) -> None:
         with self.client.get("/", name="queue page", catch_response=True) as response:
             html = response.text or ""
             token = CSRF.search(html)
-            if response.status_code != 200 or not token or not VERSION.search(html):
+            if response.status_code != 200 or not token or 'id="queue-foot"' not in html:
                 response.failure(f"queue page: {response.status_code}, no rows or no token")
                 return
             self.csrf = token.group(1)
@@ -74,21 +76,23 @@ class Reviewer(HttpUser):
         }
 
     def poll_rows(self) -> None:
-        url = f"/?v={self.version}"
         with self.client.get(
-            url, headers=self.htmx("queue-rows"), name="poll rows", catch_response=True
+            "/",
+            params=self.screen.params(),
+            headers=self.htmx("queue-foot"),
+            name="poll rows",
+            catch_response=True,
         ) as response:
-            if response.status_code == 200:
-                self.read_rows(response.text)
-                # The rows changed: ticketsChanged makes the recent tickets refresh at once.
-                self.client.get("/", headers=self.htmx("recent-tickets"), name="poll recent")
-            elif response.status_code != 204:
+            if response.status_code not in (200, 204):
                 response.failure(f"rows poll: {response.status_code}")
+            self.screen.apply(response.status_code, response.text or "")
+        if response.status_code == 200:
+            # ticketsChanged: the recent tickets refresh at once.
+            self.client.get("/", headers=self.htmx("recent-tickets"), name="poll recent")
 
     @task
     def poll(self) -> None:
         self.poll_rows()
-        self.client.get("/", headers=self.htmx("recent-tickets"), name="poll recent")
         if time.monotonic() >= self.decide_at:
             self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
             self.decide()

@@ -45,6 +45,22 @@ def _columns(row: Model | None) -> list:
     return [getattr(row, field.attname) for field in row._meta.concrete_fields]
 
 
+def card_key(
+    card_version: int | None,
+    *,
+    claimed_by_id: int | None,
+    claim_expires_at: datetime | None,
+    review_since: datetime | None,
+    now: datetime,
+    warn_after: timedelta,
+) -> str:
+    """A review card's version, as the queue's poll compares it: the ticket's card_version (the
+    database moves it with every change the card shows) and what the clock alone changes."""
+    live = "c" if claimed_by_id and claim_expires_at and claim_expires_at > now else ""
+    late = "o" if review_since and now - review_since > warn_after else ""
+    return f"{card_version}{live}{late}"
+
+
 def row_key(
     ticket: Ticket,
     *,

@@ -2,6 +2,7 @@
 // 1. Tell the server the reviewer's time zone, so pages show times in it.
 // 2. Keyboard shortcuts on the queue and the ticket page (shown on the page).
 // 3. The ticket page's poll keeps the reader where they were on the page.
+// 4. The queue's poll: when to poll (backoff, hidden tabs), what the page shows, and the ages.
 (function () {
   "use strict";
   try {
@@ -127,4 +128,56 @@
       if (box && !box.open) { box.open = true; }
     });
   });
+
+  // The queue's foot polls (reviews/views/queue.py): it sends the change clock it last saw and
+  // the cards it shows, and gets a 204 or the cards that changed. Every 2 s after a change,
+  // slower while nothing changes (up to 30 s), the slow pace while a push stream is live
+  // (static/push.js rings queueChanged), never while the tab is hidden. An action or a push
+  // polls at once and starts again at 2 s.
+  var FAST = 2000, SLOW = 30000, delay = FAST, timer = null;
+  function foot() { return document.getElementById("queue-foot"); }
+  function schedule() {
+    clearTimeout(timer);
+    if (!foot() || document.hidden) { return; }
+    var wait = document.body.dataset.push === "live" ? SLOW : delay;
+    timer = setTimeout(function () { var f = foot(); if (f) { htmx.trigger(f, "queuePoll"); } }, wait);
+  }
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (event.detail.elt.id !== "queue-foot") { return; }
+    var shown = Array.prototype.map.call(document.querySelectorAll("#queue-rows [data-card]"), function (row) {
+      return row.getAttribute("data-card") + ":" + (row.getAttribute("data-version") || "");
+    });
+    var clock = document.querySelector("#queue-foot [data-clock]");
+    event.detail.parameters.clock = clock ? clock.getAttribute("data-clock") : "";
+    event.detail.parameters.shown = shown.join(",");
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt.id !== "queue-foot") { return; }
+    var changed = event.detail.successful && event.detail.xhr.status !== 204;
+    delay = changed ? FAST : Math.min(delay * 2, SLOW);
+    schedule();
+  });
+  document.body.addEventListener("queueChanged", function () { delay = FAST; });
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) { clearTimeout(timer); return; }
+    delay = FAST;
+    var f = foot();
+    if (f) { htmx.trigger(f, "queuePoll"); }
+  });
+  schedule();
+
+  // How long each review has waited, kept current between the cards' redraws (as the server
+  // words it: reviews/templatetags/desk.py, waited).
+  function waited(since) {
+    var minutes = Math.max(Math.floor((Date.now() - since) / 60000), 0);
+    if (minutes < 60) { return minutes + " min"; }
+    if (minutes < 48 * 60) { return Math.floor(minutes / 60) + " h " + String(minutes % 60).padStart(2, "0") + " min"; }
+    return Math.floor(minutes / (24 * 60)) + " days";
+  }
+  setInterval(function () {
+    document.querySelectorAll("#queue-rows .age[data-since]").forEach(function (age) {
+      var since = Date.parse(age.getAttribute("data-since"));
+      if (!isNaN(since)) { age.textContent = waited(since); }
+    });
+  }, 20000);
 })();

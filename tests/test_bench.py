@@ -133,6 +133,8 @@ def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_p
     # One reviewer alone, the targets' anchor: the queue page and its unchanged poll.
     alone = out["idle_pages"]
     assert alone["loads"] == 2 and alone["queue_p50_ms"] > 0 and alone["poll_p50_ms"] > 0
+    assert alone["changed_poll_p50_ms"] > 0 and alone["changed_poll_web_cpu_ms"] > 0
+    assert "a changed poll's web CPU / an unchanged one's" in {t["target"] for t in out["targets"]}
     # Where the time goes: each process's CPU, and py-spy's samples of the profiled step.
     busy = two["cpus_busy"]
     assert busy["web"] > 0 and busy["postgres"] > 0 and busy["locust and py-spy"] > 0, busy

@@ -97,7 +97,7 @@ def test_approving_shows_the_outcome_where_the_review_was_and_keeps_the_keyboard
         assert Decision.objects.get(ticket=tickets[2]).answer == "approve"
     # The line stays through the next poll of the rows, then gives way to the queue's own
     # state of the review (no worker runs here: the decision waits to be applied).
-    with page.expect_response(lambda r: "/?v=" in r.url, timeout=10_000):
+    with page.expect_response(lambda r: "clock=" in r.url, timeout=10_000):
         pass
     expect(done).to_contain_text("Approved $6.00 for order 1101")
     expect(done).to_contain_text("a worker is applying it", timeout=20_000)

@@ -62,7 +62,7 @@ def test_the_queue_card_reads_on_one_line_with_the_details_a_click_away(
     payload = ticket.pending_payload | {"reason": "damaged", "reading": reading}
     Ticket.objects.filter(pk=ticket.pk).update(pending_payload=payload, required_role="manager")
     client.force_login(manager)
-    html = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
+    html = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-foot"})
     row = _row(html.content.decode(), ticket)
     head = row[row.index('<details class="reading-more">') : row.index("</summary>")]
     assert "Damaged" in head and "order 1042" in head and "Spanish" in head

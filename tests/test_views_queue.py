@@ -2,6 +2,7 @@
 
 import re
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import pytest
 import time_machine
@@ -12,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from refunds.models import Decision, Ticket
-from reviews.views.queue import DECIDED_SHOWN
+from reviews.views.queue import CLOCK_SECONDS, DECIDED_SHOWN
 from tests.conftest import make_order, templates_rendered
 from tests.reviewing import awaiting_review, many_tickets
 
@@ -32,6 +33,48 @@ def reviews(late_order, big_order):
 
 def review_ids(response) -> set[int]:
     return {t.pk for t in response.context["reviews"]}
+
+
+POLL = {"HX-Request": "true", "HX-Target": "queue-foot"}
+
+
+class Screen:
+    """A reviewer's queue page as htmx keeps it: the cards it shows (id, version) in order and
+    the clock its foot sends back, changed by each poll's answer as its out-of-band swaps say."""
+
+    def __init__(self, client, url: str = QUEUE):
+        self.client, self.url = client, url
+        page = client.get(url)
+        self.clock = page.context["clock"]
+        self.cards = [(t.pk, t.card_key) for t in page.context["reviews"]]
+
+    def poll(self):
+        shown = ",".join(f"{pk}:{version}" for pk, version in self.cards)
+        query = urlencode({"clock": self.clock, "shown": shown})  # beside the url's own, as htmx
+        url = f"{self.url}{'&' if '?' in self.url else '?'}{query}"
+        response = self.client.get(url, headers=POLL)
+        if response.status_code != 200:
+            return response
+        self.clock = response.context["clock"]
+        gone = set(response.context["gone"])
+        self.cards = [card for card in self.cards if card[0] not in gone]
+        for ticket in response.context["reviews"]:
+            card = (ticket.pk, ticket.card_key)
+            if not ticket.place:
+                self.cards = [card if pk == ticket.pk else (pk, v) for pk, v in self.cards]
+            else:
+                at = 0 if ticket.place == "top" else 1 + self.pks.index(int(ticket.place[8:]))
+                self.cards.insert(at, card)
+        return response
+
+    @property
+    def pks(self) -> list[int]:
+        return [pk for pk, _ in self.cards]
+
+
+def drawn(response) -> list[int]:
+    """The cards a poll drew."""
+    return [t.pk for t in response.context["reviews"]]
 
 
 def test_it_shows_agents_only_reviews_up_to_twenty_dollars(client, agent, reviews):
@@ -76,14 +119,19 @@ def test_it_gives_each_review_a_form_that_works_without_javascript(client, agent
     assert f'<details class="reject-box" id="reject-{small.pk}"' in html
 
 
-def test_it_serves_only_the_rows_to_an_htmx_poll(client, agent, reviews):
+def test_a_poll_of_a_page_showing_nothing_gets_every_card_out_of_band_not_the_page(
+    client, agent, reviews
+):
     client.force_login(agent)
-    response = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
+    response = client.get(QUEUE, headers=POLL)
     assert response.status_code == 200
-    html = response.content.decode()
-    assert html.startswith('<tbody id="queue-rows"')
+    html = re.sub(r">\s+<", "><", response.content.decode())
+    assert html.startswith('<tr class="queue-clock" hidden data-clock=')
+    assert html.rstrip().endswith("<title>(2) Review queue · Refund Desk</title>")
     assert "<html" not in html
-    assert f'id="review-{reviews["small"].pk}"' in html
+    small, line = reviews["small"].pk, reviews["line"].pk
+    assert f'<tbody hx-swap-oob="afterbegin:#queue-rows"><tr id="review-{small}"' in html
+    assert f'<tbody hx-swap-oob="afterend:#review-{small}"><tr id="review-{line}"' in html
 
 
 def test_it_serves_only_the_recent_tickets_to_an_htmx_poll(client, agent, late_order):
@@ -95,19 +143,21 @@ def test_it_serves_only_the_recent_tickets_to_an_htmx_poll(client, agent, late_o
     assert "order 1042" in html and "Awaiting review" in html
 
 
-def test_the_rows_poll_answers_the_rows_partial_of_the_queue_page(client, agent, reviews):
+def test_a_poll_draws_the_cards_and_the_foot_as_the_queue_page_does(client, agent, reviews):
     client.force_login(agent)
     page = client.get(QUEUE)
-    poll = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
+    poll = client.get(QUEUE, headers=POLL)
     assert "reviews/queue.html" in templates_rendered(page)
     rendered = templates_rendered(poll)
-    assert rendered[0] == "reviews/queue.html#rows"  # the page's own part, not the whole page
+    assert rendered[0] == "reviews/queue.html#poll"  # the page's own parts, not the whole page
     assert "reviews/queue.html" not in rendered
-    # The same rows the page shows (each response masks its CSRF token anew).
+    # The same cards and foot the page shows (each response masks its CSRF token anew).
     token = re.compile(r'name="csrfmiddlewaretoken" value="[^"]+"')
-    rows = token.sub("", poll.content.decode())
-    assert rows.startswith('<tbody id="queue-rows"')
-    assert rows in token.sub("", page.content.decode())
+    html, answer = token.sub("", page.content.decode()), token.sub("", poll.content.decode())
+    cards = re.findall(r'<tr id="review-\d+".*?\n</tr>', answer, re.S)
+    assert len(cards) == 2 and all(card in html for card in cards)
+    foot = answer[answer.index('<tr class="queue-clock"') : answer.index("<template>")]
+    assert foot.strip() in html
 
 
 def test_it_redirects_anonymous_users_to_log_in(client):
@@ -131,8 +181,7 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
         {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
     )
     Decision.objects.filter(ticket=small).update(decided_at=timezone.now() - DECIDED_SHOWN)
-    html = client.get(QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"})
-    html = html.content.decode()
+    html = _rows(client)
     row = html[html.index(f'id="review-{small.pk}"') :]
     row = row[: row.index("</tr>")]
     assert "Approved by agent at" in row and "a worker is applying it" in row
@@ -141,9 +190,8 @@ def test_it_shows_a_recorded_decision_instead_of_the_buttons_until_it_is_applied
 
 
 def _rows(client) -> str:
-    return client.get(
-        QUEUE, headers={"HX-Request": "true", "HX-Target": "queue-rows"}
-    ).content.decode()
+    """Every card, as a poll of a page showing none draws them."""
+    return client.get(QUEUE, headers=POLL).content.decode()
 
 
 def _row(html: str, ticket) -> str:
@@ -168,12 +216,12 @@ def test_a_review_just_decided_stays_in_its_place_as_one_line_for_some_seconds(
     html = _rows(client)
     assert "Approved $6.99 for order 1042 — being paid out" in _row(html, small)
     assert html.index(f'id="review-{small.pk}"') < html.index(f'id="review-{reviews["line"].pk}"')
-    # Some seconds later it is gone, and the poll that carried it sees a change.
-    version = client.get(QUEUE).context["version"]
+    # Some seconds later it is gone: the page's next poll takes it away.
+    screen = Screen(client)
+    assert small.pk in screen.pks
     Decision.objects.filter(ticket=small).update(decided_at=timezone.now() - DECIDED_SHOWN)
-    html = _rows(client)
-    assert f'id="review-{small.pk}"' not in html
-    assert client.get(QUEUE).context["version"] != version
+    gone = screen.poll()
+    assert gone.context["gone"] == [small.pk] and small.pk not in screen.pks
 
 
 def test_a_colleagues_decision_is_not_shown_as_mine(client, agent, colleague, reviews):
@@ -226,32 +274,33 @@ def test_it_says_how_many_more_reviews_wait_beyond_the_page_up_to_a_cap(
     assert "the oldest 2 of more than 4 pending reviews." in html
 
 
-def test_a_poll_that_shows_the_current_rows_gets_204_and_a_change_gets_the_rows(
+def test_a_poll_that_shows_the_current_cards_gets_204_and_a_change_gets_that_card(
     client, agent, colleague, reviews
 ):
     client.force_login(agent)
-    page = client.get(QUEUE)
-    version = page.context["version"]
-    assert f"?v={version}" in page.content.decode()
-    poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
-    unchanged = client.get(f"{QUEUE}?v={version}", headers=poll)
+    screen = Screen(client)
+    assert f'data-clock="{screen.clock}"' in client.get(QUEUE).content.decode()
+    unchanged = screen.poll()
     assert unchanged.status_code == 204 and unchanged.content == b""
     assert "HX-Request" in unchanged["Vary"]
 
+    small = reviews["small"]
     client.force_login(colleague)
-    client.post(reverse("reviews:claim", args=[reviews["small"].pk]), {"claim": "1"})
+    client.post(reverse("reviews:claim", args=[small.pk]), {"claim": "1"})
     client.force_login(agent)
-    changed = client.get(f"{QUEUE}?v={version}", headers=poll)
-    assert changed.status_code == 200
-    assert "Being looked at by <strong>bea</strong>" in changed.content.decode()
+    changed = screen.poll()
+    assert changed.status_code == 200 and drawn(changed) == [small.pk]
+    html = changed.content.decode()
+    assert "Being looked at by <strong>bea</strong>" in html
+    assert f'<tr hx-swap-oob="true" id="review-{small.pk}"' in html  # drawn where it is
     assert "HX-Request" in changed["Vary"]
+    assert screen.poll().status_code == 204
 
 
 def test_the_page_title_counts_the_reviews_waiting(client, agent, reviews):
     client.force_login(agent)
     assert "<title>(2) Review queue · Refund Desk</title>" in client.get(QUEUE).content.decode()
-    poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
-    assert "<title>(2) Review queue" in client.get(QUEUE, headers=poll).content.decode()
+    assert "<title>(2) Review queue" in client.get(QUEUE, headers=POLL).content.decode()
 
 
 def test_a_flagged_refund_is_impossible_to_miss(client, manager, db):
@@ -293,8 +342,7 @@ def test_the_queue_pages_through_a_long_backlog(client, agent, db, monkeypatch):
 
 def test_changed_rows_refresh_the_recent_tickets_with_them(client, agent, reviews):
     client.force_login(agent)
-    poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
-    response = client.get(f"{QUEUE}?v=stale", headers=poll)
+    response = client.get(QUEUE, {"clock": "stale", "shown": ""}, headers=POLL)
     assert response.status_code == 200 and "ticketsChanged" in response["HX-Trigger"]
 
 
@@ -376,7 +424,7 @@ def test_a_reviewer_sends_a_misread_message_back_from_the_queue(
     )
     assert response.status_code == 200
     assert response.content.decode().startswith(
-        f'<tr id="review-{ticket.pk}" class="review decided">'
+        f'<tr id="review-{ticket.pk}" class="review decided"'
     )
     assert "queueChanged" in response["HX-Trigger"]
     message.refresh_from_db()
@@ -388,64 +436,137 @@ def test_a_reviewer_sends_a_misread_message_back_from_the_queue(
     assert again.status_code == 302
 
 
-POLL = {"HX-Request": "true", "HX-Target": "queue-rows"}
-
-
-def _version(client) -> str:
-    return client.get(QUEUE).context["version"]
-
-
-def test_an_unchanged_poll_renders_nothing_and_reads_a_few_indexed_rows(
+def test_an_unchanged_poll_renders_nothing_and_reads_one_index(
     client, agent, reviews, django_assert_max_num_queries
 ):
     client.force_login(agent)
-    version = _version(client)
-    # Session, user, groups, then the capped count, the page's columns, the recent decisions.
-    with django_assert_max_num_queries(6):
-        unchanged = client.get(f"{QUEUE}?v={version}", headers=POLL)
+    screen = Screen(client)
+    # Session, user, then the change clock: no card, no count, no decision read.
+    with django_assert_max_num_queries(3):
+        unchanged = screen.poll()
     assert unchanged.status_code == 204 and unchanged.content == b""
     assert unchanged.templates == []
 
 
-def test_a_claim_that_lapses_changes_the_version_with_nothing_written(
-    client, agent, colleague, reviews
+def test_a_changed_poll_draws_only_the_changed_card_in_a_few_queries(
+    client, agent, colleague, db, django_assert_max_num_queries
 ):
+    made = [awaiting_review(make_order(f"40{n}")) for n in range(12)]
+    client.force_login(agent)
+    screen = Screen(client)
+    Ticket.objects.filter(pk=made[5].pk).update(claimed_by=colleague)
+    # Session, user, groups, the clock, the page's versions, the count, my decisions, then the
+    # one card's rows (ticket, orders, pending decisions), the canned reasons and their texts,
+    # and the menu's Needs sorting count: as many as for a page of one card.
+    with django_assert_max_num_queries(13):
+        changed = screen.poll()
+    assert drawn(changed) == [made[5].pk]
+    assert changed.content.decode().count('<tr hx-swap-oob="true" id="review-') == 1
+    assert changed.context["gone"] == []
+
+
+def test_a_new_review_is_drawn_in_its_place_and_one_that_left_goes(client, agent, db):
+    first, second, third = (awaiting_review(make_order(f"41{n}")) for n in range(3))
+    client.force_login(agent)
+    screen = Screen(client)
+    Ticket.objects.filter(pk=second.pk).update(status=Ticket.Status.RUNNING)
+    fourth = awaiting_review(make_order("414"))
+    answer = screen.poll()
+    assert answer.context["gone"] == [second.pk]
+    assert drawn(answer) == [fourth.pk]
+    html = re.sub(r">\s+<", "><", answer.content.decode())
+    assert f'<template><tr id="review-{second.pk}" hx-swap-oob="delete"></tr></template>' in html
+    assert f'<tbody hx-swap-oob="afterend:#review-{third.pk}"><tr id="review-{fourth.pk}"' in html
+    assert screen.pks == [first.pk, third.pk, fourth.pk]
+
+
+def test_an_escalated_review_moves_to_the_top_and_the_rest_stay_as_drawn(
+    client, manager, colleague, db
+):
+    from refunds import services
+
+    made = [awaiting_review(make_order(f"42{n}")) for n in range(3)]
+    client.force_login(manager)
+    screen = Screen(client, f"{QUEUE}?cover=1")
+    services.ticket_escalate(ticket=made[2], by=colleague, note="odd")
+    answer = screen.poll()
+    assert drawn(answer) == [made[2].pk]
+    assert answer.context["gone"] == [made[2].pk]  # taken out where it was, drawn at the top
+    html = re.sub(r">\s+<", "><", answer.content.decode())
+    assert f'<tbody hx-swap-oob="afterbegin:#queue-rows"><tr id="review-{made[2].pk}"' in html
+    assert screen.pks == [made[2].pk, made[0].pk, made[1].pk]
+
+
+def test_each_reviewer_sees_a_claim_as_theirs_or_a_colleagues(client, agent, colleague, reviews):
+    small = reviews["small"]
+    client.force_login(agent)
+    mine = Screen(client)
+    client.force_login(colleague)
+    theirs = Screen(client)
+    client.force_login(agent)
+    client.post(reverse("reviews:claim", args=[small.pk]), {"claim": "1"})
+    assert "Yours until" in mine.poll().content.decode()
+    client.force_login(colleague)
+    assert "Being looked at by <strong>agent</strong>" in theirs.poll().content.decode()
+
+
+def test_a_poll_with_cards_it_cannot_read_is_refused_and_changes_nothing(client, agent, reviews):
+    client.force_login(agent)
+    refused = client.get(QUEUE, {"clock": "", "shown": "12:3,x:y"}, headers=POLL)
+    assert refused.status_code == 422
+    assert "id:version" in refused.content.decode()
+
+
+def test_a_claim_that_lapses_is_drawn_again_with_nothing_written(client, agent, colleague, reviews):
     client.force_login(colleague)
     client.post(reverse("reviews:claim", args=[reviews["small"].pk]), {"claim": "1"})
     client.force_login(agent)
-    version = _version(client)
-    assert client.get(f"{QUEUE}?v={version}", headers=POLL).status_code == 204
+    screen = Screen(client)
+    assert screen.poll().status_code == 204
     claim = timedelta(seconds=settings.REFUNDS_CLAIM_SECONDS)
     assert claim < timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)  # only the claim ends
     with time_machine.travel(timezone.now() + claim + timedelta(seconds=5), tick=False):
-        lapsed = client.get(f"{QUEUE}?v={version}", headers=POLL)
-    assert lapsed.status_code == 200
+        lapsed = screen.poll()
+    assert lapsed.status_code == 200 and drawn(lapsed) == [reviews["small"].pk]
     assert "Being looked at by" not in _row(lapsed.content.decode(), reviews["small"])
 
 
-def test_a_review_turning_overdue_changes_the_version_with_nothing_written(client, agent, reviews):
+def test_a_review_turning_overdue_is_drawn_again_with_nothing_written(client, agent, reviews):
     client.force_login(agent)
-    version = _version(client)
+    screen = Screen(client)
     warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
     with time_machine.travel(timezone.now() + warn + timedelta(minutes=1), tick=False):
-        overdue = client.get(f"{QUEUE}?v={version}", headers=POLL)
+        overdue = screen.poll()
     assert overdue.status_code == 200
     assert "overdue" in _row(overdue.content.decode(), reviews["small"])
 
 
-def test_a_decision_my_colleague_recorded_changes_the_version(client, agent, colleague, reviews):
+def test_within_the_clocks_bucket_an_unchanged_poll_stays_204(client, agent, reviews):
     client.force_login(agent)
-    version = _version(client)
+    now = timezone.now().replace(microsecond=0)
+    start = now - timedelta(seconds=int(now.timestamp()) % CLOCK_SECONDS)
+    with time_machine.travel(start, tick=False):
+        screen = Screen(client)
+    with time_machine.travel(start + timedelta(seconds=CLOCK_SECONDS - 1), tick=False):
+        assert screen.poll().status_code == 204
+    with time_machine.travel(start + timedelta(seconds=CLOCK_SECONDS), tick=False):
+        assert screen.poll().status_code == 200  # reads the versions, draws nothing
+        assert screen.poll().status_code == 204
+
+
+def test_a_decision_my_colleague_recorded_draws_that_card_again(client, agent, colleague, reviews):
+    client.force_login(agent)
+    screen = Screen(client)
     small = reviews["small"]
     Decision.objects.create(
         ticket=small, interrupt_id=small.pending_interrupt_id, reviewer=colleague, answer="approve"
     )
-    changed = client.get(f"{QUEUE}?v={version}", headers=POLL)
-    assert changed.status_code == 200
+    changed = screen.poll()
+    assert changed.status_code == 200 and drawn(changed) == [small.pk]
     assert "Approved by bea at" in _row(changed.content.decode(), small)
 
 
-def test_my_decided_line_going_away_with_time_changes_the_version(client, agent, reviews):
+def test_my_decided_line_goes_away_with_time(client, agent, reviews):
     small = reviews["small"]
     client.force_login(agent)
     client.post(
@@ -453,12 +574,14 @@ def test_my_decided_line_going_away_with_time_changes_the_version(client, agent,
         {"interrupt_id": small.pending_interrupt_id, "approve": "1"},
     )
     Ticket.objects.filter(pk=small.pk).update(status=Ticket.Status.RUNNING)  # a worker took it
-    version = _version(client)
-    assert client.get(f"{QUEUE}?v={version}", headers=POLL).status_code == 204
+    screen = Screen(client)
+    assert small.pk in screen.pks and screen.clock == ""  # every poll reads while it shows
+    kept = screen.poll()
+    assert kept.status_code == 200 and drawn(kept) == []
     with time_machine.travel(timezone.now() + DECIDED_SHOWN + timedelta(seconds=1), tick=False):
-        gone = client.get(f"{QUEUE}?v={version}", headers=POLL)
-    assert gone.status_code == 200
-    assert f'id="review-{small.pk}"' not in gone.content.decode()
+        gone = screen.poll()
+    assert gone.context["gone"] == [small.pk]
+    assert screen.clock != ""
 
 
 def test_the_queue_reads_as_many_statements_at_10_tickets_as_at_10000(client, agent, manager, db):
@@ -472,10 +595,9 @@ def test_the_queue_reads_as_many_statements_at_10_tickets_as_at_10000(client, ag
         for user, url in ((agent, QUEUE), (manager, QUEUE), (manager, f"{QUEUE}?cover=1")):
             client.force_login(user)
             with CaptureQueriesContext(connection) as page:
-                version = client.get(url).context["version"]
-            poll_url = f"{url}{'&' if '?' in url else '?'}v={version}"
+                screen = Screen(client, url)
             with CaptureQueriesContext(connection) as poll:
-                assert client.get(poll_url, headers=POLL).status_code == 204
+                assert screen.poll().status_code == 204
             found += [len(page), len(poll)]
         return found
 

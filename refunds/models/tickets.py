@@ -184,6 +184,8 @@ class Ticket(models.Model):
     pending_decision: Decision | None
     decided_line: str
     undo_decision: Decision | None
+    card_key: str  # the card's version, as the queue's poll compares it (reviews/rows.py)
+    place: str  # where a poll draws the card: "" where it is, "top", or after "#review-<pk>"
 
     class Meta:
         ordering = ["-id"]

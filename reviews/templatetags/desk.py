@@ -175,12 +175,22 @@ def late_words(late_by_days) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def review_row(context, ticket, may_decide: bool = True) -> SafeString:
-    """A queue card for `ticket`, kept while nothing it shows changes (reviews/rows.py)."""
+def review_row(context, ticket, may_decide: bool = True, oob: bool = False) -> SafeString:
+    """A queue card for `ticket`, kept while nothing it shows changes (reviews/rows.py); `oob`:
+    swapped by id, out of band (a poll's changed card)."""
     from reviews import rows
 
-    extra = (may_decide, context.get("error"), context.get("follow"))
     now = timezone.now()
+    if not getattr(ticket, "card_key", ""):
+        ticket.card_key = rows.card_key(
+            ticket.card_version,
+            claimed_by_id=ticket.claimed_by_id,
+            claim_expires_at=ticket.claim_expires_at,
+            review_since=ticket.review_since,
+            now=now,
+            warn_after=context["warn_after"],
+        )
+    extra = (may_decide, context.get("error"), context.get("follow"), ticket.card_key)
     key = rows.row_key(
         ticket,
         user=context["user"],
@@ -196,6 +206,8 @@ def review_row(context, ticket, may_decide: bool = True) -> SafeString:
         with context.push(ticket=ticket, may_decide=may_decide, csrf_token=rows.CSRF_MARK):
             html = row.render(context)
         rows.keep(context, key, html)
+    if oob:
+        html = html.replace("<tr ", '<tr hx-swap-oob="true" ', 1)
     token = str(context.get("csrf_token", ""))
     return mark_safe(html.replace(rows.CSRF_MARK, conditional_escape(token)))  # noqa: S308
 

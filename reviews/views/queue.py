@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -11,7 +10,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -22,7 +20,7 @@ from django_htmx.http import trigger_client_event
 from refunds import permissions, policy, selectors, services
 from refunds.flow.words import numbers_words
 from refunds.models import Decision, Ticket, user_roles
-from reviews import forms, paging
+from reviews import forms, paging, rows
 from reviews.views.common import (
     COUNT_CAP,
     ORDER_LINKS,
@@ -45,21 +43,37 @@ def _covering(request: HtmxHttpRequest) -> bool:
     return request.GET.get("cover") == "1" and permissions.is_manager(request.user)
 
 
-def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
+def _queue_context(request: HtmxHttpRequest, version: QueueVersion, cards: list[Card]) -> dict:
+    """What the page shows of `cards` (all of the version's, or a poll's changed ones)."""
     cover = _covering(request)
-    # The reviews the version just read, still filtered: one that left since waits for a poll.
-    rows = (
+    live = [c.pk for c in cards if c.pk not in version.decided]
+    # Still filtered: a review that left since the version was read waits for the next poll.
+    waiting = (
         permissions.reviewable(request.user, cover=cover)
-        .filter(pk__in=version.pks)
+        .filter(pk__in=live)
         .select_related("order", "claimed_by", "opened_by")
         .prefetch_related(ORDER_LINKS)
-        .order_by(*QUEUE_ORDER)
+        if live
+        else []
     )
-    # Escalations first on the page (then the longest wait): a manager takes those before the rest.
-    cards = sorted(rows, key=lambda t: not t.is_escalated) if version.pks else []
-    reviews = _with_decided_lines(with_pending_decisions(cards), version.number, version.decided)
+    tickets = {t.pk: t for t in with_pending_decisions(list(waiting))}
+    now = timezone.now()
+    reviews = []
+    for card in cards:
+        decision = version.decided.get(card.pk)
+        ticket = decision.ticket if decision is not None else tickets.get(card.pk)
+        if ticket is None:
+            continue
+        ticket.card_key = card.version
+        if decision is not None:  # Undo stays beside it while its grace runs
+            ticket.undo_decision = (
+                decision if decision.apply_after and decision.apply_after > now else None
+            )
+            ticket.decided_line = decided_line(decision, ticket)
+        reviews.append(ticket)
     return {
         "reviews": reviews,
+        "card_count": len(version.cards),
         "review_count": version.total,
         "count_cap": COUNT_CAP,
         "page": version.number,
@@ -67,7 +81,7 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
         "cover": cover,
         "may_cover": permissions.is_manager(request.user)
         and not permissions.is_agent(request.user),
-        "version": version.digest,
+        "clock": version.clock,
         "roles": sorted(user_roles(request.user)),
         "scope": policy.scope_sentence(
             agent=permissions.is_agent(request.user),
@@ -79,6 +93,8 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion) -> dict:
 
 # A decided review's line stays a poll or two: a reviewer on a phone sees it where they tapped.
 DECIDED_SHOWN = timedelta(seconds=8)
+# What changes with the clock alone (a claim lapsing, a review turning overdue) shows within this.
+CLOCK_SECONDS = 15
 
 
 def decided_line(decision: Decision, ticket: Ticket) -> str:
@@ -103,92 +119,150 @@ def decided_line(decision: Decision, ticket: Ticket) -> str:
     )
 
 
-def _with_decided_lines(reviews: list[Ticket], page: int, decided: list[Decision]) -> list[Ticket]:
-    """The page's rows, with the reviews this reviewer decided moments ago as one-line outcomes
-    in their places (put back by age once a worker took them out of the queue)."""
-    since = timezone.now() - DECIDED_SHOWN
-    recent = {d.ticket_id: d for d in decided}
-    if not recent:
-        return reviews
-    now = timezone.now()
-    for decision in recent.values():  # Undo stays beside it while its grace runs
-        decision.ticket.undo_decision = (
-            decision if decision.apply_after and decision.apply_after > now else None
-        )
-    for ticket in reviews:
-        if ticket.pk in recent and recent[ticket.pk].interrupt_id != ticket.pending_interrupt_id:
-            # Back with a new review already (the customer answered a question): shown live.
-            recent.pop(ticket.pk)
-        elif ticket.pk in recent:
-            ticket.undo_decision = recent[ticket.pk].ticket.undo_decision
-            ticket.decided_line = decided_line(recent.pop(ticket.pk), ticket)
-    if recent and page == 1:
-        last = (reviews[-1].review_since or since, reviews[-1].pk) if reviews else None
-        for decision in recent.values():
-            ticket = decision.ticket
-            if ticket.review_since and (last is None or (ticket.review_since, ticket.pk) < last):
-                ticket.decided_line = decided_line(decision, ticket)
-                reviews.append(ticket)
-        reviews.sort(key=lambda t: (t.review_since or since, t.pk))
-    return reviews
-
-
-# What a waiting row can change (all in ticket_queue_cover_idx: the version reads no row); the
-# amount and the escalation's note are written only with the interrupt and escalated_for.
+# What a waiting row is read by (all in ticket_queue_cover_idx: the version reads no row).
 VERSION_COLUMNS = (
     "pk",
-    "status",
     "pending_interrupt_id",
     "claimed_by_id",
     "claim_expires_at",
     "escalated_for",
     "review_since",
-    "required_role",
+    "card_version",
 )
 
 
 @dataclass(frozen=True)
-class QueueVersion:
-    """The version, and what it read that the page shows too."""
+class Card:
+    """A card the queue shows, and its version: the ticket's card_version (migration 0047) and
+    what the clock alone changes. Decided lines are versioned by their decision."""
 
-    digest: str
+    pk: int
+    version: str
+
+
+@dataclass(frozen=True)
+class QueueVersion:
+    """The cards the page shows, in order, and what the next poll sends back."""
+
+    clock: str  # the change clock and its CLOCK_SECONDS bucket; "": the next poll reads the rows
     total: int  # the reviews waiting, counted up to COUNT_CAP + 1
     number: int  # the page shown, and how many there are
     pages: int
-    pks: tuple[int, ...]  # the page's reviews, oldest first
-    decided: list[Decision]  # this reviewer's decisions of the last seconds, with their tickets
+    cards: tuple[Card, ...]  # escalations first, then the longest waiting
+    decided: dict[int, Decision]  # the reviewer's decisions of the last seconds, by ticket
 
 
-def queue_version(request: HtmxHttpRequest) -> QueueVersion:
-    """What the rows show (the clock's changes too), as a digest of indexed columns: a poll with
-    the same one gets a 204 and keeps the reviewer's half-typed reason. Read before the rows, so
-    a change in between shows at the next poll instead of hiding under this version."""
+def clock_now(now) -> str:
+    """The token an unchanged poll sends back: the change clock, and the time's bucket."""
+    return f"{selectors.queue_clock()}.{int(now.timestamp()) // CLOCK_SECONDS}"
+
+
+def queue_version(request: HtmxHttpRequest, clock: str = "") -> QueueVersion:
+    """The page's cards and their versions, from indexed columns. The clock is read first (or
+    given: the poll's gate read it), so a change in between shows at the next poll instead of
+    hiding under this version."""
     user = request.user
     now = timezone.now()
+    clock = clock or clock_now(now)
     reviewable = permissions.reviewable(user, cover=_covering(request)).order_by(*QUEUE_ORDER)
-    answered = Decision.objects.filter(interrupt_id=OuterRef("pending_interrupt_id"))
-    rows = reviewable.annotate(decision=Subquery(answered.values("pk")[:1])).values_list(
-        *VERSION_COLUMNS, "decision"
+    page = paging.capped_page(
+        request, reviewable.values_list(*VERSION_COLUMNS), size=QUEUE_PAGE, cap=COUNT_CAP
     )
-    page = paging.capped_page(request, rows, size=QUEUE_PAGE, cap=COUNT_CAP)
     paginator = page.paginator
     assert isinstance(paginator, paging.CappedPaginator)
-    total, number, pages = paginator.total, page.number, paginator.num_pages
-    mine = Decision.objects.filter(reviewer_id=user.pk, decided_at__gte=now - DECIDED_SHOWN)
     warn = timedelta(minutes=settings.REFUNDS_REVIEW_WARN_MINUTES)
-    parts: list[object] = [total, number, pages]
-    pks = []
-    for row in page:
-        claim_expires_at, review_since = row[4], row[6]
-        live = bool(row[3] and claim_expires_at and claim_expires_at > now)
-        late = bool(review_since and now - review_since > warn)
-        parts.append((*row, live, late))
-        pks.append(row[0])
     # In no SQL order: an ORDER BY id lets SQLite prefer reading every decision in id order.
-    decided = list(mine.select_related("ticket__order").order_by())
-    parts.extend(sorted((d.pk, d.ticket_id, d.refused_reason) for d in decided))
-    digest = hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
-    return QueueVersion(digest, total, number, pages, tuple(pks), decided)
+    mine = Decision.objects.filter(reviewer_id=user.pk, decided_at__gte=now - DECIDED_SHOWN)
+    recent = {d.ticket_id: d for d in mine.select_related("ticket__order").order_by()}
+    decided: dict[int, Decision] = {}
+    placed = []  # (escalations first, waiting since, pk), card
+    for pk, interrupt, claimed, claim_ends, escalated_for, since, card_version in page:
+        decision = recent.pop(pk, None)
+        # Back with a new review already (the customer answered a question): shown live.
+        if decision is not None and decision.interrupt_id == interrupt:
+            decided[pk] = decision
+            version = f"d{decision.pk}.{card_version}"
+        else:
+            version = rows.card_key(
+                card_version,
+                claimed_by_id=claimed,
+                claim_expires_at=claim_ends,
+                review_since=since,
+                now=now,
+                warn_after=warn,
+            )
+        escalated = bool(escalated_for) and escalated_for == interrupt
+        placed.append(((not escalated, since, pk), Card(pk, version)))
+    if recent and page.number == 1:  # decided moments ago and gone from the queue: put back by age
+        last = max((key[1:] for key, _ in placed), default=None)
+        for pk, decision in recent.items():
+            since = decision.ticket.review_since
+            if since and (last is None or (since, pk) < last):
+                decided[pk] = decision
+                version = f"d{decision.pk}.{decision.ticket.card_version}"
+                placed.append(((True, since, pk), Card(pk, version)))
+    placed.sort(key=lambda entry: entry[0])
+    return QueueVersion(
+        # Decided lines go with the time: every poll reads the rows while one is shown.
+        clock="" if decided else clock,
+        total=paginator.total,
+        number=page.number,
+        pages=paginator.num_pages,
+        cards=tuple(card for _, card in placed),
+        decided=decided,
+    )
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a poll swaps: the cards gone, and the changed or new ones with where each goes."""
+
+    gone: list[int]
+    cards: list[tuple[Card, str]]  # "" in place of the card shown, else after "#review-<pk>"
+
+
+def changes(shown: list[Card], cards: tuple[Card, ...]) -> Changes:
+    """The swaps that take the cards the client shows to `cards`: the longest run of cards
+    still in their order keeps its places (each drawn again where it is if it changed); the
+    rest are new or moved, drawn after the card before them (the first at the top)."""
+    now = {card.pk for card in cards}
+    before = {card.pk: (at, card.version) for at, card in enumerate(shown) if card.pk in now}
+    at = [before[card.pk][0] if card.pk in before else -1 for card in cards]
+    # The longest run of increasing places (a page is 25 cards: the quadratic way is plenty).
+    run, back = [0] * len(cards), [-1] * len(cards)
+    for i in range(len(cards)):
+        if at[i] >= 0:
+            run[i] = 1
+            for j in range(i):
+                if 0 <= at[j] < at[i] and run[j] + 1 > run[i]:
+                    run[i], back[i] = run[j] + 1, j
+    stay, i = set(), max(range(len(cards)), key=run.__getitem__, default=-1)
+    while i >= 0 and run[i]:
+        stay.add(i)
+        i = back[i]
+    gone = [card.pk for card in shown if card.pk not in now]
+    swaps: list[tuple[Card, str]] = []
+    for i, card in enumerate(cards):
+        if i in stay:
+            if before[card.pk][1] != card.version:
+                swaps.append((card, ""))
+            continue
+        if at[i] >= 0:
+            gone.append(card.pk)
+        swaps.append((card, f"#review-{cards[i - 1].pk}" if i else "top"))
+    return Changes(gone, swaps)
+
+
+def shown_cards(value: str) -> list[Card]:
+    """The client's cards, "pk:version" comma-separated, in the order it shows them (a version
+    the client does not know is "": drawn again)."""
+    cards = []
+    for item in filter(None, value.split(",")):
+        pk, _, version = item.partition(":")
+        if not pk.isdigit():
+            raise ValueError(item)
+        cards.append(Card(int(pk), version))
+    return cards
 
 
 @require_GET
@@ -196,18 +270,38 @@ def queue_version(request: HtmxHttpRequest) -> QueueVersion:
 @vary_on_headers("HX-Request", "HX-Target")
 def queue(request: HtmxHttpRequest) -> HttpResponse:
     """The review queue page; its regions poll this same URL for their fragments."""
-    version = queue_version(request)
-    if request.htmx.target == "queue-rows" and request.GET.get("v") == version.digest:
-        return HttpResponse(status=204)
-    context = _queue_context(request, version)
-    if request.htmx.target == "queue-rows":
-        response = render(request, "reviews/queue.html#rows", context)
-        # The recent tickets refresh too: never a queued review beside its ticket "Running".
-        return trigger_client_event(response, "ticketsChanged")
-    context |= _recent_context(request)
     if request.htmx.target == "recent-tickets":
-        return render(request, "reviews/queue.html#recent-tickets", context)
+        return render(request, "reviews/queue.html#recent-tickets", _recent_context(request))
+    if request.htmx.target == QUEUE_POLL:
+        return _poll(request)
+    version = queue_version(request)
+    context = _queue_context(request, version, list(version.cards)) | _recent_context(request)
     return render(request, "reviews/queue.html", context)
+
+
+QUEUE_POLL = "queue-foot"  # the element that polls, and is drawn again by a changed poll
+
+
+def _poll(request: HtmxHttpRequest) -> HttpResponse:
+    """A poll: 204 while the change clock has not moved; else only the cards that changed, as
+    out-of-band swaps, and the foot (counts, pager) with the new clock."""
+    seen, clock = request.GET.get("clock", ""), clock_now(timezone.now())
+    if seen == clock:
+        return HttpResponse(status=204)
+    try:
+        shown = shown_cards(request.GET.get("shown", ""))
+    except ValueError:
+        # 422, not 400: the page swaps a 400 in (base.html), and this one would take the poll away.
+        return HttpResponse("shown: give the cards as id:version pairs.", status=422)
+    version = queue_version(request, clock)
+    swaps = changes(shown, version.cards)
+    context = _queue_context(request, version, [card for card, _ in swaps.cards])
+    where = {card.pk: place for card, place in swaps.cards}
+    for ticket in context["reviews"]:
+        ticket.place = where[ticket.pk]
+    response = render(request, "reviews/queue.html#poll", context | {"gone": swaps.gone})
+    # The recent tickets refresh too: never a queued review beside its ticket "Running".
+    return trigger_client_event(response, "ticketsChanged")
 
 
 def _recent_context(request: HtmxHttpRequest) -> dict:
