@@ -356,13 +356,15 @@ def measure(
     }
 
 
-def queue_version(client, url: str) -> str:
-    """The version the queue page carries in its rows' poll URL."""
-    import re
+def unchanged_poll(client, url: str) -> str:
+    """The queue's poll as the page sends it when nothing changed (bench/queue_client.py)."""
+    from urllib.parse import urlencode
 
-    found = re.search(r"\?v=([0-9a-zA-Z._-]+)", client.get(url).content.decode())
-    assert found, "the queue page names no version"
-    return found.group(1)
+    from bench.queue_client import Screen
+
+    screen = Screen()
+    screen.load(client.get(url).content.decode())
+    return f"{url}?{urlencode(screen.params())}"
 
 
 def report(label: str, name: str, figures: dict) -> None:
@@ -405,10 +407,11 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept", lines: 
             "queue (agent)": ("agent", "/", None),
             "queue (manager)": ("manager", "/", None),
             "queue covering (manager)": ("manager", "/?cover=1", None),
+            # A poll from a page that shows no card yet: every card drawn, out of band.
             "queue rows fragment (agent)": (
                 "agent",
                 "/",
-                {"HX-Request": "true", "HX-Target": "queue-rows"},
+                {"HX-Request": "true", "HX-Target": "queue-foot"},
             ),
             "ticket pending (agent)": ("agent", f"/tickets/{ids['pending_ticket']}/", None),
             "ticket refunded (agent)": ("agent", f"/tickets/{ids['refunded_ticket']}/", None),
@@ -437,7 +440,7 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept", lines: 
             "pending": ids["pending"],
             "pages": {},
         }
-        poll = {"HX-Request": "true", "HX-Target": "queue-rows"}
+        poll = {"HX-Request": "true", "HX-Target": "queue-foot"}
         for name, (user, url, headers) in pages.items():
             client = Client()
             client.force_login(User.objects.get(pk=ids[user]))
@@ -445,7 +448,7 @@ def run_one(backend: str, size: int, requests: int, cards: str = "kept", lines: 
             report(label, name, out["pages"][name])
             if name == "queue (agent)":  # the rows poll that finds nothing changed: a 204
                 name = "queue poll unchanged (agent)"
-                url = f"/?v={queue_version(client, '/')}"
+                url = unchanged_poll(client, "/")
                 out["pages"][name] = measure(client, url, requests, poll, status=204)
                 report(label, name, out["pages"][name])
         return out

@@ -103,9 +103,12 @@ def test_the_poll_slows_while_nothing_changes_stops_while_hidden_and_hurries_aft
 
     ticket = awaiting_review(make_order("1310"), opened_by=manager)
     page = page_for(browser, live_server, agent)
-    page.clock.install()
+    start = timezone.now()
+    page.clock.install(time=start)
+    page.clock.pause_at(start + timedelta(milliseconds=100))  # time moves only when told
     page.add_init_script(COUNT_POLLS)
     page.goto(f"{live_server.url}/")
+    page.clock.run_for(10)  # the page's own first timers
     expect(page.locator(f"#review-{ticket.pk}")).to_be_visible()
 
     def polls() -> int:
@@ -143,8 +146,10 @@ def test_the_poll_slows_while_nothing_changes_stops_while_hidden_and_hurries_aft
     assert polls() >= 1
 
     # An action polls at once (its answer rings queueChanged), whatever the pace was.
-    run(1_000, polled=False)
     Ticket.objects.filter(pk=ticket.pk).update(claimed_by=None, claim_expires_at=None)
+    run(3_900, polled=False)  # the poll on showing was a 204: the next is 4 s on
+    run(100, polled=True)
+    run(1_000, polled=False)
     count = polls()
     with page.expect_response(lambda r: "clock=" in r.url):
         page.locator(f"#review-{ticket.pk} button[name=claim]").click()

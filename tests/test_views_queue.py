@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from refunds.models import Decision, Ticket
-from reviews.views.queue import CLOCK_SECONDS, DECIDED_SHOWN
+from reviews.views.queue import DECIDED_SHOWN
 from tests.conftest import make_order, templates_rendered
 from tests.reviewing import awaiting_review, many_tickets
 
@@ -541,17 +541,19 @@ def test_a_review_turning_overdue_is_drawn_again_with_nothing_written(client, ag
     assert "overdue" in _row(overdue.content.decode(), reviews["small"])
 
 
-def test_within_the_clocks_bucket_an_unchanged_poll_stays_204(client, agent, reviews):
+def test_an_unchanged_poll_stays_204_until_the_first_claim_on_the_page_lapses(
+    client, agent, colleague, reviews
+):
+    client.force_login(colleague)
+    client.post(reverse("reviews:claim", args=[reviews["small"].pk]), {"claim": "1"})
+    ends = Ticket.objects.get(pk=reviews["small"].pk).claim_expires_at
     client.force_login(agent)
-    now = timezone.now().replace(microsecond=0)
-    start = now - timedelta(seconds=int(now.timestamp()) % CLOCK_SECONDS)
-    with time_machine.travel(start, tick=False):
-        screen = Screen(client)
-    with time_machine.travel(start + timedelta(seconds=CLOCK_SECONDS - 1), tick=False):
+    screen = Screen(client)
+    with time_machine.travel(ends - timedelta(seconds=1), tick=False):
         assert screen.poll().status_code == 204
-    with time_machine.travel(start + timedelta(seconds=CLOCK_SECONDS), tick=False):
-        assert screen.poll().status_code == 200  # reads the versions, draws nothing
-        assert screen.poll().status_code == 204
+    with time_machine.travel(ends + timedelta(seconds=1), tick=False):
+        assert drawn(screen.poll()) == [reviews["small"].pk]
+        assert screen.poll().status_code == 204  # what turns next is further off
 
 
 def test_a_decision_my_colleague_recorded_draws_that_card_again(client, agent, colleague, reviews):

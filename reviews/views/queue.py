@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -93,8 +94,6 @@ def _queue_context(request: HtmxHttpRequest, version: QueueVersion, cards: list[
 
 # A decided review's line stays a poll or two: a reviewer on a phone sees it where they tapped.
 DECIDED_SHOWN = timedelta(seconds=8)
-# What changes with the clock alone (a claim lapsing, a review turning overdue) shows within this.
-CLOCK_SECONDS = 15
 
 
 def decided_line(decision: Decision, ticket: Ticket) -> str:
@@ -144,7 +143,9 @@ class Card:
 class QueueVersion:
     """The cards the page shows, in order, and what the next poll sends back."""
 
-    clock: str  # the change clock and its CLOCK_SECONDS bucket; "": the next poll reads the rows
+    # "<change clock>.<until>": unchanged while the clock is and the time is before `until` (a
+    # claim lapsing, a review turning overdue; none: ""); "": the next poll reads the rows.
+    clock: str
     total: int  # the reviews waiting, counted up to COUNT_CAP + 1
     number: int  # the page shown, and how many there are
     pages: int
@@ -152,18 +153,14 @@ class QueueVersion:
     decided: dict[int, Decision]  # the reviewer's decisions of the last seconds, by ticket
 
 
-def clock_now(now) -> str:
-    """The token an unchanged poll sends back: the change clock, and the time's bucket."""
-    return f"{selectors.queue_clock()}.{int(now.timestamp()) // CLOCK_SECONDS}"
-
-
-def queue_version(request: HtmxHttpRequest, clock: str = "") -> QueueVersion:
-    """The page's cards and their versions, from indexed columns. The clock is read first (or
-    given: the poll's gate read it), so a change in between shows at the next poll instead of
-    hiding under this version."""
+def queue_version(request: HtmxHttpRequest, clock: int | None = None) -> QueueVersion:
+    """The page's cards and their versions, from indexed columns. The change clock is read
+    first (or given: the poll's gate read it), so a change in between shows at the next poll
+    instead of hiding under this version."""
     user = request.user
     now = timezone.now()
-    clock = clock or clock_now(now)
+    clock = selectors.queue_clock() if clock is None else clock
+    turns = []  # when a card changes with the time alone
     reviewable = permissions.reviewable(user, cover=_covering(request)).order_by(*QUEUE_ORDER)
     page = paging.capped_page(
         request, reviewable.values_list(*VERSION_COLUMNS), size=QUEUE_PAGE, cap=COUNT_CAP
@@ -183,6 +180,10 @@ def queue_version(request: HtmxHttpRequest, clock: str = "") -> QueueVersion:
             decided[pk] = decision
             version = f"d{decision.pk}.{card_version}"
         else:
+            if claimed and claim_ends and claim_ends > now:
+                turns.append(claim_ends)
+            if since and since + warn >= now:
+                turns.append(since + warn)
             version = rows.card_key(
                 card_version,
                 claimed_by_id=claimed,
@@ -202,9 +203,10 @@ def queue_version(request: HtmxHttpRequest, clock: str = "") -> QueueVersion:
                 version = f"d{decision.pk}.{decision.ticket.card_version}"
                 placed.append(((True, since, pk), Card(pk, version)))
     placed.sort(key=lambda entry: entry[0])
+    until = str(math.ceil(min(turns).timestamp())) if turns else ""
     return QueueVersion(
         # Decided lines go with the time: every poll reads the rows while one is shown.
-        clock="" if decided else clock,
+        clock="" if decided else f"{clock}.{until}",
         total=paginator.total,
         number=page.number,
         pages=paginator.num_pages,
@@ -283,10 +285,12 @@ QUEUE_POLL = "queue-foot"  # the element that polls, and is drawn again by a cha
 
 
 def _poll(request: HtmxHttpRequest) -> HttpResponse:
-    """A poll: 204 while the change clock has not moved; else only the cards that changed, as
-    out-of-band swaps, and the foot (counts, pager) with the new clock."""
-    seen, clock = request.GET.get("clock", ""), clock_now(timezone.now())
-    if seen == clock:
+    """A poll: 204 while the change clock has not moved and no card turned with the time; else
+    only the cards that changed, as out-of-band swaps, and the foot (counts, pager) with the new
+    clock."""
+    clock = selectors.queue_clock()
+    seen, _, until = request.GET.get("clock", "").partition(".")
+    if seen == str(clock) and (not until.isdigit() or timezone.now().timestamp() < int(until)):
         return HttpResponse(status=204)
     try:
         shown = shown_cards(request.GET.get("shown", ""))
