@@ -208,7 +208,7 @@ class Lease:
                 "(SELECT max(d.decided_at) FROM refunds_decision d WHERE d.ticket_id = "
                 f"refunds_ticket.id AND d.answer = {queries.APPROVE})"
             )
-        waiting, waiting_params = queries.rule(Ticket.objects.answer_waiting())
+        waiting, waiting_params = queries.named_rule(Ticket, "answer_waiting")
         sql = (
             f"UPDATE refunds_ticket SET {', '.join(sets)} WHERE id = %s AND lease_epoch = %s "
             f"RETURNING {waiting}, {approved_at}"
@@ -348,10 +348,10 @@ def grant(ticket: Ticket | int, owner: str | None = None) -> Lease | None:
     owner = owner or worker_name()
     seconds = settings.REFUNDS_LEASE_SECONDS
     sent = time.monotonic()
-    grantable, grantable_params = queries.rule(Ticket.objects.grantable())
-    forks, forks_params = queries.rule(Ticket.objects.fork_waiting())
+    grantable, grantable_params = queries.named_rule(Ticket, "grantable")
+    forks, forks_params = queries.named_rule(Ticket, "fork_waiting")
     decisions, decisions_params = queries.open_decisions('"refunds_ticket"."id"')
-    failed, failed_params = queries.rule(Ticket.objects.refund_failed_waiting())
+    failed, failed_params = queries.named_rule(Ticket, "refund_failed_waiting")
     row = sql.fetchone(
         f"UPDATE refunds_ticket SET lease_owner = %s, lease_epoch = lease_epoch + 1, "
         f"lease_expires_at = {sql.now_plus()}, attempts = attempts + 1, woken_at = NULL, "

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, models
 from django.db.models import QuerySet
 
 from core.sql import is_postgres, literal
@@ -29,12 +29,27 @@ def rule(queryset: QuerySet) -> tuple[str, list[Any]]:
     return condition, list(params)
 
 
+_COMPILED: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
+
+
+def named_rule(model: type[models.Model], name: str) -> tuple[str, list[Any]]:
+    """`rule` of `model.objects.<name>()`, compiled once per process and database: such a rule
+    is built from code alone (its times are the database's Now()), so it never changes. The
+    worker's every grant and release would otherwise compile four of them anew."""
+    key = (connection.vendor, f"{model._meta.label}.{name}")
+    if key not in _COMPILED:
+        condition, params = rule(getattr(model._default_manager, name)())
+        _COMPILED[key] = condition, tuple(params)
+    compiled, values = _COMPILED[key]
+    return compiled, list(values)
+
+
 def open_decisions(ticket: str) -> tuple[str, list[Any]]:
     """The ticket's unapplied decisions as one JSON array, returned with the lease grant. Those in
     their undo grace too: the grace is held in one place, runner._taken's compare-and-set."""
     d = Decision._meta.db_table
     users = get_user_model()._meta.db_table
-    unapplied, params = rule(Decision.objects.unapplied())
+    unapplied, params = named_rule(Decision, "unapplied")
     columns = f"{d}.id, {d}.interrupt_id, {d}.answer, {d}.reason, COALESCE(u.username, '')"
     rows = (  # a customer's reply has no reviewer
         f"FROM {d} LEFT JOIN {users} u ON u.id = {d}.reviewer_id "

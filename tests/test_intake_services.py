@@ -193,7 +193,8 @@ def test_the_sweep_wakes_a_message_again_once_a_worker_took_it_and_its_lease_ran
     messages_recover()
     purge_broker()  # a worker took the wake-up
     assert leases.grant_row(TABLE, message.pk, thread_id=message.thread_id)
-    Message.objects.filter(pk=message.pk).update(lease_expires_at=timezone.now())  # it died
+    lapsed = timezone.now() - timedelta(seconds=1)  # it died
+    Message.objects.filter(pk=message.pk).update(lease_expires_at=lapsed)
     messages_recover()
     messages_recover()
     assert queued_wake_ups() == [message.pk]

@@ -184,7 +184,8 @@ def test_a_renewal_after_a_takeover_fails_and_leaves_the_successors_lease_as_it_
     ticket = services.ticket_open(order_number="1042")
     first = lease.grant(ticket.pk, owner="paused-worker")
     assert first is not None
-    Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=timezone.now())  # it ran out
+    lapsed = timezone.now() - timedelta(seconds=1)  # it ran out
+    Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=lapsed)
     successor = lease.grant(ticket.pk, owner="successor")
     assert successor is not None and successor.epoch == first.epoch + 1
     expires = Ticket.objects.values_list("lease_expires_at", flat=True).get(pk=ticket.pk)

@@ -126,3 +126,19 @@ def test_needing_worker_takes_lapsed_work_and_waiting_answers_but_not_failed(eve
         work_left = ticket.status in (Ticket.Status.NEW, Ticket.Status.RUNNING)
         wanted = lapsed and (work_left or (waiting and ticket.status != Ticket.Status.FAILED))
         assert (ticket in picked) == wanted, (ticket.status, ticket.lease_expires_at, decision)
+
+
+@pytest.mark.parametrize(
+    ("model", "name"),
+    [
+        (Ticket, "grantable"),
+        (Ticket, "fork_waiting"),
+        (Ticket, "refund_failed_waiting"),
+        (Ticket, "answer_waiting"),
+        (Decision, "unapplied"),
+    ],
+)
+def test_a_named_rule_compiled_once_is_the_rule_its_queryset_compiles_now(db, model, name):
+    once = queries.named_rule(model, name)
+    assert once == queries.rule(getattr(model.objects, name)())
+    assert queries.named_rule(model, name) == once

@@ -365,7 +365,8 @@ def test_the_sweep_sends_one_wake_up_per_ticket_until_a_worker_takes_it(
     assert recover(monkeypatch)[1] == [ticket.pk]
     assert recover(monkeypatch)[1] == []  # its wake-up is still queued
     granted = lease.grant(ticket)  # a worker took it (and then died: the lease lapses)
-    Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=timezone.now())
+    lapsed = timezone.now() - timedelta(seconds=1)
+    Ticket.objects.filter(pk=ticket.pk).update(lease_expires_at=lapsed)
     age(ticket, grace + 1)
     assert granted and recover(monkeypatch)[1] == [ticket.pk]
     Ticket.objects.filter(pk=ticket.pk).update(
