@@ -1,0 +1,29 @@
+"""The queue's server-sent events (reviews/doorbell.py), served by the events process (ASGI)."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, StreamingHttpResponse
+from django.views.decorators.http import require_GET
+
+from reviews.doorbell import doorbell, stream_role
+
+
+@require_GET
+async def queue_events(request: HttpRequest) -> HttpResponse:
+    user = await request.auser()
+    role = await sync_to_async(stream_role)(user) if user.is_authenticated else None
+    if role is None:
+        response: HttpResponse = HttpResponseForbidden("Log in as a reviewer to hear the queue.")
+    else:
+        response = StreamingHttpResponse(doorbell.stream(role), content_type="text/event-stream")
+        response["Cache-Control"] = "no-store"
+        response["X-Accel-Buffering"] = "no"  # nginx passes each event on as it comes
+    # The page on the web's origin, when this process has an origin of its own (the demo).
+    origin = request.headers.get("Origin", "")
+    if origin in settings.REFUNDS_EVENTS_ORIGINS:
+        response["Access-Control-Allow-Origin"] = origin
+        response["Access-Control-Allow-Credentials"] = "true"
+    response["Vary"] = "Origin, Cookie"
+    return response
