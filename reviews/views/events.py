@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, StreamingHttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponseBase,
+    HttpResponseForbidden,
+    StreamingHttpResponse,
+)
 from django.views.decorators.http import require_GET
 
 from reviews.doorbell import doorbell, stream_role
 
 
 @require_GET
-async def queue_events(request: HttpRequest) -> HttpResponse:
+async def queue_events(request: HttpRequest) -> HttpResponseBase:
     user = await request.auser()
     role = await sync_to_async(stream_role)(user) if user.is_authenticated else None
     if role is None:
-        response: HttpResponse = HttpResponseForbidden("Log in as a reviewer to hear the queue.")
+        response: HttpResponseBase = HttpResponseForbidden(
+            "Log in as a reviewer to hear the queue."
+        )
     else:
         response = StreamingHttpResponse(doorbell.stream(role), content_type="text/event-stream")
         response["Cache-Control"] = "no-store"
