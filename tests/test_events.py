@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import Client
 
 from devtools.processes import ROOT, wait_for
@@ -213,3 +214,29 @@ def test_a_page_of_the_web_origin_may_read_the_stream_and_no_other(
         web.close(), other.close()
     finally:
         server.stop()
+
+
+@pytest.mark.skipif(
+    not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+    reason="counts the events process's sessions at PostgreSQL",
+)
+def test_more_streams_hold_no_more_database_connections(events, agent):
+    """The cost of a stream is not a database connection: a request's connection (its login,
+    read in a thread of its own) stayed open as long as its stream, 99 of them for 100 streams."""
+    first = listen(events, agent)
+    first.next()
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            )
+            return cursor.fetchone()[0]
+
+    before = sessions()
+    more = [listen(events, agent) for _ in range(5)]
+    for stream in more:
+        stream.next()  # its login was read, its clock sent
+    assert sessions() == before
+    for stream in (first, *more):
+        stream.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from django.http import (
     HttpRequest,
     HttpResponseBase,
@@ -15,10 +16,18 @@ from django.views.decorators.http import require_GET
 from reviews.doorbell import doorbell, stream_role
 
 
+def _role(request: HttpRequest) -> str | None:
+    """Whose queue the requester's stream follows; then the request's database connection is
+    closed: a stream stays open for hours and the watcher alone reads the database meanwhile."""
+    try:
+        return stream_role(request.user) if request.user.is_authenticated else None
+    finally:
+        connection.close()
+
+
 @require_GET
 async def queue_events(request: HttpRequest) -> HttpResponseBase:
-    user = await request.auser()
-    role = await sync_to_async(stream_role)(user) if user.is_authenticated else None
+    role = await sync_to_async(_role)(request)
     if role is None:
         response: HttpResponseBase = HttpResponseForbidden(
             "Log in as a reviewer to hear the queue."
