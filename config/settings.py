@@ -557,6 +557,10 @@ if "://" in REFUNDS_EVENTS_URL:  # the page may connect there
 # Pages of these origins may read the events stream with their session cookie (CORS): the web
 # process's own origin when the events process has another port (the demo without a proxy).
 REFUNDS_EVENTS_ORIGINS = env_list("REFUNDS_EVENTS_ORIGINS", "")
+# A comment down each quiet stream this often, before a proxy's idle timeout (nginx's 60 s).
+REFUNDS_EVENTS_HEARTBEAT_SECONDS = env.float(
+    "REFUNDS_EVENTS_HEARTBEAT_SECONDS", 15.0, validate=Range(min=0.1)
+)
 
 # --- The JSON API (Django REST framework, api/) --------------------------------------
 API_RATE_PER_IP = env.str("API_RATE_PER_IP", "300/minute")

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from refunds import permissions
@@ -24,7 +25,6 @@ from refunds.models import Ticket, TicketQuerySet
 from refunds.selectors import queue_clock
 
 WATCH_SECONDS = 0.2
-HEARTBEAT_SECONDS = 15.0
 AGENT, MANAGER = "agent", "manager"
 ROLES = (AGENT, MANAGER)
 log = logging.getLogger(__name__)
@@ -86,6 +86,12 @@ class Watcher:
         return rings
 
 
+def _close() -> None:
+    """The watcher's connection, looked up in its thread (`connection.close` taken in the event
+    loop's thread is that thread's: the watcher then kept its dead one, as a test saw)."""
+    connection.close()
+
+
 class Doorbell:
     """The watcher's task and the connected streams of this process (one event loop)."""
 
@@ -108,7 +114,9 @@ class Doorbell:
             yield f"retry: 2000\nevent: clock\ndata: {json.dumps({'clock': self.clock})}\n\n"
             while True:
                 try:
-                    ring = await asyncio.wait_for(inbox.get(), HEARTBEAT_SECONDS)
+                    ring = await asyncio.wait_for(
+                        inbox.get(), settings.REFUNDS_EVENTS_HEARTBEAT_SECONDS
+                    )
                 except TimeoutError:
                     yield ": still here\n\n"
                     continue
@@ -126,7 +134,7 @@ class Doorbell:
                 rings = await loop.run_in_executor(database, watcher.tick)
             except Exception:  # the database went away: the streams stay, the pages poll
                 log.exception("the doorbell could not read the queue's clock")
-                await loop.run_in_executor(database, connection.close)
+                await loop.run_in_executor(database, _close)
                 await asyncio.sleep(1)
                 continue
             self.clock = watcher.clock or 0

@@ -100,6 +100,7 @@ class Listener:
 
     def __init__(self, url: str, cookies: dict[str, str], headers: dict[str, str] | None = None):
         self.events: queue.Queue = queue.Queue()
+        self.comments = 0
         self.client = httpx.Client(cookies=cookies, headers=headers or {}, timeout=30)
         self.response = self.client.send(self.client.build_request("GET", url), stream=True)
         if self.response.status_code == 200:
@@ -110,7 +111,9 @@ class Listener:
         try:
             for line in self.response.iter_lines():
                 raw += line + "\n"
-                if line.startswith("event: "):
+                if line.startswith(":"):
+                    self.comments += 1
+                elif line.startswith("event: "):
                     name = line[7:]
                 elif line.startswith("data: "):
                     data = line[6:]
@@ -240,3 +243,33 @@ def test_more_streams_hold_no_more_database_connections(events, agent):
     assert sessions() == before
     for stream in (first, *more):
         stream.close()
+
+
+def test_a_quiet_stream_hears_a_comment_now_and_then(transactional_db, tmp_path, agent):
+    server = events_process(tmp_path, REFUNDS_EVENTS_HEARTBEAT_SECONDS="0.5")
+    try:
+        stream = listen(server, agent)
+        stream.next()
+        wait_for(lambda: stream.comments >= 2, timeout=10, what="two heartbeats")
+        stream.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(
+    not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+    reason="PostgreSQL ends the watcher's session",
+)
+def test_the_doorbell_rings_again_after_the_database_dropped_its_connection(events, agent):
+    stream = listen(events, agent)
+    stream.next()
+    with connection.cursor() as cursor:  # a failover, a restart: every other session ends
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] >= 1
+    ticket = awaiting_review(make_order("7207"))
+    name, data, _ = stream.next(timeout=10)
+    assert (name, data["cards"]) == ("cards", [[ticket.pk, version(ticket)]])
+    stream.close()
