@@ -25,6 +25,7 @@ from refunds.models import Ticket, TicketQuerySet
 from refunds.selectors import queue_clock
 
 WATCH_SECONDS = 0.2
+MOST_CARDS = 200  # named in one event; more moved at once, and the event says only the clock
 AGENT, MANAGER = "agent", "manager"
 ROLES = (AGENT, MANAGER)
 log = logging.getLogger(__name__)
@@ -61,29 +62,34 @@ class Watcher:
         self.clock: int | None = None
         self.shown: dict[str, set[int]] = {}
 
-    def tick(self) -> dict[str, list[list[int]]]:
-        """The [id, version] of the cards moved since the last tick, by role that may show them."""
+    def tick(self) -> dict[str, list[list[int]] | None]:
+        """The [id, version] of the cards moved since the last tick, by role that may show them;
+        None for every role when more than MOST_CARDS moved at once (an import): resync."""
         with _snapshot():
             clock = queue_clock()
-            if self.clock is None:
-                self.shown = {r: set(_queue(r).values_list("id", flat=True)) for r in ROLES}
-            if clock == self.clock or self.clock is None:
-                self.clock = clock
+            if clock == self.clock:
                 return {}
-            moved = dict(
-                Ticket.objects.filter(card_version__gt=self.clock).values_list("id", "card_version")
-            )
+            since = Ticket.objects.filter(card_version__gt=self.clock or 0).order_by()
+            moved = dict(since.values_list("id", "card_version")[: MOST_CARDS + 1])
+            if self.clock is None or len(moved) > MOST_CARDS:
+                self.shown = {r: set(_queue(r).values_list("id", flat=True)) for r in ROLES}
+                resync, self.clock = self.clock is not None, clock
+                return dict.fromkeys(ROLES) if resync else {}
             now = {
                 r: set(_queue(r).filter(id__in=moved).values_list("id", flat=True)) for r in ROLES
             }
         self.clock = clock
-        rings: dict[str, list[list[int]]] = {}
+        rings: dict[str, list[list[int]] | None] = {}
         for role, shows in now.items():
             ids = shows | (self.shown[role] & moved.keys())
             self.shown[role] = (self.shown[role] - moved.keys()) | shows
             if ids:
                 rings[role] = [[pk, moved[pk]] for pk in sorted(ids)]
         return rings
+
+
+def _event(name: str, data: dict) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
 def _close() -> None:
@@ -111,7 +117,7 @@ class Doorbell:
         try:
             assert self.ready is not None
             await self.ready.wait()
-            yield f"retry: 2000\nevent: clock\ndata: {json.dumps({'clock': self.clock})}\n\n"
+            yield "retry: 2000\n" + _event("clock", {"clock": self.clock})
             while True:
                 try:
                     ring = await asyncio.wait_for(
@@ -120,7 +126,10 @@ class Doorbell:
                 except TimeoutError:
                     yield ": still here\n\n"
                     continue
-                yield f"event: cards\ndata: {json.dumps(ring)}\n\n"
+                if ring["cards"] is None:  # too many to name: the page resyncs
+                    yield _event("clock", {"clock": ring["clock"]})
+                else:
+                    yield _event("cards", ring)
         finally:
             self.streams[role].discard(inbox)
 

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from refunds.models import Ticket
 from refunds.selectors import queue_clock
+from reviews import doorbell
 from reviews.doorbell import AGENT, MANAGER, Watcher
 from tests.conftest import database_url, make_order
 from tests.reviewing import awaiting_review
@@ -64,6 +65,17 @@ def test_a_decided_card_rings_the_queue_it_left(db):
     }
     Ticket.objects.filter(pk=ticket.pk).update(note="later", reason="late")
     assert watcher.tick() == {}
+
+
+def test_more_cards_than_one_event_names_ring_every_role_to_resync(db, monkeypatch):
+    monkeypatch.setattr(doorbell, "MOST_CARDS", 2)
+    watcher = Watcher()
+    watcher.tick()
+    tickets = [awaiting_review(make_order(f"711{n}")) for n in range(3)]
+    assert watcher.tick() == {AGENT: None, MANAGER: None}  # an import: the pages poll everything
+    Ticket.objects.filter(pk=tickets[0].pk).update(status=Ticket.Status.REJECTED)
+    ring = [[tickets[0].pk, version(tickets[0])]]
+    assert watcher.tick() == {AGENT: ring, MANAGER: ring}  # it was in their queues
 
 
 @pytest.mark.skipif(
