@@ -544,6 +544,24 @@ REFUNDS_TIMER_SECONDS = env.float("REFUNDS_TIMER_SECONDS", 60.0, validate=Range(
 REFUNDS_RECONCILE_DAYS = env.float("REFUNDS_RECONCILE_DAYS", 14.0, validate=Range(min=0.1))
 REFUNDS_RECONCILE_HOURS = env.float("REFUNDS_RECONCILE_HOURS", 24.0, validate=Range(min=0.1))
 
+# --- The queue's doorbell (the events process, reviews/doorbell.py) ---------------------------
+# Where the queue page opens its server-sent events: the same origin behind a proxy that routes
+# /queue/events/ to the events process (deploy/nginx.conf), or that process's own address.
+REFUNDS_EVENTS_URL = env.str("REFUNDS_EVENTS_URL", "/queue/events/")
+if not REFUNDS_EVENTS_URL.startswith(("/", "http://", "https://")):
+    raise BadSetting(f"REFUNDS_EVENTS_URL must be a path or an http(s) URL: {REFUNDS_EVENTS_URL!r}")
+if "://" in REFUNDS_EVENTS_URL:  # the page may connect there
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["connect-src"].append(
+        "/".join(REFUNDS_EVENTS_URL.split("/")[:3])
+    )
+# Pages of these origins may read the events stream with their session cookie (CORS): the web
+# process's own origin when the events process has another port (the demo without a proxy).
+REFUNDS_EVENTS_ORIGINS = env_list("REFUNDS_EVENTS_ORIGINS", "")
+# A comment down each quiet stream this often, before a proxy's idle timeout (nginx's 60 s).
+REFUNDS_EVENTS_HEARTBEAT_SECONDS = env.float(
+    "REFUNDS_EVENTS_HEARTBEAT_SECONDS", 15.0, validate=Range(min=0.1)
+)
+
 # --- The JSON API (Django REST framework, api/) --------------------------------------
 API_RATE_PER_IP = env.str("API_RATE_PER_IP", "300/minute")
 API_RATE_PER_TOKEN = env.str("API_RATE_PER_TOKEN", "120/minute")

@@ -1,10 +1,11 @@
 from django.urls import path
 
-from reviews.views import account, attachments, audit, queue, sorting, ticket, tickets
+from reviews.views import account, attachments, audit, events, queue, sorting, ticket, tickets
 
 app_name = "reviews"
 urlpatterns = [
     path("", queue.queue, name="queue"),
+    path("queue/events/", events.queue_events, name="queue_events"),
     path("reviews/<int:ticket_id>/decide/", queue.decide, name="decide"),
     path("reviews/<int:ticket_id>/claim/", queue.claim, name="claim"),
     path("reviews/bulk/", queue.bulk_approve, name="bulk_approve"),

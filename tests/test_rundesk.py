@@ -115,6 +115,13 @@ def started_desk(tmp_path: Path, *, by_port: bool) -> Iterator[Desk]:
             proc.wait(timeout=10)
 
 
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code > 0
+    except requests.ConnectionError:
+        return False
+
+
 @pytest.mark.slow
 def test_running_at_is_said_once_the_web_server_accepts_and_the_workers_take_tasks(desk):
     """The desk said it was running before its workers were up: a ticket opened at once waited
@@ -127,6 +134,10 @@ def test_running_at_is_said_once_the_web_server_accepts_and_the_workers_take_tas
     assert 0 <= taking < said.find("is running at"), said
     # (A ping from this process, checking they were up, got no answer on CI's PostgreSQL leg
     # three times though the desk had had every worker's: the desk's own ping is the check.)
+    # The events process (the queue's push) on the web's port plus one, the page pointed at it.
+    events = f"http://127.0.0.1:{desk.port + 1}/queue/events/"
+    wait_for(lambda: answers(events), timeout=60, what="the events process")
+    assert requests.get(events, timeout=30).status_code == 403  # no session: refused
 
 
 @pytest.mark.slow

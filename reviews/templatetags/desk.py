@@ -2,6 +2,7 @@ import re
 from collections.abc import Mapping
 
 from django import template
+from django.conf import settings
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -277,3 +278,9 @@ def refused_files(about: list) -> list[dict]:
         for a in about or []
         if isinstance(a, dict) and a.get("refused", "not kept")
     ]
+
+
+@register.simple_tag
+def events_url() -> str:
+    """Where the queue page hears of changes (static/push.js): REFUNDS_EVENTS_URL."""
+    return settings.REFUNDS_EVENTS_URL

@@ -1,6 +1,7 @@
 """Start the whole desk on this machine: embedded Redis, three Celery workers (threads, intake
-and housekeeping), Celery beat and the web server (gunicorn, static files by WhiteNoise: what
-production runs, not the dev server). Ctrl-C stops all of them.
+and housekeeping), Celery beat, the web server (gunicorn, static files by WhiteNoise: what
+production runs, not the dev server) and the events process (uvicorn: the queue's doorbell, on
+the next port). Ctrl-C stops all of them.
 
 The Procfile's processes, on one machine, plus the embedded broker. A hand-written supervisor
 rather than honcho: it starts the broker first and waits until it answers, starts again a process
@@ -9,6 +10,7 @@ had exited), and is one file with no extra dependency."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -31,11 +33,29 @@ class Command(BaseCommand):
         # Where the web server listens: --addr, else WEB_BIND and PORT as for the Procfile's web.
         default = f"{os.environ.get('WEB_BIND', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
         parser.add_argument("--addr", default=default)
+        # The events process: EVENTS_BIND and EVENTS_PORT as for the Procfile's events, else
+        # the web's port plus one.
+        parser.add_argument("--events-addr", default="")
         parser.add_argument("--concurrency", type=int, default=2)
         parser.add_argument("--web-workers", type=int, default=2)
 
-    def handle(self, *args, addr: str, concurrency: int, web_workers: int, **options):
+    def handle(
+        self, *args, addr: str, events_addr: str, concurrency: int, web_workers: int, **options
+    ):
         procs: list[Child] = []
+        # No proxy here: the page opens the events process's own port, with its session cookie
+        # (a cookie's host has no port); that process lets the web's origin read (CORS).
+        if not events_addr:
+            port = os.environ.get("EVENTS_PORT") or str(int(addr.rpartition(":")[2]) + 1)
+            events_addr = f"{os.environ.get('EVENTS_BIND', '127.0.0.1')}:{port}"
+        web_host, events_host = _browsed(addr), _browsed(events_addr)
+        events_port = events_addr.rpartition(":")[2]
+        os.environ.setdefault(
+            "REFUNDS_EVENTS_URL", f"http://{events_host}:{events_port}/queue/events/"
+        )
+        os.environ.setdefault(
+            "REFUNDS_EVENTS_ORIGINS", f"http://{web_host}:{addr.rpartition(':')[2]}"
+        )
         # Counts of processes that are gone would be summed forever: a fresh start, fresh files.
         shutil.rmtree(settings.PROMETHEUS_MULTIPROC_DIR, ignore_errors=True)
         settings.PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
@@ -70,6 +90,13 @@ class Command(BaseCommand):
         ]
         web = Child("web", subprocess.Popen, gunicorn)
         procs.append(web)
+        events_env = os.environ | {
+            "EVENTS_BIND": events_addr.rpartition(":")[0],
+            "EVENTS_PORT": events_port,
+            "EVENTS_LOG_LEVEL": "warning",
+        }
+        events = [sys.executable, "-m", "config.events"]
+        procs.append(Child("events", functools.partial(subprocess.Popen, env=events_env), events))
         if not _serving(addr, web.proc, timeout=60):
             code = web.proc.poll()
             why = f"exited with {code}" if code is not None else "did not answer"
@@ -116,6 +143,12 @@ class Command(BaseCommand):
             pass
         finally:  # also when a process cannot be started again (the broker's socket taken)
             _stop_all(procs)
+
+
+def _browsed(addr: str) -> str:
+    """The host a browser on this machine opens for a server bound to `addr` (host:port)."""
+    host = addr.rpartition(":")[0]
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
 
 
 def _serving(addr: str, web: subprocess.Popen, *, timeout: float) -> bool:

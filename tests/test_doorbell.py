@@ -1,0 +1,101 @@
+"""The doorbell's watcher (reviews/doorbell.py): which cards each role's stream hears of, read
+from the change clock; the stream itself, through a real events process, is tests/test_events.py."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from django.conf import settings
+
+from refunds.models import Ticket
+from refunds.selectors import queue_clock
+from reviews import doorbell
+from reviews.doorbell import AGENT, MANAGER, Watcher
+from tests.conftest import database_url, make_order
+from tests.reviewing import awaiting_review
+
+
+def version(ticket: Ticket) -> int:
+    return Ticket.objects.values_list("card_version", flat=True).get(pk=ticket.pk)
+
+
+def test_the_first_tick_reads_the_clock_and_rings_nobody(db):
+    awaiting_review(make_order("7101"))
+    watcher = Watcher()
+    assert watcher.tick() == {}
+    assert watcher.clock == queue_clock()
+    assert watcher.tick() == {}  # nothing moved
+
+
+def test_a_card_that_moves_rings_the_roles_whose_queue_shows_it(db, manager):
+    watcher = Watcher()
+    watcher.tick()
+    small = awaiting_review(make_order("7102"))
+    big = awaiting_review(make_order("7103", fee_cents=4800))
+    rings = watcher.tick()
+    assert rings[AGENT] == [[small.pk, version(small)]]  # not the managers' review
+    assert rings[MANAGER] == [[small.pk, version(small)], [big.pk, version(big)]]
+    assert watcher.clock == queue_clock() == version(big)
+
+    Ticket.objects.filter(pk=big.pk).update(claimed_by=manager)
+    assert watcher.tick() == {MANAGER: [[big.pk, version(big)]]}
+
+
+def test_a_card_that_leaves_a_queue_rings_it_once_more_and_then_no_longer(db, manager):
+    ticket = awaiting_review(make_order("7104"))
+    watcher = Watcher()
+    watcher.tick()  # it is in the agents' queue
+    Ticket.objects.filter(pk=ticket.pk).update(escalated_for=ticket.pending_interrupt_id)
+    assert watcher.tick() == {
+        AGENT: [[ticket.pk, version(ticket)]],  # gone from their queue: the page removes it
+        MANAGER: [[ticket.pk, version(ticket)]],
+    }
+    Ticket.objects.filter(pk=ticket.pk).update(claimed_by=manager)
+    assert watcher.tick() == {MANAGER: [[ticket.pk, version(ticket)]]}
+
+
+def test_a_decided_card_rings_the_queue_it_left(db):
+    ticket = awaiting_review(make_order("7105"))
+    watcher = Watcher()
+    watcher.tick()
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REJECTED)
+    assert watcher.tick() == {
+        AGENT: [[ticket.pk, version(ticket)]],
+        MANAGER: [[ticket.pk, version(ticket)]],
+    }
+    Ticket.objects.filter(pk=ticket.pk).update(note="later", reason="late")
+    assert watcher.tick() == {}
+
+
+def test_more_cards_than_one_event_names_ring_every_role_to_resync(db, monkeypatch):
+    monkeypatch.setattr(doorbell, "MOST_CARDS", 2)
+    watcher = Watcher()
+    watcher.tick()
+    tickets = [awaiting_review(make_order(f"711{n}")) for n in range(3)]
+    assert watcher.tick() == {AGENT: None, MANAGER: None}  # an import: the pages poll everything
+    Ticket.objects.filter(pk=tickets[0].pk).update(status=Ticket.Status.REJECTED)
+    ring = [[tickets[0].pk, version(tickets[0])]]
+    assert watcher.tick() == {AGENT: ring, MANAGER: ring}  # it was in their queues
+
+
+@pytest.mark.skipif(
+    not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+    reason="SQLite has one writer at a time: versions are taken in commit order",
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="PostgreSQL takes a card's version when the row is written, not at commit: a "
+    "transaction that commits after a later one's version was read is passed over",
+)
+def test_a_card_committed_after_a_later_version_was_read_still_rings(transactional_db, manager):
+    first = awaiting_review(make_order("7106", fee_cents=4800))
+    second = awaiting_review(make_order("7107", fee_cents=4800))
+    watcher = Watcher()
+    watcher.tick()
+    with psycopg.connect(database_url()) as slow:  # a transaction that writes first ...
+        slow.execute(
+            "UPDATE refunds_ticket SET claimed_by_id = %s WHERE id = %s", [manager.pk, first.pk]
+        )
+        Ticket.objects.filter(pk=second.pk).update(claimed_by=manager)  # ... commits last
+        assert watcher.tick() == {MANAGER: [[second.pk, version(second)]]}
+    assert watcher.tick() == {MANAGER: [[first.pk, version(first)]]}
