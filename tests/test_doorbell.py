@@ -82,11 +82,6 @@ def test_more_cards_than_one_event_names_ring_every_role_to_resync(db, monkeypat
     not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
     reason="SQLite has one writer at a time: versions are taken in commit order",
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL takes a card's version when the row is written, not at commit: a "
-    "transaction that commits after a later one's version was read is passed over",
-)
 def test_a_card_committed_after_a_later_version_was_read_still_rings(transactional_db, manager):
     first = awaiting_review(make_order("7106", fee_cents=4800))
     second = awaiting_review(make_order("7107", fee_cents=4800))

@@ -7,10 +7,10 @@ SQL in refunds/lease.py, the services, the admin). The review queue's poll reads
 poll, and each card's own version says which. A write of an older card_version (a stale copy's
 save()) is raised to a new one, so a card's version never goes back.
 
-PostgreSQL takes the numbers from a sequence (no row that every writer waits on). SQLite has one
-writer at a time and no sequences: a one-row table counts. The column may be NULL (rows older
-than this, and a copy made in Python before its first refresh) so that SQLite adds it without
-rebuilding refunds_ticket, which would lose the other migrations' triggers."""
+PostgreSQL takes the numbers from a sequence at commit, in commit order (below). SQLite has one
+writer at a time and no sequences: a one-row table counts, at the write. The column may be NULL
+(rows older than this, and a copy made in Python before its first refresh) so that SQLite adds
+it without rebuilding refunds_ticket, which would lose the other migrations' triggers."""
 
 from django.conf import settings
 from django.db import migrations, models
@@ -61,44 +61,75 @@ SQLITE_DROP = [
 ]
 _OLD = ", ".join(f"OLD.{c}" for c in CARD_COLUMNS)
 _NEW = ", ".join(f"NEW.{c}" for c in CARD_COLUMNS)
+# On PostgreSQL a version is taken at commit, under one advisory lock held until the commit
+# ends, so versions are visible in the order they were taken: a reader that saw version N has
+# seen every card below it. (Taken at the write, a transaction could take N - 1 and commit after
+# a reader saw N.) Constraint triggers, deferred to the commit, take it; tests/conftest.py makes
+# them fire at each statement inside the test transactions that never commit.
+_COMMITTED = """
+    CREATE FUNCTION refunds_card_committed() RETURNS trigger AS $$
+    DECLARE
+        ticket bigint;
+    BEGIN
+        IF TG_TABLE_NAME = 'refunds_ticket' THEN
+            ticket := NEW.id;
+        ELSIF TG_OP = 'DELETE' THEN
+            ticket := OLD.ticket_id;
+        ELSE
+            ticket := NEW.ticket_id;
+        END IF;
+        PERFORM pg_advisory_xact_lock(hashtext('refunds_card_version'));
+        UPDATE refunds_ticket SET card_version = nextval('refunds_card_version_seq')
+        WHERE id = ticket;
+        RETURN NULL;
+    END
+    $$ LANGUAGE plpgsql
+"""
 POSTGRES = [
     "CREATE SEQUENCE refunds_card_version_seq",
     "SELECT setval('refunds_card_version_seq', coalesce(max(card_version), 0) + 1, false) "
     "FROM refunds_ticket",
-    f"""
-    CREATE FUNCTION refunds_card_moved() RETURNS trigger AS $$
+    # A stale copy's save() writes an older version: the row keeps its own.
+    """
+    CREATE FUNCTION refunds_card_kept() RETURNS trigger AS $$
     BEGIN
-        IF TG_OP = 'INSERT' OR ({_OLD}) IS DISTINCT FROM ({_NEW})
-           OR coalesce(NEW.card_version, 0) < coalesce(OLD.card_version, 0) THEN
-            NEW.card_version := nextval('refunds_card_version_seq');
+        IF coalesce(NEW.card_version, 0) < coalesce(OLD.card_version, 0) THEN
+            NEW.card_version := OLD.card_version;
         END IF;
         RETURN NEW;
     END
     $$ LANGUAGE plpgsql
     """,
     """
-    CREATE TRIGGER refunds_card_moved BEFORE INSERT OR UPDATE ON refunds_ticket
-    FOR EACH ROW EXECUTE FUNCTION refunds_card_moved()
+    CREATE TRIGGER refunds_card_kept BEFORE UPDATE ON refunds_ticket
+    FOR EACH ROW EXECUTE FUNCTION refunds_card_kept()
+    """,
+    _COMMITTED,
+    """
+    CREATE CONSTRAINT TRIGGER refunds_card_opened AFTER INSERT ON refunds_ticket
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refunds_card_committed()
+    """,
+    f"""
+    CREATE CONSTRAINT TRIGGER refunds_card_moved AFTER UPDATE ON refunds_ticket
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (({_OLD}) IS DISTINCT FROM ({_NEW}))
+    EXECUTE FUNCTION refunds_card_committed()
     """,
     """
-    CREATE FUNCTION refunds_card_decided() RETURNS trigger AS $$
-    BEGIN
-        UPDATE refunds_ticket SET card_version = nextval('refunds_card_version_seq')
-        WHERE id = CASE WHEN TG_OP = 'DELETE' THEN OLD.ticket_id ELSE NEW.ticket_id END;
-        RETURN NULL;
-    END
-    $$ LANGUAGE plpgsql
-    """,
-    """
-    CREATE TRIGGER refunds_card_decided AFTER INSERT OR UPDATE OR DELETE ON refunds_decision
-    FOR EACH ROW EXECUTE FUNCTION refunds_card_decided()
+    CREATE CONSTRAINT TRIGGER refunds_card_decided AFTER INSERT OR UPDATE OR DELETE
+    ON refunds_decision DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    EXECUTE FUNCTION refunds_card_committed()
     """,
 ]
+# What tests/conftest.py sets IMMEDIATE in a test's transaction.
+POSTGRES_AT_COMMIT = ["refunds_card_opened", "refunds_card_moved", "refunds_card_decided"]
 POSTGRES_DROP = [
     "DROP TRIGGER IF EXISTS refunds_card_decided ON refunds_decision",
-    "DROP FUNCTION IF EXISTS refunds_card_decided()",
     "DROP TRIGGER IF EXISTS refunds_card_moved ON refunds_ticket",
-    "DROP FUNCTION IF EXISTS refunds_card_moved()",
+    "DROP TRIGGER IF EXISTS refunds_card_opened ON refunds_ticket",
+    "DROP FUNCTION IF EXISTS refunds_card_committed()",
+    "DROP TRIGGER IF EXISTS refunds_card_kept ON refunds_ticket",
+    "DROP FUNCTION IF EXISTS refunds_card_kept()",
     "DROP SEQUENCE IF EXISTS refunds_card_version_seq",
 ]
 
