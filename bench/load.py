@@ -114,6 +114,18 @@ class Procfile:
                     start_new_session=True,
                 )
 
+    def start_one(self, name: str, command: str, **env: str) -> None:
+        """Another process beside the Procfile's (a second web node, the proxy)."""
+        with (self.log_dir / f"{name}.log").open("ab") as out:
+            self.procs[name] = subprocess.Popen(
+                ["bash", "-c", f"exec {command}"],
+                cwd=ROOT,
+                env={**self.env, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
     def log(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -131,7 +143,7 @@ class Procfile:
                 raise RuntimeError(f"{name} exited: {self.log(name)[-2000:]}")
         wait_for(web_up, timeout=timeout, what="gunicorn to answer", every=0.5)
         for name in self.procs:
-            if name in ("web", "beat"):
+            if name in ("web", "web2", "beat", "events", "nginx"):
                 continue
             wait_for(
                 lambda name=name: " ready." in self.log(name),
@@ -166,6 +178,37 @@ class Procfile:
 
 # --- where the time goes -----------------------------------------------------------------------
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def two_nodes(procs: Procfile, data_dir: Path, port: int, events_port: int) -> str:
+    """Start the web's second node and Debian's nginx with the shipped deploy/nginx.conf (its
+    ports swapped for this run's) round-robin over both; the proxy's URL."""
+    second, proxy = free_port(), free_port()
+    procs.start_one("web2", Procfile.entries()["web"], PORT=str(second))
+    wait_for(lambda: port_open(second), timeout=120, what="the second web node", every=0.5)
+    prefix = data_dir / "nginx"
+    prefix.mkdir()
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    for shipped, now in {"8000": port, "8002": second, "8001": events_port, "8080": proxy}.items():
+        conf = conf.replace(f"127.0.0.1:{shipped};", f"127.0.0.1:{now};")
+    (prefix / "nginx.conf").write_text(conf)
+    user = " user root;" if os.geteuid() == 0 else ""  # root's workers would be nobody
+    procs.start_one("nginx", f"/usr/sbin/nginx -p {prefix} -c nginx.conf -g 'daemon off;{user}'")
+    wait_for(lambda: port_open(proxy), timeout=30, what="nginx", every=0.2)
+    return f"http://127.0.0.1:{proxy}"
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def web_cpus(step: dict) -> float:
+    """CPUs the web served the step with: every node, and the events process."""
+    return sum(step["cpus_busy"].get(name, 0.0) for name in ("web", "web2", "events", "nginx"))
 
 
 def cpu_seconds(groups: dict[str, int]) -> dict[str, float]:
@@ -563,6 +606,7 @@ def run_step(desk: Desk, reviewers: int, args, url: str, out_dir: Path, procs: P
                 "message_rate": args.message_rate,
                 "decide_every": [float(x) for x in args.decide_every.split(",")],
                 "session_cookie": "sessionid",
+                "events_url": args.events_url,
             }
         )
     )
@@ -734,11 +778,13 @@ def run(args) -> dict:
     )
     os.environ["CELERY_BROKER_URL"] = REDIS_URL
     redis_client(REDIS_URL).flushdb()
-    port = free_port()
+    port, events_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
         "PORT": str(port),
+        "EVENTS_PORT": str(events_port),
+        "EVENTS_LOG_LEVEL": "warning",
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(ROOT),
     }
@@ -756,7 +802,12 @@ def run(args) -> dict:
     procs = Procfile(env, data_dir / "logs")
     say(f"starting the Procfile's processes: {', '.join(procs.entries())} (release run as migrate)")
     procs.start()
-    result: dict = {"steps": [], "url": url}
+    events_url = f"http://127.0.0.1:{events_port}/queue/events/"
+    if args.nodes == 2:  # a second web node, and nginx in front of both (deploy/nginx.conf)
+        url = two_nodes(procs, data_dir, port, events_port)
+        events_url = f"{url}/queue/events/"
+    result: dict = {"steps": [], "url": url, "nodes": args.nodes, "push": args.push}
+    args.events_url = events_url if args.push else ""
     try:
         procs.wait_ready(url)
         say(f"idle: {args.idle} decisions one at a time")
@@ -820,7 +871,7 @@ def targets(result: dict) -> list[dict]:
         )  # fmt: skip
         if n > 10 and 10 in steps:
             name = "web CPU per reviewer-minute / at 10 reviewers"
-            ratio = (step["cpus_busy"]["web"] / n) / (steps[10]["cpus_busy"]["web"] / 10)
+            ratio = (web_cpus(step) / n) / (web_cpus(steps[10]) / 10)
             out.append({"reviewers": n, "target": name, "ratio": ratio, "bound": TARGETS[name],
                         "met": ratio <= TARGETS[name]})  # fmt: skip
     name = "a changed poll's web CPU / an unchanged one's"
@@ -898,7 +949,7 @@ def print_table(result: dict) -> None:
             f"{fmt(s['decided_to_refunded_p95_ms'])} ms ({s['decisions']}) | "
             f"{fmt(s['message_to_queue_p50_ms'])} / {fmt(s['message_to_queue_p95_ms'])} ms "
             f"({s['messages_placed']}) | {s['errors']} | {s['refunds_per_minute']:.0f} | "
-            f"{ratio:.2f} | {s['cpus_busy'].get('web', 0):.2f} |"
+            f"{ratio:.2f} | {web_cpus(s):.2f} |"
         )
     print()
     for s in result["steps"]:
@@ -931,6 +982,10 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=20, help="idle decisions, one at a time")
     parser.add_argument(
         "--decide-every", default="20,60", help="seconds between a reviewer's decisions: lo,hi"
+    )
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=1, help="web nodes")
+    parser.add_argument(
+        "--push", action="store_true", help="reviewers listen to the events stream (push)"
     )
     parser.add_argument(
         "--profile",

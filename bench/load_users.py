@@ -10,6 +10,9 @@ file BENCH_LOAD_CONFIG names.
   one of the reviews it may decide there, as the row's form posts it. A decision another
   reviewer made first (409) is the desk's answer to a race, counted as "decide lost to a
   colleague", not an error.
+- With push (`--push`), each reviewer also holds the events stream open (reviews/doorbell.py),
+  polls at once on each ring (at most every 500 ms, as static/push.js) and otherwise every 30 s,
+  as the page does while the stream is live.
 - Helpdesk: one, hands in a customer's message through POST /api/messages/ at the set rate,
   each about a late order of its own, with its API token and an Idempotency-Key.
 """
@@ -24,9 +27,12 @@ import time
 import uuid
 from pathlib import Path
 
+import gevent
+import requests
+from gevent.lock import Semaphore
 from locust import HttpUser, constant_throughput, task
 
-from bench.queue_client import Screen
+from bench.queue_client import SLOW, Screen
 
 CONFIG = json.loads(Path(os.environ["BENCH_LOAD_CONFIG"]).read_text())
 _logins = iter(CONFIG["reviewers"])
@@ -41,17 +47,47 @@ DECIDE_EVERY = tuple(CONFIG["decide_every"])  # 20-60 s; shorter in the test's t
 
 
 class Reviewer(HttpUser):
+    def pace(self) -> float:
+        return SLOW if self.live else self.screen.delay  # static/desk.js's
+
     def wait_time(self) -> float:
-        return self.screen.delay  # static/desk.js's pace
+        due = min(self.polled + self.pace(), self.decide_at)
+        return max(due - time.monotonic(), 0.05)
 
     def on_start(self) -> None:
         login = next(_logins)
         self.client.cookies.set(CONFIG["session_cookie"], login["session"])
         self.screen = Screen()
+        self.polling = Semaphore()  # the stream's rings and the task's polls, one at a time
+        self.live = False
+        self.polled = 0.0  # when the last poll went
         self.csrf = ""
+        if CONFIG["events_url"]:
+            gevent.spawn(self.listen, login["session"])
         self.reviews: list[tuple[str, str]] = []
         self.load_queue()
         self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
+
+    def listen(self, session: str) -> None:
+        """The events stream, as push.js holds it: a ring polls at once, at most every 0.5 s."""
+        cookies = {CONFIG["session_cookie"]: session}
+        last = 0.0
+        while True:
+            try:
+                with requests.get(
+                    CONFIG["events_url"], cookies=cookies, stream=True, timeout=(5, 60)
+                ) as stream:
+                    self.live = stream.status_code == 200
+                    for line in stream.iter_lines():
+                        if not line.startswith(b"data:"):
+                            continue
+                        gevent.sleep(max(last + 0.5 - time.monotonic(), 0))
+                        last = time.monotonic()
+                        self.poll_rows()
+            except requests.RequestException:
+                pass
+            self.live = False
+            gevent.sleep(2)
 
     def read_rows(self, html: str) -> None:
         self.screen.load(html)
@@ -76,6 +112,11 @@ class Reviewer(HttpUser):
         }
 
     def poll_rows(self) -> None:
+        with self.polling:
+            self._poll_rows()
+
+    def _poll_rows(self) -> None:
+        self.polled = time.monotonic()
         with self.client.get(
             "/",
             params=self.screen.params(),
@@ -92,7 +133,8 @@ class Reviewer(HttpUser):
 
     @task
     def poll(self) -> None:
-        self.poll_rows()
+        if time.monotonic() >= self.polled + self.pace():
+            self.poll_rows()
         if time.monotonic() >= self.decide_at:
             self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
             self.decide()

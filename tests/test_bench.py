@@ -112,14 +112,19 @@ def test_the_hostile_mail_script_reads_every_shape_at_each_size(tmp_path):
 
 def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_path):
     """PostgreSQL and Redis on this machine (as .ci/run starts them); gunicorn and the workers
-    as the Procfile says; a few seconds of Locust per step."""
+    as the Procfile says, a second web node behind Debian's nginx; a few seconds of Locust per
+    step."""
+    if not Path("/usr/sbin/nginx").exists():
+        pytest.skip("Debian's nginx is not installed (apt-get install nginx)")
     done = run(
         "load.py",
         *("--reviewers", "2", "--seconds", "12", "--decide-every", "2,4"),
         *("--batch", "3", "--idle", "2", "--message-rate", "1", "--profile", "3"),
+        *("--nodes", "2", "--push"),  # two web nodes behind nginx, reviewers on the stream
         results=tmp_path,
     )
     out = latest(tmp_path, "load")
+    assert out["nodes"] == 2 and out["push"], done.stdout
     steps = {step["reviewers"]: step for step in out["steps"]}
     assert set(steps) == {0, 1, 2}, done.stdout
     two = steps[2]
@@ -138,6 +143,7 @@ def test_the_load_script_serves_reviewers_messages_and_the_workers_at_once(tmp_p
     # Where the time goes: each process's CPU, and py-spy's samples of the profiled step.
     busy = two["cpus_busy"]
     assert busy["web"] > 0 and busy["postgres"] > 0 and busy["locust and py-spy"] > 0, busy
+    assert busy["web2"] > 0 and busy["events"] > 0 and busy["nginx"] > 0, busy
     assert busy["the whole machine"] >= busy["web"] + busy["worker"], busy
     assert two["profile"]["web"]["samples"] > 0, done.stdout
     assert sum(two["profile"]["web"]["leaf_by_library"].values()) == pytest.approx(1, abs=0.01)
