@@ -61,6 +61,7 @@ class Reviewer(HttpUser):
         self.polling = Semaphore()  # the stream's rings and the task's polls, one at a time
         self.live = False
         self.polled = 0.0  # when the last poll went
+        self.recent_at = 0.0  # when the recent tickets may refresh on a moved clock
         self.csrf = ""
         if CONFIG["events_url"]:
             gevent.spawn(self.listen, login["session"])
@@ -127,8 +128,11 @@ class Reviewer(HttpUser):
             if response.status_code not in (200, 204):
                 response.failure(f"rows poll: {response.status_code}")
             self.screen.apply(response.status_code, response.text or "")
-        if response.status_code == 200:
-            # ticketsChanged: the recent tickets refresh at once.
+        if "ticketsChanged" in response.headers.get("HX-Trigger", ""):
+            # Cards drawn or gone: the recent tickets refresh at once.
+            self.client.get("/", headers=self.htmx("recent-tickets"), name="poll recent")
+        elif response.status_code == 200 and time.monotonic() >= self.recent_at:
+            self.recent_at = time.monotonic() + 30  # clockMoved, throttled to 30 s
             self.client.get("/", headers=self.htmx("recent-tickets"), name="poll recent")
 
     @task

@@ -39,11 +39,11 @@ class Screen:
         return {"clock": self.clock, "shown": ",".join(f"{pk}:{v}" for pk, v in self.cards)}
 
     def apply(self, status: int, html: str) -> int:
-        """A poll's answer; how many cards it drew. The next poll's wait, as the page's."""
+        """A poll's answer; how many cards it drew. The next poll's wait, as the page's: 2 s
+        after cards were drawn or taken away, else twice the last, up to 30 s."""
         if status != 200:
             self.delay = min(self.delay * 2, SLOW)
             return 0
-        self.delay = FAST
         self.clock = CLOCK.search(html).group(1)  # type: ignore[union-attr]
         gone = set(GONE.findall(html))
         self.cards = [card for card in self.cards if card[0] not in gone]
@@ -56,4 +56,6 @@ class Screen:
             ids = [p for p, _ in self.cards]
             after = swap.rpartition("#review-")[2] if swap.startswith("afterend:") else None
             self.cards.insert(ids.index(after) + 1 if after in ids else 0, (pk, version))
+        # Only the clock moved (other queues' cards): slower, as after a 204.
+        self.delay = FAST if drawn or gone else min(self.delay * 2, SLOW)
         return drawn

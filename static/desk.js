@@ -130,8 +130,8 @@
   });
 
   // The queue's foot polls (reviews/views/queue.py): it sends the change clock it last saw and
-  // the cards it shows, and gets a 204 or the cards that changed. Every 2 s after a change,
-  // slower while nothing changes (up to 30 s), the slow pace while a push stream is live
+  // the cards it shows, and gets a 204 or the cards that changed. Every 2 s after a card
+  // changed, slower while none does (up to 30 s), the slow pace while a push stream is live
   // (static/push.js rings queueChanged), never while the tab is hidden. An action or a push
   // polls at once and starts again at 2 s.
   var FAST = 2000, SLOW = 30000, delay = FAST, timer = null;
@@ -151,10 +151,15 @@
     event.detail.parameters.clock = clock ? clock.getAttribute("data-clock") : "";
     event.detail.parameters.shown = shown.join(",");
   });
+  // A poll that drew or took away cards rings ticketsChanged (its answer's HX-Trigger, before
+  // this): the fast pace again. A 204, or a clock that moved for other queues' cards only, or a
+  // failure: slower.
+  var drew = false;
+  document.body.addEventListener("ticketsChanged", function () { drew = true; });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (event.detail.elt.id !== "queue-foot") { return; }
-    var changed = event.detail.successful && event.detail.xhr.status !== 204;
-    delay = changed ? FAST : Math.min(delay * 2, SLOW);
+    delay = drew ? FAST : Math.min(delay * 2, SLOW);
+    drew = false;
     schedule();
   });
   document.body.addEventListener("queueChanged", function () { delay = FAST; });

@@ -1,5 +1,6 @@
 """The review queue page, its polled fragments, and the open-ticket form it carries."""
 
+import json
 import re
 from datetime import timedelta
 from urllib.parse import urlencode
@@ -344,6 +345,20 @@ def test_changed_rows_refresh_the_recent_tickets_with_them(client, agent, review
     client.force_login(agent)
     response = client.get(QUEUE, {"clock": "stale", "shown": ""}, headers=POLL)
     assert response.status_code == 200 and "ticketsChanged" in response["HX-Trigger"]
+
+
+def test_a_change_to_another_queues_card_moves_the_clock_and_draws_nothing(
+    client, agent, reviews
+):
+    client.force_login(agent)
+    screen = Screen(client)
+    big = reviews["big"]  # a manager's review: not on an agent's page
+    Ticket.objects.filter(pk=big.pk).update(escalated_for=big.pending_interrupt_id)
+    answer = screen.poll()
+    assert answer.status_code == 200 and drawn(answer) == [] and answer.context["gone"] == []
+    # The page slows down as after a 204 (static/desk.js), and learns the new clock.
+    assert json.loads(answer["HX-Trigger"]) == {"clockMoved": {}}
+    assert screen.poll().status_code == 204
 
 
 def test_an_agent_sees_their_ticket_escalated_not_just_awaiting_review(

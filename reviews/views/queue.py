@@ -304,8 +304,11 @@ def _poll(request: HtmxHttpRequest) -> HttpResponse:
     for ticket in context["reviews"]:
         ticket.place = where[ticket.pk]
     response = render(request, "reviews/queue.html#poll", context | {"gone": swaps.gone})
-    # The recent tickets refresh too: never a queued review beside its ticket "Running".
-    return trigger_client_event(response, "ticketsChanged")
+    # Cards drawn or gone: the recent tickets refresh at once (never a queued review beside its
+    # ticket "Running") and the page polls at its fast pace again. The clock moved elsewhere
+    # only: the page slows down as after a 204, and the recent tickets refresh now and then.
+    moved = bool(swaps.cards or swaps.gone)
+    return trigger_client_event(response, "ticketsChanged" if moved else "clockMoved")
 
 
 def _recent_context(request: HtmxHttpRequest) -> dict:
