@@ -347,9 +347,7 @@ def test_changed_rows_refresh_the_recent_tickets_with_them(client, agent, review
     assert response.status_code == 200 and "ticketsChanged" in response["HX-Trigger"]
 
 
-def test_a_change_to_another_queues_card_moves_the_clock_and_draws_nothing(
-    client, agent, reviews
-):
+def test_a_change_to_another_queues_card_moves_the_clock_and_draws_nothing(client, agent, reviews):
     client.force_login(agent)
     screen = Screen(client)
     big = reviews["big"]  # a manager's review: not on an agent's page
