@@ -49,7 +49,9 @@ def test_a_write_the_card_does_not_show_leaves_the_clock(db):
 def test_a_stale_copys_save_never_takes_a_card_version_back(db, agent):
     ticket = awaiting_review(make_order("7003"))
     stale = Ticket.objects.get(pk=ticket.pk)
-    Ticket.objects.filter(pk=ticket.pk).update(claimed_by=agent)
+    Decision.objects.create(  # moves the card's version, none of its columns
+        ticket=ticket, interrupt_id=ticket.pending_interrupt_id, reviewer=agent, answer="approve"
+    )
     moved = version(ticket)
     stale.note = "written from an older copy"
     stale.save()  # writes every column, the older card_version among them
