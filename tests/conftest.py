@@ -331,6 +331,15 @@ def _card_versions_at_each_statement(request) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _no_push_in_the_test_process(request, settings) -> None:
+    """A queue page on the live server would open its events stream there, and the doorbell's
+    watcher would run on in the test process after its test; tests of push start their own
+    events process (tests/test_browser_push.py sets its URL)."""
+    if "live_server" in request.fixturenames:
+        settings.REFUNDS_EVENTS_URL = ""
+
+
+@pytest.fixture(autouse=True)
 def _fast_passwords(settings) -> None:
     # The default hasher costs about half a second per persona; tests need no real hashing.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
