@@ -55,7 +55,7 @@ def test_a_stale_copys_save_never_takes_a_card_version_back(db, agent):
     moved = version(ticket)
     stale.note = "written from an older copy"
     stale.save()  # writes every column, the older card_version among them
-    assert version(ticket) > moved
+    assert version(ticket) >= moved  # SQLite counts on, PostgreSQL keeps the row's own
 
 
 def test_a_card_written_first_and_committed_last_moves_past_what_a_poll_read_between(
