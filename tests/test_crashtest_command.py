@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from django.conf import settings
@@ -79,7 +80,7 @@ def test_a_short_crashtest_loses_nothing_and_charges_nothing_twice():
     assert summary["messages"] >= 3 and summary["kills_inside_intake"] >= 1, summary
     assert summary["acknowledgments_delivered"] + summary[
         "messages_told_by_their_outcome_alone"
-    ] == (summary["messages"] + summary["messages_acknowledged_twice_in_the_window"])
+    ] == (summary["messages"] + summary["messages_acknowledged_twice_in_the_window"]), summary
     # Outside kills hit ready workers, each counted by what it interrupted.
     for hit in ("holding_task", "holding_lease", "in_open_call"):
         assert summary[f"kills_outside_{hit}"] <= summary["kills_outside_effective"], summary
@@ -161,6 +162,30 @@ def test_a_second_copy_is_put_down_to_the_window_only_if_its_sender_stopped_insi
     assert _in_the_window(KEY, FIRST_DOT, SECOND_DOT, sorted(steps), kills, pauses) is (
         in_the_window
     )
+
+
+def test_each_copy_after_the_first_needs_a_window_of_its_own(settings, tmp_path):
+    """A third copy is put down to the window only if the second's sender was stopped in it
+    too: one kill explains one copy, never every copy after it."""
+    from types import SimpleNamespace as Copy
+
+    from devtools.management.commands.crashtest import Run
+
+    settings.REFUNDS_CRASH_PLAN = str(tmp_path / "crash-plan.json")
+    third = [(16.0, 14, 500, KEY, "connect"), (16.1, 14, 500, KEY, "handing_over")]
+    lines = [f"{t} {pid} {group} {key} {event}" for t, pid, group, key, event in STEPS + third]
+    (tmp_path / "crash-plan.json.senders").write_text("\n".join(lines))
+    run = Run({"seed": 1, "backend": "embedded", "workers": 2}, progress=None)
+    dots = (FIRST_DOT, SECOND_DOT, 16.12)
+    run.smtp = SimpleNamespace(
+        delivered=[Copy(key=KEY, at=dot + 0.5, ended_at=dot) for dot in dots],
+        delivered_twice=lambda: [KEY],
+    )
+    run.group_pauses, run.events = [], []
+    run.group_kills = [(10.5, 100)]  # the first copy's sender, in its window
+    assert [d["in_the_window"] for d in run._explain_duplicates()] == [True, False]
+    run.group_kills = [(10.5, 100), (14.5, 400)]  # and the second copy's sender, in its own
+    assert [d["in_the_window"] for d in run._explain_duplicates()] == [True, True]
 
 
 def test_a_refund_without_a_payment_fails_the_run():

@@ -22,6 +22,7 @@ folder and database.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -86,9 +87,9 @@ INTAKE_POINTS = [
 # recording the server's answer. That is the one window no SMTP server lets us close
 # (docs/guarantees.md, "Mail once"); tests/test_crash.py pins what happens there. A random outside
 # kill (or a pause past the send window) can still land in it: such a copy is counted in
-# emails_delivered_twice and, only when its first sender's worker was SIGKILLed or stopped inside
-# that window, in emails_twice_in_the_window (see _in_the_window). Any other copy is a broken
-# promise.
+# emails_delivered_twice and, only when the worker that sent the copy before it was SIGKILLed or
+# stopped inside that window, in emails_twice_in_the_window (see _in_the_window): each copy after
+# the first needs a window of its own. Any other copy is a broken promise.
 FINAL = {"refunded", "declined", "rejected", "failed"}
 # Any of these not 0 fails the run.
 BROKEN_PROMISES = (
@@ -686,33 +687,35 @@ class Run:
                 pass  # the mirror moved on since we read it; the next pass sees the new state
 
     def _explain_duplicates(self) -> list[dict]:
-        """For every message delivered twice: when, and what happened around the first copy (its
-        sender's worker killed or stopped between handing the final "." over and recording the
-        answer is the one window of mail once)."""
+        """For every copy of a message after its first: when, and what happened around the copy
+        before it (its sender's worker killed or stopped between handing the final "." over and
+        recording the answer is the one window of mail once). A third copy needs a window of
+        its own: the second's sender killed or stopped in it too."""
         from devtools.faults import senders
 
         steps = senders(settings.REFUNDS_CRASH_PLAN)
         out = []
         for key in self.smtp.delivered_twice():
             copies = sorted((d for d in self.smtp.delivered if d.key == key), key=lambda d: d.at)
-            first, second = copies[0], copies[1]
-            out.append(
-                {
-                    "key": key,
-                    "seconds_apart": round(second.at - first.at, 3),
-                    "first_answered_after": round(first.at - first.ended_at, 3),
-                    "in_the_window": _in_the_window(
-                        key,
-                        first.ended_at,
-                        second.ended_at,
-                        steps,
-                        self.group_kills,
-                        self.group_pauses,
-                    ),
-                    "around_the_first": _explain(first.ended_at, second.at, self.events),
-                }
-            )
+            for first, second in itertools.pairwise(copies):
+                out.append(self._explained(key, first, second, steps))
         return out
+
+    def _explained(self, key: str, first, second, steps: list) -> dict:
+        return {
+            "key": key,
+            "seconds_apart": round(second.at - first.at, 3),
+            "first_answered_after": round(first.at - first.ended_at, 3),
+            "in_the_window": _in_the_window(
+                key,
+                first.ended_at,
+                second.ended_at,
+                steps,
+                self.group_kills,
+                self.group_pauses,
+            ),
+            "around_the_first": _explain(first.ended_at, second.at, self.events),
+        }
 
     def _outside_hits(self) -> dict:
         """How many outside kills interrupted something: a task running in the worker, a lease
