@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -62,15 +63,23 @@ class Watcher:
         self.clock: int | None = None
         self.shown: dict[str, set[int]] = {}
 
-    def tick(self) -> dict[str, list[list[int]] | None]:
-        """The [id, version] of the cards moved since the last tick, by role that may show them;
+    def tick(self) -> dict[str, list[list[int | None]] | None]:
+        """The [id, version, waiting since (epoch ms, or None)] of the cards moved since the last
+        tick, by role that may show them;
         None for every role when more than MOST_CARDS moved at once (an import): resync."""
         with _snapshot():
             clock = queue_clock()
             if clock == self.clock:
                 return {}
             since = Ticket.objects.filter(card_version__gt=self.clock or 0).order_by()
-            moved = dict(since.values_list("id", "card_version")[: MOST_CARDS + 1])
+            # [version, waiting since]: the queue shows the longest waiting first, so a first
+            # page with more after it cannot show a card that waits since after its last one.
+            moved = {
+                pk: [card_version, _epoch_ms(waiting)]
+                for pk, card_version, waiting in since.values_list(
+                    "id", "card_version", "review_since"
+                )[: MOST_CARDS + 1]
+            }
             if self.clock is None or len(moved) > MOST_CARDS:
                 self.shown = {r: set(_queue(r).values_list("id", flat=True)) for r in ROLES}
                 resync, self.clock = self.clock is not None, clock
@@ -79,13 +88,17 @@ class Watcher:
                 r: set(_queue(r).filter(id__in=moved).values_list("id", flat=True)) for r in ROLES
             }
         self.clock = clock
-        rings: dict[str, list[list[int]] | None] = {}
+        rings: dict[str, list[list[int | None]] | None] = {}
         for role, shows in now.items():
             ids = shows | (self.shown[role] & moved.keys())
             self.shown[role] = (self.shown[role] - moved.keys()) | shows
             if ids:
-                rings[role] = [[pk, moved[pk]] for pk in sorted(ids)]
+                rings[role] = [[pk, *moved[pk]] for pk in sorted(ids)]
         return rings
+
+
+def _epoch_ms(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
 
 
 def _event(name: str, data: dict) -> str:

@@ -1,17 +1,22 @@
 // The queue's doorbell (a static file: the Content-Security-Policy allows no inline script).
-// Listens to the events process's stream (reviews/doorbell.py) and, on each event, fires
-// "queueChanged" on <body>, which the queue's poll answers at once: at most one every 500 ms,
-// however many cards ring. While the stream is up <body data-push="live"> slows the poll down;
-// EventSource reconnects by itself, and its first event (the clock) resyncs the page.
+// Listens to the events process's stream (reviews/doorbell.py) and fires "queueChanged" on
+// <body>, which the queue's poll answers at once: at most one every 2 s, however many cards ring.
+// A "cards" event is let pass when the page has every card it names at that version already
+// (its own action's echo) and the others cannot appear on it: a first page with more reviews
+// after it shows the longest waiting, so not a card that waits since after its last one (on a
+// later page a card gone before it shifts it). The count of waiting reviews then waits for the
+// slow poll. While the stream is up <body data-push="live"> slows the poll down; EventSource
+// reconnects by itself, and its first event (the clock) resyncs the page.
 (function () {
   "use strict";
   var url = document.currentScript && document.currentScript.getAttribute("data-events-url");
   if (!url || !window.EventSource || !window.htmx) { return; }
+  var EVERY = 2000;
   var last = 0;
   var due = null;
 
   function ring() {
-    var wait = last + 500 - Date.now();
+    var wait = last + EVERY - Date.now();
     if (wait > 0) {
       if (due === null) { due = setTimeout(function () { due = null; ring(); }, wait); }
       return;
@@ -20,9 +25,27 @@
     window.htmx.trigger(document.body, "queueChanged");
   }
 
+  function concerns(cards) {
+    var foot = document.querySelector("#queue-foot [data-clock]");
+    var more = foot !== null && foot.hasAttribute("data-more");
+    var last = Math.max.apply(null, Array.prototype.map.call(
+      document.querySelectorAll("#queue-rows .age[data-since]"),
+      function (age) { return Date.parse(age.getAttribute("data-since")); }));
+    return cards.some(function (card) {
+      var row = document.querySelector('#queue-rows [data-card="' + card[0] + '"]');
+      if (!row) { return !more || card[2] === null || !(card[2] > last); }
+      var shown = parseInt(row.getAttribute("data-version"), 10);  // NaN: a decided line
+      return !(shown >= card[1]);
+    });
+  }
+
   var source = new EventSource(url, { withCredentials: true });
   source.addEventListener("open", function () { document.body.dataset.push = "live"; });
   source.addEventListener("error", function () { delete document.body.dataset.push; });
   source.addEventListener("clock", ring);
-  source.addEventListener("cards", ring);
+  source.addEventListener("cards", function (event) {
+    var cards = null;
+    try { cards = JSON.parse(event.data).cards; } catch (e) { /* rung anyway, below */ }
+    if (!Array.isArray(cards) || concerns(cards)) { ring(); }
+  });
 })();

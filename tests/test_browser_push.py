@@ -10,6 +10,7 @@ import pytest
 from django.conf import settings
 
 from refunds import services
+from refunds.models import Ticket
 from tests.conftest import make_order, wait_for
 from tests.reviewing import awaiting_review
 from tests.test_browser import csp_problems
@@ -18,21 +19,31 @@ from tests.test_browser_desk import page_for
 from tests.test_events import Server, events_process
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-# Installed before the page's scripts: each "queueChanged" the doorbell fires on <body>.
+# Installed before the page's scripts: each "queueChanged" the doorbell fires on <body>, and
+# the ids of the cards each "cards" event named, once the page's own handler has had it.
 RINGS = """
 window.rings = [];
+window.heard = [];
 window.polls = 0;
 document.addEventListener("queueChanged", () => window.rings.push(Date.now()));
 document.addEventListener("htmx:afterRequest", (e) => {
   if (e.detail.elt.id === "queue-foot") { window.polls++; }
 });
+const Source = window.EventSource;
+window.EventSource = function (url, options) {
+  const source = new Source(url, options);
+  source.addEventListener("cards", (e) => setTimeout(() => {
+    window.heard.push(...JSON.parse(e.data).cards.map((card) => card[0]));
+  }));
+  return source;
+};
 """
-# The page's poll drops a ring that comes while a poll is in flight or within 500 ms of the last
-# (queue.html: hx-sync "this:drop", throttle:500ms); with push live the next poll is then 30 s
-# away. The test rings after both have passed: what it holds is the doorbell's second.
+# static/push.js rings at most once every 2 s (a ring within 2 s of the last waits for that);
+# with push live the next poll is then 30 s away. A test rings after that has passed: what it
+# holds is the doorbell's second.
 QUIET = """
 window.polls > 0 && !document.querySelector("#queue-foot.htmx-request")
-  && Date.now() - window.rings[window.rings.length - 1] > 600
+  && Date.now() - window.rings[window.rings.length - 1] > 2100
 """
 
 
@@ -76,3 +87,32 @@ def test_a_colleagues_claim_shows_within_a_second_with_push_on(
     assert csp_problems(page, page.console_messages_seen) == []
     assert page.failed_requests == []
     assert settings.REFUNDS_EVENTS_URL.endswith(f":{events.port}/queue/events/")
+
+
+def test_a_full_first_page_lets_pass_the_rings_of_cards_it_cannot_show(
+    browser, live_server, events, manager
+):
+    """A manager's first page of 25, the longest waiting, with more after it: a review that
+    comes now (it waits less than all shown) rings no poll; one that has waited longer does."""
+    from playwright.sync_api import expect
+
+    waiting = [awaiting_review(make_order(f"20{n:02}", fee_cents=4800)) for n in range(26)]
+    page = page_for(browser, live_server, manager)
+    page.add_init_script(RINGS)
+    page.goto(f"{live_server.url}/")
+    expect(page.locator("body")).to_have_attribute("data-push", "live")
+    expect(page.locator("#queue-rows [data-card]")).to_have_count(25)
+    assert not page.locator(f"#review-{waiting[-1].pk}").count()
+    wait_for(lambda: page.evaluate("window.rings.length"), what="the first (clock) ring")
+    wait_for(lambda: page.evaluate(QUIET), timeout=10, what="its poll answered")
+    rang = page.evaluate("window.rings.length")
+
+    later = awaiting_review(make_order("2090", fee_cents=4800))
+    wait_for(lambda: later.pk in page.evaluate("window.heard"), timeout=5, what="its event")
+    assert page.evaluate("window.rings.length") == rang
+
+    longer = awaiting_review(make_order("2091", fee_cents=4800))
+    Ticket.objects.filter(pk=longer.pk).update(review_since=waiting[0].review_since)
+    wait_for(lambda: page.evaluate("window.rings.length") > rang, timeout=3, what="a ring")
+    expect(page.locator(f"#review-{longer.pk}")).to_be_visible(timeout=5_000)
+    expect(page.locator("#queue-rows [data-card]")).to_have_count(25)

@@ -19,6 +19,13 @@ def version(ticket: Ticket) -> int:
     return Ticket.objects.values_list("card_version", flat=True).get(pk=ticket.pk)
 
 
+def card(ticket: Ticket) -> list[int | None]:
+    """What a ring names of it: [id, version, waiting since in epoch ms]."""
+    ticket.refresh_from_db()
+    since = ticket.review_since
+    return [ticket.pk, ticket.card_version, since and int(since.timestamp() * 1000)]
+
+
 def test_the_first_tick_reads_the_clock_and_rings_nobody(db):
     awaiting_review(make_order("7101"))
     watcher = Watcher()
@@ -33,12 +40,12 @@ def test_a_card_that_moves_rings_the_roles_whose_queue_shows_it(db, manager):
     small = awaiting_review(make_order("7102"))
     big = awaiting_review(make_order("7103", fee_cents=4800))
     rings = watcher.tick()
-    assert rings[AGENT] == [[small.pk, version(small)]]  # not the managers' review
-    assert rings[MANAGER] == [[small.pk, version(small)], [big.pk, version(big)]]
+    assert rings[AGENT] == [card(small)]  # not the managers' review
+    assert rings[MANAGER] == [card(small), card(big)]
     assert watcher.clock == queue_clock() == version(big)
 
     Ticket.objects.filter(pk=big.pk).update(claimed_by=manager)
-    assert watcher.tick() == {MANAGER: [[big.pk, version(big)]]}
+    assert watcher.tick() == {MANAGER: [card(big)]}
 
 
 def test_a_card_that_leaves_a_queue_rings_it_once_more_and_then_no_longer(db, manager):
@@ -47,11 +54,11 @@ def test_a_card_that_leaves_a_queue_rings_it_once_more_and_then_no_longer(db, ma
     watcher.tick()  # it is in the agents' queue
     Ticket.objects.filter(pk=ticket.pk).update(escalated_for=ticket.pending_interrupt_id)
     assert watcher.tick() == {
-        AGENT: [[ticket.pk, version(ticket)]],  # gone from their queue: the page removes it
-        MANAGER: [[ticket.pk, version(ticket)]],
+        AGENT: [card(ticket)],  # gone from their queue: the page removes it
+        MANAGER: [card(ticket)],
     }
     Ticket.objects.filter(pk=ticket.pk).update(claimed_by=manager)
-    assert watcher.tick() == {MANAGER: [[ticket.pk, version(ticket)]]}
+    assert watcher.tick() == {MANAGER: [card(ticket)]}
 
 
 def test_a_decided_card_rings_the_queue_it_left(db):
@@ -60,8 +67,8 @@ def test_a_decided_card_rings_the_queue_it_left(db):
     watcher.tick()
     Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.REJECTED)
     assert watcher.tick() == {
-        AGENT: [[ticket.pk, version(ticket)]],
-        MANAGER: [[ticket.pk, version(ticket)]],
+        AGENT: [card(ticket)],
+        MANAGER: [card(ticket)],
     }
     Ticket.objects.filter(pk=ticket.pk).update(note="later", reason="late")
     assert watcher.tick() == {}
@@ -74,7 +81,7 @@ def test_more_cards_than_one_event_names_ring_every_role_to_resync(db, monkeypat
     tickets = [awaiting_review(make_order(f"711{n}")) for n in range(3)]
     assert watcher.tick() == {AGENT: None, MANAGER: None}  # an import: the pages poll everything
     Ticket.objects.filter(pk=tickets[0].pk).update(status=Ticket.Status.REJECTED)
-    ring = [[tickets[0].pk, version(tickets[0])]]
+    ring = [card(tickets[0])]
     assert watcher.tick() == {AGENT: ring, MANAGER: ring}  # it was in their queues
 
 
@@ -92,5 +99,5 @@ def test_a_card_committed_after_a_later_version_was_read_still_rings(transaction
             "UPDATE refunds_ticket SET claimed_by_id = %s WHERE id = %s", [manager.pk, first.pk]
         )
         Ticket.objects.filter(pk=second.pk).update(claimed_by=manager)  # ... commits last
-        assert watcher.tick() == {MANAGER: [[second.pk, version(second)]]}
-    assert watcher.tick() == {MANAGER: [[first.pk, version(first)]]}
+        assert watcher.tick() == {MANAGER: [card(second)]}
+    assert watcher.tick() == {MANAGER: [card(first)]}

@@ -27,6 +27,7 @@ from refunds.models import Ticket
 from refunds.selectors import queue_clock
 from tests.conftest import _persona, database_url, make_order
 from tests.reviewing import awaiting_review
+from tests.test_doorbell import card
 from tests.test_gunicorn import instance_env
 
 pytestmark = pytest.mark.slow
@@ -136,10 +137,6 @@ def listen(server: Server, user, **headers: str) -> Listener:
     return Listener(url, session_cookie(user) if user else {}, headers)
 
 
-def version(ticket: Ticket) -> int:
-    return Ticket.objects.values_list("card_version", flat=True).get(pk=ticket.pk)
-
-
 def test_only_a_reviewer_may_listen(events, agent):
     assert listen(events, None).response.status_code == 403
     outsider = _persona("zed", "Helpdesks")
@@ -161,11 +158,11 @@ def test_the_first_event_is_the_clock_now_and_a_change_rings_its_card(events, ag
     name, data, _ = stream.next()
     assert (name, data) == (
         "cards",
-        {"clock": queue_clock(), "cards": [[ticket.pk, version(ticket)]]},
+        {"clock": queue_clock(), "cards": [card(ticket)]},
     )
     Ticket.objects.filter(pk=ticket.pk).update(claimed_by=agent)
     name, data, _ = stream.next()
-    assert data == {"clock": queue_clock(), "cards": [[ticket.pk, version(ticket)]]}
+    assert data == {"clock": queue_clock(), "cards": [card(ticket)]}
     stream.close()
 
 
@@ -180,14 +177,14 @@ def test_an_agents_stream_carries_no_managers_review_unless_it_just_left_theirs(
     heard: list[list[int]] = []
     while len(heard) < 2:
         heard += managers.next()[1]["cards"]
-    assert heard == [[big.pk, version(big)], [small.pk, version(small)]]
-    assert agents.next()[1]["cards"] == [[small.pk, version(small)]]
+    assert heard == [card(big), card(small)]
+    assert agents.next()[1]["cards"] == [card(small)]
 
     Ticket.objects.filter(pk=small.pk).update(escalated_for=small.pending_interrupt_id)
-    assert agents.next()[1]["cards"] == [[small.pk, version(small)]]  # it left their queue
+    assert agents.next()[1]["cards"] == [card(small)]  # it left their queue
     Ticket.objects.filter(pk=small.pk).update(claimed_by=manager)  # the managers' now
     later = awaiting_review(make_order("7205"))
-    assert agents.next()[1]["cards"] == [[later.pk, version(later)]]
+    assert agents.next()[1]["cards"] == [card(later)]
     agents.close(), managers.close()
 
 
@@ -197,7 +194,7 @@ def test_no_customers_data_goes_down_the_stream(events, manager):
     ticket = awaiting_review(make_order("ORD-7206", name="Ana Souza"), note="Call me on 555-0100")
     name, data, raw = stream.next()
     assert name == "cards" and set(data) == {"clock", "cards"}
-    assert data["cards"] == [[ticket.pk, version(ticket)]]
+    assert data["cards"] == [card(ticket)]
     for secret in ("Ana", "Souza", "ana@example.com", "ORD-7206", "555-0100"):
         assert secret not in raw
     stream.close()
@@ -271,5 +268,5 @@ def test_the_doorbell_rings_again_after_the_database_dropped_its_connection(even
         assert cursor.fetchone()[0] >= 1
     ticket = awaiting_review(make_order("7207"))
     name, data, _ = stream.next(timeout=10)
-    assert (name, data["cards"]) == ("cards", [[ticket.pk, version(ticket)]])
+    assert (name, data["cards"]) == ("cards", [card(ticket)])
     stream.close()
