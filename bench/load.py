@@ -507,8 +507,9 @@ def idle_pages(desk: Desk, url: str, count: int, procs: Procfile) -> dict:
         screen.apply(status, body)
         return ms
 
-    def web_cpu() -> float:
-        return cpu_seconds({"web": procs.procs["web"].pid})["web"]
+    def web_cpu() -> float:  # every node's (nginx sends each request to one of them)
+        nodes = {name: procs.procs[name].pid for name in ("web", "web2") if name in procs.procs}
+        return sum(cpu_seconds(nodes)[name] for name in nodes)
 
     get("/")  # the first request of a worker process warms its caches
     pages = [get("/") for _ in range(count)]

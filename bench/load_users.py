@@ -11,8 +11,8 @@ file BENCH_LOAD_CONFIG names.
   reviewer made first (409) is the desk's answer to a race, counted as "decide lost to a
   colleague", not an error.
 - With push (`--push`), each reviewer also holds the events stream open (reviews/doorbell.py),
-  polls at once on each ring (at most every 500 ms, as static/push.js) and otherwise every 30 s,
-  as the page does while the stream is live.
+  polls on each ring that concerns the cards its page shows or could show (at most every 2 s, as
+  static/push.js) and otherwise every 30 s, as the page does while the stream is live.
 - Helpdesk: one, hands in a customer's message through POST /api/messages/ at the set rate,
   each about a late order of its own, with its API token and an Idempotency-Key.
 """
@@ -44,6 +44,7 @@ DECIDE = re.compile(
     r'\s*<input type="hidden" name="interrupt_id" value="([^"]*)"'
 )
 DECIDE_EVERY = tuple(CONFIG["decide_every"])  # 20-60 s; shorter in the test's tiny run
+RING_EVERY = 2.0  # static/push.js: at most one poll every 2 s on the doorbell's rings
 
 
 class Reviewer(HttpUser):
@@ -60,6 +61,7 @@ class Reviewer(HttpUser):
         self.screen = Screen()
         self.polling = Semaphore()  # the stream's rings and the task's polls, one at a time
         self.live = False
+        self.rung, self.due = 0.0, False  # the last ring's poll, and one waiting for its turn
         self.polled = 0.0  # when the last poll went
         self.recent_at = 0.0  # when the recent tickets may refresh on a moved clock
         self.csrf = ""
@@ -70,9 +72,9 @@ class Reviewer(HttpUser):
         self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
 
     def listen(self, session: str) -> None:
-        """The events stream, as push.js holds it: a ring polls at once, at most every 0.5 s."""
+        """The events stream, as push.js holds it: a ring that concerns the page polls at once,
+        at most every 2 s (one coming sooner polls when those are up)."""
         cookies = {CONFIG["session_cookie"]: session}
-        last = 0.0
         while True:
             try:
                 with requests.get(
@@ -82,13 +84,26 @@ class Reviewer(HttpUser):
                     for line in stream.iter_lines():
                         if not line.startswith(b"data:"):
                             continue
-                        gevent.sleep(max(last + 0.5 - time.monotonic(), 0))
-                        last = time.monotonic()
-                        self.poll_rows()
+                        cards = json.loads(line[5:]).get("cards")
+                        if cards is None or self.screen.concerns(cards):
+                            self.ring()
             except requests.RequestException:
                 pass
             self.live = False
             gevent.sleep(2)
+
+    def ring(self) -> None:
+        wait = self.rung + RING_EVERY - time.monotonic()
+        if wait <= 0:
+            self.rung = time.monotonic()
+            gevent.spawn(self.poll_rows)
+        elif not self.due:
+            self.due = True
+            gevent.spawn_later(wait, self._rang_later)
+
+    def _rang_later(self) -> None:
+        self.due = False
+        self.ring()
 
     def read_rows(self, html: str) -> None:
         self.screen.load(html)
