@@ -977,6 +977,8 @@ def print_table(result: dict) -> None:
 
 
 def main() -> None:
+    # A run stopped by SIGTERM (timeout, kill) still stops what it started (the `finally`s).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reviewers", default=DEFAULT_SWEEP, help="the sweep: 10,25,50,100")
     parser.add_argument("--seconds", type=int, default=90, help="each step's Locust run")

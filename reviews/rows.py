@@ -1,5 +1,6 @@
 """The review queue's cards, rendered once and kept (cache `cards`) under a digest of everything
-they show, so a kept card is never stale: rendering them was most of the page's time."""
+they show, so a kept card is never stale: rendering them was most of the page's time. Readers of
+the same standing share them."""
 
 from __future__ import annotations
 
@@ -71,7 +72,10 @@ def row_key(
     waited: str,
     extra: tuple,
 ) -> str:
-    """Everything a queue card of `ticket` shows for `user` at `now`, as a digest."""
+    """Everything a queue card of `ticket` shows for `user` at `now`, as a digest. Of the
+    viewer, only what the card shows differently: their roles, and whether the claim is theirs;
+    so one rendering serves every reviewer of the same standing (a card that changed is rendered
+    once for the desk, not once per reader)."""
     decision = getattr(ticket, "pending_decision", None)
     holder = ticket.claim_holder(now)
     since = ticket.review_since
@@ -82,8 +86,8 @@ def row_key(
         _columns(decision),
         decision.reviewer.username if decision is not None else "",
         holder.username if holder is not None else "",
-        user.pk,
-        user.get_username(),
+        holder is not None and holder.pk == user.pk,
+        user.is_superuser,
         sorted(user_roles(user)),
         [_columns(reason) + [_columns(t) for t in reason.texts.all()] for reason in canned],
         warn_after,

@@ -679,6 +679,31 @@ def test_a_card_is_kept_in_the_cards_cache_and_rendered_again_once_it_lapses(
     assert _cards_rendered(client.get(QUEUE)) == cards
 
 
+def test_a_card_rendered_for_one_reviewer_serves_the_next_of_the_same_standing(
+    client, agent, colleague, manager, reviews
+):
+    """A changed card is rendered once for the desk: the second agent's page takes the first
+    one's cards; a manager's (other buttons) and a claim's holder (theirs, not "in use") do not."""
+    from django.core.cache import caches
+
+    caches["cards"].clear()
+    small = reviews["small"]
+    client.force_login(agent)
+    cards = _cards_rendered(client.get(QUEUE))
+    assert cards >= 1
+    client.force_login(colleague)
+    assert _cards_rendered(client.get(QUEUE)) == 0
+    client.force_login(manager)
+    assert _cards_rendered(client.get(QUEUE)) >= 1
+    client.force_login(agent)
+    client.post(reverse("reviews:claim", args=[small.pk]), {"claim": "1"})
+    assert _cards_rendered(page := client.get(QUEUE)) == 1
+    assert "Yours until" in _row(page.content.decode(), small)
+    client.force_login(colleague)
+    assert _cards_rendered(page := client.get(QUEUE)) == 1
+    assert "Being looked at by <strong>agent</strong>" in _row(page.content.decode(), small)
+
+
 def test_cards_are_shared_through_redis(client, agent, reviews, broker, settings):
     from django.core.cache import caches
 
