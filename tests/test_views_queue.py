@@ -622,6 +622,17 @@ def test_the_queue_reads_as_many_statements_at_10_tickets_as_at_10000(client, ag
     assert counts() == small
 
 
+def test_a_changed_poll_does_not_count_what_it_does_not_show(client, agent, colleague, reviews):
+    """A poll that draws a card does not count the messages in Needs sorting: that is the nav's
+    count (intake/context_processors.py), and the poll's answer has no nav."""
+    client.force_login(agent)
+    screen = Screen(client)
+    Ticket.objects.filter(pk=reviews["small"].pk).update(claimed_by=colleague)
+    with CaptureQueriesContext(connection) as poll:
+        assert drawn(screen.poll()) == [reviews["small"].pk]
+    assert not [q for q in poll.captured_queries if "intake_message" in q["sql"]]
+
+
 def test_a_kept_card_carries_each_requests_own_csrf_token(agent, reviews):
     import re
 
