@@ -103,7 +103,8 @@ def test_the_same_data_and_seed_make_the_same_model(public, tmp_path, trained_fi
     train(public, again, "--measure", str(DATA / "intake_eval_small.jsonl"))
     first, second = trained.load(trained_file[0]), trained.load(again)
     for text in ("refund please", "where is my refund", "my card has not arrived"):
-        assert first.probabilities(text) == second.probabilities(text)
+        # Equal but for the last bits a threaded BLAS may sum in another order.
+        assert first.probabilities(text) == pytest.approx(second.probabilities(text), rel=1e-9)
 
 
 def test_a_file_that_would_build_an_untrusted_type_is_refused(tmp_path):

@@ -108,7 +108,7 @@ def load(path: Path) -> Classifier:
     if refused:
         raise ModelUnusable(f"{path} would build types that are not trusted: {', '.join(refused)}")
     data = skops.io.load(path, trusted=TRUSTED)
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") != FORMAT or "model" not in data:
         raise ModelUnusable(f"{path} is not a reader model of format {FORMAT}")
     if data.get("sklearn") != sklearn.__version__:
         raise ModelUnusable(

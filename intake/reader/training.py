@@ -124,15 +124,10 @@ def pipeline(seed: int = SEED) -> Pipeline:
 
 def fit(train: list[Labelled], dev: list[Labelled], *, seed: int = SEED) -> CalibratedClassifierCV:
     """The pipeline fitted on `train`, its probabilities calibrated on `dev`."""
-    if not train or not dev:
-        raise BadData("the training and the development parts must each hold messages")
+    for name, rows in (("training", train), ("development", dev)):
+        if missing := set(READINGS) - {r.reason for r in rows}:
+            raise BadData(f"the {name} part has no message labelled {', '.join(sorted(missing))}")
     fitted = pipeline(seed).fit([r.text for r in train], [r.reason for r in train])
-    missing = set(READINGS) - set(fitted.classes_)
-    if missing:
-        raise BadData(f"the training part has no message labelled {', '.join(sorted(missing))}")
-    missing = set(READINGS) - {r.reason for r in dev}
-    if missing:
-        raise BadData(f"the development part has no message labelled {', '.join(sorted(missing))}")
     # One fold holding every message: the frozen pipeline is never refitted, so the default
     # five folds only predicted the development part five times (and warned of readings with
     # fewer than five messages there).

@@ -94,5 +94,7 @@ def _writable(path: Path) -> None:
         raise CommandError(
             f"{path.parent} cannot be created: {exc.strerror}", returncode=2
         ) from None
-    if path.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
-        raise CommandError(f"{path} cannot be written", returncode=2)
+    if path.is_dir():
+        raise CommandError(f"{path} is a folder: name the model's file", returncode=2)
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise CommandError(f"{path} cannot be written: {path.parent} is not writable", returncode=2)
