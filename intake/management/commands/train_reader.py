@@ -45,16 +45,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         output = Path(options["output"] or settings.REFUNDS_READER_FILE)
         _writable(output)
-        public = Path(options["public"])
-        measured = [Path(m) for m in options["measure"] or MEASURED]
         try:
-            train = training.load(public / "train.jsonl")
-            dev = training.load(public / "dev.jsonl")
-            for path in [*OWN, *map(Path, options["extra"])]:
-                own_train, own_dev = training.split(training.load(path))
-                train += own_train
-                dev += own_dev
-            checks = [(path.name, training.load(path)) for path in measured]
+            train, dev = _parts(Path(options["public"]), [*OWN, *map(Path, options["extra"])])
+            measured = [
+                (Path(m).name, training.load(Path(m))) for m in options["measure"] or MEASURED
+            ]
             self.stdout.write(f"training part: {training.counted(train)}")
             self.stdout.write(f"development part: {training.counted(dev)}")
             model = training.fit(train, dev, seed=options["seed"])
@@ -69,19 +64,40 @@ class Command(BaseCommand):
             ) from None
         classifier, seconds = trained.timed_load(output)
         self.stdout.write(f"{output}: {size / 1e6:.1f} MB, loads in {seconds * 1000:.0f} ms")
-        sets = [("development part", dev)]
-        sets += [(f"  of it {source}", [r for r in dev if r.source == source]) for source in
-                 sorted({r.source for r in dev})]  # fmt: skip
-        learnt = {r.text for r in train} | {r.text for r in dev}
-        for name, rows in checks:
-            seen = sum(1 for r in rows if r.text in learnt)
-            sets.append(
-                (f"{name} (measured only{f'; {seen} also learnt from' if seen else ''})", rows)
-            )
-        for name, rows in sets:
+        for name, rows in _measured_sets(train, dev, measured):
             self.stdout.write("")
             for line in training.report(training.measure(classifier, rows, name)):
                 self.stdout.write(line)
+
+
+def _parts(
+    public: Path, own: list[Path]
+) -> tuple[list[training.Labelled], list[training.Labelled]]:
+    """The public parts as shipped, and each own file's lines on the side their hash puts them."""
+    train = training.load(public / "train.jsonl")
+    dev = training.load(public / "dev.jsonl")
+    for path in own:
+        own_train, own_dev = training.split(training.load(path))
+        train += own_train
+        dev += own_dev
+    return train, dev
+
+
+def _measured_sets(
+    train: list[training.Labelled],
+    dev: list[training.Labelled],
+    measured: list[tuple[str, list[training.Labelled]]],
+) -> list[tuple[str, list[training.Labelled]]]:
+    """The development part, in all and by source, then each file measured only, saying how
+    many of its messages the model saw anyway (fitted or calibrated on)."""
+    sets = [("development part", dev)]
+    for source in sorted({r.source for r in dev}):
+        sets.append((f"  of it {source}", [r for r in dev if r.source == source]))
+    seen_texts = {r.text for r in train} | {r.text for r in dev}
+    for name, rows in measured:
+        seen = sum(1 for r in rows if r.text in seen_texts)
+        sets.append((f"{name} (measured only{f'; {seen} also learnt from' if seen else ''})", rows))
+    return sets
 
 
 def _writable(path: Path) -> None:
