@@ -228,6 +228,13 @@ def report(figures: Figures) -> list[str]:
     at = [figures.at(t) for t in THRESHOLDS]
     lines.append("    coverage            " + "".join(f"{c:>8.3f}" for c, _ in at))
     lines.append("    accuracy of those   " + "".join(f"{a:>8.3f}" for _, a in at))
+    lines.append("    confusion (rows: labelled, columns: read)")
+    lines.append("    " + " " * 10 + "".join(f"{SHORT[r]:>9}" for r in REASONS))
+    pairs = Counter(zip(figures.labels, figures.read, strict=True))
+    for label in figures.seen:
+        lines.append(
+            f"    {SHORT[label]:<10}" + "".join(f"{pairs[(label, r)]:>9}" for r in REASONS)
+        )
     return lines
 
 

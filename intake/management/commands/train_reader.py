@@ -46,7 +46,8 @@ class Command(BaseCommand):
         output = Path(options["output"] or settings.REFUNDS_READER_FILE)
         _writable(output)
         try:
-            train, dev = _parts(Path(options["public"]), [*OWN, *map(Path, options["extra"])])
+            public = Path(options["public"])
+            train, dev = _parts(public, [*OWN, *map(Path, options["extra"])])
             measured = [
                 (Path(m).name, training.load(Path(m))) for m in options["measure"] or MEASURED
             ]
@@ -64,7 +65,7 @@ class Command(BaseCommand):
             ) from None
         classifier, seconds = trained.timed_load(output)
         self.stdout.write(f"{output}: {size / 1e6:.1f} MB, loads in {seconds * 1000:.0f} ms")
-        for name, rows in _measured_sets(train, dev, measured):
+        for name, rows in _measured_sets(train, dev, public, measured):
             self.stdout.write("")
             for line in training.report(training.measure(classifier, rows, name)):
                 self.stdout.write(line)
@@ -86,11 +87,14 @@ def _parts(
 def _measured_sets(
     train: list[training.Labelled],
     dev: list[training.Labelled],
+    public: Path,
     measured: list[tuple[str, list[training.Labelled]]],
 ) -> list[tuple[str, list[training.Labelled]]]:
-    """The development part, in all and by source, then each file measured only, saying how
-    many of its messages the model saw anyway (fitted or calibrated on)."""
+    """The development part, in all, its public part and by source, then each file measured
+    only, saying how many of its messages the model saw anyway (fitted or calibrated on)."""
+    own = {path.name for path in OWN}
     sets = [("development part", dev)]
+    sets.append((f"  of it {public.name}/dev.jsonl", [r for r in dev if r.source not in own]))
     for source in sorted({r.source for r in dev}):
         sets.append((f"  of it {source}", [r for r in dev if r.source == source]))
     seen_texts = {r.text for r in train} | {r.text for r in dev}
