@@ -29,7 +29,7 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 from intake.reader.trained import READINGS, Classifier, text_of
 from refunds.policy import REASONS
 
-# One message in DEV_PERCENT goes to the development part, chosen by its text's hash.
+# DEV_PERCENT messages in every hundred go to the development part, chosen by their text's hash.
 DEV_PERCENT = 20
 SEED = 47
 FEATURES = 2**17  # hashed n-grams of each kind
