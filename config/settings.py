@@ -306,6 +306,10 @@ REFUNDS_MODEL_ATTEMPTS = env.int("REFUNDS_MODEL_ATTEMPTS", 2, validate=Range(min
 REFUNDS_READER_MIN_CONFIDENCE = env.float(
     "REFUNDS_READER_MIN_CONFIDENCE", 0.5, validate=Range(min=0.0, max=1.0)
 )
+# The trained classifier `manage.py train_reader` writes (intake/reader/trained.py).
+REFUNDS_READER_FILE = Path(
+    env.str("REFUNDS_READER_FILE", str(DATA_DIR / "reader" / "reader.skops"))
+).expanduser()
 
 # --- Production refuses the fakes -------------------------------------------------------------
 PRINTED = "mail is printed, never sent"
