@@ -41,12 +41,12 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def seconds_to_read(body: str, *, within: float) -> float:
-    """The best of five reads, each folding afresh as a new message would. A read past
+def seconds_to_read(body: str, *, within: float, reads: int = 5) -> float:
+    """The best of `reads` reads, each folding afresh as a new message would. A read past
     `within` is cut off there (a quadratic read ends in seconds, not minutes) and counts as
     `within`; TooSlow when every read was."""
     best = within
-    for _ in range(5):
+    for _ in range(reads):
         text.fold.cache_clear()
         started = time.perf_counter()
         try:
@@ -63,13 +63,21 @@ def seconds_to_read(body: str, *, within: float) -> float:
 @pytest.mark.parametrize("shape", HOSTILE)
 def test_eight_times_the_text_takes_at_most_24_times_as_long_to_read(shape):
     """Linear is 8x, quadratic 64x: a bound of 3x linear leaves room for a loaded machine's
-    noise and still fails a quadratic read; the floor keeps a few-millisecond read's noise out."""
-    small = max(seconds_to_read(shapes(SMALL)[shape], within=30), 0.01)
-    try:
-        large = seconds_to_read(shapes(LARGE)[shape], within=24 * small)
-    except TooSlow:
-        pytest.fail(f"{shape}: {LARGE:,} characters took over 24x the {small:.3f} s of {SMALL:,}")
-    assert large < 24 * small
+    noise and still fails a quadratic read; the floor keeps a few-millisecond read's noise out.
+    The two reads take turns, so a busy moment of the machine slows both, not the large one
+    alone (CI once failed a linear read so: its small reads ran before the busy moment)."""
+    small_text, large_text = shapes(SMALL)[shape], shapes(LARGE)[shape]
+    small = large = float("inf")
+    for _ in range(7):
+        small = min(small, seconds_to_read(small_text, within=30, reads=1))
+        bound = 24 * max(small, 0.01)
+        try:
+            large = min(large, seconds_to_read(large_text, within=bound, reads=1))
+        except TooSlow:
+            continue
+        if large < bound:
+            return
+    pytest.fail(f"{shape}: {LARGE:,} characters took over 24x the {small:.3f} s of {SMALL:,}")
 
 
 @pytest.mark.parametrize(
