@@ -44,7 +44,7 @@ DECIDE = re.compile(
     r'\s*<input type="hidden" name="interrupt_id" value="([^"]*)"'
 )
 DECIDE_EVERY = tuple(CONFIG["decide_every"])  # 20-60 s; shorter in the test's tiny run
-RING_EVERY = 2.0  # static/push.js: at most one poll every 2 s on the doorbell's rings
+RING_EVERY, RING_SPREAD = 2.0, 0.4  # static/push.js: a poll every 2 s at most, spread by 0.4 s
 
 
 class Reviewer(HttpUser):
@@ -61,7 +61,7 @@ class Reviewer(HttpUser):
         self.screen = Screen()
         self.polling = Semaphore()  # the stream's rings and the task's polls, one at a time
         self.live = False
-        self.rung, self.due = 0.0, False  # the last ring's poll, and one waiting for its turn
+        self.rung, self.due = -RING_EVERY, False  # the last ring's poll; one on its way
         self.polled = 0.0  # when the last poll went
         self.recent_at = 0.0  # when the recent tickets may refresh on a moved clock
         self.csrf = ""
@@ -72,7 +72,7 @@ class Reviewer(HttpUser):
         self.decide_at = time.monotonic() + random.uniform(*DECIDE_EVERY)
 
     def listen(self, session: str) -> None:
-        """The events stream, as push.js holds it: a ring that concerns the page polls at once,
+        """The events stream, as push.js holds it: a ring that concerns the page polls (ring),
         at most every 2 s (one coming sooner polls when those are up)."""
         cookies = {CONFIG["session_cookie"]: session}
         while True:
@@ -93,17 +93,17 @@ class Reviewer(HttpUser):
             gevent.sleep(2)
 
     def ring(self) -> None:
-        wait = self.rung + RING_EVERY - time.monotonic()
-        if wait <= 0:
-            self.rung = time.monotonic()
-            gevent.spawn(self.poll_rows)
-        elif not self.due:
-            self.due = True
-            gevent.spawn_later(wait, self._rang_later)
+        """static/push.js's ring: one poll at a time, 2 s after the last at the soonest, and up
+        to RING_SPREAD later at random."""
+        if self.due:
+            return
+        self.due = True
+        wait = max(self.rung + RING_EVERY - time.monotonic(), 0) + random.uniform(0, RING_SPREAD)
+        gevent.spawn_later(wait, self._rang)
 
-    def _rang_later(self) -> None:
-        self.due = False
-        self.ring()
+    def _rang(self) -> None:
+        self.due, self.rung = False, time.monotonic()
+        self.poll_rows()
 
     def read_rows(self, html: str) -> None:
         self.screen.load(html)

@@ -1,6 +1,8 @@
 // The queue's doorbell (a static file: the Content-Security-Policy allows no inline script).
 // Listens to the events process's stream (reviews/doorbell.py) and fires "queueChanged" on
-// <body>, which the queue's poll answers at once: at most one every 2 s, however many cards ring.
+// <body>, which the queue's poll answers at once: at most one every 2 s, however many cards ring,
+// a moment later than the ring (up to 400 ms, at random) so that the pages' polls do not come
+// all at once; <body data-ring="due"> meanwhile.
 // A "cards" event is let pass when the page has every card it names at that version already
 // (its own action's echo) and the others cannot appear on it: a first page with more reviews
 // after it shows the longest waiting, so not a card that waits since after its last one (on a
@@ -12,17 +14,20 @@
   var url = document.currentScript && document.currentScript.getAttribute("data-events-url");
   if (!url || !window.EventSource || !window.htmx) { return; }
   var EVERY = 2000;
-  var last = 0;
+  var SPREAD = 400;  // every page hears a ring at the same moment: their polls spread over this
+  var last = -EVERY;
   var due = null;
 
   function ring() {
-    var wait = last + EVERY - Date.now();
-    if (wait > 0) {
-      if (due === null) { due = setTimeout(function () { due = null; ring(); }, wait); }
-      return;
-    }
-    last = Date.now();
-    window.htmx.trigger(document.body, "queueChanged");
+    if (due !== null) { return; }  // a poll is coming: it reads whatever rang since
+    var wait = Math.max(last + EVERY - Date.now(), 0) + Math.random() * SPREAD;
+    document.body.dataset.ring = "due";
+    due = setTimeout(function () {
+      due = null;
+      delete document.body.dataset.ring;
+      last = Date.now();
+      window.htmx.trigger(document.body, "queueChanged");
+    }, wait);
   }
 
   function concerns(cards) {
