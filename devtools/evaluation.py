@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from intake.reading import REASON_SHORT as SHORT
 from intake.reading import Reading, sureness
 from refunds.policy import REASONS
 
@@ -186,17 +187,6 @@ def score(examples: list[Example], reader: Reader, *, threshold: float = 0.0) ->
             )
     result.seconds = time.perf_counter() - started
     return result
-
-
-SHORT = {
-    "late_delivery": "late",
-    "damaged": "damaged",
-    "not_received": "not_recv",
-    "wrong_item": "wrong",
-    "other": "other",
-    "not_refund": "not_ref",
-    "refund_status": "status",
-}
 
 
 def report(name: str, result: Score) -> list[str]:

@@ -13,6 +13,16 @@ def sureness(confidence: float | None) -> str:
     return f"{round((1.0 if confidence is None else confidence) * 100)}%"
 
 
+# Each reason's short name, for the readers' reports' columns (eval_intake, train_reader).
+REASON_SHORT = {
+    "late_delivery": "late",
+    "damaged": "damaged",
+    "not_received": "not_recv",
+    "wrong_item": "wrong",
+    "other": "other",
+    "not_refund": "not_ref",
+    "refund_status": "status",
+}
 RULES = "rules"  # read_by for the rules reader; a model's reading says its spec ("openai:gpt-x")
 
 

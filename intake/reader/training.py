@@ -27,6 +27,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import FeatureUnion, Pipeline
 
 from intake.reader.trained import READINGS, Classifier, text_of
+from intake.reading import REASON_SHORT as SHORT
 from refunds.policy import REASONS
 
 # DEV_PERCENT messages in every hundred go to the development part, chosen by their text's hash.
@@ -200,17 +201,6 @@ def measure(classifier: Classifier, rows: list[Labelled], name: str) -> Figures:
     figures.seconds = time.perf_counter() - started
     figures.labels = [row.reason for row in rows]
     return figures
-
-
-SHORT = {
-    "late_delivery": "late",
-    "damaged": "damaged",
-    "not_received": "not_recv",
-    "wrong_item": "wrong",
-    "other": "other",
-    "not_refund": "not_ref",
-    "refund_status": "status",
-}
 
 
 def report(figures: Figures) -> list[str]:
