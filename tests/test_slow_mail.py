@@ -82,7 +82,14 @@ def test_a_mail_server_slow_to_answer_stalls_no_lease_and_no_other_ticket(
         what="every review",
     )
 
-    baseline, _ = decide_and_time(before, admin_user)
+    def told(failed: AssertionError) -> AssertionError:  # what the workers said, to see why
+        tails = "".join(f"\n--- {w}:\n{w.output()[-4000:]}" for w in started)
+        return AssertionError(f"{failed}{tails}")
+
+    try:
+        baseline, _ = decide_and_time(before, admin_user)
+    except AssertionError as failed:
+        raise told(failed) from None
 
     sinks.smtp.slow(SMTP_DELAY, key_prefix=slow.thread_id)
     slow.refresh_from_db()
@@ -94,7 +101,10 @@ def test_a_mail_server_slow_to_answer_stalls_no_lease_and_no_other_ticket(
     )
     wait_for(lambda: sinks.smtp.ended_for(slow.thread_id), timeout=30, what="the slow final '.'")
     held_at = time.monotonic()
-    while_held, last_decision = decide_and_time(during, admin_user)
+    try:
+        while_held, last_decision = decide_and_time(during, admin_user)
+    except AssertionError as failed:
+        raise told(failed) from None
     wait_for(lambda: status(slow) == "refunded", timeout=30, what="the slow ticket")
 
     print(
