@@ -14,7 +14,7 @@ the Redis on 127.0.0.1:6379, db 13) and worker count, in one fresh database:
 4. decision -> refunded latency on an idle queue (one ticket at a time), the same for tickets
    of three orders of one customer (`--several`, their charges fanned out), and under a burst of
    decisions for tickets that all wait at once;
-5. the intake's rules reader in the driver process: messages read per second;
+5. the intake's default reader in the driver process: messages read per second;
 6. checkpoint rows and bytes per ticket.
 
 Each configuration runs in a child process (settings come from the environment at start).
@@ -269,18 +269,19 @@ def several_orders(groups: int, per_ticket: int) -> list[str]:
 
 
 def reader_rate(seconds: float = 1.0) -> dict:
-    """The intake's rules reader, in this process: labelled messages read per second (the 90 of
-    tests/data/intake_eval.jsonl, over and over, for about `seconds`)."""
-    from intake.reader import rules
+    """The intake's default reader (the trained classifier and the rules), in this process:
+    labelled messages read per second (the 90 of tests/data/intake_eval.jsonl, over and over, for
+    about `seconds`)."""
+    from intake.reader import default
 
     path = Path(__file__).resolve().parent.parent / "tests" / "data" / "intake_eval.jsonl"
     messages = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for m in messages:  # warm: patterns compiled, caches filled
-        rules.read(sender=m["sender"], subject=m["subject"], body=m["body"])
+        default.read(sender=m["sender"], subject=m["subject"], body=m["body"])
     read, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         for m in messages:
-            rules.read(sender=m["sender"], subject=m["subject"], body=m["body"])
+            default.read(sender=m["sender"], subject=m["subject"], body=m["body"])
         read += len(messages)
     return {"messages": read, "messages_per_s": read / (time.perf_counter() - started)}
 
@@ -476,7 +477,7 @@ def run_one(backend: str, n_workers: int, args) -> dict:
                 f"p95 {result['latency_idle_three']['p95_ms']:.1f} ms"
             )
         result["reader"] = reader_rate()
-        say(f"{label}: rules reader {result['reader']['messages_per_s']:,.0f} messages/s")
+        say(f"{label}: reader {result['reader']['messages_per_s']:,.0f} messages/s")
         say(f"{label}: decision -> refunded under a burst of {args.burst} decisions")
         result["latency_burst"] = run_burst_latency(desk, numbers[t + i :])
         say(
@@ -565,7 +566,7 @@ def print_table(results: list[dict], ratios: dict) -> None:
                 f"{r['config']:<12} three-order ticket, decision -> refunded: idle p50 "
                 f"{three['p50_ms']:.1f} ms, p95 {three['p95_ms']:.1f} ms"
             )
-        print(f"{r['config']:<12} rules reader: {r['reader']['messages_per_s']:,.0f} messages/s")
+        print(f"{r['config']:<12} reader: {r['reader']['messages_per_s']:,.0f} messages/s")
     for name, value in ratios.items():
         if not isinstance(value, dict):
             print(f"{name}: {value:.2f}x")

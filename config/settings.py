@@ -306,9 +306,11 @@ REFUNDS_MODEL_ATTEMPTS = env.int("REFUNDS_MODEL_ATTEMPTS", 2, validate=Range(min
 REFUNDS_READER_MIN_CONFIDENCE = env.float(
     "REFUNDS_READER_MIN_CONFIDENCE", 0.5, validate=Range(min=0.0, max=1.0)
 )
-# The trained classifier `manage.py train_reader` writes (intake/reader/trained.py).
+# The trained classifier (intake/reader/trained.py): the one shipped, trained by
+# `manage.py train_reader` from the shipped data; a shop that retrains with its own corrections
+# points this at its own file.
 REFUNDS_READER_FILE = Path(
-    env.str("REFUNDS_READER_FILE", str(DATA_DIR / "reader" / "reader.skops"))
+    env.str("REFUNDS_READER_FILE", str(BASE_DIR / "intake" / "reader" / "reader.npz"))
 ).expanduser()
 
 # --- Production refuses the fakes -------------------------------------------------------------

@@ -21,6 +21,7 @@ from intake.reading import Reading, sureness
 from refunds.policy import REASONS
 
 Reader = Callable[..., Reading]
+THRESHOLDS = (0.0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)  # the coverage table's columns
 
 
 class BadFile(Exception):
@@ -35,6 +36,7 @@ class Example:
     body: str
     orders: tuple[str, ...]
     reason: str
+    source: str  # the line's "source", or the file's name
 
 
 @dataclass
@@ -51,8 +53,8 @@ class Score:
     seconds: float = 0.0
     misses: list[str] = field(default_factory=list)  # "line 12: reason late_delivery, read ..."
     threshold: float = 0.0  # readings less sure than this go to "Needs sorting"
-    kept: int = 0  # messages read at least that sure
-    kept_right: int = 0  # of those, reason and orders both right
+    # Each message's (confidence, reason and orders both right), for coverage at any threshold.
+    points: list[tuple[float, bool]] = field(default_factory=list)
 
     @property
     def precision(self) -> float:
@@ -94,14 +96,12 @@ class Score:
         reasons = self.seen_reasons
         return sum(self.per_reason(r)[2] for r in reasons) / len(reasons) if reasons else 0.0
 
-    @property
-    def coverage(self) -> float:
-        """The share read at least as sure as the threshold (the rest go to a person)."""
-        return self.kept / self.messages if self.messages else 0.0
-
-    @property
-    def kept_accuracy(self) -> float:
-        return self.kept_right / self.kept if self.kept else 0.0
+    def at(self, threshold: float) -> tuple[int, float, float]:
+        """(how many are read at least this sure, their share: the coverage, and the share of
+        those read right); the rest go to a person."""
+        kept = [right for sure, right in self.points if sure >= threshold]
+        coverage = len(kept) / self.messages if self.messages else 0.0
+        return len(kept), coverage, (sum(kept) / len(kept) if kept else 0.0)
 
     @property
     def per_second(self) -> float:
@@ -154,11 +154,38 @@ def _example(path: Path, number: int, line: str) -> Example:
         body=data["body"],
         orders=tuple(_norm(o) for o in orders),
         reason=data["reason"],
+        source=str(data.get("source") or path.name),
     )
 
 
+def curve(results: list[tuple[str, Score]], path: Path) -> None:
+    """A PNG of each set's coverage against the share read right, one point per threshold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(10, 5), dpi=100)
+    steps = [i / 50 for i in range(50)]  # 0 to 0.98
+    colours = pyplot.get_cmap("tab20")
+    for i, (name, result) in enumerate(results):
+        at = [result.at(t) for t in steps]
+        axes.plot(
+            [c for _, c, _ in at], [r for _, _, r in at], ".-", color=colours(i % 20), label=name
+        )
+    axes.set_xlabel("coverage (share read, not sent to Needs sorting)")
+    axes.set_ylabel("share of those read right (reason and orders)")
+    axes.set_title("The reader: coverage against accuracy, thresholds 0 to 0.98")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)
+
+
 def _norm(order: str) -> str:
-    return order.strip().lstrip("#").strip().upper()
+    """An order number as compared: no "#", case or leading zeros ("00123842" is 123842)."""
+    return order.strip().lstrip("#").strip().upper().lstrip("0") or "0"
 
 
 def score(examples: list[Example], reader: Reader, *, threshold: float = 0.0) -> Score:
@@ -174,9 +201,9 @@ def score(examples: list[Example], reader: Reader, *, threshold: float = 0.0) ->
         result.missed_orders += len(labelled - read)
         result.right_reasons += reading.reason == example.reason
         result.confusion[(example.reason, reading.reason)] += 1
-        if reading.confidence >= threshold:
-            result.kept += 1
-            result.kept_right += read == labelled and reading.reason == example.reason
+        result.points.append(
+            (reading.confidence, read == labelled and reading.reason == example.reason)
+        )
         if reading.fallback:
             result.fallbacks[reading.fallback] += 1
         if read != labelled or reading.reason != example.reason:
@@ -206,20 +233,24 @@ def report(name: str, result: Score) -> list[str]:
         lines.append(
             f"    {SHORT[reason]:<9} precision {p:.3f}  recall {r:.3f}  F1 {f1:.3f}  ({n} labelled)"
         )
+    kept, coverage, right = result.at(result.threshold)
     lines.append(
-        f"  confidence {sureness(result.threshold)} or more: {result.kept} of {result.messages} "
-        f"read "
-        f"(coverage {result.coverage:.3f}), {result.messages - result.kept} to Needs sorting; "
-        f"of those read, {result.kept_accuracy:.3f} right (reason and orders)"
+        f"  confidence {sureness(result.threshold)} or more: {kept} of {result.messages} read "
+        f"(coverage {coverage:.3f}), {result.messages - kept} to Needs sorting; "
+        f"of those read, {right:.3f} right (reason and orders)"
     )
+    lines.append("  confidence at least " + "".join(f"{sureness(t):>7}" for t in THRESHOLDS))
+    at = [result.at(t) for t in THRESHOLDS]
+    lines.append("  coverage           " + "".join(f"{c:>7.3f}" for _, c, _ in at))
+    lines.append("  right of those     " + "".join(f"{r:>7.3f}" for _, _, r in at))
     if result.fallbacks:
         total = sum(result.fallbacks.values())
-        lines.append(f"  fell back to rules: {total} of {result.messages} messages")
+        lines.append(f"  fell back: {total} of {result.messages} messages")
         lines += [f"    {n} x {why}" for why, n in result.fallbacks.most_common()]
     lines.append("  confusion (rows: labelled, columns: read)")
     width = max(len(s) for s in SHORT.values()) + 1
     lines.append("    " + " " * width + "".join(f"{SHORT[r]:>{width}}" for r in REASONS))
-    for label in REASONS:
+    for label in result.seen_reasons:
         row = "".join(f"{result.confusion[(label, r)]:>{width}}" for r in REASONS)
         lines.append(f"    {SHORT[label]:<{width}}{row}")
     return lines

@@ -23,7 +23,7 @@ REASON_SHORT = {
     "not_refund": "not_ref",
     "refund_status": "status",
 }
-RULES = "rules"  # read_by for the rules reader; a model's reading says its spec ("openai:gpt-x")
+TRAINED = "classifier"  # read_by for the default reader; a model's says its spec ("openai:gpt-x")
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Reading:
     summary: str  # one line for the reviewer
     # Field name -> the message's words it came from, so a reviewer sees why.
     quotes: dict[str, str] = field(default_factory=dict)
-    read_by: str = RULES
+    read_by: str = TRAINED
     # Why the model's reading was not used ("the model timed out after 10 s").
     fallback: str = ""
     # Below REFUNDS_READER_MIN_CONFIDENCE the message goes to "Needs sorting" with `unsure`.

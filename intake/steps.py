@@ -88,13 +88,14 @@ def find_orders(item: Item, read: dict[str, Any]) -> dict[str, Any]:
     if "reading" not in read:
         return {"sorting": read.get("error") or "The reader could not read the message."}
     reading = Reading.from_json(read["reading"])
+    if reading.confidence < settings.REFUNDS_READER_MIN_CONFIDENCE:
+        # A review opened or a status answered on a guess costs more than a message sorted by
+        # hand.
+        return {"sorting": unsure_words(reading)}
+    if reading.reason == policy.NOT_REFUND:
+        return {"sorting": f"Not about a refund (read by {reading.read_by})."}
     if reading.reason == policy.REFUND_STATUS:
         return _asked_after(message, reading)
-    if reading.reason not in policy.TICKET_REASONS:
-        return {"sorting": f"Not about a refund (read by {reading.read_by})."}
-    if reading.confidence < settings.REFUNDS_READER_MIN_CONFIDENCE:
-        # A review opened on a guess costs a reviewer more than a message sorted by hand.
-        return {"sorting": unsure_words(reading)}
     try:
         numbers = list(dict.fromkeys(order_number_read(n) for n in reading.orders if n.strip("# ")))
     except ValueError as exc:

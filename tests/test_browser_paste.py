@@ -93,13 +93,13 @@ def test_a_pasted_message_becomes_a_ticket_whose_review_card_shows_the_reading_a
         assert (message.ticket_id, ticket.reason, ticket.reading["read_by"]) == (
             ticket.pk,
             "late_delivery",
-            "rules",
+            "classifier",
         )
 
         reviewer = page_for(browser, live_server, colleague)
         reviewer.goto(f"{live_server.url}/")
         row = reviewer.locator(f"#review-{ticket.pk}")
-        expect(row).to_contain_text("Read by rules")
+        expect(row).to_contain_text("Read by classifier")
         expect(row).to_contain_text("Late delivery")
         expect(row).to_contain_text("late")  # the customer's own word, quoted
         for width in (390, 1280):

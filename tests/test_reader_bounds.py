@@ -1,4 +1,4 @@
-"""The rules reader's time grows with a message's size, not faster, whatever shape the text has:
+"""The default reader's time grows with a message's size, not faster, whatever shape the text has:
 blank lines, long lines, deep quoting, many numbers or amounts, a run of separators. `re` holds
 the GIL while it backtracks, so a quadratic pattern also stalls the worker's lease renewal: a
 signed email of 20,000 blank lines once held a worker past its lease for 274 s.
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytest
 
 from bench.hostile_mail import shapes
-from intake.reader import rules, text
+from intake.reader import default, text
 
 SMALL, LARGE = 2_500, 20_000  # characters; the large read is 8x the text
 HOSTILE = [name for name in shapes(1) if name not in ("normal", "1 MB of text")]
@@ -51,7 +51,7 @@ def seconds_to_read(body: str, *, within: float, reads: int = 5) -> float:
         started = time.perf_counter()
         try:
             with deadline(within):
-                rules.read(sender="ana@example.com", subject="A question", body=body)
+                default.read(sender="ana@example.com", subject="A question", body=body)
         except TooSlow:
             continue
         best = min(best, time.perf_counter() - started)
@@ -95,7 +95,7 @@ def test_a_hostile_message_is_read_in_seconds_not_minutes(body):
 
 
 def test_an_amount_asked_back_is_found_among_a_few_others():
-    reading = rules.read(
+    reading = default.read(
         sender="ana@example.com",
         subject="",
         body="I paid $49.99 and $12.00 for gift wrap. Please refund the $6.99 delivery fee.",

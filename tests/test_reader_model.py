@@ -2,8 +2,8 @@
 BaseChatModel handed to `model.read_with`), never a network: a good answer is used and says
 which model read it; every failure (malformed JSON, a timeout, a refusal, an answer out of the
 schema, an order the message does not name, a provider that is not installed) falls back to the
-rules with the reason in words a reviewer reads; transient failures are retried, permanent ones
-are not. The model's API key is masked everywhere."""
+trained reader with the reason in words a reviewer reads; transient failures are retried,
+permanent ones are not. The model's API key is masked everywhere."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 import intake.reader
 from core.masking import mask
-from intake.reader import model, rules
+from intake.reader import default, model
 from refunds import policy
 from tests.test_settings import manage_check
 
@@ -60,15 +60,15 @@ def read_with(chat: BaseChatModel, *, body: str = BODY, attempts: int = 2, timeo
     )
 
 
-def by_rules(body: str = BODY) -> dict[str, Any]:
-    reading = rules.read(sender="ana@example.com", subject=SUBJECT, body=body).as_json()
+def by_default(body: str = BODY) -> dict[str, Any]:
+    reading = default.read(sender="ana@example.com", subject=SUBJECT, body=body).as_json()
     return {k: v for k, v in reading.items() if k != "fallback"}
 
 
 def assert_fell_back(reading, words: str) -> None:
-    assert reading.fallback == f"{words}; read by rules"
-    assert reading.read_by == "rules"
-    assert {k: v for k, v in reading.as_json().items() if k != "fallback"} == by_rules()
+    assert reading.fallback == f"{words}; read by classifier"
+    assert reading.read_by == "classifier"
+    assert {k: v for k, v in reading.as_json().items() if k != "fallback"} == by_default()
 
 
 class Scripted(BaseChatModel):
@@ -156,8 +156,8 @@ def test_quotes_that_are_not_the_customers_words_are_dropped():
     assert read_with(answering(json.dumps(answer))).quotes == {"reason": "came almost a week late"}
 
 
-# --- failures: each falls back to the rules and says why ---------------------------------------
-def test_malformed_json_falls_back_to_the_rules():
+# --- failures: each falls back to the trained reader and says why ------------------------------
+def test_malformed_json_falls_back_to_the_trained_reader():
     reading = read_with(answering('{"reason": "late_delivery", "orders": ["1042"'))
     assert_fell_back(reading, "the model's answer was not valid JSON")
 
@@ -168,7 +168,7 @@ def test_an_answer_out_of_the_schema_falls_back_naming_the_field():
     assert reading.fallback.startswith(
         "the model's answer did not fit the reading's shape (reason: Input should be "
     )
-    assert_fell_back(reading, reading.fallback.removesuffix("; read by rules"))
+    assert_fell_back(reading, reading.fallback.removesuffix("; read by classifier"))
 
 
 def test_an_answer_with_a_key_the_schema_lacks_falls_back():
@@ -241,10 +241,10 @@ def test_a_malformed_answer_is_not_retried():
 
 
 # --- configured through the settings ------------------------------------------------------------
-def test_without_a_model_the_rules_read_and_no_fallback_is_shown(settings):
+def test_without_a_model_the_trained_reader_reads_and_no_fallback_is_shown(settings):
     settings.REFUNDS_MODEL = ""
     reading = intake.reader.read(sender="ana@example.com", subject=SUBJECT, body=BODY)
-    assert (reading.read_by, reading.fallback) == ("rules", "")
+    assert (reading.read_by, reading.fallback) == ("classifier", "")
 
 
 def test_a_configured_provider_that_is_not_installed_falls_back_at_once(settings):
@@ -263,7 +263,7 @@ def test_a_provider_langchain_does_not_know_falls_back_saying_so(settings):
     assert reading.fallback.startswith(
         "the model nosuchprovider:model-1 could not be set up (Unsupported provider="
     )
-    assert reading.read_by == "rules"
+    assert reading.read_by == "classifier"
 
 
 @pytest.mark.parametrize("spec", ["gpt4", "openai:", "openai: gpt-4", "Open AI:gpt-4", ":gpt-4"])
@@ -345,8 +345,9 @@ def test_the_model_key_is_masked_on_error_pages_and_in_logs(db, settings, capsys
 
 def test_the_system_check_warns_when_the_configured_model_cannot_be_built(tmp_path):
     result = manage_check(tmp_path, REFUNDS_MODEL="openai:gpt-4.1-mini")
-    assert result.returncode == 0, result.stderr  # a warning: the rules still read
+    assert result.returncode == 0, result.stderr  # a warning: the trained reader still reads
     assert (
         "intake.W001) REFUNDS_MODEL: the model openai:gpt-4.1-mini cannot be used here: its "
-        "package langchain-openai is not installed; every message will be read by the rules"
+        "package langchain-openai is not installed; every message will be read by the trained "
+        "reader"
     ) in result.stderr

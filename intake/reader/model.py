@@ -1,8 +1,8 @@
 """The model reader: a chat model (REFUNDS_MODEL, LangChain's init_chat_model) asked for a reading
 validated against a schema. It only reads: its answer is checked like any input, and on any
-failure the rules read the message and the reading says why (`Reading.fallback`). A timeout, a
-rate limit or a lost connection is tried again (REFUNDS_MODEL_ATTEMPTS in all); a refusal or an
-answer out of shape is final (asking again would cost and say the same)."""
+failure the trained reader reads the message and the reading says why (`Reading.fallback`). A
+timeout, a rate limit or a lost connection is tried again (REFUNDS_MODEL_ATTEMPTS in all); a
+refusal or an answer out of shape is final (asking again would cost and say the same)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.masking import mask
 from core.network import outside_transaction
-from intake.reader import rules
+from intake.reader import default
 from intake.reader.text import fold
 from intake.reading import Reading
 from refunds import policy
@@ -91,7 +91,7 @@ You decide nothing; people do. Answer with the JSON object and nothing else."""
 @dataclass
 class ModelFailed(Exception):
     """Why a model's reading was not used: `words` is what the reviewer reads (before "; read
-    by rules"); `transient` failures are tried again."""
+    by the classifier"); `transient` failures are tried again."""
 
     words: str
     transient: bool = False
@@ -108,14 +108,14 @@ def read(
     body: str,
     spec: str | None = None,
 ) -> Reading:
-    """Read with the configured model (or `spec`), the rules when it fails."""
+    """Read with the configured model (or `spec`), the trained reader when it fails."""
     from django.conf import settings
 
     spec = spec or settings.REFUNDS_MODEL
     try:
         chat = build(spec)
     except ModelFailed as failed:
-        return _by_rules(sender, subject, body, failed)
+        return _fallen_back(sender, subject, body, failed)
     return read_with(
         chat,
         spec=spec,
@@ -183,7 +183,8 @@ def read_with(
     backoff: float = 0.5,
 ) -> Reading:
     """The seam tests drive with LangChain's fake chat models: read with `chat`, which
-    REFUNDS_MODEL's spec names (`spec`), the rules when it fails or answers out of shape."""
+    REFUNDS_MODEL's spec names (`spec`); the trained reader when it fails or answers out of
+    shape."""
     outside_transaction("the chat model")
     retried: Runnable = RunnableLambda(partial(_ask, chat, timeout=timeout)).with_retry(
         retry_if_exception_type=lambda exc: isinstance(exc, ModelFailed) and exc.transient,
@@ -197,12 +198,14 @@ def read_with(
     except ModelFailed as failed:
         if failed.transient and attempts > 1:
             failed = ModelFailed(f"{failed.words} ({attempts} attempts)", True, failed.kind)
-        return _by_rules(sender, subject, body, failed)
+        return _fallen_back(sender, subject, body, failed)
 
 
-def _by_rules(sender: str, subject: str, body: str, failed: ModelFailed) -> Reading:
-    reading = rules.read(sender=sender, subject=subject, body=body)
-    return Reading(**{**reading.as_json(), "fallback": f"{failed.words}; read by rules"})
+def _fallen_back(sender: str, subject: str, body: str, failed: ModelFailed) -> Reading:
+    reading = default.read(sender=sender, subject=subject, body=body)
+    return Reading(
+        **{**reading.as_json(), "fallback": f"{failed.words}; read by {reading.read_by}"}
+    )
 
 
 def _message(sender: str, subject: str, body: str) -> list[BaseMessage]:

@@ -1,6 +1,7 @@
-"""The order numbers in one part of a message, for the rules reader (intake/reader/rules.py): after
-"order" or "#", in a list, spelled in words or digits set apart, a few words after "order", or bare
-in the subject; never a date, a time, a phone number, an amount or a tracking number."""
+"""The order numbers in one part of a message, for the reader's rules (intake/reader/rules.py):
+after "order" or "#", in a list, spelled in words or digits set apart, a few words after "order",
+bare in the subject, or the one number standing alone in the body; never a date, a time, a phone
+number, an amount or a tracking number."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def orders_in_part(part: Part) -> list[_Hit]:
     _order_led(text, keep)
     _hashed(text, keep)
     # The weaker readings, each only while nothing stronger was found.
-    for weaker in ([_subject_bare] if part.subject else []) + [_spelled, _far]:
+    for weaker in ([_subject_bare] if part.subject else []) + [_spelled, _far, _bare]:
         if hits:
             break
         weaker(text, keep)
@@ -143,6 +144,14 @@ def _subject_bare(text: str, keep: _Keep) -> None:
     for match in _SUBJECT_BARE.finditer(text):
         if not _not_a_number(text, match.start(), match[1]):
             keep(*match.span(1), match.start(1))
+
+
+def _bare(text: str, keep: _Keep) -> None:
+    """ "refund 1042 please": the one number of three digits or more that nothing else names,
+    when nothing says "order"; two such numbers say nothing of which is the order."""
+    found = [m for m in _SUBJECT_BARE.finditer(text) if not _not_a_number(text, m.start(), m[1])]
+    if len(found) == 1:
+        keep(*found[0].span(1), found[0].start(1), "", "bare")
 
 
 def _spelled(text: str, keep: _Keep) -> None:

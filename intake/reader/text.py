@@ -1,4 +1,4 @@
-"""Text helpers for the rules reader: folding (lower case, no accents) with a map back to the
+"""Text helpers for the reader's rules: folding (lower case, no accents) with a map back to the
 customer's own characters, the split between a message's newest words and what it quotes or
 forwards (each a Part to read), and sentences around a hit."""
 
@@ -123,6 +123,21 @@ def split_own(body: str) -> tuple[str, str]:
     )
     rest = f"{rest}\n{forwarded}" if rest else forwarded
     return "\n".join(own_lines).strip(), rest.strip()
+
+
+def sentences(text: str, limit: int = 20) -> list[str]:
+    """The first `limit` sentences of `text` that hold a word."""
+    found: list[str] = []
+    at = 0
+    for mark in _SENTENCE_END.finditer(text):
+        if re.search(r"\w", piece := text[at : mark.end()]):
+            found.append(" ".join(piece.split()))
+            if len(found) == limit:
+                return found
+        at = mark.end()
+    if re.search(r"\w", piece := text[at:]):
+        found.append(" ".join(piece.split()))
+    return found[:limit]
 
 
 def sentence_around(text: str, start: int, end: int, *, limit: int = 160) -> str:

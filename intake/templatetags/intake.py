@@ -23,7 +23,8 @@ def reason_words(reason: str | None) -> str:
 
 @register.filter
 def read_by_words(reading: dict | None) -> str:
-    """ "Read by rules" or "Read by anthropic:claude-…": who read the message."""
+    """ "Read by classifier" or "Read by anthropic:claude-…": who read the message (readings
+    made before issue 47 say "rules")."""
     who = (reading or {}).get("read_by") or "rules"
     return f"Read by {who}"
 
