@@ -98,7 +98,7 @@ INSTALLED_APPS = [
     "reviews",
     "webhooks",
     "insights",
-    "ops",
+    "ops.apps.OpsConfig",
     "intake",
 ]
 
@@ -392,7 +392,9 @@ if REFUNDS_ATTACHMENTS_S3_BUCKET:
         if REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL
         else "https://*.amazonaws.com"
     )
-INTAKE_TASK_WRAPPER = ""  # a dotted path wrapping every intake task (crash tests: devtools)
+# A dotted path wrapping every task of the functional-API workflows (intake, erasure), called with
+# the task's name ("intake:read", "erase:orders"): the crash tests' points (devtools).
+WORKFLOW_TASK_WRAPPER = ""
 
 # devtools/ sits beside the app in a checkout, never installed with it: absent, its app is too.
 if importlib.util.find_spec("devtools") is not None:
@@ -549,6 +551,14 @@ REFUNDS_TIMER_SECONDS = env.float("REFUNDS_TIMER_SECONDS", 60.0, validate=Range(
 
 REFUNDS_RECONCILE_DAYS = env.float("REFUNDS_RECONCILE_DAYS", 14.0, validate=Range(min=0.1))
 REFUNDS_RECONCILE_HOURS = env.float("REFUNDS_RECONCILE_HOURS", 24.0, validate=Range(min=0.1))
+# Retention (ops/erasure.py, a beat job every REFUNDS_RETENTION_HOURS): the personal data of
+# tickets ended this many days ago (0: kept until a customer asks), their attachments sooner.
+REFUNDS_RETAIN_PERSONAL_DAYS = env.int("REFUNDS_RETAIN_PERSONAL_DAYS", 730, validate=Range(min=0))
+REFUNDS_RETAIN_ATTACHMENTS_DAYS = env.int(
+    "REFUNDS_RETAIN_ATTACHMENTS_DAYS", 180, validate=Range(min=1)
+)
+REFUNDS_RETENTION_HOURS = env.float("REFUNDS_RETENTION_HOURS", 24.0, validate=Range(min=0.1))
+REFUNDS_RETENTION_BATCH = 500  # orders (and ticketless messages) per run; the next run goes on
 
 # --- The queue's doorbell (the events process, reviews/doorbell.py) ---------------------------
 # Where the queue page opens its server-sent events: the same origin behind a proxy that routes
@@ -642,6 +652,7 @@ CELERY_BEAT_SCHEDULE = {
             "refunds.tasks.reconcile_payments",
         ),
         ("deliver-webhooks", WEBHOOK_SWEEP_SECONDS, "webhooks.tasks.deliver_webhooks"),
+        ("retention", REFUNDS_RETENTION_HOURS * 3600, "ops.tasks.retention"),
     ]
 }
 

@@ -18,5 +18,5 @@ class DevtoolsConfig(AppConfig):
             settings.REFUNDS_CRASH_INNER = {"gateway": settings.REFUNDS_GATEWAY}
             settings.REFUNDS_GATEWAY = "devtools.faults.CrashingGateway"
             settings.REFUNDS_NODE_WRAPPER = "devtools.faults.wrap_node"
-            settings.INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
+            settings.WORKFLOW_TASK_WRAPPER = "devtools.faults.wrap_task"
             faults.install()

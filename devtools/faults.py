@@ -14,7 +14,8 @@ several points of one thread). Points:
   superstep);
 - "intake:<task>", "intake:<task>:done": the intake workflow's tasks (read, find_orders,
   open_ticket, acknowledge), at their start and once they returned (effect made, result not yet
-  checkpointed); the thread is the message's (intake-...);
+  checkpointed); the thread is the message's (intake-...); "erase:<task>", "erase:<task>:done"
+  the same for the erasure workflow's tasks (ops/erasure.py), on the erasure's thread;
 - "after:<node>": between nodes, once the node's checkpoint is on disk; "resume": before a resume;
   "hand_back:state_written": a refund the processor failed later is written into the thread
   (its update_state on disk) and its charge not yet marked handed back;
@@ -145,16 +146,16 @@ def charged_order(ticket_key: str, idempotency_key: str) -> str:
     return parts[1] if len(parts) >= 3 and parts[0] == "charge_card" else ""
 
 
-def wrap_intake_task(name: str, fn):
-    """The intake workflow's tasks (INTAKE_TASK_WRAPPER): "intake:<task>" at its start, before
-    its effect; "intake:<task>:done" once it returned, its effect made and its result not yet
-    in the checkpoint."""
+def wrap_task(name: str, fn):
+    """The functional-API workflows' tasks (WORKFLOW_TASK_WRAPPER), named "intake:<task>" or
+    "erase:<task>": the point `name` at its start, before its effect; "<name>:done" once it
+    returned, its effect made and its result not yet in the checkpoint."""
 
     @functools.wraps(fn)
     def with_crash_points(item, *args, **kwargs):
-        crash_point(item["thread_id"], f"intake:{name}")
+        crash_point(item["thread_id"], name)
         result = fn(item, *args, **kwargs)
-        crash_point(item["thread_id"], f"intake:{name}:done")
+        crash_point(item["thread_id"], f"{name}:done")
         return result
 
     return with_crash_points

@@ -95,6 +95,7 @@ class Message(models.Model):
     woken_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    erased_at = models.DateTimeField(null=True, blank=True)  # its sender's words forgotten
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -31,6 +30,7 @@ from intake.steps import (
 from refunds import lease as leases
 from refunds import persistence
 from refunds.flow.errors import EffectBusy
+from refunds.functional import after_saved
 from refunds.persistence import FenceLost
 
 log = logging.getLogger(__name__)
@@ -45,33 +45,12 @@ TASKS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _after_saved(fn: Callable[..., Any], checkpointer: Any) -> Callable[..., Any]:
-    """`fn`, once the previous task's result is in the checkpoint: LangGraph saves it in the
-    background, and a kill before it lands would lose a result whose task made its effect."""
-
-    def saved_first(item: Item, *earlier: Any) -> Any:
-        config: Any = {"configurable": {"thread_id": item["thread_id"], "checkpoint_ns": ""}}
-        deadline = time.monotonic() + settings.REFUNDS_LEASE_SECONDS / 3
-        while earlier and earlier[-1] not in _saved_results(checkpointer, config):
-            if time.monotonic() > deadline:  # its save was refused (the fence) or never came
-                raise GraphDrained(f"{item['thread_id']}: an earlier task's result was not saved")
-            time.sleep(0.005)
-        if draining := current_lease().drain_reason:
-            raise GraphDrained(draining)
-        return fn(item, *earlier)
-
-    return saved_first
-
-
-def _saved_results(checkpointer: Any, config: Any) -> list[Any]:
-    saved = checkpointer.get_tuple(config)
-    return [value for _, _, value in saved.pending_writes or []] if saved else []
-
-
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
     """The intake's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
     steps: dict[str, Any] = {
-        name: task(name=name)(_after_saved(wrap(name, fn) if wrap else fn, checkpointer))
+        name: task(name=name)(
+            after_saved(wrap(f"intake:{name}", fn) if wrap else fn, checkpointer, current_lease)
+        )
         for name, fn in TASKS.items()
     }
 
@@ -92,7 +71,7 @@ def _compiled(pid: int, wrapper: TaskWrapper | None):
 
 
 def workflow():
-    path = settings.INTAKE_TASK_WRAPPER
+    path = settings.WORKFLOW_TASK_WRAPPER
     return _compiled(os.getpid(), import_string(path) if path else None)
 
 

@@ -38,6 +38,7 @@ from core.clock import day_words
 from core.network import outside_transaction
 from refunds.flow import parts as refund_parts
 from refunds.flow.errors import (
+    ChargeRefused,
     EffectBusy,
     GatewayOutcomeUnknown,
     OverBalance,
@@ -215,6 +216,8 @@ def _read(
         raise GraphDrained(f"ticket {ticket_id} with order {order_id} no longer exists")
     if current_epoch != epoch:
         raise GraphDrained(f"lease epoch {epoch} of ticket {ticket_id} no longer holds")
+    if order.erased_at is not None:
+        raise ChargeRefused(order.erased_words())
     reference = order.payment_reference
     known = Charge.objects.filter(idempotency_key=key).values_list("pk", "status", "receipt")
     found = known.first()

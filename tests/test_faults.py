@@ -141,7 +141,7 @@ def test_a_crash_plan_points_the_apps_seams_at_the_crash_points(tmp_path):
             "shell",
             "-c",
             "from django.conf import settings as s; print(s.REFUNDS_GATEWAY, "
-            "s.REFUNDS_CRASH_INNER['gateway'], s.REFUNDS_NODE_WRAPPER, s.INTAKE_TASK_WRAPPER)",
+            "s.REFUNDS_CRASH_INNER['gateway'], s.REFUNDS_NODE_WRAPPER, s.WORKFLOW_TASK_WRAPPER)",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -161,5 +161,5 @@ def test_a_crash_plan_points_the_apps_seams_at_the_crash_points(tmp_path):
         "devtools.faults.CrashingGateway",
         "refunds.payments.http.HttpGateway",
         "devtools.faults.wrap_node",
-        "devtools.faults.wrap_intake_task",
+        "devtools.faults.wrap_task",
     ]

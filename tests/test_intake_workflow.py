@@ -298,7 +298,7 @@ def test_a_finished_task_is_not_run_again_when_the_thread_is_replayed(ana, setti
     plan = tmp_path / "plan.json"
     plan.write_text('{"*": {"point": "intake:open_ticket", "action": "error", "times": 1}}')
     settings.REFUNDS_CRASH_PLAN = str(plan)
-    settings.INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
+    settings.WORKFLOW_TASK_WRAPPER = "devtools.faults.wrap_task"
     message = receive(LATE.format(n=1042))
     try:
         assert workflow.message_take(message.pk) == "error"
@@ -410,7 +410,7 @@ def test_a_task_that_made_its_effect_and_lost_its_result_is_run_again_to_no_effe
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"*": {"point": point, "action": "error", "times": 1}}))
     settings.REFUNDS_CRASH_PLAN = str(plan)
-    settings.INTAKE_TASK_WRAPPER = "devtools.faults.wrap_intake_task"
+    settings.WORKFLOW_TASK_WRAPPER = "devtools.faults.wrap_task"
     if orders == 3:
         make_order("1044")
         make_order("1047")

@@ -143,12 +143,12 @@ def test_a_fork_recorded_while_the_charge_was_under_way_is_refused_by_the_next_r
 
 
 def _taken_over_before(name: str, fn):
-    """INTAKE_TASK_WRAPPER: a successor takes the message over just before `name` runs. The
+    """WORKFLOW_TASK_WRAPPER: a successor takes the message over just before `name` runs. The
     worker's own lease still believes it holds (renewed a moment ago), so the task's early
     `lease.check()` passes: only the fenced UPDATE at its write stands in the way."""
 
     def task(item, *args):
-        if name == TAKEN_OVER_AT["task"]:
+        if name == f"intake:{TAKEN_OVER_AT['task']}":
             Message.objects.filter(pk=item["message_id"]).update(lease_epoch=F("lease_epoch") + 1)
         return fn(item, *args)
 
@@ -164,7 +164,7 @@ def test_an_intake_task_whose_message_was_taken_over_after_its_early_check_write
 ):
     make_order("1042")
     monkeypatch.setitem(TAKEN_OVER_AT, "task", task)
-    settings.INTAKE_TASK_WRAPPER = "tests.test_late_guards._taken_over_before"
+    settings.WORKFLOW_TASK_WRAPPER = "tests.test_late_guards._taken_over_before"
     message = receive(LATE.format(n=1042))
     try:
         assert workflow.message_take(message.pk) == "lease lost"

@@ -65,6 +65,8 @@ class Order(models.Model):
     # Both null when the shop sent no lines: then only the fee is refundable.
     total_cents = models.PositiveIntegerField(null=True, blank=True)
     paid_cents = models.PositiveIntegerField(null=True, blank=True)
+    # Its customer forgotten (ops/erasure.py): kept for the books, refunded no more.
+    erased_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -88,6 +90,15 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"Order {self.number}"
+
+    def erased_words(self) -> str:
+        """Why the desk refunds or changes this order no more ("" while its customer is known)."""
+        if self.erased_at is None:
+            return ""
+        return (
+            f"Order {self.number}'s customer was erased on {self.erased_at.date().isoformat()}: "
+            "the desk keeps it for the books and refunds or changes it no more."
+        )
 
     def refunded_cents(self) -> int:
         """What the ledger holds against this order: refunds paid, and charges under way."""

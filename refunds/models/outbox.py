@@ -102,6 +102,8 @@ class AuditEvent(models.Model):
         ASK = "ask", "Asked the customer"
         # answer: {"resumed": bool, "message": id, "why": why a reply resumed nothing}
         REPLY = "reply", "The customer replied"
+        # answer: {"erasure": id}; the customer's data on the ticket replaced or removed
+        ERASE = "erase", "Erased the customer's data"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(

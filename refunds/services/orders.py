@@ -118,6 +118,8 @@ def _differs(current: Order, order: OrderIn, lines: list[dict]) -> list[str]:
 
 def _kept_as_it_is(current: Order, differs: list[str], held: dict, reviewed: dict) -> str:
     """Why an order that differs is not changed ("" when it may change)."""
+    if current.erased_at is not None:
+        return current.erased_words()
     if current.pk in held:
         money = held[current.pk]
         return (

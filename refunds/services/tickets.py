@@ -64,6 +64,8 @@ def ticket_open(
     if reason not in policy.TICKET_REASONS:
         raise RefundError(f"{policy.REASONS.get(reason, repr(reason))} opens no refund ticket.")
     orders = _one_customers_orders(numbers)
+    if erased := [o.erased_words() for o in orders if o.erased_at is not None]:
+        raise OrdersRefused(" ".join(erased))
     existing = _open_ticket_of(orders)
     if existing is not None:
         raise _already_open(*existing, note, actor)
