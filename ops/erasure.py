@@ -36,7 +36,7 @@ from ops.models import Erasure
 from refunds import enqueue, persistence
 from refunds import lease as leases
 from refunds.functional import after_saved
-from refunds.models import AuditEvent, Order, Ticket
+from refunds.models import AuditEvent, Order
 from refunds.models.orders import of_customer
 from refunds.persistence import FenceLost
 from refunds.services.sweep import wake_all
@@ -128,11 +128,7 @@ def erasures_recover() -> list[int]:
     """The sweep's part: an erasure whose open tickets have all ended runs again; an erasure no
     worker holds is taken up again."""
     for erasure in Erasure.objects.filter(status=Erasure.Status.WAITING, lease_owner=""):
-        if (
-            not Ticket.objects.filter(pk__in=erasure.waiting_for)
-            .exclude(status__in=Ticket.FINAL)
-            .exists()
-        ):
+        if not forgetting.still_open(erasure.waiting_for).exists():
             Erasure.objects.filter(pk=erasure.pk, status=Erasure.Status.WAITING).update(
                 status=Erasure.Status.RUNNING
             )
@@ -163,7 +159,9 @@ def _step(fn: Callable[[Erasure, forgetting.Scope], dict[str, int]]) -> Callable
     return run
 
 
-def _finish(item: Item, scope: forgetting.Scope, report: dict[str, Any]) -> dict[str, Any]:
+def _finish(
+    item: Item, scope: forgetting.Scope, report: dict[str, Any], previous: Any
+) -> dict[str, Any]:
     """The report and an audit entry per ticket, naming no one; the email goes from the row."""
     erasure = _erasure(item)
     lease = current_lease()
@@ -214,7 +212,7 @@ def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
         for name in forgetting.STEPS:
             previous = steps[name](item, scope, previous).result()
             report[name] = previous
-        return steps["finish"](item, scope, report).result()
+        return steps["finish"](item, scope, report, previous).result()
 
     return erase
 

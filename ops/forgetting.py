@@ -36,11 +36,13 @@ from refunds.models import (
     TicketOrder,
 )
 from refunds.models.orders import of_customer
+from refunds.outbox import ERASED_DOMAIN
 from webhooks.models import Attempt
 
 log = logging.getLogger(__name__)
 
 ERASED = "(erased)"
+UNSENT = (Email.Status.PENDING, Email.Status.SENDING)
 
 
 class Scope(TypedDict):
@@ -92,14 +94,22 @@ def scope(erasure: Erasure) -> Scope:
             .exclude(message__ticket__status__in=Ticket.OPEN)
             .values_list("message_id", flat=True)[: settings.REFUNDS_RETENTION_BATCH]
         )
-    waiting = Ticket.objects.filter(pk__in=tickets).exclude(status__in=Ticket.FINAL)
     return {
         "orders": sorted(orders),
         "tickets": sorted(tickets),
         "messages": sorted(messages),
         "files_of": sorted(files_of),
-        "waiting_for": sorted(waiting.values_list("pk", flat=True)),
+        "waiting_for": sorted(still_open(tickets).values_list("pk", flat=True)),
     }
+
+
+def still_open(tickets: Iterable[int]):
+    """The tickets an erasure waits for: open, or ended with mail still to go (the outbox
+    retries it until it is sent, or it fails for good)."""
+    unsent = Email.objects.filter(ticket_id__in=tickets, status__in=UNSENT).values("ticket_id")
+    return Ticket.objects.filter(pk__in=tickets).filter(
+        ~Q(status__in=Ticket.FINAL) | Q(pk__in=unsent)
+    )
 
 
 def checkpoints(erasure: Erasure, scope: Scope) -> dict[str, int]:
@@ -257,7 +267,7 @@ STEPS = {  # in this order: the first ones still find the customer's email where
 
 
 def address(erasure: Erasure) -> str:
-    return f"{erasure.pseudonym}@erased.invalid"
+    return f"{erasure.pseudonym}@{ERASED_DOMAIN}"
 
 
 def _needles(erasure: Erasure, scope: Scope) -> list[str]:

@@ -147,15 +147,19 @@ def owner(email: Email) -> OtherRun | None:
     return None
 
 
+ERASED_DOMAIN = "erased.invalid"  # RFC 2606: a domain no mail is ever delivered to
+
+
 def resendable() -> Q:
     """Outbox rows no run will send any more: a final ticket's (unless another run owns them),
     or another run's once it settled. Only these appear undelivered and may be resent. The
     email saying a ticket is closed for want of a reply is true only while it is: resendable
-    while the ticket is closed on that question and no reply reopened it, never after."""
+    while the ticket is closed on that question and no reply reopened it, never after. Nothing
+    goes to a customer the desk erased (ops/forgetting.py): it no longer knows where."""
     q = (Q(ticket__status__in=Ticket.FINAL) & ~Q(key__endswith=CLOSED_SUFFIX)) | still_closed()
     for other in OTHER_RUNS:
         q = (q & ~other.owns()) | other.settled()
-    return q
+    return q & ~Q(to__endswith=f"@{ERASED_DOMAIN}")
 
 
 def still_closed() -> Q:

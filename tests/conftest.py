@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -418,3 +420,56 @@ def give_lines(order: Order, lines: list[tuple[str, int, int]], *, tax_cents: in
     order.paid_cents = order.total_cents
     order.save(update_fields=["total_cents", "paid_cents"])
     return order
+
+
+@dataclass
+class Bucket:
+    client: object
+    name: str
+    endpoint: str
+
+    def keys(self) -> list[str]:
+        listed = self.client.list_objects_v2(Bucket=self.name)  # type: ignore[attr-defined]
+        return sorted(o["Key"] for o in listed.get("Contents", []))
+
+    def read(self, key: str) -> bytes:
+        got = self.client.get_object(Bucket=self.name, Key=key)  # type: ignore[attr-defined]
+        return got["Body"].read()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """moto's S3 as a real HTTP server on a free port, for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server, settings, monkeypatch) -> Bucket:
+    """A new private bucket, and the desk's attachments storage pointed at it as production's
+    settings point it (config/storage.py)."""
+    import boto3
+
+    from config.storage import attachments_storage
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    name = f"photos-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+    client.create_bucket(Bucket=name)
+    settings.REFUNDS_ATTACHMENTS_URL_SECONDS = 30
+    settings.STORAGES = settings.STORAGES | {
+        "attachments": attachments_storage(
+            folder="", bucket=name, endpoint_url=s3_server, region="us-east-1", url_seconds=30
+        )
+    }
+    return Bucket(client, name, s3_server)

@@ -459,7 +459,7 @@ def test_a_task_starts_only_once_the_result_before_it_is_saved(ana, tmp_path):
     config = {"configurable": {"thread_id": message.thread_id, "fence": lease.epoch}}
     flow.invoke(item, config, context=steps.IntakeContext(lease=lease), durability="sync")
     ran = [e for e in events if e != "saved"]
-    assert ran == ["read", "find_orders", "open_ticket", "acknowledge"]
+    assert ran == ["intake:read", "intake:find_orders", "intake:open_ticket", "intake:acknowledge"]
     for earlier, later in zip(ran, ran[1:], strict=False):
         between = events[events.index(earlier) + 1 : events.index(later)]
         assert "saved" in between, f"{later} started before {earlier}'s result was saved"
