@@ -44,6 +44,7 @@ from refunds.services.sweep import wake_all
 log = logging.getLogger(__name__)
 
 TAKE = "ops.tasks.take_erasure"
+EMAIL_MAX = 254  # the column's, and RFC 5321's for a path
 TABLE = Erasure._meta.db_table
 
 
@@ -68,6 +69,8 @@ def erasure_request(*, email: str, orders: list[str] | tuple[str, ...] = (), by:
     must be theirs) and start it once committed. A request for a customer whose erasure has not
     ended is that erasure. ValidationError, changing nothing, for what cannot be erased."""
     email = email.strip()
+    if len(email) > EMAIL_MAX:
+        raise ValidationError(f"An email address has at most {EMAIL_MAX} characters.")
     validate_email(email)
     numbers = sorted({n.strip() for n in orders if n.strip()})
     known = dict(Order.objects.filter(number__in=numbers).values_list("number", "customer_email"))

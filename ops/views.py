@@ -66,6 +66,7 @@ def thread_history(request: HttpRequest, ticket_id: int) -> HttpResponse:
         "order_lanes": history.order_lanes(ticket),
         "audit": ticket.audit_events.select_related("actor"),
         "pruned": PrunedThread.objects.filter(ticket=ticket).first(),
+        "erased": ticket.audit_events.filter(action=AuditEvent.Action.ERASE).first(),
         "is_admin": permissions.is_admin(request.user),
         "may_fork": permissions.is_admin(request.user)
         and ticket.status in services.FORKABLE

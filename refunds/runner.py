@@ -27,7 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
-from django.db.models import F, Value
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from langgraph.errors import GraphDrained
@@ -43,7 +43,7 @@ from refunds.flow.state import FLOW_VERSION, Collaborators, RefundState
 from refunds.flow.words import dollars
 from refunds.forks import apply_forks
 from refunds.hand_back import hand_back_failed_refunds
-from refunds.models import Charge, Decision, Fork, Ticket, TicketOrder, resume_value
+from refunds.models import Charge, Decision, Fork, Order, Ticket, TicketOrder, resume_value
 from refunds.persistence import FenceLost, graph, snapshot, thread_config
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,11 @@ def _advance(ticket_id: int, *, carry: bool = False) -> str:
         waited = (timezone.now() - released.approved_at).total_seconds()
         metrics.DECISION_TO_REFUNDED_SECONDS.observe(max(waited, 0.0))
     return fields.get("status", lease.status)
+
+
+def _ended_or_erased(lease: leases.Lease) -> bool:
+    erased = Order.objects.filter(Q(links__ticket=lease.row_id) | Q(tickets=lease.row_id))
+    return lease.status in Ticket.FINAL or erased.filter(erased_at__isnull=False).exists()
 
 
 def _not_granted(ticket_id: int) -> str:
@@ -267,6 +272,8 @@ def _drive(lease: leases.Lease) -> dict[str, Any]:
     old_shape = lease.flow_version < FLOW_VERSION
     state, as_mirrored = _starting_state(lease, ctx, old_shape)
     for _ in range(MAX_RUNS_PER_ADVANCE):
+        if (state is None or mirror.never_started(state)) and _ended_or_erased(lease):
+            return {}  # its checkpoints erased (ops/forgetting.py): never begun anew
         if state is None or mirror.never_started(state):
             state = _run(lease, initial_input(lease), ctx, first_leg=True)
             if state.interrupts:

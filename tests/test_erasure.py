@@ -23,7 +23,7 @@ from refunds.flow.errors import ChargeRefused
 from refunds.flow.nodes.common import customer_namespace
 from refunds.models import AuditEvent, Charge, Decision, Email, Order, Ticket
 from refunds.outbox import resendable
-from refunds.services.errors import OrdersRefused
+from refunds.services.errors import OrdersRefused, RefundError
 from tests.conftest import make_order
 from tests.reviewing import decide
 from tests.test_attachments import JPEG, WEBHOOK_KEY, photo, post
@@ -37,7 +37,12 @@ NEEDLES = (EMAIL, "Souza", PHRASE, customer_namespace(EMAIL)[1])
 
 @pytest.fixture
 def desk(settings, monkeypatch, smtp):
-    """Signed inbound mail is taken; the tests run the threads themselves, no worker is asked."""
+    """Signed inbound mail is taken; the tests run the threads themselves, no worker is asked.
+    The checkpoints of earlier tests (they outlive Django's flush, as the store does) go first:
+    the search counts this test's customer only."""
+    saver = persistence.checkpointer()
+    for thread_id in {saved.config["configurable"]["thread_id"] for saved in saver.list(None)}:
+        saver.delete_thread(thread_id)
     settings.ANYMAIL = {"MAILGUN_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY}
     monkeypatch.setattr(enqueue, "send", lambda *args, **kwargs: True)
     return smtp
@@ -273,3 +278,47 @@ def test_each_store_is_erased_by_its_step():
         "tickets",
         "orders",
     }
+
+
+def test_a_refund_the_processor_fails_after_the_erasure_gives_back_the_money_and_runs_nothing(
+    transactional_db, client, desk, bucket, agent, late_order
+):
+    ticket = refunded_ticket(client, agent)
+    erasure_take(erasure_request(email=EMAIL, by="admin ada").pk)
+    sent = len(desk.delivered)
+    Charge.objects.update(processor_status="failed")  # as Stripe's signed event would say
+    runner.advance(ticket.pk)
+    charge = Charge.objects.get()
+    assert charge.handed_back_at is not None  # its money back in the order's balance
+    assert Order.objects.get().refunded_cents() == 0
+    assert len(desk.delivered) == sent  # no one to tell
+    assert not list(persistence.checkpointer().list(persistence.thread_config(ticket.thread_id)))
+    assert holding() == set()
+
+
+def test_an_erased_ticket_shows_its_history_from_the_audit_and_forks_no_more(
+    transactional_db, client, desk, bucket, agent, admin_user, late_order
+):
+    message = customer_writes(client)
+    ticket = message.ticket
+    assert ticket is not None and runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    decide(ticket, agent, "reject", reason="Not late by our records.")
+    assert runner.advance(ticket.pk) == "rejected"
+    erasure_take(erasure_request(email=EMAIL, by="admin ada").pk)
+    client.force_login(admin_user)
+    page = client.get(f"/tickets/{ticket.pk}/history/").content.decode()
+    assert 'id="erased-note"' in page and "Souza" not in page
+    ticket.refresh_from_db()
+    with pytest.raises(RefundError, match="customer was erased on"):
+        services.ticket_fork(ticket=ticket, amount_cents=500, reason="Wrong fee", by=admin_user)
+    # The runner's own guard, where a forked or woken thread would begin anew from nothing.
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.RUNNING)
+    runner.advance(ticket.pk)
+    assert not list(persistence.checkpointer().list(persistence.thread_config(ticket.thread_id)))
+
+
+def test_an_address_longer_than_the_column_is_refused_in_words(db):
+    with pytest.raises(Exception, match="at most 254 characters"):
+        erasure_request(email=f"{'a' * 64}@{'b' * 63}.{'c' * 63}.{'d' * 63}.com", by="admin")
+    assert not Erasure.objects.exists()

@@ -294,6 +294,8 @@ def fork_checked(ticket: Ticket, amount_cents: int, reason: str) -> None:
             f"Money already moved for this ticket (receipt {charge.receipt}); "
             "a fork cannot undo a charge."
         )
+    if ticket.order.erased_at is not None:
+        raise RefundError(ticket.order.erased_words())
     balance = refundable_cents(ticket.order)
     if amount_cents > balance:
         raise RefundError(
