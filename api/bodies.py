@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as NotAnAddress
+from django.core.validators import validate_email
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -340,3 +342,37 @@ class OrdersPush(Body):
         AfterValidator(_orders_sent),
         Field(json_schema_extra={"minItems": 1, "maxItems": ORDERS_PUSH_MAX}),
     ]
+
+
+# --- an erasure (POST /api/erasures/) -----------------------------------------------------------
+ERASE_ORDERS_MAX = 1000
+EMAIL_MAX = 254  # RFC 5321's longest path, and the Erasure's column
+
+
+def email_address(text: str) -> str:
+    """The address without the spaces around it; refused in words when it is not one."""
+    try:
+        if len(text.strip()) > EMAIL_MAX:
+            raise NotAnAddress("too long")
+        validate_email(text.strip())
+    except NotAnAddress:
+        words = f"must be an address such as ana@example.com (at most {EMAIL_MAX} characters)"
+        raise PydanticCustomError("email", words) from None
+    return text.strip()
+
+
+class ErasureIn(Body):
+    """Forget a customer: everything the desk keeps of them, under the address they write from."""
+
+    email: Annotated[Text, AfterValidator(email_address)] = Field(
+        max_length=EMAIL_MAX,
+        json_schema_extra={"format": "email"},
+        description="The customer's email address: their orders, tickets and messages under it "
+        "are erased.",
+    )
+    orders: list[OrderNumber] = Field(
+        [],
+        max_length=ERASE_ORDERS_MAX,
+        description="Order numbers the request names; each must be the desk's and this "
+        "customer's (else 422, nothing erased). Their other orders are erased too.",
+    )

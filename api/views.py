@@ -53,7 +53,7 @@ class TicketPages(PageNumberPagination):
     max_page_size = 200
 
 
-def _errors(*codes: int) -> dict:
+def error_responses(*codes: int) -> dict:
     return {code: OpenApiResponse(Error) for code in codes}
 
 
@@ -88,7 +88,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     operation_id="tickets_list",
     summary="List the tickets you may read, newest first",
     parameters=LIST_PARAMETERS,
-    responses={200: TicketPage, **_errors(400, 401, 404, 429)},
+    responses={200: TicketPage, **error_responses(400, 401, 404, 429)},
 )
 @extend_schema(
     methods=["POST"],
@@ -96,7 +96,7 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
     summary="Open a refund ticket for an order, or one for several orders of one customer",
     request=TicketOpen,
     parameters=[IDEMPOTENCY_HEADER],
-    responses={201: TicketRef, **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)},
+    responses={201: TicketRef, **error_responses(400, 401, 403, 409, 413, 415, 422, 429, 503)},
 )
 @api_view(["GET", "POST"])
 def tickets(request: Request) -> Response:
@@ -104,10 +104,10 @@ def tickets(request: Request) -> Response:
         return _list(request)
     if request.headers.get("Idempotency-Key", "").strip():
         _order_from_the_shop(request)  # before the idempotent transaction: no network wait in one
-    return _with_idempotency_key(request, lambda: _open(request))
+    return with_idempotency_key(request, lambda: _open(request))
 
 
-def _with_idempotency_key(request: Request, respond: Callable[[], Response]) -> Response:
+def with_idempotency_key(request: Request, respond: Callable[[], Response]) -> Response:
     """`respond()`, or with an Idempotency-Key header the response its first use got."""
     key = request.headers.get("Idempotency-Key", "").strip()
     if len(key) > IDEMPOTENCY_KEY_MAX:
@@ -197,7 +197,7 @@ def _list(request: Request) -> Response:
 @extend_schema(
     operation_id="tickets_read",
     summary="Read one ticket: status, pending review, decision, charges, emails",
-    responses={200: TicketOut, **_errors(401, 404, 429)},
+    responses={200: TicketOut, **error_responses(401, 404, 429)},
 )
 @api_view(["GET"])
 def ticket_detail(request: Request, ticket_id: int) -> Response:
@@ -213,7 +213,7 @@ def ticket_detail(request: Request, ticket_id: int) -> Response:
     summary="Answer a ticket's pending review: per order, approve with the parts refunded or "
     "reject with a reason (or ask the customer)",
     request=DecisionIn,
-    responses={201: DecisionMade, **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429)},
+    responses={201: DecisionMade, **error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429)},
 )
 @api_view(["POST"])
 def ticket_decision(request: Request, ticket_id: int) -> Response:
@@ -265,7 +265,7 @@ PUSH_ORDERS = "refunds.push_orders"
     "Shop integrations).",
     request=OrdersPush,
     parameters=[IDEMPOTENCY_HEADER],
-    responses={200: OrdersPushed, **_errors(400, 401, 403, 413, 415, 422, 429)},
+    responses={200: OrdersPushed, **error_responses(400, 401, 403, 413, 415, 422, 429)},
 )
 @api_view(["POST"])
 def orders_push(request: Request) -> Response:
@@ -274,7 +274,7 @@ def orders_push(request: Request) -> Response:
             "Pushing orders needs the permission refunds.push_orders (the group Shop "
             "integrations); this token's user does not have it."
         )
-    return _with_idempotency_key(request, lambda: _push(request))
+    return with_idempotency_key(request, lambda: _push(request))
 
 
 def _push(request: Request) -> Response:
@@ -307,7 +307,7 @@ def _push(request: Request) -> Response:
             description=IDEMPOTENCY_HEADER.description,
         )
     ],
-    responses={202: MessageOut, **_errors(400, 401, 403, 413, 415, 422, 429)},
+    responses={202: MessageOut, **error_responses(400, 401, 403, 413, 415, 422, 429)},
 )
 @api_view(["POST"])
 def messages(request: Request) -> Response:
@@ -321,7 +321,7 @@ def messages(request: Request) -> Response:
             f"{IDEMPOTENCY_KEY_MAX} characters, one per message): it is what makes a message "
             "delivered twice one message."
         )
-    return _with_idempotency_key(request, lambda: _receive(request, key))
+    return with_idempotency_key(request, lambda: _receive(request, key))
 
 
 def _receive(request: Request, key: str) -> Response:

@@ -293,6 +293,8 @@ STRIPE_WEBHOOK_TOLERANCE_SECONDS = env.int(
 STRIPE_WEBHOOK_MAX_BODY_BYTES = env.int(
     "STRIPE_WEBHOOK_MAX_BODY_BYTES", 256 * 1024, validate=Range(min=16 * 1024)
 )
+# Shopify's compliance webhooks (ops/shop_webhook.py): the app's client secret signs them.
+REFUNDS_SHOP_WEBHOOK_SECRET = env.str("REFUNDS_SHOP_WEBHOOK_SECRET", "")
 REFUNDS_CARRIER = env.str("REFUNDS_CARRIER", "")
 REFUNDS_CARRIER_TIMEOUT = env.float("REFUNDS_CARRIER_TIMEOUT", 5.0, validate=Range(min=0.01))
 REFUNDS_CARRIER_ATTEMPTS = env.int("REFUNDS_CARRIER_ATTEMPTS", 2, validate=Range(min=1))

@@ -36,3 +36,39 @@ class ForkForm(forms.Form):
         widget=forms.Textarea,
         error_messages={"required": "Say why you fork the ticket; it is kept with the audit."},
     )
+
+
+class EraseForm(forms.Form):
+    """Erase a customer: the orders to name, and their address typed again to say it is meant
+    (as GitHub asks for a repository's name before deleting it)."""
+
+    email = forms.CharField(max_length=254, widget=forms.HiddenInput)
+    orders = forms.MultipleChoiceField(
+        label="Their orders to name",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={
+            "invalid_choice": "Order %(value)s is not this customer's: nothing was erased."
+        },
+    )
+    confirm = forms.CharField(
+        label="Type the customer's email address to confirm",
+        max_length=254,
+        error_messages={"required": "Type the customer's email address to confirm."},
+    )
+
+    def __init__(self, *args, numbers: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        orders = self.fields["orders"]
+        assert isinstance(orders, forms.MultipleChoiceField)
+        orders.choices = [(n, f"Order {n}") for n in numbers]
+
+    def clean(self) -> dict:
+        data = super().clean() or {}
+        email, typed = data.get("email", ""), data.get("confirm", "")
+        if typed and typed.strip().casefold() != email.strip().casefold():
+            self.add_error(
+                "confirm",
+                f"That is not {email}: type the address exactly as above; nothing was erased.",
+            )
+        return data

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db.models import Q, QuerySet
 
 from intake.models import Message
+from ops.models import Erasure
 from refunds import outbox, persistence
 from refunds.flow.nodes import customer_namespace
 from refunds.flow.words import node_words
@@ -77,3 +80,47 @@ def customer_memory(email: str) -> list[dict]:
     items = persistence.store().search(customer_namespace(email), limit=LIMIT)
     records = [{"ticket_key": i.key, **i.value} for i in items]
     return sorted(records, key=lambda r: r.get("refunded_on", ""), reverse=True)
+
+
+# What ends each kind of open ticket an erasure waits for: it goes on once they all have.
+WHAT_ENDS: dict[str, str] = {
+    Ticket.Status.NEW: "it runs on by itself, to its end or to a review",
+    Ticket.Status.RUNNING: "it runs on by itself, to its end or to a review",
+    Ticket.Status.AWAITING_REVIEW: "a reviewer decides it; a manager may reject it",
+    Ticket.Status.AWAITING_CUSTOMER: "the customer's reply, or the wait's end, brings it back "
+    "to review; a manager may reject it then",
+    Ticket.Status.CLOSED: "closed for no reply but not ended: a reply reopens it for review, "
+    "where a manager may reject it",
+    Ticket.Status.FAILED: "an admin retries it (Failed), and it runs on to its end or a review",
+}
+ENDED = "it has ended: the erasure goes on at the next sweep"
+
+
+@dataclass(frozen=True)
+class ErasureRow:
+    erasure: Erasure
+    waiting: list[tuple[Ticket, str]]  # its open tickets, each with what would end it
+    report: list[tuple[str, str, int]]  # (store, what, count): a template misreads key "items"
+
+
+def erasures() -> list[ErasureRow]:
+    """Erasures, newest first, each with the open tickets it waits for and its report's rows."""
+    rows = list(Erasure.objects.order_by("-requested_at", "-id")[:LIMIT])
+    waits = {e.pk: e.waiting_for if e.status == Erasure.Status.WAITING else [] for e in rows}
+    tickets = Ticket.objects.in_bulk({pk for ids in waits.values() for pk in ids})
+    return [
+        ErasureRow(
+            erasure=erasure,
+            waiting=[
+                (ticket, WHAT_ENDS.get(ticket.status, ENDED))
+                for pk in waits[erasure.pk]
+                if (ticket := tickets.get(pk)) is not None
+            ],
+            report=[
+                (store, what, count)
+                for store, counts in (erasure.report or {}).items()
+                for what, count in (counts.items() if isinstance(counts, dict) else [])
+            ],
+        )
+        for erasure in rows
+    ]

@@ -12,6 +12,8 @@ urlpatterns = [
     path("ops/undelivered/", views.undelivered, name="undelivered"),
     path("ops/undelivered/<int:email_id>/resend/", views.resend, name="resend"),
     path("ops/reconcile/", views.reconcile, name="reconcile"),
+    path("ops/erasures/", views.erasures, name="erasures"),
+    path("ops/erasures/new/", views.erasure_new, name="erasure_new"),
     # path, not str: an address may hold "/", and with str its links could not be built.
     path("customers/<path:email>/", views.customer, name="customer"),
 ]

@@ -1,5 +1,6 @@
 """Admins' pages: a thread's history (time travel, fork), the failed and undelivered queues,
-reconcile's report, a customer's memory. Managers read (not reconcile's); only admins act."""
+reconcile's report, a customer's memory and their erasure. Managers read (not reconcile's nor
+the erasures); only admins act."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -17,11 +18,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from intake.models import Message
 from intake.services import message_retry as hand_back
 from ops import diagram, forms, history, selectors
+from ops.erasure import erasure_request
 from ops.models import PrunedThread
 from refunds import forks, permissions, policy, services
 from refunds.flow.nodes import charge_key
 from refunds.flow.words import dollars, node_words
-from refunds.models import AuditEvent, Email, Ticket, of_customer
+from refunds.models import AuditEvent, Email, Order, Ticket, of_customer
 from refunds.money import money_moved
 
 EMAIL_MAX = 254  # RFC 5321's longest path
@@ -219,16 +221,29 @@ def reconcile(request: HttpRequest) -> HttpResponse:
     return render(request, "ops/reconcile.html", context)
 
 
-@require_GET
-@readers_only
-def customer(request: HttpRequest, email: str) -> HttpResponse:
+def _not_an_address(email: str) -> HttpResponse | None:
     # PostgreSQL answers a NUL with an error (a 500): what cannot be an address is refused.
-    if not (0 < len(email) <= EMAIL_MAX and email.isprintable() and "@" in email):
-        return HttpResponseBadRequest(
-            "That is not a customer's email address (printable characters with an @, at most "
-            f"{EMAIL_MAX}).",
-            content_type="text/plain; charset=utf-8",
-        )
+    if 0 < len(email) <= EMAIL_MAX and email.isprintable() and "@" in email:
+        return None
+    return HttpResponseBadRequest(
+        "That is not a customer's email address (printable characters with an @, at most "
+        f"{EMAIL_MAX}).",
+        content_type="text/plain; charset=utf-8",
+    )
+
+
+def _order_numbers(email: str) -> list[str]:
+    return list(
+        of_customer(Order.objects.all(), email).order_by("number").values_list("number", flat=True)
+    )
+
+
+def _customer_page(
+    request: HttpRequest, email: str, form: forms.EraseForm | None = None, status: int = 200
+) -> HttpResponse:
+    is_admin = permissions.is_admin(request.user)
+    if form is None and is_admin:
+        form = forms.EraseForm(initial={"email": email}, numbers=_order_numbers(email))
     context = {
         "email": email,
         "memory": selectors.customer_memory(email),
@@ -236,6 +251,46 @@ def customer(request: HttpRequest, email: str) -> HttpResponse:
         .select_related("order")
         .order_by("-id")[:50],
         "audit_actions": AuditEvent.Action,
-        "is_admin": permissions.is_admin(request.user),
+        "is_admin": is_admin,
+        "erase_form": form,
     }
-    return render(request, "ops/customer.html", context)
+    return render(request, "ops/customer.html", context, status=status)
+
+
+@require_GET
+@readers_only
+def customer(request: HttpRequest, email: str) -> HttpResponse:
+    return _not_an_address(email) or _customer_page(request, email)
+
+
+@require_POST
+@admins_only
+def erasure_new(request: HttpRequest) -> HttpResponse:
+    """The customer page's "Erase this customer"; a refusal is shown there and changes nothing."""
+    email = request.POST.get("email", "")
+    if refused := _not_an_address(email):
+        return refused
+    form = forms.EraseForm(request.POST, numbers=_order_numbers(email))
+    if form.is_valid():
+        try:
+            erasure = erasure_request(
+                email=form.cleaned_data["email"],
+                orders=form.cleaned_data["orders"],
+                by=f"admin {request.user.get_username()}",
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(
+                request,
+                f"Erasure {erasure.pk} forgets {email} ({erasure.get_status_display().lower()}): "
+                "a worker runs it; follow it here.",
+            )
+            return redirect("ops:erasures")
+    return _customer_page(request, email, form, status=400)
+
+
+@require_GET
+@admins_only
+def erasures(request: HttpRequest) -> HttpResponse:
+    return render(request, "ops/erasures.html", {"erasures": selectors.erasures()})

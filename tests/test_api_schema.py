@@ -37,7 +37,9 @@ def test_the_schema_names_every_endpoint_and_method(client, db):
     assert set(paths["/api/tickets/{ticket_id}/decision/"]) >= {"post"}
     assert set(paths["/api/orders/"]) >= {"post"}
     assert paths["/api/messages/"]["post"]["operationId"] == "messages_receive"
-    # each one named above
+    assert paths["/api/erasures/"]["post"]["operationId"] == "erasures_request"
+    assert set(paths["/api/erasures/{erasure_id}/"]) >= {"get"}
+    # each one named above (the erasures' two are routed in config/urls.py: ops/api.py)
     assert api_routes == {"tickets", "ticket", "ticket_decision", "orders", "messages"}
 
 
