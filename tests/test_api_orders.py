@@ -331,3 +331,23 @@ def test_the_schema_documents_the_push(client, db):
         "paid",
         "lines",
     }
+
+
+def test_an_erased_order_is_not_given_its_customer_back_by_a_push(api):
+    """The shop's next sync sends the order with the customer's name and address again: the
+    desk keeps it pseudonymised (ops/forgetting.py) and says why."""
+    from django.utils import timezone
+
+    existing = make_order("7203", fee_cents=899)
+    Order.objects.filter(pk=existing.pk).update(
+        customer_name="Erased customer erased-1",
+        customer_email="erased-1@erased.invalid",
+        erased_at=timezone.now(),
+    )
+    before = list(Order.objects.values_list())
+
+    (result,) = push(api, {"orders": [order("7203", shipping_fee="8.99")]}).json()["results"]
+
+    assert result["result"] == "refused"
+    assert "Order 7203's customer was erased on" in result["reason"]
+    assert list(Order.objects.values_list()) == before
