@@ -559,6 +559,10 @@ REFUNDS_RETAIN_PERSONAL_DAYS = env.int("REFUNDS_RETAIN_PERSONAL_DAYS", 730, vali
 REFUNDS_RETAIN_ATTACHMENTS_DAYS = env.int(
     "REFUNDS_RETAIN_ATTACHMENTS_DAYS", 180, validate=Range(min=1)
 )
+# Older checkpoints of threads finished this many days ago go (the last of each stays; 0: none).
+REFUNDS_RETAIN_CHECKPOINTS_DAYS = env.int(
+    "REFUNDS_RETAIN_CHECKPOINTS_DAYS", 30, validate=Range(min=0)
+)
 REFUNDS_RETENTION_HOURS = env.float("REFUNDS_RETENTION_HOURS", 24.0, validate=Range(min=0.1))
 REFUNDS_RETENTION_BATCH = 500  # orders (and ticketless messages) per run; the next run goes on
 

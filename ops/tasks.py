@@ -1,8 +1,10 @@
 """Thin Celery tasks: they take ids and call the erasure. Safe to deliver twice."""
 
 from celery import shared_task
+from django.conf import settings
 
 from ops import erasure
+from ops.pruning import prune_finished
 
 
 # celery-types 0.26 predates Celery 5.7's retry_on_worker_lost, hence the ignore.
@@ -18,6 +20,9 @@ def take_erasure(erasure_id: int) -> str:
 
 @shared_task(ignore_result=True)
 def retention() -> int | None:
-    """Beat, daily: forget what ended before the retention period, by the erasure's own steps."""
+    """Beat, daily: keep only the last checkpoint of threads finished long enough ago, and
+    forget what ended before the retention period, by the erasure's own steps."""
+    if days := settings.REFUNDS_RETAIN_CHECKPOINTS_DAYS:
+        prune_finished(days)
     started = erasure.retention_request()
     return started.pk if started else None

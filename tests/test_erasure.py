@@ -322,3 +322,23 @@ def test_an_address_longer_than_the_column_is_refused_in_words(db):
     with pytest.raises(Exception, match="at most 254 characters"):
         erasure_request(email=f"{'a' * 64}@{'b' * 63}.{'c' * 63}.{'d' * 63}.com", by="admin")
     assert not Erasure.objects.exists()
+
+
+def test_the_retention_job_keeps_only_the_last_checkpoint_of_threads_finished_long_ago(
+    transactional_db, client, desk, bucket, agent, settings, late_order
+):
+    from ops.models import PrunedThread
+    from ops.tasks import retention
+
+    ticket = refunded_ticket(client, agent)
+    settings.REFUNDS_RETAIN_PERSONAL_DAYS = 0  # personal data kept: only the pruning runs
+    settings.REFUNDS_RETAIN_CHECKPOINTS_DAYS = 30
+    config = persistence.thread_config(ticket.thread_id)
+    assert len(list(persistence.checkpointer().list(config))) > 1
+    retention()
+    assert len(list(persistence.checkpointer().list(config))) > 1  # finished today: kept
+    Ticket.objects.filter(pk=ticket.pk).update(updated_at=ticket.updated_at.replace(year=2025))
+    assert retention() is None  # no erasure started
+    assert len(list(persistence.checkpointer().list(config))) == 1
+    assert PrunedThread.objects.get(ticket=ticket).checkpoints_removed > 0
+    assert not Erasure.objects.exists()

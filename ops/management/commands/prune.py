@@ -1,17 +1,13 @@
-"""Remove all but the last checkpoint of finished threads older than a given age; the app's own
-rows are kept, and the history page tells a pruned thread's story from them."""
+"""Remove all but the last checkpoint of finished threads older than a given age (ops/pruning.py;
+the retention job runs the same every day, REFUNDS_RETAIN_CHECKPOINTS_DAYS)."""
 
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.utils import timezone
 
-from ops.models import PrunedThread
-from refunds.models import Fork, Ticket
-from refunds.persistence import storage
+from ops.pruning import prune_finished
 
 
 def bar(done: int, total: int, width: int = 30) -> str:
@@ -33,45 +29,16 @@ class Command(BaseCommand):
         if older_than < 0:
             self.stderr.write("--older-than must be 0 or more days")
             sys.exit(2)
-        cutoff = timezone.now() - timedelta(days=older_than)
-        tickets = list(
-            Ticket.objects.filter(status__in=Ticket.FINAL, updated_at__lt=cutoff)
-            .order_by("pk")
-            .values_list("pk", "thread_id")
+
+        def progress(n: int, total: int) -> None:
+            self.stderr.write(f"\r{bar(n, total)}", ending="" if n < total else "\n")
+
+        done = prune_finished(
+            older_than, dry_run=dry_run, progress=None if no_progress else progress
         )
-        threads = removed = before_total = after_total = 0
-        show = not no_progress and len(tickets) > 0
-        for n, (ticket_id, thread_id) in enumerate(tickets, start=1):
-            rows = storage.checkpoint_rows(thread_id)
-            if len(rows) > 1 and (dry_run or self._still_finished(ticket_id)):
-                size = storage.thread_bytes(thread_id, rows)
-                if dry_run:
-                    gone, after = len(rows) - 1, storage.thread_bytes(thread_id, rows[-1:])
-                else:
-                    gone = storage.keep_latest(thread_id)
-                    after = storage.thread_bytes(thread_id)
-                    pruned, _ = PrunedThread.objects.get_or_create(
-                        ticket_id=ticket_id, defaults={"bytes_before": size}
-                    )
-                    pruned.checkpoints_removed += gone
-                    pruned.bytes_after = after
-                    pruned.save()
-                threads, removed = threads + 1, removed + gone
-                before_total, after_total = before_total + size, after_total + after
-            if show:
-                self.stderr.write(f"\r{bar(n, len(tickets))}", ending="")
-        if show:
-            self.stderr.write("")
         verb = "Would prune" if dry_run else "Pruned"
         self.stdout.write(
-            f"{verb} {threads} of {len(tickets)} finished thread(s) older than {older_than:g} "
-            f"day(s): {removed} checkpoint(s), {before_total:,} -> {after_total:,} bytes."
-        )
-
-    @staticmethod
-    def _still_finished(ticket_id: int) -> bool:
-        # A fork starts from a checkpoint: a ticket with one recorded, or not final, keeps them.
-        return (
-            Ticket.objects.filter(pk=ticket_id, status__in=Ticket.FINAL).exists()
-            and not Fork.objects.unapplied().filter(ticket_id=ticket_id).exists()
+            f"{verb} {done.threads} of {done.finished} finished thread(s) older than "
+            f"{older_than:g} day(s): {done.removed} checkpoint(s), {done.bytes_before:,} -> "
+            f"{done.bytes_after:,} bytes."
         )
