@@ -472,6 +472,7 @@ CELERY_TASK_ROUTES = {
     "refunds.tasks.handle_stripe_event": {"queue": "housekeeping"},
     "refunds.tasks.reconcile_payments": {"queue": "housekeeping"},
     "webhooks.tasks.*": {"queue": "housekeeping"},
+    "ops.tasks.*": {"queue": "housekeeping"},  # erasures and retention
 }
 # Exactly one beat sends: RedBeat's lock in Redis; a beat that loses it stands by (config/beat.py).
 CELERY_BEAT_SCHEDULER = "config.beat.StandbyScheduler"
