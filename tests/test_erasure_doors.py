@@ -11,6 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from api.models import ApiToken
 from ops import shop_webhook
@@ -414,12 +415,16 @@ def test_the_erasures_page_fits_a_phone_and_a_desk(
         pseudonym="erased-0be2d4c7e1",
         requested_by="admin admin",
         status=Erasure.Status.DONE,
-        report={
+        finished_at=timezone.now(),
+        report={  # as a run writes it: every store, counted
             "checkpoints": {"threads": 2},
             "memory": {"items": 1},
             "records": {"api answers": 1, "processor events": 0},
-            "messages": {"messages": 3},
-            "orders": {"orders": 2},
+            "files": {"files": 2},
+            "outbox": {"emails and deliveries": 3},
+            "messages": {"messages": 2},
+            "tickets": {"tickets": 1},
+            "orders": {"orders": 1},
         },
     )
     page = page_for(browser, live_server, admin_user, width=width)
