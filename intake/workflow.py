@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from langgraph.errors import GraphDrained
-from langgraph.func import entrypoint, task
+from langgraph.func import entrypoint
 
 from intake.models import Message
 from intake.steps import (
@@ -30,13 +30,12 @@ from intake.steps import (
 from refunds import lease as leases
 from refunds import persistence
 from refunds.flow.errors import EffectBusy
-from refunds.functional import after_saved
+from refunds.functional import TaskWrapper, tasks
 from refunds.persistence import FenceLost
 
 log = logging.getLogger(__name__)
 
 
-TaskWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 TASKS: dict[str, Callable[..., Any]] = {
     "read": read_message,
     "find_orders": find_orders,
@@ -47,12 +46,7 @@ TASKS: dict[str, Callable[..., Any]] = {
 
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
     """The intake's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
-    steps: dict[str, Any] = {
-        name: task(name=name)(
-            after_saved(wrap(f"intake:{name}", fn) if wrap else fn, checkpointer, current_lease)
-        )
-        for name, fn in TASKS.items()
-    }
+    steps = tasks("intake", TASKS, checkpointer, current_lease, wrap)
 
     @entrypoint(checkpointer=checkpointer, context_schema=IntakeContext)
     def intake(item: Item) -> dict[str, Any]:

@@ -28,14 +28,14 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from langgraph.errors import GraphDrained
-from langgraph.func import entrypoint, task
+from langgraph.func import entrypoint
 from langgraph.runtime import get_runtime
 
 from ops import forgetting
 from ops.models import Erasure
 from refunds import enqueue, persistence
 from refunds import lease as leases
-from refunds.functional import after_saved
+from refunds.functional import TaskWrapper, tasks
 from refunds.models import AuditEvent, Order
 from refunds.models.orders import of_customer
 from refunds.persistence import FenceLost
@@ -193,17 +193,10 @@ TASKS: dict[str, Callable[..., Any]] = {
     "finish": _finish,
 }
 
-TaskWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
-
 
 def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
     """The erasure's entrypoint on `checkpointer`; `wrap` wraps every task (crash tests)."""
-    steps: dict[str, Any] = {
-        name: task(name=name)(
-            after_saved(wrap(f"erase:{name}", fn) if wrap else fn, checkpointer, current_lease)
-        )
-        for name, fn in TASKS.items()
-    }
+    steps = tasks("erase", TASKS, checkpointer, current_lease, wrap)
 
     @entrypoint(checkpointer=checkpointer, context_schema=ErasureContext)
     def erase(item: Item) -> dict[str, Any]:

@@ -9,8 +9,28 @@ from typing import Any
 
 from django.conf import settings
 from langgraph.errors import GraphDrained
+from langgraph.func import task
 
 from refunds import lease as leases
+
+TaskWrapper = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+
+
+def tasks(
+    workflow: str,
+    functions: dict[str, Callable[..., Any]],
+    checkpointer: Any,
+    lease: Callable[[], leases.Lease],
+    wrap: TaskWrapper | None = None,
+) -> dict[str, Any]:
+    """The workflow's @tasks, each started after_saved; `wrap` wraps each, named
+    "<workflow>:<name>" (the crash tests' points)."""
+    return {
+        name: task(name=name)(
+            after_saved(wrap(f"{workflow}:{name}", fn) if wrap else fn, checkpointer, lease)
+        )
+        for name, fn in functions.items()
+    }
 
 
 def after_saved(
