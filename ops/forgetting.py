@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from api.models import IdempotentRequest
 from intake.attachments import storage
-from intake.models import REPLY_PREFIX, Attachment, Message, MessageEvent
+from intake.models import REPLY_PREFIX, Attachment, Message, MessageEvent, MessageTicket
 from ops.models import Erasure
 from refunds import persistence
 from refunds.flow.nodes.common import customer_namespace
@@ -82,8 +82,11 @@ def scope(erasure: Erasure) -> Scope:
                 erased_at=None, ticket=None, finished_at__lt=cutoff, received_at__lt=cutoff
             ).values_list("pk", flat=True)[: settings.REFUNDS_RETENTION_BATCH]
         )
+    # The tickets of those orders, and those the messages went to (an order of another address).
     tickets = set(
         TicketOrder.objects.filter(order_id__in=orders).values_list("ticket_id", flat=True)
+    ) | set(
+        MessageTicket.objects.filter(message_id__in=messages).values_list("ticket_id", flat=True)
     )
     messages |= set(Message.objects.filter(ticket_id__in=tickets).values_list("pk", flat=True))
     files_of = set(messages)

@@ -13,7 +13,7 @@ from email.message import EmailMessage
 import pytest
 from django.db import connection, transaction
 
-from intake import workflow
+from intake import sorting, workflow
 from intake.models import Message
 from ops import forgetting
 from ops.erasure import erasure_request, erasure_take, erasures_recover, retention_request
@@ -342,3 +342,28 @@ def test_the_retention_job_keeps_only_the_last_checkpoint_of_threads_finished_lo
     assert len(list(persistence.checkpointer().list(config))) == 1
     assert PrunedThread.objects.get(ticket=ticket).checkpoints_removed > 0
     assert not Erasure.objects.exists()
+
+
+def test_a_ticket_the_customer_wrote_to_about_another_addresss_order_loses_their_words(
+    transactional_db, client, desk, bucket, agent, colleague
+):
+    """Ana writes about her husband's order (his address on it): her words and her ticket's
+    threads go with her; his name and address stay on his order."""
+    make_order("1042", name="Rui Souza")
+    message = customer_writes(client)
+    assert message.status == "needs_sorting"  # not the order's customer: a person sorts it
+    sorting.message_sort(
+        message=message,
+        order_numbers=["1042"],
+        reason="late_delivery",
+        by=colleague,
+        other_customer_ok=True,
+    )
+    ticket = Message.objects.get(pk=message.pk).ticket
+    assert ticket is not None and runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    decide(ticket, agent, "reject", reason="Not late by our records.")
+    assert runner.advance(ticket.pk) == "rejected"
+    erasure_take(erasure_request(email=EMAIL, by="admin ada").pk)
+    assert holding((EMAIL, PHRASE)) == set()
+    assert Order.objects.get().customer_email == "rui@example.com"
