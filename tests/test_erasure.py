@@ -364,6 +364,9 @@ def test_a_ticket_the_customer_wrote_to_about_another_addresss_order_loses_their
     ticket.refresh_from_db()
     decide(ticket, agent, "reject", reason="Not late by our records.")
     assert runner.advance(ticket.pk) == "rejected"
+    # The ticket quotes her: the sentence the reader read the reason from.
+    words = (EMAIL, PHRASE, "Could you refund the delivery charge")
+    assert ("refunds_ticket", words[2]) in holding(words)
     erasure_take(erasure_request(email=EMAIL, by="admin ada").pk)
-    assert holding((EMAIL, PHRASE)) == set()
+    assert holding(words) == set()
     assert Order.objects.get().customer_email == "rui@example.com"
