@@ -37,7 +37,7 @@ from refunds.models import (
 )
 from refunds.models.orders import of_customer
 from refunds.outbox import ERASED_DOMAIN
-from webhooks.models import Attempt
+from webhooks.models import Attempt, Delivery
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +194,7 @@ def outbox(erasure: Erasure, scope: Scope) -> dict[str, int]:
         about |= Q(key__startswith=f"{REPLY_PREFIX}{pk}:")
     if erasure.email:
         about |= Q(to__iexact=erasure.email)
-    rows = Email.objects.filter(about)
-    ids = list(rows.values_list("pk", flat=True))
-    count = Email.objects.filter(pk__in=ids).update(
+    emails = Email.objects.filter(about).update(
         to=address(erasure),
         subject=ERASED,
         body=ERASED,
@@ -204,8 +202,11 @@ def outbox(erasure: Erasure, scope: Scope) -> dict[str, int]:
         last_error="",
         delivery_detail="",
     )
-    Attempt.objects.filter(delivery_id__in=ids).update(response_body="", error="")
-    return {"emails and deliveries": count}
+    # A delivery's payload names the ticket, not the customer, and is made as it is sent; what
+    # the helpdesk answered may quote the customer.
+    deliveries = Delivery.objects.filter(ticket_id__in=scope["tickets"]).values("pk")
+    answers = Attempt.objects.filter(delivery_id__in=deliveries).update(response_body="", error="")
+    return {"emails": emails, "webhook answers": answers}
 
 
 def tickets(erasure: Erasure, scope: Scope) -> dict[str, int]:

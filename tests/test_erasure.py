@@ -12,6 +12,7 @@ from email.message import EmailMessage
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from intake import sorting, workflow
 from intake.models import Message
@@ -27,6 +28,7 @@ from refunds.services.errors import OrdersRefused, RefundError
 from tests.conftest import make_order
 from tests.reviewing import decide
 from tests.test_attachments import JPEG, WEBHOOK_KEY, photo, post
+from webhooks.models import Attempt, Delivery, Endpoint, Event
 
 EMAIL = "ana@example.com"
 NAME = "Ana Souza"
@@ -76,6 +78,16 @@ def refunded_ticket(client, reviewer) -> Ticket:
     decide(ticket, reviewer)
     assert runner.advance(ticket.pk) == "refunded"
     return ticket
+
+
+def helpdesk_answered(ticket: Ticket, answer: str) -> None:
+    """A helpdesk's endpoint took the ticket's webhook and answered quoting the customer."""
+    endpoint = Endpoint.objects.create(url="https://helpdesk.example.com/hook", secret="s" * 32)
+    event = Event.objects.create(ticket=ticket, to_status="refunded", created_at=timezone.now())
+    delivery = Delivery.objects.create(
+        kind=Delivery.Kind.WEBHOOK, key="webhook:1:1", ticket=ticket, event=event, endpoint=endpoint
+    )
+    Attempt.objects.create(delivery=delivery, status_code=200, response_body=answer)
 
 
 def everything_kept() -> Iterator[tuple[str, str]]:
@@ -130,12 +142,14 @@ def test_after_an_erasure_nothing_the_desk_keeps_holds_the_customers_name_addres
     ticket = refunded_ticket(client, agent)
     message = Message.objects.get()
     assert len(bucket.keys()) == 1
+    helpdesk_answered(ticket, f'{{"requester": "{NAME} <{EMAIL}>"}}')
     told = [m for m in desk.delivered if EMAIL in m.to]
     assert told and "Ana" in told[-1].body  # the customer was told, by name
     before = holding()
     # Found before, in each kind of store: the test looks where the data is.
     places = {where for where, _ in before}
     assert {"intake_message", "refunds_order", "refunds_email", "checkpoint", "store"} <= places
+    assert "webhooks_attempt" in places
     assert {needle for _, needle in before} == set(NEEDLES)
 
     erasure = erasure_request(email=EMAIL.upper(), orders=["1042"], by="admin ada")

@@ -421,7 +421,7 @@ def test_the_erasures_page_fits_a_phone_and_a_desk(
             "memory": {"items": 1},
             "records": {"api answers": 1, "processor events": 0},
             "files": {"files": 2},
-            "outbox": {"emails and deliveries": 3},
+            "outbox": {"emails": 3, "webhook answers": 1},
             "messages": {"messages": 2},
             "tickets": {"tickets": 1},
             "orders": {"orders": 1},
