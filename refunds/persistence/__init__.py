@@ -127,7 +127,7 @@ def setup_persistence() -> None:
     """Create the checkpoint, store and fence tables. Run once at deploy (migrate runs it)."""
     saver, the_store = _persistence(os.getpid())
     saver.setup()
-    the_store.setup()
+    the_store.inner.setup()
     if isinstance(saver, FencedPostgresSaver):
         with checkpoint_connection(saver.conn) as conn:
             conn.execute(

@@ -138,9 +138,12 @@ class FencedPostgresSaver(PostgresSaver):
             # Upstream keeps strings and numbers in the checkpoint's JSON, in clear: encrypted,
             # they go to the blobs too, at their current version each time (a value stored
             # inline before keys were set has no blob yet; the blob's key makes it one row).
-            primitive = {k: inline.pop(k) for k, v in list(inline.items()) if v is not None}
+            known = checkpoint["channel_versions"]
+            primitive = {
+                k: inline.pop(k) for k, v in list(inline.items()) if v is not None and k in known
+            }
             blob_values.update(primitive)
-            versions |= {k: checkpoint["channel_versions"][k] for k in primitive}
+            versions |= {k: known[k] for k in primitive}
         stored = {**checkpoint, "channel_values": inline}
         blob_rows = [
             (thread_id, checkpoint_ns, k, version, *self.serde.dumps_typed(blob_values[k]))

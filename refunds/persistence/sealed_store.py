@@ -22,9 +22,7 @@ class SealedStore(BaseStore):
         self.inner = inner
         self.serde = serde
         self.conn = inner.conn  # closed, and emptied by the tests, as the inner store's
-
-    def setup(self) -> None:
-        self.inner.setup()
+        # No setup(): setup_persistence, run by migrate, sets up the inner store, never a worker.
 
     def _sealed(self, ops: Iterable[Op]) -> list[Op]:
         if self.serde is None:
