@@ -22,7 +22,7 @@ class SealedStore(BaseStore):
         self.inner = inner
         self.serde = serde
         self.conn = inner.conn  # closed, and emptied by the tests, as the inner store's
-        # No setup(): setup_persistence, run by migrate, sets up the inner store, never a worker.
+        # Its tables are made by migrate (through the inner store), never by a worker starting.
 
     def _sealed(self, ops: Iterable[Op]) -> list[Op]:
         if self.serde is None:
