@@ -1,6 +1,7 @@
 """The LangGraph store with its values encrypted. Upstream's stores keep values as JSON and take
 no serializer, so this wrapper seals each value on the way in and opens it on the way out; the
-namespace and key stay readable (the customer's email is the namespace: the erasure deletes it).
+namespace and key stay readable (the namespace is the customer's email: erasing the customer
+deletes those rows).
 A search's `filter` cannot see inside a sealed value; the app filters on none."""
 
 from __future__ import annotations
