@@ -90,9 +90,10 @@ def fake_context() -> Collaborators:
     )
 
 
-def open_persistence(url: str) -> tuple[Any, Any]:
+def open_persistence(url: str, serde: Any = None) -> tuple[Any, Any]:
     """A checkpointer and store as a LangGraph user opens them: same kinds and options as the
-    app's runner (SQLite in WAL, or one psycopg ConnectionPool for PostgreSQL)."""
+    app's runner (SQLite in WAL, or one psycopg ConnectionPool for PostgreSQL); `serde` is the
+    savers' (LangGraph's EncryptedSerializer for the encrypted figures; the store has none)."""
     if url.startswith("sqlite:///"):
         from langgraph.checkpoint.sqlite import SqliteSaver
         from langgraph.store.sqlite import SqliteStore
@@ -107,7 +108,10 @@ def open_persistence(url: str) -> tuple[Any, Any]:
             conn.execute("PRAGMA synchronous=NORMAL")
             return conn
 
-        return SqliteSaver(connect({})), SqliteStore(connect({"isolation_level": None}))
+        return (
+            SqliteSaver(connect({}), serde=serde),
+            SqliteStore(connect({"isolation_level": None})),
+        )
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.store.postgres import PostgresStore
     from psycopg.rows import dict_row
@@ -120,11 +124,11 @@ def open_persistence(url: str) -> tuple[Any, Any]:
         open=True,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
     )
-    return PostgresSaver(pool), PostgresStore(pool)
+    return PostgresSaver(pool, serde=serde), PostgresStore(pool)
 
 
-def compiled(url: str):
-    saver, store = open_persistence(url)
+def compiled(url: str, serde: Any = None):
+    saver, store = open_persistence(url, serde)
     return build_graph().compile(checkpointer=saver, store=store)
 
 
@@ -148,9 +152,9 @@ def approved(review: dict) -> dict:
     return APPROVE | {"orders": answers.expanded(review["orders"], answer="approve")}
 
 
-def run_bare(url: str, numbers: list[str], prefix: str) -> dict:
+def run_bare(url: str, numbers: list[str], prefix: str, serde: Any = None) -> dict:
     """Every ticket start to end in this process: invoke to the interrupt, then resume."""
-    graph = compiled(url)
+    graph = compiled(url, serde)
     ctx = fake_context()
     cpu_before = time.process_time()
     started = time.perf_counter()

@@ -15,7 +15,9 @@ the Redis on 127.0.0.1:6379, db 13) and worker count, in one fresh database:
    of three orders of one customer (`--several`, their charges fanned out), and under a burst of
    decisions for tickets that all wait at once;
 5. the intake's default reader in the driver process: messages read per second;
-6. checkpoint rows and bytes per ticket.
+6. checkpoint rows and bytes per ticket;
+7. bare and full again with checkpoints encrypted (issue 48: LangGraph's EncryptedSerializer,
+   AES-GCM; the full stack's store values too), in the same database, for the cost of it.
 
 Each configuration runs in a child process (settings come from the environment at start).
 Figures print as they come; everything lands in bench/results/throughput-<time>.json.
@@ -24,6 +26,7 @@ Figures print as they come; everything lands in bench/results/throughput-<time>.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -334,14 +337,15 @@ def run_burst_latency(desk: Desk, numbers: list[str]) -> dict:
     }
 
 
-def checkpoint_sizes(prefix: str) -> dict:
-    """Rows and bytes that the full stack's threads left in the checkpointer and store."""
+def checkpoint_sizes(prefix: str, tickets: int | None = None) -> dict:
+    """Rows and bytes that the full stack's threads left in the checkpointer and store, per
+    ticket (of `tickets`, or of every ticket)."""
     from django.conf import settings
 
     from refunds import persistence
     from refunds.models import Ticket
 
-    threads = Ticket.objects.count()
+    threads = tickets or Ticket.objects.count()
     like = f"{prefix}%"
     if settings.IS_POSTGRES:
         import psycopg
@@ -417,6 +421,7 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     from devtools import embedded_redis
     from refunds import persistence
     from refunds.models import Order
+    from refunds.persistence.encryption import serializer
 
     call_command("migrate", verbosity=0)  # also creates the checkpoint and store tables, once
     redis_proc = None
@@ -431,6 +436,7 @@ def run_one(backend: str, n_workers: int, args) -> dict:
     workers = []
     try:
         numbers = [f"F{i:05d}" for i in range(args.tickets + args.idle + args.burst)]
+        encrypted_numbers = [f"G{i:05d}" for i in range(args.tickets)]
         Order.objects.bulk_create(
             Order(
                 number=f["number"],
@@ -440,12 +446,16 @@ def run_one(backend: str, n_workers: int, args) -> dict:
                 delivered_on=f["delivered_on"],
                 shipping_fee_cents=f["fee_cents"],
             )
-            for f in map(order_facts, numbers)
+            for f in map(order_facts, numbers + encrypted_numbers)
         )
         bare_numbers = [f"B{i:05d}" for i in range(args.tickets)]
         say(f"{label}: bare LangGraph, {len(bare_numbers)} tickets in one process")
         result["bare"] = run_bare(url, bare_numbers, "bare")
         say(f"{label}:   bare {result['bare']['tickets_per_s']:.1f} tickets/s")
+        key = b"bench-only-checkpoint-key-32byte"
+        enc_numbers = [f"C{i:05d}" for i in range(args.tickets)]
+        result["bare_encrypted"] = run_bare(url, enc_numbers, "bare-enc", serializer([key]))
+        say(f"{label}:   bare encrypted {result['bare_encrypted']['tickets_per_s']:.1f} tickets/s")
 
         naive_numbers = [f"N{i:05d}" for i in range(args.tickets)]
         say(f"{label}: naive Celery glue, {n_workers} worker(s)")
@@ -487,6 +497,18 @@ def run_one(backend: str, n_workers: int, args) -> dict:
         # One-order tickets only (their numbers start with F), as before tickets of several.
         result["checkpoints"] = checkpoint_sizes("refund-F")
         result["full"]["worker_errors"] = sum(w.errors() for w in workers)
+
+        say(f"{label}: full stack, checkpoints encrypted, {n_workers} worker(s)")
+        for worker in workers:
+            worker.stop()
+        os.environ["REFUNDS_CHECKPOINT_KEYS"] = base64.urlsafe_b64encode(key).decode()
+        settings.REFUNDS_CHECKPOINT_KEYS = [key]
+        persistence.close_persistence()
+        workers = start_workers("config", n_workers, data_dir / "logs", dict(os.environ), "enc")
+        result["full_encrypted"] = run_full(desk, encrypted_numbers, workers)
+        result["full_encrypted"]["worker_errors"] = sum(w.errors() for w in workers)
+        say(f"{label}:   full encrypted {result['full_encrypted']['tickets_per_s']:.1f} tickets/s")
+        result["checkpoints_encrypted"] = checkpoint_sizes("refund-G", len(encrypted_numbers))
     finally:
         for worker in workers:
             worker.stop()
@@ -517,6 +539,8 @@ def summarize(results: list[dict]) -> dict:
             "full_vs_bare": full / bare,
             "full_vs_naive": full / naive,
             "naive_vs_bare": naive / bare,
+            "bare_encrypted_vs_bare": r["bare_encrypted"]["tickets_per_s"] / bare,
+            "full_encrypted_vs_full": r["full_encrypted"]["tickets_per_s"] / full,
         }
     by = {r["config"]: r for r in results}
     if "postgres:1" in by and "postgres:4" in by:
@@ -567,6 +591,16 @@ def print_table(results: list[dict], ratios: dict) -> None:
                 f"{three['p50_ms']:.1f} ms, p95 {three['p95_ms']:.1f} ms"
             )
         print(f"{r['config']:<12} reader: {r['reader']['messages_per_s']:,.0f} messages/s")
+        q = ratios[r["config"]]
+        plain, sealed = r["checkpoints"], r["checkpoints_encrypted"]
+        print(
+            f"{r['config']:<12} encrypted: bare {r['bare_encrypted']['tickets_per_s']:.1f} t/s "
+            f"({q['bare_encrypted_vs_bare']:.2f}x plain), full "
+            f"{r['full_encrypted']['tickets_per_s']:.1f} t/s "
+            f"({q['full_encrypted_vs_full']:.2f}x plain); checkpoint KB/ticket "
+            f"{plain['payload_bytes_per_ticket'] / 1024:.1f} plain, "
+            f"{sealed['payload_bytes_per_ticket'] / 1024:.1f} encrypted"
+        )
     for name, value in ratios.items():
         if not isinstance(value, dict):
             print(f"{name}: {value:.2f}x")

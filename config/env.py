@@ -1,6 +1,7 @@
 """Settings from the environment, read by environs: a bad value stops the process at start with
 one line that names the variable, not later as a confusing error deep inside a worker."""
 
+import base64
 import os
 import sys
 from collections.abc import Callable
@@ -151,3 +152,22 @@ def model_spec(name: str, value: str) -> str:
     if error := model_spec_error(name, value):
         raise BadSetting(error)
     return value
+
+
+def aes_keys(name: str, raw: str) -> list[bytes]:
+    """AES-256 keys, urlsafe base64 of 32 random bytes each, separated by commas; empty: none."""
+    keys = []
+    for position, item in enumerate((i.strip() for i in raw.split(",") if i.strip()), start=1):
+        try:
+            key = base64.urlsafe_b64decode(item.encode("ascii"))
+        except (ValueError, UnicodeEncodeError):
+            key = b""
+        if len(key) != 32:
+            # Never echo a key, not even a broken one: say which one and what a good one is.
+            raise BadSetting(
+                f"{name}: key {position} is not urlsafe base64 of 32 bytes; make one with "
+                'python -c "import secrets,base64;'
+                'print(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())"'
+            )
+        keys.append(key)
+    return keys

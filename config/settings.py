@@ -17,6 +17,7 @@ from marshmallow.validate import OneOf, Range
 
 from config.env import (
     BadSetting,
+    aes_keys,
     env,
     env_addresses,
     env_list,
@@ -212,6 +213,11 @@ CHECKPOINT_URL = env_url("CHECKPOINT_URL", "", schemes=("sqlite", "postgres", "p
 if CHECKPOINT_URL.startswith("sqlite"):
     sqlite_file("CHECKPOINT_URL", dj_database_url.parse(CHECKPOINT_URL)["NAME"])
 CHECKPOINT_POOL_SIZE = env.int("CHECKPOINT_POOL_SIZE", 4, validate=Range(min=1))
+# AES-256 keys for checkpoints and the store: the first writes, every one listed reads (rotation).
+REFUNDS_CHECKPOINT_KEYS = aes_keys(
+    "REFUNDS_CHECKPOINT_KEYS", env.str("REFUNDS_CHECKPOINT_KEYS", "")
+)
+REFUNDS_ALLOW_UNENCRYPTED_CHECKPOINTS = env.bool("REFUNDS_ALLOW_UNENCRYPTED_CHECKPOINTS", False)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -340,6 +346,16 @@ if REFUNDS_FAKES_IN_USE and not DEMO and not REFUNDS_ALLOW_FAKES:
         f"{REFUNDS_FAKES_IN_USE[0]}; production needs a real one "
         "(or REFUNDS_ALLOW_FAKES=true on a staging box, or REFUNDS_DEMO=true for the demo)"
     )
+# Customers' words live in every checkpoint: production encrypts them unless told not to. A
+# staging box on fakes (REFUNDS_ALLOW_FAKES) is not production and may skip the keys too.
+if not (
+    REFUNDS_CHECKPOINT_KEYS or DEMO or REFUNDS_ALLOW_FAKES or REFUNDS_ALLOW_UNENCRYPTED_CHECKPOINTS
+):
+    raise BadSetting(
+        "REFUNDS_CHECKPOINT_KEYS is empty: production encrypts checkpoints and the store; set "
+        "a key (docs/operations.md says how to make one) or "
+        "REFUNDS_ALLOW_UNENCRYPTED_CHECKPOINTS=true"
+    )
 REFUNDS_FAKES_BANNER = [
     words.split(": ", 1)[1] for words in REFUNDS_FAKES_IN_USE if REFUNDS_ALLOW_FAKES and not DEMO
 ]
@@ -380,12 +396,20 @@ REFUNDS_ATTACHMENTS_S3_REGION = env.str("REFUNDS_ATTACHMENTS_S3_REGION", "")
 REFUNDS_ATTACHMENTS_URL_SECONDS = env.int(
     "REFUNDS_ATTACHMENTS_URL_SECONDS", 60, validate=Range(min=5)
 )
+REFUNDS_ATTACHMENTS_S3_SSE = env.str(
+    "REFUNDS_ATTACHMENTS_S3_SSE", "", validate=OneOf(("", "AES256", "aws:kms"))
+)
+REFUNDS_ATTACHMENTS_S3_KMS_KEY_ID = env.str("REFUNDS_ATTACHMENTS_S3_KMS_KEY_ID", "")
+if REFUNDS_ATTACHMENTS_S3_KMS_KEY_ID and REFUNDS_ATTACHMENTS_S3_SSE != "aws:kms":
+    raise BadSetting("REFUNDS_ATTACHMENTS_S3_KMS_KEY_ID needs REFUNDS_ATTACHMENTS_S3_SSE=aws:kms")
 STORAGES["attachments"] = attachments_storage(
     folder=REFUNDS_ATTACHMENTS_DIR,
     bucket=REFUNDS_ATTACHMENTS_S3_BUCKET,
     endpoint_url=REFUNDS_ATTACHMENTS_S3_ENDPOINT_URL,
     region=REFUNDS_ATTACHMENTS_S3_REGION,
     url_seconds=REFUNDS_ATTACHMENTS_URL_SECONDS,
+    sse=REFUNDS_ATTACHMENTS_S3_SSE,
+    kms_key_id=REFUNDS_ATTACHMENTS_S3_KMS_KEY_ID,
 )
 if REFUNDS_ATTACHMENTS_S3_BUCKET:
     # A photo on a page is the desk's link, redirected to the bucket: the page may show it.

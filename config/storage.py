@@ -7,9 +7,20 @@ from typing import Any
 
 
 def attachments_storage(
-    *, folder: str, bucket: str = "", endpoint_url: str = "", region: str = "", url_seconds: int
+    *,
+    folder: str,
+    bucket: str = "",
+    endpoint_url: str = "",
+    region: str = "",
+    url_seconds: int,
+    sse: str = "",
+    kms_key_id: str = "",
 ) -> dict[str, Any]:
     if bucket:
+        # The store encrypts each object it keeps (S3's server-side encryption), asked per upload.
+        encryption = {"ServerSideEncryption": sse} if sse else {}
+        if sse == "aws:kms" and kms_key_id:
+            encryption["SSEKMSKeyId"] = kms_key_id
         return {
             "BACKEND": "storages.backends.s3.S3Storage",
             "OPTIONS": {
@@ -22,6 +33,7 @@ def attachments_storage(
                 "querystring_expire": url_seconds,
                 "signature_version": "s3v4",  # the links AWS and its lookalikes all check
                 "file_overwrite": True,  # a name is its message and its bytes: the same again
+                "object_parameters": encryption,
             },
         }
     return {

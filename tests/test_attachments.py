@@ -402,6 +402,33 @@ def test_the_storage_is_never_written_inside_a_database_transaction(db, bucket):
     assert bucket.keys() == []
 
 
+@pytest.mark.parametrize(
+    ("sse", "kms_key_id"), [("AES256", ""), ("aws:kms", "alias/desk-photos"), ("", "")]
+)
+def test_each_photo_is_encrypted_by_the_store_as_the_setting_asks(
+    db, bucket, settings, sse, kms_key_id
+):
+    settings.STORAGES = settings.STORAGES | {
+        "attachments": attachments_storage(
+            folder="",
+            bucket=bucket.name,
+            endpoint_url=bucket.endpoint,
+            region="us-east-1",
+            url_seconds=30,
+            sse=sse,
+            kms_key_id=kms_key_id,
+        )
+    }
+    _, kept = attachments.attachments_judge(
+        [attachments.Part("a.jpg", "image/jpeg", photo())], key="k"
+    )
+    attachments.attachments_store(kept)
+    (key,) = bucket.keys()
+    head = bucket.client.head_object(Bucket=bucket.name, Key=key)  # type: ignore[attr-defined]
+    assert head.get("ServerSideEncryption") == (sse or None)
+    assert head.get("SSEKMSKeyId", "").endswith(kms_key_id)
+
+
 SHOW_STORAGE = (
     "import json; from django.conf import settings; "
     "print(json.dumps([settings.STORAGES['attachments'], "

@@ -60,6 +60,10 @@ def test_the_throughput_script_refunds_every_ticket_of_the_full_stack(tmp_path):
     assert config["latency_idle"]["p50_ms"] > 0 and config["latency_burst"]["p95_ms"] > 0
     assert config["latency_idle_three"]["decisions"] == 2  # two tickets of three orders
     assert config["reader"]["messages_per_s"] > 0
+    # Issue 48: the same again with checkpoints encrypted, bare and full.
+    assert config["bare_encrypted"]["tickets"] == 3
+    assert config["full_encrypted"]["tickets"] == 3
+    assert config["full_encrypted"]["worker_errors"] == 0
 
 
 def test_the_pages_script_fetches_every_page_with_the_same_queries_at_two_sizes(tmp_path):

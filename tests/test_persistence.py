@@ -197,7 +197,8 @@ def test_new_threads_get_small_integer_versions(transactional_db):
 def test_a_fenced_put_whose_last_statement_fails_leaves_none_of_its_rows(transactional_db):
     """The fence check, the blobs and the checkpoint row are one transaction: the pipeline's
     single Sync ends it. Here the last statement fails (PostgreSQL's jsonb refuses a NUL
-    character) after the fence and the blobs went through; nothing of the call may stay."""
+    character, in the checkpoint's own JSON: there whether or not values are encrypted) after
+    the fence and the blobs went through; nothing of the call may stay."""
     import psycopg
     from langgraph.checkpoint.base import empty_checkpoint
 
@@ -206,9 +207,9 @@ def test_a_fenced_put_whose_last_statement_fails_leaves_none_of_its_rows(transac
     assert saver.claim_fence(thread, 1)
     checkpoint = empty_checkpoint()
     version = saver.get_next_version(None, None)
-    # "notes" is a list: stored in checkpoint_blobs; "note" is a string: inline in the row.
-    checkpoint["channel_values"] = {"notes": ["kept?"], "note": "bad \x00 byte"}
-    checkpoint["channel_versions"] = {"notes": version, "note": version}
+    checkpoint["channel_values"] = {"notes": ["kept?"]}  # a list: stored in checkpoint_blobs
+    checkpoint["channel_versions"] = {"notes": version}
+    checkpoint["ts"] = "bad \x00 byte"
     config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "fence": 1}}
     with pytest.raises(psycopg.Error):
         saver.put(config, checkpoint, {"source": "input", "step": -1}, {"notes": version})

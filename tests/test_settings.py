@@ -187,6 +187,8 @@ PRODUCTION = {
     # Real mail and money: production refuses the fakes (console mail, the demo gateway).
     "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
     "REFUNDS_GATEWAY": "refunds.payments.HttpGateway",
+    # Production encrypts checkpoints: a key (32 bytes, urlsafe base64) or it refuses to start.
+    "REFUNDS_CHECKPOINT_KEYS": "dGVzdHMtb25seS1jaGVja3BvaW50LWtleS0zMi1ieXQ=",
 }
 
 

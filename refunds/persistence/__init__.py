@@ -39,9 +39,11 @@ from psycopg_pool import ConnectionPool
 
 from refunds.flow.graph import NodeWrapper, build_graph
 from refunds.flow.tracking import TrackingOptions
+from refunds.persistence.encryption import serializer
 from refunds.persistence.fence import FENCE_TABLE
 from refunds.persistence.fence import FenceLost as FenceLost
 from refunds.persistence.postgres import FencedPostgresSaver, checkpoint_connection
+from refunds.persistence.sealed_store import SealedStore
 from refunds.persistence.sqlite import FencedSqliteSaver
 
 
@@ -76,13 +78,14 @@ def _open_sqlite(path: str, *, autocommit: bool) -> sqlite3.Connection:
 def _persistence(pid: int) -> tuple[Any, Any]:
     """(checkpointer, store) for this process; keyed by pid so a forked pool child opens its own."""
     url = checkpoint_url()
+    serde = serializer(settings.REFUNDS_CHECKPOINT_KEYS)
     if url.startswith("sqlite:///"):
         from langgraph.store.sqlite import SqliteStore
 
         path = url.removeprefix("sqlite:///")
         return (
-            FencedSqliteSaver(_open_sqlite(path, autocommit=False)),
-            SqliteStore(_open_sqlite(path, autocommit=True)),
+            FencedSqliteSaver(_open_sqlite(path, autocommit=False), serde=serde),
+            SealedStore(SqliteStore(_open_sqlite(path, autocommit=True)), serde),
         )
     from langgraph.store.postgres import PostgresStore
 
@@ -96,7 +99,7 @@ def _persistence(pid: int) -> tuple[Any, Any]:
         check=_check_without_round_trip,
         open=True,
     )
-    return FencedPostgresSaver(pool), PostgresStore(pool)
+    return FencedPostgresSaver(pool, serde=serde), SealedStore(PostgresStore(pool), serde)
 
 
 def _check_without_round_trip(conn: Any) -> None:
@@ -124,7 +127,7 @@ def setup_persistence() -> None:
     """Create the checkpoint, store and fence tables. Run once at deploy (migrate runs it)."""
     saver, the_store = _persistence(os.getpid())
     saver.setup()
-    the_store.setup()
+    the_store.inner.setup()
     if isinstance(saver, FencedPostgresSaver):
         with checkpoint_connection(saver.conn) as conn:
             conn.execute(

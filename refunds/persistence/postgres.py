@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from psycopg import Capabilities, Connection
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
@@ -87,10 +88,13 @@ class FencedPostgresSaver(PostgresSaver):
     the rest in checkpoint_blobs by version), except a DeltaChannel's snapshots, which the refund
     graph does not use (the contract test checks that it does not)."""
 
-    def __init__(self, conn: Connection[Any] | ConnectionPool[Any]) -> None:
+    def __init__(
+        self, conn: Connection[Any] | ConnectionPool[Any], *, serde: Any | None = None
+    ) -> None:
         if not Capabilities().has_pipeline():
             raise RuntimeError("the fenced checkpoint writes need libpq 14 or newer (pipelines)")
-        super().__init__(conn)
+        super().__init__(conn, serde=serde)
+        self.encrypts = isinstance(self.serde, EncryptedSerializer)
 
     @contextmanager
     def _fenced_write(self, config: RunnableConfig) -> Iterator[Any]:
@@ -129,10 +133,21 @@ class FencedPostgresSaver(PostgresSaver):
             for k, v in checkpoint["channel_values"].items()
             if not (v is None or isinstance(v, str | int | float | bool))
         }
+        versions = dict(new_versions)
+        if self.encrypts:
+            # Upstream keeps strings and numbers in the checkpoint's JSON, in clear: encrypted,
+            # they go to the blobs too, at their current version each time (a value stored
+            # inline before keys were set has no blob yet; the blob's key makes it one row).
+            known = checkpoint["channel_versions"]
+            primitive = {
+                k: inline.pop(k) for k, v in list(inline.items()) if v is not None and k in known
+            }
+            blob_values.update(primitive)
+            versions |= {k: known[k] for k in primitive}
         stored = {**checkpoint, "channel_values": inline}
         blob_rows = [
             (thread_id, checkpoint_ns, k, version, *self.serde.dumps_typed(blob_values[k]))
-            for k, version in new_versions.items()
+            for k, version in versions.items()
             if k in blob_values
         ]
         with self._fenced_write(config) as cur:
