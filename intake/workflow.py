@@ -5,7 +5,6 @@ the checkpoint and every effect."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -60,13 +59,14 @@ def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
 
 
 @cache
-def _compiled(pid: int, wrapper: TaskWrapper | None):
-    return build_workflow(persistence.checkpointer(), wrapper)
+def _compiled(checkpointer: Any, wrapper: TaskWrapper | None):
+    # Keyed by the checkpointer: this process's (a forked child opens its own), the one open now.
+    return build_workflow(checkpointer, wrapper)
 
 
 def workflow():
     path = settings.WORKFLOW_TASK_WRAPPER
-    return _compiled(os.getpid(), import_string(path) if path else None)
+    return _compiled(persistence.checkpointer(), import_string(path) if path else None)
 
 
 _running: list[leases.Lease] = []  # the leases this process runs a message's intake under now

@@ -10,7 +10,6 @@ erased under a running thread. The recovery sweep starts it again once they have
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import uuid
 from collections.abc import Callable
@@ -214,13 +213,14 @@ def build_workflow(checkpointer: Any, wrap: TaskWrapper | None = None):
 
 
 @cache
-def _compiled(pid: int, wrapper: TaskWrapper | None):
-    return build_workflow(persistence.checkpointer(), wrapper)
+def _compiled(checkpointer: Any, wrapper: TaskWrapper | None):
+    # Keyed by the checkpointer: this process's (a forked child opens its own), the one open now.
+    return build_workflow(checkpointer, wrapper)
 
 
 def workflow():
     path = settings.WORKFLOW_TASK_WRAPPER
-    return _compiled(os.getpid(), import_string(path) if path else None)
+    return _compiled(persistence.checkpointer(), import_string(path) if path else None)
 
 
 def _erasure(item: Item) -> Erasure:

@@ -28,6 +28,7 @@ from refunds.services.errors import OrdersRefused, RefundError
 from tests.conftest import make_order
 from tests.reviewing import decide
 from tests.test_attachments import JPEG, WEBHOOK_KEY, photo, post
+from tests.test_checkpoint_encryption import keys  # noqa: F401 - a fixture, asked by name
 from webhooks.models import Attempt, Delivery, Endpoint, Event
 
 EMAIL = "ana@example.com"
@@ -131,14 +132,12 @@ def holding(needles=NEEDLES) -> set[tuple[str, str]]:
     }
 
 
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
 def test_after_an_erasure_nothing_the_desk_keeps_holds_the_customers_name_address_or_words(
-    transactional_db,
-    client,
-    desk,
-    bucket,
-    agent,
-    late_order,
+    transactional_db, client, desk, bucket, agent, late_order, request, encrypted
 ):
+    if encrypted:  # checkpoints and the store under a key: the search reads them decrypted
+        request.getfixturevalue("keys")(b"k" * 32)
     ticket = refunded_ticket(client, agent)
     message = Message.objects.get()
     assert len(bucket.keys()) == 1
