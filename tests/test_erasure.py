@@ -43,12 +43,16 @@ def desk(settings, monkeypatch, smtp):
     """Signed inbound mail is taken; the tests run the threads themselves, no worker is asked.
     The checkpoints of earlier tests (they outlive Django's flush, as the store does) go first:
     the search counts this test's customer only."""
-    saver = persistence.checkpointer()
-    for thread_id in {saved.config["configurable"]["thread_id"] for saved in saver.list(None)}:
-        saver.delete_thread(thread_id)
+    no_earlier_threads()
     settings.ANYMAIL = {"MAILGUN_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY}
     monkeypatch.setattr(enqueue, "send", lambda *args, **kwargs: True)
     return smtp
+
+
+def no_earlier_threads() -> None:
+    saver = persistence.checkpointer()
+    for thread_id in {saved.config["configurable"]["thread_id"] for saved in saver.list(None)}:
+        saver.delete_thread(thread_id)
 
 
 def customer_writes(client, *, number: str = "1042", key: str = "<teapot@mail.example.com>"):
