@@ -12,15 +12,7 @@ from refunds.models import CustomerQuestion, Decision
 from tests.conftest import wait_for
 from tests.quiescence import quiesce
 from tests.test_ask_customer_crash import ask, until
-from tests.test_attachments import (  # noqa: F401 - fixtures
-    PNG,
-    WEBHOOK_KEY,
-    bucket,
-    photo,
-    post,
-    reply_email,
-    s3_server,
-)
+from tests.test_attachments import PNG, WEBHOOK_KEY, photo, post, reply_email
 from tests.test_crash import branch_points, crash_plan, open_and_wait_for_review  # noqa: F401
 
 pytestmark = pytest.mark.slow
