@@ -12,6 +12,7 @@ from email.message import EmailMessage
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from intake import sorting, workflow
@@ -387,3 +388,45 @@ def test_a_ticket_the_customer_wrote_to_about_another_addresss_order_loses_their
     erasure_take(erasure_request(email=EMAIL, by="admin ada").pk)
     assert holding(words) == set()
     assert Order.objects.get().customer_email == "rui@example.com"
+
+
+def test_an_erasure_waits_for_mail_still_to_go_to_the_customer(
+    transactional_db, client, desk, bucket, agent, settings, late_order
+):
+    """Refunded, its confirmation not yet taken by the mail server (the outbox retries it): the
+    customer is told first, then forgotten."""
+    settings.REFUNDS_SWEEP_GRACE_SECONDS = 0
+    ticket = refunded_ticket(client, agent)
+    unsent = Email.objects.filter(ticket=ticket).first()
+    assert unsent is not None
+    Email.objects.filter(pk=unsent.pk).update(status=Email.Status.PENDING)
+    erasure = erasure_request(email=EMAIL, by="admin ada")
+    assert erasure_take(erasure.pk) == "waiting"
+    assert Email.objects.get(pk=unsent.pk).to == EMAIL
+    assert erasures_recover() == []
+    Email.objects.filter(pk=unsent.pk).update(status=Email.Status.SENT)
+    assert erasures_recover() == [erasure.pk]
+    assert erasure_take(erasure.pk) == "done"
+
+
+def _taken_over_before_finish(name: str, fn):
+    """WORKFLOW_TASK_WRAPPER: a successor takes the erasure over just before its last task. The
+    worker's lease still believes it holds: only the fenced UPDATE stands in the way."""
+
+    def task(item, *args):
+        if name == "erase:finish":
+            Erasure.objects.filter(pk=item["erasure_id"]).update(lease_epoch=F("lease_epoch") + 1)
+        return fn(item, *args)
+
+    return task
+
+
+def test_an_erasure_taken_over_before_its_last_task_records_nothing_as_done(
+    transactional_db, client, desk, bucket, agent, settings, late_order
+):
+    refunded_ticket(client, agent)
+    settings.WORKFLOW_TASK_WRAPPER = "tests.test_erasure._taken_over_before_finish"
+    erasure = erasure_request(email=EMAIL, by="admin ada")
+    assert erasure_take(erasure.pk) == "stopped early"
+    erasure.refresh_from_db()
+    assert (erasure.status, erasure.report, erasure.email) == ("running", {}, EMAIL)
