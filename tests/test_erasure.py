@@ -210,13 +210,15 @@ def test_an_erased_order_is_refunded_no_more_and_opens_no_ticket(
     late_order,
 ):
     ticket = refunded_ticket(client, agent)
-    erasure_take(erasure_request(email=EMAIL, by="admin ada").pk)
+    assert erasure_take(erasure_request(email=EMAIL, by="admin ada").pk) == "done"
     ticket.refresh_from_db()
+    order = Order.objects.get(number="1042")
+    assert order.erased_at is not None and ticket.status == "refunded"
     with pytest.raises(OrdersRefused, match="customer was erased on"):
         services.ticket_open(order_number="1042", opened_by=agent)
     # The ledger's own check, where the charge is reserved (the order row locked).
     with transaction.atomic(), pytest.raises(ChargeRefused, match="refunds or changes it no more"):
-        money._read(ticket.pk, late_order.pk, ticket.lease_epoch, "erased:again", 100, [])
+        money._read(ticket.pk, order.pk, ticket.lease_epoch, "erased:again", 100, [])
 
 
 def test_an_erasure_waits_for_an_open_ticket_and_runs_once_it_has_ended(
