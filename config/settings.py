@@ -28,7 +28,7 @@ from config.env import (
     writable_dir,
 )
 from config.storage import attachments_storage
-from refunds.policy import DEFAULT_AGENT_LIMIT_CENTS
+from refunds.policy import DEFAULT_AGENT_LIMIT_CENTS, REASONS
 
 exit_on_bad_setting()  # a bad variable stops the process with one line naming it
 
@@ -555,6 +555,38 @@ if REFUNDS_ASK_GIVE_UP_DAYS <= REFUNDS_ASK_REMIND_DAYS:
 REFUNDS_ASK_DEFAULT_OUTCOME = env.str(
     "REFUNDS_ASK_DEFAULT_OUTCOME", "queue", validate=OneOf(("queue", "close"))
 )
+# Refunds on return: when the review proposes one (reasons, from an amount in cents, or for a
+# customer with this many refunds lately; empty: never), where the goods go, the wait's timer.
+REFUNDS_RETURN_REASONS = env_list("REFUNDS_RETURN_REASONS", "")
+if _unknown := sorted(set(REFUNDS_RETURN_REASONS) - set(REASONS)):
+    raise BadSetting(
+        f"REFUNDS_RETURN_REASONS names no reason {_unknown[0]!r}; reasons are {', '.join(REASONS)}."
+    )
+REFUNDS_RETURN_FROM_CENTS = env.int("REFUNDS_RETURN_FROM_CENTS", None, validate=Range(min=1))
+REFUNDS_RETURN_AFTER_REFUNDS = env.int("REFUNDS_RETURN_AFTER_REFUNDS", None, validate=Range(min=1))
+REFUNDS_RETURN_ADDRESS = env.str(
+    "REFUNDS_RETURN_ADDRESS", "Returns, Example Shop, 1 Warehouse Road, Springfield"
+)
+if not REFUNDS_RETURN_ADDRESS.strip():
+    raise BadSetting(
+        "REFUNDS_RETURN_ADDRESS is where customers send goods back: it cannot be empty."
+    )
+REFUNDS_RETURN_REMIND_DAYS = env.float(
+    "REFUNDS_RETURN_REMIND_DAYS", 10.0, validate=Range(min=0.001)
+)
+REFUNDS_RETURN_GIVE_UP_DAYS = env.float(
+    "REFUNDS_RETURN_GIVE_UP_DAYS", 21.0, validate=Range(min=0.001)
+)
+if REFUNDS_RETURN_GIVE_UP_DAYS <= REFUNDS_RETURN_REMIND_DAYS:
+    raise BadSetting(
+        f"REFUNDS_RETURN_GIVE_UP_DAYS ({REFUNDS_RETURN_GIVE_UP_DAYS:g}) must be more than "
+        f"REFUNDS_RETURN_REMIND_DAYS ({REFUNDS_RETURN_REMIND_DAYS:g})."
+    )
+REFUNDS_RETURN_DEFAULT_OUTCOME = env.str(
+    "REFUNDS_RETURN_DEFAULT_OUTCOME", "reject", validate=OneOf(("reject", "queue"))
+)
+# The warehouse's or carrier's signed "received"/"flagged" (POST /webhooks/returns/); empty: off.
+REFUNDS_RETURNS_WEBHOOK_SECRET = env.str("REFUNDS_RETURNS_WEBHOOK_SECRET", "")
 REFUNDS_REPLY_ADDRESS = env.str("REFUNDS_REPLY_ADDRESS", "replies+{token}@desk.example.com")
 if REFUNDS_REPLY_ADDRESS.count("{token}") != 1 or "@" not in REFUNDS_REPLY_ADDRESS.replace(
     "{token}", ""

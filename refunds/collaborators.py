@@ -9,7 +9,7 @@ from django.conf import settings
 from refunds import lease as leases
 from refunds import mail, money, policy
 from refunds.carriers import tracker
-from refunds.flow.state import Collaborators, Part
+from refunds.flow.state import Collaborators, Part, ReturnRule
 from refunds.models import Order, TicketOrder
 from refunds.payments import get_gateway
 
@@ -27,6 +27,16 @@ def collaborators(lease: leases.Lease) -> Collaborators:
         charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
         track=tracker(),
         ask_default_outcome="close" if settings.REFUNDS_ASK_DEFAULT_OUTCOME == "close" else "queue",
+        return_rule=ReturnRule(
+            reasons=frozenset(settings.REFUNDS_RETURN_REASONS),
+            from_cents=settings.REFUNDS_RETURN_FROM_CENTS,
+            after_recent_refunds=settings.REFUNDS_RETURN_AFTER_REFUNDS,
+        ),
+        return_address=settings.REFUNDS_RETURN_ADDRESS,
+        return_days=round(settings.REFUNDS_RETURN_GIVE_UP_DAYS),
+        return_default_outcome=(
+            "queue" if settings.REFUNDS_RETURN_DEFAULT_OUTCOME == "queue" else "reject"
+        ),
     )
 
 

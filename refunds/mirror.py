@@ -85,9 +85,13 @@ def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
         result["flow_version"] = values["flow_version"]
     if snap.interrupts:
         pending = snap.interrupts[0]
-        # One thread, three kinds of wait: a reviewer's review, the customer's reply to it, or
-        # that reply after the ticket was closed for want of one.
-        waits_on = {"customer": Ticket.Status.AWAITING_CUSTOMER, "closed": Ticket.Status.CLOSED}
+        # One thread, four kinds of wait: a reviewer's review, the customer's reply to it, that
+        # reply after the ticket was closed for want of one, or the goods of a refund on return.
+        waits_on = {
+            "customer": Ticket.Status.AWAITING_CUSTOMER,
+            "closed": Ticket.Status.CLOSED,
+            "return": Ticket.Status.AWAITING_RETURN,
+        }
         if isinstance(pending.value.get("amount_cents"), int):
             # A waiting review's amount is what it asks (the queue's "Approve $X"), not what the
             # run paid before: 0 after a refused charge or a refund that failed later.

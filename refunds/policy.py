@@ -10,7 +10,7 @@ from refunds.flow import parts as refund_parts
 from refunds.flow.words import and_words, dollars, numbers_words
 
 if TYPE_CHECKING:
-    from refunds.flow.state import LineFacts, OrderFacts, Part
+    from refunds.flow.state import CustomerHistory, LineFacts, OrderFacts, Part, ReturnRule
 
 # Support agents decide refunds up to this much (REFUNDS_AGENT_LIMIT_CENTS); above, a manager.
 DEFAULT_AGENT_LIMIT_CENTS = 2000
@@ -39,6 +39,23 @@ REASONS: dict[str, str] = {
 # Reasons a manager judges with the reading beside them, whatever the amount.
 MANAGER_REASONS = frozenset({DAMAGED, NOT_RECEIVED, WRONG_ITEM, OTHER_REQUEST})
 TICKET_REASONS = tuple(r for r in REASONS if r not in (NOT_REFUND, REFUND_STATUS))
+
+
+def return_first(
+    rule: ReturnRule, reason: str, parts: list[Part], history: CustomerHistory
+) -> bool:
+    """Whether the policy proposes refunding these parts once their lines come back."""
+    if not any(p.get("line") for p in parts):
+        return False  # only items come back
+    amount = refund_parts.total(parts)
+    return (
+        reason in rule.reasons
+        or (rule.from_cents is not None and amount >= rule.from_cents)
+        or (
+            rule.after_recent_refunds is not None
+            and history.get("recent", 0) >= rule.after_recent_refunds
+        )
+    )
 
 
 def agent_limit_cents() -> int:

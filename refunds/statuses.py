@@ -10,6 +10,7 @@ class TicketStatus(models.TextChoices):
     RUNNING = "running", "Running"
     AWAITING_REVIEW = "awaiting_review", "Awaiting review"
     AWAITING_CUSTOMER = "awaiting_customer", "Waiting on the customer"
+    AWAITING_RETURN = "awaiting_return", "Waiting for the goods to come back"
     # No reply, and REFUNDS_ASK_DEFAULT_OUTCOME is "close": still waiting, so a reply reopens it.
     CLOSED = "closed", "Closed: no reply from the customer"
     REFUNDED = "refunded", "Refunded"
@@ -73,6 +74,10 @@ class DecisionAnswer(models.TextChoices):
     ASK = "ask", "Ask the customer"  # the thread then waits on the customer's reply
     REPLY = "reply", "The customer's reply"  # recorded by the inbound mail, no reviewer
     NO_REPLY = "no_reply", "No reply from the customer"  # the wait's timer, no reviewer
+    # The goods' wait (a refund on return): the warehouse's word, or the wait's timer.
+    RECEIVED = "received", "The goods came back"
+    FLAGGED = "flagged", "The return was flagged"
+    NO_RETURN = "no_return", "Nothing came back in time"
 
 
 S = TicketStatus
@@ -82,6 +87,7 @@ TICKET_LEASABLE = {
     S.RUNNING: True,
     S.AWAITING_REVIEW: True,
     S.AWAITING_CUSTOMER: True,
+    S.AWAITING_RETURN: True,
     S.CLOSED: True,  # a reply reopens it: the runner resumes its wait under the lease
     S.REFUNDED: False,
     S.DECLINED: False,
@@ -94,6 +100,7 @@ TICKET_WORK_LEFT = {
     S.RUNNING: True,
     S.AWAITING_REVIEW: False,
     S.AWAITING_CUSTOMER: False,
+    S.AWAITING_RETURN: False,
     S.CLOSED: False,
     S.REFUNDED: False,
     S.DECLINED: False,
@@ -138,5 +145,8 @@ DECISION_KNOWN = frozenset(
         DecisionAnswer.ASK,
         DecisionAnswer.REPLY,
         DecisionAnswer.NO_REPLY,
+        DecisionAnswer.RECEIVED,
+        DecisionAnswer.FLAGGED,
+        DecisionAnswer.NO_RETURN,
     }
 )

@@ -86,4 +86,5 @@ def escalate_overdue_reviews() -> int:
     """The review desk's escalation timers: safe to run twice (conditional UPDATEs)."""
     done = services.reviews_escalate_overdue()
     waits = services.questions_wait_timers()
-    return sum(len(ids) for ids in (*done.values(), *waits.values()))
+    goods = services.returns_wait_timers()
+    return sum(len(ids) for ids in (*done.values(), *waits.values(), *goods.values()))

@@ -13,7 +13,7 @@ from refunds.flow.state import OrderAnswer, Part, ReviewOrder
 from refunds.flow.words import dollars
 
 REASON_MAX = 1000  # characters of a reason for the customer (the API's and the forms' limit)
-FIELDS = frozenset({"answer", "parts", "reason", "amount_cents"})
+FIELDS = frozenset({"answer", "parts", "reason", "amount_cents", "on_return"})
 
 
 def open_orders(review: Sequence[ReviewOrder]) -> dict[str, ReviewOrder]:
@@ -36,7 +36,8 @@ def expanded(
 ) -> dict[str, dict[str, Any]]:
     """The forms' and the API's shorthands in the one shape: an order left out of `orders` takes
     `answer`; an approval without parts refunds the proposal, scaled down to a lower
-    `amount_cents`. ValueError says what is wrong; `checked` checks the result."""
+    `amount_cents`; one that does not say `on_return` takes the policy's proposal. ValueError
+    says what is wrong; `checked` checks the result."""
     open_ = open_orders(review)
     given = _by_number(review, orders)
     if amount_cents is not None:
@@ -54,6 +55,8 @@ def expanded(
             one["reason"] = reason
         if one.get("answer") == "approve" and one.get("parts") is None:
             one["parts"] = _lowered(number, proposal(order), one.pop("amount_cents", None))
+        if one.get("answer") == "approve" and one.get("on_return") is None:
+            one["on_return"] = bool(order.get("on_return"))
         answers[number] = one
     return answers
 
@@ -137,8 +140,10 @@ def _one_checked(order: ReviewOrder, number: str, one: object) -> OrderAnswer:
             f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
         )
     if one["answer"] == "reject":
-        if one.get("parts") is not None or one.get("amount_cents") is not None:
-            raise ValueError(f"Order {number}: only an approval carries parts or an amount.")
+        if any(one.get(k) is not None for k in ("parts", "amount_cents", "on_return")):
+            raise ValueError(
+                f"Order {number}: only an approval carries parts, an amount or a return."
+            )
         if not why:
             raise ValueError(
                 f"Give a reason for rejecting order {number}; the customer is sent it."
@@ -154,17 +159,39 @@ def _one_checked(order: ReviewOrder, number: str, one: object) -> OrderAnswer:
     }
     if why:
         approved["reason"] = why
+    on_return = one.get("on_return") or False
+    if not isinstance(on_return, bool):
+        raise ValueError(f"Order {number}: on_return is true or false.")
+    if on_return and not any(p.get("line") for p in parts):
+        raise ValueError(
+            f"Order {number}: only items come back; refund the shipping alone without a return."
+        )
+    if on_return:
+        approved["on_return"] = True
     return approved
 
 
 def edited(review: Sequence[ReviewOrder], answers: Mapping[str, OrderAnswer]) -> bool:
-    """Whether an approval refunds other parts than proposed, which only a manager may do."""
+    """Whether an approval refunds other parts than proposed, or without the return the policy
+    asks for: only a manager may."""
     open_ = open_orders(review)
     return any(
         one["answer"] == "approve"
-        and refund_parts.digest(one["parts"]) != refund_parts.digest(proposal(open_[number]))
+        and (
+            refund_parts.digest(one["parts"]) != refund_parts.digest(proposal(open_[number]))
+            or (bool(open_[number].get("on_return")) and not one.get("on_return"))
+        )
         for number, one in answers.items()
     )
+
+
+def to_come_back(answers: Mapping[str, OrderAnswer]) -> dict[str, list[Part]]:
+    """Per order approved on return, the lines to come back (its shipping is refunded with them)."""
+    return {
+        number: [p for p in one["parts"] if p.get("line")]
+        for number, one in answers.items()
+        if one["answer"] == "approve" and one.get("on_return")
+    }
 
 
 def approved_cents(answers: Mapping[str, OrderAnswer]) -> int:

@@ -40,6 +40,8 @@ def build_graph(
     g.add_node("await_reply", node("await_reply"))
     g.add_node("close_no_reply", node("close_no_reply"), retry_policy=nodes.MAIL_RETRY)
     g.add_node("await_reopen", node("await_reopen"))
+    g.add_node("ask_return", node("ask_return"), retry_policy=nodes.MAIL_RETRY)
+    g.add_node("await_return", node("await_return"))
     g.add_conditional_edges(START, nodes.fan_out, ["check_order"])
     g.add_edge("check_order", "gather")
     g.add_conditional_edges("gather", nodes.route_gathered, ["decline", "triage"])
@@ -48,9 +50,10 @@ def build_graph(
     g.add_conditional_edges(
         "approve",
         nodes.after_review,
-        ["charge_order", "email", "notify", "ask_customer", "approve"],
+        ["charge_order", "email", "notify", "ask_customer", "ask_return", "approve"],
     )
-    # await_reply routes by Command: to the review, or to the close for want of a reply.
+    # await_reply routes by Command: to the review, or to the close for want of a reply;
+    # await_return to the charges of what came back, or to the review.
     g.add_edge("close_no_reply", "await_reopen")
     g.add_edge("await_reopen", "approve")
     g.add_edge("charge_order", "settle_charges")

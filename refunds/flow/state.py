@@ -72,12 +72,20 @@ class OrderAnswer(TypedDict, total=False):
     parts: list[Part]  # approve: what is refunded
     # approve, after a review that said the payment is disputed: not stopped again for it.
     dispute_seen: bool
+    # approve: refunded once its lines come back (the thread waits for the goods first).
+    on_return: bool
+    # reject: nothing of it came back; the email words why (`reason` is the desk's).
+    not_back: bool
+    returned: bool  # approve: its lines came back (the email thanks, never asks for them)
 
 
 class ReviewAnswer(TypedDict, total=False):
     # "ask": the reviewer asks the customer (`reason` is the question); "reply": the customer's
     # answer to it (`reason` is their text), resuming the wait.
-    answer: Literal["approve", "reject", "ask", "reply", "no_reply"]
+    # "received", "flagged", "no_return": the goods' wait (`orders`: what came back).
+    answer: Literal[
+        "approve", "reject", "ask", "reply", "no_reply", "received", "flagged", "no_return"
+    ]
     reason: str
     reviewer: str
     decision_id: int
@@ -92,6 +100,28 @@ class Asking(TypedDict):
     question: str
     asked_by: str
     decision_id: int  # the ask's Decision: the question email's outbox key is made from it
+
+
+class Returning(TypedDict):
+    """An approval on return that the thread is telling the customer about or waiting on."""
+
+    reference: str  # on the parcel; the warehouse's "received" names it
+    decision_id: int  # the approval's Decision: the return email's outbox key is made from it
+    asked_by: str
+    orders: dict[str, list[Part]]  # per order, the line parts to come back
+
+
+class ReturnWait(TypedDict):
+    """The goods' wait payload: a "received" for this reference, and no other, resumes it."""
+
+    kind: Literal["return"]
+    reference: str
+    return_id: int  # the approval's Decision
+    orders: dict[str, list[Part]]
+    required_role: Literal["agent", "manager"]
+    amount_cents: int
+    order: OrderFacts
+    description: str
 
 
 class Reply(TypedDict):
@@ -138,6 +168,7 @@ class OrderCheck(TypedDict, total=False):
     carried_key_cents: int
     # Refunds the processor failed: in the next charge's key, so approving again refunds anew.
     refunds_failed: int
+    on_return: bool  # the policy proposes refunding it once its lines come back
     answer: OrderAnswer  # after the review
 
 
@@ -208,6 +239,7 @@ class RefundState(TypedDict, total=False):
     outcome: Literal["refunded", "declined", "rejected"]
     outcome_reason: str
     asking: Asking | None  # the question being sent or waited on
+    returning: Returning | None  # the goods being asked back or waited on
     replies: list[Reply]
     # Written by parallel branches, so each has a reducer.
     flags: Annotated[list[str], operator.add]
@@ -266,6 +298,7 @@ class ReviewOrder(TypedDict):
     parts: NotRequired[list[Part]]
     parts_why: NotRequired[str]
     disputed: NotRequired[bool]  # its last charge stopped for an open dispute
+    on_return: NotRequired[bool]  # the policy proposes refunding it once its lines come back
 
 
 class Payer(Protocol):
@@ -291,6 +324,16 @@ class Mailer(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ReturnRule:
+    """When the review proposes a refund on return (REFUNDS_RETURN_*): for these reasons, from
+    this much, or for a customer with this many refunds in the last RECENT_DAYS days."""
+
+    reasons: frozenset[str] = frozenset()
+    from_cents: int | None = None
+    after_recent_refunds: int | None = None
+
+
 @dataclass
 class Collaborators:
     """Everything a node touches outside its state; `pay` and `send_mail` are bound to the run's
@@ -308,3 +351,9 @@ class Collaborators:
     track: Callable[[str], Awaitable[Tracking]] | None = None
     # REFUNDS_ASK_DEFAULT_OUTCOME: "queue" brings the review back, "close" closes until a reply.
     ask_default_outcome: Literal["queue", "close"] = "queue"
+    # Refunds on return: where the goods go, how long the thread waits, and what nothing
+    # received by then does ("reject" the parts that did not come, or "queue" for a manager).
+    return_rule: ReturnRule = field(default_factory=ReturnRule)
+    return_address: str = ""
+    return_days: int = 21
+    return_default_outcome: Literal["reject", "queue"] = "reject"

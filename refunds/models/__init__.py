@@ -8,6 +8,7 @@ from refunds.models.decisions import (
     CustomerQuestion,
     Decision,
     Fork,
+    ReturnRequest,
     resume_value,
 )
 from refunds.models.ledger import (

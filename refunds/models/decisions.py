@@ -186,6 +186,33 @@ class CustomerQuestion(models.Model):
         return f"Question {self.pk} on {self.ticket}"
 
 
+class ReturnRequest(models.Model):
+    """An approval on return: the goods asked back under a reference, and what came of it. The
+    warehouse's word on it is the wait's Decision, recorded once (a compare-and-set on NULL)."""
+
+    ticket = models.ForeignKey("refunds.Ticket", on_delete=models.CASCADE, related_name="returns")
+    # Undoing the approval within its grace deletes the decision, and the return with it.
+    decision = models.OneToOneField(Decision, on_delete=models.CASCADE, related_name="goods_return")
+    reference = models.CharField(max_length=32, unique=True)  # flow.nodes.returns.return_reference
+    orders = models.JSONField()  # per order number, the line parts asked back
+    asked_at = models.DateTimeField(auto_now_add=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)  # REFUNDS_RETURN_REMIND_DAYS, once
+    # What came of it ({"answer", "orders", "reason", "by"}), set once with `arrived_at`.
+    arrived_at = models.DateTimeField(null=True, blank=True)
+    arrived = models.JSONField(null=True, blank=True)
+    outcome = models.OneToOneField(
+        Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # An arrival before the thread waited: kept once (CAS on NULL), applied by the sweep later.
+    early = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["asked_at", "id"]
+
+    def __str__(self) -> str:
+        return f"Return {self.reference} on {self.ticket}"
+
+
 class Fork(models.Model):
     """An admin's corrected amount, forked before triage; a worker applies it under the lease."""
 

@@ -104,6 +104,8 @@ class AuditEvent(models.Model):
         REPLY = "reply", "The customer replied"
         # answer: {"erasure": id}; the customer's data on the ticket replaced or removed
         ERASE = "erase", "Erased the customer's data"
+        # answer: {"answer": received/flagged/no_return, "orders", "why": why it resumed nothing}
+        RETURN = "return", "The goods' return"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="audit_events")
     actor = models.ForeignKey(

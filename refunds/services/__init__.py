@@ -27,6 +27,13 @@ from refunds.services.errors import (
     TicketAlreadyOpen,
 )
 from refunds.services.reconcile import ReconcileReport, reconcile_payments
+from refunds.services.returns import (
+    Arrival,
+    Back,
+    return_arrived,
+    return_find,
+    returns_wait_timers,
+)
 from refunds.services.stripe_events import (
     stripe_event_handle,
     stripe_event_receive,

@@ -19,6 +19,7 @@ from refunds.flow.state import ReviewOrder
 from refunds.models import AuditEvent, CannedReason, Decision, Ticket
 from refunds.services.asking import QUESTION_MAX, asking_record, question_words
 from refunds.services.errors import NOTE_MAX, AlreadyDecided, ClaimTaken, RefundError
+from refunds.services.returns import return_open
 
 
 def _taken_message(ticket_id: int) -> str:
@@ -240,6 +241,8 @@ def _record(
             )
             if answer == Decision.Answer.ASK:  # its reply address's token, before any email
                 asking_record(ticket=ticket, decision=decision, reviewer=reviewer)
+            if orders:  # an approval on return: its reference, before any email
+                return_open(ticket=ticket, decision=decision, answers=orders)
             audit.record(
                 ticket,
                 action,

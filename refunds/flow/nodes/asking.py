@@ -42,11 +42,13 @@ def asked(state: RefundState, answer: ReviewAnswer) -> RefundState:
 
 def after_review(
     state: RefundState,
-) -> list[Send] | Literal["ask_customer", "email", "notify", "approve"]:
+) -> list[Send] | Literal["ask_customer", "ask_return", "email", "notify", "approve"]:
     if state.get("review_error"):
         return "approve"
     if state.get("asking"):
         return "ask_customer"
+    if state.get("returning"):
+        return "ask_return"
     return send_charges(state)
 
 

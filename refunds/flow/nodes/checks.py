@@ -241,6 +241,10 @@ def make_check_order(carrier: Step | None = None) -> Callable[..., RefundState]:
         }
         if "tracking" in local:
             check["tracking"] = local["tracking"]
+        if refundable and policy.return_first(
+            runtime.context.return_rule, reason_of(local), parts, local["history"]
+        ):
+            check["on_return"] = True
         return {"checks": {number: check}, "trail": [f"check_order:{number}"]}
 
     return check_order

@@ -174,6 +174,7 @@ def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
                     "restock": bool(part.get("restock")),
                 }
                 | ({} if came else {"missing": True})
+                | ({"back": True} if (check.get("answer") or {}).get("returned") else {})
             )
     return items
 
@@ -181,7 +182,8 @@ def parts_given(check: OrderCheck, *, came: bool = True) -> list[dict]:
 def order_facts(state: RefundState) -> dict:
     """Each order's part of the outcome, and the totals, for the refund and refusal emails."""
     charges = state.get("charges") or {}
-    refunded, not_refunded = [], []
+    refunded: list[dict] = []
+    not_refunded: list[dict] = []
     asked_in_all = 0  # what the customer asked for, every order a person reviewed
     for check in ordered_checks(state):
         number = check["number"]
@@ -205,6 +207,7 @@ def order_facts(state: RefundState) -> dict:
                     "part": paid < asked,
                     # The reviewer's reason for that order, never another's.
                     "why_part": str(answer.get("reason") or "") if paid < asked else "",
+                    "rest_not_back": bool(answer.get("returned")) and paid < asked,
                     "given": parts_given(check, came=reason_of(state) != policy.NOT_RECEIVED),
                 }
             )
@@ -217,7 +220,10 @@ def order_facts(state: RefundState) -> dict:
             not_refunded.append({"number": number, "declined": declined_facts(as_checked)})
         else:
             why = answer.get("reason") or state.get("outcome_reason") or ""
-            not_refunded.append({"number": number, "why_not": why})
+            if answer.get("not_back"):  # worded by the template, in the customer's language
+                not_refunded.append({"number": number, "not_back": True})
+            else:
+                not_refunded.append({"number": number, "why_not": why})
     return {
         "orders": list(state["order_numbers"]),
         "refunded": refunded,

@@ -12,7 +12,7 @@ from refunds import policy
 from refunds.flow import answers as flow_answers
 from refunds.flow import parts as refund_parts
 from refunds.flow.errors import DISPUTED
-from refunds.flow.nodes import asking
+from refunds.flow.nodes import asking, returns
 from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
     TICKET_TELLS,
@@ -81,6 +81,8 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
         )
         if status == "open" and charge.get("disputed"):
             lines[-1]["disputed"] = True
+        if status == "open" and check.get("on_return"):
+            lines[-1]["on_return"] = True
     return lines
 
 
@@ -270,6 +272,7 @@ def approve(state: RefundState) -> RefundState:
         "checks": {n: {**checks[n], "answer": one} for n, one in answers.items()},
         "payment_error": "",
         "review_error": "",
+        "returning": returns.returning_of(state, answer, answers),
         "notes": [_review_note(state, answer, answers)],
         "trail": ["approve"],
     }
