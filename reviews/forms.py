@@ -95,8 +95,13 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
         if line.get("status") != "open" or f"parts-{number}" not in post:
             continue
         prefix = f"part-{number}-"
+        on_return = bool(post.get(prefix + "on_return"))  # the box is beside the parts
         if post.get(prefix + "whole"):
-            orders[number] = {"answer": "approve", "parts": [{"whole_order": True}]}
+            orders[number] = {
+                "answer": "approve",
+                "parts": [{"whole_order": True}],
+                "on_return": on_return,
+            }
             continue
         proposed = {
             (p.get("line"), p.get("quantity")): p["amount_cents"] for p in line.get("parts") or []
@@ -111,7 +116,7 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
             parts.append({"shipping": True} | ({} if fee is None else {"amount_cents": fee}))
         if not parts:
             raise ValueError(f"Order {number}: tick what to refund, or reject it.")
-        orders[number] = {"answer": "approve", "parts": parts}
+        orders[number] = {"answer": "approve", "parts": parts, "on_return": on_return}
     return orders
 
 

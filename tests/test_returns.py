@@ -6,6 +6,7 @@ and change nothing; the same word twice is harmless."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -279,3 +280,50 @@ def test_refunding_at_once_what_the_policy_asks_back_is_a_managers_edit(
     assert not flow_answers.edited(review, flow_answers.checked(review, proposed))
     proposed["2004"]["on_return"] = False
     assert flow_answers.edited(review, flow_answers.checked(review, proposed))
+
+
+def _ticket_posting(client, ticket, shirts, **extra):
+    shirt = shirt_line(shirts)
+    return client.post(
+        f"/reviews/{ticket.pk}/decide/",
+        {
+            "interrupt_id": ticket.pending_interrupt_id,
+            "approve": "1",
+            "parts-2001": "1",
+            f"part-2001-qty-{shirt}": "3",
+        }
+        | extra,
+    )
+
+
+def test_the_ticket_page_ticks_the_return_the_policy_asks_for_and_posts_it(
+    transactional_db, client, colleague, manager, shirts
+):
+    ticket = services.ticket_open(
+        order_number=shirts.number, opened_by=colleague, reason=policy.WRONG_ITEM, note="shirts"
+    )
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    client.force_login(manager)
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    box = re.search(r'<input[^>]*name="part-2001-on_return"[^>]*>', page)
+    assert box and "checked" in box.group()
+    answer = _ticket_posting(client, ticket, shirts, **{"part-2001-on_return": "1"})
+    assert answer.status_code == 302, answer.content.decode()[:500]
+    assert runner.advance(ticket.pk) == "awaiting_return"
+    assert ReturnRequest.objects.get(ticket=ticket).orders["2001"][0]["quantity"] == 3
+
+
+def test_a_manager_unticking_the_return_refunds_at_once(
+    transactional_db, client, colleague, manager, shirts
+):
+    ticket = services.ticket_open(
+        order_number=shirts.number, opened_by=colleague, reason=policy.WRONG_ITEM, note="shirts"
+    )
+    assert runner.advance(ticket.pk) == "awaiting_review"
+    ticket.refresh_from_db()
+    client.force_login(manager)
+    answer = _ticket_posting(client, ticket, shirts)  # the box left unticked
+    assert answer.status_code == 302, answer.content.decode()[:500]
+    assert runner.advance(ticket.pk) == "refunded"
+    assert not ReturnRequest.objects.filter(ticket=ticket).exists()
