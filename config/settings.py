@@ -585,6 +585,24 @@ if REFUNDS_RETURN_GIVE_UP_DAYS <= REFUNDS_RETURN_REMIND_DAYS:
 REFUNDS_RETURN_DEFAULT_OUTCOME = env.str(
     "REFUNDS_RETURN_DEFAULT_OUTCOME", "reject", validate=OneOf(("reject", "queue"))
 )
+# Store credit as the customer's choice (a bonus % on it); for these reasons the only way paid.
+REFUNDS_STORE_CREDIT = env.bool("REFUNDS_STORE_CREDIT", False)
+REFUNDS_CREDIT_BONUS_PERCENT = env.int(
+    "REFUNDS_CREDIT_BONUS_PERCENT", 0, validate=Range(min=0, max=100)
+)
+REFUNDS_CREDIT_ONLY_REASONS = env_list("REFUNDS_CREDIT_ONLY_REASONS", "")
+if _unknown := sorted(set(REFUNDS_CREDIT_ONLY_REASONS) - set(REASONS)):
+    raise BadSetting(
+        f"REFUNDS_CREDIT_ONLY_REASONS names no reason {_unknown[0]!r}; reasons are "
+        f"{', '.join(REASONS)}."
+    )
+REFUNDS_CREDIT_CHOOSE_DAYS = env.float(
+    "REFUNDS_CREDIT_CHOOSE_DAYS", 14.0, validate=Range(min=0.001)
+)
+# Where customers' links point (the store credit offer's): the desk as customers reach it.
+REFUNDS_PUBLIC_URL = env_url(
+    "REFUNDS_PUBLIC_URL", "http://localhost:8000", schemes=("http", "https")
+)
 # The warehouse's or carrier's signed "received"/"flagged" (POST /webhooks/returns/); empty: off.
 REFUNDS_RETURNS_WEBHOOK_SECRET = env.str("REFUNDS_RETURNS_WEBHOOK_SECRET", "")
 REFUNDS_REPLY_ADDRESS = env.str("REFUNDS_REPLY_ADDRESS", "replies+{token}@desk.example.com")

@@ -6,6 +6,7 @@ from ops import api as erasures_api
 from ops import shop_webhook
 from refunds import health
 from refunds.payments import stripe_webhook
+from reviews.views.credit import credit_choose
 
 urlpatterns = [
     path("", include("reviews.urls")),
@@ -28,6 +29,8 @@ urlpatterns = [
         name="shop_customers_redact",
     ),
     path("webhooks/shop/shop-redact/", shop_webhook.shop_redact, name="shop_redact"),
+    # The customer's choice of store credit or money: the signed link in the offer's email.
+    path("credit/<str:signed>/", credit_choose, name="credit_choose"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", include("insights.urls")),

@@ -7,11 +7,17 @@ from collections.abc import Iterable
 from django.utils import timezone
 
 from intake.models import Message, MessageTicket
-from refunds.services import asking
+from refunds.models import CreditOffer
+from refunds.services import RefundError, asking, credit
 
 
 def reply_place(message: Message, *, recipients: Iterable[str], references: Iterable[str]) -> bool:
     """Place a new message that answers a question; False when it answers none."""
+    recipients = list(recipients)
+    offer = credit.offer_for(recipients)
+    if offer is not None:
+        _choice_place(message, offer)
+        return True
     found = asking.question_for(
         recipients=recipients, references=references, brought_by=message.brought_by
     )
@@ -45,3 +51,41 @@ def reply_place(message: Message, *, recipients: Iterable[str], references: Iter
     )
     MessageTicket.objects.create(message=message, ticket=ticket, orders=[], added=True)
     return True
+
+
+def _choice_place(message: Message, offer: CreditOffer) -> None:
+    """A reply to an offer of store credit: its first line's word is the choice; a reply that
+    says neither (or not from the customer) waits for a person in Needs sorting."""
+    customer = offer.ticket.order.customer_email
+    choice = credit.choice_read(message.body)
+    why = ""
+    if message.sender.strip().lower() != customer.strip().lower():
+        why = f"it came from {message.sender[:200]}, not from the customer's address"
+    elif choice is None:
+        why = "its first line says neither CREDIT nor REFUND"
+    else:
+        try:
+            credit.credit_choose(
+                offer=offer, choice=choice, source="reply", seen={"message": message.pk}
+            )
+        except RefundError as exc:
+            why = str(exc)
+    now = timezone.now()
+    done = Message.objects.filter(pk=message.pk)
+    if why:
+        reason = f"A reply to the offer of store credit on ticket {offer.ticket_id}, but {why}."
+        done.update(
+            status=Message.Status.NEEDS_SORTING,
+            sorting_reason=reason,
+            finished_at=now,
+            updated_at=now,
+        )
+        return
+    done.update(
+        status=Message.Status.ADDED,
+        ticket=offer.ticket,
+        resumed_wait=True,
+        finished_at=now,
+        updated_at=now,
+    )
+    MessageTicket.objects.create(message=message, ticket=offer.ticket, orders=[], added=True)

@@ -9,9 +9,10 @@ from django.conf import settings
 from refunds import lease as leases
 from refunds import mail, money, policy
 from refunds.carriers import tracker
-from refunds.flow.state import Collaborators, Part, ReturnRule
+from refunds.flow.state import Collaborators, CreditRule, Part, ReturnRule
 from refunds.models import Order, TicketOrder
 from refunds.payments import get_gateway
+from refunds.services import credit
 
 
 def collaborators(lease: leases.Lease) -> Collaborators:
@@ -22,7 +23,7 @@ def collaborators(lease: leases.Lease) -> Collaborators:
     return Collaborators(
         find_order=find_order,
         pay=partial(_pay, gateway=get_gateway(), lease=lease),
-        send_mail=partial(mail.send_worded, ticket_id=lease.row_id, lease=lease),
+        send_mail=partial(_send_mail, lease=lease),
         agent_limit_cents=policy.agent_limit_cents(),
         charge_retry_seconds=settings.REFUNDS_CHARGE_RETRY_SECONDS,
         track=tracker(),
@@ -37,6 +38,42 @@ def collaborators(lease: leases.Lease) -> Collaborators:
         return_default_outcome=(
             "queue" if settings.REFUNDS_RETURN_DEFAULT_OUTCOME == "queue" else "reject"
         ),
+        store_credit=CreditRule(
+            bonus_percent=settings.REFUNDS_CREDIT_BONUS_PERCENT,
+            only_reasons=frozenset(settings.REFUNDS_CREDIT_ONLY_REASONS),
+        )
+        if settings.REFUNDS_STORE_CREDIT
+        else None,
+        credit=partial(_credit, lease=lease) if settings.REFUNDS_STORE_CREDIT else None,
+        credit_days=round(settings.REFUNDS_CREDIT_CHOOSE_DAYS),
+    )
+
+
+def _send_mail(*, lease: leases.Lease, key: str, kind: str, facts: dict, **rest) -> None:
+    """mail.send_worded, with the offer's link added to an offer of store credit."""
+    if kind == "credit_offer":
+        facts = facts | credit.facts_for(key)
+    mail.send_worded(ticket_id=lease.row_id, lease=lease, key=key, kind=kind, facts=facts, **rest)
+
+
+def _credit(
+    *,
+    lease: leases.Lease,
+    key: str,
+    amount_cents: int,
+    bonus_cents: int,
+    order_number: str,
+    parts: list[Part],
+) -> str:
+    """Store credit through the money ledger: the same balance, lock, key and fence as money."""
+    gateway = credit.StoreCreditGateway(get_gateway(), bonus_cents)
+    return _pay(
+        gateway=gateway,
+        lease=lease,
+        key=key,
+        amount_cents=amount_cents,
+        order_number=order_number,
+        parts=parts,
     )
 
 

@@ -29,7 +29,7 @@ from refunds.flow.nodes.asking import CLOSED_SUFFIX
 from refunds.lease import Lease
 from refunds.locks import effect_lock
 from refunds.mail_tracking import METADATA_KEY
-from refunds.models import CustomerQuestion, Email
+from refunds.models import CreditOffer, CustomerQuestion, Email
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +278,10 @@ def reply_to(key: str) -> list[str]:
     # A reminder and the close for want of a reply carry their question's token.
     asked = key.removesuffix(":reminder").removesuffix(CLOSED_SUFFIX)
     token = CustomerQuestion.objects.filter(email_key=asked).values_list("token", flat=True).first()
+    # An offer of store credit's: a reply that says which is the choice (services/credit.py).
+    token = (
+        token or CreditOffer.objects.filter(email_key=key).values_list("token", flat=True).first()
+    )
     return [reply_address(token)] if token else []
 
 

@@ -85,12 +85,14 @@ def fields(snap: StateSnapshot | Outcome) -> dict[str, Any]:
         result["flow_version"] = values["flow_version"]
     if snap.interrupts:
         pending = snap.interrupts[0]
-        # One thread, four kinds of wait: a reviewer's review, the customer's reply to it, that
-        # reply after the ticket was closed for want of one, or the goods of a refund on return.
+        # One thread, five kinds of wait: a reviewer's review, the customer's reply to it, that
+        # reply after the ticket was closed for want of one, the goods of a refund on return,
+        # or the customer's choice of store credit.
         waits_on = {
             "customer": Ticket.Status.AWAITING_CUSTOMER,
             "closed": Ticket.Status.CLOSED,
             "return": Ticket.Status.AWAITING_RETURN,
+            "choice": Ticket.Status.AWAITING_CUSTOMER,  # store credit or money
         }
         if isinstance(pending.value.get("amount_cents"), int):
             # A waiting review's amount is what it asks (the queue's "Approve $X"), not what the

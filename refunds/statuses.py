@@ -78,6 +78,9 @@ class DecisionAnswer(models.TextChoices):
     RECEIVED = "received", "The goods came back"
     FLAGGED = "flagged", "The return was flagged"
     NO_RETURN = "no_return", "Nothing came back in time"
+    # The customer's choice of an offer of store credit ("money" too when the wait ends).
+    CREDIT = "credit", "The customer chose store credit"
+    MONEY = "money", "Money back (the customer's choice, or the wait's end)"
 
 
 S = TicketStatus
@@ -148,5 +151,7 @@ DECISION_KNOWN = frozenset(
         DecisionAnswer.RECEIVED,
         DecisionAnswer.FLAGGED,
         DecisionAnswer.NO_RETURN,
+        DecisionAnswer.CREDIT,
+        DecisionAnswer.MONEY,
     }
 )

@@ -87,4 +87,5 @@ def escalate_overdue_reviews() -> int:
     done = services.reviews_escalate_overdue()
     waits = services.questions_wait_timers()
     goods = services.returns_wait_timers()
-    return sum(len(ids) for ids in (*done.values(), *waits.values(), *goods.values()))
+    chose = services.offers_wait_timers()
+    return len(chose) + sum(len(ids) for ids in (*done.values(), *waits.values(), *goods.values()))

@@ -95,12 +95,15 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
         if line.get("status") != "open" or f"parts-{number}" not in post:
             continue
         prefix = f"part-{number}-"
-        on_return = bool(post.get(prefix + "on_return"))  # the box is beside the parts
+        # The boxes beside the parts: a return first; store credit offered.
+        on_return = bool(post.get(prefix + "on_return"))
+        offer = bool(post.get(prefix + "offer_credit"))
         if post.get(prefix + "whole"):
             orders[number] = {
                 "answer": "approve",
                 "parts": [{"whole_order": True}],
                 "on_return": on_return,
+                "offer_credit": offer,
             }
             continue
         proposed = {
@@ -116,7 +119,12 @@ def parts_answers(post, lines: list) -> dict[str, dict]:
             parts.append({"shipping": True} | ({} if fee is None else {"amount_cents": fee}))
         if not parts:
             raise ValueError(f"Order {number}: tick what to refund, or reject it.")
-        orders[number] = {"answer": "approve", "parts": parts, "on_return": on_return}
+        orders[number] = {
+            "answer": "approve",
+            "parts": parts,
+            "on_return": on_return,
+            "offer_credit": offer,
+        }
     return orders
 
 

@@ -13,7 +13,9 @@ from refunds.flow.state import OrderAnswer, Part, ReviewOrder
 from refunds.flow.words import dollars
 
 REASON_MAX = 1000  # characters of a reason for the customer (the API's and the forms' limit)
-FIELDS = frozenset({"answer", "parts", "reason", "amount_cents", "on_return"})
+FIELDS = frozenset(
+    {"answer", "parts", "reason", "amount_cents", "on_return", "offer_credit", "credit"}
+)
 
 
 def open_orders(review: Sequence[ReviewOrder]) -> dict[str, ReviewOrder]:
@@ -140,9 +142,11 @@ def _one_checked(order: ReviewOrder, number: str, one: object) -> OrderAnswer:
             f"Order {number}: the reason is too long (at most {REASON_MAX} characters)."
         )
     if one["answer"] == "reject":
-        if any(one.get(k) is not None for k in ("parts", "amount_cents", "on_return")):
+        given = [one.get("parts"), one.get("amount_cents")]
+        if any(v is not None for v in given) or one.get("on_return") or one.get("offer_credit"):
             raise ValueError(
-                f"Order {number}: only an approval carries parts, an amount or a return."
+                f"Order {number}: only an approval carries parts, an amount, a return or an "
+                "offer of store credit."
             )
         if not why:
             raise ValueError(
@@ -168,6 +172,17 @@ def _one_checked(order: ReviewOrder, number: str, one: object) -> OrderAnswer:
         )
     if on_return:
         approved["on_return"] = True
+    offer = one.get("offer_credit") or False
+    if not isinstance(offer, bool):
+        raise ValueError(f"Order {number}: offer_credit is true or false.")
+    if one.get("credit") and order.get("credit") != "only":
+        raise ValueError(f"Order {number}: store credit is the customer's choice: offer it.")
+    if order.get("credit") == "only":
+        approved["credit"] = True  # the policy pays it as store credit: nothing to offer
+    elif offer and order.get("credit") != "offer":
+        raise ValueError(f"Order {number}: the shop does not offer store credit.")
+    elif offer:
+        approved["offer_credit"] = True
     return approved
 
 

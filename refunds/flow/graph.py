@@ -42,6 +42,8 @@ def build_graph(
     g.add_node("await_reopen", node("await_reopen"))
     g.add_node("ask_return", node("ask_return"), retry_policy=nodes.MAIL_RETRY)
     g.add_node("await_return", node("await_return"))
+    g.add_node("offer_credit", node("offer_credit"), retry_policy=nodes.MAIL_RETRY)
+    g.add_node("await_choice", node("await_choice"))
     g.add_conditional_edges(START, nodes.fan_out, ["check_order"])
     g.add_edge("check_order", "gather")
     g.add_conditional_edges("gather", nodes.route_gathered, ["decline", "triage"])
@@ -50,10 +52,19 @@ def build_graph(
     g.add_conditional_edges(
         "approve",
         nodes.after_review,
-        ["charge_order", "email", "notify", "ask_customer", "ask_return", "approve"],
+        [
+            "charge_order",
+            "email",
+            "notify",
+            "ask_customer",
+            "ask_return",
+            "offer_credit",
+            "approve",
+        ],
     )
     # await_reply routes by Command: to the review, or to the close for want of a reply;
-    # await_return to the charges of what came back, or to the review.
+    # await_return to the charges of what came back (or the offer), or to the review;
+    # offer_credit and await_choice to the charges, each order paid as the customer chose.
     g.add_edge("close_no_reply", "await_reopen")
     g.add_edge("await_reopen", "approve")
     g.add_edge("charge_order", "settle_charges")

@@ -77,6 +77,10 @@ class OrderAnswer(TypedDict, total=False):
     # reject: nothing of it came back; the email words why (`reason` is the desk's).
     not_back: bool
     returned: bool  # approve: its lines came back (the email thanks, never asks for them)
+    # approve: the customer chooses store credit or money (REFUNDS_STORE_CREDIT); `credit`:
+    # paid as store credit (their choice, or the only way the policy allows).
+    offer_credit: bool
+    credit: bool
 
 
 class ReviewAnswer(TypedDict, total=False):
@@ -84,7 +88,16 @@ class ReviewAnswer(TypedDict, total=False):
     # answer to it (`reason` is their text), resuming the wait.
     # "received", "flagged", "no_return": the goods' wait (`orders`: what came back).
     answer: Literal[
-        "approve", "reject", "ask", "reply", "no_reply", "received", "flagged", "no_return"
+        "approve",
+        "reject",
+        "ask",
+        "reply",
+        "no_reply",
+        "received",
+        "flagged",
+        "no_return",
+        "credit",  # the customer's choice of an offer of store credit (or the timer's "money")
+        "money",
     ]
     reason: str
     reviewer: str
@@ -118,6 +131,26 @@ class ReturnWait(TypedDict):
     reference: str
     return_id: int  # the approval's Decision
     orders: dict[str, list[Part]]
+    required_role: Literal["agent", "manager"]
+    amount_cents: int
+    order: OrderFacts
+    description: str
+
+
+class Offering(TypedDict):
+    """An approval that offers store credit: the customer is being asked, or chose."""
+
+    decision_id: int  # the approval's Decision: the offer email's outbox key is made from it
+    orders: list[str]  # the orders offered store credit
+
+
+class ChoiceWait(TypedDict):
+    """The wait on the customer's choice: store credit or money ("money" when it ends)."""
+
+    kind: Literal["choice"]
+    offer_id: int  # the approval's Decision
+    money_cents: int
+    credit_cents: int
     required_role: Literal["agent", "manager"]
     amount_cents: int
     order: OrderFacts
@@ -169,6 +202,9 @@ class OrderCheck(TypedDict, total=False):
     # Refunds the processor failed: in the next charge's key, so approving again refunds anew.
     refunds_failed: int
     on_return: bool  # the policy proposes refunding it once its lines come back
+    # Store credit: "offer" the customer may choose it, "only" the policy pays it so; bonus %.
+    credit: Literal["offer", "only"]
+    credit_bonus_percent: int
     answer: OrderAnswer  # after the review
 
 
@@ -192,6 +228,7 @@ class ChargeTask(TypedDict):
     amount_cents: int
     parts: list[Part]
     dispute_seen: NotRequired[bool]  # a manager approved after reading of an open dispute
+    credit_bonus_cents: NotRequired[int]  # present: paid as store credit, with this bonus
 
 
 class CheckTask(TypedDict):
@@ -240,6 +277,7 @@ class RefundState(TypedDict, total=False):
     outcome_reason: str
     asking: Asking | None  # the question being sent or waited on
     returning: Returning | None  # the goods being asked back or waited on
+    offering: Offering | None  # store credit being offered, or waited on
     replies: list[Reply]
     # Written by parallel branches, so each has a reducer.
     flags: Annotated[list[str], operator.add]
@@ -299,6 +337,8 @@ class ReviewOrder(TypedDict):
     parts_why: NotRequired[str]
     disputed: NotRequired[bool]  # its last charge stopped for an open dispute
     on_return: NotRequired[bool]  # the policy proposes refunding it once its lines come back
+    credit: NotRequired[Literal["offer", "only"]]  # store credit, as OrderCheck.credit
+    credit_bonus_percent: NotRequired[int]
 
 
 class Payer(Protocol):
@@ -321,6 +361,23 @@ class Mailer(Protocol):
         self, *, key: str, to: str, kind: str, facts: dict[str, Any], language: str
     ) -> None:
         """Word the kind of email in the customer's language and deliver it once per key."""
+        ...
+
+
+@dataclass(frozen=True)
+class CreditRule:
+    """Store credit instead of money: its bonus, and the reasons it is the only way."""
+
+    bonus_percent: int = 0
+    only_reasons: frozenset[str] = frozenset()
+
+
+class CreditIssuer(Protocol):
+    def __call__(
+        self, *, key: str, amount_cents: int, bonus_cents: int, order_number: str, parts: list[Part]
+    ) -> str:
+        """Issue store credit worth `amount_cents` of the order's balance (plus a bonus) once
+        per key; raises as Payer does."""
         ...
 
 
@@ -357,3 +414,7 @@ class Collaborators:
     return_address: str = ""
     return_days: int = 21
     return_default_outcome: Literal["reject", "queue"] = "reject"
+    # Store credit (REFUNDS_STORE_CREDIT): None where the shop does not offer it.
+    store_credit: CreditRule | None = None
+    credit: CreditIssuer | None = None  # issues it once per key, bound to the lease as `pay`
+    credit_days: int = 14

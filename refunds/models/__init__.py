@@ -5,6 +5,7 @@
 from refunds.models.decisions import (
     CannedReason,
     CannedReasonText,
+    CreditOffer,
     CustomerQuestion,
     Decision,
     Fork,
@@ -17,6 +18,7 @@ from refunds.models.ledger import (
     OutsideRefund,
     PaymentDispute,
     ReconcileRun,
+    StoreCredit,
     StripeEvent,
 )
 from refunds.models.orders import (

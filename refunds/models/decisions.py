@@ -213,6 +213,24 @@ class ReturnRequest(models.Model):
         return f"Return {self.reference} on {self.ticket}"
 
 
+class CreditOffer(models.Model):
+    """An approval that offers store credit: the customer's choice (a signed link, or a reply to
+    its token's address) is the wait's Decision, recorded once (a compare-and-set on NULL)."""
+
+    ticket = models.ForeignKey("refunds.Ticket", on_delete=models.CASCADE, related_name="offers")
+    decision = models.OneToOneField(Decision, on_delete=models.CASCADE, related_name="offer")
+    token = models.CharField(max_length=64, unique=True)  # in the reply address
+    email_key = models.CharField(max_length=150, unique=True)
+    offered_at = models.DateTimeField(auto_now_add=True)
+    chosen_at = models.DateTimeField(null=True, blank=True)
+    choice = models.OneToOneField(
+        Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"Offer of store credit on {self.ticket}"
+
+
 class Fork(models.Model):
     """An admin's corrected amount, forked before triage; a worker applies it under the lease."""
 

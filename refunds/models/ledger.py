@@ -120,6 +120,30 @@ class ChargePart(models.Model):
         return f"{what}: {dollars(self.amount_cents)}"
 
 
+class StoreCredit(models.Model):
+    """Store credit the desk issued instead of money: the credit ledger. Its money's worth is a
+    Charge of the same key (the balance it took, per line); the bonus is the shop's gift."""
+
+    key = models.CharField(max_length=150, unique=True)  # the Charge's idempotency key
+    ticket = models.ForeignKey("refunds.Ticket", on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="store_credits")
+    customer_email = models.EmailField(max_length=254)
+    amount_cents = models.PositiveIntegerField()  # of the order's balance
+    bonus_cents = models.PositiveIntegerField(default=0)
+    currency = models.CharField(max_length=3, default="USD")
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Issued: in the ledger and, where an order source is configured, taken by the shop.
+    issued_at = models.DateTimeField(null=True, blank=True)
+    shop_reference = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"Store credit {dollars(self.amount_cents + self.bonus_cents)} on {self.order}"
+
+    @property
+    def receipt(self) -> str:
+        return f"credit_{self.pk}"
+
+
 class OutsideRefundQuerySet(models.QuerySet):
     def holding_balance(self) -> OutsideRefundQuerySet:
         """All but those the processor failed or canceled."""

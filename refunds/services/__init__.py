@@ -3,6 +3,7 @@
 # ruff: noqa: F401 (the imports are what the package exports)
 
 from refunds.services.asking import questions_wait_timers
+from refunds.services.credit import credit_choose, offers_wait_timers
 from refunds.services.desk import (
     NOT_PENDING,
     decision_undo,

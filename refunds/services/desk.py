@@ -18,6 +18,7 @@ from refunds.flow import answers as flow_answers
 from refunds.flow.state import ReviewOrder
 from refunds.models import AuditEvent, CannedReason, Decision, Ticket
 from refunds.services.asking import QUESTION_MAX, asking_record, question_words
+from refunds.services.credit import offer_open
 from refunds.services.errors import NOTE_MAX, AlreadyDecided, ClaimTaken, RefundError
 from refunds.services.returns import return_open
 
@@ -241,8 +242,9 @@ def _record(
             )
             if answer == Decision.Answer.ASK:  # its reply address's token, before any email
                 asking_record(ticket=ticket, decision=decision, reviewer=reviewer)
-            if orders:  # an approval on return: its reference, before any email
+            if orders:  # an approval on return, or offering store credit: before any email
                 return_open(ticket=ticket, decision=decision, answers=orders)
+                offer_open(ticket=ticket, decision=decision, answers=orders)
             audit.record(
                 ticket,
                 action,

@@ -19,6 +19,7 @@ from refunds.flow.nodes.charge import (
 )
 from refunds.flow.nodes.checks import decline, fan_out, gather, make_check_order, route_gathered
 from refunds.flow.nodes.common import customer_namespace
+from refunds.flow.nodes.credit import await_choice, offer_credit
 from refunds.flow.nodes.messages import MAIL_RETRY, email, notify, received
 from refunds.flow.nodes.returns import ask_return, await_return
 from refunds.flow.nodes.review import approve, review_request, triage

@@ -8,7 +8,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send, interrupt
 
-from refunds.flow.nodes.charge import send_charges
+from refunds.flow.nodes.credit import charges_or_offer
 from refunds.flow.nodes.messages import to_customer
 from refunds.flow.state import Asking, Collaborators, CustomerWait, RefundState, Reply, ReviewAnswer
 from refunds.flow.words import dollars
@@ -42,14 +42,14 @@ def asked(state: RefundState, answer: ReviewAnswer) -> RefundState:
 
 def after_review(
     state: RefundState,
-) -> list[Send] | Literal["ask_customer", "ask_return", "email", "notify", "approve"]:
+) -> list[Send] | str:
     if state.get("review_error"):
         return "approve"
     if state.get("asking"):
         return "ask_customer"
     if state.get("returning"):
         return "ask_return"
-    return send_charges(state)
+    return charges_or_offer(state)
 
 
 def ask_customer(

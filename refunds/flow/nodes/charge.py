@@ -71,13 +71,18 @@ def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
         if answer.get("answer") != "approve" or charges.get(check["number"], {}).get("receipt"):
             continue
         amount, parts = answer["amount_cents"], answer["parts"]
+        key = _key(state, check, amount, parts)
+        if answer.get("credit"):  # store credit: a key of its own, never the card refund's
+            key = key.replace(":charge_card:", ":store_credit:", 1)
         task = ChargeTask(
             ticket_key=state["ticket_key"],
-            key=_key(state, check, amount, parts),
+            key=key,
             number=check["number"],
             amount_cents=amount,
             parts=parts,
         )
+        if answer.get("credit"):
+            task["credit_bonus_cents"] = amount * check.get("credit_bonus_percent", 0) // 100
         if answer.get("dispute_seen"):
             task["dispute_seen"] = True
         sends.append(Send("charge_order", task))
@@ -94,13 +99,24 @@ def charge_order(task: ChargeTask, runtime: Runtime[Collaborators]) -> RefundSta
     try:
         # Said only when set: a payer from before disputes is called as it always was.
         seen = {"dispute_seen": True} if task.get("dispute_seen") else {}
-        charge["receipt"] = runtime.context.pay(
-            key=task["key"],
-            amount_cents=amount,
-            order_number=number,
-            parts=task.get("parts"),
-            **seen,
-        )
+        if "credit_bonus_cents" in task:
+            if runtime.context.credit is None:
+                raise ChargeRefused("store credit is not offered any more (REFUNDS_STORE_CREDIT)")
+            charge["receipt"] = runtime.context.credit(
+                key=task["key"],
+                amount_cents=amount,
+                bonus_cents=task["credit_bonus_cents"],
+                order_number=number,
+                parts=task["parts"],
+            )
+        else:
+            charge["receipt"] = runtime.context.pay(
+                key=task["key"],
+                amount_cents=amount,
+                order_number=number,
+                parts=task.get("parts"),
+                **seen,
+            )
     except PaymentDisputed as exc:
         charge["error"], charge["disputed"] = str(exc), True
     except ChargeRefused as exc:

@@ -245,6 +245,9 @@ def make_check_order(carrier: Step | None = None) -> Callable[..., RefundState]:
             runtime.context.return_rule, reason_of(local), parts, local["history"]
         ):
             check["on_return"] = True
+        if refundable and (rule := runtime.context.store_credit) is not None:
+            check["credit"] = "only" if reason_of(local) in rule.only_reasons else "offer"
+            check["credit_bonus_percent"] = rule.bonus_percent
         return {"checks": {number: check}, "trail": [f"check_order:{number}"]}
 
     return check_order

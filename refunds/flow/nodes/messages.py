@@ -208,6 +208,10 @@ def order_facts(state: RefundState) -> dict:
                     # The reviewer's reason for that order, never another's.
                     "why_part": str(answer.get("reason") or "") if paid < asked else "",
                     "rest_not_back": bool(answer.get("returned")) and paid < asked,
+                    # Paid as store credit: what the customer holds, with the shop's bonus.
+                    "credit_cents": paid + paid * check.get("credit_bonus_percent", 0) // 100
+                    if answer.get("credit")
+                    else 0,
                     "given": parts_given(check, came=reason_of(state) != policy.NOT_RECEIVED),
                 }
             )
@@ -232,4 +236,6 @@ def order_facts(state: RefundState) -> dict:
         "paid_cents": sum(o["paid_cents"] for o in refunded),
         "part": any(o["part"] for o in refunded),
         "given": any(o["given"] for o in refunded),
+        "credited": any(o["credit_cents"] for o in refunded),
+        "to_bank": any(not o["credit_cents"] for o in refunded),
     }

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from typing import Literal
 
 from langgraph.runtime import Runtime
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import Command, interrupt
 
 from refunds.flow import answers as flow_answers
 from refunds.flow import parts as refund_parts
-from refunds.flow.nodes.charge import send_charges
+from refunds.flow.nodes.credit import charges_or_offer
 from refunds.flow.nodes.messages import to_customer
 from refunds.flow.state import (
     Collaborators,
@@ -237,8 +237,9 @@ def _refund_what_came(
                 "amount_cents": refund_parts.total(parts),
                 "returned": True,
             }
-            if approved.get("reason"):
-                one["reason"] = approved["reason"]
+            for kept in ("reason", "offer_credit", "credit"):
+                if kept in approved:
+                    one[kept] = approved[kept]
         else:
             one = {"answer": "reject", "reason": NOT_BACK, "not_back": True}
         answers[number] = {**checks[number], "answer": one}
@@ -263,5 +264,4 @@ def _refund_what_came(
         update["amount_cents"] = approved_cents
     else:
         update |= {"outcome": "rejected", "outcome_reason": NOT_BACK}
-    goto: list[Send] | str = send_charges(merged)
-    return Command(update=update, goto=goto)
+    return Command(update=update, goto=charges_or_offer(merged))

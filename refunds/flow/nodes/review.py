@@ -12,7 +12,7 @@ from refunds import policy
 from refunds.flow import answers as flow_answers
 from refunds.flow import parts as refund_parts
 from refunds.flow.errors import DISPUTED
-from refunds.flow.nodes import asking, returns
+from refunds.flow.nodes import asking, credit, returns
 from refunds.flow.nodes.common import ordered_checks, reason_of
 from refunds.flow.state import (
     TICKET_TELLS,
@@ -83,6 +83,9 @@ def _review_orders(state: RefundState) -> list[ReviewOrder]:
             lines[-1]["disputed"] = True
         if status == "open" and check.get("on_return"):
             lines[-1]["on_return"] = True
+        if status == "open" and "credit" in check:
+            lines[-1]["credit"] = check["credit"]
+            lines[-1]["credit_bonus_percent"] = check.get("credit_bonus_percent", 0)
     return lines
 
 
@@ -273,6 +276,7 @@ def approve(state: RefundState) -> RefundState:
         "payment_error": "",
         "review_error": "",
         "returning": returns.returning_of(state, answer, answers),
+        "offering": credit.offering_of(answer, answers),
         "notes": [_review_note(state, answer, answers)],
         "trail": ["approve"],
     }
