@@ -41,5 +41,5 @@ def credit_choose(request: HttpRequest, signed: str) -> HttpResponse:
         }
         response = render(request, "credit/choose.html", context, status=status)
     response["Cache-Control"] = "no-store"
-    response["Referrer-Policy"] = "no-referrer"  # the link is the key to the choice
+    response["Referrer-Policy"] = "same-origin"  # the link is the key: never sent elsewhere
     return response
