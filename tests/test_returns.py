@@ -11,13 +11,14 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import transaction
 from django.utils import timezone
 
 from refunds import enqueue, policy, runner, services
 from refunds.flow import answers as flow_answers
 from refunds.flow.nodes.returns import reference_read, return_reference
 from refunds.models import AuditEvent, ChargePart, Decision, Email, ReturnRequest, Ticket
-from refunds.services import Back, RefundError
+from refunds.services import Back, RefundError, returns
 from refunds.services.sweep import tickets_recover
 from tests.conftest import give_lines, make_order
 from tests.reviewing import decide
@@ -327,3 +328,48 @@ def test_a_manager_unticking_the_return_refunds_at_once(
     assert answer.status_code == 302, answer.content.decode()[:500]
     assert runner.advance(ticket.pk) == "refunded"
     assert not ReturnRequest.objects.filter(ticket=ticket).exists()
+
+
+def test_the_thread_checks_the_goods_again_and_refunds_nothing_never_asked_back(
+    transactional_db, colleague, manager, shirts
+):
+    """The late guard: a word recorded past the service (a bug, an old row) is checked again by
+    the waiting node itself, which refunds nothing and goes on waiting."""
+    ticket = waiting_return(shirts, colleague, manager)
+    shirt = shirt_line(shirts)
+    Decision.objects.create(
+        ticket=ticket,
+        interrupt_id=ticket.pending_interrupt_id,
+        answer="received",
+        orders={"2001": {str(shirt): 7}},  # three were asked back
+    )
+    assert runner.advance(ticket.pk) == "awaiting_return"
+    ticket.refresh_from_db()
+    assert "return_refused" in ticket.nodes_run
+    assert not ChargePart.objects.filter(charge__ticket=ticket).exists()
+    # The next word, a true one, still lands on the new wait.
+    found = ReturnRequest.objects.get(ticket=ticket)
+    ReturnRequest.objects.filter(pk=found.pk).update(arrived_at=None, arrived=None)
+    services.return_arrived(
+        reference=found.reference,
+        status="received",
+        lines=[Back(quantity=1, line=shirt)],
+        source="test",
+    )
+    assert runner.advance(ticket.pk) == "refunded"
+    assert sum(p.quantity for p in ChargePart.objects.filter(charge__ticket=ticket)) == 1
+
+
+def test_of_two_words_on_the_goods_at_once_one_is_recorded(
+    transactional_db, colleague, manager, shirts
+):
+    """The race: both read the return before either wrote; the second finds it taken."""
+    ticket = waiting_return(shirts, colleague, manager)
+    reference = ReturnRequest.objects.get(ticket=ticket).reference
+    first, second = services.return_find(reference), services.return_find(reference)
+    with transaction.atomic():
+        returns._record(first, {"answer": "flagged", "orders": None, "reason": "empty"}, {}, None)
+    with pytest.raises(returns._NotRecorded), transaction.atomic():
+        returns._record(second, {"answer": "received", "orders": None, "reason": ""}, {}, None)
+    assert Decision.objects.filter(ticket=ticket, answer__in=["flagged", "received"]).count() == 1
+    assert ReturnRequest.objects.get(ticket=ticket).arrived["answer"] == "flagged"
