@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from intake.models import Message
 from refunds import policy
 from refunds.models import Decision, Ticket
-from refunds.selectors import REFUND_STATES, refund_progress
+from refunds.selectors import REFUND_STATES, RETURN_STATES, refund_progress
 from refunds.statuses import (
     ChargeStatus,
     DecisionAnswer,
@@ -237,3 +237,41 @@ class OrdersPushed(Out):
     unchanged: int
     refused: int
     results: list[OrderResult]
+
+
+class ReturnArrived(Out):
+    """What became of the warehouse's word."""
+
+    ticket: int
+    reference: str
+    outcome: Literal["recorded", "kept", "already"] = Field(
+        description="recorded: the ticket goes on (refunds what came back, or a manager decides "
+        "a flagged return again); kept: the ticket is still applying its approval, the word is "
+        "applied once it waits for the goods; already: the same word came before, nothing "
+        "changed."
+    )
+
+
+class ReturnLineOut(Out):
+    order: str
+    line: int = Field(description="The order line's id: name it in lines[].line.")
+    sku: str
+    title: str
+    quantity: int = Field(description="Units asked back.")
+    came_back: int | None = Field(description="Units the warehouse said came back; null until.")
+
+
+class ReturnOut(Out):
+    """A return: the goods an approval on return waits for, and what the warehouse said."""
+
+    reference: str
+    ticket: int
+    status: str = Field(
+        json_schema_extra={"enum": list(RETURN_STATES)},
+        description="waiting for the goods; kept: a word came before the ticket waited, applied "
+        "once it does; received, flagged, or no_return (nothing came back in time).",
+    )
+    asked_at: datetime
+    arrived_at: datetime | None
+    reason: str = Field(description="flagged: why.")
+    lines: list[ReturnLineOut]

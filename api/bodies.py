@@ -24,7 +24,8 @@ from pydantic_core import PydanticCustomError
 
 from api.parsers import MAX_NUMBER_DIGITS
 from refunds.models import ORDER_NUMBER_MAX, ORDER_NUMBER_PATTERN, order_number_read
-from refunds.services import NOTE_MAX, REASON_MAX
+from refunds.services import NOTE_MAX, REASON_MAX, Back
+from refunds.services import returns as returns_service
 from refunds.services import tickets as tickets_service
 from refunds.statuses import TicketStatus
 
@@ -376,3 +377,74 @@ class ErasureIn(Body):
         description="Order numbers the request names; each must be the desk's and this "
         "customer's (else 422, nothing erased). Their other orders are erased too.",
     )
+
+
+# --- the warehouse's word on a return (POST /api/returns/, POST /webhooks/returns/) -----------
+RETURN_LINES_MAX = 1000
+SKU_MAX = 64  # OrderLine.sku's column
+
+
+class BackIn(Body):
+    """One line that came back: by its id (`line`) or its SKU, one of the two."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["line"]}, {"required": ["sku"]}]}
+    )
+
+    quantity: Annotated[int, Field(ge=0, le=BIGGEST), _whole(WHOLE)] = Field(
+        description="How many units of it came back, at most what was asked back."
+    )
+    line: WholeNumber | None = Field(
+        None, description="The order line's id (GET /api/returns/<reference>/: lines[].line)."
+    )
+    sku: Annotated[Text, Field(min_length=1, max_length=SKU_MAX)] | None = Field(
+        None, description="Or the line's SKU."
+    )
+    order: OrderNumber | None = Field(
+        None, description="The line's order; may be left out when the return covers one order."
+    )
+
+    @model_validator(mode="after")
+    def line_or_sku(self) -> BackIn:
+        given = {"line", "sku"} & self.model_fields_set
+        if len(given) != 1:
+            raise ValueError("Name each line by its id (line) or its SKU (sku), one of the two.")
+        return self
+
+
+class ReturnIn(Body):
+    """What the warehouse says of a return's goods: they came back ("received"), all that was
+    asked back or the `lines` given, or something is wrong with them ("flagged", with a reason
+    for the manager who decides again)."""
+
+    reference: Text = Field(
+        max_length=40, description="The return's reference, as on the parcel: RT-1234-56."
+    )
+    status: Literal["received", "flagged"]
+    lines: list[BackIn] | None = Field(
+        None,
+        min_length=1,
+        max_length=RETURN_LINES_MAX,
+        description="received: what came back, line by line (a line left out: none of it); "
+        "left out, everything asked back came back. Never with flagged.",
+    )
+    reason: Text = Field(
+        "",
+        max_length=returns_service.REASON_MAX,
+        description="flagged: what is wrong (required); a manager reads it.",
+    )
+
+    def word(self) -> dict[str, Any]:
+        """The service's keywords (refunds.services.return_arrived), each line a Back."""
+        lines = None
+        if self.lines is not None:
+            lines = [
+                Back(quantity=b.quantity, line=b.line, sku=b.sku or "", order=b.order or "")
+                for b in self.lines
+            ]
+        return {
+            "reference": self.reference,
+            "status": self.status,
+            "lines": lines,
+            "reason": self.reason,
+        }

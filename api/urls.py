@@ -16,6 +16,8 @@ urlpatterns = [
     ),
     re_path(r"^orders/?$", api.orders_push, name="orders"),
     re_path(r"^messages/?$", api.messages, name="messages"),
+    re_path(r"^returns/?$", api.returns, name="returns"),
+    re_path(r"^returns/(?P<reference>[^/]{1,40})/?$", api.return_detail, name="return"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
 ]

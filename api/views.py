@@ -28,18 +28,21 @@ from api.answers import (
     Error,
     MessageOut,
     OrdersPushed,
+    ReturnArrived,
+    ReturnLineOut,
+    ReturnOut,
     TicketOut,
     TicketPage,
     TicketRef,
     ticket_out,
     ticket_ref,
 )
-from api.bodies import DecisionIn, MessageIn, OrdersPush, TicketFilter, TicketOpen
+from api.bodies import DecisionIn, MessageIn, OrdersPush, ReturnIn, TicketFilter, TicketOpen
 from api.errors import ShopUnavailable, Unprocessable, body
 from core.clock import local_words
 from intake import services as intake
 from intake.models import Message
-from refunds import order_source, permissions, services
+from refunds import order_source, permissions, selectors, services
 from refunds.models import Decision, TicketOrder
 from refunds.services import orders
 
@@ -365,3 +368,62 @@ def _receive(request: Request, key: str) -> Response:
         ticket=message.ticket_id,
     )
     return Response(out.model_dump(mode="json"), status=202)
+
+
+@extend_schema(
+    operation_id="returns_arrived",
+    summary="Say what came back of a return (the warehouse's word): received or flagged",
+    description="The goods of an approval on return, named by the reference on the parcel. "
+    "`received` alone: everything asked back came back; with `lines`, what did, by line id or "
+    "SKU (the rest did not): the ticket refunds exactly that, restocked. `flagged` with a "
+    "`reason` sends the ticket back to a manager. 201 when the word is taken; the same word "
+    "again answers 200 with outcome `already` and changes nothing. An unknown reference, a "
+    "line never asked back, more units than asked, or another word on a return already "
+    "settled is a 422 and changes nothing. Desk users only (any desk group).",
+    request=ReturnIn,
+    responses={
+        201: ReturnArrived,
+        200: ReturnArrived,
+        **error_responses(400, 401, 403, 413, 415, 422, 429),
+    },
+)
+@api_view(["POST"])
+def returns(request: Request) -> Response:
+    refusal = permissions.return_refusal(request.user)
+    if refusal:
+        raise Forbidden(refusal)
+    given = ReturnIn.model_validate(request.data)
+    try:
+        arrival = services.return_arrived(**given.word(), by=request.user, source="api")
+    except services.RefundError as exc:  # well-formed, but the return says no
+        raise Unprocessable(str(exc)) from None
+    out = ReturnArrived(
+        ticket=arrival.ticket_id, reference=arrival.reference, outcome=arrival.outcome
+    )
+    return Response(out.model_dump(mode="json"), status=200 if out.outcome == "already" else 201)
+
+
+@extend_schema(
+    operation_id="returns_read",
+    summary="Read a return: the lines asked back and what the warehouse said",
+    responses={200: ReturnOut, **error_responses(401, 403, 404, 429)},
+)
+@api_view(["GET"])
+def return_detail(request: Request, reference: str) -> Response:
+    refusal = permissions.return_refusal(request.user)
+    if refusal:
+        raise Forbidden(refusal)
+    try:
+        found = services.return_find(reference)
+    except services.RefundError as exc:
+        raise NotFound(str(exc)) from None
+    out = ReturnOut(
+        reference=found.reference,
+        ticket=found.ticket_id,
+        status=selectors.return_state(found),
+        asked_at=found.asked_at,
+        arrived_at=found.arrived_at,
+        reason=str((found.arrived or {}).get("reason") or ""),
+        lines=[ReturnLineOut.model_validate(line) for line in selectors.return_lines(found)],
+    )
+    return Response(out.model_dump(mode="json"))

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from ops import api as erasures_api
-from ops import shop_webhook
+from ops import returns_webhook, shop_webhook
 from refunds import health
 from refunds.payments import stripe_webhook
 from reviews.views.credit import credit_choose
@@ -31,6 +31,8 @@ urlpatterns = [
     path("webhooks/shop/shop-redact/", shop_webhook.shop_redact, name="shop_redact"),
     # The customer's choice of store credit or money: the signed link in the offer's email.
     path("credit/<str:signed>/", credit_choose, name="credit_choose"),
+    # A warehouse's or carrier's word on a return's goods (ops/returns_webhook.py)
+    path("webhooks/returns/", returns_webhook.returns, name="returns_webhook"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("", include("insights.urls")),

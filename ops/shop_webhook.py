@@ -66,7 +66,7 @@ def customers_redact(request: HttpRequest) -> HttpResponse:
     try:
         asked = CustomersRedact.model_validate_json(body)
     except BodyRefused as exc:
-        return _refused(request, 400, f"Not Shopify's customers/redact: {_words(exc)}")
+        return refused(request, 400, f"Not Shopify's customers/redact: {body_words(exc)}")
     # The orders the desk lacks are not this desk's to erase; their customer's other orders are.
     held = Order.objects.filter(number__in=asked.orders_to_redact).values_list("number", flat=True)
     try:
@@ -76,7 +76,7 @@ def customers_redact(request: HttpRequest) -> HttpResponse:
             by=f"shop {asked.shop_domain}".strip(),
         )
     except ValidationError as exc:
-        return _refused(request, 422, " ".join(exc.messages))
+        return refused(request, 422, " ".join(exc.messages))
     log.info("shop %s: customers/redact is erasure %s", asked.shop_domain, erasure.pk)
     return JsonResponse({"erasure": erasure.pk, "status": erasure.status})
 
@@ -92,7 +92,7 @@ def shop_redact(request: HttpRequest) -> HttpResponse:
     try:
         domain = str(json.loads(body).get("shop_domain", ""))[:255]
     except (ValueError, AttributeError):
-        return _refused(request, 400, "Not Shopify's shop/redact: the body is not a JSON object.")
+        return refused(request, 400, "Not Shopify's shop/redact: the body is not a JSON object.")
     log.warning(
         "shop %s asked to erase the shop's data (shop/redact): nothing was erased; the desk "
         "holds one shop's data, and an operator erases it (manage.py erase_customer, or the "
@@ -106,7 +106,7 @@ def _signed_body(request: HttpRequest) -> bytes | HttpResponse:
     """The raw body, once its signature checks out; or the refusal to answer."""
     secret = settings.REFUNDS_SHOP_WEBHOOK_SECRET
     if not secret:  # never take a request unsigned
-        return _refused(
+        return refused(
             request,
             503,
             "REFUNDS_SHOP_WEBHOOK_SECRET is not set: no request of the shop's is taken.",
@@ -115,21 +115,23 @@ def _signed_body(request: HttpRequest) -> bytes | HttpResponse:
         body = request.body
     except RequestDataTooBig:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return _refused(request, 413, f"The body is over {limit} bytes.")
+        return refused(request, 413, f"The body is over {limit} bytes.")
     sent = request.headers.get(HEADER, "")
     if not sent:
-        return _refused(request, 401, f"The {HEADER} header is missing: the post is not signed.")
+        return refused(request, 401, f"The {HEADER} header is missing: the post is not signed.")
     if not hmac.compare_digest(sent.strip().encode(), signature(secret, body).encode()):
-        return _refused(request, 401, f"The {HEADER} signature does not check out.")
+        return refused(request, 401, f"The {HEADER} signature does not check out.")
     return body
 
 
-def _words(exc: BodyRefused) -> str:
+def body_words(exc: BodyRefused) -> str:
+    """What is wrong with a signed body, field by field (the returns webhook's too)."""
     return "; ".join(
         f"{'.'.join(map(str, e['loc'])) or 'the body'}: {e['msg']}" for e in exc.errors()
     )
 
 
-def _refused(request: HttpRequest, status: int, message: str) -> HttpResponse:
+def refused(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    """An inbound webhook's refusal, logged and answered in one small JSON shape."""
     log.warning("%s %s refused (%s): %s", request.method, request.path, status, message[:300])
     return JsonResponse({"status": status, "error": message}, status=status)

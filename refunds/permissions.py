@@ -50,6 +50,13 @@ def sort_refusal(user) -> str:
     return ""
 
 
+def return_refusal(user) -> str:
+    """Why this user may not say what came back of a return ("" when they may): it refunds."""
+    if not is_desk_user(user):
+        return "You are in no desk group, so you record no returns."
+    return ""
+
+
 def visible(user) -> TicketQuerySet:
     """The tickets this user may read, on any page and in the API."""
     tickets = Ticket.objects.all()

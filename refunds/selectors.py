@@ -27,10 +27,12 @@ from refunds.models import (
     OrderLine,
     OutsideRefund,
     PaymentDispute,
+    ReturnRequest,
     Ticket,
     TicketOrder,
     of_customer,
 )
+from refunds.services.returns import Arrival
 from refunds.statuses import PROCESSOR_GAVE_BACK, PROCESSOR_ON_ITS_WAY
 
 EARLIER_LIMIT = 10
@@ -352,3 +354,81 @@ def _given(part: ChargePart) -> dict:
         "amount_cents": part.amount_cents,
         "restock": part.restock,
     }
+
+
+# --- returns: what the API, the returns page and the ticket page show of one ---------------------
+RETURN_STATES = ("waiting", "kept", "received", "flagged", "no_return")
+
+
+@dataclass(frozen=True)
+class LineAsked:
+    """One line a return asks back, and how many units of it the warehouse said came back."""
+
+    order: str
+    line: int
+    sku: str
+    title: str
+    quantity: int  # asked back
+    came_back: int | None  # None until the return is received
+
+
+def return_state(found: ReturnRequest) -> str:
+    """Where a return stands (RETURN_STATES): waiting for the goods, a word kept until the
+    thread waits for it, or the word recorded."""
+    if found.arrived:
+        return str(found.arrived.get("answer") or "")
+    return "kept" if found.early else "waiting"
+
+
+def return_lines(found: ReturnRequest) -> list[LineAsked]:
+    """The lines a return asks back, order by order, with what its "received" counted."""
+    ids = [p["line"] for parts in found.orders.values() for p in parts]
+    rows = {row.pk: row for row in OrderLine.objects.filter(pk__in=ids).only("title", "sku")}
+    said = found.arrived or {}
+    received = said.get("answer") == Decision.Answer.RECEIVED
+    units = said.get("orders")  # None: everything asked back came back
+    lines = []
+    for number, parts in found.orders.items():
+        for part in parts:
+            row = rows.get(part["line"])
+            came = None
+            if received:
+                came = (
+                    part["quantity"]
+                    if units is None
+                    else int((units.get(number) or {}).get(str(part["line"]), 0))
+                )
+            lines.append(
+                LineAsked(
+                    order=number,
+                    line=part["line"],
+                    sku=row.sku if row else "",
+                    title=row.title if row else "",
+                    quantity=part["quantity"],
+                    came_back=came,
+                )
+            )
+    return lines
+
+
+def return_waited(ticket: Ticket) -> ReturnRequest | None:
+    """The return a ticket waiting for goods waits for (its payload names the approval)."""
+    payload = ticket.pending_payload if isinstance(ticket.pending_payload, dict) else {}
+    if ticket.status != Ticket.Status.AWAITING_RETURN or not payload.get("return_id"):
+        return None
+    return ReturnRequest.objects.filter(ticket=ticket, decision_id=payload["return_id"]).first()
+
+
+def arrival_words(arrival: Arrival, status: str) -> str:
+    """What became of a word on a return's goods, as the returns page and demo_return say it."""
+    ref, ticket = arrival.reference, arrival.ticket_id
+    if arrival.outcome == "already":
+        return f"Return {ref} was recorded as {status} already; nothing changed."
+    if arrival.outcome == "kept":
+        return (
+            f"Return {ref}: {status}, kept. Ticket {ticket} is still applying its approval; "
+            "the word is applied once it waits for the goods."
+        )
+    if status == Decision.Answer.FLAGGED:
+        return f"Return {ref} flagged: ticket {ticket} goes back to a manager with the reason."
+    return f"Return {ref} received: ticket {ticket} refunds what came back."

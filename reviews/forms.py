@@ -8,6 +8,8 @@ from django import forms
 
 from refunds import currencies, services
 from refunds.models import AuditEvent, CannedReason, Role, Ticket
+from refunds.selectors import LineAsked
+from refunds.services import returns
 
 
 def cents(amount: str) -> int | None:
@@ -215,3 +217,31 @@ class AuditSearch(forms.Form):
     ticket = forms.IntegerField(required=False, min_value=1, label="Ticket")
     since = forms.DateField(required=False, label="From (date)")
     until = forms.DateField(required=False, label="To (date)")
+
+
+class ReturnForm(forms.Form):
+    """The returns page's word on a parcel: its reference and, to flag it, why."""
+
+    reference = forms.CharField(max_length=40, strip=True)
+    reason = forms.CharField(required=False, strip=True, max_length=returns.REASON_MAX)
+
+
+def return_field(line: LineAsked) -> str:
+    return f"back-{line.order}-{line.line}"
+
+
+def return_backs(post, lines: list[LineAsked]) -> list[services.Back] | None:
+    """Each line's units typed on the returns page; None when they are all that was asked back
+    (the same word as a scan of the label). ValueError names a box that is not a count."""
+    backs = []
+    for line in lines:
+        typed = (post.get(return_field(line)) or "0").strip()
+        if not (typed.isascii() and typed.isdigit()):
+            raise ValueError(
+                f"{line.title or 'Line ' + str(line.line)}: type how many came back, a whole "
+                f"number from 0 to {line.quantity}."
+            )
+        backs.append(services.Back(quantity=int(typed), line=line.line, order=line.order))
+    if all(b.quantity == line.quantity for b, line in zip(backs, lines, strict=True)):
+        return None
+    return backs

@@ -1,6 +1,16 @@
 from django.urls import path
 
-from reviews.views import account, attachments, audit, events, queue, sorting, ticket, tickets
+from reviews.views import (
+    account,
+    attachments,
+    audit,
+    events,
+    queue,
+    returns,
+    sorting,
+    ticket,
+    tickets,
+)
 
 app_name = "reviews"
 urlpatterns = [
@@ -26,6 +36,7 @@ urlpatterns = [
         name="set_aside_undo",
     ),
     path("tickets/<int:ticket_id>/send-back/", sorting.send_back, name="send_back"),
+    path("returns/", returns.returns, name="returns"),
     path("audit/", audit.audit, name="audit"),
     path("audit/export.csv", audit.audit_export, name="audit_export"),
     path("account/token/", account.api_token, name="api_token"),

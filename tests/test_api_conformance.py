@@ -115,6 +115,8 @@ def test_every_operation_answers_as_its_schema_says(api_schema, callers, no_brok
         "POST /api/messages/",
         "POST /api/erasures/",
         "GET /api/erasures/{erasure_id}/",
+        "POST /api/returns/",
+        "GET /api/returns/{reference}/",
     }
     # Random ids rarely name a ticket: the tickets there are asked for by their ids too.
     tickets = [{"ticket_id": pk} for pk in Ticket.objects.values_list("pk", flat=True)]

@@ -39,8 +39,18 @@ def test_the_schema_names_every_endpoint_and_method(client, db):
     assert paths["/api/messages/"]["post"]["operationId"] == "messages_receive"
     assert paths["/api/erasures/"]["post"]["operationId"] == "erasures_request"
     assert set(paths["/api/erasures/{erasure_id}/"]) >= {"get"}
+    assert paths["/api/returns/"]["post"]["operationId"] == "returns_arrived"
+    assert paths["/api/returns/{reference}/"]["get"]["operationId"] == "returns_read"
     # each one named above (the erasures' two are routed in config/urls.py: ops/api.py)
-    assert api_routes == {"tickets", "ticket", "ticket_decision", "orders", "messages"}
+    assert api_routes == {
+        "tickets",
+        "ticket",
+        "ticket_decision",
+        "orders",
+        "messages",
+        "returns",
+        "return",
+    }
 
 
 def test_the_schema_documents_auth_errors_and_idempotency(client, db):

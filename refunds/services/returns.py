@@ -135,6 +135,11 @@ def _said(
     if status != Decision.Answer.RECEIVED:
         raise RefundError(f"A return is received or flagged, not “{str(status)[:40]}”.")
     units = _units(found, lines) if lines else None
+    everything = {
+        n: {str(p["line"]): p["quantity"] for p in parts} for n, parts in found.orders.items()
+    }
+    if units == everything:
+        units = None  # one shape for "all of it", whether scanned or counted
     returning: Returning = {
         "reference": found.reference,
         "decision_id": found.decision_id,

@@ -33,6 +33,12 @@ register.filter("units_left", policy.units_left)
 register.filter("shipping_left", policy.shipping_left)
 register.filter("reads_audit", permissions.oversees)
 
+
+@register.filter
+def records_returns(user) -> bool:
+    return not permissions.return_refusal(user)
+
+
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 

@@ -170,6 +170,7 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
     orders = [link.order for link in ticket.links.all()]
     lines = selectors.orders_bought(order.pk for order in orders)
     progress = selectors.refund_progress(ticket)
+    goods_return = selectors.return_waited(ticket)
     return {
         # What each order holds (those sent with their lines): bought, refunded, left.
         "bought": [(order, lines[order.pk]) for order in orders if order.pk in lines],
@@ -201,6 +202,9 @@ def _ticket_context(request: HtmxHttpRequest, ticket: Ticket) -> dict:
         ),
         "canned": list(CannedReason.objects.rejecting()),
         "questions": list(CannedReason.objects.asking()),
+        # A ticket waiting for goods: the reference and the lines the customer sends back.
+        "goods_return": goods_return,
+        "return_lines": selectors.return_lines(goods_return) if goods_return else [],
     }
 
 
