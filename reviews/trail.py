@@ -61,6 +61,9 @@ def _ask_words(event, who: str, answer: dict) -> str:
 
 
 def _reply_words(event, who: str, answer: dict) -> str:
+    if answer.get("chose"):  # an offer of store credit
+        chose = "store credit" if answer["chose"] == "credit" else "money"
+        return f"The customer chose {chose}; the refund is paid so."
     if not answer.get("resumed"):
         return f"A reply to the question resumed nothing: {answer.get('why', '')}."
     if answer.get("no_reply") and answer.get("outcome") == "close":
@@ -76,6 +79,24 @@ def _reply_words(event, who: str, answer: dict) -> str:
             "the review is back in the queue."
         )
     return f"The customer replied: “{event.note}”; the review is back in the queue."
+
+
+def _return_words(event, who: str, answer: dict) -> str:
+    ref = (event.seen or {}).get("return", "")
+    if answer.get("reminder"):
+        return f"The customer was reminded to send the goods back (return {ref})."
+    if answer.get("why"):
+        return f"A word on the goods of return {ref} resumed nothing: {answer['why']}."
+    if (event.seen or {}).get("kept") and not (event.seen or {}).get("interrupt_id"):
+        return (
+            f"{who}: return {ref} {answer.get('answer', '')} while the approval was applied; "
+            "kept until the ticket waits for the goods."
+        )
+    if answer.get("answer") == "received":
+        return f"{who}: the goods of return {ref} came back; what came is refunded."
+    if answer.get("answer") == "flagged":
+        return f"{who}: return {ref} flagged: “{event.note}”; a manager decides again."
+    return f"Nothing came back for return {ref} in time."
 
 
 _UNDONE = {
@@ -113,6 +134,7 @@ _AUDIT_WORDS = {
     "reject": _decision_words,
     "ask": _ask_words,
     "reply": _reply_words,
+    "return": _return_words,
     "undo": _undo_words,
     "fork": _fork_words,
     "retry": lambda event, who, answer: f"{who} retried the failed thread.",
@@ -219,7 +241,8 @@ def order_answers_words(decision) -> str:
         if one.get("answer") == "approve":
             said = f"{number} approved {words.dollars(one.get('amount_cents') or 0)}"
             if one.get("parts") and not refund_parts.only_shipping(one["parts"]):
-                said += f" ({'; '.join(refund_parts.words(one['parts'], titles))})"
+                back = bool(one.get("on_return"))
+                said += f" ({'; '.join(refund_parts.words(one['parts'], titles, on_return=back))})"
             if one.get("reason"):  # why less than proposed
                 said += f": {one['reason']}"
             parts.append(said)
@@ -227,6 +250,21 @@ def order_answers_words(decision) -> str:
             why = f" ({one['reason']})" if one.get("reason") else ""
             parts.append(f"{number} rejected{why}")
     return "; ".join(parts)
+
+
+def received_words(decision) -> str:
+    """What a "received" said came back: "2 x Linen shirt", or everything asked back."""
+    if decision.answer != DecisionAnswer.RECEIVED:
+        return ""
+    if not decision.orders:
+        return "everything asked back"
+    units = [(int(line), n) for one in decision.orders.values() for line, n in one.items() if n]
+    titles = selectors.line_titles([line for line, _ in units])
+    return ", ".join(f"{n} x {titles.get(line) or f'line {line}'}" for line, n in units)
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]
 
 
 QUOTED_CHARS = 280  # of a customer's reply: the ticket page has all of it
@@ -241,6 +279,8 @@ def answered_words(decision) -> str:
         return "no reply came (the wait's timer ran out)"
     if decision.answer == DecisionAnswer.ASK:
         return format_html("<strong>{}</strong> asked the customer instead", who)
+    if decision.answer not in (DecisionAnswer.APPROVE, DecisionAnswer.REJECT):
+        return _lower(decision.get_answer_display())  # the goods' word, the customer's choice
     verb = "approved" if decision.answer == DecisionAnswer.APPROVE else "rejected"
     if len(decision.orders or {}) > 1:  # a ticket of one order: its answer is the review's
         verb = "answered per order"
@@ -261,6 +301,10 @@ def cause_words(decision) -> str:
         )
     if decision.answer == DecisionAnswer.NO_REPLY:
         return "Caused by the wait's timer: no reply came from the customer"
+    if decision.answer not in (DecisionAnswer.APPROVE, DecisionAnswer.REJECT):
+        said = _lower(decision.get_answer_display())
+        back = received_words(decision)
+        return f"Caused by this: {said}" + (f" ({back})" if back else "")
     orders = decision.orders or {}
     if len(orders) > 1:
         said = f"per order, {order_answers_words(decision)}"

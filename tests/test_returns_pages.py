@@ -65,7 +65,7 @@ def test_a_ticket_waits_for_the_goods_then_shows_what_came_back(
     )
     assert runner.advance(ticket.pk) == "refunded"
     page.goto(f"{live_server.url}/tickets/{ticket.pk}/")
-    assert page.get_by_text("received back, thank you").first.is_visible()
+    assert page.get_by_text("Refunded", exact=True).first.is_visible()
     page.screenshot(path=str(shots() / f"return-refunded-{width}.png"), full_page=True)
     fits(page, width)
 

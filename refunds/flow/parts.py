@@ -59,8 +59,11 @@ def metadata(parts: Sequence[Part]) -> dict[str, str]:
     return {"parts": ",".join(said)[:500]} | ({"restock": ",".join(back)[:500]} if back else {})
 
 
-def words(parts: Sequence[Part], titles: Mapping[int, str]) -> list[str]:
-    """A refund's parts in the desk's words: "1 x Ceramic vase, $24.00, comes back"."""
+def words(
+    parts: Sequence[Part], titles: Mapping[int, str], *, on_return: bool = False
+) -> list[str]:
+    """A refund's parts in the desk's words: "1 x Ceramic vase, $24.00, comes back"; on
+    return, each line is refunded once it is back."""
     said = []
     for part in parts:
         if not part.get("line"):
@@ -68,5 +71,7 @@ def words(parts: Sequence[Part], titles: Mapping[int, str]) -> list[str]:
             continue
         title = titles.get(part["line"]) or f"line {part['line']}"
         back = "comes back" if part.get("restock") else "stays with the customer"
+        if on_return:
+            back = "refunded once it is back"
         said.append(f"{part.get('quantity', 0)} x {title}, {dollars(part['amount_cents'])}, {back}")
     return said

@@ -22,6 +22,7 @@ for name in (
     "audit_asking",
     "per_order_words",
     "order_answers_words",
+    "received_words",
     "answered_words",
     "cause_words",
 ):
