@@ -557,7 +557,7 @@ REFUNDS_ASK_DEFAULT_OUTCOME = env.str(
 )
 # Refunds on return: when the review proposes one (reasons, from an amount in cents, or for a
 # customer with this many refunds lately; empty: never), where the goods go, the wait's timer.
-REFUNDS_RETURN_REASONS = env_list("REFUNDS_RETURN_REASONS", "")
+REFUNDS_RETURN_REASONS = env_list("REFUNDS_RETURN_REASONS", "wrong_item" if DEMO else "")
 if _unknown := sorted(set(REFUNDS_RETURN_REASONS) - set(REASONS)):
     raise BadSetting(
         f"REFUNDS_RETURN_REASONS names no reason {_unknown[0]!r}; reasons are {', '.join(REASONS)}."
@@ -586,7 +586,7 @@ REFUNDS_RETURN_DEFAULT_OUTCOME = env.str(
     "REFUNDS_RETURN_DEFAULT_OUTCOME", "reject", validate=OneOf(("reject", "queue"))
 )
 # Store credit as the customer's choice (a bonus % on it); for these reasons the only way paid.
-REFUNDS_STORE_CREDIT = env.bool("REFUNDS_STORE_CREDIT", False)
+REFUNDS_STORE_CREDIT = env.bool("REFUNDS_STORE_CREDIT", DEMO)  # the demo shows it
 REFUNDS_CREDIT_BONUS_PERCENT = env.int(
     "REFUNDS_CREDIT_BONUS_PERCENT", 0, validate=Range(min=0, max=100)
 )
