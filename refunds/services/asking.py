@@ -16,11 +16,11 @@ from django.db.models.functions import Concat
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit, emails, enqueue, mail, outbox, permissions
+from refunds import audit, enqueue, mail, outbox, permissions
 from refunds.flow.nodes.asking import ask_key
 from refunds.models import AuditEvent, CannedReason, CustomerQuestion, Decision, Email, Ticket
 from refunds.services.errors import RefundError
-from refunds.services.timers import reminders_deliver
+from refunds.services.timers import customer_reminder, reminders_deliver
 
 log = logging.getLogger(__name__)
 
@@ -301,23 +301,8 @@ def _reminder_written(question: CustomerQuestion, now) -> bool:
     ):
         return False
     ticket = question.ticket
-    language = str((ticket.reading or {}).get("language") or "")
-    facts = {
-        "customer_name": ticket.order.customer_name,
-        "orders": ticket.order_numbers(),
-        "question": question.text,
-        "reminder": True,
-    }
-    worded = emails.word("question", facts, language)
-    Email.objects.create(
-        ticket=ticket,
-        key=question.email_key + REMINDER_SUFFIX,
-        to=ticket.order.customer_email,
-        subject=worded.subject,
-        body=worded.body,
-        language=worded.language,
-        desk_text=worded.desk_text,
-    )
+    key = question.email_key + REMINDER_SUFFIX
+    customer_reminder(ticket, key, "question", {"question": question.text})
     audit.record(
         ticket,
         AuditEvent.Action.ASK,

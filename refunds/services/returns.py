@@ -16,12 +16,12 @@ from django.db.models.functions import Cast, Concat
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit, emails, enqueue, outbox
+from refunds import audit, enqueue, outbox
 from refunds.flow.nodes.returns import came_back, reference_read, return_key, return_reference
 from refunds.flow.state import OrderAnswer, Returning
 from refunds.models import AuditEvent, Decision, Email, OrderLine, ReturnRequest, Ticket
 from refunds.services.errors import RefundError
-from refunds.services.timers import reminders_deliver
+from refunds.services.timers import customer_reminder, reminders_deliver
 
 log = logging.getLogger(__name__)
 
@@ -320,24 +320,13 @@ def _reminder_written(found: ReturnRequest) -> None:
         for p in parts
     ]
     facts = {
-        "customer_name": ticket.order.customer_name,
-        "orders": ticket.order_numbers(),
         "reference": found.reference,
         "address": settings.REFUNDS_RETURN_ADDRESS,
         "items": items,
         "days": round(settings.REFUNDS_RETURN_GIVE_UP_DAYS - settings.REFUNDS_RETURN_REMIND_DAYS),
-        "reminder": True,
     }
-    worded = emails.word("return", facts, str((ticket.reading or {}).get("language") or ""))
-    Email.objects.create(
-        ticket=ticket,
-        key=return_key(ticket.thread_id, found.decision_id) + REMINDER_SUFFIX,
-        to=ticket.order.customer_email,
-        subject=worded.subject,
-        body=worded.body,
-        language=worded.language,
-        desk_text=worded.desk_text,
-    )
+    key = return_key(ticket.thread_id, found.decision_id) + REMINDER_SUFFIX
+    customer_reminder(ticket, key, "return", facts)
     audit.record(
         ticket,
         AuditEvent.Action.RETURN,

@@ -13,7 +13,7 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from refunds import audit, mail, outbox
+from refunds import audit, emails, mail, outbox
 from refunds.flow.errors import EffectBusy, MailRefused, MailRetryable
 from refunds.flow.words import dollars
 from refunds.models import ROLE_GROUPS, AuditEvent, Email, Role, Ticket
@@ -101,6 +101,26 @@ def reminders_deliver(owned: Q) -> None:
             mail.resend(email_id)
         except (MailRefused, MailRetryable, EffectBusy) as exc:
             log.warning("reminder %s not delivered: %s", email_id, exc)
+
+
+def customer_reminder(ticket: Ticket, key: str, kind: str, facts: dict) -> None:
+    """A reminder to the ticket's customer, worded in their language, put in the outbox unsent
+    (the caller's timer delivers it; reminders_deliver)."""
+    facts = {
+        "customer_name": ticket.order.customer_name,
+        "orders": ticket.order_numbers(),
+        "reminder": True,
+    } | facts
+    worded = emails.word(kind, facts, str((ticket.reading or {}).get("language") or ""))
+    Email.objects.create(
+        ticket=ticket,
+        key=key,
+        to=ticket.order.customer_email,
+        subject=worded.subject,
+        body=worded.body,
+        language=worded.language,
+        desk_text=worded.desk_text,
+    )
 
 
 def _reminder(tickets: list[Ticket], now) -> tuple[str, str]:
