@@ -154,6 +154,9 @@ def test_a_worker_killed_around_the_refund_of_what_came_back_refunds_it_once(
     shirts,
     point,
 ):
+    """Two of three shirts came back; the worker resuming the thread with that word dies
+    (os._exit) at `point`. The recovery sweep hands the thread to the other worker: one refund
+    at Stripe of the two shirts, restocked once on the ledger, one "refunded" email."""
     env = returns_on | crash_plan({})
     workers("first", pool="solo", env=env)
     ticket, found = waiting_for_goods(shirts, colleague, manager, sinks)
