@@ -276,15 +276,6 @@ def test_a_return_and_a_refund_made_outside_never_refund_more_than_was_paid(
     assert "Capped at the $10.00 left of the $80.00" in review["parts_why"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: a charge refused after the goods came back is re-reviewed as a new approval on "
-        "return (settle_charges -> _anew -> reproposed keeps on_return); approving it as "
-        "proposed emails the customer a second return instructions for goods the warehouse "
-        "already received and waits for a return that never comes"
-    ),
-)
 def test_approving_what_is_left_after_the_goods_came_back_refunds_it_without_a_second_return(
     workers, sinks, stripe_here, crash_plan, sweep_now, returns_on, colleague, manager, shirts
 ):

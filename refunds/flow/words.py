@@ -52,6 +52,18 @@ NODE_WORDS = {
     "await_reply": "Waited on the customer",
     "reply": "The customer replied",
     "no_reply": "No reply from the customer",
+    # A refund on return, and store credit as the customer's choice (issue 49).
+    "ask_return": "Told the customer what to send back",
+    "return_failed": "The return instructions could not be sent",
+    "await_return": "Waited for the goods",
+    "returned": "The goods came back",
+    "not_returned": "Nothing came back",
+    "return_flagged": "The return was flagged, back to a manager",
+    "return_refused": "A word on the goods could not be applied",
+    "offer_credit": "Offered store credit",
+    "await_choice": "Waited on the customer's choice",
+    "chose_credit": "The customer chose store credit",
+    "chose_money": "Paid as money",
     # The one-order nodes of flow version 4 and before, in older threads' histories.
     "lookup": "Looked up the order",
     "fraud_check": "Checked for fraud signals",
@@ -71,6 +83,11 @@ def split_order_step(name: str) -> tuple[str, str]:
     """("check_order", "1042") for the trail entry "check_order:1042"; (name, "") otherwise."""
     node, _, number = name.partition(":")
     return (node, number) if number and node in ORDER_NODE_WORDS else (name, "")
+
+
+def percent_of(cents: int, percent: int) -> int:
+    """`percent` % of an amount, rounded down (the shop's bonus on store credit)."""
+    return cents * percent // 100
 
 
 def node_words(name: str) -> str:

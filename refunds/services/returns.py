@@ -16,6 +16,7 @@ from django.db.models.functions import Cast, Concat
 from django.urls import reverse
 from django.utils import timezone
 
+from core.clock import local_words
 from refunds import audit, enqueue, outbox
 from refunds.flow.nodes.returns import came_back, reference_read, return_key, return_reference
 from refunds.flow.state import OrderAnswer, Returning
@@ -189,12 +190,10 @@ def _again(found: ReturnRequest, said: dict[str, Any]) -> Arrival:
     before = found.arrived or {}
     if all(before.get(k) == said.get(k) for k in ("answer", "orders", "reason")):
         return Arrival(found.ticket_id, found.reference, "already")
-    when = (
-        timezone.localtime(found.arrived_at).strftime("%Y-%m-%d %H:%M") if found.arrived_at else ""
-    )
+    when = f" ({local_words(found.arrived_at)})" if found.arrived_at else ""
     raise RefundError(
-        f"Return {found.reference} was recorded as {before.get('answer')} already "
-        f"({when}); nothing changed."
+        f"Return {found.reference} was recorded as {before.get('answer')} already{when}; "
+        "nothing changed."
     )
 
 

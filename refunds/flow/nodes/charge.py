@@ -13,7 +13,7 @@ from refunds.flow.errors import ChargeRefused, PaymentDisputed, RetryableGateway
 from refunds.flow.nodes.checks import customer_words, reproposed
 from refunds.flow.nodes.common import attempt, ordered_checks, reason_of, stop_if_drained
 from refunds.flow.state import ChargeTask, Collaborators, OrderCharge, OrderCheck, Part, RefundState
-from refunds.flow.words import dollars
+from refunds.flow.words import dollars, percent_of
 
 # A gateway that is down is tried again with the same key (harmless: a repeated key gets the
 # first result) for `charge_retry_seconds`, under the run's lease; the attempts only bound it.
@@ -82,7 +82,7 @@ def send_charges(state: RefundState) -> list[Send] | Literal["email", "notify"]:
             parts=parts,
         )
         if answer.get("credit"):
-            task["credit_bonus_cents"] = amount * check.get("credit_bonus_percent", 0) // 100
+            task["credit_bonus_cents"] = percent_of(amount, check.get("credit_bonus_percent", 0))
         if answer.get("dispute_seen"):
             task["dispute_seen"] = True
         sends.append(Send("charge_order", task))
@@ -180,7 +180,11 @@ def settle_charges(
 def _anew(state: RefundState, runtime: Runtime[Collaborators], number: str) -> OrderCheck:
     check = (state.get("checks") or {})[number]
     order = runtime.context.find_order(number) or check["order"]
-    return reproposed(check, order, reason_of(state), customer_words(state))
+    anew = reproposed(check, order, reason_of(state), customer_words(state))
+    if (check.get("answer") or {}).get("returned"):  # the goods are back: never asked twice
+        anew.pop("on_return", None)
+        anew["notes"] = [*anew["notes"], "The goods came back; what is left is refunded at once."]
+    return anew
 
 
 def _dropped(number: str, charge: OrderCharge) -> OrderCharge:

@@ -22,17 +22,12 @@ from refunds.flow.state import (
     RefundState,
     ReviewAnswer,
 )
-from refunds.flow.words import dollars
+from refunds.flow.words import dollars, percent_of
 
 
 def credit_key(ticket_key: str, decision_id: int) -> str:
     """One offer email per approval that offers store credit, whatever re-runs."""
     return f"{ticket_key}:credit:{decision_id}"
-
-
-def bonus_cents(check: OrderCheck, amount_cents: int) -> int:
-    """The shop's bonus on store credit for this much of the order, rounded down."""
-    return amount_cents * check.get("credit_bonus_percent", 0) // 100
 
 
 def offering_of(answer: ReviewAnswer, answers: Mapping[str, OrderAnswer]) -> Offering | None:
@@ -65,7 +60,10 @@ def charges_or_offer(state: RefundState) -> list[Send] | str:
 def _sums(state: RefundState) -> tuple[int, int]:
     offered = _offered(state)
     money = sum(c["answer"]["amount_cents"] for c in offered)
-    return money, money + sum(bonus_cents(c, c["answer"]["amount_cents"]) for c in offered)
+    bonus = sum(
+        percent_of(c["answer"]["amount_cents"], c.get("credit_bonus_percent", 0)) for c in offered
+    )
+    return money, money + bonus
 
 
 def offer_credit(
@@ -115,7 +113,7 @@ def choice_wait(state: RefundState) -> ChoiceWait:
     }
 
 
-def await_choice(state: RefundState) -> Command:
+def await_choice(state: RefundState) -> Command[Literal["charge_order", "email", "notify"]]:
     # This node runs again from the top on resume: nothing before interrupt() may have an effect.
     answer: ReviewAnswer = interrupt(choice_wait(state))
     choice = answer.get("answer")

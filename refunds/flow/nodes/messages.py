@@ -11,7 +11,7 @@ from refunds.flow.errors import MailRefused, MailRetryable
 from refunds.flow.nodes.checks import declined_facts
 from refunds.flow.nodes.common import attempt, customer_namespace, ordered_checks, reason_of
 from refunds.flow.state import Collaborators, OrderCheck, OrderFacts, RefundState
-from refunds.flow.words import dollars
+from refunds.flow.words import dollars, percent_of
 
 # When the retries run out the refund stands; the email shows as not delivered, with a Resend.
 MAIL_RETRY = RetryPolicy(
@@ -209,7 +209,7 @@ def order_facts(state: RefundState) -> dict:
                     "why_part": str(answer.get("reason") or "") if paid < asked else "",
                     "rest_not_back": bool(answer.get("returned")) and paid < asked,
                     # Paid as store credit: what the customer holds, with the shop's bonus.
-                    "credit_cents": paid + paid * check.get("credit_bonus_percent", 0) // 100
+                    "credit_cents": paid + percent_of(paid, check.get("credit_bonus_percent", 0))
                     if answer.get("credit")
                     else 0,
                     "given": parts_given(check, came=reason_of(state) != policy.NOT_RECEIVED),

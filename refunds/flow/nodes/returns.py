@@ -186,7 +186,7 @@ def _int(value: object) -> int | None:
 
 def await_return(
     state: RefundState, runtime: Runtime[Collaborators]
-) -> Command[Literal["approve", "await_return", "email", "notify", "charge_order"]]:
+) -> Command[Literal["approve", "email", "notify", "charge_order", "offer_credit"]]:
     # This node runs again from the top on resume: nothing before interrupt() may have an effect.
     answer: ReviewAnswer = interrupt(return_wait(state))
     returning = state["returning"]
@@ -216,8 +216,18 @@ def await_return(
     try:
         back = came_back(returning, answer.get("orders")) if kind == "received" else {}
     except ValueError as exc:  # checked as the desk checked it: never a failed ticket for it
-        note = f"A receipt of return {ref} could not be applied: {exc} Still waiting."
-        return Command(update={"notes": [note], "trail": ["return_refused"]}, goto="await_return")
+        why = f"The word on the goods of return {ref} could not be applied: {exc}"
+        return Command(
+            update={
+                "decision": answer,
+                "returning": None,
+                "required_role": "manager",
+                "review_error": why,
+                "notes": [why],
+                "trail": ["return_refused"],
+            },
+            goto="approve",
+        )
     return _refund_what_came(state, answer, returning, back)
 
 
